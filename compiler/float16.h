@@ -1,0 +1,62 @@
+// Bit-exact conversions between f32 and the 16-bit float formats (IEEE binary16 and bfloat16).
+// Rounding is to nearest, ties to even; overflow goes to infinity; NaN stays NaN.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace ampc {
+
+inline uint16_t f32_to_f16_bits(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const uint32_t sign = (bits >> 16) & 0x8000u;
+  const uint32_t abs = bits & 0x7fffffffu;
+  if (abs >= 0x7f800000u) {  // inf or NaN; a NaN keeps its top payload bits and stays quiet
+    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | (abs >> 13) : 0));
+  }
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 2^16
+  if (abs < 0x38800000u) {  // below the smallest normal f16 (2^-14): subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 (half the smallest)
+    const uint32_t exponent = abs >> 23;
+    const uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exponent;  // 14..24 for exponents 102..112
+    uint32_t half = mantissa >> shift;
+    const uint32_t rest = mantissa & ((1u << shift) - 1);
+    const uint32_t halfway = 1u << (shift - 1);
+    if (rest > halfway || (rest == halfway && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t half = ((abs >> 13) - (112u << 10));  // rebias exponent 127 -> 15
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (half & 1u))) ++half;
+  return static_cast<uint16_t>(sign | half);
+}
+
+inline float f16_bits_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu;
+  uint32_t mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0) {
+    if (mantissa == 0) return std::bit_cast<float>(sign);
+    // Subnormal: value = mantissa * 2^-24, exact in f32.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+inline uint16_t f32_to_bf16_bits(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncation could make it inf, so force quiet
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  }
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+inline float bf16_bits_to_f32(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
+}  // namespace ampc

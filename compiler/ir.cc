@@ -1,0 +1,269 @@
+#include "compiler/ir.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/op_def.h"
+#include "compiler/status.h"
+#include "compiler/strings.h"
+
+namespace ampc {
+
+// ---- Value ------------------------------------------------------------------------------------
+
+bool Value::is_graph_output() const {
+  const std::vector<Value*>& outputs = graph_->outputs();
+  return std::find(outputs.begin(), outputs.end(), this) != outputs.end();
+}
+
+void Value::replace_all_uses_with(Value* other) {
+  AMPC_CHECK(other != nullptr && other != this && other->graph_ == graph_);
+  // set_operand edits uses_, so walk a copy.
+  const std::vector<Use> uses = uses_;
+  for (const Use& use : uses) use.user->set_operand(use.operand, other);
+  if (is_graph_output()) {
+    if (other->kind_ == Kind::kNodeOutput && !other->is_graph_output()) other->name_ = name_;
+    for (int i = 0; i < static_cast<int>(graph_->outputs().size()); ++i) {
+      if (graph_->outputs()[i] == this) graph_->set_output(i, other);
+    }
+  }
+}
+
+// ---- Node -------------------------------------------------------------------------------------
+
+Node::~Node() {
+  for (int i = 0; i < num_operands(); ++i) set_operand(i, nullptr);
+}
+
+void Node::set_operand(int i, Value* value) {
+  Value* old = operands_.at(i);
+  if (old == value) return;
+  if (old != nullptr) {
+    auto it = std::find(old->uses_.begin(), old->uses_.end(), Use{this, i});
+    AMPC_CHECK(it != old->uses_.end());
+    old->uses_.erase(it);
+  }
+  operands_[i] = value;
+  if (value != nullptr) {
+    AMPC_CHECK(value->graph_ == graph_);
+    value->uses_.push_back(Use{this, i});
+  }
+}
+
+void Node::append_operand(Value* value) {
+  operands_.push_back(nullptr);
+  set_operand(num_operands() - 1, value);
+}
+
+void Node::truncate_operands(int count) {
+  AMPC_CHECK(count >= 0 && count <= num_operands());
+  for (int i = count; i < num_operands(); ++i) set_operand(i, nullptr);
+  operands_.resize(count);
+}
+
+const AttrValue* Node::find_attr(std::string_view name) const {
+  auto it = attrs_.find(name);
+  return it == attrs_.end() ? nullptr : &it->second;
+}
+
+const AttrValue& Node::attr_or_default(std::string_view name) const {
+  if (const AttrValue* value = find_attr(name)) return *value;
+  const AttrSpec* spec = def_ ? def_->find_attr(name) : nullptr;
+  if (spec == nullptr || !spec->default_value) {
+    std::fprintf(stderr, "%s: attribute '%.*s' has no value and no default\n", describe().c_str(),
+                 static_cast<int>(name.size()), name.data());
+    AMPC_CHECK(false);
+  }
+  return *spec->default_value;
+}
+
+namespace {
+template <typename T>
+const T& get_attr(const Node& node, const AttrValue& value, std::string_view name) {
+  const T* typed = std::get_if<T>(&value);
+  if (typed == nullptr) {
+    std::fprintf(stderr, "%s: attribute '%.*s' has kind %s\n", node.describe().c_str(),
+                 static_cast<int>(name.size()), name.data(),
+                 std::string(attr_kind_name(attr_kind(value))).c_str());
+    AMPC_CHECK(false);
+  }
+  return *typed;
+}
+}  // namespace
+
+int64_t Node::int_attr(std::string_view name) const {
+  return get_attr<int64_t>(*this, attr_or_default(name), name);
+}
+float Node::float_attr(std::string_view name) const {
+  return get_attr<float>(*this, attr_or_default(name), name);
+}
+const std::string& Node::string_attr(std::string_view name) const {
+  return get_attr<std::string>(*this, attr_or_default(name), name);
+}
+const std::vector<int64_t>& Node::ints_attr(std::string_view name) const {
+  return get_attr<std::vector<int64_t>>(*this, attr_or_default(name), name);
+}
+const std::vector<float>& Node::floats_attr(std::string_view name) const {
+  return get_attr<std::vector<float>>(*this, attr_or_default(name), name);
+}
+const Tensor& Node::tensor_attr(std::string_view name) const {
+  return get_attr<Tensor>(*this, attr_or_default(name), name);
+}
+DType Node::dtype_attr(std::string_view name) const {
+  return get_attr<DType>(*this, attr_or_default(name), name);
+}
+
+std::string Node::describe() const {
+  const std::string op = domain_.empty() ? op_type_ : str_cat(domain_, ".", op_type_);
+  if (name_.empty()) {
+    const std::string first_output =
+        has_output(0) ? str_cat(" producing '", output(0)->name(), "'") : "";
+    return str_cat("node ", op, first_output);
+  }
+  return str_cat("node '", name_, "' (", op, ")");
+}
+
+// ---- Graph ------------------------------------------------------------------------------------
+
+Graph::Graph(std::string name) : name_(std::move(name)) {}
+
+Graph::~Graph() {
+  // Nodes drop their operand uses as they go; destroy them in reverse so no node outlives a
+  // value it reads.
+  while (!nodes_.empty()) nodes_.pop_back();
+}
+
+void Graph::set_opset(std::string domain, int64_t version) {
+  if (domain == "ai.onnx") domain.clear();
+  opsets_[std::move(domain)] = version;
+}
+
+int64_t Graph::opset(std::string_view domain) const {
+  auto it = opsets_.find(domain);
+  if (it != opsets_.end()) return it->second;
+  return domain.empty() ? kDefaultOnnxOpset : 1;
+}
+
+Value* Graph::add_input(std::string name, TensorType type) {
+  graph_values_.push_back(std::unique_ptr<Value>(
+      new Value(this, Value::Kind::kGraphInput, std::move(name), std::move(type))));
+  inputs_.push_back(graph_values_.back().get());
+  return inputs_.back();
+}
+
+Value* Graph::add_initializer(std::string name, Tensor data) {
+  TensorType type = data.type();
+  graph_values_.push_back(std::unique_ptr<Value>(
+      new Value(this, Value::Kind::kInitializer, std::move(name), std::move(type))));
+  Value* value = graph_values_.back().get();
+  value->data_ = std::move(data);
+  initializers_.push_back(value);
+  return value;
+}
+
+void Graph::set_initializer_data(Value* initializer, Tensor data) {
+  AMPC_CHECK(initializer->kind_ == Value::Kind::kInitializer && initializer->graph_ == this);
+  initializer->type_ = data.type();
+  initializer->data_ = std::move(data);
+}
+
+void Graph::erase_graph_value(Value* value) {
+  AMPC_CHECK(value->kind_ != Value::Kind::kNodeOutput && value->is_dead());
+  auto& list = value->kind_ == Value::Kind::kGraphInput ? inputs_ : initializers_;
+  list.erase(std::find(list.begin(), list.end(), value));
+  graph_values_.remove_if([value](const std::unique_ptr<Value>& v) { return v.get() == value; });
+}
+
+Node* Graph::create_node(std::string_view domain, std::string_view op_type,
+                         const std::vector<Value*>& operands,
+                         const std::vector<std::optional<TensorType>>& output_types,
+                         Attributes attrs, Node* before) {
+  std::string dom(domain == "ai.onnx" ? "" : domain);
+  const OpDef* def = OpRegistry::global().find(dom, op_type, opset(dom));
+  auto node = std::unique_ptr<Node>(new Node(this, std::move(dom), std::string(op_type), def));
+  node->attrs_ = std::move(attrs);
+  for (Value* operand : operands) node->append_operand(operand);
+  for (int i = 0; i < static_cast<int>(output_types.size()); ++i) {
+    if (!output_types[i]) {
+      node->outputs_.push_back(nullptr);
+      continue;
+    }
+    auto value =
+        std::unique_ptr<Value>(new Value(this, Value::Kind::kNodeOutput, "", *output_types[i]));
+    value->producer_ = node.get();
+    value->producer_output_ = i;
+    node->outputs_.push_back(std::move(value));
+  }
+  Node* raw = node.get();
+  auto pos = before ? before->position_ : nodes_.end();
+  raw->position_ = nodes_.insert(pos, std::move(node));
+  return raw;
+}
+
+void Graph::erase_node(Node* node) {
+  AMPC_CHECK(node->graph_ == this);
+  for (int i = 0; i < node->num_outputs(); ++i) {
+    if (node->has_output(i)) AMPC_CHECK(node->output(i)->is_dead());
+  }
+  nodes_.erase(node->position_);
+}
+
+void Graph::move_node(Node* node, Node* before) {
+  AMPC_CHECK(node != before);
+  auto pos = before ? before->position_ : nodes_.end();
+  nodes_.splice(pos, nodes_, node->position_);
+}
+
+std::vector<Node*> Graph::node_list() const {
+  std::vector<Node*> list;
+  list.reserve(nodes_.size());
+  for (const auto& node : nodes_) list.push_back(node.get());
+  return list;
+}
+
+std::string Graph::unique_value_name(std::string_view hint) const {
+  std::unordered_set<std::string> used;
+  for (const auto& v : graph_values_) used.insert(v->name());
+  for (const auto& node : nodes_) {
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (node->has_output(i)) used.insert(node->output(i)->name());
+    }
+  }
+  std::string base(hint.empty() ? "t" : hint);
+  if (!used.contains(base)) return base;
+  for (int k = 1;; ++k) {
+    std::string candidate = str_cat(base, ".", k);
+    if (!used.contains(candidate)) return candidate;
+  }
+}
+
+std::unique_ptr<Graph> Graph::clone() const {
+  auto copy = std::make_unique<Graph>(name_);
+  copy->opsets_ = opsets_;
+  std::unordered_map<const Value*, Value*> map;
+  // Inputs and initializers keep their relative order in their own lists.
+  for (const Value* v : inputs_) map[v] = copy->add_input(v->name(), v->type());
+  for (const Value* v : initializers_) map[v] = copy->add_initializer(v->name(), v->data_);
+  for (const auto& node : nodes_) {
+    std::vector<Value*> operands;
+    for (Value* operand : node->operands()) operands.push_back(operand ? map.at(operand) : nullptr);
+    std::vector<std::optional<TensorType>> types;
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      types.push_back(node->has_output(i) ? std::optional(node->output(i)->type()) : std::nullopt);
+    }
+    Node* n = copy->create_node(node->domain(), node->op_type(), operands, types, node->attrs());
+    n->name_ = node->name_;
+    n->doc_string_ = node->doc_string_;
+    n->precision_ = node->precision_;
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (!node->has_output(i)) continue;
+      n->output(i)->set_name(node->output(i)->name());
+      map[node->output(i)] = n->output(i);
+    }
+  }
+  for (const Value* v : outputs_) copy->add_output(map.at(v));
+  return copy;
+}
+
+}  // namespace ampc

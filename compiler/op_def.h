@@ -1,0 +1,186 @@
+// OpDef: everything ampc knows about one op, registered once per op in ops/<family>.cc.
+//
+// An OpDef carries the schema (operands, attributes with defaults), shape and dtype inference,
+// an optional constant folder (for shape arithmetic), the autocast spec, the gradient rule slot
+// and the samples the generic op tests run. Import, export and the text IR are generic over it.
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/attribute.h"
+#include "compiler/dtype.h"
+#include "compiler/ir.h"
+#include "compiler/status.h"
+#include "compiler/tensor.h"
+
+namespace ampc {
+
+class InferenceContext;
+class GradBuilder;
+
+inline constexpr int kLatestOpset = INT_MAX;
+
+struct OperandSpec {
+  enum class Arity { kSingle, kOptional, kVariadic };
+  std::string name;
+  Arity arity = Arity::kSingle;
+  // Element types accepted; empty accepts any.
+  std::vector<DType> dtypes;
+};
+
+struct AttrSpec {
+  std::string name;
+  AttrKind kind = AttrKind::kInt;
+  // The value used when a node omits the attribute; none means the attribute is optional with no
+  // default (the op's inference decides) unless `required`.
+  std::optional<AttrValue> default_value;
+  bool required = false;
+};
+
+// An attribute that later opsets pass as an input (ReduceSum's axes from opset 13, Squeeze's
+// from 13, ReduceMean's from 18, Split's `split` from 13, ...). The IR accepts both forms;
+// canonicalize moves a constant input into the attribute and export writes the form the
+// target opset expects.
+struct AttrAsInput {
+  std::string attr;
+  int input = 0;
+  int since_opset = 0;
+};
+
+enum class AutocastCategory { kNone, kAllow, kClear, kFollow, kDeny };
+std::string_view autocast_category_name(AutocastCategory category);
+
+struct AutocastSpec {
+  AutocastCategory category = AutocastCategory::kNone;
+  DType accumulate = DType::kF32;
+  // Operands that stay fp32 whatever the node's precision (e.g. BatchNormalization statistics).
+  std::vector<int> fp32_operands;
+};
+
+// Inputs for the generic op tests: a small case whose output types are given, so that the
+// inference (and later the kernels and gradient rules) can be checked against them.
+struct OpSample {
+  std::string name;
+  std::vector<TensorType> inputs;
+  // Constant inputs, by operand index (e.g. Reshape's shape); others are graph inputs.
+  std::vector<std::pair<int, Tensor>> constant_inputs;
+  Attributes attrs;
+  std::vector<TensorType> outputs;
+};
+
+// The values of a foldable node's inputs (all constant) and its inferred output types.
+struct FoldContext {
+  const Node& node;
+  std::vector<const TensorType*> input_types;  // null for omitted optional inputs
+  std::vector<const Tensor*> inputs;  // null for omitted inputs (and all, if fold_needs_values)
+  std::vector<std::optional<TensorType>> output_types;
+};
+
+using InferFn = std::function<absl::Status(InferenceContext&)>;
+using FoldFn = std::function<absl::StatusOr<std::vector<Tensor>>(const FoldContext&)>;
+using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GradBuilder&)>;
+
+struct OpDef {
+  std::string domain;  // "" for the standard ONNX domain
+  std::string name;
+  // The opsets whose definition of this op these semantics implement.
+  int since_opset = 1;
+  int until_opset = kLatestOpset;
+  std::string summary;
+
+  std::vector<OperandSpec> inputs;
+  std::vector<OperandSpec> outputs;
+  std::vector<AttrSpec> attrs;
+  std::vector<AttrAsInput> attrs_as_inputs;
+
+  InferFn infer;
+  FoldFn fold;  // optional: only ops that take part in shape arithmetic
+  // False for ops whose fold reads only input types (Shape): they fold whatever the data.
+  bool fold_needs_values = true;
+  AutocastSpec autocast;
+  GradFn gradient;  // filled by the autodiff issue
+  std::vector<OpSample> samples;
+
+  const AttrSpec* find_attr(std::string_view attr_name) const;
+  int min_inputs() const;
+  int max_inputs() const;  // INT_MAX when the last input is variadic
+  int min_outputs() const;
+  int max_outputs() const;
+  // "MatMul" or "ampc.ReluGrad".
+  std::string qualified_name() const;
+};
+
+class OpRegistry {
+ public:
+  // The process-wide registry that ops/*.cc fill at static initialization.
+  static OpRegistry& global();
+
+  void add(OpDef def);
+  // The definition of `domain`.`name` valid at `opset`, or null.
+  const OpDef* find(std::string_view domain, std::string_view name, int64_t opset) const;
+  // Every definition of `domain`.`name`, oldest first (for "supported from opset N" messages).
+  std::vector<const OpDef*> find_all(std::string_view domain, std::string_view name) const;
+  // Sorted by domain, name and opset.
+  std::vector<const OpDef*> all() const;
+  // "Abs, Add, ..." — the names of the ops of `domain`, for messages.
+  std::string supported_names(std::string_view domain) const;
+
+ private:
+  std::vector<std::unique_ptr<OpDef>> defs_;
+};
+
+// Registers a family of ops at static initialization: `static OpRegistration kReg(&register_x);`.
+struct OpRegistration {
+  explicit OpRegistration(void (*register_ops)(OpRegistry&)) { register_ops(OpRegistry::global()); }
+};
+
+// What an inference function sees of a node: input types, constant input values (initializers
+// or values already known from folding), attributes with defaults, and where to put the output
+// types. Errors are returned as a Status; the caller adds the node's name.
+class InferenceContext {
+ public:
+  InferenceContext(const Node& node, std::vector<const TensorType*> input_types,
+                   std::vector<const Tensor*> input_values);
+
+  const Node& node() const { return node_; }
+  int64_t opset() const;
+  int num_inputs() const { return static_cast<int>(input_types_.size()); }
+  bool has_input(int i) const { return i < num_inputs() && input_types_[i] != nullptr; }
+  const TensorType& input_type(int i) const;
+  // The input's value when known at compile time, else null.
+  const Tensor* input_value(int i) const { return i < num_inputs() ? input_values_[i] : nullptr; }
+
+  // Attribute access with OpDef defaults (see Node::int_attr).
+  bool has_attr(std::string_view name) const;
+  int64_t int_attr(std::string_view name) const { return node_.int_attr(name); }
+  float float_attr(std::string_view name) const { return node_.float_attr(name); }
+  const std::string& string_attr(std::string_view name) const { return node_.string_attr(name); }
+  const std::vector<int64_t>& ints_attr(std::string_view name) const {
+    return node_.ints_attr(name);
+  }
+  DType dtype_attr(std::string_view name) const { return node_.dtype_attr(name); }
+
+  // The integer list given either as attribute `attr` or as constant input `input` (the two
+  // forms of AttrAsInput). nullopt when neither is present; an error when the input is present
+  // but its value is not known at compile time.
+  absl::StatusOr<std::optional<std::vector<int64_t>>> ints_attr_or_input(std::string_view attr,
+                                                                         int input) const;
+
+  int num_outputs() const { return static_cast<int>(output_types_.size()); }
+  bool has_output(int i) const;
+  void set_output(int i, TensorType type);
+  const std::vector<std::optional<TensorType>>& output_types() const { return output_types_; }
+
+ private:
+  const Node& node_;
+  std::vector<const TensorType*> input_types_;
+  std::vector<const Tensor*> input_values_;
+  std::vector<std::optional<TensorType>> output_types_;
+};
+
+}  // namespace ampc

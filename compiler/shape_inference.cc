@@ -1,0 +1,121 @@
+#include "compiler/shape_inference.h"
+
+#include "compiler/strings.h"
+
+namespace ampc {
+namespace {
+
+absl::Status with_node(const Node& node, const absl::Status& status) {
+  return absl::Status(status.code(), str_cat(node.describe(), ": ", status.message()));
+}
+
+absl::Status check_arity(const Node& node) {
+  const OpDef& def = *node.def();
+  if (node.num_operands() < def.min_inputs() || node.num_operands() > def.max_inputs()) {
+    return absl::InvalidArgumentError(str_cat(
+        "has ", node.num_operands(), " inputs; ", def.qualified_name(), " takes ", def.min_inputs(),
+        def.max_inputs() == INT_MAX            ? " or more"
+        : def.max_inputs() == def.min_inputs() ? ""
+                                               : str_cat(" to ", def.max_inputs())));
+  }
+  for (int i = 0; i < def.min_inputs(); ++i) {
+    const OperandSpec& spec = def.inputs[std::min<size_t>(i, def.inputs.size() - 1)];
+    if (spec.arity != OperandSpec::Arity::kOptional && !node.has_operand(i)) {
+      return absl::InvalidArgumentError(
+          str_cat("required input ", i, " ('", spec.name, "') is missing"));
+    }
+  }
+  if (node.num_outputs() < def.min_outputs() || node.num_outputs() > def.max_outputs()) {
+    return absl::InvalidArgumentError(str_cat("has ", node.num_outputs(), " outputs; ",
+                                              def.qualified_name(), " has ", def.min_outputs(),
+                                              " to ", def.max_outputs()));
+  }
+  for (int i = 0; i < node.num_operands(); ++i) {
+    if (!node.has_operand(i)) continue;
+    const OperandSpec& spec = def.inputs[std::min<size_t>(i, def.inputs.size() - 1)];
+    if (spec.dtypes.empty()) continue;
+    const DType dtype = node.operand(i)->dtype();
+    if (std::find(spec.dtypes.begin(), spec.dtypes.end(), dtype) == spec.dtypes.end()) {
+      return absl::InvalidArgumentError(
+          str_cat("input ", i, " ('", spec.name, "') has element type ", dtype_name(dtype),
+                  ", which ", def.qualified_name(), " does not accept"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<std::vector<Tensor>>> try_fold(
+    const Node& node, const std::vector<const Tensor*>& input_values,
+    const std::vector<std::optional<TensorType>>& output_types) {
+  const OpDef* def = node.def();
+  if (def == nullptr || !def->fold) return std::optional<std::vector<Tensor>>();
+  FoldContext ctx{node, {}, {}, output_types};
+  for (int i = 0; i < node.num_operands(); ++i) {
+    ctx.input_types.push_back(node.has_operand(i) ? &node.operand(i)->type() : nullptr);
+    const Tensor* value = i < static_cast<int>(input_values.size()) ? input_values[i] : nullptr;
+    if (node.has_operand(i) && def->fold_needs_values && (value == nullptr || !value->has_data())) {
+      return std::optional<std::vector<Tensor>>();
+    }
+    ctx.inputs.push_back(value);
+  }
+  for (const std::optional<TensorType>& type : output_types) {
+    if (type && type->byte_size() > kMaxFoldedBytes) return std::optional<std::vector<Tensor>>();
+  }
+  absl::StatusOr<std::vector<Tensor>> folded = def->fold(ctx);
+  if (!folded.ok()) return with_node(node, folded.status());
+  return std::optional(*std::move(folded));
+}
+
+absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(const Node& node) {
+  if (node.def() == nullptr) {
+    return absl::UnimplementedError(str_cat(node.describe(), ": op is not supported at opset ",
+                                            node.graph()->opset(node.domain())));
+  }
+  if (absl::Status arity = check_arity(node); !arity.ok()) return with_node(node, arity);
+  std::vector<const TensorType*> types;
+  std::vector<const Tensor*> values;
+  for (Value* operand : node.operands()) {
+    types.push_back(operand ? &operand->type() : nullptr);
+    values.push_back(operand ? known_value(operand) : nullptr);
+  }
+  InferenceContext ctx(node, types, values);
+  if (absl::Status status = node.def()->infer(ctx); !status.ok()) return with_node(node, status);
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    if (node.has_output(i) && !ctx.output_types()[i]) {
+      return absl::InternalError(
+          str_cat(node.describe(), ": inference gave no type for output ", i));
+    }
+  }
+  AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> folded,
+                        try_fold(node, values, ctx.output_types()));
+  if (folded) {
+    for (int i = 0; i < node.num_outputs() && i < static_cast<int>(folded->size()); ++i) {
+      if (node.has_output(i)) folded_[node.output(i)] = std::move((*folded)[i]);
+    }
+  }
+  return ctx.output_types();
+}
+
+const Tensor* TypePropagator::known_value(const Value* value) const {
+  if (const Tensor* data = value->initializer()) return data;
+  auto it = folded_.find(value);
+  return it == folded_.end() ? nullptr : &it->second;
+}
+
+absl::StatusOr<bool> infer_graph_types(Graph& graph) {
+  TypePropagator propagator;
+  bool changed = false;
+  for (const auto& node : graph.nodes()) {
+    AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator.visit(*node));
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (!node->has_output(i) || node->output(i)->type() == *types[i]) continue;
+      node->output(i)->set_type(*types[i]);
+      changed = true;
+    }
+  }
+  return changed;
+}
+
+}  // namespace ampc

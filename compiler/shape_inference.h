@@ -1,0 +1,47 @@
+// Shape and dtype inference over a whole graph, with compile-time value propagation.
+//
+// Nodes are visited in order. Each node's OpDef infers its output types from the operand types
+// and from the operand values known at compile time: initializers, and the outputs of foldable
+// nodes (shape arithmetic such as Shape -> Gather -> Concat -> Reshape) whose inputs are all
+// known. The known values are kept on the side; the graph is not changed.
+#pragma once
+
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/op_def.h"
+#include "compiler/status.h"
+#include "compiler/tensor.h"
+
+namespace ampc {
+
+// Folding stops at values larger than this, so that propagation stays cheap.
+inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
+
+class TypePropagator {
+ public:
+  // Infers the output types of `node` from its operands (which must have been visited or be
+  // graph inputs/initializers), then records its output values when the node can be folded.
+  // Errors name the node.
+  absl::StatusOr<std::vector<std::optional<TensorType>>> visit(const Node& node);
+
+  // The value of `value` when known at compile time, else null.
+  const Tensor* known_value(const Value* value) const;
+
+ private:
+  std::unordered_map<const Value*, Tensor> folded_;
+};
+
+// Evaluates `node`'s fold with the given input values and types. Null when the node has no fold,
+// an input value is missing, or an output would exceed kMaxFoldedBytes.
+absl::StatusOr<std::optional<std::vector<Tensor>>> try_fold(
+    const Node& node, const std::vector<const Tensor*>& input_values,
+    const std::vector<std::optional<TensorType>>& output_types);
+
+// Re-infers every node in order and writes the inferred types onto the node outputs. Returns
+// whether any type changed.
+absl::StatusOr<bool> infer_graph_types(Graph& graph);
+
+}  // namespace ampc

@@ -1,0 +1,134 @@
+#include "compiler/verifier.h"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/shape_inference.h"
+#include "compiler/strings.h"
+
+namespace ampc {
+namespace {
+
+std::string value_label(const Value* value) { return str_cat("value '", value->name(), "'"); }
+
+absl::Status check_graph_values(const Graph& graph, std::unordered_set<const Value*>& defined) {
+  for (const Value* input : graph.inputs()) {
+    if (input->graph() != &graph || input->kind() != Value::Kind::kGraphInput) {
+      return absl::InternalError(
+          str_cat("graph input ", value_label(input), " is not a graph input of this graph"));
+    }
+    defined.insert(input);
+  }
+  for (const Value* init : graph.initializers()) {
+    if (init->graph() != &graph || init->kind() != Value::Kind::kInitializer) {
+      return absl::InternalError(
+          str_cat("initializer ", value_label(init), " is not an initializer of this graph"));
+    }
+    if (init->initializer()->type() != init->type()) {
+      return absl::InternalError(str_cat("initializer ", value_label(init), " is declared ",
+                                         type_to_string(init->type()), " but holds data of type ",
+                                         type_to_string(init->initializer()->type())));
+    }
+    defined.insert(init);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_uses(const Value* value) {
+  for (const Use& use : value->uses()) {
+    const bool edge_exists = use.user != nullptr && use.operand >= 0 &&
+                             use.operand < use.user->num_operands() &&
+                             use.user->operand(use.operand) == value;
+    if (!edge_exists) {
+      return absl::InternalError(
+          str_cat(value_label(value), " lists a use by operand ", use.operand, " of ",
+                  use.user ? use.user->describe() : "no node", " that does not read it"));
+    }
+    if (std::count(value->uses().begin(), value->uses().end(), use) != 1) {
+      return absl::InternalError(str_cat(value_label(value), " lists operand ", use.operand, " of ",
+                                         use.user->describe(), " twice"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_node_edges(const Graph& graph, const Node& node,
+                              const std::unordered_set<const Value*>& defined) {
+  if (node.graph() != &graph) {
+    return absl::InternalError(str_cat(node.describe(), " belongs to another graph"));
+  }
+  for (int i = 0; i < node.num_operands(); ++i) {
+    const Value* operand = node.operand(i);
+    if (operand == nullptr) continue;
+    if (operand->graph() != &graph) {
+      return absl::InternalError(str_cat(node.describe(), " operand ", i, " reads ",
+                                         value_label(operand), " of another graph"));
+    }
+    if (!defined.contains(operand)) {
+      return absl::InternalError(str_cat(node.describe(), " operand ", i, " reads ",
+                                         value_label(operand),
+                                         " before it is defined (nodes are not in "
+                                         "topological order)"));
+    }
+    if (std::count(operand->uses().begin(), operand->uses().end(),
+                   Use{const_cast<Node*>(&node), i}) != 1) {
+      return absl::InternalError(str_cat(node.describe(), " operand ", i, " reads ",
+                                         value_label(operand),
+                                         ", whose use list does not record that read"));
+    }
+  }
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    const Value* output = node.output(i);
+    if (output == nullptr) continue;
+    if (output->producer() != &node || output->producer_output() != i ||
+        output->kind() != Value::Kind::kNodeOutput) {
+      return absl::InternalError(str_cat(node.describe(), " output ", i, " ", value_label(output),
+                                         " does not name this node as its producer"));
+    }
+    if (defined.contains(output)) {
+      return absl::InternalError(str_cat(value_label(output), " has more than one producer"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status verify(const Graph& graph) {
+  std::unordered_set<const Value*> defined;
+  AMPC_RETURN_IF_ERROR(check_graph_values(graph, defined));
+  for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(v));
+  for (const Value* v : graph.initializers()) AMPC_RETURN_IF_ERROR(check_uses(v));
+
+  TypePropagator propagator;
+  for (const auto& node : graph.nodes()) {
+    AMPC_RETURN_IF_ERROR(check_node_edges(graph, *node, defined));
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (node->has_output(i)) {
+        AMPC_RETURN_IF_ERROR(check_uses(node->output(i)));
+        defined.insert(node->output(i));
+      }
+    }
+    absl::StatusOr<std::vector<std::optional<TensorType>>> inferred = propagator.visit(*node);
+    if (!inferred.ok()) return inferred.status();
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (!node->has_output(i)) continue;
+      if (node->output(i)->type() != *(*inferred)[i]) {
+        return absl::InternalError(str_cat(node->describe(), " output ", i, " ",
+                                           value_label(node->output(i)), " has type ",
+                                           type_to_string(node->output(i)->type()),
+                                           " but its op infers ", type_to_string(*(*inferred)[i])));
+      }
+    }
+  }
+  for (const Value* output : graph.outputs()) {
+    if (output == nullptr || output->graph() != &graph || !defined.contains(output)) {
+      return absl::InternalError(str_cat("graph output ", output ? value_label(output) : "(null)",
+                                         " is not defined in the graph"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ampc

@@ -1,0 +1,72 @@
+// Helpers shared by the op families: operand specs, dtype sets, broadcasting, axes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compiler/dtype.h"
+#include "compiler/op_def.h"
+#include "compiler/status.h"
+#include "compiler/strings.h"
+
+namespace ampc::ops {
+
+inline const std::vector<DType> kFloatTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64};
+inline const std::vector<DType> kIntTypes = {DType::kI64, DType::kI32, DType::kI8, DType::kU8};
+inline const std::vector<DType> kNumericTypes = {DType::kF32, DType::kF16, DType::kBF16,
+                                                 DType::kF64, DType::kI64, DType::kI32,
+                                                 DType::kI8,  DType::kU8};
+inline const std::vector<DType> kIndexTypes = {DType::kI64, DType::kI32};
+
+inline OperandSpec input(std::string name, std::vector<DType> dtypes = {}) {
+  return {std::move(name), OperandSpec::Arity::kSingle, std::move(dtypes)};
+}
+inline OperandSpec optional_input(std::string name, std::vector<DType> dtypes = {}) {
+  return {std::move(name), OperandSpec::Arity::kOptional, std::move(dtypes)};
+}
+inline OperandSpec variadic_input(std::string name, std::vector<DType> dtypes = {}) {
+  return {std::move(name), OperandSpec::Arity::kVariadic, std::move(dtypes)};
+}
+
+inline AttrSpec attr(std::string name, AttrValue default_value) {
+  AttrKind kind = attr_kind(default_value);
+  return {std::move(name), kind, std::move(default_value), false};
+}
+inline AttrSpec optional_attr(std::string name, AttrKind kind) {
+  return {std::move(name), kind, std::nullopt, false};
+}
+inline AttrSpec required_attr(std::string name, AttrKind kind) {
+  return {std::move(name), kind, std::nullopt, true};
+}
+
+// ONNX multidirectional (numpy) broadcasting. The error names both shapes.
+absl::StatusOr<Shape> broadcast_shapes(const Shape& a, const Shape& b);
+
+// Maps a possibly negative axis into [0, rank); the error names the axis and the rank.
+absl::StatusOr<int64_t> normalize_axis(int64_t axis, int64_t rank);
+// The same for a list; duplicates are an error.
+absl::StatusOr<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& axes, int64_t rank);
+
+// Fails unless inputs `a` and `b` of the node have the same element type.
+absl::Status expect_same_dtype(const InferenceContext& ctx, int a, int b);
+
+// Output 0 gets input 0's type.
+absl::Status infer_same_as_input(InferenceContext& ctx);
+
+// Output 0 = broadcast of all inputs, with input 0's dtype (or `result_dtype` when given);
+// all inputs must share one dtype.
+absl::Status infer_broadcast(InferenceContext& ctx, std::optional<DType> result_dtype = {});
+
+// Element-wise fold over broadcast inputs, computed in double (exact for the integer and f32
+// shape arithmetic folding is used for) and rounded to the output type.
+absl::StatusOr<std::vector<Tensor>> fold_elementwise(const FoldContext& ctx,
+                                                     double (*fn)(const double* args));
+
+// The multi-index of flat index `flat` in `shape`, and back, for folds.
+std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
+// The flat index into `shape` of `index`, with broadcasting (dims of size 1 read index 0; the
+// index may have more leading dims than the shape).
+int64_t broadcast_offset(const std::vector<int64_t>& index, const Shape& shape);
+
+}  // namespace ampc::ops
