@@ -129,9 +129,11 @@ std::string Node::describe() const {
 Graph::Graph(std::string name) : name_(std::move(name)) {}
 
 Graph::~Graph() {
-  // Nodes drop their operand uses as they go; destroy them in reverse so no node outlives a
-  // value it reads.
-  while (!nodes_.empty()) nodes_.pop_back();
+  // Drop every edge first, so destruction does not depend on the nodes being in order.
+  for (const auto& node : nodes_) {
+    for (int i = 0; i < node->num_operands(); ++i) node->set_operand(i, nullptr);
+  }
+  nodes_.clear();
 }
 
 void Graph::set_opset(std::string domain, int64_t version) {

@@ -22,6 +22,7 @@ namespace ampc {
 class Graph;
 class Node;
 struct OpDef;
+struct IrTestAccess;  // defined by the verifier tests, to break invariants on purpose
 
 // The standard ONNX domain is spelled "" everywhere in the IR ("ai.onnx" is mapped to it).
 inline constexpr std::string_view kOnnxDomain = "";
@@ -85,6 +86,7 @@ class Value {
  private:
   friend class Graph;
   friend class Node;
+  friend struct IrTestAccess;
   Value(Graph* graph, Kind kind, std::string name, TensorType type)
       : graph_(graph), kind_(kind), name_(std::move(name)), type_(std::move(type)) {}
 
@@ -152,6 +154,7 @@ class Node {
 
  private:
   friend class Graph;
+  friend struct IrTestAccess;
   Node(Graph* graph, std::string domain, std::string op_type, const OpDef* def)
       : graph_(graph), domain_(std::move(domain)), op_type_(std::move(op_type)), def_(def) {}
   const AttrValue& attr_or_default(std::string_view name) const;

@@ -6,6 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "compiler/op_def.h"
+#include "compiler/shape_inference.h"
+#include "compiler/strings.h"
+
 namespace ampc::testing {
 
 std::string source_path(std::string_view relative) {
@@ -16,37 +20,31 @@ std::string onnx_test_data_path(std::string_view relative) {
   return (std::filesystem::path(AMPC_ONNX_TEST_DATA_DIR) / relative).string();
 }
 
-std::unique_ptr<Graph> parse_or_fail(std::string_view text) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(text);
-  if (!graph.ok()) {
-    ADD_FAILURE() << "parse failed: " << graph.status() << "\n" << text;
-    return nullptr;
+absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case) {
+  Graph graph("op_case");
+  graph.set_opset("", op_case.opset);
+  std::vector<Value*> operands;
+  for (int i = 0; i < static_cast<int>(op_case.input_types.size()); ++i) {
+    const std::optional<TensorType>& type = op_case.input_types[i];
+    Value* value = nullptr;
+    for (const auto& [index, tensor] : op_case.constant_inputs) {
+      if (index == i) value = graph.add_initializer(str_cat("c", i), tensor);
+    }
+    if (value == nullptr && type) value = graph.add_input(str_cat("x", i), *type);
+    operands.push_back(value);
   }
-  if (absl::Status status = verify(**graph); !status.ok()) {
-    ADD_FAILURE() << "verify failed: " << status << "\n" << text;
-    return nullptr;
+  const OpDef* def = OpRegistry::global().find("", op_case.op_type, op_case.opset);
+  if (def == nullptr) {
+    return absl::NotFoundError(str_cat("no op ", op_case.op_type, " at opset ", op_case.opset));
   }
-  return *std::move(graph);
-}
-
-std::string canonical_text(std::string_view text) {
-  std::unique_ptr<Graph> graph = parse_or_fail(text);
-  return graph ? print_graph(*graph) : std::string();
-}
-
-bool expect_pass(Pass& pass, std::string_view before, std::string_view after) {
-  std::unique_ptr<Graph> graph = parse_or_fail(before);
-  if (!graph) return false;
-  Diagnostics diagnostics;
-  PassContext context{&diagnostics};
-  absl::StatusOr<bool> changed = pass.run(*graph, context);
-  if (!changed.ok()) {
-    ADD_FAILURE() << "pass " << pass.name() << " failed: " << changed.status();
-    return false;
-  }
-  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
-  EXPECT_EQ(print_graph(*graph), canonical_text(after));
-  return *changed;
+  const int num_outputs = op_case.num_outputs >= 0 ? op_case.num_outputs : def->min_outputs();
+  std::vector<std::optional<TensorType>> placeholders(num_outputs, TensorType{});
+  Node* node = graph.create_node("", op_case.op_type, operands, placeholders, op_case.attrs);
+  TypePropagator propagator;
+  AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator.visit(*node));
+  std::vector<TensorType> out;
+  for (const auto& type : types) out.push_back(type.value_or(TensorType{}));
+  return out;
 }
 
 int run_command(const std::string& command, std::string* out, std::string* err) {

@@ -2,10 +2,14 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "compiler/ir.h"
+#include "compiler/op_def.h"
 #include "compiler/pass.h"
 #include "compiler/text_ir.h"
 #include "compiler/verifier.h"
@@ -18,21 +22,63 @@ std::string source_path(std::string_view relative);
 std::string onnx_test_data_path(std::string_view relative);
 
 // Parses and verifies text IR; fails the test (and returns null) when either fails.
-std::unique_ptr<Graph> parse_or_fail(std::string_view text);
+// (Inline, like the two below, so tests that do not use the text IR need not link it.)
+inline std::unique_ptr<Graph> parse_or_fail(std::string_view text) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(text);
+  if (!graph.ok()) {
+    ADD_FAILURE() << "parse failed: " << graph.status() << "\n" << text;
+    return nullptr;
+  }
+  if (absl::Status status = verify(**graph); !status.ok()) {
+    ADD_FAILURE() << "verify failed: " << status << "\n" << text;
+    return nullptr;
+  }
+  return *std::move(graph);
+}
 
 // Text IR normalized for comparison: re-printed after parsing, so spacing in test sources does
 // not matter.
-std::string canonical_text(std::string_view text);
+inline std::string canonical_text(std::string_view text) {
+  std::unique_ptr<Graph> graph = parse_or_fail(text);
+  return graph ? print_graph(*graph) : std::string();
+}
 
 // Runs `pass` once on `before` and checks the result prints as `after` and verifies.
 // Returns the pass's "changed" result.
-bool expect_pass(Pass& pass, std::string_view before, std::string_view after);
+inline bool expect_pass(Pass& pass, std::string_view before, std::string_view after) {
+  std::unique_ptr<Graph> graph = parse_or_fail(before);
+  if (!graph) return false;
+  Diagnostics diagnostics;
+  PassContext context{&diagnostics};
+  absl::StatusOr<bool> changed = pass.run(*graph, context);
+  if (!changed.ok()) {
+    ADD_FAILURE() << "pass " << pass.name() << " failed: " << changed.status();
+    return false;
+  }
+  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
+  EXPECT_EQ(print_graph(*graph), canonical_text(after));
+  return *changed;
+}
 
 template <typename P>
 bool ExpectPass(std::string_view before, std::string_view after) {
   P pass;
   return expect_pass(pass, before, after);
 }
+
+// Builds a one-node graph of `op_type` (standard domain at `opset`) whose inputs are graph
+// inputs of `input_types` (a nullopt entry is an omitted optional input) or, for the indexes in
+// `constant_inputs`, initializers; runs type inference and returns the output types.
+// `num_outputs` outputs are requested (-1: the op's minimum).
+struct OpCase {
+  std::string op_type;
+  std::vector<std::optional<TensorType>> input_types;
+  std::vector<std::pair<int, Tensor>> constant_inputs;
+  Attributes attrs;
+  int64_t opset = kDefaultOnnxOpset;
+  int num_outputs = -1;
+};
+absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case);
 
 // Runs a command line; returns its exit code and fills stdout and stderr.
 int run_command(const std::string& command, std::string* out, std::string* err);

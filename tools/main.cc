@@ -1,1 +1,154 @@
-int main() { return 0; }
+// The `ampc` command line: compile and inspect (later: train, run, compare, bench).
+//
+// Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "compiler/report.h"
+#include "compiler/strings.h"
+#include "compiler/text_ir.h"
+
+namespace ampc {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitUsage = 2;
+
+int report_error(const absl::Status& status) {
+  std::cerr << "ampc: error: " << status.message() << "\n";
+  return kExitError;
+}
+
+void print_warnings(const Diagnostics& diagnostics) {
+  for (const std::string& warning : diagnostics.warnings()) {
+    std::cerr << "ampc: warning: " << warning << "\n";
+  }
+}
+
+absl::StatusOr<std::map<std::string, Shape, std::less<>>> parse_shapes(
+    const std::vector<std::string>& flags) {
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (const std::string& flag : flags) AMPC_RETURN_IF_ERROR(parse_shape_flag(flag, shapes));
+  return shapes;
+}
+
+// Where --dump-after sends text IR: files DIR/NN-PASS.txt, or stderr when no --dump-dir.
+std::function<void(std::string_view, const Graph&)> make_dumper(const std::string& dump_dir) {
+  auto counter = std::make_shared<int>(0);
+  return [dump_dir, counter](std::string_view pass_name, const Graph& graph) {
+    const std::string text = print_graph(graph, PrintOptions{.max_constant_elements = 16});
+    if (dump_dir.empty()) {
+      std::cerr << "// ----- IR after " << pass_name << " -----\n" << text;
+      return;
+    }
+    std::filesystem::create_directories(dump_dir);
+    const std::string file =
+        fmt::format("{}/{:02}-{}.txt", dump_dir, ++*counter, std::string(pass_name));
+    std::ofstream(file) << text;
+  };
+}
+
+struct CompileFlags {
+  std::string input;
+  std::string output;
+  std::vector<std::string> shapes;
+  std::vector<std::string> dump_after;
+  std::string dump_dir;
+  std::vector<std::string> disabled;
+};
+
+int run_compile(const CompileFlags& flags) {
+  CompileOptions options;
+  absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
+  if (!shapes.ok()) return report_error(shapes.status());
+  options.import.input_shapes = *std::move(shapes);
+  options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
+  options.pipeline.dump_after.insert(flags.dump_after.begin(), flags.dump_after.end());
+  options.pipeline.dump = make_dumper(flags.dump_dir);
+
+  Diagnostics diagnostics;
+  absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(flags.input, options, diagnostics);
+  print_warnings(diagnostics);
+  if (!graph.ok()) return report_error(graph.status());
+  if (absl::Status status = export_onnx_file(**graph, flags.output); !status.ok()) {
+    return report_error(status);
+  }
+  std::cerr << "ampc: wrote " << flags.output << " (" << (*graph)->num_nodes() << " nodes)\n";
+  return 0;
+}
+
+struct InspectFlags {
+  std::string input;
+  std::string format = "text";
+  std::vector<std::string> shapes;
+};
+
+int run_inspect(const InspectFlags& flags) {
+  ImportOptions options;
+  absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
+  if (!shapes.ok()) return report_error(shapes.status());
+  options.input_shapes = *std::move(shapes);
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(flags.input, options);
+  if (!graph.ok()) return report_error(graph.status());
+  std::cout << (flags.format == "json" ? inspect_json(**graph) : inspect_text(**graph));
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "ampc: a mixed-precision compiler for ONNX training graphs.\n"
+      "Run `ampc COMMAND --help` for the flags of one command."};
+  app.set_version_flag("--version", "ampc 0.1.0");
+  app.require_subcommand(1);
+
+  CompileFlags compile_flags;
+  CLI::App* compile =
+      app.add_subcommand("compile",
+                         "Import an ONNX model, canonicalize it, infer static shapes "
+                         "and write the result as ONNX.");
+  compile->add_option("input", compile_flags.input, "The ONNX model to compile")->required();
+  compile->add_option("-o,--output", compile_flags.output, "Where to write the compiled model")
+      ->required();
+  compile->add_option("--shape", compile_flags.shapes,
+                      "Fix an input's shape, NAME:DIMxDIMx... (e.g. x:8x3x32x32); needed for "
+                      "every input with a dynamic dim. Repeatable.");
+  compile->add_option("--dump-after", compile_flags.dump_after,
+                      "Print the text IR after this pass (or `all`). Repeatable. Passes: " +
+                          str_join(compile_pass_names(), ", "));
+  compile->add_option("--dump-dir", compile_flags.dump_dir,
+                      "Write --dump-after output to DIR/NN-PASS.txt instead of stderr");
+  compile->add_option("--disable-pass", compile_flags.disabled, "Skip this pass. Repeatable.");
+
+  InspectFlags inspect_flags;
+  CLI::App* inspect = app.add_subcommand(
+      "inspect",
+      "Show a model's graph in text IR with shapes and dtypes, and a summary: nodes "
+      "per op, parameter count and bytes, counts per dtype.");
+  inspect->add_option("input", inspect_flags.input, "The ONNX model to inspect")->required();
+  inspect
+      ->add_option("--format", inspect_flags.format,
+                   "text (default) or json (schema in docs/inspect-json.md)")
+      ->check(CLI::IsMember({"text", "json"}));
+  inspect->add_option("--shape", inspect_flags.shapes,
+                      "Fix an input's shape, NAME:DIMxDIMx... Repeatable.");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : kExitUsage;
+  }
+  if (*compile) return run_compile(compile_flags);
+  if (*inspect) return run_inspect(inspect_flags);
+  return kExitUsage;
+}
+
+}  // namespace
+}  // namespace ampc
+
+int main(int argc, char** argv) { return ampc::run(argc, argv); }

@@ -1,0 +1,259 @@
+// ONNX export: Graph -> ModelProto, generic over each op's OpDef (no per-op code).
+//
+// Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
+// others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
+// (OpDef::attrs_as_inputs) are written as int64 initializers. Every node's precision decision
+// goes into its doc_string, where import finds it again.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/onnx_common.h"
+#include "compiler/onnx_io.h"
+#include "compiler/op_def.h"
+#include "compiler/strings.h"
+
+namespace ampc {
+namespace {
+
+// The IR version written: the newest that libonnx 1.12's checker accepts.
+constexpr int64_t kExportIrVersion = 8;
+
+class Exporter {
+ public:
+  absl::StatusOr<std::string> run(const Graph& graph) {
+    assign_names(graph);
+    onnx::ModelProto model;
+    model.set_ir_version(kExportIrVersion);
+    model.set_producer_name("ampc");
+    model.set_producer_version("0.1.0");
+    write_opsets(graph, model);
+    onnx::GraphProto& proto = *model.mutable_graph();
+    proto.set_name(graph.name());
+    for (const Value* input : graph.inputs()) write_value_info(input, proto.add_input());
+    for (const Value* init : graph.initializers()) {
+      const Tensor* data = init->initializer();
+      if (!data->has_data()) {
+        return absl::InvalidArgumentError(
+            str_cat("initializer '", init->name(), "' has no data (elided in text IR)"));
+      }
+      onnx::TensorProto* tensor = proto.add_initializer();
+      tensor->set_name(names_.at(init));
+      onnx_io::tensor_to_proto(*data, tensor);
+    }
+    for (const auto& node : graph.nodes()) AMPC_RETURN_IF_ERROR(write_node(*node, proto));
+    for (const Value* output : graph.outputs()) write_value_info(output, proto.add_output());
+    for (const auto& node : graph.nodes()) {
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        const Value* value = node->output(i);
+        if (value != nullptr && !value->is_graph_output()) {
+          write_value_info(value, proto.add_value_info());
+        }
+      }
+    }
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) {
+      return absl::InvalidArgumentError(
+          str_cat("graph '", graph.name(), "' does not fit in one ONNX file (2 GiB limit)"));
+    }
+    return bytes;
+  }
+
+ private:
+  // Every value in definition order keeps its name when it is the first to claim it; an empty
+  // or repeated name becomes a fresh one.
+  void assign_names(const Graph& graph) {
+    std::vector<const Value*> values(graph.inputs().begin(), graph.inputs().end());
+    values.insert(values.end(), graph.initializers().begin(), graph.initializers().end());
+    for (const auto& node : graph.nodes()) {
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        if (node->has_output(i)) values.push_back(node->output(i));
+      }
+    }
+    for (const Value* value : values) reserved_.insert(value->name());
+    for (const Value* value : values) {
+      const std::string& name = value->name();
+      names_[value] = !name.empty() && taken_.insert(name).second ? name : fresh_name(name);
+    }
+  }
+
+  std::string fresh_name(std::string_view hint) {
+    const std::string base = hint.empty() ? "t" : std::string(hint);
+    for (int k = 1;; ++k) {
+      std::string candidate = str_cat(base, ".", k);
+      if (!reserved_.contains(candidate) && taken_.insert(candidate).second) return candidate;
+    }
+  }
+
+  void write_opsets(const Graph& graph, onnx::ModelProto& model) {
+    std::map<std::string, int64_t, std::less<>> opsets = graph.opset_imports();
+    // Every domain a node uses is imported, the standard one always.
+    opsets.emplace("", graph.opset(""));
+    for (const auto& node : graph.nodes()) opsets.emplace(node->domain(), graph.opset(node->domain()));
+    for (const auto& [domain, version] : opsets) {
+      onnx::OperatorSetIdProto* opset = model.add_opset_import();
+      opset->set_domain(domain);
+      opset->set_version(version);
+    }
+  }
+
+  void write_value_info(const Value* value, onnx::ValueInfoProto* info) {
+    info->set_name(names_.at(value));
+    onnx_io::type_to_proto(value->type(), info->mutable_type());
+  }
+
+  absl::Status write_node(const Node& node, onnx::GraphProto& graph) {
+    onnx::NodeProto* proto = graph.add_node();
+    proto->set_op_type(node.op_type());
+    proto->set_domain(node.domain());
+    proto->set_name(node.name());
+    std::string doc = node.doc_string();
+    if (!node.precision().empty()) {
+      if (!doc.empty()) doc += "\n";
+      doc += onnx_io::precision_to_line(node.precision());
+    }
+    if (!doc.empty()) proto->set_doc_string(doc);
+    std::vector<std::string> inputs;
+    for (const Value* operand : node.operands()) inputs.push_back(operand ? names_.at(operand) : "");
+    std::unordered_set<std::string> as_inputs;
+    AMPC_RETURN_IF_ERROR(write_attrs_as_inputs(node, graph, inputs, as_inputs));
+    for (const std::string& input : inputs) proto->add_input(input);
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      proto->add_output(node.has_output(i) ? names_.at(node.output(i)) : "");
+    }
+    for (const auto& [name, value] : node.attrs()) {
+      if (!as_inputs.contains(name)) write_attr(name, value, proto->add_attribute());
+    }
+    return absl::OkStatus();
+  }
+
+  // Moves the attributes that the node's opset takes as inputs into int64 initializers.
+  absl::Status write_attrs_as_inputs(const Node& node, onnx::GraphProto& graph,
+                                     std::vector<std::string>& inputs,
+                                     std::unordered_set<std::string>& moved) {
+    if (node.def() == nullptr) return absl::OkStatus();
+    const int64_t opset = node.graph()->opset(node.domain());
+    for (const AttrAsInput& form : node.def()->attrs_as_inputs) {
+      const AttrValue* value = node.find_attr(form.attr);
+      if (value == nullptr || form.since_opset > opset) continue;
+      std::vector<int64_t> ints;
+      if (const auto* list = std::get_if<std::vector<int64_t>>(value)) {
+        ints = *list;
+      } else if (const auto* scalar = std::get_if<int64_t>(value)) {
+        ints = {*scalar};
+      } else {
+        return absl::InternalError(str_cat(node.describe(), ": attribute '", form.attr,
+                                           "' is not an integer, so it cannot become input ",
+                                           form.input));
+      }
+      if (form.input < static_cast<int>(inputs.size()) && !inputs[form.input].empty()) {
+        return absl::InvalidArgumentError(
+            str_cat(node.describe(), " has both attribute '", form.attr, "' and input ",
+                    form.input, "; opset ", opset, " takes it as an input only"));
+      }
+      const std::string hint = node.has_output(0) ? names_.at(node.output(0)) : node.name();
+      const std::string name = fresh_name(str_cat(hint, ".", form.attr));
+      onnx::TensorProto* tensor = graph.add_initializer();
+      tensor->set_name(name);
+      onnx_io::tensor_to_proto(Tensor::from_i64({static_cast<int64_t>(ints.size())}, ints),
+                               tensor);
+      if (static_cast<int>(inputs.size()) <= form.input) inputs.resize(form.input + 1);
+      inputs[form.input] = name;
+      moved.insert(form.attr);
+    }
+    return absl::OkStatus();
+  }
+
+  static void write_attr(const std::string& name, const AttrValue& value,
+                         onnx::AttributeProto* attr) {
+    attr->set_name(name);
+    std::visit(
+        [attr](const auto& v) {
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, int64_t>) {
+            attr->set_type(onnx::AttributeProto::INT);
+            attr->set_i(v);
+          } else if constexpr (std::is_same_v<T, DType>) {
+            attr->set_type(onnx::AttributeProto::INT);
+            attr->set_i(to_onnx_dtype(v));
+          } else if constexpr (std::is_same_v<T, float>) {
+            attr->set_type(onnx::AttributeProto::FLOAT);
+            attr->set_f(v);
+          } else if constexpr (std::is_same_v<T, std::string>) {
+            attr->set_type(onnx::AttributeProto::STRING);
+            attr->set_s(v);
+          } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+            attr->set_type(onnx::AttributeProto::INTS);
+            for (int64_t x : v) attr->add_ints(x);
+          } else if constexpr (std::is_same_v<T, std::vector<float>>) {
+            attr->set_type(onnx::AttributeProto::FLOATS);
+            for (float x : v) attr->add_floats(x);
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            attr->set_type(onnx::AttributeProto::STRINGS);
+            for (const std::string& x : v) attr->add_strings(x);
+          } else {
+            static_assert(std::is_same_v<T, Tensor>);
+            attr->set_type(onnx::AttributeProto::TENSOR);
+            onnx_io::tensor_to_proto(v, attr->mutable_t());
+          }
+        },
+        value);
+  }
+
+  std::unordered_map<const Value*, std::string> names_;
+  std::unordered_set<std::string> reserved_;  // every name the graph uses
+  std::unordered_set<std::string> taken_;     // names given out so far
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph) {
+  Exporter exporter;
+  return exporter.run(graph);
+}
+
+absl::Status export_onnx_file(const Graph& graph, const std::string& path) {
+  AMPC_ASSIGN_OR_RETURN(std::string bytes, export_onnx_bytes(graph));
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  std::string temp = (dir / str_cat(".", target.filename().string(), ".XXXXXX")).string();
+  const int fd = mkstemp(temp.data());
+  if (fd < 0) {
+    return absl::InvalidArgumentError(
+        str_cat("cannot write '", path, "': creating a temporary file in '", dir.string(),
+                "' failed: ", errno_text()));
+  }
+  size_t written = 0;
+  while (written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
+  }
+  // mkstemp makes the file private (0600); an exported model is an ordinary file.
+  const bool ok = written == bytes.size() && ::fchmod(fd, 0644) == 0 && ::fsync(fd) == 0;
+  const std::string write_error = ok ? "" : errno_text();
+  ::close(fd);
+  if (!ok) {
+    std::remove(temp.c_str());
+    return absl::InvalidArgumentError(str_cat("cannot write '", path, "': ", write_error));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const std::string rename_error = errno_text();
+    std::remove(temp.c_str());
+    return absl::InvalidArgumentError(str_cat("cannot write '", path, "': ", rename_error));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ampc

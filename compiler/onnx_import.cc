@@ -1,0 +1,499 @@
+// ONNX import: ModelProto -> Graph, generic over each op's OpDef (no per-op code).
+//
+// The importer trusts nothing in the file: every malformed piece (bad protobuf, unknown op or
+// attribute, wrong data size, dangling name, dynamic dim) becomes a Status that names the file
+// and the node or value, never a check failure. Output types come from the ops' inference, run
+// node by node with one TypePropagator so that shape arithmetic resolves as nodes arrive.
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/onnx_common.h"
+#include "compiler/onnx_io.h"
+#include "compiler/op_def.h"
+#include "compiler/shape_inference.h"
+#include "compiler/strings.h"
+#include "compiler/verifier.h"
+
+namespace ampc {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+std::string domain_label(std::string_view domain) {
+  return domain.empty() ? std::string("ai.onnx") : std::string(domain);
+}
+
+// "node 'fc1' (MatMul)" or "node MatMul producing 'y'": the same words Node::describe uses.
+std::string describe_proto(const onnx::NodeProto& node) {
+  const std::string op = node.domain().empty() || node.domain() == "ai.onnx"
+                             ? node.op_type()
+                             : str_cat(node.domain(), ".", node.op_type());
+  if (!node.name().empty()) return str_cat("node '", node.name(), "' (", op, ")");
+  if (node.output_size() > 0) return str_cat("node ", op, " producing '", node.output(0), "'");
+  return str_cat("node ", op);
+}
+
+// "opsets 6 to 12, 13 and later", for messages about an op known at other opsets.
+std::string opset_ranges(const std::vector<const OpDef*>& defs) {
+  std::vector<std::string> parts;
+  for (const OpDef* def : defs) {
+    if (def->until_opset == kLatestOpset) {
+      parts.push_back(str_cat(def->since_opset, " and later"));
+    } else if (def->since_opset == def->until_opset) {
+      parts.push_back(str_cat(def->since_opset));
+    } else {
+      parts.push_back(str_cat(def->since_opset, " to ", def->until_opset));
+    }
+  }
+  return str_cat(defs.size() == 1 && defs[0]->since_opset == defs[0]->until_opset ? "opset "
+                                                                                 : "opsets ",
+                 str_join(parts, ", "));
+}
+
+// The ONNX attribute type of `attr`; very old files leave `type` unset and only fill a field.
+onnx::AttributeProto::AttributeType onnx_attr_type(const onnx::AttributeProto& attr) {
+  if (attr.type() != onnx::AttributeProto::UNDEFINED) return attr.type();
+  if (attr.has_f()) return onnx::AttributeProto::FLOAT;
+  if (attr.has_i()) return onnx::AttributeProto::INT;
+  if (attr.has_s()) return onnx::AttributeProto::STRING;
+  if (attr.has_t()) return onnx::AttributeProto::TENSOR;
+  if (attr.floats_size() > 0) return onnx::AttributeProto::FLOATS;
+  if (attr.ints_size() > 0) return onnx::AttributeProto::INTS;
+  if (attr.strings_size() > 0) return onnx::AttributeProto::STRINGS;
+  return onnx::AttributeProto::UNDEFINED;
+}
+
+onnx::AttributeProto::AttributeType onnx_type_of_kind(AttrKind kind) {
+  switch (kind) {
+    case AttrKind::kInt:
+    case AttrKind::kDType:
+      return onnx::AttributeProto::INT;
+    case AttrKind::kFloat:
+      return onnx::AttributeProto::FLOAT;
+    case AttrKind::kString:
+      return onnx::AttributeProto::STRING;
+    case AttrKind::kInts:
+      return onnx::AttributeProto::INTS;
+    case AttrKind::kFloats:
+      return onnx::AttributeProto::FLOATS;
+    case AttrKind::kStrings:
+      return onnx::AttributeProto::STRINGS;
+    case AttrKind::kTensor:
+      return onnx::AttributeProto::TENSOR;
+  }
+  return onnx::AttributeProto::UNDEFINED;
+}
+
+// A dim of a graph input: its size, or nullopt when symbolic or unknown (with its name, if any).
+struct InputDim {
+  std::optional<int64_t> size;
+  std::string param;
+};
+
+std::string dims_to_string(const std::vector<InputDim>& dims) {
+  std::vector<std::string> parts;
+  for (const InputDim& dim : dims) {
+    parts.push_back(dim.size ? str_cat(*dim.size) : dim.param.empty() ? "?" : dim.param);
+  }
+  return str_cat("[", str_join(parts, ","), "]");
+}
+
+// The `--shape` text that would fix `dims`, with N for each dynamic dim.
+std::string shape_flag_hint(const std::string& name, const std::vector<InputDim>& dims) {
+  std::vector<std::string> parts;
+  for (const InputDim& dim : dims) parts.push_back(dim.size ? str_cat(*dim.size) : "N");
+  return str_cat("--shape ", name, ":", str_join(parts, "x"));
+}
+
+class Importer {
+ public:
+  Importer(const ImportOptions& options, std::string base_dir)
+      : options_(options), base_dir_(std::move(base_dir)) {}
+
+  absl::StatusOr<std::unique_ptr<Graph>> run(const onnx::ModelProto& model) {
+    const onnx::GraphProto& graph = model.graph();
+    graph_ = std::make_unique<Graph>(graph.name().empty() ? "main" : graph.name());
+    AMPC_RETURN_IF_ERROR(import_opsets(model));
+    AMPC_RETURN_IF_ERROR(import_initializers(graph));
+    AMPC_RETURN_IF_ERROR(import_inputs(graph));
+    for (const onnx::NodeProto& node : graph.node()) AMPC_RETURN_IF_ERROR(import_node(node));
+    AMPC_RETURN_IF_ERROR(import_outputs(graph));
+    AMPC_RETURN_IF_ERROR(verify(*graph_));
+    return std::move(graph_);
+  }
+
+ private:
+  absl::Status import_opsets(const onnx::ModelProto& model) {
+    std::unordered_set<std::string> seen;
+    for (const onnx::OperatorSetIdProto& opset : model.opset_import()) {
+      const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
+      if (!seen.insert(domain).second) {
+        return invalid(str_cat("opset_import lists domain '", domain_label(domain), "' twice"));
+      }
+      if (opset.version() < 1) {
+        return invalid(str_cat("opset_import gives domain '", domain_label(domain),
+                               "' version ", opset.version(), "; versions start at 1"));
+      }
+      graph_->set_opset(domain, opset.version());
+    }
+    return absl::OkStatus();
+  }
+
+  // Binds `name` to `value`; ONNX values are defined once.
+  absl::Status define(const std::string& name, Value* value, std::string_view definer) {
+    if (!values_.emplace(name, value).second) {
+      return invalid(str_cat(definer, " defines value '", name, "', which is already defined"));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status import_initializers(const onnx::GraphProto& graph) {
+    if (graph.sparse_initializer_size() > 0) {
+      return absl::UnimplementedError(str_cat("sparse initializers are not supported ('",
+                                              graph.sparse_initializer(0).values().name(), "')"));
+    }
+    for (int i = 0; i < graph.initializer_size(); ++i) {
+      const onnx::TensorProto& proto = graph.initializer(i);
+      if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
+      const std::string what = str_cat("initializer '", proto.name(), "'");
+      AMPC_ASSIGN_OR_RETURN(Tensor data, onnx_io::tensor_from_proto(proto, what, base_dir_));
+      AMPC_RETURN_IF_ERROR(
+          define(proto.name(), graph_->add_initializer(proto.name(), std::move(data)), what));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status import_inputs(const onnx::GraphProto& graph) {
+    std::vector<std::string> input_names;
+    for (int i = 0; i < graph.input_size(); ++i) {
+      const onnx::ValueInfoProto& info = graph.input(i);
+      if (info.name().empty()) return invalid(str_cat("graph input #", i, " has no name"));
+      // Files older than IR 4 list initializers as inputs too; the initializer is the value.
+      auto existing = values_.find(info.name());
+      if (existing != values_.end() && existing->second->kind() == Value::Kind::kInitializer) {
+        continue;
+      }
+      AMPC_ASSIGN_OR_RETURN(TensorType type, input_type(info));
+      const std::string what = str_cat("graph input '", info.name(), "'");
+      AMPC_RETURN_IF_ERROR(define(info.name(), graph_->add_input(info.name(), type), what));
+      input_names.push_back(info.name());
+    }
+    for (const auto& [name, shape] : options_.input_shapes) {
+      if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
+        return invalid(str_cat("--shape names '", name, "', which is not a graph input (inputs: ",
+                               input_names.empty() ? "none" : str_join(input_names, ", "), ")"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<TensorType> input_type(const onnx::ValueInfoProto& info) {
+    const std::string& name = info.name();
+    if (!info.has_type() || !info.type().has_tensor_type()) {
+      return absl::UnimplementedError(str_cat(
+          "graph input '", name, "' is not a tensor (ampc supports tensor inputs only)"));
+    }
+    const onnx::TypeProto::Tensor& tensor = info.type().tensor_type();
+    absl::StatusOr<DType> dtype = from_onnx_dtype(tensor.elem_type());
+    if (!dtype.ok()) {
+      return absl::Status(dtype.status().code(),
+                          str_cat("graph input '", name, "': ", dtype.status().message()));
+    }
+    auto fixed = options_.input_shapes.find(name);
+    AMPC_ASSIGN_OR_RETURN(
+        Shape shape,
+        input_shape(name, tensor, fixed == options_.input_shapes.end() ? nullptr : &fixed->second));
+    return TensorType{*dtype, std::move(shape)};
+  }
+
+  // The input's static shape: its dims, with dynamic ones fixed by `fixed` (from --shape).
+  absl::StatusOr<Shape> input_shape(const std::string& name, const onnx::TypeProto::Tensor& tensor,
+                                    const Shape* fixed) {
+    if (fixed != nullptr && !onnx_io::checked_num_elements(*fixed)) {
+      return invalid(str_cat("--shape ", name, " gives ", shape_to_string(*fixed),
+                             ", which is not a valid shape"));
+    }
+    if (!tensor.has_shape()) {
+      if (fixed != nullptr) return *fixed;
+      return invalid(str_cat("graph input '", name, "' has no shape (unknown rank); fix it with ",
+                             "--shape ", name, ":DIMS, e.g. ", name, ":8x3x32x32"));
+    }
+    std::vector<InputDim> dims;
+    for (const onnx::TensorShapeProto::Dimension& dim : tensor.shape().dim()) {
+      if (dim.has_dim_value()) {
+        dims.push_back({dim.dim_value(), ""});
+      } else {
+        dims.push_back({std::nullopt, dim.has_dim_param() ? dim.dim_param() : ""});
+      }
+    }
+    if (fixed != nullptr) return fix_input_shape(name, dims, *fixed);
+    Shape shape;
+    for (int i = 0; i < static_cast<int>(dims.size()); ++i) {
+      if (!dims[i].size) {
+        const std::string param = dims[i].param.empty() ? "" : str_cat(" ('", dims[i].param, "')");
+        return invalid(str_cat("input '", name, "' has a dynamic dim ", i, param, " in ",
+                               dims_to_string(dims), "; fix it with ",
+                               shape_flag_hint(name, dims)));
+      }
+      shape.push_back(*dims[i].size);
+    }
+    if (!onnx_io::checked_num_elements(shape)) {
+      return invalid(
+          str_cat("graph input '", name, "' has invalid shape ", shape_to_string(shape)));
+    }
+    return shape;
+  }
+
+  absl::StatusOr<Shape> fix_input_shape(const std::string& name, const std::vector<InputDim>& dims,
+                                        const Shape& fixed) {
+    if (fixed.size() != dims.size()) {
+      return invalid(str_cat("--shape ", name, " gives ", shape_to_string(fixed), " (rank ",
+                             fixed.size(), "), but input '", name, "' has rank ", dims.size(), " ",
+                             dims_to_string(dims)));
+    }
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (dims[i].size && *dims[i].size != fixed[i]) {
+        return invalid(str_cat("--shape ", name, " gives ", shape_to_string(fixed), ", but input '",
+                               name, "' has dim ", i, " = ", *dims[i].size, " ",
+                               dims_to_string(dims)));
+      }
+    }
+    return fixed;
+  }
+
+  absl::StatusOr<const OpDef*> find_def(const onnx::NodeProto& proto, const std::string& domain,
+                                        const std::string& label) {
+    const auto& opsets = graph_->opset_imports();
+    if (!opsets.contains(domain)) {
+      return invalid(str_cat(label, " uses domain '", domain_label(domain),
+                             "', which the model's opset_import does not list"));
+    }
+    const int64_t opset = graph_->opset(domain);
+    const OpRegistry& registry = OpRegistry::global();
+    if (const OpDef* def = registry.find(domain, proto.op_type(), opset)) return def;
+    const std::string what = str_cat(label, ": op '", proto.op_type(), "' (domain '",
+                                     domain_label(domain), "', opset ", opset,
+                                     ") is not supported by ampc");
+    std::vector<const OpDef*> others = registry.find_all(domain, proto.op_type());
+    if (!others.empty()) {
+      return absl::UnimplementedError(str_cat(what, "; ampc implements ", proto.op_type(),
+                                              " for ", opset_ranges(others)));
+    }
+    const std::string supported = registry.supported_names(domain);
+    if (supported.empty()) {
+      return absl::UnimplementedError(str_cat(what, "; ampc has no ops in domain '",
+                                              domain_label(domain), "' (ai.onnx ops: ",
+                                              registry.supported_names(""), ")"));
+    }
+    return absl::UnimplementedError(str_cat(what, "; supported ops: ", supported));
+  }
+
+  absl::StatusOr<AttrValue> attr_value(const onnx::AttributeProto& attr, const AttrSpec& spec,
+                                       const std::string& where) {
+    const onnx::AttributeProto::AttributeType type = onnx_attr_type(attr);
+    const onnx::AttributeProto::AttributeType want = onnx_type_of_kind(spec.kind);
+    if (type != want) {
+      return invalid(str_cat(where, " is ", onnx::AttributeProto::AttributeType_Name(type),
+                             "; the op takes ", onnx::AttributeProto::AttributeType_Name(want)));
+    }
+    switch (spec.kind) {
+      case AttrKind::kInt:
+        return AttrValue(attr.i());
+      case AttrKind::kDType: {
+        const int code = attr.i() >= INT_MIN && attr.i() <= INT_MAX ? static_cast<int>(attr.i()) : 0;
+        absl::StatusOr<DType> dtype = from_onnx_dtype(code);
+        if (!dtype.ok()) return absl::Status(dtype.status().code(),
+                                             str_cat(where, ": ", dtype.status().message()));
+        return AttrValue(*dtype);
+      }
+      case AttrKind::kFloat:
+        return AttrValue(attr.f());
+      case AttrKind::kString:
+        return AttrValue(attr.s());
+      case AttrKind::kInts:
+        return AttrValue(std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
+      case AttrKind::kFloats:
+        return AttrValue(std::vector<float>(attr.floats().begin(), attr.floats().end()));
+      case AttrKind::kStrings:
+        return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
+      case AttrKind::kTensor: {
+        AMPC_ASSIGN_OR_RETURN(Tensor tensor,
+                              onnx_io::tensor_from_proto(attr.t(), where, base_dir_));
+        return AttrValue(std::move(tensor));
+      }
+    }
+    return absl::InternalError("unknown attribute kind");
+  }
+
+  absl::StatusOr<Attributes> import_attrs(const onnx::NodeProto& proto, const OpDef& def,
+                                          const std::string& label) {
+    Attributes attrs;
+    for (const onnx::AttributeProto& attr : proto.attribute()) {
+      const std::string where = str_cat(label, ": attribute '", attr.name(), "'");
+      if (!attr.ref_attr_name().empty()) {
+        return absl::UnimplementedError(
+            str_cat(where, " refers to a function attribute, which is not supported"));
+      }
+      const AttrSpec* spec = def.find_attr(attr.name());
+      if (spec == nullptr) {
+        std::vector<std::string> known;
+        for (const AttrSpec& s : def.attrs) known.push_back(s.name);
+        return invalid(str_cat(where, " is not an attribute of ", def.qualified_name(),
+                               " at opset ", graph_->opset(def.domain), " (it has ",
+                               known.empty() ? "none" : str_join(known, ", "), ")"));
+      }
+      if (attrs.contains(attr.name())) return invalid(str_cat(where, " is set twice"));
+      AMPC_ASSIGN_OR_RETURN(AttrValue value, attr_value(attr, *spec, where));
+      attrs.emplace(attr.name(), std::move(value));
+    }
+    for (const AttrSpec& spec : def.attrs) {
+      if (spec.required && !attrs.contains(spec.name)) {
+        return invalid(str_cat(label, ": required attribute '", spec.name, "' is missing"));
+      }
+    }
+    return attrs;
+  }
+
+  absl::StatusOr<std::vector<Value*>> node_operands(const onnx::NodeProto& proto,
+                                                    const std::string& label) {
+    std::vector<Value*> operands;
+    for (const std::string& name : proto.input()) {
+      if (name.empty()) {
+        operands.push_back(nullptr);  // an omitted optional input
+        continue;
+      }
+      auto it = values_.find(name);
+      if (it == values_.end()) {
+        return invalid(str_cat(label, " reads value '", name,
+                               "', which is not defined before it (ONNX requires nodes in "
+                               "topological order)"));
+      }
+      operands.push_back(it->second);
+    }
+    // Trailing omitted inputs say nothing; dropping them keeps one form per node.
+    while (!operands.empty() && operands.back() == nullptr) operands.pop_back();
+    return operands;
+  }
+
+  absl::Status import_node(const onnx::NodeProto& proto) {
+    const std::string label = describe_proto(proto);
+    const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
+    AMPC_ASSIGN_OR_RETURN(const OpDef* def, find_def(proto, domain, label));
+    AMPC_ASSIGN_OR_RETURN(Attributes attrs, import_attrs(proto, *def, label));
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));
+    int num_outputs = proto.output_size();
+    while (num_outputs > 0 && proto.output(num_outputs - 1).empty()) --num_outputs;
+    // Placeholder types: the real ones come from inference once the node exists.
+    std::vector<std::optional<TensorType>> placeholders;
+    for (int i = 0; i < num_outputs; ++i) {
+      placeholders.push_back(proto.output(i).empty() ? std::nullopt
+                                                     : std::optional<TensorType>(TensorType{}));
+    }
+    Node* node =
+        graph_->create_node(domain, proto.op_type(), operands, placeholders, std::move(attrs));
+    AMPC_CHECK(node->def() == def);
+    node->set_name(proto.name());
+    std::string doc = proto.doc_string();
+    if (std::optional<PrecisionDecision> decision = onnx_io::take_precision_line(doc)) {
+      node->mutable_precision() = *std::move(decision);
+    }
+    node->set_doc_string(std::move(doc));
+    for (int i = 0; i < num_outputs; ++i) {
+      if (!node->has_output(i)) continue;
+      node->output(i)->set_name(proto.output(i));
+      AMPC_RETURN_IF_ERROR(define(proto.output(i), node->output(i), label));
+    }
+    AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator_.visit(*node));
+    for (int i = 0; i < num_outputs; ++i) {
+      if (node->has_output(i)) node->output(i)->set_type(*types[i]);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status import_outputs(const onnx::GraphProto& graph) {
+    for (int i = 0; i < graph.output_size(); ++i) {
+      const std::string& name = graph.output(i).name();
+      if (name.empty()) return invalid(str_cat("graph output #", i, " has no name"));
+      auto it = values_.find(name);
+      if (it == values_.end()) {
+        return invalid(str_cat("graph output '", name,
+                               "' is not produced by any node, input or initializer"));
+      }
+      graph_->add_output(it->second);
+    }
+    return absl::OkStatus();
+  }
+
+  const ImportOptions& options_;
+  std::string base_dir_;
+  std::unique_ptr<Graph> graph_;
+  std::unordered_map<std::string, Value*> values_;
+  TypePropagator propagator_;
+};
+
+absl::Status not_a_model(std::string_view source, std::string_view why) {
+  return invalid(str_cat(source, " is not an ONNX model (", why, ")"));
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes,
+                                                    std::string_view source,
+                                                    const ImportOptions& options,
+                                                    const std::filesystem::path& base_dir) {
+  onnx::ModelProto model;
+  if (bytes.size() > static_cast<size_t>(INT_MAX)) {
+    return not_a_model(source, "larger than the 2 GiB protobuf limit; use external data");
+  }
+  if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return not_a_model(source, "protobuf parse failed");
+  }
+  if (model.ir_version() <= 0) return not_a_model(source, str_cat("ir_version ", model.ir_version()));
+  if (!model.has_graph()) return not_a_model(source, "no graph");
+  if (model.opset_import_size() == 0) return not_a_model(source, "no opset_import");
+  Importer importer(options, base_dir.string());
+  absl::StatusOr<std::unique_ptr<Graph>> graph = importer.run(model);
+  if (!graph.ok()) {
+    return absl::Status(graph.status().code(), str_cat(source, ": ", graph.status().message()));
+  }
+  return graph;
+}
+
+absl::StatusOr<std::string> read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return invalid(str_cat("cannot read '", path, "': it is a directory"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int error = errno;
+    const std::string message = str_cat("cannot read '", path, "': ", std::strerror(error));
+    return error == ENOENT ? absl::NotFoundError(message) : invalid(message);
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return invalid(str_cat("reading '", path, "' failed"));
+  return std::move(contents).str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Graph>> import_onnx_file(const std::string& path,
+                                                        const ImportOptions& options) {
+  AMPC_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  // External data is found relative to the model's folder.
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  return import_bytes(bytes, path, options, dir.empty() ? std::filesystem::path(".") : dir);
+}
+
+absl::StatusOr<std::unique_ptr<Graph>> import_onnx_bytes(std::string_view bytes,
+                                                         std::string_view source,
+                                                         const ImportOptions& options) {
+  return import_bytes(bytes, source, options, "");
+}
+
+}  // namespace ampc

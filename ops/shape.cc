@@ -1,0 +1,536 @@
+// Shape and view ops: Shape, Reshape, Squeeze, Unsqueeze, Flatten, Expand, Identity, Cast and
+// Dropout. Their outputs hold the input's elements in the same order under a new shape
+// (or broadcast by Expand, converted by Cast), so most folds are byte copies.
+//
+// Output shapes that depend on input values (Reshape's and Expand's `shape`) need those values at
+// compile time: from initializers or from folded shape arithmetic. Folds of integer data are exact
+// (bytes are copied, Cast converts integers through int64, never through double).
+#include <cmath>
+#include <cstring>
+
+#include "ops/op_util.h"
+
+namespace ampc::ops {
+namespace {
+
+// The values of input `i` (named `name` in messages), which the output shape depends on.
+absl::StatusOr<std::vector<int64_t>> constant_ints(const InferenceContext& ctx, int i,
+                                                   std::string_view name) {
+  const Tensor* value = ctx.input_value(i);
+  if (value == nullptr || !value->has_data()) {
+    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name,
+                                              "') must be known at compile time (a constant or "
+                                              "foldable shape arithmetic); the output shape "
+                                              "depends on its values"));
+  }
+  return value->to_i64_vector();
+}
+
+absl::Status expect_rank(const InferenceContext& ctx, int i, std::string_view name, size_t rank) {
+  const Shape& shape = ctx.input_type(i).shape;
+  if (shape.size() != rank) {
+    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name, "') must have rank ", rank,
+                                              ", got shape ", shape_to_string(shape)));
+  }
+  return absl::OkStatus();
+}
+
+// The input's bytes under the inferred output type: Reshape, Squeeze, Unsqueeze, Flatten,
+// Identity.
+absl::StatusOr<std::vector<Tensor>> fold_view(const FoldContext& ctx) {
+  const std::span<const uint8_t> bytes = ctx.inputs[0]->bytes();
+  return std::vector<Tensor>{
+      Tensor(*ctx.output_types[0], std::vector<uint8_t>(bytes.begin(), bytes.end()))};
+}
+
+// ---- Shape ------------------------------------------------------------------------------------
+
+// The [start, end) range of dims Shape reports (opset 15 attributes; absent before, which reads
+// as the whole shape): negative values count from the back, then both clamp to [0, rank].
+std::pair<int64_t, int64_t> shape_range(const Node& node, int64_t rank) {
+  auto clamp = [rank](int64_t axis) {
+    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
+  };
+  const int64_t start = clamp(node.int_attr("start"));
+  const int64_t end = node.find_attr("end") ? clamp(node.int_attr("end")) : rank;
+  return {start, std::max(start, end)};
+}
+
+absl::Status infer_shape(InferenceContext& ctx) {
+  const auto [start, end] = shape_range(ctx.node(), ctx.input_type(0).shape.size());
+  ctx.set_output(0, TensorType{DType::kI64, {end - start}});
+  return absl::OkStatus();
+}
+
+// Reads only the input's static type, so it folds whatever the data (fold_needs_values = false).
+absl::StatusOr<std::vector<Tensor>> fold_shape(const FoldContext& ctx) {
+  const Shape& shape = ctx.input_types[0]->shape;
+  const auto [start, end] = shape_range(ctx.node, shape.size());
+  return std::vector<Tensor>{
+      Tensor::from_i64({end - start}, Shape(shape.begin() + start, shape.begin() + end))};
+}
+
+OpDef shape_op() {
+  OpDef def;
+  def.name = "Shape";
+  def.since_opset = 1;  // opset 15 adds start/end; absent, they mean the whole shape as before
+  def.summary = "the input's shape as a 1-D int64 tensor, optionally dims [start, end)";
+  def.inputs = {input("data")};
+  def.outputs = {input("shape")};
+  def.attrs = {attr("start", int64_t{0}), optional_attr("end", AttrKind::kInt)};
+  def.infer = infer_shape;
+  def.fold = fold_shape;
+  def.fold_needs_values = false;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"whole shape", {{DType::kF16, {2, 3, 4}}}, {}, {}, {{DType::kI64, {3}}}},
+      {"start -2", {{DType::kF32, {2, 3, 4}}}, {}, {{"start", int64_t{-2}}}, {{DType::kI64, {2}}}},
+      {"end past rank clamps",
+       {{DType::kF32, {2, 3, 4}}},
+       {},
+       {{"start", int64_t{1}}, {"end", int64_t{10}}},
+       {{DType::kI64, {2}}}},
+      {"scalar", {{DType::kI64, {}}}, {}, {}, {{DType::kI64, {0}}}},
+  };
+  return def;
+}
+
+// ---- Reshape ----------------------------------------------------------------------------------
+
+absl::StatusOr<int64_t> checked_product(int64_t a, int64_t b) {
+  int64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) {
+    return absl::InvalidArgumentError(str_cat("element count overflows int64 (", a, " * ", b, ")"));
+  }
+  return product;
+}
+
+absl::Status infer_reshape(InferenceContext& ctx) {
+  const Shape& in = ctx.input_type(0).shape;
+  AMPC_RETURN_IF_ERROR(expect_rank(ctx, 1, "shape", 1));
+  AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> target, constant_ints(ctx, 1, "shape"));
+  const std::string target_text = shape_to_string(target);
+  const bool allow_zero = ctx.int_attr("allowzero") != 0;
+  Shape out(target.size());
+  int inferred = -1;
+  int64_t known_elements = 1;
+  for (int i = 0; i < static_cast<int>(target.size()); ++i) {
+    int64_t dim = target[i];
+    if (dim == -1) {
+      if (inferred >= 0) {
+        return absl::InvalidArgumentError(str_cat("shape ", target_text, " has more than one -1"));
+      }
+      inferred = i;
+      continue;
+    }
+    if (dim < -1) {
+      return absl::InvalidArgumentError(str_cat("shape ", target_text, " has invalid dim ", dim));
+    }
+    if (dim == 0 && !allow_zero) {  // 0 copies the input's dim at the same index
+      if (i >= static_cast<int>(in.size())) {
+        return absl::InvalidArgumentError(str_cat("shape ", target_text, " copies dim ", i,
+                                                  " (a 0) but the input ", shape_to_string(in),
+                                                  " has rank ", in.size()));
+      }
+      dim = in[i];
+    }
+    out[i] = dim;
+    AMPC_ASSIGN_OR_RETURN(known_elements, checked_product(known_elements, dim));
+  }
+  const int64_t total = num_elements(in);
+  if (inferred >= 0) {
+    if (allow_zero && std::count(target.begin(), target.end(), 0) > 0) {
+      return absl::InvalidArgumentError(
+          str_cat("shape ", target_text, " has both 0 and -1, which allowzero=1 forbids"));
+    }
+    if (known_elements == 0 || total % known_elements != 0) {
+      return absl::InvalidArgumentError(str_cat("cannot infer the -1 of shape ", target_text,
+                                                " for an input of shape ", shape_to_string(in)));
+    }
+    out[inferred] = total / known_elements;
+  } else if (known_elements != total) {
+    return absl::InvalidArgumentError(str_cat("cannot reshape input of shape ", shape_to_string(in),
+                                              " (", total, " elements) to ", target_text, " (",
+                                              known_elements, " elements)"));
+  }
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
+  return absl::OkStatus();
+}
+
+OpDef reshape_op() {
+  OpDef def;
+  def.name = "Reshape";
+  def.since_opset = 5;  // shape as an input; allowzero (14) defaults to the old meaning
+  def.summary = "the same elements under a new shape (-1 inferred, 0 copies the input dim)";
+  def.inputs = {input("data"), input("shape", {DType::kI64})};
+  def.outputs = {input("reshaped")};
+  def.attrs = {attr("allowzero", int64_t{0})};
+  def.infer = infer_reshape;
+  def.fold = fold_view;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"infer -1",
+       {{DType::kF32, {2, 3, 4}}, {DType::kI64, {2}}},
+       {{1, Tensor::from_i64({2}, {-1, 4})}},
+       {},
+       {{DType::kF32, {6, 4}}}},
+      {"0 copies a dim",
+       {{DType::kF16, {2, 3, 4}}, {DType::kI64, {3}}},
+       {{1, Tensor::from_i64({3}, {0, 4, 3})}},
+       {},
+       {{DType::kF16, {2, 4, 3}}}},
+      {"allowzero keeps a 0 dim",
+       {{DType::kF32, {0, 3}}, {DType::kI64, {2}}},
+       {{1, Tensor::from_i64({2}, {3, 0})}},
+       {{"allowzero", int64_t{1}}},
+       {{DType::kF32, {3, 0}}}},
+  };
+  return def;
+}
+
+// ---- Squeeze, Unsqueeze, Flatten --------------------------------------------------------------
+
+absl::Status infer_squeeze(InferenceContext& ctx) {
+  const Shape& in = ctx.input_type(0).shape;
+  AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes,
+                        ctx.ints_attr_or_input("axes", 1));
+  std::vector<bool> drop(in.size(), false);
+  // No axes (or, as ONNX Runtime reads it, an empty list) drops every dim of size 1.
+  if (!axes || axes->empty()) {
+    for (size_t d = 0; d < in.size(); ++d) drop[d] = in[d] == 1;
+  } else {
+    AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> normalized, normalize_axes(*axes, in.size()));
+    for (int64_t axis : normalized) {
+      if (in[axis] != 1) {
+        return absl::InvalidArgumentError(str_cat("cannot squeeze axis ", axis, " of shape ",
+                                                  shape_to_string(in), ": its size is ", in[axis],
+                                                  ", not 1"));
+      }
+      drop[axis] = true;
+    }
+  }
+  Shape out;
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (!drop[d]) out.push_back(in[d]);
+  }
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
+  return absl::OkStatus();
+}
+
+absl::Status infer_unsqueeze(InferenceContext& ctx) {
+  const Shape& in = ctx.input_type(0).shape;
+  AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes,
+                        ctx.ints_attr_or_input("axes", 1));
+  if (!axes) {
+    return absl::InvalidArgumentError(
+        "needs axes: the 'axes' attribute (before opset 13) or input 1 (from opset 13)");
+  }
+  const int64_t out_rank = static_cast<int64_t>(in.size() + axes->size());
+  AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> normalized, normalize_axes(*axes, out_rank));
+  Shape out(out_rank, 1);
+  std::vector<bool> inserted(out_rank, false);
+  for (int64_t axis : normalized) inserted[axis] = true;
+  size_t next = 0;
+  for (int64_t d = 0; d < out_rank; ++d) {
+    if (!inserted[d]) out[d] = in[next++];
+  }
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
+  return absl::OkStatus();
+}
+
+absl::Status infer_flatten(InferenceContext& ctx) {
+  const Shape& in = ctx.input_type(0).shape;
+  const int64_t rank = in.size();
+  int64_t axis = ctx.int_attr("axis");
+  // Unlike most axes, rank itself is valid here: everything goes to the outer dim.
+  if (axis < -rank || axis > rank) {
+    return absl::InvalidArgumentError(
+        str_cat("axis ", axis, " is out of range [", -rank, ", ", rank, "] for rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype,
+                               {num_elements(Shape(in.begin(), in.begin() + axis)),
+                                num_elements(Shape(in.begin() + axis, in.end()))}});
+  return absl::OkStatus();
+}
+
+OpDef squeeze_op() {
+  OpDef def;
+  def.name = "Squeeze";
+  def.since_opset = 11;  // negative axes from 11; axes become an input at 13
+  def.summary = "removes dims of size 1 (the given axes, or all)";
+  def.inputs = {input("data"), optional_input("axes", {DType::kI64})};
+  def.outputs = {input("squeezed")};
+  def.attrs = {optional_attr("axes", AttrKind::kInts)};
+  def.attrs_as_inputs = {{"axes", 1, 13}};
+  def.infer = infer_squeeze;
+  def.fold = fold_view;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"all ones", {{DType::kF32, {1, 3, 1, 2}}}, {}, {}, {{DType::kF32, {3, 2}}}},
+      {"axes input",
+       {{DType::kF32, {1, 3, 1, 2}}, {DType::kI64, {1}}},
+       {{1, Tensor::from_i64({1}, {-2})}},
+       {},
+       {{DType::kF32, {1, 3, 2}}}},
+      {"axes attribute",
+       {{DType::kI64, {1, 1}}},
+       {},
+       {{"axes", std::vector<int64_t>{0}}},
+       {{DType::kI64, {1}}}},
+  };
+  return def;
+}
+
+OpDef unsqueeze_op() {
+  OpDef def;
+  def.name = "Unsqueeze";
+  def.since_opset = 11;  // negative axes from 11; axes become an input at 13
+  def.summary = "inserts dims of size 1 at the given axes of the output";
+  def.inputs = {input("data"), optional_input("axes", {DType::kI64})};
+  def.outputs = {input("expanded")};
+  def.attrs = {optional_attr("axes", AttrKind::kInts)};
+  def.attrs_as_inputs = {{"axes", 1, 13}};
+  def.infer = infer_unsqueeze;
+  def.fold = fold_view;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"axes input",
+       {{DType::kF32, {3, 4}}, {DType::kI64, {2}}},
+       {{1, Tensor::from_i64({2}, {0, -1})}},
+       {},
+       {{DType::kF32, {1, 3, 4, 1}}}},
+      {"scalar to vector",
+       {{DType::kI64, {}}},
+       {},
+       {{"axes", std::vector<int64_t>{0}}},
+       {{DType::kI64, {1}}}},
+      {"middle axis",
+       {{DType::kBF16, {2, 5}}},
+       {},
+       {{"axes", std::vector<int64_t>{1}}},
+       {{DType::kBF16, {2, 1, 5}}}},
+  };
+  return def;
+}
+
+OpDef flatten_op() {
+  OpDef def;
+  def.name = "Flatten";
+  def.since_opset = 1;  // negative axis (11) only widens what is accepted
+  def.summary = "2-D view: dims before axis times dims from axis on";
+  def.inputs = {input("input")};
+  def.outputs = {input("output")};
+  def.attrs = {attr("axis", int64_t{1})};
+  def.infer = infer_flatten;
+  def.fold = fold_view;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"default axis", {{DType::kF32, {2, 3, 4}}}, {}, {}, {{DType::kF32, {2, 12}}}},
+      {"axis 0", {{DType::kF16, {2, 3}}}, {}, {{"axis", int64_t{0}}}, {{DType::kF16, {1, 6}}}},
+      {"axis -1", {{DType::kF32, {2, 3, 4}}}, {}, {{"axis", int64_t{-1}}}, {{DType::kF32, {6, 4}}}},
+  };
+  return def;
+}
+
+// ---- Expand, Identity -------------------------------------------------------------------------
+
+absl::Status infer_expand(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_rank(ctx, 1, "shape", 1));
+  AMPC_ASSIGN_OR_RETURN(const Shape target, constant_ints(ctx, 1, "shape"));
+  for (int64_t dim : target) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(
+          str_cat("shape ", shape_to_string(target), " has negative dim ", dim));
+    }
+  }
+  AMPC_ASSIGN_OR_RETURN(Shape out, broadcast_shapes(ctx.input_type(0).shape, target));
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, out});
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> fold_expand(const FoldContext& ctx) {
+  const Tensor& in = *ctx.inputs[0];
+  const TensorType& out_type = *ctx.output_types[0];
+  Tensor out(out_type);
+  const int64_t size = dtype_size(in.dtype());
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    const int64_t from = broadcast_offset(unravel(i, out_type.shape), in.shape());
+    std::memcpy(out.mutable_bytes().data() + i * size, in.bytes().data() + from * size, size);
+  }
+  return std::vector<Tensor>{std::move(out)};
+}
+
+OpDef expand_op() {
+  OpDef def;
+  def.name = "Expand";
+  def.since_opset = 8;
+  def.summary = "broadcasts the input against `shape` (either side's 1s stretch)";
+  def.inputs = {input("input"), input("shape", {DType::kI64})};
+  def.outputs = {input("output")};
+  def.infer = infer_expand;
+  def.fold = fold_expand;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"grow leading dims",
+       {{DType::kF32, {3, 1}}, {DType::kI64, {3}}},
+       {{1, Tensor::from_i64({3}, {2, 3, 4})}},
+       {},
+       {{DType::kF32, {2, 3, 4}}}},
+      {"shape 1s keep input dims",
+       {{DType::kF16, {3, 4}}, {DType::kI64, {2}}},
+       {{1, Tensor::from_i64({2}, {1, 4})}},
+       {},
+       {{DType::kF16, {3, 4}}}},
+  };
+  return def;
+}
+
+OpDef identity_op() {
+  OpDef def;
+  def.name = "Identity";
+  def.since_opset = 1;
+  def.summary = "the input, unchanged";
+  def.inputs = {input("input")};
+  def.outputs = {input("output")};
+  def.infer = infer_same_as_input;
+  def.fold = fold_view;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"matrix", {{DType::kF32, {2, 3}}}, {}, {}, {{DType::kF32, {2, 3}}}},
+      {"bool scalar", {{DType::kBool, {}}}, {}, {}, {{DType::kBool, {}}}},
+  };
+  return def;
+}
+
+// ---- Cast -------------------------------------------------------------------------------------
+
+absl::Status infer_cast(InferenceContext& ctx) {
+  ctx.set_output(0, TensorType{ctx.dtype_attr("to"), ctx.input_type(0).shape});
+  return absl::OkStatus();
+}
+
+// Integer and bool sources convert through int64 (exact); float sources through double, with
+// float -> integer truncating toward zero. An empty result means "not folded": fp8 (storage only
+// in the compiler) and non-finite or out-of-range float -> integer values, whose result ONNX
+// leaves undefined, are left to the runtime.
+absl::StatusOr<std::vector<Tensor>> fold_cast(const FoldContext& ctx) {
+  const Tensor& in = *ctx.inputs[0];
+  Tensor out(*ctx.output_types[0]);
+  const DType from = in.dtype();
+  const DType to = out.dtype();
+  auto is_fp8 = [](DType t) { return t == DType::kF8E4M3FN || t == DType::kF8E5M2; };
+  if (is_fp8(from) || is_fp8(to)) return std::vector<Tensor>{};
+  const bool from_int = is_integer(from) || from == DType::kBool;
+  const bool to_int = is_integer(to);
+  for (int64_t i = 0; i < in.num_elements(); ++i) {
+    if (from_int && (to_int || to == DType::kBool)) {
+      out.set_element_i64(i, in.element_as_i64(i));
+    } else if (from_int) {
+      // Through f32 first for f32 outputs, so an int64 rounds once, not twice via double.
+      const int64_t value = in.element_as_i64(i);
+      out.set_element(i, to == DType::kF32 ? static_cast<double>(static_cast<float>(value))
+                                           : static_cast<double>(value));
+    } else if (to_int) {
+      const double value = std::trunc(in.element_as_double(i));
+      if (!std::isfinite(value) || value < -0x1p63 || value >= 0x1p63) {
+        return std::vector<Tensor>{};
+      }
+      out.set_element_i64(i, static_cast<int64_t>(value));
+    } else {
+      out.set_element(i, in.element_as_double(i));  // to bool: nonzero (and NaN) is true
+    }
+  }
+  return std::vector<Tensor>{std::move(out)};
+}
+
+OpDef cast_op() {
+  OpDef def;
+  def.name = "Cast";
+  // `to` is an element type from opset 6 (a string before). 13 adds bf16, 19 fp8 and `saturate`,
+  // which only affects fp8 targets; neither changes what the cast means for the other types.
+  def.since_opset = 6;
+  def.summary = "converts the elements to the element type `to`";
+  def.inputs = {input("input")};
+  def.outputs = {input("output")};
+  def.attrs = {required_attr("to", AttrKind::kDType), attr("saturate", int64_t{1})};
+  def.infer = infer_cast;
+  def.fold = fold_cast;
+  // The output dtype is the node's own: autocast neither lowers nor raises it.
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"f32 to f16", {{DType::kF32, {2, 3}}}, {}, {{"to", DType::kF16}}, {{DType::kF16, {2, 3}}}},
+      {"i64 to f32", {{DType::kI64, {4}}}, {}, {{"to", DType::kF32}}, {{DType::kF32, {4}}}},
+      {"bf16 to bool", {{DType::kBF16, {}}}, {}, {{"to", DType::kBool}}, {{DType::kBool, {}}}},
+  };
+  return def;
+}
+
+// ---- Dropout ----------------------------------------------------------------------------------
+
+absl::Status expect_scalar(const InferenceContext& ctx, int i, std::string_view name) {
+  if (ctx.has_input(i) && ctx.input_type(i).num_elements() != 1) {
+    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name,
+                                              "') must be a scalar, got shape ",
+                                              shape_to_string(ctx.input_type(i).shape)));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status infer_dropout(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_scalar(ctx, 1, "ratio"));
+  AMPC_RETURN_IF_ERROR(expect_scalar(ctx, 2, "training_mode"));
+  double ratio = ctx.float_attr("ratio");
+  if (const Tensor* value = ctx.input_value(1); value != nullptr && value->has_data()) {
+    ratio = value->element_as_double(0);
+  }
+  if (!(ratio >= 0 && ratio < 1)) {
+    return absl::InvalidArgumentError(str_cat("ratio ", ratio, " is not in [0, 1)"));
+  }
+  const TensorType& data = ctx.input_type(0);
+  ctx.set_output(0, data);
+  ctx.set_output(1, TensorType{DType::kBool, data.shape});
+  return absl::OkStatus();
+}
+
+OpDef dropout_op() {
+  OpDef def;
+  def.name = "Dropout";
+  // From 10 the mask is bool. 12 moves ratio to an input and adds training_mode; without
+  // training_mode (or with it false) the op is the identity and the mask all true.
+  def.since_opset = 10;
+  def.summary = "zeroes elements with probability ratio in training, scaling the rest";
+  def.inputs = {input("data", kFloatTypes), optional_input("ratio", kFloatTypes),
+                optional_input("training_mode", {DType::kBool})};
+  def.outputs = {input("output"), optional_input("mask")};
+  def.attrs = {attr("ratio", 0.5f), optional_attr("seed", AttrKind::kInt)};
+  def.attrs_as_inputs = {{"ratio", 1, 12}};
+  def.infer = infer_dropout;
+  def.autocast.category = AutocastCategory::kClear;
+  def.samples = {
+      {"output only", {{DType::kF32, {4, 8}}}, {}, {}, {{DType::kF32, {4, 8}}}},
+      {"training with mask",
+       {{DType::kF16, {2, 3}}, {DType::kF32, {}}, {DType::kBool, {}}},
+       {{1, Tensor::from_f32({}, {0.1f})}},
+       {},
+       {{DType::kF16, {2, 3}}, {DType::kBool, {2, 3}}}},
+  };
+  return def;
+}
+
+void register_shape_ops(OpRegistry& registry) {
+  registry.add(shape_op());
+  registry.add(reshape_op());
+  registry.add(squeeze_op());
+  registry.add(unsqueeze_op());
+  registry.add(flatten_op());
+  registry.add(expand_op());
+  registry.add(identity_op());
+  registry.add(cast_op());
+  registry.add(dropout_op());
+}
+
+const OpRegistration kRegistration(&register_shape_ops);
+
+}  // namespace
+}  // namespace ampc::ops

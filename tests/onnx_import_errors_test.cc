@@ -1,0 +1,256 @@
+// Bad input to the ONNX importer: each case gets a Status whose message names what is wrong
+// (the file, the node, the value, the attribute, the flag) and what was expected.
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "compiler/onnx_io.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using testing::add_int_attr;
+using testing::ModelBuilder;
+
+// Imports `bytes` (named "bad.onnx") and checks the error message contains every fragment.
+absl::Status expect_import_error(const std::string& bytes,
+                                 const std::vector<std::string>& fragments,
+                                 const ImportOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(bytes, "bad.onnx", options);
+  EXPECT_FALSE(graph.ok()) << "import succeeded";
+  if (graph.ok()) return absl::OkStatus();
+  for (const std::string& fragment : fragments) {
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), fragment))
+        << "message: " << graph.status().message() << "\nmissing: " << fragment;
+  }
+  return graph.status();
+}
+
+// x: f32[2,3] -> Relu -> y, for cases that break one thing of an otherwise good model.
+ModelBuilder relu_model() {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.node("Relu", {"x"}, {"y"}, "relu");
+  m.output("y");
+  return m;
+}
+
+TEST(OnnxImportErrors, MissingFileNamesThePath) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file("/no/such/dir/model.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_EQ(graph.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(graph.status().message(),
+            "cannot read '/no/such/dir/model.onnx': No such file or directory");
+}
+
+TEST(OnnxImportErrors, DirectoryIsNotAModelFile) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(::testing::TempDir());
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "is a directory")) << graph.status();
+}
+
+TEST(OnnxImportErrors, RandomBytesAreNotAModel) {
+  std::mt19937 rng(1);
+  std::string bytes(4096, '\0');
+  for (char& c : bytes) c = static_cast<char>(rng());
+  expect_import_error(bytes, {"bad.onnx is not an ONNX model ("});
+}
+
+TEST(OnnxImportErrors, TruncatedModelIsNotAModel) {
+  std::ifstream in(testing::source_path("models/mlp.onnx"), std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  const std::string model = contents.str();
+  ASSERT_GT(model.size(), 1000u);
+  expect_import_error(model.substr(0, model.size() / 2),
+                      {"bad.onnx is not an ONNX model (protobuf parse failed)"});
+}
+
+TEST(OnnxImportErrors, ParsedMessagesWithoutModelPartsAreNotModels) {
+  ModelBuilder no_graph = relu_model();
+  no_graph.model().clear_graph();
+  expect_import_error(no_graph.bytes(), {"bad.onnx is not an ONNX model (no graph)"});
+  ModelBuilder no_opset = relu_model();
+  no_opset.model().clear_opset_import();
+  expect_import_error(no_opset.bytes(), {"bad.onnx is not an ONNX model (no opset_import)"});
+  ModelBuilder no_ir = relu_model();
+  no_ir.model().set_ir_version(0);
+  expect_import_error(no_ir.bytes(), {"bad.onnx is not an ONNX model (ir_version 0)"});
+  expect_import_error("", {"bad.onnx is not an ONNX model (ir_version 0)"});
+}
+
+TEST(OnnxImportErrors, UnsupportedOpNamesNodeOpDomainOpsetAndSupportedOps) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.node("Foo", {"x"}, {"y"}, "foo1");
+  m.output("y");
+  const absl::Status status = expect_import_error(
+      m.bytes(), {"bad.onnx: node 'foo1' (Foo): op 'Foo' (domain 'ai.onnx', opset 17) is not "
+                  "supported by ampc; supported ops: ",
+                  "MatMul", "Relu", "Softmax"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(OnnxImportErrors, OpAtAnUnsupportedOpsetSaysWhichOpsetsAreSupported) {
+  ModelBuilder m(11);
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.node("Softmax", {"x"}, {"y"}, "sm");
+  m.output("y");
+  // Softmax before opset 13 coerces its input to 2-D; ampc implements the opset-13 meaning.
+  expect_import_error(m.bytes(), {"node 'sm' (Softmax): op 'Softmax' (domain 'ai.onnx', opset "
+                                  "11) is not supported by ampc; ampc implements Softmax for "
+                                  "opsets 13"});
+}
+
+TEST(OnnxImportErrors, OpOfAnUnknownDomainSaysSo) {
+  ModelBuilder m;
+  onnx::OperatorSetIdProto* ms = m.model().add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.node("FusedGemm", {"x"}, {"y"}).set_domain("com.microsoft");
+  m.output("y");
+  expect_import_error(m.bytes(), {"op 'FusedGemm' (domain 'com.microsoft', opset 1)",
+                                  "ampc has no ops in domain 'com.microsoft'"});
+  m.model().mutable_opset_import()->RemoveLast();
+  expect_import_error(m.bytes(), {"uses domain 'com.microsoft', which the model's opset_import "
+                                  "does not list"});
+}
+
+TEST(OnnxImportErrors, UnsupportedElementTypeNamesTheInputAndType) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::UINT16, {"2"});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  expect_import_error(m.bytes(), {"graph input 'x': element type UINT16 is not supported"});
+
+  ModelBuilder s = relu_model();
+  s.initializer("names", onnx::TensorProto::STRING, {1}).add_string_data("a");
+  expect_import_error(s.bytes(), {"initializer 'names': element type STRING is not supported"});
+}
+
+TEST(OnnxImportErrors, DynamicDimWithoutShapeOptionTellsHowToFixIt) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"batch", "3"});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  expect_import_error(m.bytes(), {"input 'x' has a dynamic dim 0 ('batch') in [batch,3]; fix it "
+                                  "with --shape x:Nx3"});
+
+  ModelBuilder no_shape;
+  no_shape.input("x", onnx::TensorProto::FLOAT, {})
+      .mutable_type()
+      ->mutable_tensor_type()
+      ->clear_shape();
+  no_shape.output("x");
+  expect_import_error(no_shape.bytes(), {"graph input 'x' has no shape", "--shape x:"});
+}
+
+TEST(OnnxImportErrors, ShapeOptionMustNameAnInputOfTheRightRankAndDims) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"batch", "3"});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  ImportOptions unknown;
+  unknown.input_shapes["y"] = {2, 3};
+  unknown.input_shapes["x"] = {2, 3};
+  expect_import_error(m.bytes(), {"--shape names 'y', which is not a graph input (inputs: x)"},
+                      unknown);
+  ImportOptions rank;
+  rank.input_shapes["x"] = {2, 3, 4};
+  expect_import_error(m.bytes(), {"--shape x gives [2,3,4] (rank 3), but input 'x' has rank 2"},
+                      rank);
+  ImportOptions contradiction;
+  contradiction.input_shapes["x"] = {2, 4};
+  expect_import_error(m.bytes(), {"--shape x gives [2,4], but input 'x' has dim 1 = 3"},
+                      contradiction);
+}
+
+TEST(OnnxImportErrors, ShapeMismatchNamesTheNodeAndBothShapes) {
+  ModelBuilder m;
+  m.input("a", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.input("b", onnx::TensorProto::FLOAT, {"4", "5"});
+  m.node("MatMul", {"a", "b"}, {"c"}, "mm");
+  m.output("c");
+  expect_import_error(m.bytes(), {"bad.onnx: node 'mm' (MatMul)", "[2,3]", "[4,5]"});
+}
+
+TEST(OnnxImportErrors, ValuesMustBeDefinedBeforeUseAndOnce) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.node("Relu", {"h"}, {"y"}, "second");  // reads the next node's output
+  m.node("Relu", {"x"}, {"h"}, "first");
+  m.output("y");
+  expect_import_error(m.bytes(), {"node 'second' (Relu) reads value 'h', which is not defined "
+                                  "before it"});
+
+  ModelBuilder twice;
+  twice.input("x", onnx::TensorProto::FLOAT, {"2"});
+  twice.node("Relu", {"x"}, {"x"}, "again");
+  twice.output("x");
+  expect_import_error(twice.bytes(),
+                      {"node 'again' (Relu) defines value 'x', which is already defined"});
+
+  ModelBuilder no_output = relu_model();
+  no_output.output("z");
+  expect_import_error(no_output.bytes(),
+                      {"graph output 'z' is not produced by any node, input or initializer"});
+}
+
+TEST(OnnxImportErrors, AttributesAreCheckedAgainstTheOpDef) {
+  ModelBuilder unknown = relu_model();
+  add_int_attr(*unknown.graph().mutable_node(0), "alpha", 1);
+  expect_import_error(unknown.bytes(), {"node 'relu' (Relu): attribute 'alpha' is not an "
+                                        "attribute of Relu at opset 17 (it has none)"});
+
+  ModelBuilder kind;
+  kind.input("x", onnx::TensorProto::FLOAT, {"2"});
+  add_int_attr(kind.node("LeakyRelu", {"x"}, {"y"}, "lr"), "alpha", 1);
+  kind.output("y");
+  expect_import_error(kind.bytes(),
+                      {"node 'lr' (LeakyRelu): attribute 'alpha' is INT; the op takes FLOAT"});
+
+  ModelBuilder required;
+  required.input("x", onnx::TensorProto::FLOAT, {"2"});
+  required.node("Cast", {"x"}, {"y"}, "cast");
+  required.output("y");
+  expect_import_error(required.bytes(),
+                      {"node 'cast' (Cast): required attribute 'to' is missing"});
+
+  add_int_attr(*required.graph().mutable_node(0), "to", onnx::TensorProto::STRING);
+  expect_import_error(required.bytes(), {"node 'cast' (Cast): attribute 'to': element type "
+                                         "STRING is not supported"});
+}
+
+TEST(OnnxImportErrors, InitializerDataOfTheWrongSizeNamesTheTensor) {
+  ModelBuilder raw = relu_model();
+  raw.initializer("w", onnx::TensorProto::FLOAT, {2}).set_raw_data(std::string(4, '\0'));
+  expect_import_error(raw.bytes(),
+                      {"bad.onnx: initializer 'w': raw_data has 4 bytes; f32[2] needs 8"});
+
+  ModelBuilder typed = relu_model();
+  typed.initializer("w", onnx::TensorProto::INT64, {3}).add_int64_data(1);
+  expect_import_error(typed.bytes(),
+                      {"initializer 'w': int64_data has 1 elements; i64[3] needs 3"});
+
+  ModelBuilder huge = relu_model();
+  huge.initializer("w", onnx::TensorProto::FLOAT, {int64_t{1} << 40, int64_t{1} << 40});
+  expect_import_error(huge.bytes(), {"initializer 'w': dims", "are not a valid shape"});
+}
+
+TEST(OnnxImportErrors, OpsetVersionsMustBePositiveAndUnique) {
+  ModelBuilder m = relu_model();
+  m.model().mutable_opset_import(0)->set_version(0);
+  expect_import_error(m.bytes(), {"opset_import gives domain 'ai.onnx' version 0"});
+  ModelBuilder twice = relu_model();
+  *twice.model().add_opset_import() = twice.model().opset_import(0);
+  expect_import_error(twice.bytes(), {"opset_import lists domain 'ai.onnx' twice"});
+}
+
+}  // namespace
+}  // namespace ampc

@@ -1,0 +1,320 @@
+// ONNX import and export: round trips of the example models, what export writes (checker-valid
+// models, unique names, attributes as inputs, precision decisions, atomic files), how initializer
+// data fields and external data are read, and every bad-input case with its message.
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "compiler/onnx_io.h"
+#include "compiler/strings.h"
+#include "compiler/text_ir.h"
+#include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using testing::ModelBuilder;
+using testing::source_path;
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return std::move(contents).str();
+}
+
+onnx::ModelProto parse_model(const std::string& bytes) {
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(bytes));
+  return model;
+}
+
+void expect_checker_accepts(const onnx::ModelProto& model) {
+  try {
+    onnx::checker::check_model(model);
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "ONNX checker: " << e.what();
+  }
+}
+
+// ---- round trips --------------------------------------------------------------------------------
+
+class ExampleModel : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ExampleModel, RoundTripsThroughExportToTheSameTextIrAndPassesTheChecker) {
+  const std::string path = source_path(str_cat("models/", GetParam()));
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(path);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(**graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::ModelProto exported = parse_model(*bytes);
+  expect_checker_accepts(exported);
+  absl::StatusOr<std::unique_ptr<Graph>> again = import_onnx_bytes(*bytes, "exported");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(print_graph(**again), print_graph(**graph));
+
+  // Against the source file itself: the same nodes, inputs, initializers and outputs by name.
+  const onnx::ModelProto source = parse_model(read_bytes(path));
+  ASSERT_EQ(exported.graph().node_size(), source.graph().node_size());
+  for (int i = 0; i < source.graph().node_size(); ++i) {
+    EXPECT_EQ(exported.graph().node(i).op_type(), source.graph().node(i).op_type());
+    EXPECT_EQ(exported.graph().node(i).name(), source.graph().node(i).name());
+  }
+  ASSERT_EQ(exported.graph().output_size(), source.graph().output_size());
+  for (int i = 0; i < source.graph().output_size(); ++i) {
+    EXPECT_EQ(exported.graph().output(i).name(), source.graph().output(i).name());
+  }
+  EXPECT_EQ(exported.graph().initializer_size(), source.graph().initializer_size());
+  EXPECT_EQ(exported.graph().input_size(), source.graph().input_size());
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ExampleModel,
+                         ::testing::Values("mlp.onnx", "cnn.onnx", "tiny_gpt.onnx"));
+
+TEST(OnnxImport, KeepsNamesDocStringsAndInfersTypes) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.initializer_f32("w", {3, 4}, std::vector<float>(12, 0.5f));
+  onnx::NodeProto& node = m.node("MatMul", {"x", "w"}, {"my y"}, "fc");
+  node.set_doc_string("the projection");
+  m.node("Relu", {"my y"}, {"z"});
+  m.output("z");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<Node*> nodes = (*graph)->node_list();
+  ASSERT_EQ(nodes.size(), 2u);
+  EXPECT_EQ(nodes[0]->name(), "fc");
+  EXPECT_EQ(nodes[0]->doc_string(), "the projection");
+  EXPECT_EQ(nodes[0]->output(0)->name(), "my y");
+  EXPECT_EQ(nodes[0]->output(0)->type(), (TensorType{DType::kF32, {2, 4}}));
+  EXPECT_EQ((*graph)->outputs().at(0)->type(), (TensorType{DType::kF32, {2, 4}}));
+  EXPECT_EQ((*graph)->opset(""), 17);
+}
+
+TEST(OnnxImport, ReadsEveryTensorDataField) {
+  ModelBuilder m;
+  onnx::TensorProto& f32 = m.initializer("f32", onnx::TensorProto::FLOAT, {2});
+  f32.add_float_data(1.5f);
+  f32.add_float_data(-2.0f);
+  onnx::TensorProto& f16 = m.initializer("f16", onnx::TensorProto::FLOAT16, {2});
+  f16.add_int32_data(0x3c00);  // 1.0
+  f16.add_int32_data(0xc000);  // -2.0
+  onnx::TensorProto& i8 = m.initializer("i8", onnx::TensorProto::INT8, {2});
+  i8.add_int32_data(-3);
+  i8.add_int32_data(127);
+  onnx::TensorProto& b = m.initializer("b", onnx::TensorProto::BOOL, {2});
+  b.add_int32_data(1);
+  b.add_int32_data(0);
+  onnx::TensorProto& i64 = m.initializer("i64", onnx::TensorProto::INT64, {1});
+  i64.add_int64_data(int64_t{1} << 40);
+  onnx::TensorProto& f64 = m.initializer("f64", onnx::TensorProto::DOUBLE, {1});
+  f64.add_double_data(0.1);
+  onnx::TensorProto& raw = m.initializer("raw", onnx::TensorProto::INT32, {2});
+  raw.set_raw_data(std::string("\x01\x00\x00\x00\xff\xff\xff\xff", 8));
+  for (const char* name : {"f32", "f16", "i8", "b", "i64", "f64", "raw"}) m.output(name);
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  auto values = [&](int i) { return (*graph)->outputs().at(i)->initializer()->to_double_vector(); };
+  EXPECT_EQ(values(0), (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(values(1), (std::vector<double>{1.0, -2.0}));
+  EXPECT_EQ(values(2), (std::vector<double>{-3, 127}));
+  EXPECT_EQ(values(3), (std::vector<double>{1, 0}));
+  EXPECT_EQ((*graph)->outputs().at(4)->initializer()->to_i64_vector(),
+            (std::vector<int64_t>{int64_t{1} << 40}));
+  EXPECT_EQ(values(5), (std::vector<double>{0.1}));
+  EXPECT_EQ(values(6), (std::vector<double>{1, -1}));
+  EXPECT_EQ((*graph)->outputs().at(1)->dtype(), DType::kF16);
+}
+
+TEST(OnnxImport, ShapeOptionFixesDynamicDims) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"batch", "", "4"});
+  m.node("Relu", {"x"}, {"y"});
+  m.output("y");
+  ImportOptions options;
+  options.input_shapes["x"] = {8, 3, 4};
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "t.onnx", options);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->outputs().at(0)->type(), (TensorType{DType::kF32, {8, 3, 4}}));
+}
+
+TEST(OnnxImport, TrailingOmittedOptionalInputsAndOutputsAreDropped) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"4"});
+  m.node("Dropout", {"x", "", ""}, {"y", ""});
+  m.output("y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "t.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const Node* dropout = (*graph)->node_list().at(0);
+  EXPECT_EQ(dropout->num_operands(), 1);
+  EXPECT_EQ(dropout->num_outputs(), 1);
+}
+
+TEST(OnnxImport, ReadsExternalDataRelativeToTheModel) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "ampc_ext";
+  std::filesystem::create_directories(dir / "data");
+  const std::vector<float> weights = {1, 2, 3, 4, 5, 6};
+  {
+    std::ofstream bin(dir / "data" / "w.bin", std::ios::binary);
+    bin << "HEAD";  // the tensor starts at offset 4
+    bin.write(reinterpret_cast<const char*>(weights.data()), 24);
+  }
+  auto model_with = [&](const std::string& location, const std::string& offset) {
+    ModelBuilder m;
+    onnx::TensorProto& w = m.initializer("w", onnx::TensorProto::FLOAT, {2, 3});
+    w.set_data_location(onnx::TensorProto::EXTERNAL);
+    auto add = [&w](const std::string& key, const std::string& value) {
+      onnx::StringStringEntryProto* entry = w.add_external_data();
+      entry->set_key(key);
+      entry->set_value(value);
+    };
+    add("location", location);
+    add("offset", offset);
+    add("length", "24");
+    m.output("w");
+    std::ofstream(dir / "model.onnx", std::ios::binary) << m.bytes();
+    return m.bytes();
+  };
+  model_with("data/w.bin", "4");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ((*graph)->outputs().at(0)->initializer()->to_double_vector(),
+            (std::vector<double>{1, 2, 3, 4, 5, 6}));
+
+  model_with("data/w.bin", "8");  // 4 bytes short
+  graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "initializer 'w'")) << graph.status();
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "from offset 8")) << graph.status();
+
+  model_with("data/missing.bin", "0");
+  graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "missing.bin")) << graph.status();
+
+  const std::string escaping = model_with("../w.bin", "0");
+  graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "leaves the model's folder"));
+
+  graph = import_onnx_bytes(model_with("data/w.bin", "4"), "bytes");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "external file 'data/w.bin'"));
+}
+
+// ---- export -------------------------------------------------------------------------------------
+
+TEST(OnnxExport, MakesRepeatedAndEmptyNamesUnique) {
+  Graph graph("g");
+  graph.set_opset("", 17);
+  Value* x = graph.add_input("v", {DType::kF32, {4}});
+  Node* a = graph.create_node("", "Relu", {x}, {TensorType{DType::kF32, {4}}});
+  a->output(0)->set_name("v");  // repeats the input's name
+  Node* b = graph.create_node("", "Relu", {a->output(0)}, {TensorType{DType::kF32, {4}}});
+  Node* c = graph.create_node("", "Relu", {b->output(0)}, {TensorType{DType::kF32, {4}}});
+  c->output(0)->set_name("v.1");  // the name the first fresh one would take
+  graph.add_output(c->output(0));
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::ModelProto model = parse_model(*bytes);
+  expect_checker_accepts(model);
+  const onnx::GraphProto& g = model.graph();
+  EXPECT_EQ(g.input(0).name(), "v");
+  EXPECT_EQ(g.node(0).output(0), "v.2");
+  EXPECT_EQ(g.node(1).input(0), "v.2");
+  EXPECT_EQ(g.node(1).output(0), "t.1");
+  EXPECT_EQ(g.node(2).output(0), "v.1");
+  EXPECT_EQ(g.output(0).name(), "v.1");
+  ASSERT_EQ(g.value_info_size(), 2);  // every intermediate value, with its type
+  EXPECT_EQ(g.value_info(0).type().tensor_type().shape().dim(0).dim_value(), 4);
+}
+
+TEST(OnnxExport, WritesAttributesAsInputsWhereTheOpsetWantsThem) {
+  Graph graph("g");
+  graph.set_opset("", 13);  // ReduceSum takes axes as an input from opset 13
+  Value* x = graph.add_input("x", {DType::kF32, {2, 3}});
+  Node* sum = graph.create_node("", "ReduceSum", {x}, {TensorType{DType::kF32, {2, 1}}},
+                                {{"axes", std::vector<int64_t>{1}}});
+  sum->output(0)->set_name("s");
+  graph.add_output(sum->output(0));
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::ModelProto model = parse_model(*bytes);
+  expect_checker_accepts(model);
+  const onnx::NodeProto& node = model.graph().node(0);
+  EXPECT_EQ(node.attribute_size(), 0);
+  ASSERT_EQ(node.input_size(), 2);
+  ASSERT_EQ(model.graph().initializer_size(), 1);
+  const onnx::TensorProto& axes = model.graph().initializer(0);
+  EXPECT_EQ(axes.name(), node.input(1));
+  EXPECT_EQ(axes.data_type(), onnx::TensorProto::INT64);
+  EXPECT_EQ(axes.raw_data(), std::string("\x01\0\0\0\0\0\0\0", 8));
+
+  graph.set_opset("", 11);  // an attribute before 13
+  bytes = export_onnx_bytes(graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::NodeProto& old = parse_model(*bytes).graph().node(0);
+  EXPECT_EQ(old.input_size(), 1);
+  ASSERT_EQ(old.attribute_size(), 1);
+  EXPECT_EQ(old.attribute(0).type(), onnx::AttributeProto::INTS);
+}
+
+TEST(OnnxExport, WritesDTypeAttributesAsOnnxCodesAndPrecisionInDocString) {
+  Graph graph("g");
+  Value* x = graph.add_input("x", {DType::kF32, {2}});
+  Node* cast = graph.create_node("", "Cast", {x}, {TensorType{DType::kF16, {2}}},
+                                 {{"to", DType::kF16}});
+  cast->output(0)->set_name("y");
+  cast->set_doc_string("cast for MatMul");
+  cast->mutable_precision() = {DType::kF16, DType::kF32, "allow-list MatMul"};
+  graph.add_output(cast->output(0));
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::ModelProto model = parse_model(*bytes);
+  expect_checker_accepts(model);
+  const onnx::NodeProto& node = model.graph().node(0);
+  ASSERT_EQ(node.attribute_size(), 1);
+  EXPECT_EQ(node.attribute(0).type(), onnx::AttributeProto::INT);
+  EXPECT_EQ(node.attribute(0).i(), onnx::TensorProto::FLOAT16);
+  EXPECT_EQ(node.doc_string(),
+            "cast for MatMul\nampc precision: compute=f16 accumulate=f32 reason=allow-list MatMul");
+  EXPECT_EQ(model.ir_version(), 8);
+  EXPECT_EQ(model.producer_name(), "ampc");
+
+  absl::StatusOr<std::unique_ptr<Graph>> again = import_onnx_bytes(*bytes, "exported");
+  ASSERT_TRUE(again.ok()) << again.status();
+  const Node* imported = (*again)->node_list().at(0);
+  EXPECT_EQ(imported->doc_string(), "cast for MatMul");
+  EXPECT_EQ(imported->precision(), cast->precision());
+  EXPECT_EQ(imported->dtype_attr("to"), DType::kF16);
+}
+
+TEST(OnnxExport, FileIsReplacedWholeAndFailuresLeaveNothing) {
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "ampc_export";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(source_path("models/mlp.onnx"));
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::string target = (dir / "out.onnx").string();
+  std::ofstream(target) << "old contents";
+  ASSERT_TRUE(export_onnx_file(**graph, target).ok());
+  absl::StatusOr<std::unique_ptr<Graph>> again = import_onnx_file(target);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(print_graph(**again), print_graph(**graph));
+
+  const absl::Status missing_dir = export_onnx_file(**graph, (dir / "no/such/out.onnx").string());
+  EXPECT_FALSE(missing_dir.ok());
+  EXPECT_TRUE(absl::StrContains(missing_dir.message(), "no/such/out.onnx")) << missing_dir;
+  int files = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator(dir)) ++files;
+  EXPECT_EQ(files, 1);  // out.onnx only: no temporary file left behind
+}
+
+}  // namespace
+}  // namespace ampc

@@ -1,0 +1,92 @@
+// A small builder of ONNX ModelProtos for tests that need hand-made (often broken) models.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "onnx/onnx_pb.h"
+
+namespace ampc::testing {
+
+class ModelBuilder {
+ public:
+  explicit ModelBuilder(int64_t opset = 17, std::string domain = "") {
+    model_.set_ir_version(8);
+    model_.mutable_graph()->set_name("test");
+    onnx::OperatorSetIdProto* id = model_.add_opset_import();
+    id->set_domain(std::move(domain));
+    id->set_version(opset);
+  }
+
+  onnx::ModelProto& model() { return model_; }
+  onnx::GraphProto& graph() { return *model_.mutable_graph(); }
+
+  // A graph input; each dim is a number, a symbolic name, or "" for an unknown dim.
+  onnx::ValueInfoProto& input(const std::string& name, int elem_type,
+                              const std::vector<std::string>& dims) {
+    onnx::ValueInfoProto* info = graph().add_input();
+    info->set_name(name);
+    onnx::TypeProto::Tensor* tensor = info->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(elem_type);
+    onnx::TensorShapeProto* shape = tensor->mutable_shape();
+    for (const std::string& dim : dims) {
+      onnx::TensorShapeProto::Dimension* d = shape->add_dim();
+      if (dim.empty()) continue;
+      if (dim[0] >= '0' && dim[0] <= '9') {
+        d->set_dim_value(std::stoll(dim));
+      } else {
+        d->set_dim_param(dim);
+      }
+    }
+    return *info;
+  }
+
+  // An initializer with no data yet: fill one of its data fields.
+  onnx::TensorProto& initializer(const std::string& name, int data_type,
+                                 const std::vector<int64_t>& dims) {
+    onnx::TensorProto* tensor = graph().add_initializer();
+    tensor->set_name(name);
+    tensor->set_data_type(data_type);
+    for (int64_t d : dims) tensor->add_dims(d);
+    return *tensor;
+  }
+
+  onnx::TensorProto& initializer_f32(const std::string& name, const std::vector<int64_t>& dims,
+                                     const std::vector<float>& values) {
+    onnx::TensorProto& tensor = initializer(name, onnx::TensorProto::FLOAT, dims);
+    std::string raw(values.size() * sizeof(float), '\0');
+    if (!values.empty()) std::memcpy(raw.data(), values.data(), raw.size());
+    tensor.set_raw_data(raw);
+    return tensor;
+  }
+
+  onnx::NodeProto& node(const std::string& op_type, const std::vector<std::string>& inputs,
+                        const std::vector<std::string>& outputs, const std::string& name = "") {
+    onnx::NodeProto* node = graph().add_node();
+    node->set_op_type(op_type);
+    node->set_name(name);
+    for (const std::string& input : inputs) node->add_input(input);
+    for (const std::string& output : outputs) node->add_output(output);
+    return *node;
+  }
+
+  void output(const std::string& name) { graph().add_output()->set_name(name); }
+
+  std::string bytes() const { return model_.SerializeAsString(); }
+
+ private:
+  onnx::ModelProto model_;
+};
+
+inline onnx::AttributeProto& add_int_attr(onnx::NodeProto& node, const std::string& name,
+                                          int64_t value) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::INT);
+  attr->set_i(value);
+  return *attr;
+}
+
+}  // namespace ampc::testing

@@ -1,0 +1,295 @@
+// canonicalize: Identity removal (and when an Identity must stay), constant AttrAsInput inputs
+// moved into attributes across opsets, trailing omitted operands dropped.
+#include <string_view>
+
+#include "passes/passes.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+bool expect_canonicalize(std::string_view before, std::string_view after) {
+  return testing::expect_pass(*make_canonicalize_pass(), before, after);
+}
+
+// ---- Identity ---------------------------------------------------------------------------------
+
+TEST(Canonicalize, InnerIdentityIsRemoved) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Relu(%x) : f32[4]
+      %b = Identity(%a) : f32[4]
+      %c = Sigmoid(%b) : f32[4]
+      %d = Tanh(%b) : f32[4]
+      return %c, %d
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Relu(%x) : f32[4]
+      %c = Sigmoid(%a) : f32[4]
+      %d = Tanh(%a) : f32[4]
+      return %c, %d
+    })"));
+}
+
+TEST(Canonicalize, IdentityOfGraphInputFeedingNodesIsRemoved) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(17) {
+      %b = Identity(%x) : f32[4]
+      %c = Relu(%b) : f32[4]
+      return %c
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(17) {
+      %c = Relu(%x) : f32[4]
+      return %c
+    })"));
+}
+
+TEST(Canonicalize, ChainedIdentitiesAreRemovedInOneRun) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Identity(%x) : f32[4]
+      %b = Identity(%a) : f32[4]
+      %c = Relu(%b) : f32[4]
+      return %c
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(17) {
+      %c = Relu(%x) : f32[4]
+      return %c
+    })"));
+}
+
+// The graph output keeps its name: the producer of the Identity's input takes it over.
+TEST(Canonicalize, IdentityProducingGraphOutputHandsItsNameToItsInput) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Relu(%x) : f32[4]
+      %y = Identity(%a) : f32[4]
+      %z = Sigmoid(%a) : f32[4]
+      return %y, %z
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(17) {
+      %y = Relu(%x) : f32[4]
+      %z = Sigmoid(%y) : f32[4]
+      return %y, %z
+    })"));
+}
+
+TEST(Canonicalize, IdentityFromGraphInputToGraphOutputIsKept) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[4]) opset(17) {
+      %y = Identity(%x) : f32[4]
+      return %y
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+TEST(Canonicalize, IdentityFromInitializerToGraphOutputIsKept) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[2]) opset(17) {
+      init %w: f32[2] = [1.0, 2.0]
+      %w_out = Identity(%w) : f32[2]
+      %y = Add(%x, %w) : f32[2]
+      return %y, %w_out
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+TEST(Canonicalize, IdentityBetweenTwoGraphOutputsIsKept) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Relu(%x) : f32[4]
+      %y = Identity(%a) : f32[4]
+      return %a, %y
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+// The first Identity hands %a its name and makes it a graph output; the second must then stay.
+TEST(Canonicalize, SecondIdentityOfSameValueToGraphOutputIsKept) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(17) {
+      %a = Relu(%x) : f32[4]
+      %y1 = Identity(%a) : f32[4]
+      %y2 = Identity(%a) : f32[4]
+      return %y1, %y2
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(17) {
+      %y1 = Relu(%x) : f32[4]
+      %y2 = Identity(%y1) : f32[4]
+      return %y1, %y2
+    })"));
+}
+
+// ---- AttrAsInput: inputs become attributes ----------------------------------------------------
+
+TEST(Canonicalize, ReduceSumAxesInputBecomesAttributeAtOpset13) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      init %axes: i64[1] = [1]
+      %y = ReduceSum<keepdims=0>(%x, %axes) : f32[2,4]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      init %axes: i64[1] = [1]
+      %y = ReduceSum<axes=[1], keepdims=0>(%x) : f32[2,4]
+      return %y
+    })"));
+}
+
+TEST(Canonicalize, ReduceMeanAxesInputBecomesAttributeAtOpset18) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[2,3,4]) opset(18) {
+      init %axes: i64[2] = [-1, 0]
+      %y = ReduceMean(%x, %axes) : f32[1,3,1]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[2,3,4]) opset(18) {
+      init %axes: i64[2] = [-1, 0]
+      %y = ReduceMean<axes=[-1, 0]>(%x) : f32[1,3,1]
+      return %y
+    })"));
+}
+
+TEST(Canonicalize, ReduceMeanAxesAttributeAtOpset13IsAlreadyCanonical) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      %y = ReduceMean<axes=[1], keepdims=0>(%x) : f32[2,4]
+      return %y
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+// An empty axes input reduces over every axis, like an absent one (noop_with_empty_axes = 0).
+TEST(Canonicalize, EmptyReduceSumAxesInputBecomesEmptyAttribute) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[2,3]) opset(13) {
+      init %axes: i64[0] = []
+      %y = ReduceSum<keepdims=0>(%x, %axes) : f32[]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[2,3]) opset(13) {
+      init %axes: i64[0] = []
+      %y = ReduceSum<axes=[], keepdims=0>(%x) : f32[]
+      return %y
+    })"));
+}
+
+TEST(Canonicalize, SqueezeAndUnsqueezeAxesInputsBecomeAttributes) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[1,3,1,2]) opset(13) {
+      init %squeeze_axes: i64[2] = [0, 2]
+      init %unsqueeze_axes: i64[2] = [0, -1]
+      %s = Squeeze(%x, %squeeze_axes) : f32[3,2]
+      %u = Unsqueeze(%s, %unsqueeze_axes) : f32[1,3,2,1]
+      return %u
+    })",
+                                  R"(
+    graph g(%x: f32[1,3,1,2]) opset(13) {
+      init %squeeze_axes: i64[2] = [0, 2]
+      init %unsqueeze_axes: i64[2] = [0, -1]
+      %s = Squeeze<axes=[0, 2]>(%x) : f32[3,2]
+      %u = Unsqueeze<axes=[0, -1]>(%s) : f32[1,3,2,1]
+      return %u
+    })"));
+}
+
+TEST(Canonicalize, SplitSizesInputBecomesAttribute) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[6,2]) opset(13) {
+      init %split: i64[2] = [2, 4]
+      %a, %b = Split<axis=0>(%x, %split) : f32[2,2], f32[4,2]
+      return %a, %b
+    })",
+                                  R"(
+    graph g(%x: f32[6,2]) opset(13) {
+      init %split: i64[2] = [2, 4]
+      %a, %b = Split<axis=0, split=[2, 4]>(%x) : f32[2,2], f32[4,2]
+      return %a, %b
+    })"));
+}
+
+// Dropout's ratio is a float attribute before opset 12 and an input after; an input that is not
+// last (training_mode follows) is omitted, not truncated.
+TEST(Canonicalize, DropoutRatioInputBecomesFloatAttribute) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %ratio: f32[] = [0.25]
+      init %training: bool[] = [true]
+      %y, %mask = Dropout(%x, %ratio, %training) : f32[4], bool[4]
+      %z = Dropout(%x, %ratio) : f32[4]
+      return %y, %mask, %z
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %ratio: f32[] = [0.25]
+      init %training: bool[] = [true]
+      %y, %mask = Dropout<ratio=0.25>(%x, _, %training) : f32[4], bool[4]
+      %z = Dropout<ratio=0.25>(%x) : f32[4]
+      return %y, %mask, %z
+    })"));
+}
+
+// Values computed by nodes are fold-constants' business; once folded, they move here.
+TEST(Canonicalize, AxesComputedByNodesStayInputs) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      init %minus_one: i64[1] = [-1]
+      %axes = Neg(%minus_one) : i64[1]
+      %y = ReduceSum(%x, %axes) : f32[2,1,4]
+      return %y
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+TEST(Canonicalize, AxesBehindRemovedIdentityMoveInTheSameRun) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      init %axes: i64[1] = [2]
+      %a = Identity(%axes) : i64[1]
+      %y = ReduceSum(%x, %a) : f32[2,3,1]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[2,3,4]) opset(13) {
+      init %axes: i64[1] = [2]
+      %y = ReduceSum<axes=[2]>(%x) : f32[2,3,1]
+      return %y
+    })"));
+}
+
+// ---- Omitted operands -------------------------------------------------------------------------
+
+TEST(Canonicalize, TrailingOmittedOperandsAreDropped) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[6,2]) opset(13) {
+      %a, %b = Split<axis=0>(%x, _) : f32[3,2], f32[3,2]
+      %y = ReduceSum<keepdims=0>(%a, _) : f32[]
+      return %y, %b
+    })",
+                                  R"(
+    graph g(%x: f32[6,2]) opset(13) {
+      %a, %b = Split<axis=0>(%x) : f32[3,2], f32[3,2]
+      %y = ReduceSum<keepdims=0>(%a) : f32[]
+      return %y, %b
+    })"));
+}
+
+TEST(Canonicalize, OmittedOperandBeforeAPresentOneStays) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[4], %training: bool[]) opset(13) {
+      %y, %mask = Dropout(%x, _, %training) : f32[4], bool[4]
+      return %y, %mask
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+}  // namespace
+}  // namespace ampc
