@@ -4,6 +4,7 @@
 //
 // Integer Range is computed in int64 (its length with 128-bit intermediates), so it is exact;
 // float Range is computed in its own element type, as a kernel does.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 

@@ -4,6 +4,7 @@
 // Slice and Split sizes that come from inputs need those inputs at compile time. The folds copy
 // element bytes, so they are exact for every dtype; index arithmetic is int64, with the clamping
 // of Slice done so that INT64_MAX / INT64_MIN bounds and steps never overflow.
+#include <algorithm>
 #include <cstring>
 
 #include "ops/op_util.h"

@@ -5,6 +5,7 @@
 // Output shapes that depend on input values (Reshape's and Expand's `shape`) need those values at
 // compile time: from initializers or from folded shape arithmetic. Folds of integer data are exact
 // (bytes are copied, Cast converts integers through int64, never through double).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 

@@ -259,7 +259,8 @@ TEST(OnnxExport, WritesAttributesAsInputsWhereTheOpsetWantsThem) {
   graph.set_opset("", 11);  // an attribute before 13
   bytes = export_onnx_bytes(graph);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
-  const onnx::NodeProto& old = parse_model(*bytes).graph().node(0);
+  const onnx::ModelProto old_model = parse_model(*bytes);
+  const onnx::NodeProto& old = old_model.graph().node(0);
   EXPECT_EQ(old.input_size(), 1);
   ASSERT_EQ(old.attribute_size(), 1);
   EXPECT_EQ(old.attribute(0).type(), onnx::AttributeProto::INTS);

@@ -1,0 +1,261 @@
+// The `ampc` command line, end to end: the example models compile and inspect; bad input and bad
+// flags give a clear message and a non-zero exit, and write nothing.
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+Result ampc(const std::string& args) {
+  Result r;
+  r.exit_code = testing::run_command(std::string(AMPC_BINARY) + " " + args, &r.out, &r.err);
+  return r;
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ampc_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string model(const std::string& name) const {
+    return testing::source_path("models/" + name + ".onnx");
+  }
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path(name), std::ios::binary) << bytes;
+  }
+  fs::path dir_;
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// A one-node model: `op` (with its inputs all graph inputs of `input_shape` float) at `opset`.
+std::string one_node_model(const std::string& op, int opset, int num_inputs,
+                           const std::vector<std::string>& dims) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(opset);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name("g");
+  onnx::NodeProto* node = graph->add_node();
+  node->set_op_type(op);
+  node->set_name("the_node");
+  for (int i = 0; i < num_inputs; ++i) {
+    onnx::ValueInfoProto* input = graph->add_input();
+    input->set_name("in" + std::to_string(i));
+    auto* tensor = input->mutable_type()->mutable_tensor_type();
+    tensor->set_elem_type(onnx::TensorProto::FLOAT);
+    for (const std::string& d : dims) {
+      auto* dim = tensor->mutable_shape()->add_dim();
+      if (std::isdigit(static_cast<unsigned char>(d[0]))) {
+        dim->set_dim_value(std::stoll(d));
+      } else {
+        dim->set_dim_param(d);
+      }
+    }
+    node->add_input(input->name());
+  }
+  node->add_output("out");
+  graph->add_output()->set_name("out");
+  return model.SerializeAsString();
+}
+
+TEST_F(CliTest, HelpListsCommandsAndFlags) {
+  Result r = ampc("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, HasSubstr("compile"));
+  EXPECT_THAT(r.out, HasSubstr("inspect"));
+  r = ampc("compile --help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag : {"--output", "--shape", "--dump-after", "--disable-pass"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+  EXPECT_THAT(r.out, HasSubstr("fold-constants"));  // --dump-after lists the passes
+}
+
+TEST_F(CliTest, CompilesEachExampleModelIntoACheckedOnnxFile) {
+  for (const std::string name : {"mlp", "cnn", "tiny_gpt"}) {
+    SCOPED_TRACE(name);
+    const std::string out = path(name + ".ampc.onnx");
+    Result r = ampc("compile " + model(name) + " -o " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    onnx::ModelProto proto;
+    ASSERT_TRUE(proto.ParseFromString(read_file(out)));
+    EXPECT_NO_THROW(onnx::checker::check_model(proto));
+    for (const onnx::NodeProto& node : proto.graph().node()) {
+      EXPECT_NE(node.op_type(), "Shape");
+      EXPECT_NE(node.op_type(), "Constant");
+      EXPECT_NE(node.op_type(), "Identity");
+    }
+    // The compiled file inspects, and its interface kept its names.
+    r = ampc("inspect " + out);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("return %loss"));
+    EXPECT_THAT(r.out, HasSubstr("summary of graph"));
+  }
+}
+
+TEST_F(CliTest, InspectJsonFollowsTheDocumentedSchema) {
+  Result r = ampc("inspect --format json " + model("mlp"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["schema"], "ampc.inspect/1");
+  EXPECT_EQ(json["graph"]["opsets"]["ai.onnx"], 17);
+  EXPECT_EQ(json["inputs"][0]["name"], "x");
+  EXPECT_EQ(json["inputs"][0]["shape"], nlohmann::json::array({8, 64}));
+  EXPECT_EQ(json["outputs"][0]["name"], "loss");
+  EXPECT_EQ(json["outputs"][0]["shape"], nlohmann::json::array());
+  // Linear(64,64), Linear(64,64), Linear(64,10): 2*(64*64+64) + 64*10+10 parameters.
+  EXPECT_EQ(json["summary"]["parameter_elements"], 2 * (64 * 64 + 64) + 64 * 10 + 10);
+  EXPECT_EQ(json["summary"]["parameter_bytes"], 4 * (2 * (64 * 64 + 64) + 64 * 10 + 10));
+  EXPECT_EQ(json["summary"]["nodes_per_op"]["Gemm"], 3);
+  EXPECT_EQ(json["summary"]["node_count"], json["nodes"].size());
+  const nlohmann::json& gemm = json["nodes"][0];
+  EXPECT_EQ(gemm["op"], "Gemm");
+  EXPECT_EQ(gemm["attributes"]["transB"], 1);
+  EXPECT_TRUE(gemm["precision"]["compute"].is_null());
+}
+
+TEST_F(CliTest, DumpAfterWritesTextIrPerPass) {
+  const std::string dumps = path("dumps");
+  Result r = ampc("compile " + model("tiny_gpt") + " -o " + path("out.onnx") +
+                  " --dump-after all --dump-dir " + dumps);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int files = 0;
+  bool saw_fold = false;
+  for (const auto& entry : fs::directory_iterator(dumps)) {
+    ++files;
+    saw_fold = saw_fold || entry.path().filename().string().find("fold-constants") !=
+                               std::string::npos;
+    EXPECT_THAT(read_file(entry.path().string()), HasSubstr("graph "));
+  }
+  EXPECT_GE(files, 4);
+  EXPECT_TRUE(saw_fold);
+  r = ampc("compile " + model("mlp") + " -o " + path("out2.onnx") + " --dump-after dce");
+  ASSERT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("// ----- IR after dce -----"));
+}
+
+TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
+  const std::string out = path("out.onnx");
+  Result r = ampc("compile " + model("tiny_gpt") + " -o " + out +
+                  " --disable-pass fold-constants --disable-pass canonicalize");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(read_file(out)));
+  int constants = 0;
+  for (const onnx::NodeProto& node : proto.graph().node()) constants += node.op_type() == "Constant";
+  EXPECT_GT(constants, 0);
+}
+
+TEST_F(CliTest, MissingFileIsAClearError) {
+  Result r = ampc("compile " + path("nope.onnx") + " -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("ampc: error:"));
+  EXPECT_THAT(r.err, HasSubstr("nope.onnx"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+}
+
+TEST_F(CliTest, RandomBytesAreNotAModel) {
+  write("junk.onnx", std::string("\x13\x37 this is not a protobuf \xff\xfe", 30));
+  Result r = ampc("inspect " + path("junk.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("is not an ONNX model"));
+}
+
+TEST_F(CliTest, TruncatedModelIsAClearError) {
+  const std::string bytes = read_file(model("cnn"));
+  write("cut.onnx", bytes.substr(0, bytes.size() / 2));
+  Result r = ampc("compile " + path("cut.onnx") + " -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("cut.onnx"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+}
+
+TEST_F(CliTest, UnsupportedOpNamesNodeOpDomainOpsetAndSupportedOps) {
+  write("foo.onnx", one_node_model("Foo", 17, 1, {"2"}));
+  Result r = ampc("compile " + path("foo.onnx") + " -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("the_node"));
+  EXPECT_THAT(r.err, HasSubstr("Foo"));
+  EXPECT_THAT(r.err, HasSubstr("ai.onnx"));
+  EXPECT_THAT(r.err, HasSubstr("17"));
+  EXPECT_THAT(r.err, HasSubstr("MatMul"));  // part of the supported list
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+}
+
+TEST_F(CliTest, DynamicDimNeedsShapeFlag) {
+  write("dyn.onnx", one_node_model("Relu", 17, 1, {"batch", "4"}));
+  Result r = ampc("compile " + path("dyn.onnx") + " -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("in0"));
+  EXPECT_THAT(r.err, HasSubstr("batch"));
+  EXPECT_THAT(r.err, HasSubstr("--shape"));
+  r = ampc("compile " + path("dyn.onnx") + " -o " + path("out.onnx") + " --shape in0:8x4");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = ampc("inspect " + path("out.onnx"));
+  EXPECT_THAT(r.out, HasSubstr("%in0: f32[8,4]"));
+}
+
+TEST_F(CliTest, ShapeMismatchNamesNodeAndBothShapes) {
+  write("add.onnx", one_node_model("Add", 17, 2, {"n"}));
+  // Fix the symbolic dim of the two inputs to sizes that do not broadcast.
+  Result r = ampc("compile " + path("add.onnx") + " -o " + path("out.onnx") +
+                  " --shape in0:3 --shape in1:4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("node 'the_node' (Add): shapes [3] and [4] do not broadcast"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+}
+
+TEST_F(CliTest, BadFlagsAreUsageErrors) {
+  Result r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape x:8xfoo");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--shape 'x:8xfoo'"));
+  r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape nosuch:8x64");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("nosuch"));
+  r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --disable-pass nope");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--disable-pass: unknown pass 'nope'"));
+  r = ampc("compile " + model("mlp"));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--output"));
+  r = ampc("inspect " + model("mlp") + " --format yaml");
+  EXPECT_EQ(r.exit_code, 2);
+  r = ampc("frobnicate");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_FALSE(fs::exists(path("o.onnx")));
+}
+
+TEST_F(CliTest, UnwritableOutputIsAnErrorAndLeavesNothing) {
+  Result r = ampc("compile " + model("mlp") + " -o " + path("no/such/dir/out.onnx"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("out.onnx"));
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+}  // namespace
+}  // namespace ampc
