@@ -23,8 +23,8 @@ absl::StatusOr<int64_t> parse_external_int(std::string_view what, const std::str
   int64_t value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (ec != std::errc() || end != text.data() + text.size() || value < 0) {
-    return tensor_error(what, str_cat("external data ", key, " '", text,
-                                      "' is not a non-negative integer"));
+    return tensor_error(
+        what, str_cat("external data ", key, " '", text, "' is not a non-negative integer"));
   }
   return value;
 }
@@ -55,8 +55,8 @@ absl::StatusOr<std::vector<uint8_t>> read_external_data(const onnx::TensorProto&
   const std::filesystem::path relative(location);
   for (const auto& part : relative) {
     if (part == "..") {
-      return tensor_error(what, str_cat("external data location '", location,
-                                        "' leaves the model's folder"));
+      return tensor_error(
+          what, str_cat("external data location '", location, "' leaves the model's folder"));
     }
   }
   if (relative.is_absolute()) {
@@ -71,14 +71,14 @@ absl::StatusOr<std::vector<uint8_t>> read_external_data(const onnx::TensorProto&
   std::error_code ec;
   const uintmax_t file_size = std::filesystem::file_size(file, ec);
   if (ec) {
-    return tensor_error(what, str_cat("cannot read external data file '", file.string(),
-                                      "': ", ec.message()));
+    return tensor_error(
+        what, str_cat("cannot read external data file '", file.string(), "': ", ec.message()));
   }
   if (static_cast<uintmax_t>(offset) > file_size ||
       static_cast<uintmax_t>(byte_size) > file_size - static_cast<uintmax_t>(offset)) {
-    return tensor_error(what, str_cat("external data file '", file.string(), "' has ", file_size,
-                                      " bytes; the tensor needs ", byte_size, " from offset ",
-                                      offset));
+    return tensor_error(what,
+                        str_cat("external data file '", file.string(), "' has ", file_size,
+                                " bytes; the tensor needs ", byte_size, " from offset ", offset));
   }
   std::vector<uint8_t> bytes(static_cast<size_t>(byte_size));
   std::ifstream in(file, std::ios::binary);

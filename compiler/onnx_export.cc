@@ -2,7 +2,7 @@
 //
 // Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
-// (OpDef::attrs_as_inputs) are written as int64 initializers. Every node's precision decision
+// (OpDef::attrs_as_inputs) are written as initializers. Every node's precision decision
 // goes into its doc_string, where import finds it again.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -97,7 +97,8 @@ class Exporter {
     std::map<std::string, int64_t, std::less<>> opsets = graph.opset_imports();
     // Every domain a node uses is imported, the standard one always.
     opsets.emplace("", graph.opset(""));
-    for (const auto& node : graph.nodes()) opsets.emplace(node->domain(), graph.opset(node->domain()));
+    for (const auto& node : graph.nodes())
+      opsets.emplace(node->domain(), graph.opset(node->domain()));
     for (const auto& [domain, version] : opsets) {
       onnx::OperatorSetIdProto* opset = model.add_opset_import();
       opset->set_domain(domain);
@@ -122,7 +123,8 @@ class Exporter {
     }
     if (!doc.empty()) proto->set_doc_string(doc);
     std::vector<std::string> inputs;
-    for (const Value* operand : node.operands()) inputs.push_back(operand ? names_.at(operand) : "");
+    for (const Value* operand : node.operands())
+      inputs.push_back(operand ? names_.at(operand) : "");
     std::unordered_set<std::string> as_inputs;
     AMPC_RETURN_IF_ERROR(write_attrs_as_inputs(node, graph, inputs, as_inputs));
     for (const std::string& input : inputs) proto->add_input(input);
@@ -135,7 +137,21 @@ class Exporter {
     return absl::OkStatus();
   }
 
-  // Moves the attributes that the node's opset takes as inputs into int64 initializers.
+  // The tensor an attribute becomes when its opset takes it as an input: integer lists (axes,
+  // split) as 1-D int64, a float (Dropout's ratio) as an f32 scalar.
+  static absl::StatusOr<Tensor> attr_as_tensor(const Node& node, const AttrAsInput& form,
+                                               const AttrValue& value) {
+    if (const auto* list = std::get_if<std::vector<int64_t>>(&value)) {
+      return Tensor::from_i64({static_cast<int64_t>(list->size())}, *list);
+    }
+    if (const auto* scalar = std::get_if<int64_t>(&value)) return Tensor::from_i64({1}, {*scalar});
+    if (const auto* real = std::get_if<float>(&value)) return Tensor::from_f32({}, {*real});
+    return absl::InternalError(str_cat(node.describe(), ": attribute '", form.attr, "' of kind ",
+                                       attr_kind_name(attr_kind(value)), " cannot become input ",
+                                       form.input));
+  }
+
+  // Moves the attributes that the node's opset takes as inputs into initializers.
   absl::Status write_attrs_as_inputs(const Node& node, onnx::GraphProto& graph,
                                      std::vector<std::string>& inputs,
                                      std::unordered_set<std::string>& moved) {
@@ -144,27 +160,17 @@ class Exporter {
     for (const AttrAsInput& form : node.def()->attrs_as_inputs) {
       const AttrValue* value = node.find_attr(form.attr);
       if (value == nullptr || form.since_opset > opset) continue;
-      std::vector<int64_t> ints;
-      if (const auto* list = std::get_if<std::vector<int64_t>>(value)) {
-        ints = *list;
-      } else if (const auto* scalar = std::get_if<int64_t>(value)) {
-        ints = {*scalar};
-      } else {
-        return absl::InternalError(str_cat(node.describe(), ": attribute '", form.attr,
-                                           "' is not an integer, so it cannot become input ",
-                                           form.input));
-      }
       if (form.input < static_cast<int>(inputs.size()) && !inputs[form.input].empty()) {
-        return absl::InvalidArgumentError(
-            str_cat(node.describe(), " has both attribute '", form.attr, "' and input ",
-                    form.input, "; opset ", opset, " takes it as an input only"));
+        return absl::InvalidArgumentError(str_cat(node.describe(), " has both attribute '",
+                                                  form.attr, "' and input ", form.input, "; opset ",
+                                                  opset, " takes it as an input only"));
       }
+      AMPC_ASSIGN_OR_RETURN(Tensor data, attr_as_tensor(node, form, *value));
       const std::string hint = node.has_output(0) ? names_.at(node.output(0)) : node.name();
       const std::string name = fresh_name(str_cat(hint, ".", form.attr));
       onnx::TensorProto* tensor = graph.add_initializer();
       tensor->set_name(name);
-      onnx_io::tensor_to_proto(Tensor::from_i64({static_cast<int64_t>(ints.size())}, ints),
-                               tensor);
+      onnx_io::tensor_to_proto(data, tensor);
       if (static_cast<int>(inputs.size()) <= form.input) inputs.resize(form.input + 1);
       inputs[form.input] = name;
       moved.insert(form.attr);
@@ -229,9 +235,9 @@ absl::Status export_onnx_file(const Graph& graph, const std::string& path) {
   std::string temp = (dir / str_cat(".", target.filename().string(), ".XXXXXX")).string();
   const int fd = mkstemp(temp.data());
   if (fd < 0) {
-    return absl::InvalidArgumentError(
-        str_cat("cannot write '", path, "': creating a temporary file in '", dir.string(),
-                "' failed: ", errno_text()));
+    return absl::InvalidArgumentError(str_cat("cannot write '", path,
+                                              "': creating a temporary file in '", dir.string(),
+                                              "' failed: ", errno_text()));
   }
   size_t written = 0;
   while (written < bytes.size()) {

@@ -51,9 +51,9 @@ std::string opset_ranges(const std::vector<const OpDef*>& defs) {
       parts.push_back(str_cat(def->since_opset, " to ", def->until_opset));
     }
   }
-  return str_cat(defs.size() == 1 && defs[0]->since_opset == defs[0]->until_opset ? "opset "
-                                                                                 : "opsets ",
-                 str_join(parts, ", "));
+  return str_cat(
+      defs.size() == 1 && defs[0]->since_opset == defs[0]->until_opset ? "opset " : "opsets ",
+      str_join(parts, ", "));
 }
 
 // The ONNX attribute type of `attr`; very old files leave `type` unset and only fill a field.
@@ -137,8 +137,8 @@ class Importer {
         return invalid(str_cat("opset_import lists domain '", domain_label(domain), "' twice"));
       }
       if (opset.version() < 1) {
-        return invalid(str_cat("opset_import gives domain '", domain_label(domain),
-                               "' version ", opset.version(), "; versions start at 1"));
+        return invalid(str_cat("opset_import gives domain '", domain_label(domain), "' version ",
+                               opset.version(), "; versions start at 1"));
       }
       graph_->set_opset(domain, opset.version());
     }
@@ -170,18 +170,17 @@ class Importer {
   }
 
   absl::Status import_inputs(const onnx::GraphProto& graph) {
+    // Files older than IR 4 list initializers as inputs too; the initializer is the value.
+    std::vector<const onnx::ValueInfoProto*> inputs;
     std::vector<std::string> input_names;
     for (int i = 0; i < graph.input_size(); ++i) {
       const onnx::ValueInfoProto& info = graph.input(i);
       if (info.name().empty()) return invalid(str_cat("graph input #", i, " has no name"));
-      // Files older than IR 4 list initializers as inputs too; the initializer is the value.
       auto existing = values_.find(info.name());
       if (existing != values_.end() && existing->second->kind() == Value::Kind::kInitializer) {
         continue;
       }
-      AMPC_ASSIGN_OR_RETURN(TensorType type, input_type(info));
-      const std::string what = str_cat("graph input '", info.name(), "'");
-      AMPC_RETURN_IF_ERROR(define(info.name(), graph_->add_input(info.name(), type), what));
+      inputs.push_back(&info);
       input_names.push_back(info.name());
     }
     for (const auto& [name, shape] : options_.input_shapes) {
@@ -190,14 +189,19 @@ class Importer {
                                input_names.empty() ? "none" : str_join(input_names, ", "), ")"));
       }
     }
+    for (const onnx::ValueInfoProto* info : inputs) {
+      AMPC_ASSIGN_OR_RETURN(TensorType type, input_type(*info));
+      const std::string what = str_cat("graph input '", info->name(), "'");
+      AMPC_RETURN_IF_ERROR(define(info->name(), graph_->add_input(info->name(), type), what));
+    }
     return absl::OkStatus();
   }
 
   absl::StatusOr<TensorType> input_type(const onnx::ValueInfoProto& info) {
     const std::string& name = info.name();
     if (!info.has_type() || !info.type().has_tensor_type()) {
-      return absl::UnimplementedError(str_cat(
-          "graph input '", name, "' is not a tensor (ampc supports tensor inputs only)"));
+      return absl::UnimplementedError(
+          str_cat("graph input '", name, "' is not a tensor (ampc supports tensor inputs only)"));
     }
     const onnx::TypeProto::Tensor& tensor = info.type().tensor_type();
     absl::StatusOr<DType> dtype = from_onnx_dtype(tensor.elem_type());
@@ -277,19 +281,19 @@ class Importer {
     const int64_t opset = graph_->opset(domain);
     const OpRegistry& registry = OpRegistry::global();
     if (const OpDef* def = registry.find(domain, proto.op_type(), opset)) return def;
-    const std::string what = str_cat(label, ": op '", proto.op_type(), "' (domain '",
-                                     domain_label(domain), "', opset ", opset,
-                                     ") is not supported by ampc");
+    const std::string what =
+        str_cat(label, ": op '", proto.op_type(), "' (domain '", domain_label(domain), "', opset ",
+                opset, ") is not supported by ampc");
     std::vector<const OpDef*> others = registry.find_all(domain, proto.op_type());
     if (!others.empty()) {
-      return absl::UnimplementedError(str_cat(what, "; ampc implements ", proto.op_type(),
-                                              " for ", opset_ranges(others)));
+      return absl::UnimplementedError(
+          str_cat(what, "; ampc implements ", proto.op_type(), " for ", opset_ranges(others)));
     }
     const std::string supported = registry.supported_names(domain);
     if (supported.empty()) {
-      return absl::UnimplementedError(str_cat(what, "; ampc has no ops in domain '",
-                                              domain_label(domain), "' (ai.onnx ops: ",
-                                              registry.supported_names(""), ")"));
+      return absl::UnimplementedError(
+          str_cat(what, "; ampc has no ops in domain '", domain_label(domain),
+                  "' (ai.onnx ops: ", registry.supported_names(""), ")"));
     }
     return absl::UnimplementedError(str_cat(what, "; supported ops: ", supported));
   }
@@ -306,10 +310,12 @@ class Importer {
       case AttrKind::kInt:
         return AttrValue(attr.i());
       case AttrKind::kDType: {
-        const int code = attr.i() >= INT_MIN && attr.i() <= INT_MAX ? static_cast<int>(attr.i()) : 0;
+        const int code =
+            attr.i() >= INT_MIN && attr.i() <= INT_MAX ? static_cast<int>(attr.i()) : 0;
         absl::StatusOr<DType> dtype = from_onnx_dtype(code);
-        if (!dtype.ok()) return absl::Status(dtype.status().code(),
-                                             str_cat(where, ": ", dtype.status().message()));
+        if (!dtype.ok())
+          return absl::Status(dtype.status().code(),
+                              str_cat(where, ": ", dtype.status().message()));
         return AttrValue(*dtype);
       }
       case AttrKind::kFloat:
@@ -411,7 +417,15 @@ class Importer {
     }
     AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator_.visit(*node));
     for (int i = 0; i < num_outputs; ++i) {
-      if (node->has_output(i)) node->output(i)->set_type(*types[i]);
+      if (!node->has_output(i)) continue;
+      // Shapes computed from values in the file (Expand, ConstantOfShape) can be absurd; later
+      // stages multiply dims, so their sizes must not overflow.
+      if (!onnx_io::checked_num_elements(types[i]->shape)) {
+        return invalid(str_cat(label, ": output ", i, " ('", proto.output(i),
+                               "') would have shape ", shape_to_string(types[i]->shape),
+                               ", which is too large"));
+      }
+      node->output(i)->set_type(*types[i]);
     }
     return absl::OkStatus();
   }
@@ -422,8 +436,8 @@ class Importer {
       if (name.empty()) return invalid(str_cat("graph output #", i, " has no name"));
       auto it = values_.find(name);
       if (it == values_.end()) {
-        return invalid(str_cat("graph output '", name,
-                               "' is not produced by any node, input or initializer"));
+        return invalid(
+            str_cat("graph output '", name, "' is not produced by any node, input or initializer"));
       }
       graph_->add_output(it->second);
     }
@@ -441,8 +455,7 @@ absl::Status not_a_model(std::string_view source, std::string_view why) {
   return invalid(str_cat(source, " is not an ONNX model (", why, ")"));
 }
 
-absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes,
-                                                    std::string_view source,
+absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std::string_view source,
                                                     const ImportOptions& options,
                                                     const std::filesystem::path& base_dir) {
   onnx::ModelProto model;
@@ -452,7 +465,8 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes,
   if (!model.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return not_a_model(source, "protobuf parse failed");
   }
-  if (model.ir_version() <= 0) return not_a_model(source, str_cat("ir_version ", model.ir_version()));
+  if (model.ir_version() <= 0)
+    return not_a_model(source, str_cat("ir_version ", model.ir_version()));
   if (!model.has_graph()) return not_a_model(source, "no graph");
   if (model.opset_import_size() == 0) return not_a_model(source, "no opset_import");
   Importer importer(options, base_dir.string());

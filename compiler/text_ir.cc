@@ -3,12 +3,13 @@
 // Output is a function of the graph alone: values are named in definition order, unnamed and
 // repeated names get fresh ones that no other value uses, and every float prints in its shortest
 // exact form, so print -> parse -> print is an identity.
+#include "compiler/text_ir.h"
+
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compiler/float16.h"
 #include "compiler/strings.h"
-#include "compiler/text_ir.h"
 #include "compiler/text_ir_syntax.h"
 
 namespace ampc {
@@ -200,7 +201,8 @@ class Printer {
       }
       out_ += str_cat(" : ", str_join(types, ", "));
     }
-    if (!node.precision().empty()) out_ += str_cat("  # ", text_ir::format_precision(node.precision()));
+    if (!node.precision().empty())
+      out_ += str_cat("  # ", text_ir::format_precision(node.precision()));
     out_ += "\n";
   }
 

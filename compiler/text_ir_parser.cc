@@ -3,7 +3,6 @@
 // add_initializer, create_node, set_name), so a parsed graph is like any other; it checks what
 // the grammar alone can (defined-before-use, unique names, type counts, tensor sizes, attribute
 // kinds against the op's AttrSpecs) and leaves the rest to verify().
-#include <charconv>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -30,38 +29,6 @@ std::string dtype_list() {
   return str_join(names, ", ");
 }
 
-// An optional sign and at least one digit.
-bool looks_like_int(std::string_view word) {
-  size_t i = !word.empty() && (word[0] == '-' || word[0] == '+') ? 1 : 0;
-  if (i == word.size()) return false;
-  for (; i < word.size(); ++i) {
-    if (word[i] < '0' || word[i] > '9') return false;
-  }
-  return true;
-}
-
-std::optional<int64_t> to_int(std::string_view word) {
-  if (!looks_like_int(word)) return std::nullopt;
-  if (word[0] == '+') word.remove_prefix(1);
-  int64_t value = 0;
-  auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
-  if (error != std::errc() || end != word.data() + word.size()) return std::nullopt;
-  return value;
-}
-
-// Any float text: 1, -2.5, 1e-05, inf, -inf, nan. Out-of-range text is refused.
-template <typename F>
-std::optional<F> to_float(std::string_view word) {
-  if (!word.empty() && word[0] == '+') {
-    word.remove_prefix(1);
-    if (!word.empty() && word[0] == '-') return std::nullopt;
-  }
-  F value = 0;
-  auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
-  if (error != std::errc() || end != word.data() + word.size()) return std::nullopt;
-  return value;
-}
-
 template <typename T>
 void append_bytes(std::vector<uint8_t>* bytes, T value) {
   const auto* raw = reinterpret_cast<const uint8_t*>(&value);
@@ -78,7 +45,8 @@ bool conform_to_kind(AttrKind expected, AttrValue* value) {
   }
   if (expected == AttrKind::kFloats && kind == AttrKind::kInts) {
     std::vector<float> floats;
-    for (int64_t v : std::get<std::vector<int64_t>>(*value)) floats.push_back(static_cast<float>(v));
+    for (int64_t v : std::get<std::vector<int64_t>>(*value))
+      floats.push_back(static_cast<float>(v));
     *value = std::move(floats);
     return true;
   }
@@ -161,8 +129,8 @@ class Parser {
   absl::Status define(const Token& name, Value* value) {
     auto [it, inserted] = values_.emplace(name.text, Definition{value, name.line});
     if (!inserted) {
-      return error_at(name, str_cat("value ", describe(name), " is already defined on line ",
-                                    it->second.line));
+      return error_at(
+          name, str_cat("value ", describe(name), " is already defined on line ", it->second.line));
     }
     value->set_name(name.text);
     return absl::OkStatus();
@@ -204,7 +172,7 @@ class Parser {
     while (!at_punct(']')) {
       if (!shape.empty()) AMPC_RETURN_IF_ERROR(expect_punct(','));
       std::optional<int64_t> dim =
-          peek().kind == TokenKind::kWord ? to_int(peek().text) : std::nullopt;
+          peek().kind == TokenKind::kWord ? text_ir::parse_int(peek().text) : std::nullopt;
       if (!dim || *dim < 0) return expected("a dimension (an integer >= 0) or ']'");
       if (*dim > 0 && elements > kMaxElements / *dim) {
         return error_at(peek(), "the shape has too many elements");
@@ -226,13 +194,13 @@ class Parser {
   absl::Status parse_element(DType dtype, std::vector<uint8_t>* bytes) {
     const std::string& word = peek().kind == TokenKind::kWord ? peek().text : std::string();
     if (dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16) {
-      std::optional<float> value = to_float<float>(word);
+      std::optional<float> value = text_ir::parse_f32(word);
       if (!value) return expected(str_cat("a number of type ", dtype_name(dtype)));
       if (dtype == DType::kF32) append_bytes(bytes, *value);
       if (dtype == DType::kF16) append_bytes(bytes, f32_to_f16_bits(*value));
       if (dtype == DType::kBF16) append_bytes(bytes, f32_to_bf16_bits(*value));
     } else if (dtype == DType::kF64) {
-      std::optional<double> value = to_float<double>(word);
+      std::optional<double> value = text_ir::parse_f64(word);
       if (!value) return expected("a number of type f64");
       append_bytes(bytes, *value);
     } else if (dtype == DType::kBool) {
@@ -257,7 +225,7 @@ class Parser {
   }
 
   absl::Status parse_int_element(DType dtype, std::string_view word, std::vector<uint8_t>* bytes) {
-    std::optional<int64_t> value = to_int(word);
+    std::optional<int64_t> value = text_ir::parse_int(word);
     int64_t low = INT64_MIN, high = INT64_MAX;
     if (dtype == DType::kI32) low = INT32_MIN, high = INT32_MAX;
     if (dtype == DType::kI8) low = INT8_MIN, high = INT8_MAX;
@@ -310,9 +278,12 @@ class Parser {
         if (item.kind != TokenKind::kString) return expected("a string");
         strings.push_back(item.text);
       } else {
-        const bool is_int = item.kind == TokenKind::kWord && to_int(item.text).has_value();
-        const bool is_float = item.kind == TokenKind::kWord && to_float<float>(item.text);
+        const bool is_int = item.kind == TokenKind::kWord && text_ir::is_int_literal(item.text);
+        const bool is_float = item.kind == TokenKind::kWord && text_ir::parse_f32(item.text);
         if (!is_int && !is_float) return expected("a number or ']'");
+        if (is_int && !text_ir::parse_int(item.text)) {
+          return expected("an integer in the range of int64");
+        }
         any_float |= !is_int;
         numbers.push_back(item.text);
       }
@@ -322,11 +293,11 @@ class Parser {
     if (of_strings) return AttrValue(std::move(strings));
     if (any_float) {
       std::vector<float> floats;
-      for (const std::string& n : numbers) floats.push_back(*to_float<float>(n));
+      for (const std::string& n : numbers) floats.push_back(*text_ir::parse_f32(n));
       return AttrValue(std::move(floats));
     }
     std::vector<int64_t> ints;
-    for (const std::string& n : numbers) ints.push_back(*to_int(n));
+    for (const std::string& n : numbers) ints.push_back(*text_ir::parse_int(n));
     return AttrValue(std::move(ints));
   }
 
@@ -342,11 +313,13 @@ class Parser {
         AMPC_ASSIGN_OR_RETURN(Tensor tensor, parse_tensor_data(TensorType{*dtype, shape}));
         return AttrValue(std::move(tensor));
       }
-      if (std::optional<int64_t> value = to_int(token.text)) {
+      if (text_ir::is_int_literal(token.text)) {
+        std::optional<int64_t> value = text_ir::parse_int(token.text);
+        if (!value) return expected("an integer in the range of int64");
         next();
         return AttrValue(*value);
       }
-      if (std::optional<float> value = to_float<float>(token.text)) {
+      if (std::optional<float> value = text_ir::parse_f32(token.text)) {
         next();
         return AttrValue(*value);
       }
@@ -418,7 +391,7 @@ class Parser {
         next();
       }
       std::optional<int64_t> version =
-          peek().kind == TokenKind::kWord ? to_int(peek().text) : std::nullopt;
+          peek().kind == TokenKind::kWord ? text_ir::parse_int(peek().text) : std::nullopt;
       if (!version || *version < 1) {
         return expected("an opset version (an integer >= 1) or 'domain:version'");
       }
@@ -468,7 +441,6 @@ class Parser {
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Definition> values_;
 };
-
 
 // ---- Nodes --------------------------------------------------------------------------------------
 
@@ -539,8 +511,10 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> Parser::parse_output_type
     }
   } while (accept_punct(','));
   if (types.size() != outputs.size()) {
-    return error_at(first, str_cat("expected ", outputs.size(), " output types (one per output) "
-                                   "but found ", types.size()));
+    return error_at(first, str_cat("expected ", outputs.size(),
+                                   " output types (one per output) "
+                                   "but found ",
+                                   types.size()));
   }
   return types;
 }
@@ -594,8 +568,7 @@ absl::Status Parser::parse_node() {
     if (outputs[i]) AMPC_RETURN_IF_ERROR(define(*outputs[i], node->output(static_cast<int>(i))));
   }
   if (tokens_[pos_].kind == TokenKind::kComment) {
-    AMPC_RETURN_IF_ERROR(
-        text_ir::parse_precision(tokens_[pos_], &node->mutable_precision()));
+    AMPC_RETURN_IF_ERROR(text_ir::parse_precision(tokens_[pos_], &node->mutable_precision()));
     ++pos_;
   }
   return absl::OkStatus();

@@ -1,5 +1,6 @@
 #include "compiler/text_ir_syntax.h"
 
+#include <charconv>
 #include <cmath>
 
 #include "compiler/strings.h"
@@ -14,9 +15,7 @@ bool is_name_char(char c) {
   return is_alnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || c == '-';
 }
 bool is_word_char(char c) { return is_alnum(c) || c == '_' || c == '.' || c == '+' || c == '-'; }
-bool is_punct(char c) {
-  return std::string_view("()[]{}<>,=:").find(c) != std::string_view::npos;
-}
+bool is_punct(char c) { return std::string_view("()[]{}<>,=:").find(c) != std::string_view::npos; }
 bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\r'; }
 
 int hex_digit(char c) {
@@ -36,6 +35,18 @@ std::string show_char(char c) {
 std::string with_float_marker(std::string text) {
   if (text.find_first_of(".en") == std::string::npos) text += ".0";
   return text;
+}
+
+template <typename F>
+std::optional<F> parse_float(std::string_view word) {
+  if (!word.empty() && word[0] == '+') {
+    word.remove_prefix(1);
+    if (!word.empty() && word[0] == '-') return std::nullopt;
+  }
+  F value = 0;
+  auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
+  if (error != std::errc() || end != word.data() + word.size()) return std::nullopt;
+  return value;
 }
 
 class Lexer {
@@ -178,6 +189,27 @@ std::string quote(std::string_view text) {
   }
   return out + "\"";
 }
+
+bool is_int_literal(std::string_view word) {
+  size_t i = !word.empty() && (word[0] == '-' || word[0] == '+') ? 1 : 0;
+  if (i == word.size()) return false;
+  for (; i < word.size(); ++i) {
+    if (word[i] < '0' || word[i] > '9') return false;
+  }
+  return true;
+}
+
+std::optional<int64_t> parse_int(std::string_view word) {
+  if (!is_int_literal(word)) return std::nullopt;
+  if (word[0] == '+') word.remove_prefix(1);
+  int64_t value = 0;
+  auto [end, error] = std::from_chars(word.data(), word.data() + word.size(), value);
+  if (error != std::errc() || end != word.data() + word.size()) return std::nullopt;
+  return value;
+}
+
+std::optional<float> parse_f32(std::string_view word) { return parse_float<float>(word); }
+std::optional<double> parse_f64(std::string_view word) { return parse_float<double>(word); }
 
 std::string format_f32(float value) {
   if (std::isnan(value)) return "nan";

@@ -28,6 +28,14 @@ std::string quote(std::string_view text);
 std::string format_f32(float value);
 std::string format_f64(double value);
 
+// Numbers as words spell them. An int literal is an optional sign and decimal digits; parse_int
+// fails when it is out of range of int64. parse_f32/parse_f64 read any float text from_chars
+// reads (1, -2.5, 1e-05, inf, -inf, nan) and fail when it is out of range of the type.
+bool is_int_literal(std::string_view word);
+std::optional<int64_t> parse_int(std::string_view word);
+std::optional<float> parse_f32(std::string_view word);
+std::optional<double> parse_f64(std::string_view word);
+
 enum class TokenKind {
   kWord,     // see is_bare_word
   kValue,    // %name or %"name"; text is the name

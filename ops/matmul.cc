@@ -44,16 +44,6 @@ absl::Status infer_matmul(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
-// True when `from` broadcasts to `to` without changing `to` (ONNX unidirectional broadcasting).
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  const size_t lead = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i) {
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  }
-  return true;
-}
-
 absl::Status infer_gemm(InferenceContext& ctx) {
   AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, 1));
   const Shape& a = ctx.input_type(0).shape;

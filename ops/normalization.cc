@@ -66,16 +66,6 @@ absl::Status infer_batch_norm_v9(InferenceContext& ctx) {
 
 // ---- LayerNormalization --------------------------------------------------------------------
 
-// True when `from` broadcasts to `to` without changing `to` (ONNX unidirectional broadcasting).
-bool broadcasts_to(const Shape& from, const Shape& to) {
-  if (from.size() > to.size()) return false;
-  const size_t lead = to.size() - from.size();
-  for (size_t i = 0; i < from.size(); ++i) {
-    if (from[i] != 1 && from[i] != to[lead + i]) return false;
-  }
-  return true;
-}
-
 // Y like X; Mean and InvStdDev (stash_type) keep X's dims before `axis` and are 1 from it on.
 absl::Status infer_layer_norm(InferenceContext& ctx) {
   const TensorType& x = ctx.input_type(0);

@@ -19,6 +19,15 @@ absl::StatusOr<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
   return out;
 }
 
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.size() > to.size()) return false;
+  const size_t lead = to.size() - from.size();
+  for (size_t i = 0; i < from.size(); ++i) {
+    if (from[i] != 1 && from[i] != to[lead + i]) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<int64_t> normalize_axis(int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= std::max<int64_t>(rank, 1) ||
       (rank == 0 && axis != 0 && axis != -1)) {

@@ -43,6 +43,9 @@ inline AttrSpec required_attr(std::string name, AttrKind kind) {
 // ONNX multidirectional (numpy) broadcasting. The error names both shapes.
 absl::StatusOr<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 
+// True when `from` broadcasts to `to` without changing `to` (ONNX unidirectional broadcasting).
+bool broadcasts_to(const Shape& from, const Shape& to);
+
 // Maps a possibly negative axis into [0, rank); the error names the axis and the rank.
 absl::StatusOr<int64_t> normalize_axis(int64_t axis, int64_t rank);
 // The same for a list; duplicates are an error.

@@ -120,8 +120,8 @@ absl::Status check_output_types(const Graph& graph, const onnx::ModelProto& mode
                                 const fs::path& data_set) {
   const onnx::GraphProto& proto = model.graph();
   if (static_cast<int>(graph.outputs().size()) != proto.output_size()) {
-    return absl::InternalError(str_cat("graph has ", graph.outputs().size(), " outputs, model ",
-                                       proto.output_size()));
+    return absl::InternalError(
+        str_cat("graph has ", graph.outputs().size(), " outputs, model ", proto.output_size()));
   }
   for (int i = 0; i < proto.output_size(); ++i) {
     const TensorType& ours = graph.outputs()[i]->type();
@@ -134,8 +134,9 @@ absl::Status check_output_types(const Graph& graph, const onnx::ModelProto& mode
       if (!declared.has_shape()) {
         for (int64_t d : ours.shape) dims.push_back(std::to_string(d));
       }
-      const std::string mismatch = type_mismatch(
-          ours, declared.elem_type(), dims, str_cat("declared output '", proto.output(i).name(), "'"));
+      const std::string mismatch =
+          type_mismatch(ours, declared.elem_type(), dims,
+                        str_cat("declared output '", proto.output(i).name(), "'"));
       if (!mismatch.empty()) return absl::InternalError(mismatch);
     }
     std::optional<std::string> bytes = read_bytes(data_set / str_cat("output_", i, ".pb"));
@@ -264,8 +265,8 @@ TEST(OnnxConformance, NodeTestCasesOfSupportedOpsImportRoundTripAndInferExpected
     if (!expected.contains(name)) std::printf("  newly passing: %s\n", name.c_str());
   }
   for (const std::string& name : expected) {
-    const bool ran = failures.contains(name) ||
-                     std::find(passed_names.begin(), passed_names.end(), name) != passed_names.end();
+    const bool ran = failures.contains(name) || std::find(passed_names.begin(), passed_names.end(),
+                                                          name) != passed_names.end();
     EXPECT_TRUE(ran) << name << " is expected to pass but was not checked (op not registered?)";
   }
   // The foundation issue asks for more than 400 passing cases.

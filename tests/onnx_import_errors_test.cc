@@ -221,8 +221,7 @@ TEST(OnnxImportErrors, AttributesAreCheckedAgainstTheOpDef) {
   required.input("x", onnx::TensorProto::FLOAT, {"2"});
   required.node("Cast", {"x"}, {"y"}, "cast");
   required.output("y");
-  expect_import_error(required.bytes(),
-                      {"node 'cast' (Cast): required attribute 'to' is missing"});
+  expect_import_error(required.bytes(), {"node 'cast' (Cast): required attribute 'to' is missing"});
 
   add_int_attr(*required.graph().mutable_node(0), "to", onnx::TensorProto::STRING);
   expect_import_error(required.bytes(), {"node 'cast' (Cast): attribute 'to': element type "

@@ -1,13 +1,14 @@
 // ONNX import and export: round trips of the example models, what export writes (checker-valid
 // models, unique names, attributes as inputs, precision decisions, atomic files), how initializer
 // data fields and external data are read, and every bad-input case with its message.
+#include "compiler/onnx_io.h"
+
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 
 #include "absl/strings/match.h"
-#include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "gtest/gtest.h"
@@ -198,7 +199,7 @@ TEST(OnnxImport, ReadsExternalDataRelativeToTheModel) {
   ASSERT_FALSE(graph.ok());
   EXPECT_TRUE(absl::StrContains(graph.status().message(), "missing.bin")) << graph.status();
 
-  const std::string escaping = model_with("../w.bin", "0");
+  model_with("../w.bin", "0");
   graph = import_onnx_file((dir / "model.onnx").string());
   ASSERT_FALSE(graph.ok());
   EXPECT_TRUE(absl::StrContains(graph.status().message(), "leaves the model's folder"));
@@ -256,7 +257,27 @@ TEST(OnnxExport, WritesAttributesAsInputsWhereTheOpsetWantsThem) {
   EXPECT_EQ(axes.data_type(), onnx::TensorProto::INT64);
   EXPECT_EQ(axes.raw_data(), std::string("\x01\0\0\0\0\0\0\0", 8));
 
-  graph.set_opset("", 11);  // an attribute before 13
+  // A float attribute becomes an f32 scalar (Dropout's ratio is an input from opset 12).
+  Value* x2 = graph.add_input("x2", {DType::kF32, {4}});
+  Node* dropout =
+      graph.create_node("", "Dropout", {x2}, {TensorType{DType::kF32, {4}}}, {{"ratio", 0.25f}});
+  dropout->output(0)->set_name("d");
+  graph.add_output(dropout->output(0));
+  bytes = export_onnx_bytes(graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  const onnx::ModelProto with_dropout = parse_model(*bytes);
+  expect_checker_accepts(with_dropout);
+  const onnx::NodeProto& dropout_proto = with_dropout.graph().node(1);
+  EXPECT_EQ(dropout_proto.attribute_size(), 0);
+  ASSERT_EQ(dropout_proto.input_size(), 2);
+  const onnx::TensorProto& ratio = with_dropout.graph().initializer(1);
+  EXPECT_EQ(ratio.name(), dropout_proto.input(1));
+  EXPECT_EQ(ratio.data_type(), onnx::TensorProto::FLOAT);
+  EXPECT_EQ(ratio.dims_size(), 0);
+  const float quarter = 0.25f;
+  EXPECT_EQ(ratio.raw_data(), std::string(reinterpret_cast<const char*>(&quarter), 4));
+
+  graph.set_opset("", 11);  // attributes before 12 and 13
   bytes = export_onnx_bytes(graph);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   const onnx::ModelProto old_model = parse_model(*bytes);
@@ -269,8 +290,8 @@ TEST(OnnxExport, WritesAttributesAsInputsWhereTheOpsetWantsThem) {
 TEST(OnnxExport, WritesDTypeAttributesAsOnnxCodesAndPrecisionInDocString) {
   Graph graph("g");
   Value* x = graph.add_input("x", {DType::kF32, {2}});
-  Node* cast = graph.create_node("", "Cast", {x}, {TensorType{DType::kF16, {2}}},
-                                 {{"to", DType::kF16}});
+  Node* cast =
+      graph.create_node("", "Cast", {x}, {TensorType{DType::kF16, {2}}}, {{"to", DType::kF16}});
   cast->output(0)->set_name("y");
   cast->set_doc_string("cast for MatMul");
   cast->mutable_precision() = {DType::kF16, DType::kF32, "allow-list MatMul"};

@@ -20,6 +20,25 @@ std::string onnx_test_data_path(std::string_view relative) {
   return (std::filesystem::path(AMPC_ONNX_TEST_DATA_DIR) / relative).string();
 }
 
+::testing::AssertionResult same_lines(std::string_view actual, std::string_view expected) {
+  auto next_line = [](std::string_view& text) {
+    const size_t end = text.find('\n');
+    std::string_view line = text.substr(0, end);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+    return line;
+  };
+  for (int line = 1; !actual.empty() || !expected.empty(); ++line) {
+    const std::string_view a = next_line(actual);
+    const std::string_view e = next_line(expected);
+    if (a != e) {
+      return ::testing::AssertionFailure() << "line " << line << " differs:\n  actual:   "
+                                           << a.substr(0, 400) << "\n  expected: "
+                                           << e.substr(0, 400);
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case) {
   Graph graph("op_case");
   graph.set_opset("", op_case.opset);

@@ -66,6 +66,9 @@ bool ExpectPass(std::string_view before, std::string_view after) {
   return expect_pass(pass, before, after);
 }
 
+// Compares two texts line by line and reports only the first difference (graphs print large).
+::testing::AssertionResult same_lines(std::string_view actual, std::string_view expected);
+
 // Builds a one-node graph of `op_type` (standard domain at `opset`) whose inputs are graph
 // inputs of `input_types` (a nullopt entry is an omitted optional input) or, for the indexes in
 // `constant_inputs`, initializers; runs type inference and returns the output types.

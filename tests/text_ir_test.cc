@@ -1,13 +1,14 @@
 // The text IR: exact printing of graphs built through the Graph API, print -> parse -> print
 // identity, the values the parser builds, and parse errors with their line and column.
 // docs/text-ir.md is the reference the expected texts below are written from.
+#include "compiler/text_ir.h"
+
 #include <bit>
 #include <cmath>
 #include <random>
 
 #include "compiler/float16.h"
 #include "compiler/op_def.h"
-#include "compiler/text_ir.h"
 #include "compiler/verifier.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -112,7 +113,7 @@ TEST(TextIrPrint, NamesUnnamedAndRepeatedValuesUniquelyAndStably) {
   graph.add_input("t0", f32({2}));  // a real name the fresh names must avoid
   Node* a = graph.create_node("", "Relu", {x}, {f32({2})});  // unnamed
   Node* b = graph.create_node("", "Relu", {a->output(0)}, {f32({2})});
-  b->output(0)->set_name("x");  // repeats the input's name
+  b->output(0)->set_name("x");                                          // repeats the input's name
   Node* c = graph.create_node("", "Relu", {b->output(0)}, {f32({2})});  // unnamed
   graph.add_output(c->output(0));
 
@@ -160,8 +161,8 @@ TEST(TextIrPrint, PrintsFloatsSoTheyCannotBeTakenForIntegers) {
       "", "Op", {x}, {f32({4})},
       {{"f", 2.0f}, {"fs", std::vector<float>{1.0f, -0.0f, 1e20f, 0.1f}}, {"i", int64_t{-3}}});
   graph.add_output(node->output(0));
-  EXPECT_TRUE(contains(print_graph(graph),
-                       "Op<f=2.0, fs=[1.0, -0.0, 1e+20, 0.1], i=-3>(%x) : f32[4]\n"))
+  EXPECT_TRUE(
+      contains(print_graph(graph), "Op<f=2.0, fs=[1.0, -0.0, 1e+20, 0.1], i=-3>(%x) : f32[4]\n"))
       << print_graph(graph);
 }
 
@@ -328,8 +329,8 @@ TEST(TextIrRoundTrip, PrecisionDecisionsReadBackExactly) {
   std::unique_ptr<Graph> graph = parse_ok(kCanonicalTexts[3]);
   ASSERT_NE(graph, nullptr);
   std::vector<Node*> nodes = graph->node_list();
-  EXPECT_EQ(nodes[0]->precision(), (PrecisionDecision{DType::kF16, DType::kF32,
-                                                      "allow-list MatMul"}));
+  EXPECT_EQ(nodes[0]->precision(),
+            (PrecisionDecision{DType::kF16, DType::kF32, "allow-list MatMul"}));
   EXPECT_EQ(nodes[0]->name(), "n\"1\"");
   EXPECT_EQ(nodes[0]->doc_string(), "line 1\nline 2");
   EXPECT_EQ(nodes[1]->precision(), (PrecisionDecision{DType::kF32, {}, "deny-list Softmax"}));
@@ -374,6 +375,30 @@ TEST(TextIrParse, BuildsAVerifiableGraphWithRegisteredOps) {
   for (const auto& node : graph->nodes()) EXPECT_NE(node->def(), nullptr) << node->op_type();
   EXPECT_EQ(graph->outputs()[1]->producer()->op_type(), "Erf");
   EXPECT_EQ(graph->inputs()[1]->uses().size(), 1u);
+}
+
+TEST(TextIrParse, DocumentedExampleVerifiesWithTheRegisteredOps) {
+  const std::string text = R"(graph main(%x: f32[8,16], %w: f32[16,4]) opset(17) {
+  init %b: f32[4] = [0.5, -1.0, 2.25, 0.0]
+  init %shape: i64[2] = [4, 8]
+  %y = MatMul(%x, %w) : f32[8,4]  # f16 (acc f32): allow-list MatMul
+  %z = Add(%y, %b) : f32[8,4]
+  %r = Relu(%z) {name="/fc1/Relu", doc="text"} : f32[8,4]
+  %s1, %s2 = Split<axis=1>(%r, _) : f32[8,2], f32[8,2]
+  %c = Cast<to=f16>(%s1) : f16[8,2]
+  %t = Constant<value=f32[2] [1.0, 2.0]>() : f32[2]
+  %m = Reshape(%y, %shape) : f32[4,8]
+  return %z, %s2, %c, %t, %m
+}
+)";
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(print_graph(*graph), text);
+  const Node& split = *graph->outputs()[1]->producer();
+  EXPECT_EQ(split.num_operands(), 2);
+  EXPECT_FALSE(split.has_operand(1));
+  EXPECT_EQ(split.int_attr("axis"), 1);
+  EXPECT_EQ(graph->outputs()[2]->producer()->dtype_attr("to"), DType::kF16);
 }
 
 TEST(TextIrParse, OpsetDefaultsAndDomains) {
@@ -474,7 +499,8 @@ TEST(TextIrParse, RejectsBadInputWithLineAndColumn) {
        "line 2, column 23: unterminated string"},
       {head + "  %y = Relu(%x) {name=\"a\\q\"} : f32[2]\n  return\n}",
        "line 2, column 25: unknown escape '\\q' in string"},
-      {head + "  %y = Relu(%x) @ : f32[2]\n  return\n}", "line 2, column 17: unexpected character '@'"},
+      {head + "  %y = Relu(%x) @ : f32[2]\n  return\n}",
+       "line 2, column 17: unexpected character '@'"},
       {head + "  %y = Relu(%x) {nam=\"a\"} : f32[2]\n  return\n}",
        "line 2, column 18: expected 'name' or 'doc' but found 'nam'"},
       {head + "  %y = LeakyRelu<alpha=\"x\">(%x) : f32[2]\n  return\n}",
@@ -487,6 +513,12 @@ TEST(TextIrParse, RejectsBadInputWithLineAndColumn) {
        "none"},
       {head + "  %y = Foo<a=[1, \"s\"]>(%x) : f32[2]\n  return\n}",
        "line 2, column 18: expected a number or ']' but found '\"s\"'"},
+      {head + "  %y = Foo<a=99999999999999999999>(%x) : f32[2]\n  return\n}",
+       "line 2, column 14: expected an integer in the range of int64 but found "
+       "'99999999999999999999'"},
+      {head + "  %y = Foo<a=[1.5, -99999999999999999999]>(%x) : f32[2]\n  return\n}",
+       "line 2, column 20: expected an integer in the range of int64 but found "
+       "'-99999999999999999999'"},
       {head + "  %y = Foo<a=0x1>(%x) : f32[2]\n  return\n}",
        "line 2, column 14: expected an attribute value (number, string, list, dtype or tensor) "
        "but found '0x1'"},
