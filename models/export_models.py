@@ -4,8 +4,9 @@
 Needs: Python 3, PyTorch and onnx from PyPI (numpy comes with them), e.g.
 
     python -m venv venv && venv/bin/pip install torch onnx numpy
-    venv/bin/python models/export_models.py            # writes models/*.onnx
-    venv/bin/python models/export_models.py --out DIR  # writes DIR/*.onnx
+    venv/bin/python models/export_models.py              # writes models/*.onnx + *.ref.npz
+    venv/bin/python models/export_models.py --out DIR    # writes them into DIR
+    venv/bin/python models/export_models.py --refs-only  # keeps the .onnx, writes *.ref.npz
 
 The outputs (mlp.onnx, cnn.onnx, tiny_gpt.onnx) are committed, so building and
 testing ampc does not need PyTorch; rerun this script only to change them.
@@ -17,7 +18,12 @@ Every model is exported in TRAINING mode with its loss inside the graph:
   * static shapes (no dynamic axes), opset 17, IR version 8, so libonnx 1.12
     can check them;
   * exporter: the TorchScript exporter (`torch.onnx.export(..., dynamo=False)`)
-    with `training=TrainingMode.TRAINING` and `do_constant_folding=False`.
+    with `training=TrainingMode.TRAINING` and `do_constant_folding=False`;
+  * tiny_gpt is written in the nanoGPT idiom (`B, T, C = x.size()`, `.view(...)`,
+    `self.bias[:, :, :T, :T]`, `torch.arange(0, t)`, ...) and is exported with the
+    exporter's own shape inference off (see export()), so its graph keeps PyTorch's
+    shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Range,
+    Slice of the mask buffer) on purpose: ampc has to fold it, as in users' exports.
 
 After export the script verifies each file and fails loudly otherwise:
   * only ops from ALLOWED_OPS (the ops ampc implements) appear, default domain only;
@@ -26,6 +32,13 @@ After export the script verifies each file and fails loudly otherwise:
   * the file is smaller than 2 MB;
   * the loss computed by onnx's reference evaluator matches PyTorch's.
 It prints one summary line per model (ops used, parameter count, file size).
+
+Then it writes a reference fixture next to each model, `<name>.ref.npz` (see
+write_refs()): the graph inputs by ONNX input name, and PyTorch's f32 training-mode
+outputs as `output.<onnx output name>`, checked against onnx's reference evaluator.
+`--refs-only` does not export: it loads the existing .onnx files, checks them (and
+that their initializers equal the rebuilt PyTorch initial state) and writes only the
+.npz files, so the committed models stay byte-identical.
 """
 
 import argparse
@@ -48,6 +61,8 @@ import torch.nn.functional as F
 OPSET = 17
 IR_VERSION = 8  # the IR version that goes with opset 17 (ONNX 1.12)
 MAX_BYTES = 2 * 1024 * 1024
+MAX_REF_BYTES = 200 * 1024
+REF_RTOL, REF_ATOL = 1e-4, 1e-5
 
 ALLOWED_OPS = {
     "MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Exp", "Log", "Neg",
@@ -101,55 +116,72 @@ class CNN(nn.Module):
         return loss, logits
 
 
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block; attention written out by hand.
+class CausalSelfAttention(nn.Module):
+    """nanoGPT-style causal self-attention, written the way PyTorch users write it.
 
-    Shapes are Python ints (static), so reshapes get constant shapes instead
-    of Shape->Gather->Concat chains.
+    Shapes come from `x.size()` at run time, so the exporter records PyTorch's
+    shape arithmetic (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, a Slice of
+    the mask buffer, ...) even though every input shape is static. This is on
+    purpose: ampc has to fold such chains in real users' exports.
     """
 
-    def __init__(self, batch, ctx, d_model, n_head):
+    def __init__(self, d_model, n_head, block_size):
         super().__init__()
-        self.B, self.T, self.C, self.H = batch, ctx, d_model, n_head
-        self.D = d_model // n_head
-        self.ln1 = nn.LayerNorm(d_model)
+        assert d_model % n_head == 0
         self.qkv = nn.Linear(d_model, 3 * d_model)
         self.proj = nn.Linear(d_model, d_model)
+        self.n_head = n_head
+        self.n_embd = d_model
+        # causal mask: float lower-triangular [1,1,block,block] buffer -> initializer
+        # `blocks.N.attn.bias` (the nanoGPT name; it is not a parameter)
+        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size))
+                             .view(1, 1, block_size, block_size))
+
+    def forward(self, x):
+        B, T, C = x.size()  # batch, sequence length, embedding dim
+        q, k, v = self.qkv(x).split(self.n_embd, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)  # [B,H,T,D]
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))  # [B,H,T,T]
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        y = att @ v                                                    # [B,H,T,D]
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.proj(y)
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: x + attn(ln1(x)), then x + MLP(ln2(x))."""
+
+    def __init__(self, d_model, n_head, block_size):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(d_model)
+        self.attn = CausalSelfAttention(d_model, n_head, block_size)
         self.ln2 = nn.LayerNorm(d_model)
         self.fc = nn.Linear(d_model, 4 * d_model)
         self.fc_out = nn.Linear(4 * d_model, d_model)
-        # causal mask: constant lower-triangular bool buffer -> initializer `blocks.N.mask`
-        self.register_buffer("mask", torch.tril(torch.ones(ctx, ctx, dtype=torch.bool)))
-
-    def attention(self, x):
-        B, T, C, H, D = self.B, self.T, self.C, self.H, self.D
-        q, k, v = self.qkv(x).split(C, dim=2)                  # 3 x [B,T,C]
-        q = q.reshape(B, T, H, D).transpose(1, 2)              # [B,H,T,D]
-        k = k.reshape(B, T, H, D).transpose(1, 2)
-        v = v.reshape(B, T, H, D).transpose(1, 2)
-        att = torch.matmul(q, k.transpose(2, 3)) * (1.0 / math.sqrt(D))  # [B,H,T,T]
-        att = torch.where(self.mask, att, float("-inf"))
-        att = torch.softmax(att, dim=-1)
-        y = torch.matmul(att, v)                               # [B,H,T,D]
-        y = y.transpose(1, 2).reshape(B, T, C)
-        return self.proj(y)
 
     def forward(self, x):
-        x = x + self.attention(self.ln1(x))
+        x = x + self.attn(self.ln1(x))
         x = x + self.fc_out(F.gelu(self.fc(self.ln2(x))))     # exact (erf) GELU
         return x
 
 
 class TinyGPT(nn.Module):
-    def __init__(self, batch=4, ctx=32, vocab=64, d_model=32, n_head=2, n_layer=2):
+    """nanoGPT-style language model (exported with batch 4, sequence length 32)."""
+
+    def __init__(self, block_size=32, vocab=64, d_model=32, n_head=2, n_layer=2):
         super().__init__()
-        self.B, self.T, self.V = batch, ctx, vocab
+        self.block_size = block_size
         self.tok_emb = nn.Embedding(vocab, d_model)
-        self.pos_emb = nn.Embedding(ctx, d_model)
+        self.pos_emb = nn.Embedding(block_size, d_model)
         self.blocks = nn.ModuleList(
-            [Block(batch, ctx, d_model, n_head) for _ in range(n_layer)])
+            [Block(d_model, n_head, block_size) for _ in range(n_layer)])
         self.ln_f = nn.LayerNorm(d_model)
-        self.register_buffer("pos", torch.arange(ctx, dtype=torch.int64))
+        self.lm_head = nn.Linear(d_model, vocab, bias=False)
+        # weight tying: one parameter, exported once as the initializer `tok_emb.weight`
+        self.tok_emb.weight = self.lm_head.weight
         self.apply(self._init_weights)
 
     @staticmethod
@@ -160,22 +192,23 @@ class TinyGPT(nn.Module):
         if isinstance(m, nn.Linear) and m.bias is not None:
             nn.init.zeros_(m.bias)
 
-    def forward(self, tokens, targets):
-        x = self.tok_emb(tokens) + self.pos_emb(self.pos)      # [B,T,C]
+    def forward(self, idx, targets):
+        b, t = idx.size()
+        assert t <= self.block_size
+        pos = torch.arange(0, t, dtype=torch.long, device=idx.device)  # [t]
+        x = self.tok_emb(idx) + self.pos_emb(pos)                      # [b,t,C]
         for blk in self.blocks:
             x = blk(x)
         x = self.ln_f(x)
-        # LM head tied to the token embedding: logits = x @ tok_emb.weight^T
-        logits = torch.matmul(x, self.tok_emb.weight.t())      # [B,T,V]
-        loss = F.cross_entropy(logits.reshape(self.B * self.T, self.V),
-                               targets.reshape(self.B * self.T))
+        logits = self.lm_head(x)                                       # [b,t,V]
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
         return loss, logits
 
 
 # --------------------------------------------------------------------------- export
 
 def make_cases():
-    """(file name, model, example inputs, input names); seed 0 before each model."""
+    """(file name, model, example inputs, input names, keep shape ops); seed 0 before each model."""
     cases = []
 
     torch.manual_seed(0)
@@ -183,21 +216,21 @@ def make_cases():
     g = torch.Generator().manual_seed(1)
     x = torch.rand(8, 64, generator=g) * 16.0   # digits pixels are 0..16
     y = torch.randint(0, 10, (8,), generator=g)
-    cases.append(("mlp.onnx", m, (x, y), ["x", "label"]))
+    cases.append(("mlp.onnx", m, (x, y), ["x", "label"], False))
 
     torch.manual_seed(0)
     m = CNN()
     g = torch.Generator().manual_seed(1)
     x = torch.rand(8, 1, 8, 8, generator=g) * 16.0
     y = torch.randint(0, 10, (8,), generator=g)
-    cases.append(("cnn.onnx", m, (x, y), ["x", "label"]))
+    cases.append(("cnn.onnx", m, (x, y), ["x", "label"], False))
 
     torch.manual_seed(0)
     m = TinyGPT()
     g = torch.Generator().manual_seed(1)
     tok = torch.randint(0, 64, (4, 32), generator=g)
     tgt = torch.randint(0, 64, (4, 32), generator=g)
-    cases.append(("tiny_gpt.onnx", m, (tok, tgt), ["tokens", "targets"]))
+    cases.append(("tiny_gpt.onnx", m, (tok, tgt), ["tokens", "targets"], True))
     return cases
 
 
@@ -206,7 +239,20 @@ def fail(msg):
     sys.exit(1)
 
 
-def export(model, args, input_names, path):
+def export(model, args, input_names, path, keep_shape_ops=False):
+    """Export `model` to `path`.
+
+    keep_shape_ops=False: plain `torch.onnx.export(..., dynamo=False)`. With static input
+    shapes the exporter's own ONNX shape inference (always on there, independent of
+    do_constant_folding) turns every `x.size()` (Shape -> Gather) into a Constant.
+
+    keep_shape_ops=True: the same export with that shape inference switched off
+    (`onnx_shape_inference=False` of the TorchScript exporter's internal `_export`, which
+    `torch.onnx.export` calls with it on). The graph then keeps PyTorch's shape arithmetic
+    (Shape -> Gather -> Unsqueeze -> Concat -> Reshape, Range, Slice bounds from Shape, ...):
+    node for node the graph that an export with dynamic_axes gives (checked with torch
+    2.15.0), while the graph inputs and outputs keep their static shapes.
+    """
     model.train()
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     # Export a copy: tracing runs forward (in training mode), which updates the
@@ -217,17 +263,24 @@ def export(model, args, input_names, path):
         # BatchNorm's num_batches_tracked += 1, which is not part of the ONNX graph.
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*num_batches_tracked.*")
-        torch.onnx.export(
-        model, args, path,
-        dynamo=False,
-        opset_version=OPSET,
-        training=torch.onnx.TrainingMode.TRAINING,
-        do_constant_folding=False,
-        export_params=True,
-        keep_initializers_as_inputs=False,
-        input_names=input_names,
-        output_names=["loss", "logits"],
+        # Also known: tiny_gpt's `assert t <= block_size` and `math.sqrt(k.size(-1))` turn
+        # traced sizes into Python values, which the trace keeps as constants (intended:
+        # the shapes are static).
+        warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+        options = dict(
+            opset_version=OPSET,
+            training=torch.onnx.TrainingMode.TRAINING,
+            do_constant_folding=False,
+            export_params=True,
+            keep_initializers_as_inputs=False,
+            input_names=input_names,
+            output_names=["loss", "logits"],
         )
+        if keep_shape_ops:
+            from torch.onnx._internal.torchscript_exporter import utils as ts_utils
+            ts_utils._export(model, args, path, onnx_shape_inference=False, **options)
+        else:
+            torch.onnx.export(model, args, path, dynamo=False, **options)
     m = onnx.load(path)
     # Store the initial (seed 0) state, not the state after the exporter's
     # tracing forward pass(es): this resets BatchNorm running_mean/var to 0/1.
@@ -289,8 +342,6 @@ def verify(name, model, args, input_names, path):
                 not isinstance(d, int) for d in dims(o)):
             fail(f"{name}: output {o.name} has no static shape after inference")
 
-    if counts.get("Shape", 0):
-        fail(f"{name}: Shape nodes present; shapes should be static constants")
     for n in m.graph.node:
         if n.op_type == "BatchNormalization":
             tm = [a.i for a in n.attribute if a.name == "training_mode"]
@@ -328,18 +379,101 @@ def verify(name, model, args, input_names, path):
           + (f" | non-trainable initializers: {' '.join(buffers)}" if buffers else ""))
 
 
+# --------------------------------------------------------------------------- reference fixtures
+
+def write_refs(name, model, args, input_names, onnx_path, npz_path):
+    """Write `npz_path`: the graph inputs and PyTorch's f32 outputs for them.
+
+    Keys: each graph input by its ONNX name (dtype and shape exactly as the graph
+    input declares), then `output.<name>` for each graph output, in graph order:
+    PyTorch's training-mode forward (BatchNorm on batch statistics) of the initial
+    state, the same forward the graph was exported from. Fails if onnx's reference
+    evaluator on the .onnx file does not reproduce every output (rtol 1e-4, atol 1e-5).
+    Returns {output name: max |reference - torch|}.
+    """
+    m = onnx.load(onnx_path)
+    # A live Dropout would make the outputs random: none may be active.
+    if any(n.op_type == "Dropout" for n in m.graph.node) or any(
+            isinstance(mod, nn.modules.dropout._DropoutNd) and mod.p > 0
+            for mod in model.modules()):
+        fail(f"{name}: has Dropout; a reference of a random forward would not be reproducible")
+
+    arrays = {}
+    for vi, arg in zip(m.graph.input, args):
+        want = onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)
+        arr = arg.numpy().astype(want)
+        if list(arr.shape) != dims(vi):
+            fail(f"{name}: input {vi.name} has shape {list(arr.shape)}, graph says {dims(vi)}")
+        arrays[vi.name] = arr
+    if list(arrays) != input_names:
+        fail(f"{name}: graph inputs {list(arrays)}, want {input_names}")
+
+    out_names = [o.name for o in m.graph.output]
+    with torch.no_grad():
+        torch_outs = copy.deepcopy(model).train()(*args)
+    if len(torch_outs) != len(out_names):
+        # e.g. BatchNorm running statistics as graph outputs: no PyTorch value to record
+        fail(f"{name}: graph outputs {out_names}, but PyTorch returns {len(torch_outs)} values")
+    for oname, t in zip(out_names, torch_outs):
+        arrays["output." + oname] = t.numpy().astype(np.float32)
+
+    feeds = {k: arrays[k] for k in input_names}
+    ref_outs = onnx.reference.ReferenceEvaluator(m).run(None, feeds)
+    max_diff = {}
+    for oname, ref in zip(out_names, ref_outs):
+        want = arrays["output." + oname]
+        ref = np.asarray(ref)
+        if ref.shape != want.shape or ref.dtype != want.dtype:
+            fail(f"{name}: output {oname}: reference gives {ref.dtype}{list(ref.shape)}, "
+                 f"torch {want.dtype}{list(want.shape)}")
+        if not np.all(np.isfinite(want)):
+            fail(f"{name}: torch output {oname} is not finite")
+        max_diff[oname] = float(np.max(np.abs(ref.astype(np.float64) - want)))
+        if not np.allclose(ref, want, rtol=REF_RTOL, atol=REF_ATOL):
+            fail(f"{name}: output {oname}: onnx reference differs from torch "
+                 f"(max |diff| {max_diff[oname]:.3g})")
+
+    # Uncompressed; np.savez dates every zip entry 1980-01-01 (zipfile's default),
+    # so the same arrays give the same bytes.
+    np.savez(npz_path, **arrays)
+    size = os.path.getsize(npz_path)
+    if size >= MAX_REF_BYTES:
+        fail(f"{npz_path}: {size} bytes >= 200 KB")
+    with np.load(npz_path) as back:  # round trip: same keys, dtypes, values
+        if list(back.keys()) != list(arrays) or any(
+                back[k].dtype != v.dtype or not np.array_equal(back[k], v)
+                for k, v in arrays.items()):
+            fail(f"{npz_path}: does not read back as written")
+    keys = ", ".join(f"{k}:{v.dtype}{list(v.shape)}" for k, v in arrays.items())
+    diffs = ", ".join(f"{k} {v:.2e}" for k, v in max_diff.items())
+    print(f"{os.path.basename(npz_path)}: {keys} | {size} bytes | "
+          f"max |onnx reference - torch|: {diffs}")
+    return max_diff
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.path.dirname(os.path.abspath(__file__)),
                     help="output folder (default: the models/ folder of this script)")
+    ap.add_argument("--refs-only", action="store_true",
+                    help="do not export: check the existing .onnx files in the output folder "
+                         "against the rebuilt PyTorch models and write only the .ref.npz files")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    print(f"torch {torch.__version__}, onnx {onnx.__version__}, "
+    print(f"torch {torch.__version__}, onnx {onnx.__version__}, numpy {np.__version__}, "
           f"python {sys.version.split()[0]}, opset {OPSET}")
-    for fname, model, args, input_names in make_cases():
+    for fname, model, args, input_names, keep_shape_ops in make_cases():
         path = os.path.join(a.out, fname)
-        export(model, args, input_names, path)
+        if a.refs_only:
+            if not os.path.exists(path):
+                fail(f"{path}: not found (--refs-only uses the existing .onnx files)")
+        else:
+            export(model, args, input_names, path, keep_shape_ops)
+        # Also checks that the initializers equal the PyTorch initial state, so the
+        # reference below is of the same weights as the file.
         verify(fname, model, args, input_names, path)
+        write_refs(fname, model, args, input_names, path,
+                   path[:-len(".onnx")] + ".ref.npz")
 
 
 if __name__ == "__main__":

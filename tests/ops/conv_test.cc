@@ -1,39 +1,18 @@
 // Conv, MaxPool, AveragePool and GlobalAveragePool: output sizes against the ONNX operator docs'
 // formulas (computed by hand below), the ONNX node test models (expected shapes copied from
 // their graph outputs), and the errors.
-#include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
-#include "compiler/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
 using Ints = std::vector<int64_t>;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return {DType::kF16, std::move(shape)}; }
-TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
-TensorType u8(Shape shape) { return {DType::kU8, std::move(shape)}; }
-
-std::vector<TensorType> infer_ok(const OpCase& op_case) {
-  auto out = infer_op(op_case);
-  EXPECT_TRUE(out.ok()) << op_case.op_type << ": " << out.status();
-  return out.ok() ? *out : std::vector<TensorType>{};
-}
-
-std::string error_of(const OpCase& op_case) {
-  auto out = infer_op(op_case);
-  EXPECT_FALSE(out.ok()) << op_case.op_type << " unexpectedly succeeded";
-  return out.ok() ? std::string() : std::string(out.status().message());
-}
 
 OpCase conv(TensorType x, TensorType w, Attributes attrs = {}) {
   return {"Conv", {std::move(x), std::move(w)}, {}, std::move(attrs), 11};
@@ -358,11 +337,7 @@ TEST(ConvFamily, AutocastCategoriesFollowTheDesignTable) {
 }
 
 TEST(ConvFamily, ImportsOnnxNodeTestModelsWithTheirOutputShapes) {
-  struct Case {
-    const char* name;
-    std::vector<TensorType> outputs;
-  };
-  const Case cases[] = {
+  expect_onnx_node_outputs({
       {"test_basic_conv_with_padding", {f32({1, 1, 5, 5})}},
       {"test_basic_conv_without_padding", {f32({1, 1, 3, 3})}},
       {"test_conv_with_autopad_same", {f32({1, 1, 3, 3})}},
@@ -399,16 +374,8 @@ TEST(ConvFamily, ImportsOnnxNodeTestModelsWithTheirOutputShapes) {
       {"test_averagepool_3d_default", {f32({1, 3, 31, 31, 31})}},
       {"test_globalaveragepool", {f32({1, 3, 1, 1})}},
       {"test_globalaveragepool_precomputed", {f32({1, 1, 1, 1})}},
-  };
-  for (const Case& c : cases) {
-    auto graph =
-        import_onnx_file(testing::onnx_test_data_path(str_cat("node/", c.name, "/model.onnx")));
-    ASSERT_TRUE(graph.ok()) << c.name << ": " << graph.status();
-    std::vector<TensorType> outputs;
-    for (const Value* value : (*graph)->outputs()) outputs.push_back(value->type());
-    EXPECT_EQ(outputs, c.outputs) << c.name;
-  }
+  });
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing

@@ -3,24 +3,16 @@
 #include <cmath>
 
 #include "compiler/op_def.h"
-#include "compiler/shape_inference.h"
-#include "compiler/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
-TensorType boolean(Shape shape) { return {DType::kBool, std::move(shape)}; }
 
 Tensor bools(Shape shape, const std::vector<double>& values) {
   return Tensor::from_doubles(DType::kBool, std::move(shape), values);
@@ -28,40 +20,16 @@ Tensor bools(Shape shape, const std::vector<double>& values) {
 
 constexpr int64_t k2To53 = int64_t{1} << 53;
 
-std::string message(const absl::StatusOr<std::vector<TensorType>>& result) {
-  return std::string(result.status().message());
-}
-
-// Output types of a one-node graph of `op` over graph inputs of `inputs` (nullopt: omitted).
-absl::StatusOr<std::vector<TensorType>> infer(std::string op,
-                                              std::vector<std::optional<TensorType>> inputs,
-                                              Attributes attrs = {},
-                                              int64_t opset = kDefaultOnnxOpset,
-                                              int num_outputs = -1) {
-  OpCase op_case;
-  op_case.op_type = std::move(op);
-  op_case.input_types = std::move(inputs);
-  op_case.attrs = std::move(attrs);
-  op_case.opset = opset;
-  op_case.num_outputs = num_outputs;
-  return infer_op(op_case);
-}
-
 // Runs inference and folding on a node whose inputs are all constants; returns output 0's value.
 absl::StatusOr<Tensor> fold(std::string_view op, const std::vector<Tensor>& inputs,
                             int64_t opset = kDefaultOnnxOpset) {
-  Graph graph("fold");
-  graph.set_opset("", opset);
-  std::vector<Value*> operands;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    operands.push_back(graph.add_initializer(str_cat("c", i), inputs[i]));
-  }
-  Node* node = graph.create_node("", op, operands, {TensorType{}});
-  TypePropagator propagator;
-  AMPC_RETURN_IF_ERROR(propagator.visit(*node).status());
-  const Tensor* value = propagator.known_value(node->output(0));
-  if (value == nullptr) return absl::NotFoundError("not folded");
-  return *value;
+  Constants constants;
+  for (size_t i = 0; i < inputs.size(); ++i) constants.emplace_back(static_cast<int>(i), inputs[i]);
+  AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<Tensor>> values,
+                        fold_outputs(make_case(std::string(op), Inputs(inputs.size()),
+                                               std::move(constants), {}, opset)));
+  if (!values.at(0)) return absl::NotFoundError("not folded");
+  return *values[0];
 }
 
 std::vector<int64_t> fold_i64(std::string_view op, const std::vector<Tensor>& inputs) {
@@ -366,4 +334,4 @@ TEST(ElementwiseRegistry, AutocastCategoriesFollowTheDesign) {
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing

@@ -1,34 +1,16 @@
 // MatMul and Gemm: output types against numpy.matmul rules and the ONNX spec, the ONNX node
 // test models (expected shapes copied from their graph outputs), and the errors.
-#include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
-#include "compiler/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return {DType::kF16, std::move(shape)}; }
-
-// The output types, or no types (and a test failure) when inference fails.
-std::vector<TensorType> infer_ok(const OpCase& op_case) {
-  auto out = infer_op(op_case);
-  EXPECT_TRUE(out.ok()) << op_case.op_type << ": " << out.status();
-  return out.ok() ? *out : std::vector<TensorType>{};
-}
-
-std::string message(const absl::StatusOr<std::vector<TensorType>>& result) {
-  return std::string(result.status().message());
-}
 
 // ---- MatMul ----------------------------------------------------------------------------------
 
@@ -192,13 +174,12 @@ TEST(MatMulFamily, ImportsOnnxNodeTestModelsWithTheirOutputShapes) {
       {"test_gemm_transposeB", f32({3, 4})},
   };
   for (const auto& [name, expected] : cases) {
-    auto graph =
-        import_onnx_file(testing::onnx_test_data_path(str_cat("node/", name, "/model.onnx")));
-    ASSERT_TRUE(graph.ok()) << name << ": " << graph.status();
-    ASSERT_EQ((*graph)->outputs().size(), 1u) << name;
-    EXPECT_EQ((*graph)->outputs()[0]->type(), expected) << name;
+    auto outputs = onnx_node_test_outputs(name);
+    ASSERT_TRUE(outputs.ok()) << name << ": " << outputs.status();
+    ASSERT_EQ(outputs->size(), 1u) << name;
+    EXPECT_EQ(outputs->at(0), expected) << name;
   }
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing

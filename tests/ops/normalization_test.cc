@@ -1,37 +1,17 @@
 // BatchNormalization and LayerNormalization: output types per mode and opset against the ONNX
 // spec, the ONNX node test models (expected shapes copied from their graph outputs), the
 // autocast spec, and the errors.
-#include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
-#include "compiler/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return {DType::kF16, std::move(shape)}; }
-TensorType bf16(Shape shape) { return {DType::kBF16, std::move(shape)}; }
-
-std::vector<TensorType> infer_ok(const OpCase& op_case) {
-  auto out = infer_op(op_case);
-  EXPECT_TRUE(out.ok()) << op_case.op_type << ": " << out.status();
-  return out.ok() ? *out : std::vector<TensorType>{};
-}
-
-std::string error_of(const OpCase& op_case) {
-  auto out = infer_op(op_case);
-  EXPECT_FALSE(out.ok()) << op_case.op_type << " unexpectedly succeeded";
-  return out.ok() ? std::string() : std::string(out.status().message());
-}
 
 // X and four [C] parameters of the same dtype.
 OpCase batch_norm(TensorType x, int64_t channels, Attributes attrs = {}, int num_outputs = 1,
@@ -195,13 +175,9 @@ TEST(NormalizationFamily, BatchNormFollowsWithFp32ParametersAndLayerNormIsDenied
 }
 
 TEST(NormalizationFamily, ImportsOnnxNodeTestModelsWithTheirOutputShapes) {
-  struct Case {
-    const char* name;
-    std::vector<TensorType> outputs;
-  };
   const TensorType x4 = f32({2, 3, 4, 5});
   const TensorType x3 = f32({2, 3, 5});
-  const Case cases[] = {
+  expect_onnx_node_outputs({
       {"test_batchnorm_epsilon", {x4}},
       {"test_batchnorm_example", {x4}},
       {"test_batchnorm_epsilon_training_mode", {x4, f32({3}), f32({3})}},
@@ -225,16 +201,8 @@ TEST(NormalizationFamily, ImportsOnnxNodeTestModelsWithTheirOutputShapes) {
       {"test_layer_normalization_4d_axis_negative_3", {x4, f32({2, 1, 1, 1}), f32({2, 1, 1, 1})}},
       {"test_layer_normalization_4d_axis_negative_4", {x4, f32({1, 1, 1, 1}), f32({1, 1, 1, 1})}},
       {"test_layer_normalization_default_axis", {x4, f32({2, 3, 4, 1}), f32({2, 3, 4, 1})}},
-  };
-  for (const Case& c : cases) {
-    auto graph =
-        import_onnx_file(testing::onnx_test_data_path(str_cat("node/", c.name, "/model.onnx")));
-    ASSERT_TRUE(graph.ok()) << c.name << ": " << graph.status();
-    std::vector<TensorType> outputs;
-    for (const Value* value : (*graph)->outputs()) outputs.push_back(value->type());
-    EXPECT_EQ(outputs, c.outputs) << c.name;
-  }
+  });
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing

@@ -4,38 +4,15 @@
 #include "compiler/op_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
 
 const char* const kReductions[] = {"ReduceMean", "ReduceSum", "ReduceMax"};
-
-std::string message(const absl::StatusOr<std::vector<TensorType>>& result) {
-  return std::string(result.status().message());
-}
-
-// Output types of a one-node graph of `op` over graph inputs of `inputs` (nullopt: omitted).
-absl::StatusOr<std::vector<TensorType>> infer(std::string op,
-                                              std::vector<std::optional<TensorType>> inputs,
-                                              Attributes attrs = {},
-                                              int64_t opset = kDefaultOnnxOpset,
-                                              int num_outputs = -1) {
-  OpCase op_case;
-  op_case.op_type = std::move(op);
-  op_case.input_types = std::move(inputs);
-  op_case.attrs = std::move(attrs);
-  op_case.opset = opset;
-  op_case.num_outputs = num_outputs;
-  return infer_op(op_case);
-}
 
 // A reduction of `input` with `axes` passed as a constant input.
 OpCase with_axes_input(const char* op, TensorType input, std::vector<int64_t> axes, int64_t opset) {
@@ -162,4 +139,4 @@ TEST(Reduce, AutocastSumsAndMeansInFp32ButMaxIsClear) {
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing

@@ -3,38 +3,14 @@
 #include "compiler/op_def.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/test_util.h"
+#include "tests/ops/op_test_helpers.h"
 
-namespace ampc {
+namespace ampc::op_testing {
 namespace {
 
 using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using testing::infer_op;
-using testing::OpCase;
-
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
-
-std::string message(const absl::StatusOr<std::vector<TensorType>>& result) {
-  return std::string(result.status().message());
-}
-
-// Output types of a one-node graph of `op` over graph inputs of `inputs` (nullopt: omitted).
-absl::StatusOr<std::vector<TensorType>> infer(std::string op,
-                                              std::vector<std::optional<TensorType>> inputs,
-                                              Attributes attrs = {},
-                                              int64_t opset = kDefaultOnnxOpset,
-                                              int num_outputs = -1) {
-  OpCase op_case;
-  op_case.op_type = std::move(op);
-  op_case.input_types = std::move(inputs);
-  op_case.attrs = std::move(attrs);
-  op_case.opset = opset;
-  op_case.num_outputs = num_outputs;
-  return infer_op(op_case);
-}
 
 Attributes reduction(const char* mode) { return {{"reduction", std::string(mode)}}; }
 
@@ -199,4 +175,4 @@ TEST(Losses, AreDeniedLowPrecision) {
 }
 
 }  // namespace
-}  // namespace ampc
+}  // namespace ampc::op_testing
