@@ -96,8 +96,7 @@ TEST_P(ExampleModel, SummaryCountsParameters) {
     const std::string& name = init->name();
     const std::string& buffer_suffix = GetParam().buffer_suffix;
     const bool is_buffer = !buffer_suffix.empty() && name.ends_with(buffer_suffix);
-    const bool is_parameter =
-        !is_buffer && (name.ends_with(".weight") || name.ends_with(".bias"));
+    const bool is_parameter = !is_buffer && (name.ends_with(".weight") || name.ends_with(".bias"));
     if (is_parameter) parameter_elements += init->type().num_elements();
   }
   EXPECT_EQ(parameter_elements, GetParam().parameter_elements);
