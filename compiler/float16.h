@@ -12,7 +12,8 @@ inline uint16_t f32_to_f16_bits(float value) {
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or NaN; a NaN keeps its top payload bits and stays quiet
-    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | (abs >> 13) : 0));
+    const uint32_t payload = (abs >> 13) & 0x3ffu;  // the mask keeps the exponent out of the sign
+    return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u | payload : 0));
   }
   if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 2^16
   if (abs < 0x38800000u) {  // below the smallest normal f16 (2^-14): subnormal or zero

@@ -1,9 +1,11 @@
 #include "compiler/tensor.h"
 
+#include <bit>
 #include <cmath>
 #include <utility>
 
 #include "compiler/float16.h"
+#include "compiler/float8.h"
 
 namespace ampc {
 
@@ -57,6 +59,19 @@ void store(std::vector<uint8_t>& bytes, int64_t i, T v) {
   std::memcpy(bytes.data() + i * sizeof(T), &v, sizeof(T));
 }
 
+// `value` rounded to f32 with round-to-odd: an inexact result keeps an odd last bit, so rounding
+// it once more to a format with at least two fewer bits (fp8) gives the same bits as rounding
+// `value` directly; plain round-to-nearest twice could land on the wrong side of a tie.
+float to_f32_round_to_odd(double value) {
+  float rounded = static_cast<float>(value);
+  if (static_cast<double>(rounded) != value && !std::isnan(value) &&
+      (std::bit_cast<uint32_t>(rounded) & 1u) == 0) {
+    const float toward = static_cast<double>(rounded) > value ? -INFINITY : INFINITY;
+    rounded = std::nextafter(rounded, toward);  // the other neighbour of `value`, whose bit is odd
+  }
+  return rounded;
+}
+
 }  // namespace
 
 double Tensor::element_as_double(int64_t i) const {
@@ -80,8 +95,9 @@ double Tensor::element_as_double(int64_t i) const {
     case DType::kBool:
       return load<uint8_t>(bytes_, i);
     case DType::kF8E4M3FN:
+      return f8e4m3fn_bits_to_f32(load<uint8_t>(bytes_, i));
     case DType::kF8E5M2:
-      break;  // storage-only types: no arithmetic on them in the compiler
+      return f8e5m2_bits_to_f32(load<uint8_t>(bytes_, i));
   }
   AMPC_CHECK(false);
   return 0;
@@ -122,9 +138,10 @@ void Tensor::set_element(int64_t i, double value) {
     case DType::kI8:
     case DType::kU8:
       return set_element_i64(i, static_cast<int64_t>(value));
-    case DType::kF8E4M3FN:
+    case DType::kF8E4M3FN:  // saturating, as ONNX Cast's default
+      return store<uint8_t>(bytes_, i, f32_to_f8e4m3fn_bits(to_f32_round_to_odd(value)));
     case DType::kF8E5M2:
-      break;
+      return store<uint8_t>(bytes_, i, f32_to_f8e5m2_bits(to_f32_round_to_odd(value)));
   }
   AMPC_CHECK(false);
 }

@@ -50,7 +50,9 @@ TEST_P(ExampleModel, CanonicalizesToStaticShapesWithoutShapeArithmetic) {
   }
   // Every Reshape reads a constant shape now.
   for (const auto& node : graph->nodes()) {
-    if (node->op_type() == "Reshape") EXPECT_NE(node->operand(1)->initializer(), nullptr);
+    if (node->op_type() == "Reshape") {
+      EXPECT_NE(node->operand(1)->initializer(), nullptr);
+    }
   }
   ASSERT_EQ(graph->outputs().size(), 2u);
   EXPECT_EQ(graph->outputs()[0]->name(), "loss");

@@ -31,9 +31,9 @@ std::string onnx_test_data_path(std::string_view relative) {
     const std::string_view a = next_line(actual);
     const std::string_view e = next_line(expected);
     if (a != e) {
-      return ::testing::AssertionFailure() << "line " << line << " differs:\n  actual:   "
-                                           << a.substr(0, 400) << "\n  expected: "
-                                           << e.substr(0, 400);
+      return ::testing::AssertionFailure()
+             << "line " << line << " differs:\n  actual:   " << a.substr(0, 400)
+             << "\n  expected: " << e.substr(0, 400);
     }
   }
   return ::testing::AssertionSuccess();

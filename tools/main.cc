@@ -1,4 +1,4 @@
-// The `ampc` command line: compile and inspect (later: train, run, compare, bench).
+// The `ampc` command line: compile, inspect and run (later: train, compare, bench).
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
 #include <cstdio>
@@ -12,6 +12,7 @@
 #include "compiler/report.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "tools/run_command.h"
 
 namespace ampc {
 namespace {
@@ -137,6 +138,9 @@ int run(int argc, char** argv) {
   inspect->add_option("--shape", inspect_flags.shapes,
                       "Fix an input's shape, NAME:DIMxDIMx... Repeatable.");
 
+  RunFlags run_flags;
+  CLI::App* run_command = add_run_command(app, run_flags);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -145,6 +149,7 @@ int run(int argc, char** argv) {
   }
   if (*compile) return run_compile(compile_flags);
   if (*inspect) return run_inspect(inspect_flags);
+  if (*run_command) return run_model_command(run_flags);
   return kExitUsage;
 }
 

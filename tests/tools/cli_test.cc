@@ -148,8 +148,8 @@ TEST_F(CliTest, DumpAfterWritesTextIrPerPass) {
   bool saw_fold = false;
   for (const auto& entry : fs::directory_iterator(dumps)) {
     ++files;
-    saw_fold = saw_fold || entry.path().filename().string().find("fold-constants") !=
-                               std::string::npos;
+    saw_fold =
+        saw_fold || entry.path().filename().string().find("fold-constants") != std::string::npos;
     EXPECT_THAT(read_file(entry.path().string()), HasSubstr("graph "));
   }
   EXPECT_GE(files, 4);
@@ -167,7 +167,8 @@ TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
   onnx::ModelProto proto;
   ASSERT_TRUE(proto.ParseFromString(read_file(out)));
   int constants = 0;
-  for (const onnx::NodeProto& node : proto.graph().node()) constants += node.op_type() == "Constant";
+  for (const onnx::NodeProto& node : proto.graph().node())
+    constants += node.op_type() == "Constant";
   EXPECT_GT(constants, 0);
 }
 

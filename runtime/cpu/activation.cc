@@ -1,0 +1,103 @@
+// CPU kernels for the activations of ops/activation.cc: Relu, LeakyRelu, Sigmoid, Tanh, Erf,
+// Gelu (exact, and approximate="tanh").
+//
+// Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64.
+// Transcendental results are those of the C library's function for the compute type
+// (std::exp, std::tanh, std::erf on float for f32, f16 and bf16); the CUDA backend uses the same
+// f32 functions and the same formulas, in the order written here:
+//   Sigmoid(x) = 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) otherwise (no overflow
+//                and full relative precision far into the negative tail)
+//   Gelu(x)    = 0.5 * x * (1 + erf(x * (1/sqrt(2))))
+//   Gelu(x)    = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   with "tanh"
+// with the constants rounded to the compute type. Relu and LeakyRelu keep NaN a NaN.
+#include <cmath>
+#include <string>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/broadcast.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+template <typename T, typename Fn>
+absl::Status activation(const KernelContext& ctx, Fn fn) {
+  map_unary<T, T>(ctx.input(0), ctx.output(0), fn);
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status relu(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  return activation<T>(ctx, [](X x) { return x < X{0} ? X{0} : x; });
+}
+
+template <typename T>
+absl::Status leaky_relu(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  const X alpha = static_cast<X>(ctx.node.float_attr("alpha"));
+  return activation<T>(ctx, [alpha](X x) { return x < X{0} ? alpha * x : x; });
+}
+
+template <typename X>
+X sigmoid_of(X x) {
+  if (x >= X{0}) return X{1} / (X{1} + std::exp(-x));
+  const X e = std::exp(x);
+  return e / (X{1} + e);
+}
+
+template <typename T>
+absl::Status sigmoid(const KernelContext& ctx) {
+  return activation<T>(ctx, [](compute_t<T> x) { return sigmoid_of(x); });
+}
+
+template <typename T>
+absl::Status tanh_kernel(const KernelContext& ctx) {
+  return activation<T>(ctx, [](compute_t<T> x) { return std::tanh(x); });
+}
+
+template <typename T>
+absl::Status erf_kernel(const KernelContext& ctx) {
+  return activation<T>(ctx, [](compute_t<T> x) { return std::erf(x); });
+}
+
+template <typename T>
+absl::Status gelu(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  const std::string& approximate = ctx.node.string_attr("approximate");
+  if (approximate == "none") {
+    constexpr X kInvSqrt2 = static_cast<X>(0.70710678118654752440);
+    return activation<T>(ctx, [](X x) { return X{0.5} * x * (X{1} + std::erf(x * kInvSqrt2)); });
+  }
+  if (approximate == "tanh") {
+    constexpr X kSqrt2OverPi = static_cast<X>(0.79788456080286535588);
+    constexpr X kCubic = static_cast<X>(0.044715);
+    return activation<T>(ctx, [](X x) {
+      return X{0.5} * x * (X{1} + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    });
+  }
+  return absl::InvalidArgumentError(
+      str_cat("Gelu approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
+}
+
+template <typename Make>
+void add_activation(KernelRegistry& r, std::string op, Make make) {
+  // Shape-preserving and element by element: the output may take over the input's buffer.
+  KernelDef def;
+  def.op = std::move(op);
+  def.in_place_operand = 0;
+  add_kernels<float, double, Float16, BFloat16>(r, def, make);
+}
+
+void register_activation_kernels(KernelRegistry& r) {
+  add_activation(r, "Relu", []<typename T>() { return &relu<T>; });
+  add_activation(r, "LeakyRelu", []<typename T>() { return &leaky_relu<T>; });
+  add_activation(r, "Sigmoid", []<typename T>() { return &sigmoid<T>; });
+  add_activation(r, "Tanh", []<typename T>() { return &tanh_kernel<T>; });
+  add_activation(r, "Erf", []<typename T>() { return &erf_kernel<T>; });
+  add_activation(r, "Gelu", []<typename T>() { return &gelu<T>; });
+}
+
+static KernelRegistration kRegistration(&register_activation_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

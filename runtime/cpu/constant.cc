@@ -1,0 +1,139 @@
+// CPU kernels for the tensor generators: Constant, ConstantOfShape and Range.
+//
+// Constant and ConstantOfShape copy attribute bytes, so they serve every dtype (keyed on output
+// 0, the only tensor whose type they have). Range computes in its element type, as the OpDef's
+// fold does: start + i * delta, with i converted to the element type (f32 or f64), or in
+// wrapping 64-bit integer arithmetic for integers (exact: every element lies between start and
+// limit).
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// Elements per thread below which a loop stays on one thread.
+constexpr int64_t kGrainElements = 1 << 16;
+
+// A CPU kernel of the standard-domain op `op`; the dtypes are filled in by the caller.
+KernelDef kernel_def(std::string op, KernelFn fn = nullptr, int in_place_operand = -1) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.fn = fn;
+  def.in_place_operand = in_place_operand;
+  return def;
+}
+
+// Registers `base` once per element size (1, 2, 4, 8 bytes), keyed on every DType of that size,
+// with the kernel `make.template operator()<Word>()` that moves elements as Word.
+template <typename Make>
+void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base, Make make) {
+  auto add = [&]<typename Word>() {
+    KernelDef def = base;
+    def.device = Device::kCpu;
+    def.dtypes.clear();
+    for (DType dtype : kAllDTypes) {
+      if (dtype_size(dtype) == sizeof(Word)) def.dtypes.push_back(dtype);
+    }
+    def.fn = make.template operator()<Word>();
+    if (!def.dtypes.empty()) registry.add(std::move(def));
+  };
+  add.template operator()<uint8_t>();
+  add.template operator()<uint16_t>();
+  add.template operator()<uint32_t>();
+  add.template operator()<uint64_t>();
+}
+
+// ---- Constant ---------------------------------------------------------------------------------
+
+// The node's value from whichever of value, value_float(s), value_int(s) it has (the OpDef's
+// inference has checked there is exactly one, and that it is not a string).
+absl::StatusOr<Tensor> constant_value(const Node& node) {
+  if (node.find_attr("value")) return node.tensor_attr("value");
+  if (node.find_attr("value_float")) return Tensor::from_f32({}, {node.float_attr("value_float")});
+  if (node.find_attr("value_int")) return Tensor::from_i64({}, {node.int_attr("value_int")});
+  if (node.find_attr("value_floats")) {
+    const std::vector<float>& values = node.floats_attr("value_floats");
+    return Tensor::from_f32({static_cast<int64_t>(values.size())}, values);
+  }
+  if (node.find_attr("value_ints")) {
+    const std::vector<int64_t>& values = node.ints_attr("value_ints");
+    return Tensor::from_i64({static_cast<int64_t>(values.size())}, values);
+  }
+  return absl::UnimplementedError("no value attribute ampc supports (string tensors are not)");
+}
+
+absl::Status constant_kernel(const KernelContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(const Tensor value, constant_value(ctx.node));
+  if (!value.has_data()) {
+    return absl::FailedPreconditionError(
+        "the value's data was elided (text IR printed without large constants); it cannot run");
+  }
+  AMPC_CHECK(value.type() == *ctx.output(0).type);
+  std::memcpy(ctx.output(0).data, value.bytes().data(), value.bytes().size());
+  return absl::OkStatus();
+}
+
+// ---- ConstantOfShape --------------------------------------------------------------------------
+
+// Every element is the one element of the `value` attribute (default: f32 0).
+template <typename Word>
+absl::Status constant_of_shape_kernel(const KernelContext& ctx) {
+  const Tensor& value = ctx.node.tensor_attr("value");
+  if (!value.has_data()) {
+    return absl::FailedPreconditionError(
+        "attribute 'value' has elided data (text IR printed without large constants)");
+  }
+  const Word element = value.data<Word>()[0];
+  const std::span<Word> out = ctx.output(0).out<Word>();
+  parallel_for(out.size(), kGrainElements, [&](int64_t begin, int64_t end) {
+    std::fill(out.begin() + begin, out.begin() + end, element);
+  });
+  return absl::OkStatus();
+}
+
+// ---- Range ------------------------------------------------------------------------------------
+
+// Element i is start + i * delta; the length was inferred at load from the same inputs.
+template <typename T>
+absl::Status range_kernel(const KernelContext& ctx) {
+  const T start = ctx.input(0).in<T>()[0];
+  const T delta = ctx.input(2).in<T>()[0];
+  const std::span<T> out = ctx.output(0).out<T>();
+  parallel_for(out.size(), kGrainElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if constexpr (std::is_floating_point_v<T>) {
+        out[i] = start + static_cast<T>(i) * delta;
+      } else {
+        // Unsigned, so a range spanning more than INT64_MAX does not overflow on the way.
+        const uint64_t value = static_cast<uint64_t>(int64_t{start}) +
+                               static_cast<uint64_t>(i) * static_cast<uint64_t>(int64_t{delta});
+        out[i] = static_cast<T>(static_cast<int64_t>(value));
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void register_constant_kernels(KernelRegistry& r) {
+  // Constant and ConstantOfShape have no data operand: their key is output 0.
+  const KeyedOn output_0{.output = true, .index = 0};
+  KernelDef constant = kernel_def("Constant", &constant_kernel);
+  constant.keyed_on = output_0;
+  constant.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
+  r.add(std::move(constant));
+  KernelDef constant_of_shape = kernel_def("ConstantOfShape");
+  constant_of_shape.keyed_on = output_0;
+  add_kernels_by_element_size(r, constant_of_shape,
+                              []<typename Word>() { return &constant_of_shape_kernel<Word>; });
+  // The element types Range's OpDef admits.
+  add_kernels<float, double, int32_t, int64_t>(r, kernel_def("Range"),
+                                               []<typename T>() { return &range_kernel<T>; });
+}
+
+static KernelRegistration kReg(&register_constant_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,164 @@
+// Conv over 1, 2 and 3 spatial dims (strides, dilations, pads or auto_pad, groups, optional
+// bias) as im2col + the GEMM core.
+//
+// For each image, im2col writes the input windows as a [C * kernel_size, out_size] matrix in the
+// compute type (f32 for f32/f16/bf16, f64 for f64; padding reads as 0); group g's weights
+// [M / group, C / group * kernel_size] times its rows of that matrix gives its output channels.
+// Accumulation contract: the products accumulate in the f32 GEMM core (f64 for f64) in its fixed
+// tile order (runtime/cpu/gemm_core.h), then the bias is added in the compute type
+// (y = acc + b) and f16/bf16 results are rounded once.
+#include <algorithm>
+#include <string>
+
+#include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/gemm_core.h"
+#include "runtime/cpu/window.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+struct ConvShape {
+  Window window;
+  int64_t group = 1;
+  int64_t out_channels = 0;  // M
+  int64_t patch = 0;         // C / group * kernel_size: the GEMM's K
+  // A 1x1 kernel with unit strides and no pads: the image itself is the im2col matrix.
+  bool pointwise = false;
+};
+
+ConvShape conv_shape(const Node& node) {
+  const Shape& w = node.operand(1)->shape();
+  ConvShape s;
+  s.window = resolve_window(node, std::vector<int64_t>(w.begin() + 2, w.end()));
+  s.group = node.int_attr("group");
+  s.out_channels = w[0];
+  s.patch = w[1] * s.window.kernel_size();
+  const Window& win = s.window;
+  s.pointwise = win.kernel_size() == 1 && win.in == win.out && win.pad_begin == Window::Dims{};
+  return s;
+}
+
+// Writes image `x` [C, in...] as col [C * kernel_size, out_size]: row (c, kernel offset) holds,
+// for every output position, the input element that kernel offset reads there (0 in padding).
+template <typename T>
+void im2col(const T* x, const Window& w, gemm_t<T>* col) {
+  using C = gemm_t<T>;
+  const int64_t rows = w.channels * w.kernel_size();
+  const int64_t out_size = w.out_size();
+  parallel_for(rows, std::max<int64_t>(1, 16384 / out_size), [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      const int64_t c = r / w.kernel_size(), offset = r % w.kernel_size();
+      const int64_t k0 = offset / (w.kernel[1] * w.kernel[2]);
+      const int64_t k1 = offset / w.kernel[2] % w.kernel[1];
+      const int64_t k2 = offset % w.kernel[2];
+      const T* image = x + c * w.in_size();
+      C* dst = col + r * out_size;
+      for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
+        const int64_t i0 = o0 * w.stride[0] - w.pad_begin[0] + k0 * w.dilation[0];
+        for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+          const int64_t i1 = o1 * w.stride[1] - w.pad_begin[1] + k1 * w.dilation[1];
+          const bool row_inside = i0 >= 0 && i0 < w.in[0] && i1 >= 0 && i1 < w.in[1];
+          const T* line = image + (i0 * w.in[1] + i1) * w.in[2];
+          for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
+            const int64_t i2 = o2 * w.stride[2] - w.pad_begin[2] + k2 * w.dilation[2];
+            *dst++ = row_inside && i2 >= 0 && i2 < w.in[2] ? load(line[i2]) : C(0);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <typename T>
+int64_t conv_workspace_for(const ConvShape& s) {
+  using C = gemm_t<T>;
+  const Window& w = s.window;
+  int64_t bytes = 0;
+  if (!s.pointwise || needs_staging_v<T>) {
+    bytes += WorkspaceCarver::bytes_for<C>(w.channels * w.kernel_size() * w.out_size());
+  }
+  if constexpr (needs_staging_v<T>) {
+    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);       // staged weights
+    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * w.out_size());  // one image's acc
+  }
+  return bytes;
+}
+
+int64_t conv_workspace(const Node& node) {
+  const ConvShape s = conv_shape(node);
+  switch (node.operand(0)->dtype()) {
+    case DType::kF64:
+      return conv_workspace_for<double>(s);
+    case DType::kF16:
+      return conv_workspace_for<Float16>(s);
+    case DType::kBF16:
+      return conv_workspace_for<BFloat16>(s);
+    default:
+      return conv_workspace_for<float>(s);
+  }
+}
+
+template <typename T>
+absl::Status conv(const KernelContext& ctx) {
+  using C = gemm_t<T>;
+  const ConvShape s = conv_shape(ctx.node);
+  const Window& w = s.window;
+  const int64_t m = s.out_channels, m_group = m / s.group;
+  const int64_t out_size = w.out_size(), in_image = w.channels * w.in_size();
+  const bool use_image_as_col = s.pointwise && !needs_staging_v<T>;
+
+  WorkspaceCarver carver(ctx.workspace);
+  const T* x = ctx.input(0).in<T>().data();
+  std::span<T> y = ctx.output(0).out<T>();
+  const C* weights = staged_operand(ctx.input(1).in<T>(), carver);
+  C* col =
+      use_image_as_col ? nullptr : carver.take<C>(w.channels * w.kernel_size() * out_size).data();
+  C* acc = nullptr;
+  if constexpr (needs_staging_v<T>) acc = carver.take<float>(m * out_size).data();
+  const T* bias = ctx.has_input(2) ? ctx.input(2).in<T>().data() : nullptr;
+
+  // Group g: weights [m_group, patch] times col rows [g * patch, (g + 1) * patch).
+  const GemmDims dims{.m = m_group, .n = out_size, .k = s.patch};
+  const GemmBatch groups =
+      GemmBatch::strided(s.group, m_group * s.patch, s.patch * out_size, m_group * out_size);
+  for (int64_t n = 0; n < w.batch; ++n) {
+    const T* image = x + n * in_image;
+    T* y_image = y.data() + n * m * out_size;
+    const C* cols = nullptr;
+    if constexpr (needs_staging_v<T>) {
+      im2col(image, w, col);
+      cols = col;
+    } else {
+      if (use_image_as_col) {
+        cols = image;
+      } else {
+        im2col(image, w, col);
+        cols = col;
+      }
+      acc = y_image;
+    }
+    gemm(dims, groups, weights, cols, acc);
+    if (bias == nullptr && !needs_staging_v<T>) continue;
+    parallel_for(m, std::max<int64_t>(1, 16384 / out_size), [&](int64_t begin, int64_t end) {
+      for (int64_t channel = begin; channel < end; ++channel) {
+        const C b = bias ? load(bias[channel]) : C(0);
+        for (int64_t i = channel * out_size; i < (channel + 1) * out_size; ++i) {
+          y_image[i] = store<T>(bias ? acc[i] + b : acc[i]);
+        }
+      }
+    });
+  }
+  return absl::OkStatus();
+}
+
+void register_conv_kernels(KernelRegistry& r) {
+  KernelDef def;
+  def.op = "Conv";
+  def.workspace_bytes = &conv_workspace;
+  add_kernels<float, double, Float16, BFloat16>(r, def, []<typename T>() { return &conv<T>; });
+}
+
+static KernelRegistration kReg(&register_conv_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

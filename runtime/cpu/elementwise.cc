@@ -1,0 +1,372 @@
+// CPU kernels for the element-wise ops of ops/elementwise.cc: Add, Sub, Mul, Div, Pow, Sqrt,
+// Exp, Log, Neg, Abs, Reciprocal, variadic Min and Max, Clip, Where, Equal, Less, Greater, Not.
+//
+// Numerics: f16 and bf16 elements are computed in f32 and rounded once on store, f32 in f32,
+// f64 in f64. Transcendental results (Exp, Log, Sqrt, float Pow) are those of the C library's
+// function for the compute type (std::exp(float) for f32, f16 and bf16); the CUDA backend calls
+// the same f32 functions. Integer arithmetic wraps on overflow (two's complement), integer
+// division truncates toward zero and a zero divisor is an error, as in the constant folder.
+// Min and Max let a NaN operand win (numpy's minimum/maximum, which the ONNX reference uses).
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/broadcast.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// ---- Scalar operations, over compute types ------------------------------------------------
+
+// Integer results wrap (without the undefined behaviour of signed overflow); narrow types were
+// promoted to int, and converting back keeps the low bits.
+template <typename X, typename Fn>
+X integer_op(X a, X b, Fn fn) {
+  using U = std::make_unsigned_t<X>;
+  return static_cast<X>(static_cast<U>(fn(static_cast<U>(a), static_cast<U>(b))));
+}
+
+struct AddOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return integer_op(a, b, [](auto x, auto y) { return x + y; });
+    } else {
+      return a + b;
+    }
+  }
+};
+struct SubOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return integer_op(a, b, [](auto x, auto y) { return x - y; });
+    } else {
+      return a - b;
+    }
+  }
+};
+struct MulOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return integer_op(a, b, [](auto x, auto y) { return x * y; });
+    } else {
+      return a * b;
+    }
+  }
+};
+// The divisor is never zero for integers (checked before).
+struct DivOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_signed_v<X> && std::is_integral_v<X>) {
+      // MIN / -1 wraps to MIN instead of trapping.
+      if (b == -1) return integer_op(X{0}, a, [](auto x, auto y) { return x - y; });
+      return static_cast<X>(a / b);
+    } else {
+      return static_cast<X>(a / b);
+    }
+  }
+};
+
+// NaN wins: `b` replaces the running extremum `a` when it is NaN or beyond it.
+struct MinOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_floating_point_v<X>) return (std::isnan(b) || b < a) ? b : a;
+    return std::min(a, b);
+  }
+};
+struct MaxOp {
+  template <typename X>
+  X operator()(X a, X b) const {
+    if constexpr (std::is_floating_point_v<X>) return (std::isnan(b) || b > a) ? b : a;
+    return std::max(a, b);
+  }
+};
+
+struct SqrtOp {
+  template <typename X>
+  X operator()(X x) const {
+    return std::sqrt(x);
+  }
+};
+struct ExpOp {
+  template <typename X>
+  X operator()(X x) const {
+    return std::exp(x);
+  }
+};
+struct LogOp {
+  template <typename X>
+  X operator()(X x) const {
+    return std::log(x);
+  }
+};
+struct ReciprocalOp {
+  template <typename X>
+  X operator()(X x) const {
+    return X{1} / x;
+  }
+};
+struct NegOp {
+  template <typename X>
+  X operator()(X x) const {
+    if constexpr (std::is_integral_v<X>) {
+      return integer_op(X{0}, x, [](auto a, auto b) { return a - b; });
+    } else {
+      return -x;
+    }
+  }
+};
+struct AbsOp {
+  template <typename X>
+  X operator()(X x) const {
+    if constexpr (std::is_floating_point_v<X>) return std::fabs(x);
+    if constexpr (std::is_signed_v<X>) return x < 0 ? NegOp{}(x) : x;
+    return x;
+  }
+};
+
+// ---- Kernels ------------------------------------------------------------------------------
+
+template <typename T, typename Op>
+absl::Status unary_kernel(const KernelContext& ctx) {
+  map_unary<T, T>(ctx.input(0), ctx.output(0), Op{});
+  return absl::OkStatus();
+}
+
+template <typename T, typename Op>
+absl::Status binary_kernel(const KernelContext& ctx) {
+  map_binary<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), Op{});
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status div_kernel(const KernelContext& ctx) {
+  if constexpr (std::is_integral_v<T>) {
+    const std::span<const T> divisor = ctx.input(1).in<T>();
+    if (std::find(divisor.begin(), divisor.end(), T{0}) != divisor.end()) {
+      return absl::InvalidArgumentError("integer division by zero (operand 1 'B' has a zero)");
+    }
+  }
+  return binary_kernel<T, DivOp>(ctx);
+}
+
+// base ^ exponent in integers, wrapping; a negative exponent truncates 1 / base^n toward zero.
+// Sets `undefined` for 0 to a negative power.
+template <typename X>
+X integer_pow(X base, int64_t exponent, std::atomic<bool>& undefined) {
+  if (exponent < 0) {
+    if (base == 0) {
+      undefined.store(true, std::memory_order_relaxed);
+      return 0;
+    }
+    if (base == 1) return 1;
+    if constexpr (std::is_signed_v<X>) {
+      if (base == -1) return exponent % 2 == 0 ? 1 : -1;
+    }
+    return 0;
+  }
+  X result = 1;
+  X factor = base;
+  for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
+    if (e & 1) result = MulOp{}(result, factor);
+    factor = MulOp{}(factor, factor);
+  }
+  return result;
+}
+
+// Pow with base type T and exponent type E: float bases compute in their compute type (the
+// exponent converted to it); integer bases with float exponents in f64, truncated back.
+template <typename T, typename E>
+absl::Status pow_typed(const KernelContext& ctx) {
+  const TensorArg& base = ctx.input(0);
+  const TensorArg& exponent = ctx.input(1);
+  if constexpr (is_float_v<T>) {
+    using X = compute_t<T>;
+    map_binary<T, T, E>(base, exponent, ctx.output(0), [](X x, compute_t<E> y) {
+      return static_cast<X>(std::pow(x, static_cast<X>(y)));
+    });
+  } else if constexpr (is_float_v<E>) {
+    map_binary<T, T, E>(base, exponent, ctx.output(0), [](T x, compute_t<E> y) {
+      return truncate_to_int<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
+    });
+  } else {
+    std::atomic<bool> undefined = false;
+    map_binary<T, T, E>(base, exponent, ctx.output(0), [&undefined](T x, E y) {
+      return integer_pow<T>(x, static_cast<int64_t>(y), undefined);
+    });
+    if (undefined.load()) return absl::InvalidArgumentError("integer Pow of 0 to a negative power");
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status pow_kernel(const KernelContext& ctx) {
+  switch (ctx.input(1).dtype()) {
+    case DType::kF32:
+      return pow_typed<T, float>(ctx);
+    case DType::kF64:
+      return pow_typed<T, double>(ctx);
+    case DType::kF16:
+      return pow_typed<T, Float16>(ctx);
+    case DType::kBF16:
+      return pow_typed<T, BFloat16>(ctx);
+    case DType::kI64:
+      return pow_typed<T, int64_t>(ctx);
+    case DType::kI32:
+      return pow_typed<T, int32_t>(ctx);
+    case DType::kI8:
+      return pow_typed<T, int8_t>(ctx);
+    case DType::kU8:
+      return pow_typed<T, uint8_t>(ctx);
+    default:
+      return absl::UnimplementedError(
+          str_cat("Pow exponent of type ", dtype_name(ctx.input(1).dtype())));
+  }
+}
+
+// Variadic Min/Max, folded pairwise into the output: out = op(in0, in1), then
+// out = op(out, in_k). Exact in every dtype, since each result is one of the operands.
+template <typename T, typename Op>
+absl::Status extremum_kernel(const KernelContext& ctx) {
+  const TensorArg& out = ctx.output(0);
+  if (ctx.inputs.size() == 1) {
+    if (ctx.input(0).data != out.data) std::memcpy(out.data, ctx.input(0).data, out.byte_size());
+    return absl::OkStatus();
+  }
+  map_binary<T, T, T>(ctx.input(0), ctx.input(1), out, Op{});
+  for (size_t k = 2; k < ctx.inputs.size(); ++k) {
+    map_binary<T, T, T>(out, ctx.input(static_cast<int>(k)), out, Op{});
+  }
+  return absl::OkStatus();
+}
+
+// min(max(x, min), max): an absent bound does not clip, min > max gives max, NaN stays NaN.
+template <typename T>
+absl::Status clip_kernel(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  const bool has_low = ctx.has_input(1);
+  const bool has_high = ctx.has_input(2);
+  const X low = has_low ? load(ctx.input(1).in<T>()[0]) : X{};
+  const X high = has_high ? load(ctx.input(2).in<T>()[0]) : X{};
+  map_unary<T, T>(ctx.input(0), ctx.output(0), [=](X x) {
+    if (has_low && x < low) x = low;
+    if (has_high && x > high) x = high;
+    return x;
+  });
+  return absl::OkStatus();
+}
+
+// Copies the chosen element's bits (`Bits` is an unsigned type of the element's size), so
+// every dtype, NaN payloads included, passes through unchanged.
+template <typename Bits>
+absl::Status where_kernel(const KernelContext& ctx) {
+  map_ternary<Bits, bool, Bits, Bits>(ctx.input(0), ctx.input(1), ctx.input(2), ctx.output(0),
+                                      [](bool c, Bits x, Bits y) { return c ? x : y; });
+  return absl::OkStatus();
+}
+
+template <typename T, typename Compare>
+absl::Status compare_kernel(const KernelContext& ctx) {
+  map_binary<bool, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), Compare{});
+  return absl::OkStatus();
+}
+
+absl::Status not_kernel(const KernelContext& ctx) {
+  map_unary<bool, bool>(ctx.input(0), ctx.output(0), [](bool x) { return !x; });
+  return absl::OkStatus();
+}
+
+// ---- Registration -------------------------------------------------------------------------
+
+// Every kernel here may write its output over operand 0 (Where: operand 1) of the same size:
+// each output element is stored after its own operands were read.
+KernelDef in_place(std::string op) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.in_place_operand = 0;
+  return def;
+}
+
+template <typename Make>
+void add_numeric(KernelRegistry& r, const KernelDef& def, Make make) {
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(r, def, make);
+}
+template <typename Make>
+void add_float(KernelRegistry& r, const KernelDef& def, Make make) {
+  add_kernels<float, double, Float16, BFloat16>(r, def, make);
+}
+
+template <typename Op>
+void add_unary_float(KernelRegistry& r, std::string op) {
+  add_float(r, in_place(std::move(op)), []<typename T>() { return &unary_kernel<T, Op>; });
+}
+
+void add_where(KernelRegistry& r) {
+  KernelDef def = in_place("Where");
+  def.keyed_on.index = 1;
+  def.in_place_operand = 1;
+  for (DType dtype : kAllDTypes) {
+    def.dtypes = {dtype};
+    switch (dtype_size(dtype)) {
+      case 1:
+        def.fn = &where_kernel<uint8_t>;
+        break;
+      case 2:
+        def.fn = &where_kernel<uint16_t>;
+        break;
+      case 4:
+        def.fn = &where_kernel<uint32_t>;
+        break;
+      case 8:
+        def.fn = &where_kernel<uint64_t>;
+        break;
+      default:
+        AMPC_CHECK(false);
+    }
+    r.add(def);
+  }
+}
+
+void register_elementwise_kernels(KernelRegistry& r) {
+  add_numeric(r, in_place("Add"), []<typename T>() { return &binary_kernel<T, AddOp>; });
+  add_numeric(r, in_place("Sub"), []<typename T>() { return &binary_kernel<T, SubOp>; });
+  add_numeric(r, in_place("Mul"), []<typename T>() { return &binary_kernel<T, MulOp>; });
+  add_numeric(r, in_place("Div"), []<typename T>() { return &div_kernel<T>; });
+  add_numeric(r, in_place("Pow"), []<typename T>() { return &pow_kernel<T>; });
+
+  add_unary_float<SqrtOp>(r, "Sqrt");
+  add_unary_float<ExpOp>(r, "Exp");
+  add_unary_float<LogOp>(r, "Log");
+  add_unary_float<ReciprocalOp>(r, "Reciprocal");
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t>(
+      r, in_place("Neg"), []<typename T>() { return &unary_kernel<T, NegOp>; });
+  add_numeric(r, in_place("Abs"), []<typename T>() { return &unary_kernel<T, AbsOp>; });
+
+  add_numeric(r, in_place("Min"), []<typename T>() { return &extremum_kernel<T, MinOp>; });
+  add_numeric(r, in_place("Max"), []<typename T>() { return &extremum_kernel<T, MaxOp>; });
+  add_numeric(r, in_place("Clip"), []<typename T>() { return &clip_kernel<T>; });
+  add_where(r);
+
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t, bool>(
+      r, in_place("Equal"), []<typename T>() { return &compare_kernel<T, std::equal_to<>>; });
+  add_numeric(r, in_place("Less"), []<typename T>() { return &compare_kernel<T, std::less<>>; });
+  add_numeric(r, in_place("Greater"),
+              []<typename T>() { return &compare_kernel<T, std::greater<>>; });
+  KernelDef logical_not = in_place("Not");
+  logical_not.dtypes = {DType::kBool};
+  logical_not.fn = &not_kernel;
+  r.add(std::move(logical_not));
+}
+
+static KernelRegistration kRegistration(&register_elementwise_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

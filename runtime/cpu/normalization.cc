@@ -1,0 +1,265 @@
+// CPU kernels for LayerNormalization and BatchNormalization.
+//
+// Kernels are keyed on X. Every other operand is read in its own element type (BatchNormalization's
+// scale, bias and statistics are pinned to f32 when X is f16 or bf16) and everything is computed
+// in X's compute type: f32 for f16, bf16 and f32, f64 for f64.
+//
+// LayerNormalization normalizes each row of the dims from `axis` on (n elements):
+//   mean     = (x_0 + ... + x_{n-1}) / n                      sequential sum
+//   var      = ((x_0 - mean)^2 + ... + (x_{n-1} - mean)^2) / n  sequential sum
+//   inv_std  = 1 / sqrt(var + epsilon)
+//   y_j      = (x_j - mean) * inv_std * scale_j + bias_j      left to right, rounded once
+// Mean and InvStdDev are stored in their stash type (f32 or bf16), rounded once from the compute
+// type (from f64 through f32 for an f64 X with a bf16 stash). Scale and B broadcast to X.
+//
+// BatchNormalization, per channel c of X [N, C, D1, ...] (1-D X is [N] with one channel):
+//   inference (and opsets 9-13): mean, var = input_mean, input_var
+//   training_mode=1:             mean = sum of x / count, var = sum of (x - mean)^2 / count over
+//                                (n, d) in row-major order: the biased (population) variance
+//   y = (x - mean) / sqrt(var + epsilon) * scale + B
+//   running_mean = input_mean * momentum + mean * (1 - momentum)
+//   running_var  = input_var * momentum + var * (1 - momentum)
+// ONNX BatchNormalization-15 puts the same population variance into running_var (PyTorch uses
+// the unbiased one there); we follow ONNX. Running statistics take input_mean's element type.
+//
+// Rows (LayerNormalization) and channels (BatchNormalization statistics) are spread over threads,
+// each computed by one, so the bits do not depend on the thread count. Each output element is
+// written after its own X element is read, so Y may share X's buffer.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// Element i of a float operand of any element type, in the compute type C.
+template <typename C>
+C read_as(const TensorArg& arg, int64_t i) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      return static_cast<C>(arg.in<float>()[i]);
+    case DType::kF64:
+      return static_cast<C>(arg.in<double>()[i]);
+    case DType::kF16:
+      return static_cast<C>(static_cast<float>(arg.in<Float16>()[i]));
+    case DType::kBF16:
+      return static_cast<C>(static_cast<float>(arg.in<BFloat16>()[i]));
+    default:
+      AMPC_CHECK(false && "not a float operand");
+  }
+  return C(0);
+}
+
+template <typename C>
+std::vector<C> read_all_as(const TensorArg& arg) {
+  std::vector<C> values(arg.num_elements());
+  for (int64_t i = 0; i < arg.num_elements(); ++i) values[i] = read_as<C>(arg, i);
+  return values;
+}
+
+// Rounds `value` once into element i of a float output of any element type.
+template <typename C>
+void write_as(const TensorArg& arg, int64_t i, C value) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      arg.out<float>()[i] = static_cast<float>(value);
+      return;
+    case DType::kF64:
+      arg.out<double>()[i] = static_cast<double>(value);
+      return;
+    case DType::kF16:
+      arg.out<Float16>()[i] = Float16(static_cast<float>(value));
+      return;
+    case DType::kBF16:
+      arg.out<BFloat16>()[i] = BFloat16(static_cast<float>(value));
+      return;
+    default:
+      AMPC_CHECK(false && "not a float output");
+  }
+}
+
+float float_attr_or(const Node& node, std::string_view name, float fallback) {
+  const AttrValue* value = node.find_attr(name);
+  if (value == nullptr) return fallback;
+  if (const int64_t* integer = std::get_if<int64_t>(value)) return static_cast<float>(*integer);
+  return std::get<float>(*value);
+}
+
+int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
+  const AttrValue* value = node.find_attr(name);
+  return value != nullptr ? std::get<int64_t>(*value) : fallback;
+}
+
+// ---- LayerNormalization --------------------------------------------------------------------
+
+// Maps a flat index of X to the flat index of an operand that broadcasts to X.
+class BroadcastIndex {
+ public:
+  BroadcastIndex(const Shape& x, const Shape& operand) : x_(x), strides_(x.size(), 0) {
+    const size_t offset = x.size() - operand.size();
+    int64_t stride = 1;
+    for (size_t d = operand.size(); d-- > 0;) {
+      if (operand[d] != 1) strides_[offset + d] = stride;
+      stride *= operand[d];
+    }
+    // Common case: the operand (without leading 1s) is X's trailing dims, so it repeats.
+    size_t first = 0;
+    while (first < operand.size() && operand[first] == 1) ++first;
+    suffix_ = std::equal(operand.begin() + first, operand.end(), x.end() - (operand.size() - first),
+                         x.end());
+    operand_size_ = stride;
+  }
+
+  int64_t operator()(int64_t flat) const {
+    if (suffix_) return flat % operand_size_;
+    int64_t offset = 0;
+    for (size_t d = x_.size(); d-- > 0;) {
+      offset += (flat % x_[d]) * strides_[d];
+      flat /= x_[d];
+    }
+    return offset;
+  }
+
+ private:
+  Shape x_;
+  std::vector<int64_t> strides_;
+  bool suffix_ = false;
+  int64_t operand_size_ = 1;
+};
+
+template <typename T>
+absl::Status layer_norm(const KernelContext& ctx) {
+  using C = compute_t<T>;
+  const Shape& shape = ctx.input(0).shape();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = ctx.node.int_attr("axis");
+  if (axis < 0) axis += rank;
+  int64_t rows = 1, n = 1;
+  for (int64_t d = 0; d < rank; ++d) (d < axis ? rows : n) *= shape[d];
+  const C epsilon = static_cast<C>(ctx.node.float_attr("epsilon"));
+
+  std::span<const T> x = ctx.input(0).in<T>();
+  std::span<const T> scale = ctx.input(1).in<T>();
+  const BroadcastIndex scale_index(shape, ctx.input(1).shape());
+  const bool has_bias = ctx.has_input(2);
+  std::span<const T> bias = has_bias ? ctx.input(2).in<T>() : std::span<const T>();
+  const BroadcastIndex bias_index(shape, has_bias ? ctx.input(2).shape() : Shape{});
+  std::span<T> y = ctx.output(0).out<T>();
+
+  parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, n)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t row = begin; row < end; ++row) {
+                   const int64_t first = row * n;
+                   C sum = 0;
+                   for (int64_t j = 0; j < n; ++j) sum += load(x[first + j]);
+                   const C mean = sum / static_cast<C>(n);
+                   C square_sum = 0;
+                   for (int64_t j = 0; j < n; ++j) {
+                     const C centered = load(x[first + j]) - mean;
+                     square_sum += centered * centered;
+                   }
+                   const C var = square_sum / static_cast<C>(n);
+                   const C inv_std = C(1) / std::sqrt(var + epsilon);
+                   for (int64_t j = 0; j < n; ++j) {
+                     const int64_t i = first + j;
+                     C value = (load(x[i]) - mean) * inv_std * load(scale[scale_index(i)]);
+                     if (has_bias) value += load(bias[bias_index(i)]);
+                     y[i] = store<T>(value);
+                   }
+                   if (ctx.has_output(1)) write_as<C>(ctx.output(1), row, mean);
+                   if (ctx.has_output(2)) write_as<C>(ctx.output(2), row, inv_std);
+                 }
+               });
+  return absl::OkStatus();
+}
+
+// ---- BatchNormalization --------------------------------------------------------------------
+
+template <typename T>
+absl::Status batch_norm(const KernelContext& ctx) {
+  using C = compute_t<T>;
+  const Node& node = ctx.node;
+  const Shape& shape = ctx.input(0).shape();
+  const int64_t batch = shape[0];
+  const int64_t channels = shape.size() >= 2 ? shape[1] : 1;
+  int64_t spatial = 1;
+  for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
+  // Opsets 9-13 (no training_mode attribute) are inference only.
+  const bool training = int_attr_or(node, "training_mode", 0) != 0;
+  const C epsilon = static_cast<C>(float_attr_or(node, "epsilon", 1e-5f));
+  const C momentum = static_cast<C>(float_attr_or(node, "momentum", 0.9f));
+
+  std::span<const T> x = ctx.input(0).in<T>();
+  std::span<T> y = ctx.output(0).out<T>();
+  const std::vector<C> scale = read_all_as<C>(ctx.input(1));
+  const std::vector<C> bias = read_all_as<C>(ctx.input(2));
+  const std::vector<C> input_mean = read_all_as<C>(ctx.input(3));
+  const std::vector<C> input_var = read_all_as<C>(ctx.input(4));
+
+  std::vector<C> mean = input_mean, var = input_var;
+  if (training) {
+    const C count = static_cast<C>(batch * spatial);
+    parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t c = begin; c < end; ++c) {
+        C sum = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+          const T* block = x.data() + (b * channels + c) * spatial;
+          for (int64_t i = 0; i < spatial; ++i) sum += load(block[i]);
+        }
+        mean[c] = sum / count;
+        C square_sum = 0;
+        for (int64_t b = 0; b < batch; ++b) {
+          const T* block = x.data() + (b * channels + c) * spatial;
+          for (int64_t i = 0; i < spatial; ++i) {
+            const C centered = load(block[i]) - mean[c];
+            square_sum += centered * centered;
+          }
+        }
+        var[c] = square_sum / count;
+      }
+    });
+  }
+
+  std::vector<C> std_dev(channels);
+  for (int64_t c = 0; c < channels; ++c) std_dev[c] = std::sqrt(var[c] + epsilon);
+  parallel_for(batch * channels, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, spatial)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t block = begin; block < end; ++block) {
+                   const int64_t c = block % channels;
+                   for (int64_t i = block * spatial; i < (block + 1) * spatial; ++i) {
+                     y[i] = store<T>((load(x[i]) - mean[c]) / std_dev[c] * scale[c] + bias[c]);
+                   }
+                 }
+               });
+
+  if (training) {
+    const C keep = momentum, take = C(1) - momentum;
+    for (int64_t c = 0; c < channels; ++c) {
+      if (ctx.has_output(1)) write_as<C>(ctx.output(1), c, input_mean[c] * keep + mean[c] * take);
+      if (ctx.has_output(2)) write_as<C>(ctx.output(2), c, input_var[c] * keep + var[c] * take);
+    }
+  }
+  return absl::OkStatus();
+}
+
+// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
+KernelDef kernel_def(std::string op, int in_place_operand = -1) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.in_place_operand = in_place_operand;
+  return def;
+}
+
+void register_normalization_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("LayerNormalization", 0),
+                                                []<typename T>() { return &layer_norm<T>; });
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("BatchNormalization", 0),
+                                                []<typename T>() { return &batch_norm<T>; });
+}
+
+static KernelRegistration kReg(&register_normalization_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,231 @@
+// CPU kernels for ReduceSum, ReduceMean and ReduceMax.
+//
+// Axes come from the `axes` attribute or, when present, from the axes operand (input 1); the
+// operand wins because it is what the node reads at run time (canonicalize usually moves a
+// constant operand into the attribute first). No axes, or an empty list, reduce over every
+// dimension unless noop_with_empty_axes asks for the identity. Negative axes count from the end.
+//
+// Numerics: each output element is computed by one loop over its reduced elements in row-major
+// order of the input (the reduced dimensions in their original order), accumulating in f32 for
+// f16, bf16 and f32, in f64 for f64 and in i64 for the integer types (wrapping to the element
+// type on store). ReduceMean divides the sum once by the element count. The result is rounded
+// once on store. Output elements are spread over threads; nothing is combined across threads,
+// so the bits do not depend on the thread count.
+//
+// Empty reductions follow ONNX: a sum is 0, a mean of floats NaN (0 / 0; 0 for integers), a
+// maximum the lowest value of the type (-inf for floats, false for bool). ReduceMax propagates
+// NaN.
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <type_traits>
+#include <vector>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// The reduced axes of the node, normalized and sorted; nullopt when none are given.
+absl::StatusOr<std::optional<std::vector<int64_t>>> reduced_axes(const KernelContext& ctx,
+                                                                 int64_t rank) {
+  std::vector<int64_t> axes;
+  if (ctx.has_input(1)) {
+    const TensorArg& operand = ctx.input(1);
+    if (operand.dtype() != DType::kI64) {
+      return absl::InvalidArgumentError(
+          str_cat("axes must be i64, got ", dtype_name(operand.dtype())));
+    }
+    std::span<const int64_t> values = operand.in<int64_t>();
+    axes.assign(values.begin(), values.end());
+  } else if (const AttrValue* attr = ctx.node.find_attr("axes")) {
+    axes = std::get<std::vector<int64_t>>(*attr);
+  } else {
+    return std::nullopt;
+  }
+  for (int64_t& axis : axes) {
+    if (axis < -rank || axis >= rank) {
+      return absl::InvalidArgumentError(str_cat("axis ", axis, " is out of range for rank ", rank,
+                                                " (expected [", -rank, ", ", rank - 1, "])"));
+    }
+    if (axis < 0) axis += rank;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end()) {
+    return absl::InvalidArgumentError(str_cat("axes [", str_join(axes, ", "), "] repeat an axis"));
+  }
+  return axes;
+}
+
+// Where the reduced elements of each output element live. Dimensions of size 1 are dropped and
+// runs of adjacent kept (or reduced) dimensions are merged, which keeps the row-major order.
+struct ReduceLayout {
+  // Kept dimensions, outermost first: output element o sits at the input offset given by its
+  // multi-index in these sizes times these strides.
+  std::vector<int64_t> kept_sizes, kept_strides;
+  // The innermost reduced dimension is walked directly; the offsets of the positions of all the
+  // other reduced dimensions (row-major) are listed once.
+  std::vector<int64_t> outer_reduced_offsets{0};
+  int64_t inner_size = 1, inner_stride = 0;
+  int64_t reduced_count = 1;
+  int64_t output_count = 1;
+
+  int64_t base_offset(int64_t output) const {
+    int64_t offset = 0;
+    for (size_t k = kept_sizes.size(); k-- > 0;) {
+      offset += (output % kept_sizes[k]) * kept_strides[k];
+      output /= kept_sizes[k];
+    }
+    return offset;
+  }
+};
+
+ReduceLayout make_layout(const Shape& shape, const std::vector<int64_t>& axes) {
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  std::vector<int64_t> strides(rank, 1);
+  for (int64_t d = rank - 2; d >= 0; --d) strides[d] = strides[d + 1] * shape[d + 1];
+
+  ReduceLayout layout;
+  std::vector<int64_t> reduced_sizes, reduced_strides;
+  std::optional<bool> previous_reduced;
+  for (int64_t d = 0; d < rank; ++d) {
+    const bool reduced = std::binary_search(axes.begin(), axes.end(), d);
+    if (reduced) {
+      layout.reduced_count *= shape[d];
+    } else {
+      layout.output_count *= shape[d];
+    }
+    if (shape[d] == 1) continue;
+    std::vector<int64_t>& sizes = reduced ? reduced_sizes : layout.kept_sizes;
+    std::vector<int64_t>& dim_strides = reduced ? reduced_strides : layout.kept_strides;
+    if (previous_reduced == reduced) {
+      sizes.back() *= shape[d];
+      dim_strides.back() = strides[d];
+    } else {
+      sizes.push_back(shape[d]);
+      dim_strides.push_back(strides[d]);
+    }
+    previous_reduced = reduced;
+  }
+  if (reduced_sizes.empty()) return layout;
+  layout.inner_size = reduced_sizes.back();
+  layout.inner_stride = reduced_strides.back();
+  for (size_t k = 0; k + 1 < reduced_sizes.size(); ++k) {
+    std::vector<int64_t> next;
+    next.reserve(layout.outer_reduced_offsets.size() * reduced_sizes[k]);
+    for (int64_t offset : layout.outer_reduced_offsets) {
+      for (int64_t i = 0; i < reduced_sizes[k]; ++i)
+        next.push_back(offset + i * reduced_strides[k]);
+    }
+    layout.outer_reduced_offsets = std::move(next);
+  }
+  return layout;
+}
+
+enum class Reduction { kSum, kMean, kMax };
+
+// Sums accumulate in the compute type of floats and in i64 for integers; a maximum is exact in
+// the compute type.
+template <typename T, Reduction R>
+using accumulate_t =
+    std::conditional_t<R == Reduction::kMax || is_float_v<T>, compute_t<T>, int64_t>;
+
+template <typename T, Reduction R>
+accumulate_t<T, R> initial_value() {
+  using A = accumulate_t<T, R>;
+  if constexpr (R != Reduction::kMax) {
+    return A(0);
+  } else if constexpr (std::numeric_limits<A>::has_infinity) {
+    return -std::numeric_limits<A>::infinity();
+  } else {
+    return std::numeric_limits<A>::lowest();
+  }
+}
+
+template <typename T, Reduction R>
+void accumulate(accumulate_t<T, R>& acc, T element) {
+  const auto value = load(element);
+  if constexpr (R == Reduction::kMax) {
+    // A NaN element replaces the maximum and nothing replaces a NaN maximum.
+    if (value > acc || value != value) acc = value;
+  } else {
+    acc += value;
+  }
+}
+
+template <typename T, Reduction R>
+T finish(accumulate_t<T, R> acc, int64_t count) {
+  using A = accumulate_t<T, R>;
+  if constexpr (R == Reduction::kMean) {
+    if constexpr (std::is_integral_v<A>) {
+      acc = count == 0 ? 0 : acc / count;
+    } else {
+      acc /= static_cast<A>(count);
+    }
+  }
+  if constexpr (is_float_v<T>) {
+    return store<T>(acc);
+  } else {
+    return static_cast<T>(acc);
+  }
+}
+
+template <typename T, Reduction R>
+absl::Status reduce(const KernelContext& ctx) {
+  const TensorArg& data = ctx.input(0);
+  const int64_t rank = static_cast<int64_t>(data.shape().size());
+  std::span<const T> in = data.in<T>();
+  std::span<T> out = ctx.output(0).out<T>();
+
+  AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes, reduced_axes(ctx, rank));
+  if (!axes || axes->empty()) {
+    const AttrValue* noop = ctx.node.find_attr("noop_with_empty_axes");
+    if (noop != nullptr && std::get<int64_t>(*noop) != 0) {
+      std::copy(in.begin(), in.end(), out.begin());
+      return absl::OkStatus();
+    }
+    axes = std::vector<int64_t>(rank);
+    for (int64_t d = 0; d < rank; ++d) (*axes)[d] = d;
+  }
+  const ReduceLayout layout = make_layout(data.shape(), *axes);
+  AMPC_CHECK(layout.output_count == static_cast<int64_t>(out.size()));
+
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, layout.reduced_count));
+  parallel_for(layout.output_count, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const int64_t base = layout.base_offset(o);
+      accumulate_t<T, R> acc = initial_value<T, R>();
+      for (int64_t outer : layout.outer_reduced_offsets) {
+        const T* run = in.data() + base + outer;
+        for (int64_t i = 0; i < layout.inner_size; ++i) {
+          accumulate<T, R>(acc, run[i * layout.inner_stride]);
+        }
+      }
+      out[o] = finish<T, R>(acc, layout.reduced_count);
+    }
+  });
+  return absl::OkStatus();
+}
+
+// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
+KernelDef kernel_def(std::string op, int in_place_operand = -1) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.in_place_operand = in_place_operand;
+  return def;
+}
+
+void register_reduce_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
+      r, kernel_def("ReduceSum"), []<typename T>() { return &reduce<T, Reduction::kSum>; });
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
+      r, kernel_def("ReduceMean"), []<typename T>() { return &reduce<T, Reduction::kMean>; });
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t, bool>(
+      r, kernel_def("ReduceMax"), []<typename T>() { return &reduce<T, Reduction::kMax>; });
+}
+
+static KernelRegistration kReg(&register_reduce_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

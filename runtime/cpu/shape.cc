@@ -1,0 +1,246 @@
+// CPU kernels for the shape and view ops: Reshape, Flatten, Squeeze, Unsqueeze, Identity, Shape,
+// Expand and Dropout.
+//
+// Views hold the input's elements in the same order, so they are one byte copy (none when the
+// planner gave output 0 the input's buffer). Expand moves elements as unsigned words of the
+// element size, so one kernel per size serves every dtype; no value is converted. Dropout is the
+// one op here that computes: in training it scales kept elements by 1/(1-ratio) in the compute
+// type (f32 for f16/bf16) and rounds once. Its mask is a hash of (seed, element index): the same
+// on any thread count and on every run, and not PyTorch's (nor numpy's) random stream. A node
+// without a `seed` attribute uses a fixed default seed, so every run of it draws the same mask.
+//
+// Output shapes were inferred at load; the kernels read them instead of re-reading `shape` or
+// `axes` inputs.
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// Elements per thread below which a loop stays on one thread.
+constexpr int64_t kGrainElements = 1 << 16;
+constexpr int64_t kGrainBytes = 1 << 20;
+
+// A CPU kernel of the standard-domain op `op`; the dtypes are filled in by the caller.
+KernelDef kernel_def(std::string op, KernelFn fn = nullptr, int in_place_operand = -1) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.fn = fn;
+  def.in_place_operand = in_place_operand;
+  return def;
+}
+
+// Registers `base` once per element size (1, 2, 4, 8 bytes), keyed on every DType of that size,
+// with the kernel `make.template operator()<Word>()` that moves elements as Word.
+template <typename Make>
+void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base, Make make) {
+  auto add = [&]<typename Word>() {
+    KernelDef def = base;
+    def.device = Device::kCpu;
+    def.dtypes.clear();
+    for (DType dtype : kAllDTypes) {
+      if (dtype_size(dtype) == sizeof(Word)) def.dtypes.push_back(dtype);
+    }
+    def.fn = make.template operator()<Word>();
+    if (!def.dtypes.empty()) registry.add(std::move(def));
+  };
+  add.template operator()<uint8_t>();
+  add.template operator()<uint16_t>();
+  add.template operator()<uint32_t>();
+  add.template operator()<uint64_t>();
+}
+
+// One KernelDef for every DType: kernels that never look at elements.
+KernelDef for_all_dtypes(KernelDef def) {
+  def.device = Device::kCpu;
+  def.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
+  return def;
+}
+
+// Copies `bytes` bytes in parallel chunks; nothing when the buffers are the same (in place).
+void copy_bytes(void* to, const void* from, int64_t bytes) {
+  if (to == from || bytes == 0) return;
+  parallel_for(bytes, kGrainBytes, [&](int64_t begin, int64_t end) {
+    std::memcpy(static_cast<std::byte*>(to) + begin, static_cast<const std::byte*>(from) + begin,
+                end - begin);
+  });
+}
+
+// ---- Views ------------------------------------------------------------------------------------
+
+// Reshape, Flatten, Squeeze, Unsqueeze, Identity: same bytes, new shape.
+absl::Status view_kernel(const KernelContext& ctx) {
+  copy_bytes(ctx.output(0).data, ctx.input(0).data, ctx.output(0).byte_size());
+  return absl::OkStatus();
+}
+
+// ---- Shape ------------------------------------------------------------------------------------
+
+// Dims [start, end) of the input's shape (opset 15; absent attributes mean the whole shape);
+// negative values count from the back, then both clamp to [0, rank], as inference does.
+absl::Status shape_kernel(const KernelContext& ctx) {
+  const Shape& shape = ctx.input(0).shape();
+  const int64_t rank = shape.size();
+  auto clamp = [rank](int64_t axis) {
+    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
+  };
+  const int64_t start = clamp(ctx.node.int_attr("start"));
+  const int64_t end = ctx.node.find_attr("end") ? clamp(ctx.node.int_attr("end")) : rank;
+  std::span<int64_t> out = ctx.output(0).out<int64_t>();
+  AMPC_CHECK(static_cast<int64_t>(out.size()) == std::max<int64_t>(end - start, 0));
+  std::copy(shape.begin() + start, shape.begin() + start + out.size(), out.begin());
+  return absl::OkStatus();
+}
+
+// ---- Expand -----------------------------------------------------------------------------------
+
+// out[o] = in[sum_d o_d * in_strides[d]] for every multi-index o of `out_shape`, walked in
+// row-major order; rows of the last dim are split across threads.
+template <typename Word>
+void strided_copy(const Word* in, std::vector<int64_t> in_strides, const Shape& out_shape,
+                  Word* out) {
+  const int64_t total = num_elements(out_shape);
+  if (total == 0) return;
+  const int rank = static_cast<int>(out_shape.size());
+  const int64_t inner = rank == 0 ? 1 : out_shape[rank - 1];
+  const int64_t inner_stride = rank == 0 ? 0 : in_strides[rank - 1];
+  const int64_t rows = total / inner;
+  parallel_for(rows, std::max<int64_t>(1, kGrainElements / inner), [&](int64_t begin, int64_t end) {
+    std::vector<int64_t> index(std::max(rank - 1, 0), 0);
+    int64_t offset = 0;
+    for (int64_t d = rank - 2, rest = begin; d >= 0; --d) {
+      index[d] = rest % out_shape[d];
+      rest /= out_shape[d];
+      offset += index[d] * in_strides[d];
+    }
+    for (int64_t row = begin; row < end; ++row) {
+      Word* dst = out + row * inner;
+      const Word* src = in + offset;
+      if (inner_stride == 1) {
+        std::copy_n(src, inner, dst);
+      } else if (inner_stride == 0) {
+        std::fill_n(dst, inner, *src);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * inner_stride];
+      }
+      for (int d = rank - 2; d >= 0; --d) {  // the next row's multi-index and offset
+        if (++index[d] < out_shape[d]) {
+          offset += in_strides[d];
+          break;
+        }
+        offset -= (index[d] - 1) * in_strides[d];
+        index[d] = 0;
+      }
+    }
+  });
+}
+
+// Broadcasts the input to the inferred output shape: input dims of size 1 (and missing leading
+// dims) are read with stride 0.
+template <typename Word>
+absl::Status expand_kernel(const KernelContext& ctx) {
+  const Shape& in_shape = ctx.input(0).shape();
+  const Shape& out_shape = ctx.output(0).shape();
+  const size_t lead = out_shape.size() - in_shape.size();
+  std::vector<int64_t> strides(out_shape.size(), 0);
+  int64_t stride = 1;
+  for (int d = static_cast<int>(in_shape.size()) - 1; d >= 0; --d) {
+    if (in_shape[d] != 1) strides[lead + d] = stride;
+    stride *= in_shape[d];
+  }
+  strided_copy(ctx.input(0).in<Word>().data(), std::move(strides), out_shape,
+               ctx.output(0).out<Word>().data());
+  return absl::OkStatus();
+}
+
+// ---- Dropout ----------------------------------------------------------------------------------
+
+// Used when the node has no `seed` attribute, so that runs are reproducible.
+constexpr uint64_t kDefaultDropoutSeed = 0;
+
+// SplitMix64's finalizer: a bijection of 64-bit words whose outputs look independent.
+uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Whether element i is kept: a uniform draw in [0, 1) from (seed, i) alone, so the mask does not
+// depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random stream.
+bool dropout_keeps(uint64_t seed_key, int64_t i, double ratio) {
+  const double uniform =
+      static_cast<double>(mix64(seed_key + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
+  return uniform >= ratio;
+}
+
+double scalar_as_double(const TensorArg& arg) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      return arg.in<float>()[0];
+    case DType::kF64:
+      return arg.in<double>()[0];
+    case DType::kF16:
+      return static_cast<float>(arg.in<Float16>()[0]);
+    case DType::kBF16:
+      return static_cast<float>(arg.in<BFloat16>()[0]);
+    default:
+      AMPC_CHECK(false);  // the OpDef admits only float ratios
+      return 0;
+  }
+}
+
+// Inference (no training_mode, or false, or ratio 0): the identity, mask all true. Training:
+// element i is kept when dropout_keeps(seed, i), and output = x * (kept ? 1/(1-ratio) : 0) in
+// the compute type, rounded once (so, as in ONNX's reference and PyTorch, a dropped inf is NaN).
+template <typename T>
+absl::Status dropout_kernel(const KernelContext& ctx) {
+  const double ratio =
+      ctx.has_input(1) ? scalar_as_double(ctx.input(1)) : ctx.node.float_attr("ratio");
+  const bool training = ctx.has_input(2) && ctx.input(2).in<uint8_t>()[0] != 0;
+  const int64_t n = ctx.input(0).num_elements();
+  bool* mask = ctx.has_output(1) ? ctx.output(1).out<bool>().data() : nullptr;
+  if (!training || ratio == 0) {
+    copy_bytes(ctx.output(0).data, ctx.input(0).data, ctx.output(0).byte_size());
+    if (mask != nullptr) std::fill_n(mask, n, true);
+    return absl::OkStatus();
+  }
+  if (!(ratio > 0 && ratio < 1)) {
+    return absl::InvalidArgumentError(str_cat("ratio ", ratio, " is not in [0, 1)"));
+  }
+  const uint64_t seed = ctx.node.find_attr("seed")
+                            ? static_cast<uint64_t>(ctx.node.int_attr("seed"))
+                            : kDefaultDropoutSeed;
+  const uint64_t seed_key = mix64(seed);
+  const compute_t<T> scale = static_cast<compute_t<T>>(1.0 / (1.0 - ratio));
+  const T* in = ctx.input(0).in<T>().data();
+  T* out = ctx.output(0).out<T>().data();
+  parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const bool keep = dropout_keeps(seed_key, i, ratio);
+      out[i] = store<T>(load(in[i]) * (keep ? scale : compute_t<T>(0)));
+      if (mask != nullptr) mask[i] = keep;
+    }
+  });
+  return absl::OkStatus();
+}
+
+void register_shape_kernels(KernelRegistry& r) {
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
+    r.add(for_all_dtypes(kernel_def(op, &view_kernel, 0)));
+  }
+  r.add(for_all_dtypes(kernel_def("Shape", &shape_kernel)));
+  add_kernels_by_element_size(r, kernel_def("Expand"),
+                              []<typename Word>() { return &expand_kernel<Word>; });
+  // Dropout's OpDef admits float data only.
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Dropout", nullptr, 0),
+                                                []<typename T>() { return &dropout_kernel<T>; });
+}
+
+static KernelRegistration kReg(&register_shape_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

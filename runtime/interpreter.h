@@ -1,0 +1,22 @@
+// Runs a graph node by node with one freshly allocated tensor per value: no plan, no memory
+// reuse. It is the baseline the planned executor is checked against, and the quickest way to run
+// one op in a test.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/tensor.h"
+#include "runtime/kernel.h"
+
+namespace ampc::runtime {
+
+// Evaluates `graph` with `inputs` bound to its graph inputs (in order) and returns its outputs
+// (in order). Input types must match exactly; errors name the input or the node.
+absl::StatusOr<std::vector<Tensor>> interpret_graph(const Graph& graph,
+                                                    const std::vector<Tensor>& inputs,
+                                                    Device device = Device::kCpu);
+
+}  // namespace ampc::runtime

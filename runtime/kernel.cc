@@ -1,0 +1,87 @@
+#include "runtime/kernel.h"
+
+#include "compiler/strings.h"
+
+namespace ampc::runtime {
+
+std::string_view device_name(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+KernelRegistry& KernelRegistry::global() {
+  static KernelRegistry* registry = new KernelRegistry();
+  return *registry;
+}
+
+void KernelRegistry::add(KernelDef def) {
+  AMPC_CHECK(def.fn != nullptr && !def.dtypes.empty());
+  for (DType dtype : def.dtypes) {
+    // One kernel per key, or resolution would depend on registration order.
+    AMPC_CHECK(find(def.domain, def.op, def.device, dtype) == nullptr);
+  }
+  defs_.push_back(std::move(def));
+}
+
+const KernelDef* KernelRegistry::find(std::string_view domain, std::string_view op, Device device,
+                                      DType dtype) const {
+  for (const KernelDef& def : defs_) {
+    if (def.domain != domain || def.op != op || def.device != device) continue;
+    for (DType supported : def.dtypes) {
+      if (supported == dtype) return &def;
+    }
+  }
+  return nullptr;
+}
+
+std::vector<DType> KernelRegistry::dtypes(std::string_view domain, std::string_view op,
+                                          Device device) const {
+  std::vector<DType> result;
+  for (const KernelDef& def : defs_) {
+    if (def.domain == domain && def.op == op && def.device == device) {
+      result.insert(result.end(), def.dtypes.begin(), def.dtypes.end());
+    }
+  }
+  return result;
+}
+
+const TensorType* key_type(const Node& node, KeyedOn keyed_on) {
+  if (keyed_on.output) {
+    return node.has_output(keyed_on.index) ? &node.output(keyed_on.index)->type() : nullptr;
+  }
+  return node.has_operand(keyed_on.index) ? &node.operand(keyed_on.index)->type() : nullptr;
+}
+
+absl::StatusOr<const KernelDef*> KernelRegistry::resolve(const Node& node, Device device) const {
+  bool op_known = false;
+  std::optional<DType> key_dtype;
+  for (const KernelDef& def : defs_) {
+    if (def.domain != node.domain() || def.op != node.op_type() || def.device != device) continue;
+    op_known = true;
+    const TensorType* key = key_type(node, def.keyed_on);
+    if (key == nullptr) continue;
+    key_dtype = key->dtype;
+    for (DType supported : def.dtypes) {
+      if (supported == key->dtype) return &def;
+    }
+  }
+  if (!op_known) {
+    return absl::UnimplementedError(
+        str_cat(node.describe(), ": no ", device_name(device), " kernel for op ", node.op_type()));
+  }
+  std::vector<std::string> names;
+  for (DType dtype : dtypes(node.domain(), node.op_type(), device)) {
+    names.emplace_back(dtype_name(dtype));
+  }
+  return absl::UnimplementedError(str_cat(node.describe(), ": no ", device_name(device),
+                                          " kernel for op ", node.op_type(), " with element type ",
+                                          key_dtype ? dtype_name(*key_dtype) : "(absent)",
+                                          " (kernels exist for ", str_join(names, ", "), ")"));
+}
+
+}  // namespace ampc::runtime

@@ -1,0 +1,124 @@
+// Kernels and their registry.
+//
+// A kernel is a plain function over the typed memory of one node's operands and outputs. Kernels
+// are registered per (domain, op, device, dtype) by runtime/<device>/<family>.cc at static
+// initialization, and the planner resolves each node's kernel once, at load. The dtype of the
+// key is the element type of one tensor the kernel names (`KernelDef::keyed_on`): operand 0 for
+// most ops, the data operand for Where, output 0 for ConstantOfShape.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/dtype.h"
+#include "compiler/ir.h"
+#include "compiler/status.h"
+
+namespace ampc::runtime {
+
+enum class Device { kCpu, kCuda };
+std::string_view device_name(Device device);
+
+// One operand or output of a kernel call: its type and where its elements live. An omitted
+// optional operand or output has no type and no data.
+struct TensorArg {
+  const TensorType* type = nullptr;
+  void* data = nullptr;
+
+  bool present() const { return type != nullptr; }
+  DType dtype() const { return type->dtype; }
+  const Shape& shape() const { return type->shape; }
+  int64_t num_elements() const { return type->num_elements(); }
+  int64_t byte_size() const { return type->byte_size(); }
+
+  // Typed views; T must have the size of the element type.
+  template <typename T>
+  std::span<const T> in() const {
+    AMPC_CHECK(present() && sizeof(T) == static_cast<size_t>(dtype_size(dtype())));
+    return {static_cast<const T*>(data), static_cast<size_t>(num_elements())};
+  }
+  template <typename T>
+  std::span<T> out() const {
+    AMPC_CHECK(present() && sizeof(T) == static_cast<size_t>(dtype_size(dtype())));
+    return {static_cast<T*>(data), static_cast<size_t>(num_elements())};
+  }
+};
+
+// What a kernel sees: the node (for attributes), its operands and outputs, and scratch memory
+// of the size its KernelDef asked for.
+struct KernelContext {
+  const Node& node;
+  std::vector<TensorArg> inputs;
+  std::vector<TensorArg> outputs;
+  std::span<std::byte> workspace;
+
+  const TensorArg& input(int i) const { return inputs.at(i); }
+  const TensorArg& output(int i) const { return outputs.at(i); }
+  bool has_input(int i) const { return i < static_cast<int>(inputs.size()) && inputs[i].present(); }
+  bool has_output(int i) const {
+    return i < static_cast<int>(outputs.size()) && outputs[i].present();
+  }
+};
+
+// Returns a Status only for data-dependent failures (an index out of range); shapes and types
+// were checked when the graph was loaded.
+using KernelFn = absl::Status (*)(const KernelContext& ctx);
+// Scratch bytes a node needs while its kernel runs.
+using WorkspaceFn = int64_t (*)(const Node& node);
+
+// Which tensor's element type selects the kernel.
+struct KeyedOn {
+  bool output = false;
+  int index = 0;
+};
+
+struct KernelDef {
+  std::string domain;  // "" for the standard ONNX domain
+  std::string op;
+  Device device = Device::kCpu;
+  std::vector<DType> dtypes;
+  KeyedOn keyed_on;
+  KernelFn fn = nullptr;
+  WorkspaceFn workspace_bytes = nullptr;
+  // An operand whose buffer output 0 may take over when the node is that operand's last reader
+  // and both have the same byte size (element-wise ops, reshapes). -1: never. The kernel must
+  // then be correct when the two pointers are equal.
+  int in_place_operand = -1;
+};
+
+class KernelRegistry {
+ public:
+  // The process-wide registry that runtime/*/<family>.cc fill at static initialization.
+  static KernelRegistry& global();
+
+  void add(KernelDef def);
+  // The kernel for `domain`.`op` on `device` whose key tensor has element type `dtype`, or null.
+  const KernelDef* find(std::string_view domain, std::string_view op, Device device,
+                        DType dtype) const;
+  // The kernel for `node`; a Status naming the node, the op and the dtype when there is none.
+  absl::StatusOr<const KernelDef*> resolve(const Node& node, Device device) const;
+  // Element types with a kernel for `domain`.`op` on `device` (for messages and autocast).
+  std::vector<DType> dtypes(std::string_view domain, std::string_view op, Device device) const;
+  // Every registered kernel, in registration order.
+  const std::vector<KernelDef>& all() const { return defs_; }
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+// Registers a family of kernels at static initialization:
+// `static KernelRegistration kReg(&register_activation_kernels);`.
+struct KernelRegistration {
+  explicit KernelRegistration(void (*register_kernels)(KernelRegistry&)) {
+    register_kernels(KernelRegistry::global());
+  }
+};
+
+// The tensor whose element type keys `node`'s kernel under `keyed_on`, or null when absent.
+const TensorType* key_type(const Node& node, KeyedOn keyed_on);
+
+}  // namespace ampc::runtime

@@ -1,0 +1,187 @@
+#include "runtime/plan.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "compiler/strings.h"
+
+namespace ampc::runtime {
+namespace {
+
+int64_t align_up(int64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+bool lifetimes_overlap(const Buffer& a, const Buffer& b) {
+  return a.first_step <= b.last_step && b.first_step <= a.last_step;
+}
+
+}  // namespace
+
+std::string_view arena_name(ArenaKind arena) {
+  switch (arena) {
+    case ArenaKind::kParameters:
+      return "parameters";
+    case ArenaKind::kActivations:
+      return "activations";
+    case ArenaKind::kWorkspace:
+      return "workspace";
+  }
+  return "?";
+}
+
+int Plan::buffer_of(const Value* value) const {
+  auto it = buffer_of_.find(value);
+  return it == buffer_of_.end() ? -1 : it->second;
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device device,
+                                                  const PlanOptions& options) {
+  std::unique_ptr<Plan> plan(new Plan());
+  const int end_step = graph.num_nodes();
+
+  auto new_buffer = [&](const Value* value, ArenaKind arena, int first_step) {
+    plan->buffers_.push_back(Buffer{.arena = arena,
+                                    .offset = 0,
+                                    .bytes = value->type().byte_size(),
+                                    .first_step = first_step,
+                                    .last_step = first_step,
+                                    .values = {value}});
+    const int index = static_cast<int>(plan->buffers_.size()) - 1;
+    plan->buffer_of_[value] = index;
+    return index;
+  };
+  // Extends a value's buffer to its last reader (or to the end for graph outputs).
+  std::unordered_map<const Value*, int> last_reader;
+  int step = 0;
+  for (const auto& node : graph.nodes()) {
+    for (const Value* operand : node->operands()) {
+      if (operand != nullptr) last_reader[operand] = step;
+    }
+    ++step;
+  }
+  auto last_step_of = [&](const Value* value, int first_step) {
+    if (value->is_graph_output()) return end_step;
+    auto it = last_reader.find(value);
+    return it == last_reader.end() ? first_step : it->second;
+  };
+
+  for (const Value* init : graph.initializers()) {
+    const int b = new_buffer(init, ArenaKind::kParameters, -1);
+    plan->buffers_[b].last_step = end_step;
+  }
+  for (const Value* input : graph.inputs()) {
+    // Inputs stay bound across runs, so their memory is never shared.
+    const int b = new_buffer(input, ArenaKind::kActivations, -1);
+    plan->buffers_[b].last_step = end_step;
+    plan->unshared_activation_bytes_ += input->type().byte_size();
+  }
+
+  step = 0;
+  for (const auto& node : graph.nodes()) {
+    AMPC_ASSIGN_OR_RETURN(const KernelDef* kernel, KernelRegistry::global().resolve(*node, device));
+    PlanStep planned{
+        .node = node.get(), .kernel = kernel, .workspace_bytes = 0, .freed_buffers = {}};
+    if (kernel->workspace_bytes != nullptr)
+      planned.workspace_bytes = kernel->workspace_bytes(*node);
+
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (!node->has_output(i)) continue;
+      const Value* output = node->output(i);
+      plan->unshared_activation_bytes_ += output->type().byte_size();
+      int b = -1;
+      if (i == 0 && options.reuse_memory && kernel->in_place_operand >= 0 &&
+          node->has_operand(kernel->in_place_operand)) {
+        const int candidate = plan->buffer_of(node->operand(kernel->in_place_operand));
+        const Buffer& reused = plan->buffers_[candidate];
+        if (reused.arena == ArenaKind::kActivations && reused.last_step == step &&
+            reused.first_step >= 0 && reused.bytes == output->type().byte_size()) {
+          b = candidate;
+          plan->buffers_[b].values.push_back(output);
+          plan->buffer_of_[output] = b;
+        }
+      }
+      if (b < 0) b = new_buffer(output, ArenaKind::kActivations, step);
+      // A buffer lives until the last reader of any value stored in it.
+      Buffer& buffer = plan->buffers_[b];
+      buffer.last_step = std::max(buffer.last_step, last_step_of(output, step));
+    }
+    plan->steps_.push_back(std::move(planned));
+    ++step;
+  }
+  // Which step frees each activation buffer.
+  for (int b = 0; b < static_cast<int>(plan->buffers_.size()); ++b) {
+    const Buffer& buffer = plan->buffers_[b];
+    if (buffer.arena == ArenaKind::kActivations && buffer.first_step >= 0 &&
+        buffer.last_step < end_step) {
+      plan->steps_[buffer.last_step].freed_buffers.push_back(b);
+    }
+  }
+  plan->assign_offsets(options.reuse_memory);
+  for (const PlanStep& planned : plan->steps_) {
+    plan->arena_bytes_[static_cast<int>(ArenaKind::kWorkspace)] =
+        std::max(plan->arena_bytes(ArenaKind::kWorkspace), align_up(planned.workspace_bytes));
+  }
+  return plan;
+}
+
+void Plan::assign_offsets(bool reuse_memory) {
+  int64_t& parameter_bytes = arena_bytes_[static_cast<int>(ArenaKind::kParameters)];
+  int64_t& activation_bytes = arena_bytes_[static_cast<int>(ArenaKind::kActivations)];
+  std::vector<int> activations;
+  for (int b = 0; b < static_cast<int>(buffers_.size()); ++b) {
+    Buffer& buffer = buffers_[b];
+    if (buffer.arena == ArenaKind::kParameters) {
+      buffer.offset = parameter_bytes;
+      parameter_bytes += align_up(buffer.bytes);
+    } else {
+      activations.push_back(b);
+    }
+  }
+  if (!reuse_memory) {
+    for (int b : activations) {
+      buffers_[b].offset = activation_bytes;
+      activation_bytes += align_up(buffers_[b].bytes);
+    }
+    return;
+  }
+  // Greedy by size: place the largest buffers first, each at the lowest offset where it fits
+  // between the buffers already placed whose lifetimes overlap its own. Ties keep graph order,
+  // so the plan is deterministic.
+  std::stable_sort(activations.begin(), activations.end(),
+                   [&](int a, int b) { return buffers_[a].bytes > buffers_[b].bytes; });
+  std::vector<int> placed;
+  for (int b : activations) {
+    Buffer& buffer = buffers_[b];
+    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
+    for (int other : placed) {
+      const Buffer& o = buffers_[other];
+      if (o.bytes > 0 && lifetimes_overlap(buffer, o)) {
+        taken.emplace_back(o.offset, o.offset + align_up(o.bytes));
+      }
+    }
+    std::sort(taken.begin(), taken.end());
+    int64_t offset = 0;
+    for (const auto& [begin, end] : taken) {
+      if (offset + align_up(buffer.bytes) <= begin) break;
+      offset = std::max(offset, end);
+    }
+    buffer.offset = offset;
+    activation_bytes = std::max(activation_bytes, offset + align_up(buffer.bytes));
+    placed.push_back(b);
+  }
+}
+
+std::string Plan::summary() const {
+  std::string out;
+  for (int a = 0; a < kNumArenas; ++a) {
+    out += str_cat(arena_name(static_cast<ArenaKind>(a)), ": ", arena_bytes_[a], " bytes\n");
+  }
+  int in_place = 0;
+  for (const Buffer& buffer : buffers_) in_place += static_cast<int>(buffer.values.size()) - 1;
+  out += str_cat("activations without sharing: ", unshared_activation_bytes_, " bytes; ",
+                 buffers_.size(), " buffers, ", in_place, " values written in place\n");
+  return out;
+}
+
+}  // namespace ampc::runtime

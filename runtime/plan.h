@@ -1,0 +1,91 @@
+// Plan: how a graph runs. The execution order, every node's kernel (resolved once), and where
+// every value lives: one arena per memory class, each value at a static offset.
+//
+// Liveness is by step (the position of a node in the graph's topological order). A value is
+// live from the step that produces it to its last reader; graph inputs and initializers live for
+// the whole run and graph outputs until its end. Activation buffers whose lifetimes do not
+// overlap share memory (greedy by size: the largest buffer is placed first, each at the lowest
+// offset free for its lifetime). An element-wise or reshaping node may write its output over an
+// operand it is the last reader of (KernelDef::in_place_operand); the two values then share one
+// buffer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "runtime/kernel.h"
+
+namespace ampc::runtime {
+
+enum class ArenaKind : int {
+  kParameters = 0,   // initializers: weights and constants, written once at load
+  kActivations = 1,  // graph inputs, intermediate values and graph outputs
+  kWorkspace = 2,    // scratch of the running kernel (one node at a time)
+};
+inline constexpr int kNumArenas = 3;
+std::string_view arena_name(ArenaKind arena);
+
+// Offsets are multiples of this, so every buffer suits any element type and vector loads.
+inline constexpr int64_t kBufferAlignment = 64;
+
+// One region of an arena and the values stored in it (several when a node wrote in place).
+struct Buffer {
+  ArenaKind arena = ArenaKind::kActivations;
+  int64_t offset = 0;
+  int64_t bytes = 0;
+  // Steps from the one that writes the buffer to its last reader, inclusive. -1 is "before the
+  // first step" (inputs, initializers); steps().size() is "after the last step" (outputs).
+  int first_step = 0;
+  int last_step = 0;
+  std::vector<const Value*> values;
+};
+
+struct PlanStep {
+  const Node* node = nullptr;
+  const KernelDef* kernel = nullptr;
+  int64_t workspace_bytes = 0;
+  // Buffers nothing reads after this step (their memory is free for later buffers).
+  std::vector<int> freed_buffers;
+};
+
+struct PlanOptions {
+  // false: every value gets its own activation region (no sharing, no in-place).
+  bool reuse_memory = true;
+};
+
+class Plan {
+ public:
+  // Resolves every node's kernel on `device` and assigns every value a buffer. Fails (naming the
+  // node, op and dtype) when a node has no kernel.
+  static absl::StatusOr<std::unique_ptr<Plan>> build(const Graph& graph, Device device,
+                                                     const PlanOptions& options = {});
+
+  const std::vector<PlanStep>& steps() const { return steps_; }
+  const std::vector<Buffer>& buffers() const { return buffers_; }
+  // The buffer holding `value`, or -1 for a value the plan does not store (none of the graph's).
+  int buffer_of(const Value* value) const;
+
+  // Planned size of each arena.
+  int64_t arena_bytes(ArenaKind arena) const { return arena_bytes_[static_cast<int>(arena)]; }
+  // What the activation arena would need without any sharing: the sum of the sizes of every
+  // graph input and node output.
+  int64_t unshared_activation_bytes() const { return unshared_activation_bytes_; }
+  // A few lines: arena sizes and the sharing achieved.
+  std::string summary() const;
+
+ private:
+  Plan() = default;
+  void assign_offsets(bool reuse_memory);
+
+  std::vector<PlanStep> steps_;
+  std::vector<Buffer> buffers_;
+  std::unordered_map<const Value*, int> buffer_of_;
+  int64_t arena_bytes_[kNumArenas] = {0, 0, 0};
+  int64_t unshared_activation_bytes_ = 0;
+};
+
+}  // namespace ampc::runtime

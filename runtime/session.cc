@@ -1,0 +1,188 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "compiler/strings.h"
+
+namespace ampc::runtime {
+namespace {
+
+// Every byte 0xff: a NaN in each float type, -1 in each signed integer type.
+constexpr std::byte kPoison{0xff};
+
+std::string expected_inputs(const Graph& graph) {
+  std::vector<std::string> parts;
+  for (const Value* input : graph.inputs()) {
+    parts.push_back(str_cat(input->name(), ": ", type_to_string(input->type())));
+  }
+  return str_join(parts, ", ");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(
+    const std::string& onnx_path, SessionOptions options) {
+  ImportOptions import_options{.input_shapes = options.shapes};
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(onnx_path, import_options));
+  return create(std::move(graph), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
+    std::unique_ptr<Graph> graph, SessionOptions options) {
+  Diagnostics diagnostics;
+  AMPC_RETURN_IF_ERROR(compile_graph(*graph, PipelineOptions{}, diagnostics));
+  if (graph->outputs().empty()) {
+    return absl::InvalidArgumentError(str_cat("graph '", graph->name(), "' has no outputs"));
+  }
+  if (options.device != Device::kCpu) {
+    return absl::UnimplementedError(
+        str_cat("InferenceSession runs on the cpu device only, not ", device_name(options.device)));
+  }
+  AMPC_ASSIGN_OR_RETURN(
+      std::unique_ptr<Plan> plan,
+      Plan::build(*graph, options.device, PlanOptions{.reuse_memory = options.reuse_memory}));
+  return std::unique_ptr<InferenceSession>(
+      new InferenceSession(std::move(graph), std::move(plan), std::move(options)));
+}
+
+InferenceSession::InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr<Plan> plan,
+                                   SessionOptions options)
+    : graph_(std::move(graph)), plan_(std::move(plan)), options_(std::move(options)) {
+  for (int a = 0; a < kNumArenas; ++a) {
+    arenas_.push_back(allocate_arena(plan_->arena_bytes(static_cast<ArenaKind>(a))));
+  }
+  for (const Value* init : graph_->initializers()) {
+    const std::span<const uint8_t> bytes = init->initializer()->bytes();
+    if (!bytes.empty()) std::memcpy(address(init), bytes.data(), bytes.size());
+  }
+  input_bound_.assign(graph_->inputs().size(), false);
+  // Each step's kernel arguments point into the arenas, which never move: build them once.
+  for (const PlanStep& step : plan_->steps()) {
+    KernelContext ctx{.node = *step.node, .inputs = {}, .outputs = {}, .workspace = {}};
+    for (const Value* operand : step.node->operands()) {
+      ctx.inputs.push_back(operand ? TensorArg{&operand->type(), address(operand)} : TensorArg{});
+    }
+    for (int i = 0; i < step.node->num_outputs(); ++i) {
+      const Value* output = step.node->has_output(i) ? step.node->output(i) : nullptr;
+      ctx.outputs.push_back(output ? TensorArg{&output->type(), address(output)} : TensorArg{});
+    }
+    ctx.workspace = std::span<std::byte>(arenas_[static_cast<int>(ArenaKind::kWorkspace)].get(),
+                                         step.workspace_bytes);
+    contexts_.push_back(std::move(ctx));
+  }
+}
+
+InferenceSession::~InferenceSession() = default;
+
+void InferenceSession::FreeAligned::operator()(std::byte* p) const { std::free(p); }
+
+InferenceSession::ArenaMemory InferenceSession::allocate_arena(int64_t bytes) {
+  // Offsets are multiples of kBufferAlignment; so is the base. (aligned_alloc wants a size that
+  // is a multiple of the alignment, and a non-zero one.)
+  const int64_t rounded = std::max<int64_t>(
+      kBufferAlignment, (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment);
+  void* memory = std::aligned_alloc(kBufferAlignment, static_cast<size_t>(rounded));
+  AMPC_CHECK(memory != nullptr);
+  std::memset(memory, 0, static_cast<size_t>(rounded));
+  return ArenaMemory(static_cast<std::byte*>(memory));
+}
+
+std::byte* InferenceSession::address(const Value* value) const {
+  const Buffer& buffer = plan_->buffers()[plan_->buffer_of(value)];
+  return arenas_[static_cast<int>(buffer.arena)].get() + buffer.offset;
+}
+
+std::vector<TensorInfo> InferenceSession::inputs() const {
+  std::vector<TensorInfo> infos;
+  for (const Value* input : graph_->inputs()) infos.push_back({input->name(), input->type()});
+  return infos;
+}
+
+std::vector<TensorInfo> InferenceSession::outputs() const {
+  std::vector<TensorInfo> infos;
+  for (const Value* output : graph_->outputs()) infos.push_back({output->name(), output->type()});
+  return infos;
+}
+
+absl::Status InferenceSession::set_input(std::string_view name, const Tensor& value) {
+  for (size_t i = 0; i < graph_->inputs().size(); ++i) {
+    const Value* input = graph_->inputs()[i];
+    if (input->name() != name) continue;
+    if (value.type() != input->type()) {
+      return absl::InvalidArgumentError(str_cat("input '", name, "' must be ",
+                                                type_to_string(input->type()), ", not ",
+                                                type_to_string(value.type())));
+    }
+    const std::span<const uint8_t> bytes = value.bytes();
+    if (!bytes.empty()) std::memcpy(address(input), bytes.data(), bytes.size());
+    input_bound_[i] = true;
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(
+      str_cat("the graph has no input '", name, "'; its inputs are ", expected_inputs(*graph_)));
+}
+
+absl::Status InferenceSession::run() {
+  for (size_t i = 0; i < graph_->inputs().size(); ++i) {
+    if (!input_bound_[i]) {
+      return absl::FailedPreconditionError(str_cat("input '", graph_->inputs()[i]->name(),
+                                                   "' is not set; the inputs are ",
+                                                   expected_inputs(*graph_)));
+    }
+  }
+  has_run_ = false;
+  const std::vector<PlanStep>& steps = plan_->steps();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    absl::Status status = steps[s].kernel->fn(contexts_[s]);
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          str_cat(steps[s].node->describe(), ": ", status.message()));
+    }
+    if (options_.poison_freed_buffers) {
+      for (int b : steps[s].freed_buffers) {
+        const Buffer& buffer = plan_->buffers()[b];
+        std::memset(arenas_[static_cast<int>(buffer.arena)].get() + buffer.offset,
+                    static_cast<int>(kPoison), buffer.bytes);
+      }
+    }
+  }
+  has_run_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
+  for (const Value* output : graph_->outputs()) {
+    if (output->name() != name) continue;
+    if (!has_run_) {
+      return absl::FailedPreconditionError(
+          str_cat("output '", name, "' is not available: the session has not run"));
+    }
+    Tensor tensor(output->type());
+    const std::span<uint8_t> bytes = tensor.mutable_bytes();
+    if (!bytes.empty()) {
+      std::memcpy(bytes.data(), address(output), bytes.size());
+    }
+    return tensor;
+  }
+  std::vector<std::string> names;
+  for (const Value* output : graph_->outputs()) names.push_back(output->name());
+  return absl::NotFoundError(
+      str_cat("the graph has no output '", name, "'; its outputs are ", str_join(names, ", ")));
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(
+    const std::map<std::string, Tensor>& inputs) {
+  for (const auto& [name, value] : inputs) AMPC_RETURN_IF_ERROR(set_input(name, value));
+  AMPC_RETURN_IF_ERROR(run());
+  std::map<std::string, Tensor> outputs;
+  for (const Value* output : graph_->outputs()) {
+    AMPC_ASSIGN_OR_RETURN(outputs[output->name()], this->output(output->name()));
+  }
+  return outputs;
+}
+
+}  // namespace ampc::runtime

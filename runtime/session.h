@@ -1,0 +1,100 @@
+// InferenceSession: the public API for running a graph.
+//
+//   #include "runtime/session.h"
+//
+//   absl::StatusOr<std::unique_ptr<ampc::runtime::InferenceSession>> session =
+//       ampc::runtime::InferenceSession::load("model.onnx");
+//   if (!session.ok()) { /* report session.status() */ }
+//   absl::Status bound = (*session)->set_input("x", x_tensor);
+//   absl::Status ran = (*session)->run();
+//   absl::StatusOr<ampc::Tensor> logits = (*session)->output("logits");
+//
+// Loading imports the file, runs the compile pipeline (canonicalization, static shapes), plans
+// memory and resolves every node's kernel, so a graph that loads runs. docs/runtime-api.md has a
+// complete example.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/dtype.h"
+#include "compiler/ir.h"
+#include "compiler/status.h"
+#include "compiler/tensor.h"
+#include "runtime/kernel.h"
+#include "runtime/plan.h"
+
+namespace ampc::runtime {
+
+struct SessionOptions {
+  Device device = Device::kCpu;
+  // Fixes symbolic input dimensions, as `--shape NAME:8x3x32x32` does for `ampc compile`.
+  std::map<std::string, Shape, std::less<>> shapes;
+  // Reuse activation memory between values whose lifetimes do not overlap (on by default; off
+  // gives every value its own buffer, for debugging).
+  bool reuse_memory = true;
+  // After each node, fill the buffers of values no later node reads with a NaN pattern, so a
+  // planning error shows up as wrong results instead of passing silently. For tests.
+  bool poison_freed_buffers = false;
+};
+
+// A named graph input or output and its type.
+struct TensorInfo {
+  std::string name;
+  TensorType type;
+};
+
+class InferenceSession {
+ public:
+  // Imports and compiles an ONNX file, plans it and resolves its kernels.
+  static absl::StatusOr<std::unique_ptr<InferenceSession>> load(const std::string& onnx_path,
+                                                                SessionOptions options = {});
+  // Same, for a graph already in memory (it is compiled in place first).
+  static absl::StatusOr<std::unique_ptr<InferenceSession>> create(std::unique_ptr<Graph> graph,
+                                                                  SessionOptions options = {});
+  ~InferenceSession();
+
+  std::vector<TensorInfo> inputs() const;
+  std::vector<TensorInfo> outputs() const;
+
+  // Copies `value` into the input `name`; its dtype and shape must match the input's.
+  absl::Status set_input(std::string_view name, const Tensor& value);
+  // Runs the graph on the bound inputs. Every input must have been set (once; values stay bound
+  // across runs).
+  absl::Status run();
+  // A copy of output `name` after the last run.
+  absl::StatusOr<Tensor> output(std::string_view name) const;
+
+  // Binds `inputs` by name, runs, and returns every output by name.
+  absl::StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
+
+  const Graph& graph() const { return *graph_; }
+  const Plan& plan() const { return *plan_; }
+
+ private:
+  InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr<Plan> plan,
+                   SessionOptions options);
+
+  struct FreeAligned {
+    void operator()(std::byte* p) const;
+  };
+  using ArenaMemory = std::unique_ptr<std::byte[], FreeAligned>;
+  static ArenaMemory allocate_arena(int64_t bytes);
+  // Where `value` lives in the arenas.
+  std::byte* address(const Value* value) const;
+
+  std::unique_ptr<Graph> graph_;
+  std::unique_ptr<Plan> plan_;
+  SessionOptions options_;
+  // One allocation per arena class (indexed by ArenaKind), sized from the plan.
+  std::vector<ArenaMemory> arenas_;
+  // Each step's kernel arguments, pointing into the arenas.
+  std::vector<KernelContext> contexts_;
+  std::vector<bool> input_bound_;
+  bool has_run_ = false;
+};
+
+}  // namespace ampc::runtime

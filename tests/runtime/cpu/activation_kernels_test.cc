@@ -1,0 +1,189 @@
+// The activation CPU kernels (runtime/cpu/activation.cc) against f64 references computed here,
+// hand values for the exact ones, and, for f16/bf16, bit for bit against "upcast to f32, apply
+// the documented f32 formula, round once".
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/float_types.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "runtime/interpreter.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+// Runs `%y = OP<ATTRS>(%x) : same type` at opset 20 (Gelu's first).
+absl::StatusOr<Tensor> try_activation(const std::string& op, const Tensor& x,
+                                      const std::string& attrs = "") {
+  const std::string type = type_to_string(x.type());
+  const std::string text =
+      str_cat("graph g(%x: ", type, ") opset(20) {\n  %y = ", op,
+              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(%x) : ", type, "\n  return %y\n}\n");
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (!graph) return absl::InternalError("bad graph");
+  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, runtime::interpret_graph(*graph, {x}));
+  return outputs.at(0);
+}
+
+Tensor activation(const std::string& op, const Tensor& x, const std::string& attrs = "") {
+  absl::StatusOr<Tensor> y = try_activation(op, x, attrs);
+  EXPECT_TRUE(y.ok()) << op << ": " << y.status();
+  return y.ok() ? *y : Tensor(x.type());
+}
+
+template <typename T>
+std::vector<T> elements(const Tensor& t) {
+  std::span<const T> data = t.data<T>();
+  return {data.begin(), data.end()};
+}
+
+// An even sweep of [low, high] plus a few special points.
+std::vector<float> sweep(float low, float high, int count) {
+  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.0f};
+  for (int i = 0; i < count; ++i) values.push_back(low + (high - low) * i / (count - 1));
+  return values;
+}
+
+// f64 references of the ONNX definitions.
+double sigmoid_ref(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double gelu_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
+double gelu_tanh_ref(double x) {
+  const double inner = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return 0.5 * x * (1.0 + std::tanh(inner));
+}
+
+// |y - ref| within 1e-6 relative, with an absolute floor of 1e-6 * scale for results that
+// cancel (Gelu near its negative tail).
+void expect_close(const std::string& what, const std::vector<float>& x, const std::vector<float>& y,
+                  double (*reference)(double), double scale = 0.0) {
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double expected = reference(x[i]);
+    EXPECT_NEAR(y[i], expected, 1e-6 * std::fabs(expected) + 1e-6 * scale)
+        << what << "(" << x[i] << ")";
+  }
+}
+
+TEST(ActivationKernels, ReluAndLeakyReluAreExact) {
+  const std::vector<float> x = {-3.5f, -0.0f, 0.0f, 2.25f, -1e-30f, kNaN};
+  const Tensor t = Tensor::from_f32({6}, x);
+  const std::vector<float> relu = elements<float>(activation("Relu", t));
+  EXPECT_EQ(std::vector<float>(relu.begin(), relu.begin() + 5),
+            (std::vector<float>{0.0f, 0.0f, 0.0f, 2.25f, 0.0f}));
+  EXPECT_TRUE(std::isnan(relu[5]));
+  const std::vector<float> leaky = elements<float>(activation("LeakyRelu", t));
+  EXPECT_EQ(leaky[0], 0.01f * -3.5f);  // default alpha, rounded to f32 as the attribute is
+  EXPECT_EQ(leaky[3], 2.25f);
+  EXPECT_TRUE(std::isnan(leaky[5]));
+  const std::vector<float> steep = elements<float>(activation("LeakyRelu", t, "alpha=0.5"));
+  EXPECT_EQ(steep[0], -1.75f);
+  EXPECT_EQ(steep[4], -0.5e-30f);
+}
+
+TEST(ActivationKernels, SmoothActivationsMatchF64Reference) {
+  const std::vector<float> x = sweep(-6.0f, 6.0f, 97);
+  const Tensor t = Tensor::from_f32({static_cast<int64_t>(x.size())}, x);
+  expect_close("Sigmoid", x, elements<float>(activation("Sigmoid", t)), sigmoid_ref);
+  expect_close("Tanh", x, elements<float>(activation("Tanh", t)),
+               [](double v) { return std::tanh(v); });
+  expect_close("Erf", x, elements<float>(activation("Erf", t)),
+               [](double v) { return std::erf(v); });
+  expect_close("Gelu", x, elements<float>(activation("Gelu", t)), gelu_ref, 1.0);
+  expect_close("Gelu", x, elements<float>(activation("Gelu", t, "approximate=\"none\"")), gelu_ref,
+               1.0);
+  expect_close("Gelu tanh", x, elements<float>(activation("Gelu", t, "approximate=\"tanh\"")),
+               gelu_tanh_ref, 1.0);
+}
+
+TEST(ActivationKernels, SigmoidIsAccurateFarIntoBothTails) {
+  const std::vector<float> x = {-87.0f, -60.0f, -20.0f, 20.0f, 60.0f, 100.0f};
+  const Tensor t = Tensor::from_f32({6}, x);
+  const std::vector<float> y = elements<float>(activation("Sigmoid", t));
+  // In the negative tail sigmoid(x) ~ exp(x): a relative error, not 1 - tiny, is what counts.
+  expect_close("Sigmoid", x, y, sigmoid_ref);
+  EXPECT_EQ(y[5], 1.0f);
+  // Beyond f32's exp range the naive 1 / (1 + exp(-x)) gives 0 for x = -100; exp(x)/(1+exp(x))
+  // gives the subnormal nearest e^-100.
+  const Tensor far = Tensor::from_f32({1}, {-100.0f});
+  const float tiny = elements<float>(activation("Sigmoid", far))[0];
+  EXPECT_GT(tiny, 0.0f);
+  EXPECT_NEAR(tiny, std::exp(-100.0), 1e-45);
+}
+
+TEST(ActivationKernels, F64ComputesInF64) {
+  const std::vector<double> x = {-30.0, -2.5, -1e-3, 0.5, 3.0};
+  const Tensor t = Tensor::from_doubles(DType::kF64, {5}, x);
+  const std::vector<double> sigmoid = elements<double>(activation("Sigmoid", t));
+  const std::vector<double> gelu = elements<double>(activation("Gelu", t));
+  for (size_t i = 0; i < x.size(); ++i) {
+    // f32 would be off by ~1e-7 relative; f64 agrees to a few ulps (more where 1 + erf cancels).
+    EXPECT_NEAR(sigmoid[i], sigmoid_ref(x[i]), 1e-14 * sigmoid_ref(x[i])) << x[i];
+    EXPECT_NEAR(gelu[i], gelu_ref(x[i]), 1e-12 * std::fabs(gelu_ref(x[i])) + 1e-17) << x[i];
+  }
+}
+
+// The f32 formulas the kernels document, written out here.
+float sigmoid_f32(float x) {
+  if (x >= 0.0f) return 1.0f / (1.0f + std::exp(-x));
+  const float e = std::exp(x);
+  return e / (1.0f + e);
+}
+float gelu_f32(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
+float gelu_tanh_f32(float x) {
+  return 0.5f * x * (1.0f + std::tanh(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
+}
+
+template <typename T>
+void expect_rounded_once(DType dtype) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-8.0f, 8.0f);
+  std::vector<T> x;
+  for (int i = 0; i < 512; ++i) x.push_back(T(uniform(rng)));
+  for (float special : {0.0f, -0.0f, 1e-3f, -12.0f, 12.0f}) x.push_back(T(special));
+  Tensor t(TensorType{dtype, {static_cast<int64_t>(x.size())}});
+  std::copy(x.begin(), x.end(), t.mutable_data<T>().begin());
+  struct Case {
+    std::string op, attrs;
+    float (*f32)(float);
+  };
+  const std::vector<Case> cases = {
+      {"Sigmoid", "", sigmoid_f32},
+      {"Gelu", "", gelu_f32},
+      {"Gelu", "approximate=\"tanh\"", gelu_tanh_f32},
+      {"Tanh", "", [](float v) { return std::tanh(v); }},
+      {"Erf", "", [](float v) { return std::erf(v); }},
+      {"Relu", "", [](float v) { return v < 0.0f ? 0.0f : v; }},
+      {"LeakyRelu", "", [](float v) { return v < 0.0f ? 0.01f * v : v; }},
+  };
+  for (const Case& c : cases) {
+    const std::vector<T> y = elements<T>(activation(c.op, t, c.attrs));
+    ASSERT_EQ(y.size(), x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+      const T expected(c.f32(static_cast<float>(x[i])));
+      EXPECT_EQ(y[i].bits, expected.bits)
+          << c.op << c.attrs << "(" << static_cast<float>(x[i]) << ")";
+    }
+  }
+}
+
+TEST(ActivationKernels, F16RoundsTheF32FormulaOnce) { expect_rounded_once<Float16>(DType::kF16); }
+TEST(ActivationKernels, BF16RoundsTheF32FormulaOnce) {
+  expect_rounded_once<BFloat16>(DType::kBF16);
+}
+
+TEST(ActivationKernels, GeluRejectsAnUnknownApproximation) {
+  const Tensor t = Tensor::from_f32({2}, {1.0f, 2.0f});
+  absl::StatusOr<Tensor> y = try_activation("Gelu", t, "approximate=\"erf\"");
+  ASSERT_FALSE(y.ok());
+  EXPECT_NE(y.status().message().find("approximate"), std::string_view::npos) << y.status();
+}
+
+}  // namespace
+}  // namespace ampc

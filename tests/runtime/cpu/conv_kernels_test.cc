@@ -1,0 +1,284 @@
+// Conv on the CPU backend against a direct convolution in f64 written here (N-D, groups,
+// strides, dilations, explicit begin/end pads), with the pads of auto_pad derived by hand; exact
+// sums (small integers times powers of two) make the f32/f16/bf16 results exact or
+// rounded-once; random f16 inputs are checked bit for bit against im2col written here, the f32
+// GEMM core and one rounding.
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/gemm_core.h"
+#include "runtime/interpreter.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using Ints = std::vector<int64_t>;
+
+Tensor run_op(const std::string& op, const std::string& attrs, const std::vector<Tensor>& inputs,
+              const TensorType& output, int opset = 17) {
+  std::vector<std::string> params, operands;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    params.push_back(str_cat("%x", i, ": ", type_to_string(inputs[i].type())));
+    operands.push_back(str_cat("%x", i));
+  }
+  const std::string text =
+      str_cat("graph g(", str_join(params, ", "), ") opset(", opset, ") {\n  %y = ", op,
+              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
+              ") : ", type_to_string(output), "\n  return %y\n}\n");
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (!graph) return Tensor();
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
+  return outputs.ok() ? (*outputs)[0] : Tensor();
+}
+
+int64_t count_of(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::vector<double> exact_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> mantissa(-15, 15), exponent(-2, 2);
+  std::vector<double> values(count);
+  for (double& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
+  return values;
+}
+
+std::vector<double> random_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> values(count);
+  for (double& v : values) v = normal(rng);
+  return values;
+}
+
+// Calls f(index) for every index of `dims` in row-major order.
+void for_each_index(const Ints& dims, const std::function<void(const Ints&)>& f) {
+  Ints index(dims.size(), 0);
+  if (count_of(dims) == 0) return;
+  while (true) {
+    f(index);
+    size_t d = dims.size();
+    while (d > 0 && ++index[d - 1] == dims[d - 1]) index[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+int64_t flat(const Ints& dims, const Ints& index) {
+  int64_t offset = 0;
+  for (size_t d = 0; d < dims.size(); ++d) offset = offset * dims[d] + index[d];
+  return offset;
+}
+
+// A convolution written directly from its definition.
+struct ConvCase {
+  Shape x;                        // [N, C, spatial...]
+  Shape w;                        // [M, C / group, kernel...]
+  Ints strides, dilations, pads;  // pads: begins, then ends
+  int64_t group = 1;
+
+  size_t rank() const { return x.size() - 2; }
+  Shape y() const {
+    Shape y = {x[0], w[0]};
+    for (size_t i = 0; i < rank(); ++i) {
+      const int64_t extent = (w[2 + i] - 1) * dilations[i] + 1;
+      y.push_back((x[2 + i] + pads[i] + pads[rank() + i] - extent) / strides[i] + 1);
+    }
+    return y;
+  }
+  std::string attrs() const {
+    return str_cat("strides=[", str_join(strides, ", "), "], dilations=[",
+                   str_join(dilations, ", "), "], pads=[", str_join(pads, ", "),
+                   "], group=", group);
+  }
+};
+
+std::vector<double> direct_conv(const ConvCase& c, const std::vector<double>& x,
+                                const std::vector<double>& w, const std::vector<double>* bias) {
+  const Shape y_shape = c.y();
+  const Ints in(c.x.begin() + 2, c.x.end()), out(y_shape.begin() + 2, y_shape.end());
+  const Ints kernel(c.w.begin() + 2, c.w.end());
+  const int64_t channels_per_group = c.w[1], outs_per_group = c.w[0] / c.group;
+  std::vector<double> y(count_of(y_shape));
+  for (int64_t n = 0; n < c.x[0]; ++n) {
+    for (int64_t m = 0; m < c.w[0]; ++m) {
+      const int64_t g = m / outs_per_group;
+      for_each_index(out, [&](const Ints& o) {
+        double sum = bias ? (*bias)[m] : 0.0;
+        for (int64_t ci = 0; ci < channels_per_group; ++ci) {
+          const int64_t channel = g * channels_per_group + ci;
+          for_each_index(kernel, [&](const Ints& k) {
+            Ints i(in.size());
+            for (size_t d = 0; d < in.size(); ++d) {
+              i[d] = o[d] * c.strides[d] - c.pads[d] + k[d] * c.dilations[d];
+              if (i[d] < 0 || i[d] >= in[d]) return;
+            }
+            sum += x[(n * c.x[1] + channel) * count_of(in) + flat(in, i)] *
+                   w[(m * channels_per_group + ci) * count_of(kernel) + flat(kernel, k)];
+          });
+        }
+        y[(n * c.w[0] + m) * count_of(out) + flat(out, o)] = sum;
+      });
+    }
+  }
+  return y;
+}
+
+// Runs the case on exact values in `dtype` and expects the direct f64 result, exactly (f32,
+// f64) or rounded once (f16, bf16: the sums are exact in f32, so rounding them is the answer).
+void expect_exact_conv(const ConvCase& c, DType dtype, bool with_bias, uint32_t seed) {
+  const std::vector<double> x = exact_values(count_of(c.x), seed);
+  const std::vector<double> w = exact_values(count_of(c.w), seed + 1);
+  const std::vector<double> b = exact_values(c.w[0], seed + 2);
+  std::vector<Tensor> inputs = {Tensor::from_doubles(dtype, c.x, x),
+                                Tensor::from_doubles(dtype, c.w, w)};
+  if (with_bias) inputs.push_back(Tensor::from_doubles(dtype, {c.w[0]}, b));
+  const Tensor y = run_op("Conv", c.attrs(), inputs, {dtype, c.y()});
+  const Tensor expected =
+      Tensor::from_doubles(dtype, c.y(), direct_conv(c, x, w, with_bias ? &b : nullptr));
+  EXPECT_TRUE(y == expected) << dtype_name(dtype) << " " << c.attrs();
+}
+
+TEST(ConvKernel, TwoDimStridedDilatedAsymmetricPadsWithBias) {
+  const ConvCase c{{2, 3, 7, 6}, {4, 3, 3, 2}, {2, 1}, {1, 2}, {1, 0, 2, 1}, 1};
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    expect_exact_conv(c, dtype, /*with_bias=*/true, 1);
+  }
+}
+
+TEST(ConvKernel, GroupsSplitChannels) {
+  const ConvCase c{{1, 4, 5, 5}, {6, 2, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 2};
+  expect_exact_conv(c, DType::kF32, /*with_bias=*/true, 4);
+}
+
+// group = C: each input channel has its own filters (two per channel here).
+TEST(ConvKernel, DepthwiseWithChannelMultiplier) {
+  const ConvCase c{{2, 3, 6, 6}, {6, 1, 3, 3}, {2, 2}, {1, 1}, {1, 1, 0, 0}, 3};
+  expect_exact_conv(c, DType::kF32, /*with_bias=*/false, 7);
+  expect_exact_conv(c, DType::kBF16, /*with_bias=*/true, 8);
+}
+
+TEST(ConvKernel, OneDimStridedDilated) {
+  const ConvCase c{{2, 4, 10}, {6, 4, 3}, {2}, {2}, {0, 1}, 1};
+  expect_exact_conv(c, DType::kF32, /*with_bias=*/true, 10);
+  expect_exact_conv(c, DType::kF16, /*with_bias=*/false, 11);
+}
+
+TEST(ConvKernel, ThreeDimPadded) {
+  const ConvCase c{{1, 2, 4, 5, 3}, {3, 2, 2, 3, 2}, {1, 2, 1}, {1, 1, 2}, {1, 0, 1, 0, 1, 1}, 1};
+  expect_exact_conv(c, DType::kF32, /*with_bias=*/true, 13);
+  expect_exact_conv(c, DType::kF64, /*with_bias=*/false, 14);
+}
+
+// A 1x1 kernel with unit strides reads the image as the GEMM operand directly.
+TEST(ConvKernel, PointwiseKernel) {
+  const ConvCase c{{2, 5, 3, 4}, {7, 5, 1, 1}, {1, 1}, {1, 1}, {0, 0, 0, 0}, 1};
+  expect_exact_conv(c, DType::kF32, /*with_bias=*/true, 16);
+  expect_exact_conv(c, DType::kF16, /*with_bias=*/true, 17);
+}
+
+// in 6, kernel 3, stride 2: out 3, total pad (3 - 1) * 2 + 3 - 6 = 1, which SAME_UPPER puts at
+// the end and SAME_LOWER at the beginning; VALID pads nothing (out 2).
+TEST(ConvKernel, AutoPadPlacesTheOddPad) {
+  const Shape x_shape = {1, 2, 6, 6}, w_shape = {3, 2, 3, 3};
+  const std::vector<double> x = exact_values(count_of(x_shape), 19);
+  const std::vector<double> w = exact_values(count_of(w_shape), 20);
+  const std::vector<Tensor> inputs = {Tensor::from_doubles(DType::kF32, x_shape, x),
+                                      Tensor::from_doubles(DType::kF32, w_shape, w)};
+  struct AutoPad {
+    std::string mode;
+    Ints pads;
+  };
+  for (const AutoPad& a : {AutoPad{"SAME_UPPER", {0, 0, 1, 1}}, AutoPad{"SAME_LOWER", {1, 1, 0, 0}},
+                           AutoPad{"VALID", {0, 0, 0, 0}}}) {
+    const ConvCase c{x_shape, w_shape, {2, 2}, {1, 1}, a.pads, 1};
+    const Tensor y = run_op("Conv", str_cat("auto_pad=\"", a.mode, "\", strides=[2, 2]"), inputs,
+                            {DType::kF32, c.y()});
+    EXPECT_TRUE(y == Tensor::from_doubles(DType::kF32, c.y(), direct_conv(c, x, w, nullptr)))
+        << a.mode;
+  }
+}
+
+TEST(ConvKernel, F32RandomWithinSumErrorBound) {
+  const ConvCase c{{2, 8, 9, 9}, {5, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1};
+  const std::vector<double> x = random_values(count_of(c.x), 22),
+                            w = random_values(count_of(c.w), 23);
+  const Tensor y =
+      run_op("Conv", c.attrs(),
+             {Tensor::from_doubles(DType::kF32, c.x, x), Tensor::from_doubles(DType::kF32, c.w, w)},
+             {DType::kF32, c.y()});
+  const std::vector<double> expected = direct_conv(c, x, w, nullptr);
+  // K = 72 terms of magnitude ~1: an f32 sum is within K * 2^-24 * sum |x w| < 1e-4.
+  for (int64_t i = 0; i < y.num_elements(); ++i) {
+    EXPECT_NEAR(y.element_as_double(i), expected[i], 1e-4) << i;
+  }
+}
+
+// f16 with random values: the kernel equals im2col (written here, in f32), the f32 GEMM core over
+// the groups, + bias in f32, and one rounding.
+TEST(ConvKernel, F16EqualsF32CoreThenBiasRoundedOnce) {
+  const int64_t n = 2, c = 4, h = 6, w = 5, m = 6, group = 2, k = 3;
+  const int64_t cg = c / group, mg = m / group, patch = cg * k * k, out = h * w;  // pads 1
+  const Tensor x =
+      Tensor::from_doubles(DType::kF16, {n, c, h, w}, random_values(n * c * h * w, 25));
+  const Tensor wt = Tensor::from_doubles(DType::kF16, {m, cg, k, k}, random_values(m * patch, 26));
+  const Tensor b = Tensor::from_doubles(DType::kF16, {m}, random_values(m, 27));
+  const Tensor y =
+      run_op("Conv", "pads=[1, 1, 1, 1], group=2", {x, wt, b}, {DType::kF16, {n, m, h, w}});
+
+  std::vector<float> w32(m * patch), col(c * k * k * out), acc(m * out);
+  for (int64_t i = 0; i < m * patch; ++i) w32[i] = static_cast<float>(wt.element_as_double(i));
+  std::vector<uint16_t> expected;
+  for (int64_t image = 0; image < n; ++image) {
+    for (int64_t ch = 0; ch < c; ++ch) {
+      for (int64_t ky = 0; ky < k; ++ky) {
+        for (int64_t kx = 0; kx < k; ++kx) {
+          for (int64_t oy = 0; oy < h; ++oy) {
+            for (int64_t ox = 0; ox < w; ++ox) {
+              const int64_t iy = oy - 1 + ky, ix = ox - 1 + kx;
+              const bool inside = iy >= 0 && iy < h && ix >= 0 && ix < w;
+              col[((ch * k + ky) * k + kx) * out + oy * w + ox] =
+                  inside ? static_cast<float>(
+                               x.element_as_double(((image * c + ch) * h + iy) * w + ix))
+                         : 0.0f;
+            }
+          }
+        }
+      }
+    }
+    runtime::cpu::gemm({.m = mg, .n = out, .k = patch},
+                       runtime::cpu::GemmBatch::strided(group, mg * patch, patch * out, mg * out),
+                       w32.data(), col.data(), acc.data());
+    for (int64_t i = 0; i < m * out; ++i) {
+      expected.push_back(Float16(acc[i] + static_cast<float>(b.element_as_double(i / out))).bits);
+    }
+  }
+  std::span<const uint16_t> bits = y.data<uint16_t>();
+  EXPECT_EQ(std::vector<uint16_t>(bits.begin(), bits.end()), expected);
+}
+
+TEST(ConvKernel, BitsDoNotDependOnThreadCount) {
+  const ConvCase c{{2, 16, 20, 20}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1};
+  const std::vector<Tensor> inputs = {
+      Tensor::from_doubles(DType::kF32, c.x, random_values(count_of(c.x), 28)),
+      Tensor::from_doubles(DType::kF32, c.w, random_values(count_of(c.w), 29))};
+  runtime::cpu::set_cpu_threads(1);
+  const Tensor one = run_op("Conv", c.attrs(), inputs, {DType::kF32, c.y()});
+  runtime::cpu::set_cpu_threads(3);
+  const Tensor three = run_op("Conv", c.attrs(), inputs, {DType::kF32, c.y()});
+  runtime::cpu::set_cpu_threads(0);
+  EXPECT_TRUE(one == three);
+}
+
+}  // namespace
+}  // namespace ampc

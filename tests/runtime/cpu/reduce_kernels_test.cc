@@ -1,0 +1,256 @@
+// ReduceSum, ReduceMean and ReduceMax on the CPU backend against naive f64 reductions written
+// here, hand-derived values and IEEE rules, and, for f16/bf16, bit for bit against "upcast to f32,
+// add in row-major order of the reduced elements, round once".
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compiler/float_types.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/interpreter.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Parses `text` (verified) and runs it on `inputs`; returns its outputs.
+std::vector<Tensor> run(const std::string& text, const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (!graph) return {};
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
+  return outputs.ok() ? *outputs : std::vector<Tensor>();
+}
+
+// A one-node graph `%y = OP<ATTRS>(%x[, %axes]) : OUT` over input `in`, with `axes` (if any) as
+// an initializer operand, as opsets 13 / 18 pass them.
+std::string reduce_graph(const std::string& op, const std::string& attrs, const TensorType& in,
+                         const TensorType& out, const std::vector<int64_t>* axes = nullptr,
+                         int opset = 17) {
+  std::string init, operands = "%x";
+  if (axes != nullptr) {
+    init = str_cat("  init %axes: i64[", axes->size(), "] = [", str_join(*axes, ", "), "]\n");
+    operands += ", %axes";
+  }
+  return str_cat("graph g(%x: ", type_to_string(in), ") opset(", opset, ") {\n", init,
+                 "  %y = ", op, attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", operands,
+                 ") : ", type_to_string(out), "\n  return %y\n}\n");
+}
+
+Tensor reduce_op(const std::string& op, const std::string& attrs, const Tensor& x,
+                 const TensorType& out, const std::vector<int64_t>* axes = nullptr,
+                 int opset = 17) {
+  std::vector<Tensor> outputs = run(reduce_graph(op, attrs, x.type(), out, axes, opset), {x});
+  return outputs.empty() ? Tensor() : outputs[0];
+}
+
+std::vector<double> random_values(int64_t count, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::vector<double> values(count);
+  for (double& v : values) v = normal(rng);
+  return values;
+}
+
+// Naive f64 reduction of a [A, B, C] tensor over the axes whose flag is set, visiting the
+// reduced elements in row-major order (a, b, c loops). kind: 's'um, 'm'ean, 'x' max.
+std::vector<double> naive_reduce(const std::vector<double>& x, const Shape& shape,
+                                 std::vector<bool> reduced, char kind) {
+  const int64_t A = shape[0], B = shape[1], C = shape[2];
+  const int64_t oa = reduced[0] ? 1 : A, ob = reduced[1] ? 1 : B, oc = reduced[2] ? 1 : C;
+  std::vector<double> acc(oa * ob * oc, kind == 'x' ? -kInf : 0.0);
+  std::vector<int64_t> count(acc.size(), 0);
+  for (int64_t a = 0; a < A; ++a) {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t c = 0; c < C; ++c) {
+        const int64_t o =
+            ((reduced[0] ? 0 : a) * ob + (reduced[1] ? 0 : b)) * oc + (reduced[2] ? 0 : c);
+        const double v = x[(a * B + b) * C + c];
+        acc[o] = kind == 'x' ? std::max(acc[o], v) : acc[o] + v;
+        ++count[o];
+      }
+    }
+  }
+  if (kind == 'm') {
+    for (size_t o = 0; o < acc.size(); ++o) acc[o] /= static_cast<double>(count[o]);
+  }
+  return acc;
+}
+
+void expect_near_all(const Tensor& y, const std::vector<double>& expected, double tolerance) {
+  ASSERT_EQ(y.num_elements(), static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(y.element_as_double(i), expected[i], tolerance * (1 + std::abs(expected[i])))
+        << "element " << i;
+  }
+}
+
+TEST(ReduceKernels, SumOverAttributeAxesMatchesNaiveF64) {
+  const std::vector<double> x = random_values(2 * 3 * 4, 1);
+  const Tensor y =
+      reduce_op("ReduceSum", "axes=[0, 2]", Tensor::from_doubles(DType::kF32, {2, 3, 4}, x),
+                {DType::kF32, {1, 3, 1}});
+  expect_near_all(y, naive_reduce(x, {2, 3, 4}, {true, false, true}, 's'), 1e-6);
+}
+
+TEST(ReduceKernels, SumOverAxesOperandMatchesNaiveF64) {
+  const std::vector<double> x = random_values(2 * 3 * 4, 2);
+  const std::vector<int64_t> axes = {1};
+  const Tensor y =
+      reduce_op("ReduceSum", "keepdims=0", Tensor::from_doubles(DType::kF64, {2, 3, 4}, x),
+                {DType::kF64, {2, 4}}, &axes);
+  expect_near_all(y, naive_reduce(x, {2, 3, 4}, {false, true, false}, 's'), 1e-14);
+}
+
+TEST(ReduceKernels, MeanWithNegativeAxesMatchesNaiveF64) {
+  const std::vector<double> x = random_values(3 * 4 * 5, 3);
+  const std::vector<int64_t> axes = {-1, -3};
+  const Tensor y =
+      reduce_op("ReduceMean", "keepdims=0", Tensor::from_doubles(DType::kF64, {3, 4, 5}, x),
+                {DType::kF64, {4}}, &axes, 18);
+  expect_near_all(y, naive_reduce(x, {3, 4, 5}, {true, false, true}, 'm'), 1e-14);
+  // The same through the attribute form of opset 17.
+  const Tensor z = reduce_op("ReduceMean", "axes=[-1, 0], keepdims=0",
+                             Tensor::from_doubles(DType::kF32, {3, 4, 5}, x), {DType::kF32, {4}});
+  expect_near_all(z, naive_reduce(x, {3, 4, 5}, {true, false, true}, 'm'), 1e-6);
+}
+
+TEST(ReduceKernels, MaxOverMiddleAxisMatchesNaive) {
+  const std::vector<double> x = random_values(4 * 5 * 3, 4);
+  for (DType dtype : {DType::kF32, DType::kF64, DType::kF16, DType::kBF16}) {
+    const Tensor input = Tensor::from_doubles(dtype, {4, 5, 3}, x);
+    const Tensor y = reduce_op("ReduceMax", "axes=[1]", input, {dtype, {4, 1, 3}});
+    // A maximum is one of the inputs: exact in every dtype.
+    expect_near_all(y, naive_reduce(input.to_double_vector(), {4, 5, 3}, {false, true, false}, 'x'),
+                    0);
+  }
+}
+
+TEST(ReduceKernels, NoAxesReduceEverything) {
+  const Tensor x = Tensor::from_doubles(DType::kF32, {2, 3}, {1, 2, 3, 4, 5, 6});
+  EXPECT_EQ(reduce_op("ReduceSum", "", x, {DType::kF32, {1, 1}}).element_as_double(0), 21.0);
+  EXPECT_EQ(reduce_op("ReduceMean", "keepdims=0", x, {DType::kF32, {}}).element_as_double(0), 3.5);
+  EXPECT_EQ(reduce_op("ReduceMax", "", x, {DType::kF32, {1, 1}}).element_as_double(0), 6.0);
+  // An empty axes operand means the same unless noop_with_empty_axes.
+  const std::vector<int64_t> none;
+  EXPECT_EQ(reduce_op("ReduceSum", "", x, {DType::kF32, {1, 1}}, &none).element_as_double(0), 21.0);
+}
+
+TEST(ReduceKernels, NoopWithEmptyAxesIsTheIdentity) {
+  const Tensor x = Tensor::from_doubles(DType::kF32, {2, 3}, {1, -2, 3, -4, 5, -6});
+  const std::vector<int64_t> none;
+  EXPECT_EQ(reduce_op("ReduceSum", "noop_with_empty_axes=1", x, x.type(), &none), x);
+  EXPECT_EQ(reduce_op("ReduceMax", "noop_with_empty_axes=1", x, x.type(), &none, 18), x);
+}
+
+TEST(ReduceKernels, EmptyReductionsGiveTheIdentityOfEachOp) {
+  const Tensor x = Tensor::from_doubles(DType::kF32, {2, 0, 3}, {});
+  const TensorType out{DType::kF32, {2, 1, 3}};
+  for (int64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(reduce_op("ReduceSum", "axes=[1]", x, out).element_as_double(i), 0.0);
+    EXPECT_EQ(reduce_op("ReduceMax", "axes=[1]", x, out).element_as_double(i), -kInf);
+    EXPECT_TRUE(std::isnan(reduce_op("ReduceMean", "axes=[1]", x, out).element_as_double(i)));
+  }
+  const Tensor ints = Tensor::from_doubles(DType::kI32, {0, 2}, {});
+  EXPECT_EQ(reduce_op("ReduceMax", "axes=[0]", ints, {DType::kI32, {1, 2}}).to_i64_vector(),
+            (std::vector<int64_t>(2, std::numeric_limits<int32_t>::min())));
+}
+
+TEST(ReduceKernels, MaxPropagatesNaNAndHandlesInfinities) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x =
+      Tensor::from_doubles(DType::kF32, {3, 3}, {1, nan, 2, nan, 1, 2, -kInf, -kInf, -kInf});
+  const Tensor y = reduce_op("ReduceMax", "axes=[1], keepdims=0", x, {DType::kF32, {3}});
+  EXPECT_TRUE(std::isnan(y.element_as_double(0)));
+  EXPECT_TRUE(std::isnan(y.element_as_double(1)));
+  EXPECT_EQ(y.element_as_double(2), -kInf);
+}
+
+// "Upcast to f32, add the reduced elements of each output in row-major order, round once."
+template <typename S>
+std::vector<uint16_t> f32_sum_rounded(const Tensor& x, int64_t A, int64_t B, int64_t C) {
+  std::vector<uint16_t> bits(B);
+  for (int64_t b = 0; b < B; ++b) {
+    float sum = 0;
+    for (int64_t a = 0; a < A; ++a) {
+      for (int64_t c = 0; c < C; ++c)
+        sum += static_cast<float>(x.element_as_double((a * B + b) * C + c));
+    }
+    bits[b] = S(sum).bits;
+  }
+  return bits;
+}
+
+TEST(ReduceKernels, LowPrecisionSumEqualsF32SumRoundedOnce) {
+  const int64_t A = 7, B = 3, C = 33;
+  std::vector<double> x = random_values(A * B * C, 5);
+  for (double& v : x) v *= 100;  // large terms: the f32 sum of many of them rounds often
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Tensor input = Tensor::from_doubles(dtype, {A, B, C}, x);
+    const Tensor y = reduce_op("ReduceSum", "axes=[0, 2], keepdims=0", input, {dtype, {B}});
+    std::span<const uint16_t> actual = y.data<uint16_t>();
+    const std::vector<uint16_t> expected = dtype == DType::kF16
+                                               ? f32_sum_rounded<Float16>(input, A, B, C)
+                                               : f32_sum_rounded<BFloat16>(input, A, B, C);
+    EXPECT_EQ(std::vector<uint16_t>(actual.begin(), actual.end()), expected) << dtype_name(dtype);
+  }
+}
+
+TEST(ReduceKernels, F16SumOverflowsToInfOnlyWhenRounded) {
+  // 60000 + 60000 = 120000 in f32, past f16's largest finite value: inf on store. The partial
+  // sum 80000 of 40000 + 40000 - 30000 - 10000 would overflow in f16 but not in f32.
+  const Tensor big = Tensor::from_doubles(DType::kF16, {2}, {60000, 60000});
+  EXPECT_EQ(reduce_op("ReduceSum", "", big, {DType::kF16, {1}}).element_as_double(0), kInf);
+  const Tensor fits = Tensor::from_doubles(DType::kF16, {4}, {40000, 40000, -30000, -10000});
+  EXPECT_EQ(reduce_op("ReduceSum", "", fits, {DType::kF16, {1}}).element_as_double(0), 40000.0);
+  // The mean of two 60000s is 60000 again: the sum stays in f32.
+  EXPECT_EQ(reduce_op("ReduceMean", "", big, {DType::kF16, {1}}).element_as_double(0), 60000.0);
+}
+
+TEST(ReduceKernels, IntegersAreExact) {
+  const Tensor x = Tensor::from_doubles(DType::kI64, {2, 3}, {1, -2, 7, 4, 5, -6});
+  EXPECT_EQ(reduce_op("ReduceSum", "axes=[1], keepdims=0", x, {DType::kI64, {2}}).to_i64_vector(),
+            (std::vector<int64_t>{6, 3}));
+  EXPECT_EQ(reduce_op("ReduceMax", "axes=[0], keepdims=0", x, {DType::kI64, {3}}).to_i64_vector(),
+            (std::vector<int64_t>{4, 5, 7}));
+  // An integer mean truncates toward zero, like the cast of ONNX's f64 reference mean.
+  const Tensor y = Tensor::from_doubles(DType::kI32, {2, 2}, {1, 2, -3, -4});
+  EXPECT_EQ(reduce_op("ReduceMean", "axes=[1], keepdims=0", y, {DType::kI32, {2}}).to_i64_vector(),
+            (std::vector<int64_t>{1, -3}));
+}
+
+TEST(ReduceKernels, BoolMaxIsAnyFromOpset20) {
+  Tensor x(TensorType{DType::kBool, {2, 3}});
+  x.set_element_i64(4, 1);
+  const Tensor y =
+      reduce_op("ReduceMax", "axes=[1], keepdims=0", x, {DType::kBool, {2}}, nullptr, 20);
+  EXPECT_EQ(y.to_i64_vector(), (std::vector<int64_t>{0, 1}));
+}
+
+TEST(ReduceKernels, BitsDoNotDependOnThreadCount) {
+  const std::vector<double> x = random_values(64 * 48 * 40, 6);
+  const Tensor input = Tensor::from_doubles(DType::kF32, {64, 48, 40}, x);
+  auto reduce_all = [&](int threads) {
+    runtime::cpu::set_cpu_threads(threads);
+    std::vector<Tensor> results;
+    results.push_back(reduce_op("ReduceSum", "axes=[0, 2]", input, {DType::kF32, {1, 48, 1}}));
+    results.push_back(reduce_op("ReduceMean", "axes=[2]", input, {DType::kF32, {64, 48, 1}}));
+    results.push_back(reduce_op("ReduceMax", "axes=[0]", input, {DType::kF32, {1, 48, 40}}));
+    return results;
+  };
+  const std::vector<Tensor> one = reduce_all(1);
+  const std::vector<Tensor> four = reduce_all(4);
+  runtime::cpu::set_cpu_threads(0);
+  ASSERT_EQ(one.size(), four.size());
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], four[i]) << "result " << i;
+}
+
+}  // namespace
+}  // namespace ampc

@@ -1,0 +1,201 @@
+// The planner: arenas, lifetimes, sharing and in-place reuse, on small graphs and on the models.
+#include "runtime/plan.h"
+
+#include "compiler/op_def.h"
+#include "gtest/gtest.h"
+#include "runtime/npy.h"
+#include "runtime/session.h"
+#include "tests/test_util.h"
+
+namespace ampc::runtime {
+namespace {
+
+// No two activation buffers whose lifetimes overlap share a byte.
+::testing::AssertionResult live_buffers_are_disjoint(const Plan& plan) {
+  const std::vector<Buffer>& buffers = plan.buffers();
+  for (size_t a = 0; a < buffers.size(); ++a) {
+    for (size_t b = a + 1; b < buffers.size(); ++b) {
+      const Buffer& x = buffers[a];
+      const Buffer& y = buffers[b];
+      if (x.arena != y.arena || x.bytes == 0 || y.bytes == 0) continue;
+      const bool live_together = x.first_step <= y.last_step && y.first_step <= x.last_step;
+      const bool share_bytes = x.offset < y.offset + y.bytes && y.offset < x.offset + x.bytes;
+      if (live_together && share_bytes) {
+        return ::testing::AssertionFailure()
+               << x.values[0]->name() << " and " << y.values[0]->name() << " overlap";
+      }
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+std::unique_ptr<Plan> plan_for(const Graph& graph, bool reuse = true) {
+  absl::StatusOr<std::unique_ptr<Plan>> plan =
+      Plan::build(graph, Device::kCpu, PlanOptions{.reuse_memory = reuse});
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return plan.ok() ? *std::move(plan) : nullptr;
+}
+
+constexpr std::string_view kChain = R"(
+graph chain(%x: f32[256], %w: f32[256,256]) {
+  %a = MatMul(%x, %w) : f32[256]
+  %b = Relu(%a) : f32[256]
+  %c = MatMul(%b, %w) : f32[256]
+  %d = Tanh(%c) : f32[256]
+  %e = MatMul(%d, %w) : f32[256]
+  return %e
+})";
+
+TEST(Plan, ElementwiseNodeWritesOverTheOperandItLastReads) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kChain);
+  std::unique_ptr<Plan> plan = plan_for(*graph);
+  ASSERT_NE(plan, nullptr);
+  auto value = [&](std::string_view name) -> const Value* {
+    for (const auto& node : graph->nodes()) {
+      if (node->output(0)->name() == name) return node->output(0);
+    }
+    return nullptr;
+  };
+  EXPECT_EQ(plan->buffer_of(value("a")), plan->buffer_of(value("b")));
+  EXPECT_EQ(plan->buffer_of(value("c")), plan->buffer_of(value("d")));
+  EXPECT_NE(plan->buffer_of(value("b")), plan->buffer_of(value("c")));
+  EXPECT_TRUE(live_buffers_are_disjoint(*plan));
+}
+
+TEST(Plan, BuffersWithDisjointLifetimesShareMemory) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kChain);
+  std::unique_ptr<Plan> shared = plan_for(*graph);
+  std::unique_ptr<Plan> unshared = plan_for(*graph, /*reuse=*/false);
+  ASSERT_NE(shared, nullptr);
+  ASSERT_NE(unshared, nullptr);
+  // The inputs x and w (never shared), then a/b, c/d and e, of which at most two are live at
+  // once: a/b and e take turns.
+  const int64_t w_bytes = 256 * 256 * 4;
+  EXPECT_EQ(shared->arena_bytes(ArenaKind::kActivations), w_bytes + 3 * 1024);
+  EXPECT_EQ(unshared->arena_bytes(ArenaKind::kActivations), w_bytes + 6 * 1024);
+  EXPECT_EQ(shared->unshared_activation_bytes(), w_bytes + 6 * 1024);
+  EXPECT_EQ(shared->arena_bytes(ArenaKind::kParameters), 0);
+}
+
+TEST(Plan, GraphOutputsAndInputsAreNeverOverwritten) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+graph g(%x: f32[64]) {
+  %a = Relu(%x) : f32[64]
+  %b = Neg(%a) : f32[64]
+  %c = Exp(%b) : f32[64]
+  return %a, %c
+})");
+  std::unique_ptr<Plan> plan = plan_for(*graph);
+  ASSERT_NE(plan, nullptr);
+  const Node* relu = graph->node_list()[0];
+  const Node* neg = graph->node_list()[1];
+  const Node* exp = graph->node_list()[2];
+  // %x is a graph input and %a a graph output: neither may be written in place.
+  EXPECT_NE(plan->buffer_of(relu->operand(0)), plan->buffer_of(relu->output(0)));
+  EXPECT_NE(plan->buffer_of(neg->operand(0)), plan->buffer_of(neg->output(0)));
+  EXPECT_EQ(plan->buffer_of(exp->operand(0)), plan->buffer_of(exp->output(0)));
+  EXPECT_TRUE(live_buffers_are_disjoint(*plan));
+}
+
+TEST(Plan, MissingKernelNamesNodeOpAndDtype) {
+  // An op the registry knows (registered here, for this test) but no backend implements.
+  OpDef def;
+  def.domain = "ampc";
+  def.name = "PlanTestNoKernel";
+  def.inputs.push_back(
+      OperandSpec{.name = "X", .arity = OperandSpec::Arity::kSingle, .dtypes = {}});
+  def.outputs.push_back(
+      OperandSpec{.name = "Y", .arity = OperandSpec::Arity::kSingle, .dtypes = {}});
+  def.infer = [](InferenceContext& ctx) {
+    ctx.set_output(0, ctx.input_type(0));
+    return absl::OkStatus();
+  };
+  OpRegistry::global().add(std::move(def));
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+graph g(%x: bf16[4]) {
+  %y = ampc.PlanTestNoKernel(%x) : bf16[4]
+  return %y
+})");
+  ASSERT_NE(graph, nullptr);
+  graph->node_list()[0]->set_name("lonely");
+  absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::build(*graph, Device::kCpu);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kUnimplemented);
+  for (const char* part : {"lonely", "PlanTestNoKernel", "cpu"}) {
+    EXPECT_NE(plan.status().message().find(part), std::string::npos) << plan.status();
+  }
+}
+
+TEST(Plan, OpWithKernelsOnAnotherDeviceOnlyIsReportedForTheAskedDevice) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+graph g(%x: f32[4]) {
+  %y = Softmax(%x) : f32[4]
+  return %y
+})");
+  ASSERT_NE(graph, nullptr);
+  ASSERT_TRUE(Plan::build(*graph, Device::kCpu).ok());
+  // No CUDA kernels are registered in this build of the tests.
+  absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::build(*graph, Device::kCuda);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("no cuda kernel for op Softmax"), std::string::npos)
+      << plan.status();
+}
+
+class ModelPlan : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::map<std::string, Tensor> reference_inputs() {
+    absl::StatusOr<std::map<std::string, Tensor>> arrays =
+        read_npz(testing::source_path("models/" + GetParam() + ".ref.npz"));
+    EXPECT_TRUE(arrays.ok()) << arrays.status();
+    std::map<std::string, Tensor> inputs;
+    if (!arrays.ok()) return inputs;
+    for (auto& [name, tensor] : *arrays) {
+      if (!name.starts_with("output.")) inputs[name] = tensor;
+    }
+    return inputs;
+  }
+
+  std::unique_ptr<InferenceSession> load(SessionOptions options) {
+    absl::StatusOr<std::unique_ptr<InferenceSession>> session = InferenceSession::load(
+        testing::source_path("models/" + GetParam() + ".onnx"), std::move(options));
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *std::move(session) : nullptr;
+  }
+};
+
+TEST_P(ModelPlan, ActivationArenaIsSmallerThanAllActivations) {
+  std::unique_ptr<InferenceSession> session = load({});
+  ASSERT_NE(session, nullptr);
+  const Plan& plan = session->plan();
+  EXPECT_LT(plan.arena_bytes(ArenaKind::kActivations), plan.unshared_activation_bytes());
+  EXPECT_TRUE(live_buffers_are_disjoint(plan));
+}
+
+TEST_P(ModelPlan, PoisoningFreedBuffersChangesNoOutputAndRunsRepeat) {
+  SessionOptions poisoned;
+  poisoned.poison_freed_buffers = true;
+  SessionOptions unshared;
+  unshared.reuse_memory = false;
+  std::unique_ptr<InferenceSession> planned = load(poisoned);
+  std::unique_ptr<InferenceSession> unplanned = load(unshared);
+  ASSERT_NE(planned, nullptr);
+  ASSERT_NE(unplanned, nullptr);
+  const std::map<std::string, Tensor> inputs = reference_inputs();
+  ASSERT_FALSE(inputs.empty());
+  absl::StatusOr<std::map<std::string, Tensor>> first = planned->run(inputs);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::map<std::string, Tensor>> second = planned->run(inputs);
+  ASSERT_TRUE(second.ok()) << second.status();
+  absl::StatusOr<std::map<std::string, Tensor>> baseline = unplanned->run(inputs);
+  ASSERT_TRUE(baseline.ok()) << baseline.status();
+  for (const auto& [name, tensor] : *first) {
+    EXPECT_TRUE(tensor == second->at(name)) << name << " differs between two runs";
+    EXPECT_TRUE(tensor == baseline->at(name)) << name << " differs from the unshared plan";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ModelPlan, ::testing::Values("mlp", "cnn", "tiny_gpt"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ampc::runtime

@@ -1,0 +1,214 @@
+// `ampc run`, end to end: models/mlp.onnx runs on inputs from .npy and .npz files and writes
+// each output as an .npy file; bad inputs give exit 1 and a message naming the input or file,
+// bad flags exit 2, and a failed run writes no output.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/npy.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+class RunCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("ampc_run_cli_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    // mlp.onnx: inputs x f32[8,64], label i64[8]; outputs loss f32[], logits f32[8,10].
+    std::vector<double> x(8 * 64);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1 * static_cast<double>(i));
+    save("x.npy", Tensor::from_doubles(DType::kF32, {8, 64}, x));
+    save("label.npy", Tensor::from_i64({8}, {0, 1, 2, 3, 4, 5, 6, 9}));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  void save(const std::string& name, const Tensor& tensor) const {
+    ASSERT_TRUE(runtime::write_npy(path(name), tensor).ok());
+  }
+  Result ampc(const std::string& args, const std::string& cwd = "") const {
+    Result r;
+    const std::string cd = cwd.empty() ? "" : "cd " + cwd + " && ";
+    r.exit_code =
+        testing::run_command(cd + std::string(AMPC_BINARY) + " run " + args, &r.out, &r.err);
+    return r;
+  }
+  std::string mlp() const { return testing::source_path("models/mlp.onnx"); }
+  std::string mlp_inputs() const {
+    return " --input x=" + path("x.npy") + " --input label=" + path("label.npy");
+  }
+  // Runs `args`, expects exit 1 with `ampc: error:`, and that no output was written.
+  std::string expect_error(const std::string& args) const {
+    Result r = ampc(args + " --output-dir " + path("out"));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: error: "));
+    EXPECT_FALSE(fs::exists(path("out"))) << args;
+    return r.err;
+  }
+
+  fs::path dir_;
+};
+
+// Mean cross-entropy of `logits` [n, classes] against `labels`, in f64.
+double cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels) {
+  const int64_t classes = logits.shape()[1];
+  double total = 0;
+  for (size_t row = 0; row < labels.size(); ++row) {
+    double sum = 0;
+    for (int64_t c = 0; c < classes; ++c)
+      sum += std::exp(logits.element_as_double(row * classes + c));
+    total += std::log(sum) - logits.element_as_double(row * classes + labels[row]);
+  }
+  return total / static_cast<double>(labels.size());
+}
+
+TEST_F(RunCliTest, RunsTheMlpAndWritesEachOutputAsNpy) {
+  Result r = ampc(mlp() + mlp_inputs() + " --output-dir " + path("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "loss f32[] " + path("out/loss.npy") + "\nlogits f32[8,10] " +
+                       path("out/logits.npy") + "\n");
+  absl::StatusOr<Tensor> loss = runtime::read_npy(path("out/loss.npy"));
+  absl::StatusOr<Tensor> logits = runtime::read_npy(path("out/logits.npy"));
+  ASSERT_TRUE(loss.ok() && logits.ok()) << loss.status() << logits.status();
+  EXPECT_EQ(loss->type(), (TensorType{DType::kF32, {}}));
+  EXPECT_EQ(logits->type(), (TensorType{DType::kF32, {8, 10}}));
+  // The loss output is the cross-entropy of the logits output.
+  EXPECT_NEAR(loss->element_as_double(0), cross_entropy(*logits, {0, 1, 2, 3, 4, 5, 6, 9}), 1e-5);
+}
+
+TEST_F(RunCliTest, WritesIntoTheCurrentDirectoryByDefault) {
+  Result r = ampc(mlp() + mlp_inputs(), dir_.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("loss f32[] loss.npy\n"));
+  EXPECT_TRUE(fs::exists(path("loss.npy")));
+  EXPECT_TRUE(fs::exists(path("logits.npy")));
+}
+
+TEST_F(RunCliTest, BindsInputsFromAnNpzAndInputFlagsOverrideIt) {
+  std::map<std::string, Tensor> arrays = {
+      {"x", Tensor(TensorType{DType::kF32, {8, 64}})},
+      {"label", Tensor::from_i64({8}, {0, 1, 2, 3, 4, 5, 6, 9})},
+      {"expected_loss", Tensor::from_f32({}, {0})}};
+  ASSERT_TRUE(runtime::write_npz(path("in.npz"), arrays).ok());
+  Result r = ampc(mlp() + " --inputs " + path("in.npz") + " --output-dir " + path("a"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("array 'expected_loss' is not an input of the model; ignored"));
+  r = ampc(mlp() + " --inputs " + path("in.npz") + " --input x=" + path("x.npy") +
+           " --output-dir " + path("b"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // x of zeros gives logits equal across rows (the last layer's bias); x.npy does not.
+  absl::StatusOr<Tensor> zeros = runtime::read_npy(path("a/logits.npy"));
+  absl::StatusOr<Tensor> given = runtime::read_npy(path("b/logits.npy"));
+  ASSERT_TRUE(zeros.ok() && given.ok());
+  EXPECT_EQ(zeros->element_as_double(0), zeros->element_as_double(10));
+  EXPECT_NE(given->element_as_double(0), given->element_as_double(10));
+}
+
+TEST_F(RunCliTest, MissingInputIsNamedWithTheExpectedInputs) {
+  const std::string err = expect_error(mlp() + " --input x=" + path("x.npy"));
+  EXPECT_THAT(err, HasSubstr("missing input 'label' (i64[8])"));
+  EXPECT_THAT(err, HasSubstr("x: f32[8,64], label: i64[8]"));
+}
+
+TEST_F(RunCliTest, UnknownInputNameIsAnError) {
+  const std::string err = expect_error(mlp() + mlp_inputs() + " --input images=" + path("x.npy"));
+  EXPECT_THAT(err, HasSubstr("--input names 'images', which is not an input"));
+  EXPECT_THAT(err, HasSubstr("x: f32[8,64], label: i64[8]"));
+  EXPECT_THAT(expect_error(mlp() + mlp_inputs() + " --input x=" + path("x.npy")),
+              HasSubstr("--input 'x' is given twice"));
+}
+
+TEST_F(RunCliTest, DtypeOrShapeMismatchNamesInputFileAndBothTypes) {
+  save("x64.npy", Tensor(TensorType{DType::kF64, {8, 64}}));
+  save("x_short.npy", Tensor(TensorType{DType::kF32, {8, 63}}));
+  std::string err =
+      expect_error(mlp() + " --input label=" + path("label.npy") + " --input x=" + path("x64.npy"));
+  EXPECT_THAT(err, HasSubstr("input 'x' from " + path("x64.npy") +
+                             ": expected f32[8,64], given f64[8,64]"));
+  err = expect_error(mlp() + " --input label=" + path("label.npy") +
+                     " --input x=" + path("x_short.npy"));
+  EXPECT_THAT(err, HasSubstr("input 'x' from " + path("x_short.npy") +
+                             ": expected f32[8,64], given f32[8,63]"));
+}
+
+TEST_F(RunCliTest, MalformedOrMissingNpyNamesTheFile) {
+  std::ofstream(path("junk.npy"), std::ios::binary) << "definitely not numpy";
+  std::string err = expect_error(mlp() + " --input label=" + path("label.npy") +
+                                 " --input x=" + path("junk.npy"));
+  EXPECT_THAT(err, HasSubstr(path("junk.npy") + ": not a .npy file"));
+  std::ifstream in(path("x.npy"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  std::ofstream(path("cut.npy"), std::ios::binary) << bytes.substr(0, bytes.size() - 5);
+  err =
+      expect_error(mlp() + " --input label=" + path("label.npy") + " --input x=" + path("cut.npy"));
+  EXPECT_THAT(err, HasSubstr(path("cut.npy") + ": the array data is truncated"));
+  err = expect_error(mlp() + " --input label=" + path("label.npy") +
+                     " --input x=" + path("nope.npy"));
+  EXPECT_THAT(err, HasSubstr("nope.npy"));
+  std::ofstream(path("junk.npz"), std::ios::binary) << "not a zip";
+  EXPECT_THAT(expect_error(mlp() + " --inputs " + path("junk.npz")), HasSubstr("junk.npz"));
+}
+
+TEST_F(RunCliTest, BadFlagsAreUsageErrors) {
+  EXPECT_EQ(ampc(mlp() + " --input x").exit_code, 2);
+  EXPECT_EQ(ampc(mlp() + " --input =" + path("x.npy")).exit_code, 2);
+  EXPECT_EQ(ampc("--input x=" + path("x.npy")).exit_code, 2);  // no model
+  EXPECT_EQ(ampc(mlp() + " --frobnicate").exit_code, 2);
+  EXPECT_THAT(expect_error(mlp() + mlp_inputs() + " --shape x:8xfoo"), HasSubstr("x:8xfoo"));
+}
+
+// A model whose outputs are Relu(in) under each of `output_names`.
+std::string relu_model(const std::vector<std::string>& output_names) {
+  onnx::ModelProto model;
+  model.set_ir_version(8);
+  model.add_opset_import()->set_version(17);
+  onnx::GraphProto* graph = model.mutable_graph();
+  graph->set_name("g");
+  onnx::ValueInfoProto* input = graph->add_input();
+  input->set_name("in");
+  auto* tensor = input->mutable_type()->mutable_tensor_type();
+  tensor->set_elem_type(onnx::TensorProto::FLOAT);
+  tensor->mutable_shape()->add_dim()->set_dim_value(3);
+  for (const std::string& name : output_names) {
+    onnx::NodeProto* node = graph->add_node();
+    node->set_op_type("Relu");
+    node->add_input("in");
+    node->add_output(name);
+    graph->add_output()->set_name(name);
+  }
+  return model.SerializeAsString();
+}
+
+TEST_F(RunCliTest, OutputNamesBecomeSafeDistinctFileNames) {
+  std::ofstream(path("relu.onnx"), std::ios::binary) << relu_model({"a/b:0", "a_b_0", ".."});
+  save("in.npy", Tensor::from_f32({3}, {-1, 0, 2}));
+  Result r =
+      ampc(path("relu.onnx") + " --input in=" + path("in.npy") + " --output-dir " + path("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "a/b:0 f32[3] " + path("out/a_b_0.npy") + "\na_b_0 f32[3] " +
+                       path("out/a_b_0_2.npy") + "\n.. f32[3] " + path("out/_...npy") + "\n");
+  absl::StatusOr<Tensor> relu = runtime::read_npy(path("out/a_b_0_2.npy"));
+  ASSERT_TRUE(relu.ok()) << relu.status();
+  EXPECT_EQ(*relu, Tensor::from_f32({3}, {0, 0, 2}));
+}
+
+}  // namespace
+}  // namespace ampc

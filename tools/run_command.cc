@@ -1,0 +1,203 @@
+// `ampc run`: binds a model's inputs from .npy files (or the arrays of an .npz, by input name),
+// runs it with the InferenceSession on the CPU and writes every output as an .npy file.
+#include "tools/run_command.h"
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "CLI/CLI.hpp"
+#include "compiler/compile.h"
+#include "compiler/strings.h"
+#include "runtime/npy.h"
+#include "runtime/session.h"
+
+namespace ampc {
+namespace {
+
+constexpr int kExitError = 1;
+
+int report_error(const absl::Status& status) {
+  std::cerr << "ampc: error: " << status.message() << "\n";
+  return kExitError;
+}
+
+std::string describe(const std::vector<runtime::TensorInfo>& infos) {
+  std::vector<std::string> parts;
+  for (const runtime::TensorInfo& info : infos) {
+    parts.push_back(str_cat(info.name, ": ", type_to_string(info.type)));
+  }
+  return infos.empty() ? "none" : str_join(parts, ", ");
+}
+
+// An output's file name: every character but letters, digits, '.', '-' and '_' becomes '_' (so a
+// name cannot leave the output folder or need quoting), and a name of only dots gets a leading '_'.
+std::string output_file_stem(std::string_view name) {
+  std::string stem;
+  for (char c : name) {
+    const bool plain =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+    stem += plain ? c : '_';
+  }
+  if (stem.find_first_not_of('.') == std::string::npos) stem = "_" + stem;
+  return stem;
+}
+
+// One array to bind: where it came from (for messages) and its value.
+struct GivenInput {
+  std::string source;
+  Tensor value;
+};
+
+// The arrays named by --input and --inputs, checked against the model's inputs. --input wins over
+// an .npz array of the same name; .npz arrays that are not inputs are skipped with a warning.
+absl::StatusOr<std::map<std::string, GivenInput>> gather_inputs(
+    const RunFlags& flags, const std::vector<runtime::TensorInfo>& expected) {
+  std::map<std::string, const TensorType*> types;
+  for (const runtime::TensorInfo& info : expected) types[info.name] = &info.type;
+  std::map<std::string, std::string> files;  // from --input
+  for (const std::string& flag : flags.inputs) {
+    const size_t eq = flag.find('=');  // CLI11 checked that there is one
+    const std::string name = flag.substr(0, eq);
+    if (!types.contains(name)) {
+      return absl::InvalidArgumentError(str_cat("--input names '", name,
+                                                "', which is not an input of ", flags.model,
+                                                "; its inputs are ", describe(expected)));
+    }
+    if (!files.emplace(name, flag.substr(eq + 1)).second) {
+      return absl::InvalidArgumentError(str_cat("--input '", name, "' is given twice"));
+    }
+  }
+  std::map<std::string, GivenInput> given;
+  if (!flags.inputs_npz.empty()) {
+    const bool any_bf16 = std::any_of(expected.begin(), expected.end(), [](const auto& info) {
+      return info.type.dtype == DType::kBF16;
+    });
+    AMPC_ASSIGN_OR_RETURN(auto arrays,
+                          runtime::read_npz(flags.inputs_npz, {.void2_as_bf16 = any_bf16}));
+    for (auto& [name, value] : arrays) {
+      if (!types.contains(name)) {
+        std::cerr << "ampc: warning: " << flags.inputs_npz << ": array '" << name
+                  << "' is not an input of the model; ignored\n";
+      } else if (!files.contains(name)) {
+        given[name] = {str_cat(flags.inputs_npz, " (array '", name, "')"), std::move(value)};
+      }
+    }
+  }
+  for (const auto& [name, file] : files) {
+    const bool bf16 = types.at(name)->dtype == DType::kBF16;
+    AMPC_ASSIGN_OR_RETURN(Tensor value, runtime::read_npy(file, {.void2_as_bf16 = bf16}));
+    given[name] = {file, std::move(value)};
+  }
+  std::vector<std::string> missing;
+  for (const runtime::TensorInfo& info : expected) {
+    if (!given.contains(info.name)) {
+      missing.push_back(str_cat("'", info.name, "' (", type_to_string(info.type), ")"));
+    }
+  }
+  if (!missing.empty()) {
+    return absl::InvalidArgumentError(
+        str_cat("missing input ", str_join(missing, ", "), "; the inputs of ", flags.model, " are ",
+                describe(expected), "; give each with --input NAME=FILE.npy or --inputs FILE.npz"));
+  }
+  for (const auto& [name, input] : given) {
+    const TensorType& type = *types.at(name);
+    if (input.value.type() != type) {
+      return absl::InvalidArgumentError(str_cat("input '", name, "' from ", input.source,
+                                                ": expected ", type_to_string(type), ", given ",
+                                                type_to_string(input.value.type())));
+    }
+  }
+  return given;
+}
+
+// Writes each output as DIR/<stem>.npy (a stem taken twice gets _2, _3, ...) and prints one line
+// per output. On failure removes what it wrote.
+absl::Status write_outputs(const RunFlags& flags, const std::vector<runtime::TensorInfo>& outputs,
+                           const std::map<std::string, Tensor>& values) {
+  const std::filesystem::path dir(flags.output_dir);
+  if (!flags.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          str_cat("cannot create --output-dir '", flags.output_dir, "': ", ec.message()));
+    }
+  }
+  std::set<std::string> used;
+  std::vector<std::string> written;
+  std::vector<std::string> lines;
+  for (const runtime::TensorInfo& info : outputs) {
+    const std::string stem = output_file_stem(info.name);
+    std::string file = stem + ".npy";
+    for (int n = 2; !used.insert(file).second; ++n) file = str_cat(stem, "_", n, ".npy");
+    const std::string path = (dir / file).string();
+    const Tensor& value = values.at(info.name);
+    if (absl::Status status = runtime::write_npy(path, value); !status.ok()) {
+      for (const std::string& done : written) std::filesystem::remove(done);
+      return status;
+    }
+    written.push_back(path);
+    lines.push_back(str_cat(info.name, " ", type_to_string(value.type()), " ", path));
+  }
+  for (const std::string& line : lines) std::cout << line << "\n";
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CLI::App* add_run_command(CLI::App& app, RunFlags& flags) {
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run a model on the CPU with inputs from .npy/.npz files; write each output as "
+      "DIR/NAME.npy and print its name, type and path.");
+  run->add_option("model", flags.model, "The ONNX model to run")->required();
+  run->add_option("--input", flags.inputs,
+                  "Bind input NAME to the array in FILE.npy, as NAME=FILE.npy. Repeatable.")
+      ->check(
+          [](const std::string& value) -> std::string {
+            const size_t eq = value.find('=');
+            if (eq == std::string::npos || eq == 0 || eq + 1 == value.size()) {
+              return "expected NAME=FILE.npy, got '" + value + "'";
+            }
+            return "";
+          },
+          "NAME=FILE.npy");
+  run->add_option("--inputs", flags.inputs_npz,
+                  "Bind inputs from the arrays of FILE.npz with the same names (--input wins)");
+  run->add_option("--output-dir", flags.output_dir,
+                  "Where to write the outputs (default: the current directory; created if "
+                  "missing)");
+  run->add_option("--shape", flags.shapes,
+                  "Fix an input's shape, NAME:DIMxDIMx... (for inputs with dynamic dims). "
+                  "Repeatable.");
+  return run;
+}
+
+int run_model_command(const RunFlags& flags) {
+  runtime::SessionOptions options;
+  for (const std::string& flag : flags.shapes) {
+    if (absl::Status status = parse_shape_flag(flag, options.shapes); !status.ok()) {
+      return report_error(status);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<runtime::InferenceSession>> session =
+      runtime::InferenceSession::load(flags.model, std::move(options));
+  if (!session.ok()) return report_error(session.status());
+  absl::StatusOr<std::map<std::string, GivenInput>> given =
+      gather_inputs(flags, (*session)->inputs());
+  if (!given.ok()) return report_error(given.status());
+  std::map<std::string, Tensor> inputs;
+  for (auto& [name, input] : *given) inputs.emplace(name, std::move(input.value));
+  absl::StatusOr<std::map<std::string, Tensor>> outputs = (*session)->run(inputs);
+  if (!outputs.ok()) return report_error(outputs.status());
+  if (absl::Status status = write_outputs(flags, (*session)->outputs(), *outputs); !status.ok()) {
+    return report_error(status);
+  }
+  return 0;
+}
+
+}  // namespace ampc

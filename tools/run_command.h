@@ -1,0 +1,28 @@
+// `ampc run MODEL.onnx --input NAME=FILE.npy ...`: runs a model on the CPU with inputs read from
+// .npy / .npz files and writes each output as DIR/<name>.npy. docs/cli.md describes the flags.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace CLI {
+class App;
+}
+
+namespace ampc {
+
+struct RunFlags {
+  std::string model;
+  std::vector<std::string> inputs;  // NAME=FILE.npy
+  std::string inputs_npz;
+  std::string output_dir;
+  std::vector<std::string> shapes;  // NAME:DIMxDIM...
+};
+
+// Adds the `run` subcommand to `app`; its flags are parsed into `flags`.
+CLI::App* add_run_command(CLI::App& app, RunFlags& flags);
+
+// Runs the command: 0 on success, 1 (after printing `ampc: error: ...`) when the input is at fault.
+int run_model_command(const RunFlags& flags);
+
+}  // namespace ampc
