@@ -103,7 +103,14 @@ struct OpDef {
   // False for ops whose fold reads only input types (Shape): they fold whatever the data.
   bool fold_needs_values = true;
   AutocastSpec autocast;
-  GradFn gradient;  // filled by the autodiff issue
+  // The gradient rule (compiler/grad_builder.h); null for ops nothing differentiates through.
+  GradFn gradient;
+  // Float inputs that never get a gradient: statistics, clip bounds, loss weights. (Integer and
+  // bool inputs never do anyway.) Autodiff does not look for trainable values behind them.
+  std::vector<int> no_gradient_inputs;
+  // Outputs no gradient flows back from (running statistics, saved mean and variance): a loss
+  // that reads them does not make the inputs trainable through them.
+  std::vector<int> no_gradient_outputs;
   std::vector<OpSample> samples;
 
   const AttrSpec* find_attr(std::string_view attr_name) const;

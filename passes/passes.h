@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "compiler/pass.h"
 
@@ -19,6 +20,20 @@ std::unique_ptr<Pass> make_canonicalize_pass();
 std::unique_ptr<Pass> make_dce_pass();
 // "infer-shapes": re-infers every node's output types.
 std::unique_ptr<Pass> make_infer_shapes_pass();
+
+struct AutodiffOptions {
+  // The graph output to differentiate: a float scalar.
+  std::string loss = "loss";
+  // Regexes over value names (std::regex ECMAScript, matched anywhere in the name): when
+  // `trainable` is set only matching values are trainable; values matching `freeze` are not.
+  std::string trainable;
+  std::string freeze;
+  // Also differentiate with respect to float graph inputs (the gradient checks use this).
+  bool include_graph_inputs = false;
+};
+// "autodiff": appends the backward graph; every trainable value `p` gets a graph output
+// `p.grad`. See passes/autodiff.cc.
+std::unique_ptr<Pass> make_autodiff_pass(AutodiffOptions options = {});
 
 // The `ampc compile` pipeline: the fixed-point group "canonicalize" of [fold-constants,
 // canonicalize, dce], then infer-shapes.

@@ -1,0 +1,277 @@
+// autodiff: appends the backward graph, from the scalar loss to every trainable value.
+//
+// Rewrites: for each trainable value p (by default every float initializer the loss depends on),
+//   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
+//   in reverse order; each one some gradient flows into calls its op's gradient rule
+//   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
+//   broadcasting (a gradient shaped like a broadcast output is summed back to the input's shape)
+//   and sums the gradients of a value with several readers, in reader order.
+// Assumes: a verified graph with static shapes; the loss is a graph output with one element.
+//   Integer and bool values, and inputs an op lists in no_gradient_inputs, get no gradient.
+//   A trainable candidate the loss does not depend on is reported and left without gradient.
+// Numerics: the seed is 1 in the loss's dtype; each gradient has its value's dtype. The forward
+//   graph is unchanged.
+#include <algorithm>
+#include <regex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/grad_builder.h"
+#include "compiler/op_def.h"
+#include "compiler/strings.h"
+#include "passes/passes.h"
+
+namespace ampc {
+namespace {
+
+bool is_float_value(const Value* value) {
+  const DType dtype = value->dtype();
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kF64;
+}
+
+bool listed(const std::vector<int>& list, int i) {
+  return std::find(list.begin(), list.end(), i) != list.end();
+}
+
+// Whether a gradient can flow back from `node`'s output `i`.
+bool differentiable_output(const Node& node, int i) {
+  if (!node.has_output(i) || !is_float_value(node.output(i))) return false;
+  return node.def() == nullptr || !listed(node.def()->no_gradient_outputs, i);
+}
+
+// Whether a gradient can flow from `node`'s output into its operand `i`.
+bool differentiable_operand(const Node& node, int i) {
+  if (!node.has_operand(i) || !is_float_value(node.operand(i))) return false;
+  // An op without a definition is reported when a gradient reaches it.
+  return node.def() == nullptr || !listed(node.def()->no_gradient_inputs, i);
+}
+
+class Walker {
+ public:
+  Walker(Graph& graph, const AutodiffOptions& options, const PassContext& context)
+      : graph_(graph), options_(options), context_(context) {}
+
+  absl::StatusOr<bool> run() {
+    AMPC_ASSIGN_OR_RETURN(Value * loss, find_loss());
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> candidates, trainable_candidates());
+    mark_active(candidates);
+    mark_reaching(loss);
+    std::vector<Value*> trainable;
+    for (Value* candidate : candidates) {
+      if (reaches_loss_.contains(candidate) && active_.contains(candidate)) {
+        trainable.push_back(candidate);
+      } else {
+        context_.warn(str_cat("'", candidate->name(), "' does not affect '", loss->name(),
+                              "'; it gets no gradient and stays frozen"));
+      }
+    }
+    if (trainable.empty()) return false;
+
+    add_contribution(loss, seed(loss));
+    const std::vector<Node*> forward = graph_.node_list();
+    for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+      AMPC_RETURN_IF_ERROR(backprop(**it));
+    }
+    for (Value* value : trainable) {
+      Value* grad = total_gradient(value);
+      if (grad == nullptr) continue;  // cannot happen for a value that reaches the loss
+      AMPC_ASSIGN_OR_RETURN(grad, name_graph_output(grad, value->name() + ".grad"));
+      graph_.add_output(grad);
+    }
+    return true;
+  }
+
+ private:
+  absl::StatusOr<Value*> find_loss() {
+    for (Value* output : graph_.outputs()) {
+      if (output->name() != options_.loss) continue;
+      if (!is_float_value(output) || output->type().num_elements() != 1) {
+        return absl::InvalidArgumentError(str_cat("the loss '", options_.loss,
+                                                  "' must be a float scalar, but it is ",
+                                                  type_to_string(output->type())));
+      }
+      return output;
+    }
+    std::vector<std::string> names;
+    for (const Value* output : graph_.outputs()) names.push_back(output->name());
+    return absl::NotFoundError(str_cat("the graph has no output '", options_.loss,
+                                       "' to differentiate; its outputs are ",
+                                       str_join(names, ", ")));
+  }
+
+  absl::StatusOr<std::vector<Value*>> trainable_candidates() {
+    std::optional<std::regex> trainable;
+    std::optional<std::regex> freeze;
+    try {
+      if (!options_.trainable.empty()) trainable.emplace(options_.trainable);
+      if (!options_.freeze.empty()) freeze.emplace(options_.freeze);
+    } catch (const std::regex_error& e) {
+      return absl::InvalidArgumentError(str_cat("bad --trainable/--freeze regex: ", e.what()));
+    }
+    std::vector<Value*> candidates;
+    auto consider = [&](Value* value) {
+      if (!is_float_value(value)) return;
+      if (trainable && !std::regex_search(value->name(), *trainable)) return;
+      if (freeze && std::regex_search(value->name(), *freeze)) return;
+      candidates.push_back(value);
+    };
+    for (Value* init : graph_.initializers()) consider(init);
+    if (options_.include_graph_inputs) {
+      for (Value* input : graph_.inputs()) consider(input);
+    }
+    return candidates;
+  }
+
+  // Values that depend on a candidate through differentiable operands.
+  void mark_active(const std::vector<Value*>& candidates) {
+    active_.insert(candidates.begin(), candidates.end());
+    for (const auto& node : graph_.nodes()) {
+      bool active = false;
+      for (int i = 0; i < node->num_operands() && !active; ++i) {
+        active = differentiable_operand(*node, i) && active_.contains(node->operand(i));
+      }
+      if (!active) continue;
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        if (differentiable_output(*node, i)) active_.insert(node->output(i));
+      }
+    }
+  }
+
+  // Values the loss depends on through differentiable operands.
+  void mark_reaching(Value* loss) {
+    reaches_loss_.insert(loss);
+    const std::vector<Node*> nodes = graph_.node_list();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      const Node& node = **it;
+      bool reaches = false;
+      for (int i = 0; i < node.num_outputs() && !reaches; ++i) {
+        reaches = differentiable_output(node, i) && reaches_loss_.contains(node.output(i));
+      }
+      if (!reaches) continue;
+      for (int i = 0; i < node.num_operands(); ++i) {
+        if (differentiable_operand(node, i)) reaches_loss_.insert(node.operand(i));
+      }
+    }
+  }
+
+  bool needs_grad(const Value* value) const {
+    return active_.contains(value) && reaches_loss_.contains(value);
+  }
+
+  Value* seed(Value* loss) {
+    return graph_.add_initializer(
+        graph_.unique_value_name(loss->name() + ".grad_seed"),
+        Tensor::from_doubles(loss->dtype(), loss->shape(), std::vector<double>(1, 1.0)));
+  }
+
+  void add_contribution(const Value* value, Value* grad) { contributions_[value].push_back(grad); }
+
+  // The sum of the gradients flowing into `value`, in the order they were added (one node per
+  // extra term); null when none flows.
+  Value* total_gradient(const Value* value) {
+    auto it = contributions_.find(value);
+    if (it == contributions_.end() || it->second.empty()) return nullptr;
+    std::vector<Value*>& terms = it->second;
+    Value* sum = terms[0];
+    for (size_t k = 1; k < terms.size(); ++k) {
+      Node* add = graph_.create_node(kOnnxDomain, "Add", {sum, terms[k]}, {value->type()});
+      add->set_name(str_cat(value->name(), "/grad/sum"));
+      add->output(0)->set_name(graph_.unique_value_name(value->name() + ".grad_sum"));
+      sum = add->output(0);
+    }
+    terms.assign(1, sum);
+    return sum;
+  }
+
+  absl::Status backprop(Node& node) {
+    std::vector<Value*> output_grads;
+    bool any_grad = false;
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      Value* grad = differentiable_output(node, i) ? total_gradient(node.output(i)) : nullptr;
+      output_grads.push_back(grad);
+      any_grad |= grad != nullptr;
+    }
+    std::vector<bool> wanted;
+    bool any_wanted = false;
+    for (int i = 0; i < node.num_operands(); ++i) {
+      wanted.push_back(differentiable_operand(node, i) && needs_grad(node.operand(i)));
+      any_wanted |= wanted.back();
+    }
+    if (!any_grad || !any_wanted) return absl::OkStatus();
+    if (node.def() == nullptr || !node.def()->gradient) {
+      return absl::UnimplementedError(
+          str_cat(node.describe(), ": op ", node.op_type(),
+                  " has no gradient rule, and the loss depends on a trainable value through it"));
+    }
+    GradBuilder builder(graph_, node, std::move(output_grads), wanted);
+    absl::StatusOr<Grads> grads = node.def()->gradient(builder);
+    if (!grads.ok()) {
+      return absl::Status(grads.status().code(),
+                          str_cat(node.describe(), ": gradient: ", grads.status().message()));
+    }
+    AMPC_RETURN_IF_ERROR(with_node(node, builder.status()));
+    for (int i = 0; i < node.num_operands(); ++i) {
+      if (!wanted[i]) continue;
+      Value* grad = i < static_cast<int>(grads->size()) ? (*grads)[i] : nullptr;
+      const Value* operand = node.operand(i);
+      if (grad == nullptr) {
+        return absl::InternalError(
+            str_cat(node.describe(), ": the gradient rule gives input ", i, " no gradient"));
+      }
+      grad = builder.reduce_to_shape(grad, operand->shape());
+      AMPC_RETURN_IF_ERROR(with_node(node, builder.status()));
+      if (grad->type() != operand->type()) {
+        return absl::InternalError(str_cat(node.describe(), ": the gradient of input ", i, " is ",
+                                           type_to_string(grad->type()), ", not ",
+                                           type_to_string(operand->type())));
+      }
+      add_contribution(operand, grad);
+    }
+    return absl::OkStatus();
+  }
+
+  static absl::Status with_node(const Node& node, const absl::Status& status) {
+    if (status.ok()) return status;
+    return absl::Status(status.code(), str_cat(node.describe(), ": gradient: ", status.message()));
+  }
+
+  // A graph output named `name`: the gradient itself when it is a fresh node output, else an
+  // Identity of it (an initializer or a value that is already an output, such as the seed).
+  absl::StatusOr<Value*> name_graph_output(Value* grad, const std::string& name) {
+    if (grad->kind() != Value::Kind::kNodeOutput || grad->is_graph_output()) {
+      Node* identity = graph_.create_node(kOnnxDomain, "Identity", {grad}, {grad->type()});
+      grad = identity->output(0);
+    }
+    grad->set_name(graph_.unique_value_name(name));
+    return grad;
+  }
+
+  Graph& graph_;
+  const AutodiffOptions& options_;
+  const PassContext& context_;
+  std::unordered_set<const Value*> active_;
+  std::unordered_set<const Value*> reaches_loss_;
+  std::unordered_map<const Value*, std::vector<Value*>> contributions_;
+};
+
+class AutodiffPass final : public Pass {
+ public:
+  explicit AutodiffPass(AutodiffOptions options) : options_(std::move(options)) {}
+  std::string_view name() const override { return "autodiff"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
+    return Walker(graph, options_, context).run();
+  }
+
+ private:
+  AutodiffOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_autodiff_pass(AutodiffOptions options) {
+  return std::make_unique<AutodiffPass>(std::move(options));
+}
+
+}  // namespace ampc
