@@ -4,9 +4,9 @@
 Needs: Python 3, PyTorch and onnx from PyPI (numpy comes with them), e.g.
 
     python -m venv venv && venv/bin/pip install torch onnx numpy
-    venv/bin/python models/export_models.py              # writes models/*.onnx + *.ref.npz
+    venv/bin/python models/export_models.py              # writes models/*.onnx and fixtures
     venv/bin/python models/export_models.py --out DIR    # writes them into DIR
-    venv/bin/python models/export_models.py --refs-only  # keeps the .onnx, writes *.ref.npz
+    venv/bin/python models/export_models.py --refs-only  # keeps the .onnx, writes the .npz
 
 The outputs (mlp.onnx, cnn.onnx, tiny_gpt.onnx) are committed, so building and
 testing ampc does not need PyTorch; rerun this script only to change them.
@@ -33,9 +33,14 @@ After export the script verifies each file and fails loudly otherwise:
   * the loss computed by onnx's reference evaluator matches PyTorch's.
 It prints one summary line per model (ops used, parameter count, file size).
 
-Then it writes a reference fixture next to each model, `<name>.ref.npz` (see
-write_refs()): the graph inputs by ONNX input name, and PyTorch's f32 training-mode
-outputs as `output.<onnx output name>`, checked against onnx's reference evaluator.
+Then it writes two fixtures next to each model (torch single-threaded and
+deterministic, so they are byte-for-byte reproducible):
+  * `<name>.ref.npz` (see write_refs()): the graph inputs by ONNX input name,
+    PyTorch's f32 training-mode outputs as `output.<onnx output name>` (checked
+    against onnx's reference evaluator) and the gradients `grad.<initializer name>`;
+  * `<name>.train_ref.npz` (see training_refs.py): 20 steps of SGD, SGD with
+    gradient clipping and AdamW from the initial state on fixed batches (the mlp
+    and cnn train on models/digits.npz, written once by make_digits.py).
 `--refs-only` does not export: it loads the existing .onnx files, checks them (and
 that their initializers equal the rebuilt PyTorch initial state) and writes only the
 .npz files, so the committed models stay byte-identical.
@@ -58,10 +63,14 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import training_refs
+
 OPSET = 17
 IR_VERSION = 8  # the IR version that goes with opset 17 (ONNX 1.12)
 MAX_BYTES = 2 * 1024 * 1024
 MAX_REF_BYTES = 200 * 1024
+# What each model trains on in its <name>.train_ref.npz (see training_refs.training_batches).
+TRAIN_DATA = {"mlp.onnx": "digits", "cnn.onnx": "digits", "tiny_gpt.onnx": "tokens"}
 REF_RTOL, REF_ATOL = 1e-4, 1e-5
 
 ALLOWED_OPS = {
@@ -382,13 +391,15 @@ def verify(name, model, args, input_names, path):
 # --------------------------------------------------------------------------- reference fixtures
 
 def write_refs(name, model, args, input_names, onnx_path, npz_path):
-    """Write `npz_path`: the graph inputs and PyTorch's f32 outputs for them.
+    """Write `npz_path`: the graph inputs, PyTorch's f32 outputs and gradients for them.
 
     Keys: each graph input by its ONNX name (dtype and shape exactly as the graph
     input declares), then `output.<name>` for each graph output, in graph order:
     PyTorch's training-mode forward (BatchNorm on batch statistics) of the initial
-    state, the same forward the graph was exported from. Fails if onnx's reference
-    evaluator on the .onnx file does not reproduce every output (rtol 1e-4, atol 1e-5).
+    state, the same forward the graph was exported from; then `grad.<initializer>`,
+    d loss / d parameter of that forward for every parameter (not buffers), in
+    initializer order. Fails if onnx's reference evaluator on the .onnx file does not
+    reproduce every output (rtol 1e-4, atol 1e-5).
     Returns {output name: max |reference - torch|}.
     """
     m = onnx.load(onnx_path)
@@ -433,6 +444,9 @@ def write_refs(name, model, args, input_names, onnx_path, npz_path):
             fail(f"{name}: output {oname}: onnx reference differs from torch "
                  f"(max |diff| {max_diff[oname]:.3g})")
 
+    grads, grad_spread = training_refs.reference_grads(model, args, m)
+    arrays.update(grads)
+
     # Uncompressed; np.savez dates every zip entry 1980-01-01 (zipfile's default),
     # so the same arrays give the same bytes.
     np.savez(npz_path, **arrays)
@@ -444,10 +458,12 @@ def write_refs(name, model, args, input_names, onnx_path, npz_path):
                 back[k].dtype != v.dtype or not np.array_equal(back[k], v)
                 for k, v in arrays.items()):
             fail(f"{npz_path}: does not read back as written")
-    keys = ", ".join(f"{k}:{v.dtype}{list(v.shape)}" for k, v in arrays.items())
+    keys = ", ".join(f"{k}:{v.dtype}{list(v.shape)}" for k, v in arrays.items()
+                     if not k.startswith("grad."))
     diffs = ", ".join(f"{k} {v:.2e}" for k, v in max_diff.items())
-    print(f"{os.path.basename(npz_path)}: {keys} | {size} bytes | "
-          f"max |onnx reference - torch|: {diffs}")
+    print(f"{os.path.basename(npz_path)}: {keys}, {len(grads)} grad.* | {size} bytes | "
+          f"max |onnx reference - torch|: {diffs} | "
+          f"grads: largest |f32 - f64| / |f64| {grad_spread:.1e}")
     return max_diff
 
 
@@ -457,9 +473,18 @@ def main():
                     help="output folder (default: the models/ folder of this script)")
     ap.add_argument("--refs-only", action="store_true",
                     help="do not export: check the existing .onnx files in the output folder "
-                         "against the rebuilt PyTorch models and write only the .ref.npz files")
+                         "against the rebuilt PyTorch models and write only the .ref.npz and "
+                         ".train_ref.npz files")
+    ap.add_argument("--digits", default=os.path.join(
+                        os.path.dirname(os.path.abspath(__file__)), "digits.npz"),
+                    help="the digits data set the mlp and cnn train on in .train_ref.npz "
+                         "(default: models/digits.npz, written by make_digits.py)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
+    # Reproducible fixtures: one thread (a fixed reduction order) and no
+    # nondeterministic kernels.
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
     print(f"torch {torch.__version__}, onnx {onnx.__version__}, numpy {np.__version__}, "
           f"python {sys.version.split()[0]}, opset {OPSET}")
     for fname, model, args, input_names, keep_shape_ops in make_cases():
@@ -474,6 +499,9 @@ def main():
         verify(fname, model, args, input_names, path)
         write_refs(fname, model, args, input_names, path,
                    path[:-len(".onnx")] + ".ref.npz")
+        training_refs.write_train_refs(fname, model, path,
+                                       path[:-len(".onnx")] + ".train_ref.npz",
+                                       TRAIN_DATA[fname], a.digits)
 
 
 if __name__ == "__main__":
