@@ -1,7 +1,8 @@
 // Benchmarks of the CPU backend (Google Benchmark; not a test, run by hand):
 //   build/tests/ampc_benchmarks [--benchmark_filter=...]
 // The f32 forward pass of each model in models/, and the GEMM kernel (MatMul f32 and f16).
-// docs/benchmarks.md records the figures and the machine.
+// Times are wall-clock (the kernels run on every core). docs/benchmarks.md records the figures
+// and the machine.
 #include <random>
 
 #include "benchmark/benchmark.h"
@@ -27,7 +28,9 @@ void model_forward(benchmark::State& state, const std::string& model) {
     return;
   }
   for (const auto& [name, tensor] : *arrays) {
-    if (!name.starts_with("output.")) (void)(*session)->set_input(name, tensor);
+    if (!name.starts_with("output.") && !name.starts_with("grad.")) {
+      (void)(*session)->set_input(name, tensor);
+    }
   }
   for (auto _ : state) {
     if (absl::Status ran = (*session)->run(); !ran.ok()) {
@@ -38,9 +41,15 @@ void model_forward(benchmark::State& state, const std::string& model) {
   state.counters["activation_arena_KiB"] =
       static_cast<double>((*session)->plan().arena_bytes(ArenaKind::kActivations)) / 1024;
 }
-BENCHMARK_CAPTURE(model_forward, mlp, std::string("mlp"))->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(model_forward, cnn, std::string("cnn"))->Unit(benchmark::kMicrosecond);
-BENCHMARK_CAPTURE(model_forward, tiny_gpt, std::string("tiny_gpt"))->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(model_forward, mlp, std::string("mlp"))
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(model_forward, cnn, std::string("cnn"))
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(model_forward, tiny_gpt, std::string("tiny_gpt"))
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // An n x n x n MatMul of `dtype` through a session (kernel, upcast and rounding included).
 void gemm(benchmark::State& state, DType dtype) {
@@ -72,19 +81,22 @@ void gemm(benchmark::State& state, DType dtype) {
       return;
     }
   }
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(2.0 * n * n * n, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  // The operations of one iteration, times the iterations, over the elapsed time.
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 BENCHMARK_CAPTURE(gemm, f32, DType::kF32)
     ->Arg(256)
     ->Arg(512)
     ->Arg(1024)
-    ->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 BENCHMARK_CAPTURE(gemm, f16, DType::kF16)
     ->Arg(256)
     ->Arg(512)
     ->Arg(1024)
-    ->Unit(benchmark::kMillisecond);
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace ampc::runtime

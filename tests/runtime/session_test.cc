@@ -11,7 +11,8 @@ namespace ampc::runtime {
 namespace {
 
 // models/<name>.ref.npz: the inputs PyTorch was given (by graph input name) and its f32 outputs
-// (`output.<graph output name>`), recorded by models/export_models.py.
+// (`output.<graph output name>`), recorded by models/export_models.py. (It also holds
+// PyTorch's gradients, `grad.<parameter>`.)
 struct Reference {
   std::map<std::string, Tensor> inputs;
   std::map<std::string, Tensor> outputs;
@@ -26,7 +27,7 @@ Reference read_reference(const std::string& model) {
   for (auto& [name, tensor] : *arrays) {
     if (name.starts_with("output.")) {
       ref.outputs[name.substr(7)] = tensor;
-    } else {
+    } else if (!name.starts_with("grad.")) {  // gradients: model_gradients_test
       ref.inputs[name] = tensor;
     }
   }
