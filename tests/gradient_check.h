@@ -1,0 +1,100 @@
+// Gradient checks: the gradients autodiff builds, run on the CPU backend in f64, against central
+// differences of the loss.
+#pragma once
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/strings.h"
+#include "compiler/verifier.h"
+#include "passes/passes.h"
+#include "runtime/interpreter.h"
+
+namespace ampc::testing {
+
+struct GradientCheck {
+  // The worst, over the differentiated inputs, of |analytic - numeric| / max(|numeric|, 1e-3)
+  // measured as vector norms per input.
+  double max_relative_error = 0;
+  std::string worst_input;
+  int inputs_checked = 0;
+};
+
+// Differentiates the output `loss` of `graph` with respect to the graph inputs whose names match
+// `wrt` (a regex) and compares each gradient with central differences (step `h`) at `inputs`
+// (one tensor per graph input, in order). The graph is not changed.
+inline absl::StatusOr<GradientCheck> check_gradients(const Graph& graph,
+                                                     const std::vector<Tensor>& inputs,
+                                                     const std::string& wrt, double h = 1e-6) {
+  std::unique_ptr<Graph> backward = graph.clone();
+  AutodiffOptions options;
+  options.trainable = wrt;
+  options.include_graph_inputs = true;
+  Diagnostics diagnostics;
+  AMPC_ASSIGN_OR_RETURN(bool changed,
+                        make_autodiff_pass(options)->run(*backward, PassContext{&diagnostics}));
+  if (!changed) return absl::InvalidArgumentError("autodiff added no gradient");
+  AMPC_RETURN_IF_ERROR(verify(*backward));
+  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, runtime::interpret_graph(*backward, inputs));
+  std::map<std::string, const Tensor*> by_name;
+  for (size_t i = 0; i < outputs.size(); ++i) by_name[backward->outputs()[i]->name()] = &outputs[i];
+
+  int loss_index = -1;
+  for (size_t i = 0; i < graph.outputs().size(); ++i) {
+    if (graph.outputs()[i]->name() == options.loss) loss_index = static_cast<int>(i);
+  }
+  if (loss_index < 0) return absl::NotFoundError("no output 'loss'");
+  auto loss_at = [&](const std::vector<Tensor>& at) -> absl::StatusOr<double> {
+    AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> forward, runtime::interpret_graph(graph, at));
+    return forward[loss_index].element_as_double(0);
+  };
+
+  GradientCheck result;
+  const std::regex pattern(wrt);
+  for (size_t k = 0; k < graph.inputs().size(); ++k) {
+    const Value* input = graph.inputs()[k];
+    if (!std::regex_search(input->name(), pattern) || !is_float(input->dtype())) continue;
+    auto grad = by_name.find(input->name() + ".grad");
+    if (grad == by_name.end()) {
+      return absl::NotFoundError(str_cat("no gradient output for '", input->name(), "'"));
+    }
+    double diff_norm = 0;
+    double numeric_norm = 0;
+    std::vector<Tensor> at = inputs;
+    for (int64_t j = 0; j < input->type().num_elements(); ++j) {
+      const double x = inputs[k].element_as_double(j);
+      at[k].set_element(j, x + h);
+      AMPC_ASSIGN_OR_RETURN(const double up, loss_at(at));
+      at[k].set_element(j, x - h);
+      AMPC_ASSIGN_OR_RETURN(const double down, loss_at(at));
+      at[k].set_element(j, x);
+      const double numeric = (up - down) / (2 * h);
+      const double analytic = grad->second->element_as_double(j);
+      diff_norm += (analytic - numeric) * (analytic - numeric);
+      numeric_norm += numeric * numeric;
+    }
+    const double error = std::sqrt(diff_norm) / std::max(std::sqrt(numeric_norm), 1e-3);
+    ++result.inputs_checked;
+    if (error >= result.max_relative_error) {
+      result.max_relative_error = error;
+      result.worst_input = input->name();
+    }
+  }
+  return result;
+}
+
+// Uniform values in [low, high] of `type` (float), seeded.
+inline Tensor random_tensor(const TensorType& type, std::mt19937& rng, double low, double high) {
+  std::uniform_real_distribution<double> uniform(low, high);
+  std::vector<double> values(type.num_elements());
+  for (double& v : values) v = uniform(rng);
+  return Tensor::from_doubles(type.dtype, type.shape, values);
+}
+
+}  // namespace ampc::testing
