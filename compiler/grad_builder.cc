@@ -66,7 +66,10 @@ Value* GradBuilder::ampc_op(std::string_view op_type, const std::vector<Value*>&
 }
 
 Value* GradBuilder::constant(Tensor value) {
-  return graph_.add_initializer(graph_.unique_value_name(value_name("const")), std::move(value));
+  Value* init =
+      graph_.add_initializer(graph_.unique_value_name(value_name("const")), std::move(value));
+  init->set_constant(true);
+  return init;
 }
 
 Value* GradBuilder::scalar(double value, DType dtype) {

@@ -246,7 +246,10 @@ std::unique_ptr<Graph> Graph::clone() const {
   std::unordered_map<const Value*, Value*> map;
   // Inputs and initializers keep their relative order in their own lists.
   for (const Value* v : inputs_) map[v] = copy->add_input(v->name(), v->type());
-  for (const Value* v : initializers_) map[v] = copy->add_initializer(v->name(), v->data_);
+  for (const Value* v : initializers_) {
+    map[v] = copy->add_initializer(v->name(), v->data_);
+    map[v]->is_constant_ = v->is_constant_;
+  }
   for (const auto& node : nodes_) {
     std::vector<Value*> operands;
     for (Value* operand : node->operands()) operands.push_back(operand ? map.at(operand) : nullptr);
@@ -265,6 +268,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     }
   }
   for (const Value* v : outputs_) copy->add_output(map.at(v));
+  copy->state_updates_ = state_updates_;
   return copy;
 }
 

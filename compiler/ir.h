@@ -77,6 +77,10 @@ class Value {
 
   // The data of an initializer; null for other values.
   const Tensor* initializer() const { return kind_ == Kind::kInitializer ? &data_ : nullptr; }
+  // An initializer that is a constant of the program (a folded Constant node or shape
+  // arithmetic, a constant a pass added), not a weight: autodiff never trains it.
+  bool is_constant() const { return is_constant_; }
+  void set_constant(bool constant) { is_constant_ = constant; }
 
   // Points every use (node operands and graph outputs) at `other`. When this value is a graph
   // output and `other` is a node output that is not one yet, `other` takes this value's name, so
@@ -98,6 +102,7 @@ class Value {
   int producer_output_ = -1;
   std::vector<Use> uses_;
   Tensor data_;  // initializers only
+  bool is_constant_ = false;
 };
 
 class Node {
@@ -204,6 +209,20 @@ class Graph {
   const std::vector<Value*>& outputs() const { return outputs_; }
   void add_output(Value* value) { outputs_.push_back(value); }
   void set_output(int i, Value* value) { outputs_.at(i) = value; }
+  void erase_output(int i) { outputs_.erase(outputs_.begin() + i); }
+
+  // A training graph's state (parameters, optimizer moments, step counter, running statistics):
+  // after each run, the graph output named `update` is written over the initializer named
+  // `state`. Kept by name, since rewrites keep graph-output names but may replace the values.
+  struct StateUpdate {
+    std::string state;
+    std::string update;
+    bool operator==(const StateUpdate&) const = default;
+  };
+  const std::vector<StateUpdate>& state_updates() const { return state_updates_; }
+  void add_state_update(std::string state, std::string update) {
+    state_updates_.push_back({std::move(state), std::move(update)});
+  }
 
   // Creates a node of `op_type` in `domain`, reading `operands`, with one output per entry of
   // `output_types` (nullopt: an omitted optional output). It is inserted before `before`, or
@@ -232,6 +251,7 @@ class Graph {
   std::vector<Value*> inputs_;
   std::vector<Value*> initializers_;
   std::vector<Value*> outputs_;
+  std::vector<StateUpdate> state_updates_;
   std::list<std::unique_ptr<Node>> nodes_;
 };
 

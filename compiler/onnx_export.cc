@@ -4,18 +4,11 @@
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
 // (OpDef::attrs_as_inputs) are written as initializers. Every node's precision decision
 // goes into its doc_string, where import finds it again.
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
 #include <map>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
@@ -219,8 +212,6 @@ class Exporter {
   std::unordered_set<std::string> taken_;     // names given out so far
 };
 
-std::string errno_text() { return std::strerror(errno); }
-
 }  // namespace
 
 absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph) {
@@ -230,36 +221,7 @@ absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph) {
 
 absl::Status export_onnx_file(const Graph& graph, const std::string& path) {
   AMPC_ASSIGN_OR_RETURN(std::string bytes, export_onnx_bytes(graph));
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string temp = (dir / str_cat(".", target.filename().string(), ".XXXXXX")).string();
-  const int fd = mkstemp(temp.data());
-  if (fd < 0) {
-    return absl::InvalidArgumentError(str_cat("cannot write '", path,
-                                              "': creating a temporary file in '", dir.string(),
-                                              "' failed: ", errno_text()));
-  }
-  size_t written = 0;
-  while (written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    written += static_cast<size_t>(n);
-  }
-  // mkstemp makes the file private (0600); an exported model is an ordinary file.
-  const bool ok = written == bytes.size() && ::fchmod(fd, 0644) == 0 && ::fsync(fd) == 0;
-  const std::string write_error = ok ? "" : errno_text();
-  ::close(fd);
-  if (!ok) {
-    std::remove(temp.c_str());
-    return absl::InvalidArgumentError(str_cat("cannot write '", path, "': ", write_error));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string rename_error = errno_text();
-    std::remove(temp.c_str());
-    return absl::InvalidArgumentError(str_cat("cannot write '", path, "': ", rename_error));
-  }
-  return absl::OkStatus();
+  return write_file_atomically(path, bytes);
 }
 
 }  // namespace ampc

@@ -128,6 +128,26 @@ absl::Status verify(const Graph& graph) {
                                          " is not defined in the graph"));
     }
   }
+  for (const Graph::StateUpdate& update : graph.state_updates()) {
+    const Value* state = nullptr;
+    for (const Value* init : graph.initializers()) {
+      if (init->name() == update.state) state = init;
+    }
+    const Value* value = nullptr;
+    for (const Value* output : graph.outputs()) {
+      if (output->name() == update.update) value = output;
+    }
+    if (state == nullptr || value == nullptr) {
+      return absl::InternalError(str_cat("state update ", update.state, " <- ", update.update,
+                                         ": the state must be an initializer and the update a "
+                                         "graph output"));
+    }
+    if (state->type() != value->type()) {
+      return absl::InternalError(str_cat("state update ", update.state, " <- ", update.update, ": ",
+                                         type_to_string(state->type()), " vs ",
+                                         type_to_string(value->type())));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,12 @@
 // Activations: Relu, LeakyRelu, Sigmoid, Tanh, Erf, Gelu. Shape-preserving, float only.
+//
+// Their gradients, and the ampc-domain ops ReluGrad, LeakyReluGrad and GeluGrad that the
+// gradients of Relu, LeakyRelu and Gelu are made of (one fused element-wise pass each; Sigmoid,
+// Tanh and Erf compose standard ops). Conventions at the kinks are PyTorch's: Relu passes no
+// gradient where y <= 0, LeakyRelu passes alpha * dy where x <= 0.
 #include <cmath>
 
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -27,19 +33,163 @@ OpDef activation(std::string name, int since_opset, AutocastCategory category,
   return def;
 }
 
+// ---- Gradient rules -----------------------------------------------------------------------
+
+// d/dx relu(x) = dy where y > 0. Reads the forward output, so x need not be kept alive.
+absl::StatusOr<Grads> relu_grad(GradBuilder& b) {
+  return Grads{b.ampc_op("ReluGrad", {b.grad_of_output(0), b.output(0)})};
+}
+
+// d/dx leaky_relu(x) = dy where x > 0, alpha * dy elsewhere.
+absl::StatusOr<Grads> leaky_relu_grad(GradBuilder& b) {
+  return Grads{b.ampc_op("LeakyReluGrad", {b.grad_of_output(0), b.input(0)},
+                         {{"alpha", b.node().float_attr("alpha")}})};
+}
+
+// d/dx sigmoid(x) = dy * y * (1 - y).
+absl::StatusOr<Grads> sigmoid_grad(GradBuilder& b) {
+  Value* y = b.output(0);
+  Value* one_minus_y = b.op("Sub", {b.scalar(1, y->dtype()), y});
+  return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Mul", {y, one_minus_y})})};
+}
+
+// d/dx tanh(x) = dy * (1 - y^2).
+absl::StatusOr<Grads> tanh_grad(GradBuilder& b) {
+  Value* y = b.output(0);
+  Value* slope = b.op("Sub", {b.scalar(1, y->dtype()), b.op("Mul", {y, y})});
+  return Grads{b.op("Mul", {b.grad_of_output(0), slope})};
+}
+
+// d/dx erf(x) = dy * 2/sqrt(pi) * exp(-x^2).
+absl::StatusOr<Grads> erf_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* gauss = b.op("Exp", {b.op("Neg", {b.op("Mul", {x, x})})});
+  Value* slope = b.op("Mul", {b.scalar(M_2_SQRTPI, x->dtype()), gauss});
+  return Grads{b.op("Mul", {b.grad_of_output(0), slope})};
+}
+
+// d/dx gelu(x) = dy * (Phi(x) + x * phi(x)), or the derivative of the tanh approximation.
+absl::StatusOr<Grads> gelu_grad(GradBuilder& b) {
+  const std::string& approximate = b.node().string_attr("approximate");
+  if (approximate != "none" && approximate != "tanh") {
+    return absl::UnimplementedError(
+        str_cat("approximate=\"", approximate, "\": only \"none\" and \"tanh\" are supported"));
+  }
+  return Grads{
+      b.ampc_op("GeluGrad", {b.grad_of_output(0), b.input(0)}, {{"approximate", approximate}})};
+}
+
+// ---- Internal gradient ops ----------------------------------------------------------------
+
+// dX = f(dY, S) element by element, where S is the forward input or output the op reads: both
+// of one float type and one shape.
+absl::Status infer_activation_grad(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, 1));
+  if (ctx.input_type(0).shape != ctx.input_type(1).shape) {
+    return absl::InvalidArgumentError(
+        str_cat("dY and the forward value it pairs with must have one shape, got ",
+                shape_to_string(ctx.input_type(0).shape), " and ",
+                shape_to_string(ctx.input_type(1).shape)));
+  }
+  ctx.set_output(0, ctx.input_type(0));
+  return absl::OkStatus();
+}
+
+// `category` is the forward op's: the gradient is as exact as the activation itself.
+OpDef activation_grad(std::string name, std::string saved, AutocastCategory category,
+                      std::string summary) {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = std::move(name);
+  def.summary = std::move(summary);
+  def.inputs = {input("dY", kFloatTypes), input(std::move(saved), kFloatTypes)};
+  def.outputs = {input("dX")};
+  def.infer = infer_activation_grad;
+  def.autocast.category = category;
+  const auto both = [](DType dtype, Shape shape) {
+    const TensorType type{dtype, std::move(shape)};
+    return std::vector<TensorType>{type, type};
+  };
+  def.samples = {
+      {"f32 vector", both(DType::kF32, {5}), {}, {}, {TensorType{DType::kF32, {5}}}},
+      {"bf16 matrix", both(DType::kBF16, {2, 3}), {}, {}, {TensorType{DType::kBF16, {2, 3}}}},
+      {"f16 matrix", both(DType::kF16, {3, 2}), {}, {}, {TensorType{DType::kF16, {3, 2}}}},
+  };
+  return def;
+}
+
+void register_activation_grad_ops(OpRegistry& registry) {
+  registry.add(activation_grad("ReluGrad", "Y", AutocastCategory::kClear,
+                               "0 where Y <= 0, else dY (Y: Relu's output)"));
+
+  OpDef leaky = activation_grad("LeakyReluGrad", "X", AutocastCategory::kFollow,
+                                "dY where X > 0, else alpha * dY");
+  leaky.attrs = {attr("alpha", 0.01f)};
+  leaky.samples.push_back(
+      {"alpha", leaky.samples[0].inputs, {}, {{"alpha", 0.2f}}, leaky.samples[0].outputs});
+  registry.add(std::move(leaky));
+
+  OpDef gelu = activation_grad("GeluGrad", "X", AutocastCategory::kFollow,
+                               "dY * Gelu'(X), exact or tanh-approximated");
+  gelu.attrs = {attr("approximate", std::string("none"))};
+  gelu.infer = [](InferenceContext& ctx) -> absl::Status {
+    const std::string& approximate = ctx.string_attr("approximate");
+    if (approximate != "none" && approximate != "tanh") {
+      return absl::InvalidArgumentError(
+          str_cat("approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
+    }
+    return infer_activation_grad(ctx);
+  };
+  gelu.samples.push_back({"tanh approximation",
+                          gelu.samples[0].inputs,
+                          {},
+                          {{"approximate", std::string("tanh")}},
+                          gelu.samples[0].outputs});
+  registry.add(std::move(gelu));
+}
+
+// ---- Registration -------------------------------------------------------------------------
+
 void register_activation_ops(OpRegistry& registry) {
   // Relu is exact in every dtype, so it passes any precision through.
-  registry.add(activation("Relu", 6, AutocastCategory::kClear, "max(x, 0)"));
+  OpDef relu = activation("Relu", 6, AutocastCategory::kClear, "max(x, 0)");
+  relu.gradient = relu_grad;
+  registry.add(std::move(relu));
+
   OpDef leaky = activation("LeakyRelu", 6, AutocastCategory::kFollow, "x < 0 ? alpha * x : x");
   leaky.attrs = {attr("alpha", 0.01f)};
+  leaky.gradient = leaky_relu_grad;
+  leaky.samples.push_back({"alpha 0.3",
+                           {TensorType{DType::kF32, {2, 4}}},
+                           {},
+                           {{"alpha", 0.3f}},
+                           {TensorType{DType::kF32, {2, 4}}}});
   registry.add(std::move(leaky));
-  registry.add(activation("Sigmoid", 6, AutocastCategory::kFollow, "1 / (1 + exp(-x))"));
-  registry.add(activation("Tanh", 6, AutocastCategory::kFollow, "tanh(x)"));
-  registry.add(activation("Erf", 9, AutocastCategory::kFollow, "the error function"));
+
+  OpDef sigmoid = activation("Sigmoid", 6, AutocastCategory::kFollow, "1 / (1 + exp(-x))");
+  sigmoid.gradient = sigmoid_grad;
+  registry.add(std::move(sigmoid));
+
+  OpDef tanh = activation("Tanh", 6, AutocastCategory::kFollow, "tanh(x)");
+  tanh.gradient = tanh_grad;
+  registry.add(std::move(tanh));
+
+  OpDef erf = activation("Erf", 9, AutocastCategory::kFollow, "the error function");
+  erf.gradient = erf_grad;
+  registry.add(std::move(erf));
+
   OpDef gelu = activation("Gelu", 20, AutocastCategory::kFollow,
                           "x * Phi(x), exactly (erf) or with the tanh approximation");
   gelu.attrs = {attr("approximate", std::string("none"))};
+  gelu.gradient = gelu_grad;
+  gelu.samples.push_back({"tanh approximation",
+                          {TensorType{DType::kF32, {2, 4}}},
+                          {},
+                          {{"approximate", std::string("tanh")}},
+                          {TensorType{DType::kF32, {2, 4}}}});
   registry.add(std::move(gelu));
+
+  register_activation_grad_ops(registry);
 }
 
 const OpRegistration kRegistration(&register_activation_ops);

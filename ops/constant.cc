@@ -262,6 +262,8 @@ OpDef range_op() {
   def.outputs = {input("output")};
   def.infer = infer_range;
   def.fold = fold_range;
+  // start, limit and delta only place the elements; nothing trains through them.
+  def.no_gradient_inputs = {0, 1, 2};
   def.autocast.category = AutocastCategory::kClear;
   auto i64 = [](int64_t v) { return Tensor::from_i64({}, {v}); };
   auto f32 = [](float v) { return Tensor::from_f32({}, {v}); };

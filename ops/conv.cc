@@ -8,8 +8,10 @@
 //   SAME_UPPER / SAME_LOWER: ceil(in / s);   VALID: floor((in - ek) / s) + 1,
 // where ek = (kernel - 1) * dilation + 1 is the dilated kernel extent. The SAME rules differ only
 // in where the odd pad goes, which does not change the shape.
+#include <algorithm>
 #include <string_view>
 
+#include "ops/conv_grad.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -241,6 +243,15 @@ absl::Status infer_global_average_pool(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// Y = mean over the spatial dims: dX = dY / (D1 * ... * Dn), broadcast over them.
+absl::StatusOr<Grads> global_average_pool_gradient(GradBuilder& b) {
+  const Shape& x = b.input(0)->shape();
+  Value* dy = b.grad_of_output(0);
+  const int64_t plane = num_elements(x) / std::max<int64_t>(x[0] * x[1], 1);
+  Value* scaled = b.op("Div", {dy, b.scalar(static_cast<double>(plane), dy->dtype())});
+  return Grads{b.op("Expand", {scaled, b.int64s(x)})};
+}
+
 // ---- Registration --------------------------------------------------------------------------
 
 TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
@@ -266,6 +277,7 @@ OpDef conv_def() {
   def.infer = infer_conv;
   def.autocast.category = AutocastCategory::kAllow;
   def.autocast.accumulate = DType::kF32;
+  def.gradient = conv_gradient;
   def.samples = {
       {"2-D, pads 1, bias",
        {f32({1, 3, 8, 8}), f32({4, 3, 3, 3}), f32({4})},
@@ -288,6 +300,27 @@ OpDef conv_def() {
        {},
        Attributes{{"auto_pad", std::string("VALID")}},
        {f32({1, 2, 3, 3, 4})}},
+      {"2-D asymmetric pads, stride 2, dilation, bias",
+       {f32({1, 2, 6, 7}), f32({3, 2, 2, 2}), f32({3})},
+       {},
+       Attributes{{"pads", Ints{1, 0, 0, 2}}, {"strides", Ints{2, 2}}, {"dilations", Ints{2, 1}}},
+       {f32({1, 3, 3, 4})}},
+      {"2-D depthwise, bias, bf16",
+       {TensorType{DType::kBF16, {1, 3, 5, 5}}, TensorType{DType::kBF16, {3, 1, 3, 3}},
+        TensorType{DType::kBF16, {3}}},
+       {},
+       Attributes{{"group", int64_t{3}}, {"pads", Ints{1, 1, 1, 1}}},
+       {TensorType{DType::kBF16, {1, 3, 5, 5}}}},
+      {"2-D SAME_LOWER stride 2, odd pad",
+       {f32({2, 1, 6, 6}), f32({2, 1, 3, 3})},
+       {},
+       Attributes{{"auto_pad", std::string("SAME_LOWER")}, {"strides", Ints{2, 2}}},
+       {f32({2, 2, 3, 3})}},
+      {"3-D stride 2, pads",
+       {f32({1, 2, 4, 4, 4}), f32({2, 2, 2, 2, 2}), f32({2})},
+       {},
+       Attributes{{"strides", Ints{2, 2, 2}}, {"pads", Ints{1, 1, 1, 1, 1, 1}}},
+       {f32({1, 2, 3, 3, 3})}},
   };
   return def;
 }
@@ -309,6 +342,7 @@ OpDef max_pool_def() {
   def.infer = infer_max_pool;
   // Max selects one of its inputs: exact in any dtype.
   def.autocast.category = AutocastCategory::kClear;
+  def.gradient = max_pool_gradient;
   def.samples = {
       {"2-D 2x2 stride 2",
        {f32({1, 3, 8, 8})},
@@ -330,6 +364,19 @@ OpDef max_pool_def() {
        {},
        Attributes{{"kernel_shape", Ints{3}}, {"strides", Ints{2}}},
        {TensorType{DType::kU8, {1, 2, 3}}}},
+      {"3-D dilated, asymmetric pads",
+       {f32({1, 1, 4, 4, 4})},
+       {},
+       Attributes{{"kernel_shape", Ints{2, 2, 2}},
+                  {"strides", Ints{1, 2, 2}},
+                  {"dilations", Ints{2, 1, 1}},
+                  {"pads", Ints{1, 0, 0, 0, 1, 1}}},
+       {f32({1, 1, 3, 2, 2})}},
+      {"2-D overlapping SAME_UPPER",
+       {f32({1, 2, 5, 5})},
+       {},
+       Attributes{{"kernel_shape", Ints{3, 3}}, {"auto_pad", std::string("SAME_UPPER")}},
+       {f32({1, 2, 5, 5})}},
   };
   return def;
 }
@@ -348,25 +395,40 @@ OpDef average_pool_def(int since_opset, int until_opset, bool with_dilations) {
   if (with_dilations) def.attrs.push_back(optional_attr("dilations", AttrKind::kInts));
   def.infer = infer_average_pool;
   def.autocast.category = AutocastCategory::kFollow;
+  def.gradient = average_pool_gradient;
   def.samples = {
       {"2-D pads, count_include_pad",
-       {f32({1, 3, 28, 28})},
+       {f32({1, 2, 6, 6})},
        {},
        Attributes{{"kernel_shape", Ints{3, 3}},
                   {"pads", Ints{2, 2, 2, 2}},
                   {"count_include_pad", int64_t{1}}},
-       {f32({1, 3, 30, 30})}},
+       {f32({1, 2, 8, 8})}},
       {"2-D SAME_LOWER",
-       {f16({1, 3, 32, 32})},
+       {f16({1, 2, 5, 5})},
        {},
        Attributes{{"kernel_shape", Ints{2, 2}}, {"auto_pad", std::string("SAME_LOWER")}},
-       {f16({1, 3, 32, 32})}},
+       {f16({1, 2, 5, 5})}},
       {"3-D ceil_mode stride 2",
-       {f32({1, 2, 5, 5, 5})},
+       {f32({1, 1, 5, 5, 5})},
        {},
        Attributes{
            {"kernel_shape", Ints{2, 2, 2}}, {"strides", Ints{2, 2, 2}}, {"ceil_mode", int64_t{1}}},
-       {f32({1, 2, 3, 3, 3})}},
+       {f32({1, 1, 3, 3, 3})}},
+      {"2-D ceil_mode, asymmetric pads, count_include_pad",
+       {f32({1, 1, 5, 6})},
+       {},
+       Attributes{{"kernel_shape", Ints{3, 2}},
+                  {"strides", Ints{2, 2}},
+                  {"pads", Ints{1, 0, 0, 1}},
+                  {"ceil_mode", int64_t{1}},
+                  {"count_include_pad", int64_t{1}}},
+       {f32({1, 1, 3, 3})}},
+      {"1-D pads, padding not counted",
+       {f32({2, 3, 7})},
+       {},
+       Attributes{{"kernel_shape", Ints{3}}, {"strides", Ints{2}}, {"pads", Ints{1, 1}}},
+       {f32({2, 3, 4})}},
   };
   if (with_dilations) {
     def.samples.push_back({"2-D dilated",
@@ -388,6 +450,7 @@ OpDef global_average_pool_def() {
   def.infer = infer_global_average_pool;
   // A long sum: kept in fp32.
   def.autocast.category = AutocastCategory::kDeny;
+  def.gradient = global_average_pool_gradient;
   def.samples = {
       {"2-D", {f32({1, 3, 5, 5})}, {}, {}, {f32({1, 3, 1, 1})}},
       {"1-D bf16",
@@ -395,6 +458,7 @@ OpDef global_average_pool_def() {
        {},
        {},
        {TensorType{DType::kBF16, {2, 8, 1}}}},
+      {"3-D", {f32({1, 2, 2, 3, 2})}, {}, {}, {f32({1, 2, 1, 1, 1})}},
   };
   return def;
 }

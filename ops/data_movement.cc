@@ -1,12 +1,15 @@
-// Data movement: Transpose, Concat, Split, Slice, Gather and Trilu. Each output element is an
-// input element moved to a new position (or, for Trilu, zeroed); no arithmetic on values.
+// Data movement: Transpose, Concat, Split and Trilu (Slice and Gather are in
+// ops/slice_gather.cc). Each output element is an input element moved to a new position (or, for
+// Trilu, zeroed); no arithmetic on values. Their gradients move the output gradient back with
+// the inverse op: Transpose by the inverse permutation, Concat by a Split, Split by a Concat,
+// Trilu by the same Trilu; all exact in every dtype.
 //
-// Slice and Split sizes that come from inputs need those inputs at compile time. The folds copy
-// element bytes, so they are exact for every dtype; index arithmetic is int64, with the clamping
-// of Slice done so that INT64_MAX / INT64_MIN bounds and steps never overflow.
+// Split sizes that come from inputs need those inputs at compile time. The folds copy element
+// bytes, so they are exact for every dtype.
 #include <algorithm>
 #include <cstring>
 
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -85,6 +88,17 @@ absl::StatusOr<std::vector<Tensor>> fold_transpose(const FoldContext& ctx) {
   })};
 }
 
+// d/dx transpose(x, perm) = transpose(dy, inverse(perm)); reversing the dims (no perm) is its
+// own inverse.
+absl::StatusOr<Grads> transpose_grad(GradBuilder& b) {
+  Value* dy = b.grad_of_output(0);
+  if (!b.node().find_attr("perm")) return Grads{b.op("Transpose", {dy})};
+  const std::vector<int64_t>& perm = b.node().ints_attr("perm");
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<int64_t>(d);
+  return Grads{b.op("Transpose", {dy}, {{"perm", inverse}})};
+}
+
 OpDef transpose_op() {
   OpDef def;
   def.name = "Transpose";
@@ -95,6 +109,7 @@ OpDef transpose_op() {
   def.attrs = {optional_attr("perm", AttrKind::kInts)};
   def.infer = infer_transpose;
   def.fold = fold_transpose;
+  def.gradient = transpose_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"default reverses", {{DType::kF32, {2, 3, 4}}}, {}, {}, {{DType::kF32, {4, 3, 2}}}},
@@ -103,6 +118,11 @@ OpDef transpose_op() {
        {},
        {{"perm", std::vector<int64_t>{0, 2, 1}}},
        {{DType::kF16, {2, 4, 3}}}},
+      {"perm not its own inverse",
+       {{DType::kF32, {2, 3, 4}}},
+       {},
+       {{"perm", std::vector<int64_t>{1, 2, 0}}},
+       {{DType::kF32, {3, 4, 2}}}},
   };
   return def;
 }
@@ -155,6 +175,18 @@ absl::StatusOr<std::vector<Tensor>> fold_concat(const FoldContext& ctx) {
   return std::vector<Tensor>{std::move(out)};
 }
 
+// d/dx_i concat(x_0, ..., axis) = piece i of dy split along axis by the inputs' sizes there.
+absl::StatusOr<Grads> concat_grad(GradBuilder& b) {
+  Value* dy = b.grad_of_output(0);
+  const int n = b.node().num_operands();
+  if (n == 1) return Grads{dy};
+  AMPC_ASSIGN_OR_RETURN(const int64_t axis,
+                        normalize_axis(b.node().int_attr("axis"), dy->shape().size()));
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < n; ++i) sizes.push_back(b.input(i)->shape()[axis]);
+  return b.op_n(kOnnxDomain, "Split", {dy}, n, {{"axis", axis}, {"split", sizes}});
+}
+
 OpDef concat_op() {
   OpDef def;
   def.name = "Concat";
@@ -165,6 +197,7 @@ OpDef concat_op() {
   def.attrs = {required_attr("axis", AttrKind::kInt)};
   def.infer = infer_concat;
   def.fold = fold_concat;
+  def.gradient = concat_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"axis 1",
@@ -182,6 +215,16 @@ OpDef concat_op() {
        {},
        {{"axis", int64_t{0}}},
        {{DType::kF16, {4, 2}}}},
+      {"3-D, axis 0",
+       {{DType::kF32, {1, 3, 2}}, {DType::kF32, {2, 3, 2}}},
+       {},
+       {{"axis", int64_t{0}}},
+       {{DType::kF32, {3, 3, 2}}}},
+      {"3-D, axis -1, three inputs",
+       {{DType::kF32, {2, 3, 1}}, {DType::kF32, {2, 3, 4}}, {DType::kF32, {2, 3, 2}}},
+       {},
+       {{"axis", int64_t{-1}}},
+       {{DType::kF32, {2, 3, 7}}}},
   };
   return def;
 }
@@ -258,6 +301,38 @@ absl::StatusOr<std::vector<Tensor>> fold_split(const FoldContext& ctx) {
   return outs;
 }
 
+// d/dx split(x, axis) = the outputs' gradients concatenated along axis, zeros for outputs no
+// gradient flows into (omitted outputs included: their sizes are re-derived as inference cuts).
+absl::StatusOr<Grads> split_grad(GradBuilder& b) {
+  const Node& node = b.node();
+  const TensorType& in = b.input(0)->type();
+  AMPC_ASSIGN_OR_RETURN(const int64_t axis, normalize_axis(node.int_attr("axis"), in.shape.size()));
+  std::vector<int64_t> sizes;
+  for (int k = 0; k < node.num_outputs() && sizes.empty(); ++k) {
+    if (node.has_output(k)) continue;
+    std::vector<const TensorType*> types;
+    std::vector<const Tensor*> values;
+    for (int i = 0; i < node.num_operands(); ++i) {
+      types.push_back(node.has_operand(i) ? &node.operand(i)->type() : nullptr);
+      values.push_back(node.has_operand(i) ? node.operand(i)->initializer() : nullptr);
+    }
+    AMPC_ASSIGN_OR_RETURN(sizes,
+                          split_sizes(InferenceContext(node, types, values), in.shape[axis]));
+  }
+  std::vector<Value*> pieces;
+  for (int k = 0; k < node.num_outputs(); ++k) {
+    if (node.has_output(k)) {
+      pieces.push_back(b.grad_of_output_or_zeros(k));
+      continue;
+    }
+    TensorType zeros = in;
+    zeros.shape[axis] = sizes[k];
+    pieces.push_back(b.constant(Tensor(zeros)));
+  }
+  if (pieces.size() == 1) return Grads{pieces[0]};
+  return Grads{b.op("Concat", pieces, {{"axis", axis}})};
+}
+
 OpDef split_op() {
   OpDef def;
   def.name = "Split";
@@ -270,6 +345,7 @@ OpDef split_op() {
   def.attrs_as_inputs = {{"split", 1, 13}};
   def.infer = infer_split;
   def.fold = fold_split;
+  def.gradient = split_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"equal parts",
@@ -287,208 +363,16 @@ OpDef split_op() {
        {},
        {{"num_outputs", int64_t{3}}},
        {{DType::kF16, {3}}, {DType::kF16, {3}}, {DType::kF16, {1}}}},
-  };
-  return def;
-}
-
-// ---- Slice ------------------------------------------------------------------------------------
-
-// Where a dim's slice starts in the input, its step and its output size.
-struct DimSlice {
-  int64_t start = 0;
-  int64_t step = 1;
-  int64_t size = 0;
-};
-
-// ONNX Slice-13: negative starts/ends count from the back, then clamp to [0, dim] stepping
-// forward, to [0, dim-1] (start) and [-1, dim-1] (end) stepping backward.
-DimSlice slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
-  if (start < 0) start += dim;  // no overflow: dim >= 0 and start < 0
-  if (end < 0) end += dim;
-  const bool forward = step > 0;
-  start = std::clamp<int64_t>(start, 0, forward ? dim : std::max<int64_t>(dim - 1, 0));
-  end = std::clamp<int64_t>(end, forward ? 0 : -1, forward ? dim : dim - 1);
-  const int64_t distance = forward ? end - start : start - end;
-  // |step| as unsigned: -INT64_MIN does not fit in int64.
-  const uint64_t stride = forward ? uint64_t(step) : uint64_t(0) - uint64_t(step);
-  const int64_t size = distance > 0 && dim > 0 ? int64_t(1 + uint64_t(distance - 1) / stride) : 0;
-  return {start, step, size};
-}
-
-// Resolves starts, ends, axes and steps (null when omitted) against the input shape.
-absl::StatusOr<std::vector<DimSlice>> resolve_slice(const Shape& in,
-                                                    const std::vector<const Tensor*>& args) {
-  const std::vector<int64_t> starts = args[0]->to_i64_vector();
-  const std::vector<int64_t> ends = args[1]->to_i64_vector();
-  std::vector<int64_t> axes(starts.size());
-  for (size_t i = 0; i < axes.size(); ++i) axes[i] = i;
-  if (args[2]) axes = args[2]->to_i64_vector();
-  std::vector<int64_t> steps(starts.size(), 1);
-  if (args[3]) steps = args[3]->to_i64_vector();
-  if (ends.size() != starts.size() || axes.size() != starts.size() ||
-      steps.size() != starts.size()) {
-    return absl::InvalidArgumentError(str_cat("starts, ends, axes and steps have ", starts.size(),
-                                              ", ", ends.size(), ", ", axes.size(), " and ",
-                                              steps.size(), " elements; they must agree"));
-  }
-  AMPC_ASSIGN_OR_RETURN(axes, normalize_axes(axes, in.size()));
-  std::vector<DimSlice> dims(in.size());
-  for (size_t d = 0; d < in.size(); ++d) dims[d] = {0, 1, in[d]};
-  for (size_t i = 0; i < axes.size(); ++i) {
-    if (steps[i] == 0) return absl::InvalidArgumentError(str_cat("steps[", i, "] is 0"));
-    dims[axes[i]] = slice_dim(in[axes[i]], starts[i], ends[i], steps[i]);
-  }
-  return dims;
-}
-
-absl::Status infer_slice(InferenceContext& ctx) {
-  constexpr const char* kNames[] = {"starts", "ends", "axes", "steps"};
-  std::vector<const Tensor*> args(4, nullptr);
-  for (int i = 1; i <= 4; ++i) {
-    if (!ctx.has_input(i)) continue;
-    if (ctx.input_type(i).shape.size() != 1) {
-      return absl::InvalidArgumentError(str_cat("input ", i, " ('", kNames[i - 1],
-                                                "') must be 1-D, got shape ",
-                                                shape_to_string(ctx.input_type(i).shape)));
-    }
-    const Tensor* value = ctx.input_value(i);
-    if (value == nullptr || !value->has_data()) {
-      return absl::InvalidArgumentError(
-          str_cat("input ", i, " ('", kNames[i - 1],
-                  "') must be known at compile time (a constant or foldable shape arithmetic); "
-                  "the output shape depends on it"));
-    }
-    args[i - 1] = value;
-  }
-  const TensorType& in = ctx.input_type(0);
-  AMPC_ASSIGN_OR_RETURN(const std::vector<DimSlice> dims, resolve_slice(in.shape, args));
-  Shape out(dims.size());
-  for (size_t d = 0; d < dims.size(); ++d) out[d] = dims[d].size;
-  ctx.set_output(0, TensorType{in.dtype, out});
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<Tensor>> fold_slice(const FoldContext& ctx) {
-  const Tensor& in = *ctx.inputs[0];
-  std::vector<const Tensor*> args(4, nullptr);
-  for (size_t i = 1; i < ctx.inputs.size(); ++i) args[i - 1] = ctx.inputs[i];
-  AMPC_ASSIGN_OR_RETURN(const std::vector<DimSlice> dims, resolve_slice(in.shape(), args));
-  const std::vector<int64_t> strides = strides_of(in.shape());
-  return std::vector<Tensor>{copy_from(in, *ctx.output_types[0], [&](const auto& o) {
-    int64_t from = 0;
-    for (size_t d = 0; d < o.size(); ++d)
-      from += (dims[d].start + o[d] * dims[d].step) * strides[d];
-    return from;
-  })};
-}
-
-OpDef slice_op() {
-  OpDef def;
-  def.name = "Slice";
-  def.since_opset = 10;  // starts/ends/axes/steps as inputs (attributes before 10)
-  def.summary = "a strided window: starts, ends (exclusive), axes and steps per sliced axis";
-  def.inputs = {input("data"), input("starts", kIndexTypes), input("ends", kIndexTypes),
-                optional_input("axes", kIndexTypes), optional_input("steps", kIndexTypes)};
-  def.outputs = {input("output")};
-  def.infer = infer_slice;
-  def.fold = fold_slice;
-  def.autocast.category = AutocastCategory::kClear;
-  auto ints = [](std::vector<int64_t> v) { return Tensor::from_i64({int64_t(v.size())}, v); };
-  def.samples = {
-      {"ONNX example 1: axes and steps",
-       {{DType::kF32, {2, 4}},
-        {DType::kI64, {2}},
-        {DType::kI64, {2}},
-        {DType::kI64, {2}},
-        {DType::kI64, {2}}},
-       {{1, ints({1, 0})}, {2, ints({2, 3})}, {3, ints({0, 1})}, {4, ints({1, 2})}},
+      {"3-D, axis -1, split attribute",
+       {{DType::kF32, {2, 3, 5}}},
        {},
-       {{DType::kF32, {1, 2}}}},
-      {"ONNX example 2: negative and clamped ends",
-       {{DType::kF32, {2, 4}}, {DType::kI64, {2}}, {DType::kI64, {2}}},
-       {{1, ints({0, 1})}, {2, ints({-1, 1000})}},
-       {},
-       {{DType::kF32, {1, 3}}}},
-      {"reverse with INT64_MIN end",
-       {{DType::kF16, {5, 3}},
-        {DType::kI64, {1}},
-        {DType::kI64, {1}},
-        {DType::kI64, {1}},
-        {DType::kI64, {1}}},
-       {{1, ints({-1})}, {2, ints({INT64_MIN})}, {3, ints({0})}, {4, ints({-1})}},
-       {},
-       {{DType::kF16, {5, 3}}}},
-  };
-  return def;
-}
-
-// ---- Gather -----------------------------------------------------------------------------------
-
-absl::Status infer_gather(InferenceContext& ctx) {
-  const TensorType& data = ctx.input_type(0);
-  AMPC_RETURN_IF_ERROR(expect_rank_at_least(ctx, 0, 1));
-  AMPC_ASSIGN_OR_RETURN(const int64_t axis,
-                        normalize_axis(ctx.int_attr("axis"), data.shape.size()));
-  const Shape& indices = ctx.input_type(1).shape;
-  Shape out(data.shape.begin(), data.shape.begin() + axis);
-  out.insert(out.end(), indices.begin(), indices.end());
-  out.insert(out.end(), data.shape.begin() + axis + 1, data.shape.end());
-  ctx.set_output(0, TensorType{data.dtype, out});
-  return absl::OkStatus();
-}
-
-// Output index = data dims before axis, then the indices' dims, then data dims after axis.
-absl::StatusOr<std::vector<Tensor>> fold_gather(const FoldContext& ctx) {
-  const Tensor& data = *ctx.inputs[0];
-  const Tensor& indices = *ctx.inputs[1];
-  const int64_t rank = data.shape().size();
-  const int64_t axis =
-      ctx.node.int_attr("axis") < 0 ? ctx.node.int_attr("axis") + rank : ctx.node.int_attr("axis");
-  const int64_t dim = data.shape()[axis];
-  std::vector<int64_t> positions = indices.to_i64_vector();
-  for (int64_t& position : positions) {
-    if (position < -dim || position >= dim) {
-      return absl::InvalidArgumentError(
-          str_cat("index ", position, " is out of range for axis ", axis, " of size ", dim));
-    }
-    if (position < 0) position += dim;  // negative indices count from the back (opset 11)
-  }
-  const int64_t index_rank = indices.shape().size();
-  const std::vector<int64_t> strides = strides_of(data.shape());
-  const std::vector<int64_t> index_strides = strides_of(indices.shape());
-  return std::vector<Tensor>{copy_from(data, *ctx.output_types[0], [&](const auto& o) {
-    int64_t from = 0;
-    for (int64_t d = 0; d < axis; ++d) from += o[d] * strides[d];
-    int64_t which = 0;
-    for (int64_t k = 0; k < index_rank; ++k) which += o[axis + k] * index_strides[k];
-    from += positions[which] * strides[axis];
-    for (int64_t d = axis + 1; d < rank; ++d) from += o[d + index_rank - 1] * strides[d];
-    return from;
-  })};
-}
-
-OpDef gather_op() {
-  OpDef def;
-  def.name = "Gather";
-  def.since_opset = 1;  // negative indices (11) only widen what is accepted
-  def.summary = "picks entries of `data` along `axis` at `indices` (negative from the back)";
-  def.inputs = {input("data"), input("indices", kIndexTypes)};
-  def.outputs = {input("output")};
-  def.attrs = {attr("axis", int64_t{0})};
-  def.infer = infer_gather;
-  def.fold = fold_gather;
-  def.autocast.category = AutocastCategory::kClear;
-  def.samples = {
-      {"embedding lookup",
-       {{DType::kF32, {10, 4}}, {DType::kI64, {2, 3}}},
-       {},
-       {},
-       {{DType::kF32, {2, 3, 4}}}},
-      {"scalar index on axis 1",
-       {{DType::kF16, {2, 5, 3}}, {DType::kI32, {}}},
+       {{"axis", int64_t{-1}}, {"split", std::vector<int64_t>{1, 3, 1}}},
+       {{DType::kF32, {2, 3, 1}}, {DType::kF32, {2, 3, 3}}, {DType::kF32, {2, 3, 1}}}},
+      {"3-D, axis 1, one output",
+       {{DType::kF32, {2, 4, 3}}},
        {},
        {{"axis", int64_t{1}}},
-       {{DType::kF16, {2, 3}}}},
+       {{DType::kF32, {2, 4, 3}}}},
   };
   return def;
 }
@@ -505,6 +389,13 @@ absl::Status infer_trilu(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// d/dx trilu(x, k) = trilu(dy, k) with the same `upper`: the kept triangle passes dy through.
+absl::StatusOr<Grads> trilu_grad(GradBuilder& b) {
+  std::vector<Value*> operands = {b.grad_of_output(0)};
+  if (b.has_input(1)) operands.push_back(b.input(1));
+  return Grads{b.op("Trilu", operands, {{"upper", b.node().int_attr("upper")}})};
+}
+
 OpDef trilu_op() {
   OpDef def;
   def.name = "Trilu";
@@ -514,6 +405,7 @@ OpDef trilu_op() {
   def.outputs = {input("output")};
   def.attrs = {attr("upper", int64_t{1})};
   def.infer = infer_trilu;
+  def.gradient = trilu_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"upper", {{DType::kF32, {4, 5}}}, {}, {}, {{DType::kF32, {4, 5}}}},
@@ -522,6 +414,11 @@ OpDef trilu_op() {
        {{1, Tensor::from_i64({}, {-1})}},
        {{"upper", int64_t{0}}},
        {{DType::kF16, {2, 3, 3}}}},
+      {"upper with k 1, wide",
+       {{DType::kF32, {3, 5}}, {DType::kI64, {}}},
+       {{1, Tensor::from_i64({}, {1})}},
+       {},
+       {{DType::kF32, {3, 5}}}},
   };
   return def;
 }
@@ -530,8 +427,6 @@ void register_data_movement_ops(OpRegistry& registry) {
   registry.add(transpose_op());
   registry.add(concat_op());
   registry.add(split_op());
-  registry.add(slice_op());
-  registry.add(gather_op());
   registry.add(trilu_op());
 }
 

@@ -1,6 +1,6 @@
 // Element-wise ops: arithmetic (Add, Sub, Mul, Div, Pow), unary math (Sqrt, Exp, Log, Neg, Abs,
 // Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less and Greater, and
-// Not. Operands broadcast numpy-style.
+// Not. Operands broadcast numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
 //
 // The ops that take part in shape arithmetic fold. Integer and bool operands are combined in
 // int64 (wrapping on overflow, integer division truncating toward zero as ONNX Runtime does), so
@@ -11,6 +11,7 @@
 #include <cstring>
 #include <span>
 
+#include "ops/elementwise_grad.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -90,12 +91,14 @@ OpDef make_def(std::string name, int since_opset, std::string summary,
   def.inputs = std::move(inputs);
   def.outputs = {input("C")};
   def.autocast.category = category;
+  def.gradient = elementwise_gradient(def.name);
   return def;
 }
 
 TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
 TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
 TensorType boolean(Shape shape) { return {DType::kBool, std::move(shape)}; }
+Tensor scalar_f32(float value) { return Tensor::from_f32({}, {value}); }
 
 // Two same-typed operands broadcast into one output of their type.
 OpDef binary(std::string name, std::string summary, AutocastCategory category, IntFn int_fn,
@@ -108,6 +111,13 @@ OpDef binary(std::string name, std::string summary, AutocastCategory category, I
       {"row broadcast", {f32({2, 3}), f32({3})}, {}, {}, {f32({2, 3})}},
       {"i64 scalar with vector", {i64({}), i64({4})}, {}, {}, {i64({4})}},
       {"both sides broadcast", {f32({4, 1, 5}), f32({3, 1})}, {}, {}, {f32({4, 3, 5})}},
+      {"column times row", {f32({2, 1}), f32({1, 3})}, {}, {}, {f32({2, 3})}},
+      {"scalar first", {f32({}), f32({2, 3})}, {}, {}, {f32({2, 3})}},
+      {"bf16 same shapes",
+       {TensorType{DType::kBF16, {2, 2}}, TensorType{DType::kBF16, {2, 2}}},
+       {},
+       {},
+       {TensorType{DType::kBF16, {2, 2}}}},
   };
   return def;
 }
@@ -151,6 +161,15 @@ void register_arithmetic(OpRegistry& registry) {
       {"scalar exponent", {f32({2, 3}), f32({})}, {}, {}, {f32({2, 3})}},
       {"f32 base, i64 exponent", {f32({4}), i64({1})}, {}, {}, {f32({4})}},
       {"i64 base, f32 exponent", {i64({2, 1}), f32({3})}, {}, {}, {i64({2, 3})}},
+      {"exponent row broadcast", {f32({2, 3}), f32({3})}, {}, {}, {f32({2, 3})}},
+      {"base broadcast", {f32({3}), f32({2, 3})}, {}, {}, {f32({2, 3})}},
+      {"constant square", {f32({2, 3}), f32({})}, {{1, scalar_f32(2)}}, {}, {f32({2, 3})}},
+      {"constant -1.5", {f32({4}), f32({})}, {{1, scalar_f32(-1.5f)}}, {}, {f32({4})}},
+      {"constant exponents with a zero",
+       {f32({2, 3}), f32({3})},
+       {{1, Tensor::from_f32({3}, {0, 0.5f, 3})}},
+       {},
+       {f32({2, 3})}},
   };
   registry.add(std::move(pow));
 }
@@ -226,6 +245,7 @@ OpDef variadic_extremum(std::string name, IntFn int_fn, FloatFn float_fn) {
       {"one input", {f32({2, 3})}, {}, {}, {f32({2, 3})}},
       {"three inputs broadcast", {f32({2, 1}), f32({3}), f32({})}, {}, {}, {f32({2, 3})}},
       {"i64 pair", {i64({4}), i64({4})}, {}, {}, {i64({4})}},
+      {"pair", {f32({2, 3}), f32({2, 3})}, {}, {}, {f32({2, 3})}},
   };
   return def;
 }
@@ -277,9 +297,21 @@ void register_extrema(OpRegistry& registry) {
                         AutocastCategory::kClear);
   clip.outputs = {input("output")};
   clip.infer = infer_clip;
+  // The bounds are hyperparameters, not trained (PyTorch's clamp would differentiate them).
+  clip.no_gradient_inputs = {1, 2};
+  // Constant bounds: the gradient check differentiates every graph input it may.
   clip.samples = {
       {"no bounds", {f32({2, 3})}, {}, {}, {f32({2, 3})}},
-      {"both bounds", {f32({4}), f32({}), f32({})}, {}, {}, {f32({4})}},
+      {"both bounds",
+       {f32({2, 4}), f32({}), f32({})},
+       {{1, scalar_f32(-0.5f)}, {2, scalar_f32(0.6f)}},
+       {},
+       {f32({2, 4})}},
+      {"min only, one-element vector",
+       {f32({6}), f32({1})},
+       {{1, Tensor::from_f32({1}, {0.1f})}},
+       {},
+       {f32({6})}},
       {"i64 constant bounds",
        {i64({3}), i64({}), i64({})},
        {{1, Tensor::from_i64({}, {0})}, {2, Tensor::from_i64({}, {5})}},
@@ -328,6 +360,7 @@ void register_where(OpRegistry& registry) {
   where.samples = {
       {"same shapes", {boolean({2, 3}), f32({2, 3}), f32({2, 3})}, {}, {}, {f32({2, 3})}},
       {"three-way broadcast", {boolean({3, 1}), i64({1, 4}), i64({})}, {}, {}, {i64({3, 4})}},
+      {"f32 three-way broadcast", {boolean({3, 1}), f32({1, 4}), f32({})}, {}, {}, {f32({3, 4})}},
   };
   registry.add(std::move(where));
 }

@@ -2,6 +2,9 @@
 //
 // Both are on the allow list: their inputs may be cast to low precision because the products
 // accumulate in fp32 (cuBLASLt with fp32 compute; the CPU backend does the same).
+#include <utility>
+
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -78,6 +81,95 @@ absl::Status infer_gemm(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// ---- Gradients -----------------------------------------------------------------------------
+
+Value* reshape(GradBuilder& b, Value* value, const Shape& shape) {
+  return value->shape() == shape ? value : b.op("Reshape", {value, b.int64s(shape)});
+}
+
+// `value` with its last two dims swapped.
+Value* transpose_last_two(GradBuilder& b, Value* value) {
+  std::vector<int64_t> perm(value->shape().size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return b.op("Transpose", {value}, {{"perm", perm}});
+}
+
+Value* gemm(GradBuilder& b, Value* a, Value* m, bool trans_a, bool trans_b, float alpha = 1.0f) {
+  Attributes attrs;
+  if (trans_a) attrs["transA"] = int64_t{1};
+  if (trans_b) attrs["transB"] = int64_t{1};
+  if (alpha != 1.0f) attrs["alpha"] = alpha;
+  return b.op("Gemm", {a, m}, std::move(attrs));
+}
+
+// Y = A B (numpy.matmul): dA = dY B^T and dB = A^T dY per batch entry, each summed over the batch
+// dims its operand was broadcast along. A 1-D A is lifted to [1, K] and a 1-D B to [K, 1] (dY
+// gets the dropped dims back), and their gradients are reshaped back. Two-dimensional products
+// are Gemms with transposed operands, and a batched A times a 2-D B folds the batch into M, so
+// no transpose is materialized and dB is not summed from a batch of partial products.
+absl::StatusOr<Grads> matmul_grad(GradBuilder& b) {
+  Value* a = b.input(0);
+  Value* m = b.input(1);
+  const Shape& a_shape = a->shape();
+  const Shape& m_shape = m->shape();
+  const int64_t k = a_shape.back();
+  const Shape a2 = a_shape.size() == 1 ? Shape{1, k} : a_shape;
+  const Shape m2 = m_shape.size() == 1 ? Shape{k, 1} : m_shape;
+  Shape y2 = b.output(0)->shape();
+  y2.resize(y2.size() - (a_shape.size() == 1 ? 0 : 1) - (m_shape.size() == 1 ? 0 : 1));
+  const Shape batch = y2;
+  y2.push_back(a2[a2.size() - 2]);
+  y2.push_back(m2.back());
+  Value* dy = reshape(b, b.grad_of_output(0), y2);
+  Value* a_lifted = reshape(b, a, a2);
+  Value* m_lifted = reshape(b, m, m2);
+
+  Value* da = nullptr;
+  Value* dm = nullptr;
+  if (m2.size() == 2) {
+    // [batch..., M, K] x [K, N]: rows of every batch entry are rows of one [B*M, K] matrix.
+    const int64_t rows = num_elements(batch) * a2[a2.size() - 2];
+    Value* dy_rows = reshape(b, dy, {rows, m2[1]});
+    if (b.needs_grad(0)) da = reshape(b, gemm(b, dy_rows, m_lifted, false, true), a2);
+    if (b.needs_grad(1)) dm = gemm(b, reshape(b, a_lifted, {rows, k}), dy_rows, true, false);
+  } else {
+    if (b.needs_grad(0)) da = b.op("MatMul", {dy, transpose_last_two(b, m_lifted)});
+    if (b.needs_grad(1)) dm = b.op("MatMul", {transpose_last_two(b, a_lifted), dy});
+  }
+  Grads grads = {nullptr, nullptr};
+  if (da != nullptr) grads[0] = reshape(b, b.reduce_to_shape(da, a2), a_shape);
+  if (dm != nullptr) grads[1] = reshape(b, b.reduce_to_shape(dm, m2), m_shape);
+  return grads;
+}
+
+// Y = alpha A' B' + beta C with A' = op(A), B' = op(B): dA' = alpha dY B'^T, dB' = alpha A'^T dY
+// (each one Gemm whose transposes absorb op(), transposed back when op() transposed), and
+// dC = beta dY (the walker sums it over the dims C was broadcast along).
+absl::StatusOr<Grads> gemm_grad(GradBuilder& b) {
+  Value* a = b.input(0);
+  Value* m = b.input(1);
+  Value* dy = b.grad_of_output(0);
+  const Node& node = b.node();
+  const bool trans_a = node.int_attr("transA") != 0;
+  const bool trans_b = node.int_attr("transB") != 0;
+  const float alpha = node.float_attr("alpha");
+  const float beta = node.float_attr("beta");
+  Grads grads = {nullptr, nullptr, nullptr};
+  if (b.needs_grad(0)) {
+    grads[0] =
+        trans_a ? gemm(b, m, dy, trans_b, true, alpha) : gemm(b, dy, m, false, !trans_b, alpha);
+  }
+  if (b.needs_grad(1)) {
+    grads[1] =
+        trans_b ? gemm(b, dy, a, true, trans_a, alpha) : gemm(b, a, dy, !trans_a, false, alpha);
+  }
+  if (b.needs_grad(2)) {
+    grads[2] = beta == 1.0f ? dy : b.op("Mul", {dy, b.scalar(beta, dy->dtype())});
+  }
+  return grads;
+}
+
 TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
 TensorType f16(Shape shape) { return TensorType{DType::kF16, std::move(shape)}; }
 
@@ -91,12 +183,21 @@ OpDef matmul_def() {
   def.infer = infer_matmul;
   def.autocast.category = AutocastCategory::kAllow;
   def.autocast.accumulate = DType::kF32;
+  def.gradient = matmul_grad;
   def.samples = {
       {"matrix", {f32({3, 4}), f32({4, 5})}, {}, {}, {f32({3, 5})}},
       {"batch broadcast", {f16({2, 1, 3, 4}), f16({5, 4, 6})}, {}, {}, {f16({2, 5, 3, 6})}},
       {"vector times matrix", {f32({4}), f32({2, 4, 3})}, {}, {}, {f32({2, 3})}},
       {"matrix times vector", {f32({2, 3, 4}), f32({4})}, {}, {}, {f32({2, 3})}},
       {"dot product", {f32({4}), f32({4})}, {}, {}, {f32({})}},
+      {"batched times matrix", {f32({2, 3, 4}), f32({4, 5})}, {}, {}, {f32({2, 3, 5})}},
+      {"matrix times batched", {f32({3, 4}), f32({2, 4, 5})}, {}, {}, {f32({2, 3, 5})}},
+      {"both batches broadcast",
+       {f32({3, 1, 2, 4}), f32({1, 2, 4, 3})},
+       {},
+       {},
+       {f32({3, 2, 2, 3})}},
+      {"vector times vector batch", {f32({4}), f32({3, 4, 1})}, {}, {}, {f32({3, 1})}},
   };
   return def;
 }
@@ -116,6 +217,7 @@ OpDef gemm_def() {
   def.infer = infer_gemm;
   def.autocast.category = AutocastCategory::kAllow;
   def.autocast.accumulate = DType::kF32;
+  def.gradient = gemm_grad;
   def.samples = {
       {"linear layer, bias row",
        {f32({8, 16}), f32({4, 16}), f32({4})},
@@ -129,6 +231,21 @@ OpDef gemm_def() {
        Attributes{
            {"transA", int64_t{1}}, {"transB", int64_t{1}}, {"alpha", 0.25f}, {"beta", 0.35f}},
        {f16({3, 5})}},
+      {"transA, bias column, scaled",
+       {f32({4, 3}), f32({4, 2}), f32({3, 1})},
+       {},
+       Attributes{{"transA", int64_t{1}}, {"alpha", 0.5f}, {"beta", 2.0f}},
+       {f32({3, 2})}},
+      {"transB, scalar bias",
+       {f32({3, 4}), f32({5, 4}), f32({})},
+       {},
+       Attributes{{"transB", int64_t{1}}},
+       {f32({3, 5})}},
+      {"full bias, beta",
+       {f32({2, 3}), f32({3, 4}), f32({2, 4})},
+       {},
+       Attributes{{"beta", 0.5f}},
+       {f32({2, 4})}},
   };
   return def;
 }

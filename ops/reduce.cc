@@ -5,8 +5,13 @@
 // ReduceMean and ReduceMax 18); both forms are accepted at every opset (AttrAsInput), and the
 // input form must be a compile-time constant. No axes reduce over everything, unless
 // noop_with_empty_axes asks for the identity.
+//
+// Gradients compose standard ops: the output gradient, reshaped to the keepdims form, is
+// expanded back over the reduced axes (divided by their size for ReduceMean; for ReduceMax
+// routed to the maximal elements, shared evenly among ties, as PyTorch's amax does).
 #include <algorithm>
 
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -44,10 +49,87 @@ absl::Status infer_reduce(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// What a gradient rule needs of a reduction: the reduced axes (none: the identity) and the
+// input's shape with them set to 1 (the keepdims form of the output).
+struct Reduced {
+  std::vector<int64_t> axes;
+  Shape kept_shape;
+};
+
+absl::StatusOr<Reduced> reduced_axes(const GradBuilder& b) {
+  const Node& node = b.node();
+  std::vector<int64_t> axes;
+  if (node.find_attr("axes") != nullptr) {
+    axes = node.ints_attr("axes");
+  } else if (b.has_input(1)) {
+    const Tensor* value = b.input(1)->initializer();
+    if (value == nullptr) {
+      return absl::UnimplementedError("the axes input must be a constant to differentiate");
+    }
+    axes = value->to_i64_vector();
+  }
+  const Shape& shape = b.input(0)->shape();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  Reduced reduced;
+  if (!axes.empty()) {
+    AMPC_ASSIGN_OR_RETURN(reduced.axes, normalize_axes(axes, rank));
+  } else if (node.int_attr("noop_with_empty_axes") == 0) {
+    for (int64_t d = 0; d < rank; ++d) reduced.axes.push_back(d);
+  }
+  reduced.kept_shape = shape;
+  for (int64_t d : reduced.axes) reduced.kept_shape[d] = 1;
+  return reduced;
+}
+
+// `value` (shaped like the node's output) in the keepdims form.
+Value* kept(GradBuilder& b, Value* value, const Shape& kept_shape) {
+  if (value->shape() == kept_shape) return value;
+  return b.op("Reshape", {value, b.int64s(kept_shape)});
+}
+
+// `value` (keepdims form) stretched over the input's shape.
+Value* expanded(GradBuilder& b, Value* value) {
+  const Shape& shape = b.input(0)->shape();
+  if (value->shape() == shape) return value;
+  return b.op("Expand", {value, b.int64s(shape)});
+}
+
+// d/dx sum = 1 on every reduced element: dx = expand(dy).
+absl::StatusOr<Grads> reduce_sum_grad(GradBuilder& b) {
+  AMPC_ASSIGN_OR_RETURN(Reduced reduced, reduced_axes(b));
+  if (reduced.axes.empty()) return Grads{b.grad_of_output(0)};
+  return Grads{expanded(b, kept(b, b.grad_of_output(0), reduced.kept_shape))};
+}
+
+// d/dx mean = 1 / count: dx = expand(dy / count), count the number of reduced elements.
+absl::StatusOr<Grads> reduce_mean_grad(GradBuilder& b) {
+  AMPC_ASSIGN_OR_RETURN(Reduced reduced, reduced_axes(b));
+  Value* grad = b.grad_of_output(0);
+  if (reduced.axes.empty()) return Grads{grad};
+  int64_t count = 1;
+  for (int64_t d : reduced.axes) count *= b.input(0)->shape()[d];
+  grad = b.op("Div", {grad, b.scalar(static_cast<double>(count), grad->dtype())});
+  return Grads{expanded(b, kept(b, grad, reduced.kept_shape))};
+}
+
+// d/dx max: dy goes to the elements equal to the maximum, split evenly among ties:
+// dx = (x == y) * dy / count(x == y).
+absl::StatusOr<Grads> reduce_max_grad(GradBuilder& b) {
+  AMPC_ASSIGN_OR_RETURN(Reduced reduced, reduced_axes(b));
+  Value* grad = b.grad_of_output(0);
+  if (reduced.axes.empty()) return Grads{grad};
+  Value* is_max =
+      b.op("Cast", {b.op("Equal", {b.input(0), kept(b, b.output(0), reduced.kept_shape)})},
+           {{"to", grad->dtype()}});
+  Value* ties = b.op("ReduceSum", {is_max}, {{"axes", reduced.axes}, {"keepdims", int64_t{1}}});
+  Value* share = b.op("Div", {kept(b, grad, reduced.kept_shape), ties});
+  return Grads{b.op("Mul", {is_max, share})};
+}
+
 TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
 
 OpDef reduction(std::string name, std::string summary, int axes_input_since,
-                std::vector<DType> dtypes, AutocastCategory category) {
+                std::vector<DType> dtypes, AutocastCategory category, GradFn gradient) {
   OpDef def;
   def.name = std::move(name);
   // Opset 11 introduced negative axes; later versions only widen types and move the axes.
@@ -60,6 +142,7 @@ OpDef reduction(std::string name, std::string summary, int axes_input_since,
   def.attrs_as_inputs = {{"axes", 1, axes_input_since}};
   def.infer = infer_reduce;
   def.autocast.category = category;
+  def.gradient = std::move(gradient);
   def.samples = {
       {"all axes, keepdims", {f32({2, 3, 4})}, {}, {}, {f32({1, 1, 1})}},
       {"axes attribute, no keepdims",
@@ -77,21 +160,33 @@ OpDef reduction(std::string name, std::string summary, int axes_input_since,
        {{1, Tensor::from_i64({0}, {})}},
        {{"noop_with_empty_axes", int64_t{1}}},
        {f32({2, 3})}},
+      {"all axes, no keepdims", {f32({3, 4})}, {}, {{"keepdims", int64_t{0}}}, {f32({})}},
+      {"one axis, no keepdims",
+       {f32({2, 3, 4})},
+       {},
+       {{"axes", std::vector<int64_t>{1}}, {"keepdims", int64_t{0}}},
+       {f32({2, 4})}},
+      {"middle axes of 4-D, keepdims",
+       {f32({2, 3, 2, 4})},
+       {},
+       {{"axes", std::vector<int64_t>{1, -2}}},
+       {f32({2, 1, 1, 4})}},
+      {"size-1 axis", {f32({3, 1})}, {}, {{"axes", std::vector<int64_t>{1}}}, {f32({3, 1})}},
   };
   return def;
 }
 
 void register_reduce_ops(OpRegistry& registry) {
   // Sums and means of many low-precision terms lose precision and overflow: fp32.
-  registry.add(
-      reduction("ReduceMean", "mean over the axes", 18, kNumericTypes, AutocastCategory::kDeny));
-  registry.add(
-      reduction("ReduceSum", "sum over the axes", 13, kNumericTypes, AutocastCategory::kDeny));
+  registry.add(reduction("ReduceMean", "mean over the axes", 18, kNumericTypes,
+                         AutocastCategory::kDeny, reduce_mean_grad));
+  registry.add(reduction("ReduceSum", "sum over the axes", 13, kNumericTypes,
+                         AutocastCategory::kDeny, reduce_sum_grad));
   // A maximum picks one of its inputs: exact in any dtype.
   std::vector<DType> max_types = kNumericTypes;
   max_types.push_back(DType::kBool);
-  registry.add(
-      reduction("ReduceMax", "maximum over the axes", 18, max_types, AutocastCategory::kClear));
+  registry.add(reduction("ReduceMax", "maximum over the axes", 18, max_types,
+                         AutocastCategory::kClear, reduce_max_grad));
 }
 
 const OpRegistration kRegistration(&register_reduce_ops);

@@ -1,6 +1,8 @@
-// Shape and view ops: Shape, Reshape, Squeeze, Unsqueeze, Flatten, Expand, Identity, Cast and
-// Dropout. Their outputs hold the input's elements in the same order under a new shape
-// (or broadcast by Expand, converted by Cast), so most folds are byte copies.
+// Shape and view ops: Shape, Reshape, Squeeze, Unsqueeze, Flatten, Expand, Identity and Cast
+// (Dropout, which computes, is in ops/dropout.cc). Their outputs hold the input's elements in the
+// same order under a new shape (or broadcast by Expand, converted by Cast), so most folds are
+// byte copies, and so are the gradients: a view's gradient is the output gradient viewed back,
+// Expand's is summed back by the autodiff walker, Cast's is a Cast back.
 //
 // Output shapes that depend on input values (Reshape's and Expand's `shape`) need those values at
 // compile time: from initializers or from folded shape arithmetic. Folds of integer data are exact
@@ -9,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -96,6 +99,15 @@ OpDef shape_op() {
   return def;
 }
 
+// Reshape, Squeeze, Unsqueeze and Flatten keep the elements' order, so d/dx view(x) = dy viewed
+// as x's shape. allowzero keeps a 0 dim of an empty x from meaning "copy dy's dim".
+absl::StatusOr<Grads> view_grad(GradBuilder& b) {
+  const Shape& shape = b.input(0)->shape();
+  Attributes attrs;
+  if (std::count(shape.begin(), shape.end(), 0) > 0) attrs["allowzero"] = int64_t{1};
+  return Grads{b.op("Reshape", {b.grad_of_output(0), b.int64s(shape)}, std::move(attrs))};
+}
+
 // ---- Reshape ----------------------------------------------------------------------------------
 
 absl::StatusOr<int64_t> checked_product(int64_t a, int64_t b) {
@@ -168,6 +180,7 @@ OpDef reshape_op() {
   def.attrs = {attr("allowzero", int64_t{0})};
   def.infer = infer_reshape;
   def.fold = fold_view;
+  def.gradient = view_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"infer -1",
@@ -266,6 +279,7 @@ OpDef squeeze_op() {
   def.attrs_as_inputs = {{"axes", 1, 13}};
   def.infer = infer_squeeze;
   def.fold = fold_view;
+  def.gradient = view_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"all ones", {{DType::kF32, {1, 3, 1, 2}}}, {}, {}, {{DType::kF32, {3, 2}}}},
@@ -294,6 +308,7 @@ OpDef unsqueeze_op() {
   def.attrs_as_inputs = {{"axes", 1, 13}};
   def.infer = infer_unsqueeze;
   def.fold = fold_view;
+  def.gradient = view_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"axes input",
@@ -325,6 +340,7 @@ OpDef flatten_op() {
   def.attrs = {attr("axis", int64_t{1})};
   def.infer = infer_flatten;
   def.fold = fold_view;
+  def.gradient = view_grad;
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"default axis", {{DType::kF32, {2, 3, 4}}}, {}, {}, {{DType::kF32, {2, 12}}}},
@@ -371,6 +387,8 @@ OpDef expand_op() {
   def.outputs = {input("output")};
   def.infer = infer_expand;
   def.fold = fold_expand;
+  // d/dx expand(x) = dy: the autodiff walker sums it back over the broadcast dims.
+  def.gradient = [](GradBuilder& b) -> absl::StatusOr<Grads> { return Grads{b.grad_of_output(0)}; };
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"grow leading dims",
@@ -383,6 +401,11 @@ OpDef expand_op() {
        {{1, Tensor::from_i64({2}, {1, 4})}},
        {},
        {{DType::kF16, {3, 4}}}},
+      {"1s of either side stretch",
+       {{DType::kF32, {2, 1, 3}}, {DType::kI64, {3}}},
+       {{1, Tensor::from_i64({3}, {2, 4, 1})}},
+       {},
+       {{DType::kF32, {2, 4, 3}}}},
   };
   return def;
 }
@@ -396,6 +419,8 @@ OpDef identity_op() {
   def.outputs = {input("output")};
   def.infer = infer_same_as_input;
   def.fold = fold_view;
+  // d/dx x = dy.
+  def.gradient = [](GradBuilder& b) -> absl::StatusOr<Grads> { return Grads{b.grad_of_output(0)}; };
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"matrix", {{DType::kF32, {2, 3}}}, {}, {}, {{DType::kF32, {2, 3}}}},
@@ -445,6 +470,14 @@ absl::StatusOr<std::vector<Tensor>> fold_cast(const FoldContext& ctx) {
   return std::vector<Tensor>{std::move(out)};
 }
 
+// d/dx cast(x) = dy cast back to x's dtype: the gradient of a Cast is a Cast.
+absl::StatusOr<Grads> cast_grad(GradBuilder& b) {
+  Value* dy = b.grad_of_output(0);
+  const DType from = b.input(0)->dtype();
+  if (dy->dtype() == from) return Grads{dy};
+  return Grads{b.op("Cast", {dy}, {{"to", from}})};
+}
+
 OpDef cast_op() {
   OpDef def;
   def.name = "Cast";
@@ -457,64 +490,14 @@ OpDef cast_op() {
   def.attrs = {required_attr("to", AttrKind::kDType), attr("saturate", int64_t{1})};
   def.infer = infer_cast;
   def.fold = fold_cast;
+  def.gradient = cast_grad;
   // The output dtype is the node's own: autocast neither lowers nor raises it.
   def.autocast.category = AutocastCategory::kClear;
   def.samples = {
       {"f32 to f16", {{DType::kF32, {2, 3}}}, {}, {{"to", DType::kF16}}, {{DType::kF16, {2, 3}}}},
       {"i64 to f32", {{DType::kI64, {4}}}, {}, {{"to", DType::kF32}}, {{DType::kF32, {4}}}},
       {"bf16 to bool", {{DType::kBF16, {}}}, {}, {{"to", DType::kBool}}, {{DType::kBool, {}}}},
-  };
-  return def;
-}
-
-// ---- Dropout ----------------------------------------------------------------------------------
-
-absl::Status expect_scalar(const InferenceContext& ctx, int i, std::string_view name) {
-  if (ctx.has_input(i) && ctx.input_type(i).num_elements() != 1) {
-    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name,
-                                              "') must be a scalar, got shape ",
-                                              shape_to_string(ctx.input_type(i).shape)));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status infer_dropout(InferenceContext& ctx) {
-  AMPC_RETURN_IF_ERROR(expect_scalar(ctx, 1, "ratio"));
-  AMPC_RETURN_IF_ERROR(expect_scalar(ctx, 2, "training_mode"));
-  double ratio = ctx.float_attr("ratio");
-  if (const Tensor* value = ctx.input_value(1); value != nullptr && value->has_data()) {
-    ratio = value->element_as_double(0);
-  }
-  if (!(ratio >= 0 && ratio < 1)) {
-    return absl::InvalidArgumentError(str_cat("ratio ", ratio, " is not in [0, 1)"));
-  }
-  const TensorType& data = ctx.input_type(0);
-  ctx.set_output(0, data);
-  ctx.set_output(1, TensorType{DType::kBool, data.shape});
-  return absl::OkStatus();
-}
-
-OpDef dropout_op() {
-  OpDef def;
-  def.name = "Dropout";
-  // From 10 the mask is bool. 12 moves ratio to an input and adds training_mode; without
-  // training_mode (or with it false) the op is the identity and the mask all true.
-  def.since_opset = 10;
-  def.summary = "zeroes elements with probability ratio in training, scaling the rest";
-  def.inputs = {input("data", kFloatTypes), optional_input("ratio", kFloatTypes),
-                optional_input("training_mode", {DType::kBool})};
-  def.outputs = {input("output"), optional_input("mask")};
-  def.attrs = {attr("ratio", 0.5f), optional_attr("seed", AttrKind::kInt)};
-  def.attrs_as_inputs = {{"ratio", 1, 12}};
-  def.infer = infer_dropout;
-  def.autocast.category = AutocastCategory::kClear;
-  def.samples = {
-      {"output only", {{DType::kF32, {4, 8}}}, {}, {}, {{DType::kF32, {4, 8}}}},
-      {"training with mask",
-       {{DType::kF16, {2, 3}}, {DType::kF32, {}}, {DType::kBool, {}}},
-       {{1, Tensor::from_f32({}, {0.1f})}},
-       {},
-       {{DType::kF16, {2, 3}}, {DType::kBool, {2, 3}}}},
+      {"f16 to f64", {{DType::kF16, {3, 2}}}, {}, {{"to", DType::kF64}}, {{DType::kF64, {3, 2}}}},
   };
   return def;
 }
@@ -528,7 +511,6 @@ void register_shape_ops(OpRegistry& registry) {
   registry.add(expand_op());
   registry.add(identity_op());
   registry.add(cast_op());
-  registry.add(dropout_op());
 }
 
 const OpRegistration kRegistration(&register_shape_ops);

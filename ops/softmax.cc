@@ -1,7 +1,10 @@
-// Softmax and LogSoftmax along one axis (default the last). Shape-preserving, float only.
+// Softmax and LogSoftmax along one axis (default the last). Shape-preserving, float only; and
+// their gradients, the internal ops ampc.SoftmaxGrad and ampc.LogSoftmaxGrad, whose own gradients
+// (second order) are composed of standard ops.
 //
 // Only the opset 13 definition is registered: before 13 both ops flattened the input to 2-D at
 // `axis` and normalized over all trailing dims, a different function.
+#include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
@@ -18,7 +21,70 @@ absl::Status infer_softmax(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
-OpDef softmax(std::string name, std::string summary) {
+// (dY, Y) -> dX: both of Y's type, which is dX's.
+absl::Status infer_softmax_grad(InferenceContext& ctx) {
+  if (ctx.input_type(0) != ctx.input_type(1)) {
+    return absl::InvalidArgumentError(str_cat("dY ", type_to_string(ctx.input_type(0)), " and Y ",
+                                              type_to_string(ctx.input_type(1)),
+                                              " must have the same type"));
+  }
+  return infer_softmax(ctx);
+}
+
+// d/dx softmax: dx = y * (dy - sum(dy * y, axis)). Reads the output, so x need not stay alive.
+absl::StatusOr<Grads> softmax_grad(GradBuilder& b) {
+  return Grads{b.ampc_op("SoftmaxGrad", {b.grad_of_output(0), b.output(0)},
+                         {{"axis", b.node().int_attr("axis")}})};
+}
+
+// d/dx log_softmax: dx = dy - exp(y) * sum(dy, axis).
+absl::StatusOr<Grads> log_softmax_grad(GradBuilder& b) {
+  return Grads{b.ampc_op("LogSoftmaxGrad", {b.grad_of_output(0), b.output(0)},
+                         {{"axis", b.node().int_attr("axis")}})};
+}
+
+// The sum of `value` along the node's axis, kept as a dim of size 1.
+Value* sum_along_axis(GradBuilder& b, Value* value) {
+  const int64_t rank = static_cast<int64_t>(value->shape().size());
+  const int64_t axis = b.node().int_attr("axis");
+  return b.op(
+      "ReduceSum", {value},
+      {{"axes", std::vector<int64_t>{axis < 0 ? axis + rank : axis}}, {"keepdims", int64_t{1}}});
+}
+
+// Second order, dx = y * (dy - s) with s = sum(dy * y), t = sum(g * y) for the gradient g of dx:
+// d/d dy = y * (g - t) (SoftmaxGrad again), d/dy = g * (dy - s) - t * dy.
+absl::StatusOr<Grads> softmax_grad_grad(GradBuilder& b) {
+  Value* g = b.grad_of_output(0);
+  Value* dy = b.input(0);
+  Value* y = b.input(1);
+  Grads grads(2, nullptr);
+  if (b.needs_grad(0)) grads[0] = b.ampc_op("SoftmaxGrad", {g, y}, b.node().attrs());
+  if (b.needs_grad(1)) {
+    Value* s = sum_along_axis(b, b.op("Mul", {dy, y}));
+    Value* t = sum_along_axis(b, b.op("Mul", {g, y}));
+    grads[1] = b.op("Sub", {b.op("Mul", {g, b.op("Sub", {dy, s})}), b.op("Mul", {t, dy})});
+  }
+  return grads;
+}
+
+// Second order, dx = dy - exp(y) * s with s = sum(dy): d/d dy = g - sum(g * exp(y)),
+// d/dy = -g * exp(y) * s.
+absl::StatusOr<Grads> log_softmax_grad_grad(GradBuilder& b) {
+  Value* g = b.grad_of_output(0);
+  Value* exp_y = b.op("Exp", {b.input(1)});
+  Grads grads(2, nullptr);
+  if (b.needs_grad(0)) grads[0] = b.op("Sub", {g, sum_along_axis(b, b.op("Mul", {g, exp_y}))});
+  if (b.needs_grad(1)) {
+    Value* s = sum_along_axis(b, b.input(0));
+    grads[1] = b.op("Neg", {b.op("Mul", {b.op("Mul", {g, exp_y}), s})});
+  }
+  return grads;
+}
+
+TensorType typed(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
+
+OpDef softmax(std::string name, std::string summary, GradFn gradient) {
   OpDef def;
   def.name = std::move(name);
   def.since_opset = 13;
@@ -29,21 +95,46 @@ OpDef softmax(std::string name, std::string summary) {
   def.infer = infer_softmax;
   // exp overflows fp16 easily and the normalizing sum loses precision: fp32.
   def.autocast.category = AutocastCategory::kDeny;
+  def.gradient = std::move(gradient);
+  const TensorType x3 = typed(DType::kF32, {2, 3, 4});
   def.samples = {
-      {"last axis", {{DType::kF32, {2, 5}}}, {}, {}, {{DType::kF32, {2, 5}}}},
-      {"axis 1 of 3-D",
-       {{DType::kF32, {2, 3, 4}}},
-       {},
-       {{"axis", int64_t{1}}},
-       {{DType::kF32, {2, 3, 4}}}},
-      {"f64 vector", {{DType::kF64, {7}}}, {}, {}, {{DType::kF64, {7}}}},
+      {"last axis", {typed(DType::kF32, {2, 5})}, {}, {}, {typed(DType::kF32, {2, 5})}},
+      {"axis 1 of 3-D", {x3}, {}, {{"axis", int64_t{1}}}, {x3}},
+      {"axis 0 of 3-D", {x3}, {}, {{"axis", int64_t{0}}}, {x3}},
+      {"axis -1 of 3-D", {x3}, {}, {{"axis", int64_t{-1}}}, {x3}},
+      {"f64 vector", {typed(DType::kF64, {7})}, {}, {}, {typed(DType::kF64, {7})}},
+  };
+  return def;
+}
+
+OpDef softmax_grad_def(std::string name, std::string summary, GradFn gradient) {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = std::move(name);
+  def.summary = std::move(summary);
+  def.inputs = {input("dY", kFloatTypes), input("Y", kFloatTypes)};
+  def.outputs = {input("dX")};
+  def.attrs = {attr("axis", int64_t{-1})};
+  def.infer = infer_softmax_grad;
+  def.gradient = std::move(gradient);
+  const TensorType f32 = typed(DType::kF32, {2, 3, 4});
+  const TensorType bf16 = typed(DType::kBF16, {3, 5});
+  const TensorType f16 = typed(DType::kF16, {4, 2});
+  def.samples = {
+      {"f32 axis 1", {f32, f32}, {}, {{"axis", int64_t{1}}}, {f32}},
+      {"bf16 last axis", {bf16, bf16}, {}, {}, {bf16}},
+      {"f16 axis 0", {f16, f16}, {}, {{"axis", int64_t{0}}}, {f16}},
   };
   return def;
 }
 
 void register_softmax_ops(OpRegistry& registry) {
-  registry.add(softmax("Softmax", "exp(x) / sum(exp(x)) along axis"));
-  registry.add(softmax("LogSoftmax", "x - log(sum(exp(x))) along axis"));
+  registry.add(softmax("Softmax", "exp(x) / sum(exp(x)) along axis", softmax_grad));
+  registry.add(softmax("LogSoftmax", "x - log(sum(exp(x))) along axis", log_softmax_grad));
+  registry.add(
+      softmax_grad_def("SoftmaxGrad", "y * (dy - sum(dy * y)) along axis", softmax_grad_grad));
+  registry.add(softmax_grad_def("LogSoftmaxGrad", "dy - exp(y) * sum(dy) along axis",
+                                log_softmax_grad_grad));
 }
 
 const OpRegistration kRegistration(&register_softmax_ops);

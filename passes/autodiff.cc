@@ -1,6 +1,7 @@
 // autodiff: appends the backward graph, from the scalar loss to every trainable value.
 //
-// Rewrites: for each trainable value p (by default every float initializer the loss depends on),
+// Rewrites: for each trainable value p (by default every float initializer the loss depends on
+//   that is not a program constant such as a folded Constant node, Value::is_constant),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -116,7 +117,9 @@ class Walker {
       if (freeze && std::regex_search(value->name(), *freeze)) return;
       candidates.push_back(value);
     };
-    for (Value* init : graph_.initializers()) consider(init);
+    for (Value* init : graph_.initializers()) {
+      if (!init->is_constant()) consider(init);
+    }
     if (options_.include_graph_inputs) {
       for (Value* input : graph_.inputs()) consider(input);
     }
@@ -160,9 +163,11 @@ class Walker {
   }
 
   Value* seed(Value* loss) {
-    return graph_.add_initializer(
+    Value* one = graph_.add_initializer(
         graph_.unique_value_name(loss->name() + ".grad_seed"),
         Tensor::from_doubles(loss->dtype(), loss->shape(), std::vector<double>(1, 1.0)));
+    one->set_constant(true);
+    return one;
   }
 
   void add_contribution(const Value* value, Value* grad) { contributions_[value].push_back(grad); }

@@ -101,6 +101,7 @@ absl::Status FoldConstantsPass::replace_by_initializers(Graph& graph, Node& node
     // The node is erased below, so its output's name is free for the initializer.
     std::string name = output->name().empty() ? graph.unique_value_name("folded") : output->name();
     Value* initializer = graph.add_initializer(std::move(name), std::move(folded[i]));
+    initializer->set_constant(true);
     folded_here_.insert(initializer);
     output->replace_all_uses_with(initializer);
   }

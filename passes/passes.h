@@ -35,6 +35,26 @@ struct AutodiffOptions {
 // `p.grad`. See passes/autodiff.cc.
 std::unique_ptr<Pass> make_autodiff_pass(AutodiffOptions options = {});
 
+struct OptimizerOptions {
+  enum class Kind { kSgd, kAdam, kAdamW };
+  Kind kind = Kind::kSgd;
+  // SGD (PyTorch's torch.optim.SGD).
+  float momentum = 0;
+  float dampening = 0;
+  bool nesterov = false;
+  // Adam and AdamW (torch.optim.Adam / AdamW).
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float epsilon = 1e-8f;
+  // L2 penalty for SGD and Adam, decoupled decay for AdamW.
+  float weight_decay = 0;
+  // Clip gradients by their global norm when > 0.
+  float clip_grad_norm = 0;
+};
+// "optimizer": the update of every parameter autodiff differentiated, with the optimizer state
+// as initializers and Graph::state_updates saying what replaces what. See passes/optimizer.cc.
+std::unique_ptr<Pass> make_optimizer_pass(OptimizerOptions options = {});
+
 // The `ampc compile` pipeline: the fixed-point group "canonicalize" of [fold-constants,
 // canonicalize, dce], then infer-shapes.
 void add_canonicalize_pipeline(PassPipeline& pipeline);

@@ -174,6 +174,54 @@ absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
       str_cat("the graph has no output '", name, "'; its outputs are ", str_join(names, ", ")));
 }
 
+namespace {
+
+const Value* find_named(const std::vector<Value*>& values, std::string_view name) {
+  for (const Value* value : values) {
+    if (value->name() == name) return value;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> InferenceSession::initializer(std::string_view name) const {
+  const Value* init = find_named(graph_->initializers(), name);
+  if (init == nullptr)
+    return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
+  Tensor tensor(init->type());
+  const std::span<uint8_t> bytes = tensor.mutable_bytes();
+  if (!bytes.empty()) std::memcpy(bytes.data(), address(init), bytes.size());
+  return tensor;
+}
+
+absl::Status InferenceSession::set_initializer(std::string_view name, const Tensor& value) {
+  const Value* init = find_named(graph_->initializers(), name);
+  if (init == nullptr)
+    return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
+  if (value.type() != init->type()) {
+    return absl::InvalidArgumentError(str_cat("initializer '", name, "' is ",
+                                              type_to_string(init->type()), ", not ",
+                                              type_to_string(value.type())));
+  }
+  const std::span<const uint8_t> bytes = value.bytes();
+  if (!bytes.empty()) std::memcpy(address(init), bytes.data(), bytes.size());
+  return absl::OkStatus();
+}
+
+absl::Status InferenceSession::copy_output_to_initializer(std::string_view output,
+                                                          std::string_view state) {
+  const Value* from = find_named(graph_->outputs(), output);
+  const Value* to = find_named(graph_->initializers(), state);
+  if (from == nullptr || to == nullptr || from->type() != to->type()) {
+    return absl::InvalidArgumentError(
+        str_cat("cannot copy output '", output, "' over initializer '", state, "'"));
+  }
+  if (!has_run_) return absl::FailedPreconditionError("the session has not run");
+  std::memmove(address(to), address(from), static_cast<size_t>(to->type().byte_size()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(
     const std::map<std::string, Tensor>& inputs) {
   for (const auto& [name, value] : inputs) AMPC_RETURN_IF_ERROR(set_input(name, value));

@@ -68,6 +68,13 @@ class InferenceSession {
   // A copy of output `name` after the last run.
   absl::StatusOr<Tensor> output(std::string_view name) const;
 
+  // Reads or replaces an initializer (a weight, an optimizer moment) held by the session. The
+  // replacement must have the initializer's type.
+  absl::StatusOr<Tensor> initializer(std::string_view name) const;
+  absl::Status set_initializer(std::string_view name, const Tensor& value);
+  // Copies graph output `output` (after a run) over initializer `state`; both have one type.
+  absl::Status copy_output_to_initializer(std::string_view output, std::string_view state);
+
   // Binds `inputs` by name, runs, and returns every output by name.
   absl::StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
 

@@ -41,7 +41,8 @@ std::string onnx_test_data_path(std::string_view relative) {
 
 absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case) {
   Graph graph("op_case");
-  graph.set_opset("", op_case.opset);
+  graph.set_opset("", op_case.domain.empty() ? op_case.opset : kDefaultOnnxOpset);
+  if (!op_case.domain.empty()) graph.set_opset(op_case.domain, op_case.opset);
   std::vector<Value*> operands;
   for (int i = 0; i < static_cast<int>(op_case.input_types.size()); ++i) {
     const std::optional<TensorType>& type = op_case.input_types[i];
@@ -52,13 +53,14 @@ absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case) {
     if (value == nullptr && type) value = graph.add_input(str_cat("x", i), *type);
     operands.push_back(value);
   }
-  const OpDef* def = OpRegistry::global().find("", op_case.op_type, op_case.opset);
+  const OpDef* def = OpRegistry::global().find(op_case.domain, op_case.op_type, op_case.opset);
   if (def == nullptr) {
     return absl::NotFoundError(str_cat("no op ", op_case.op_type, " at opset ", op_case.opset));
   }
   const int num_outputs = op_case.num_outputs >= 0 ? op_case.num_outputs : def->min_outputs();
   std::vector<std::optional<TensorType>> placeholders(num_outputs, TensorType{});
-  Node* node = graph.create_node("", op_case.op_type, operands, placeholders, op_case.attrs);
+  Node* node =
+      graph.create_node(op_case.domain, op_case.op_type, operands, placeholders, op_case.attrs);
   TypePropagator propagator;
   AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator.visit(*node));
   std::vector<TensorType> out;

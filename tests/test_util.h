@@ -80,6 +80,7 @@ struct OpCase {
   Attributes attrs;
   int64_t opset = kDefaultOnnxOpset;
   int num_outputs = -1;
+  std::string domain = "";  // "" (standard) or "ampc"; other domains are at opset 1
 };
 absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case);
 

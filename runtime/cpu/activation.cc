@@ -82,10 +82,8 @@ absl::Status gelu(const KernelContext& ctx) {
 template <typename Make>
 void add_activation(KernelRegistry& r, std::string op, Make make) {
   // Shape-preserving and element by element: the output may take over the input's buffer.
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = 0;
-  add_kernels<float, double, Float16, BFloat16>(r, def, make);
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def(std::move(op), {.in_place_operand = 0}), make);
 }
 
 void register_activation_kernels(KernelRegistry& r) {

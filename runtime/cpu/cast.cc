@@ -179,11 +179,9 @@ absl::Status cast_kernel(const KernelContext& ctx) {
 
 void register_cast_kernels(KernelRegistry& r) {
   for (DType dtype : kAllDTypes) {
-    KernelDef def;
-    def.op = "Cast";
-    def.dtypes = {dtype};
     // Element i is read before it is written, at the same byte offset when the sizes match.
-    def.in_place_operand = 0;
+    KernelDef def = kernel_def("Cast", {.in_place_operand = 0});
+    def.dtypes = {dtype};
     def.fn = visit_element_type(
         dtype, []<typename From>(std::type_identity<From>) { return &cast_kernel<From>; });
     r.add(std::move(def));

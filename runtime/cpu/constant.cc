@@ -17,35 +17,6 @@ namespace {
 // Elements per thread below which a loop stays on one thread.
 constexpr int64_t kGrainElements = 1 << 16;
 
-// A CPU kernel of the standard-domain op `op`; the dtypes are filled in by the caller.
-KernelDef kernel_def(std::string op, KernelFn fn = nullptr, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.fn = fn;
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
-// Registers `base` once per element size (1, 2, 4, 8 bytes), keyed on every DType of that size,
-// with the kernel `make.template operator()<Word>()` that moves elements as Word.
-template <typename Make>
-void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base, Make make) {
-  auto add = [&]<typename Word>() {
-    KernelDef def = base;
-    def.device = Device::kCpu;
-    def.dtypes.clear();
-    for (DType dtype : kAllDTypes) {
-      if (dtype_size(dtype) == sizeof(Word)) def.dtypes.push_back(dtype);
-    }
-    def.fn = make.template operator()<Word>();
-    if (!def.dtypes.empty()) registry.add(std::move(def));
-  };
-  add.template operator()<uint8_t>();
-  add.template operator()<uint16_t>();
-  add.template operator()<uint32_t>();
-  add.template operator()<uint64_t>();
-}
-
 // ---- Constant ---------------------------------------------------------------------------------
 
 // The node's value from whichever of value, value_float(s), value_int(s) it has (the OpDef's
@@ -119,14 +90,9 @@ absl::Status range_kernel(const KernelContext& ctx) {
 
 void register_constant_kernels(KernelRegistry& r) {
   // Constant and ConstantOfShape have no data operand: their key is output 0.
-  const KeyedOn output_0{.output = true, .index = 0};
-  KernelDef constant = kernel_def("Constant", &constant_kernel);
-  constant.keyed_on = output_0;
-  constant.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
-  r.add(std::move(constant));
-  KernelDef constant_of_shape = kernel_def("ConstantOfShape");
-  constant_of_shape.keyed_on = output_0;
-  add_kernels_by_element_size(r, constant_of_shape,
+  const KernelOptions keyed_on_output_0{.keyed_on = {.output = true, .index = 0}};
+  add_kernel_for_all_dtypes(r, kernel_def("Constant", keyed_on_output_0), &constant_kernel);
+  add_kernels_by_element_size(r, kernel_def("ConstantOfShape", keyed_on_output_0),
                               []<typename Word>() { return &constant_of_shape_kernel<Word>; });
   // The element types Range's OpDef admits.
   add_kernels<float, double, int32_t, int64_t>(r, kernel_def("Range"),

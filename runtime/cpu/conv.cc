@@ -152,10 +152,9 @@ absl::Status conv(const KernelContext& ctx) {
 }
 
 void register_conv_kernels(KernelRegistry& r) {
-  KernelDef def;
-  def.op = "Conv";
-  def.workspace_bytes = &conv_workspace;
-  add_kernels<float, double, Float16, BFloat16>(r, def, []<typename T>() { return &conv<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def("Conv", {.workspace_bytes = &conv_workspace}),
+      []<typename T>() { return &conv<T>; });
 }
 
 static KernelRegistration kReg(&register_conv_kernels);

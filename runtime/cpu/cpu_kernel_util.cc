@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <iterator>
+#include <utility>
+#include <variant>
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -11,6 +14,28 @@ namespace {
 std::atomic<int> configured_threads{0};
 
 }  // namespace
+
+KernelDef kernel_def(std::string op, KernelOptions options) {
+  KernelDef def;
+  def.op = std::move(op);
+  def.device = Device::kCpu;
+  def.keyed_on = options.keyed_on;
+  def.workspace_bytes = options.workspace_bytes;
+  def.in_place_operand = options.in_place_operand;
+  return def;
+}
+
+void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelFn fn) {
+  base.device = Device::kCpu;
+  base.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
+  base.fn = fn;
+  registry.add(std::move(base));
+}
+
+int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
+  const AttrValue* value = node.find_attr(name);
+  return value != nullptr ? std::get<int64_t>(*value) : fallback;
+}
 
 int cpu_threads() {
   const int configured = configured_threads.load();

@@ -22,42 +22,6 @@ namespace {
 constexpr int64_t kGrainElements = 1 << 16;
 constexpr int64_t kGrainBytes = 1 << 20;
 
-// A CPU kernel of the standard-domain op `op`; the dtypes are filled in by the caller.
-KernelDef kernel_def(std::string op, KernelFn fn = nullptr, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.fn = fn;
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
-// Registers `base` once per element size (1, 2, 4, 8 bytes), keyed on every DType of that size,
-// with the kernel `make.template operator()<Word>()` that moves elements as Word.
-template <typename Make>
-void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base, Make make) {
-  auto add = [&]<typename Word>() {
-    KernelDef def = base;
-    def.device = Device::kCpu;
-    def.dtypes.clear();
-    for (DType dtype : kAllDTypes) {
-      if (dtype_size(dtype) == sizeof(Word)) def.dtypes.push_back(dtype);
-    }
-    def.fn = make.template operator()<Word>();
-    if (!def.dtypes.empty()) registry.add(std::move(def));
-  };
-  add.template operator()<uint8_t>();
-  add.template operator()<uint16_t>();
-  add.template operator()<uint32_t>();
-  add.template operator()<uint64_t>();
-}
-
-// One KernelDef for every DType: kernels that copy blocks of bytes.
-KernelDef for_all_dtypes(KernelDef def) {
-  def.device = Device::kCpu;
-  def.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
-  return def;
-}
-
 int64_t product(const Shape& shape, size_t begin, size_t end) {
   int64_t result = 1;
   for (size_t d = begin; d < end; ++d) result *= shape[d];
@@ -85,47 +49,6 @@ std::vector<int64_t> index_values(const TensorArg& arg) {
   AMPC_CHECK(arg.dtype() == DType::kI32);  // the OpDefs admit i64 and i32 only
   const std::span<const int32_t> values = arg.in<int32_t>();
   return {values.begin(), values.end()};
-}
-
-// out[o] = in[base + sum_d o_d * in_strides[d]] for every multi-index o of `out_shape`, walked
-// in row-major order; rows of the last dim are split across threads. A stride is only ever
-// multiplied by an index below its dim, so steps as large as INT64_MAX on dims of output size 1
-// cannot overflow.
-template <typename Word>
-void strided_copy(const Word* in, int64_t base, const std::vector<int64_t>& in_strides,
-                  const Shape& out_shape, Word* out) {
-  const int64_t total = num_elements(out_shape);
-  if (total == 0) return;
-  const int rank = static_cast<int>(out_shape.size());
-  const int64_t inner = rank == 0 ? 1 : out_shape[rank - 1];
-  const int64_t inner_stride = rank == 0 ? 0 : in_strides[rank - 1];
-  const int64_t rows = total / inner;
-  parallel_for(rows, std::max<int64_t>(1, kGrainElements / inner), [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> index(std::max(rank - 1, 0), 0);
-    int64_t offset = base;
-    for (int64_t d = rank - 2, rest = begin; d >= 0; --d) {
-      index[d] = rest % out_shape[d];
-      rest /= out_shape[d];
-      offset += index[d] * in_strides[d];
-    }
-    for (int64_t row = begin; row < end; ++row) {
-      Word* dst = out + row * inner;
-      const Word* src = in + offset;
-      if (inner_stride == 1) {
-        std::copy_n(src, inner, dst);
-      } else {
-        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * inner_stride];
-      }
-      for (int d = rank - 2; d >= 0; --d) {  // the next row's multi-index and offset
-        if (++index[d] < out_shape[d]) {
-          offset += in_strides[d];
-          break;
-        }
-        offset -= (index[d] - 1) * in_strides[d];
-        index[d] = 0;
-      }
-    }
-  });
 }
 
 // ---- Concat, Split ----------------------------------------------------------------------------
@@ -410,14 +333,14 @@ absl::Status trilu_kernel(const KernelContext& ctx) {
 }
 
 void register_data_movement_kernels(KernelRegistry& r) {
-  r.add(for_all_dtypes(kernel_def("Concat", &concat_kernel)));
-  r.add(for_all_dtypes(kernel_def("Split", &split_kernel)));
-  r.add(for_all_dtypes(kernel_def("Gather", &gather_kernel)));
+  add_kernel_for_all_dtypes(r, kernel_def("Concat"), &concat_kernel);
+  add_kernel_for_all_dtypes(r, kernel_def("Split"), &split_kernel);
+  add_kernel_for_all_dtypes(r, kernel_def("Gather"), &gather_kernel);
   add_kernels_by_element_size(r, kernel_def("Slice"),
                               []<typename Word>() { return &slice_kernel<Word>; });
   add_kernels_by_element_size(r, kernel_def("Transpose"),
                               []<typename Word>() { return &transpose_kernel<Word>; });
-  add_kernels_by_element_size(r, kernel_def("Trilu", nullptr, 0),
+  add_kernels_by_element_size(r, kernel_def("Trilu", {.in_place_operand = 0}),
                               []<typename Word>() { return &trilu_kernel<Word>; });
 }
 

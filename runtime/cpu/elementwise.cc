@@ -288,12 +288,7 @@ absl::Status not_kernel(const KernelContext& ctx) {
 
 // Every kernel here may write its output over operand 0 (Where: operand 1) of the same size:
 // each output element is stored after its own operands were read.
-KernelDef in_place(std::string op) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = 0;
-  return def;
-}
+KernelDef in_place(std::string op) { return kernel_def(std::move(op), {.in_place_operand = 0}); }
 
 template <typename Make>
 void add_numeric(KernelRegistry& r, const KernelDef& def, Make make) {
@@ -310,9 +305,7 @@ void add_unary_float(KernelRegistry& r, std::string op) {
 }
 
 void add_where(KernelRegistry& r) {
-  KernelDef def = in_place("Where");
-  def.keyed_on.index = 1;
-  def.in_place_operand = 1;
+  KernelDef def = kernel_def("Where", {.in_place_operand = 1, .keyed_on = {.index = 1}});
   for (DType dtype : kAllDTypes) {
     def.dtypes = {dtype};
     switch (dtype_size(dtype)) {

@@ -172,14 +172,6 @@ absl::Status negative_log_likelihood(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
-KernelDef kernel_def(std::string op, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
 void register_loss_kernels(KernelRegistry& r) {
   add_kernels<float, double, Float16, BFloat16>(
       r, kernel_def("SoftmaxCrossEntropyLoss"),

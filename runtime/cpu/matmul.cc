@@ -261,20 +261,15 @@ absl::Status integer_gemm_kernel(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-KernelDef kernel_def(std::string op, WorkspaceFn workspace_bytes = nullptr) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.workspace_bytes = workspace_bytes;
-  return def;
-}
-
 void register_matmul_kernels(KernelRegistry& r) {
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("MatMul", &matmul_workspace),
-                                                []<typename T>() { return &matmul<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def("MatMul", {.workspace_bytes = &matmul_workspace}),
+      []<typename T>() { return &matmul<T>; });
   add_kernels<int64_t, int32_t>(r, kernel_def("MatMul"),
                                 []<typename T>() { return &integer_matmul<T>; });
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Gemm", &gemm_workspace),
-                                                []<typename T>() { return &gemm_kernel<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def("Gemm", {.workspace_bytes = &gemm_workspace}),
+      []<typename T>() { return &gemm_kernel<T>; });
   add_kernels<int64_t, int32_t>(r, kernel_def("Gemm"),
                                 []<typename T>() { return &integer_gemm_kernel<T>; });
 }

@@ -87,11 +87,6 @@ float float_attr_or(const Node& node, std::string_view name, float fallback) {
   return std::get<float>(*value);
 }
 
-int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
-  const AttrValue* value = node.find_attr(name);
-  return value != nullptr ? std::get<int64_t>(*value) : fallback;
-}
-
 // ---- LayerNormalization --------------------------------------------------------------------
 
 // Maps a flat index of X to the flat index of an operand that broadcasts to X.
@@ -244,19 +239,13 @@ absl::Status batch_norm(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
-KernelDef kernel_def(std::string op, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
 void register_normalization_kernels(KernelRegistry& r) {
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("LayerNormalization", 0),
-                                                []<typename T>() { return &layer_norm<T>; });
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("BatchNormalization", 0),
-                                                []<typename T>() { return &batch_norm<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def("LayerNormalization", {.in_place_operand = 0}),
+      []<typename T>() { return &layer_norm<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, kernel_def("BatchNormalization", {.in_place_operand = 0}),
+      []<typename T>() { return &batch_norm<T>; });
 }
 
 static KernelRegistration kReg(&register_normalization_kernels);

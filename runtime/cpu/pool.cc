@@ -165,16 +165,12 @@ absl::Status global_average_pool(const KernelContext& ctx) {
 }
 
 void register_pool_kernels(KernelRegistry& r) {
-  KernelDef def;
-  def.op = "MaxPool";
   add_kernels<float, double, Float16, BFloat16, int8_t, uint8_t>(
-      r, def, []<typename T>() { return &max_pool<T>; });
-  def.op = "AveragePool";
-  add_kernels<float, double, Float16, BFloat16>(r, def,
+      r, kernel_def("MaxPool"), []<typename T>() { return &max_pool<T>; });
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("AveragePool"),
                                                 []<typename T>() { return &average_pool<T>; });
-  def.op = "GlobalAveragePool";
   add_kernels<float, double, Float16, BFloat16>(
-      r, def, []<typename T>() { return &global_average_pool<T>; });
+      r, kernel_def("GlobalAveragePool"), []<typename T>() { return &global_average_pool<T>; });
 }
 
 static KernelRegistration kReg(&register_pool_kernels);

@@ -208,14 +208,6 @@ absl::Status reduce(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
-KernelDef kernel_def(std::string op, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
 void register_reduce_kernels(KernelRegistry& r) {
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
       r, kernel_def("ReduceSum"), []<typename T>() { return &reduce<T, Reduction::kSum>; });

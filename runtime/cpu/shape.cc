@@ -24,42 +24,6 @@ namespace {
 constexpr int64_t kGrainElements = 1 << 16;
 constexpr int64_t kGrainBytes = 1 << 20;
 
-// A CPU kernel of the standard-domain op `op`; the dtypes are filled in by the caller.
-KernelDef kernel_def(std::string op, KernelFn fn = nullptr, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.fn = fn;
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
-// Registers `base` once per element size (1, 2, 4, 8 bytes), keyed on every DType of that size,
-// with the kernel `make.template operator()<Word>()` that moves elements as Word.
-template <typename Make>
-void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base, Make make) {
-  auto add = [&]<typename Word>() {
-    KernelDef def = base;
-    def.device = Device::kCpu;
-    def.dtypes.clear();
-    for (DType dtype : kAllDTypes) {
-      if (dtype_size(dtype) == sizeof(Word)) def.dtypes.push_back(dtype);
-    }
-    def.fn = make.template operator()<Word>();
-    if (!def.dtypes.empty()) registry.add(std::move(def));
-  };
-  add.template operator()<uint8_t>();
-  add.template operator()<uint16_t>();
-  add.template operator()<uint32_t>();
-  add.template operator()<uint64_t>();
-}
-
-// One KernelDef for every DType: kernels that never look at elements.
-KernelDef for_all_dtypes(KernelDef def) {
-  def.device = Device::kCpu;
-  def.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));
-  return def;
-}
-
 // Copies `bytes` bytes in parallel chunks; nothing when the buffers are the same (in place).
 void copy_bytes(void* to, const void* from, int64_t bytes) {
   if (to == from || bytes == 0) return;
@@ -97,47 +61,6 @@ absl::Status shape_kernel(const KernelContext& ctx) {
 
 // ---- Expand -----------------------------------------------------------------------------------
 
-// out[o] = in[sum_d o_d * in_strides[d]] for every multi-index o of `out_shape`, walked in
-// row-major order; rows of the last dim are split across threads.
-template <typename Word>
-void strided_copy(const Word* in, std::vector<int64_t> in_strides, const Shape& out_shape,
-                  Word* out) {
-  const int64_t total = num_elements(out_shape);
-  if (total == 0) return;
-  const int rank = static_cast<int>(out_shape.size());
-  const int64_t inner = rank == 0 ? 1 : out_shape[rank - 1];
-  const int64_t inner_stride = rank == 0 ? 0 : in_strides[rank - 1];
-  const int64_t rows = total / inner;
-  parallel_for(rows, std::max<int64_t>(1, kGrainElements / inner), [&](int64_t begin, int64_t end) {
-    std::vector<int64_t> index(std::max(rank - 1, 0), 0);
-    int64_t offset = 0;
-    for (int64_t d = rank - 2, rest = begin; d >= 0; --d) {
-      index[d] = rest % out_shape[d];
-      rest /= out_shape[d];
-      offset += index[d] * in_strides[d];
-    }
-    for (int64_t row = begin; row < end; ++row) {
-      Word* dst = out + row * inner;
-      const Word* src = in + offset;
-      if (inner_stride == 1) {
-        std::copy_n(src, inner, dst);
-      } else if (inner_stride == 0) {
-        std::fill_n(dst, inner, *src);
-      } else {
-        for (int64_t j = 0; j < inner; ++j) dst[j] = src[j * inner_stride];
-      }
-      for (int d = rank - 2; d >= 0; --d) {  // the next row's multi-index and offset
-        if (++index[d] < out_shape[d]) {
-          offset += in_strides[d];
-          break;
-        }
-        offset -= (index[d] - 1) * in_strides[d];
-        index[d] = 0;
-      }
-    }
-  });
-}
-
 // Broadcasts the input to the inferred output shape: input dims of size 1 (and missing leading
 // dims) are read with stride 0.
 template <typename Word>
@@ -151,7 +74,7 @@ absl::Status expand_kernel(const KernelContext& ctx) {
     if (in_shape[d] != 1) strides[lead + d] = stride;
     stride *= in_shape[d];
   }
-  strided_copy(ctx.input(0).in<Word>().data(), std::move(strides), out_shape,
+  strided_copy(ctx.input(0).in<Word>().data(), 0, strides, out_shape,
                ctx.output(0).out<Word>().data());
   return absl::OkStatus();
 }
@@ -230,13 +153,13 @@ absl::Status dropout_kernel(const KernelContext& ctx) {
 
 void register_shape_kernels(KernelRegistry& r) {
   for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
-    r.add(for_all_dtypes(kernel_def(op, &view_kernel, 0)));
+    add_kernel_for_all_dtypes(r, kernel_def(op, {.in_place_operand = 0}), &view_kernel);
   }
-  r.add(for_all_dtypes(kernel_def("Shape", &shape_kernel)));
+  add_kernel_for_all_dtypes(r, kernel_def("Shape"), &shape_kernel);
   add_kernels_by_element_size(r, kernel_def("Expand"),
                               []<typename Word>() { return &expand_kernel<Word>; });
   // Dropout's OpDef admits float data only.
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Dropout", nullptr, 0),
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Dropout", {.in_place_operand = 0}),
                                                 []<typename T>() { return &dropout_kernel<T>; });
 }
 

@@ -31,11 +31,6 @@ struct RowLayout {
   int64_t outer = 1, length = 1, inner = 1;
 };
 
-int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
-  const AttrValue* value = node.find_attr(name);
-  return value != nullptr ? std::get<int64_t>(*value) : fallback;
-}
-
 RowLayout row_layout(const Node& node, const Shape& shape) {
   const int64_t rank = static_cast<int64_t>(shape.size());
   const int64_t since_opset =
@@ -95,18 +90,11 @@ absl::Status softmax(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-// A KernelDef for `op` of the standard domain; `in_place_operand` as KernelDef documents.
-KernelDef kernel_def(std::string op, int in_place_operand = -1) {
-  KernelDef def;
-  def.op = std::move(op);
-  def.in_place_operand = in_place_operand;
-  return def;
-}
-
 void register_softmax_kernels(KernelRegistry& r) {
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Softmax", 0),
+  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("Softmax", {.in_place_operand = 0}),
                                                 []<typename T>() { return &softmax<T, false>; });
-  add_kernels<float, double, Float16, BFloat16>(r, kernel_def("LogSoftmax", 0),
+  add_kernels<float, double, Float16, BFloat16>(r,
+                                                kernel_def("LogSoftmax", {.in_place_operand = 0}),
                                                 []<typename T>() { return &softmax<T, true>; });
 }
 

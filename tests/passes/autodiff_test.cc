@@ -111,5 +111,81 @@ TEST(Autodiff, FreezeAndTrainableRegexesChooseTheParameters) {
   EXPECT_FALSE(run_autodiff(*graph, diagnostics, options).ok()) << "a bad regex is an error";
 }
 
+// Whole graphs against central differences in f64 (tests/gradient_check.h).
+void expect_gradients_match(std::string_view text, const std::string& wrt) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  ASSERT_NE(graph, nullptr);
+  std::mt19937 rng(5);
+  std::vector<Tensor> inputs;
+  for (const Value* input : graph->inputs()) {
+    if (is_float(input->dtype())) {
+      inputs.push_back(testing::random_tensor(input->type(), rng, -1, 1));
+    } else {
+      // Indices: 0, 1, 2, ... wrapping at 3, so every case below repeats some.
+      Tensor indices(input->type());
+      for (int64_t i = 0; i < indices.num_elements(); ++i) indices.set_element_i64(i, i % 3);
+      inputs.push_back(indices);
+    }
+  }
+  absl::StatusOr<testing::GradientCheck> check = testing::check_gradients(*graph, inputs, wrt);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_GT(check->inputs_checked, 0);
+  EXPECT_LT(check->max_relative_error, 1e-6) << "worst: " << check->worst_input;
+}
+
+TEST(AutodiffGradients, TwoLayerPerceptronWithBroadcastBiases) {
+  expect_gradients_match(R"(
+    graph g(%x: f64[4,3], %w1: f64[3,5], %b1: f64[5], %w2: f64[5,2], %b2: f64[2]) {
+      %h = MatMul(%x, %w1) : f64[4,5]
+      %hb = Add(%h, %b1) : f64[4,5]
+      %a = Tanh(%hb) : f64[4,5]
+      %y = MatMul(%a, %w2) : f64[4,2]
+      %yb = Add(%y, %b2) : f64[4,2]
+      %sq = Mul(%yb, %yb) : f64[4,2]
+      %loss = ReduceMean<keepdims=0>(%sq) : f64[]
+      return %loss
+    })",
+                         "^(w|b)");
+}
+
+TEST(AutodiffGradients, BroadcastingBothWaysIsSummedBackToEachShape) {
+  expect_gradients_match(R"(
+    graph g(%a: f64[3,1], %b: f64[1,4], %c: f64[]) {
+      %s = Add(%a, %b) : f64[3,4]
+      %p = Mul(%s, %c) : f64[3,4]
+      %e = Exp(%p) : f64[3,4]
+      %loss = ReduceSum<keepdims=0>(%e) : f64[]
+      return %loss
+    })",
+                         "^[abc]$");
+}
+
+TEST(AutodiffGradients, TiedEmbeddingAndHeadSumBothUses) {
+  // The embedding table is read by Gather (rows, repeated indices) and, transposed, by the
+  // output projection: its gradient is the sum of both.
+  expect_gradients_match(R"(
+    graph g(%tokens: i64[5], %table: f64[3,4]) {
+      %h = Gather<axis=0>(%table, %tokens) : f64[5,4]
+      %t = Transpose<perm=[1,0]>(%table) : f64[4,3]
+      %logits = MatMul(%h, %t) : f64[5,3]
+      %p = Softmax<axis=-1>(%logits) : f64[5,3]
+      %sq = Mul(%p, %logits) : f64[5,3]
+      %loss = ReduceSum<keepdims=0>(%sq) : f64[]
+      return %loss
+    })",
+                         "^table$");
+}
+
+TEST(AutodiffGradients, ValueReadTwiceByOneNode) {
+  expect_gradients_match(R"(
+    graph g(%x: f64[6]) {
+      %sq = Mul(%x, %x) : f64[6]
+      %s = Sigmoid(%sq) : f64[6]
+      %loss = ReduceSum<keepdims=0>(%s) : f64[]
+      return %loss
+    })",
+                         "^x$");
+}
+
 }  // namespace
 }  // namespace ampc

@@ -18,47 +18,30 @@
 // 65504; a MatMul of 70000 is inf in f16 and finite in bf16; results below half the smallest
 // subnormal are zeros of the right sign, results in the subnormal range are exact.
 #include <cblas.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
-#include <span>
 #include <string>
 #include <vector>
 
-#include "compiler/float16.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
 // ---- helpers -------------------------------------------------------------------------------
 
-std::string dtype_label(DType dtype) { return std::string(dtype_name(dtype)); }
+using testing::bits_of;
+using testing::exact_values;
+using testing::random_values;
+using testing::round_to;
+using testing::run_op;
+using testing::upcast;
 
-// Runs the one-node graph `op<attrs>(inputs...) : output` on the CPU and returns its output.
-Tensor run_op(const std::string& op, const std::string& attrs, const std::vector<Tensor>& inputs,
-              const TensorType& output) {
-  std::vector<std::string> params, operands;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    params.push_back(str_cat("%x", i, ": ", type_to_string(inputs[i].type())));
-    operands.push_back(str_cat("%x", i));
-  }
-  const std::string text =
-      str_cat("graph g(", str_join(params, ", "), ") {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
-              ") : ", type_to_string(output), "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return Tensor();
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? (*outputs)[0] : Tensor();
-}
+std::string dtype_label(DType dtype) { return std::string(dtype_name(dtype)); }
 
 // A tensor of `dtype` holding `values`, each of which must be representable exactly.
 Tensor exact_tensor(DType dtype, Shape shape, const std::vector<double>& values) {
@@ -67,29 +50,6 @@ Tensor exact_tensor(DType dtype, Shape shape, const std::vector<double>& values)
     EXPECT_EQ(t.element_as_double(static_cast<int64_t>(i)), values[i]) << "not exact in " << i;
   }
   return t;
-}
-
-// The bits of an f16/bf16 tensor (none, with a failure, for anything else: a failed run).
-std::vector<uint16_t> bits_of(const Tensor& t) {
-  if (t.dtype() != DType::kF16 && t.dtype() != DType::kBF16) {
-    ADD_FAILURE() << "expected an f16 or bf16 result, got " << type_to_string(t.type());
-    return {};
-  }
-  std::span<const uint16_t> bits = t.data<uint16_t>();
-  return {bits.begin(), bits.end()};
-}
-
-// The elements of an f16/bf16 tensor, upcast (exactly) to f32.
-std::vector<float> upcast(const Tensor& t) {
-  std::vector<float> out;
-  for (const uint16_t bits : bits_of(t)) {
-    out.push_back(t.dtype() == DType::kF16 ? f16_bits_to_f32(bits) : bf16_bits_to_f32(bits));
-  }
-  return out;
-}
-
-uint16_t round_to(DType dtype, float value) {
-  return dtype == DType::kF16 ? f32_to_f16_bits(value) : f32_to_bf16_bits(value);
 }
 
 // Checks every element of `got` is the rounding of the f32 result `expected`, bit for bit;
@@ -108,24 +68,6 @@ void expect_rounded(const Tensor& got, const std::vector<float>& expected, const
     }
   }
   EXPECT_EQ(mismatches, 0) << what << ": " << mismatches << " of " << expected.size();
-}
-
-// Small integers times powers of two: every product and partial sum of the dot products below
-// is exact in f32 (and every value is exact in bf16).
-std::vector<double> exact_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> mantissa(-15, 15), exponent(-2, 2);
-  std::vector<double> values(count);
-  for (double& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
-  return values;
-}
-
-std::vector<double> normal_values(int64_t count, uint32_t seed, double mean, double stddev) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal(mean, stddev);
-  std::vector<double> values(count);
-  for (double& v : values) v = normal(rng);
-  return values;
 }
 
 // `value` as f32, asserting the f64 reference was exact in f32 (so f32 accumulation in any
@@ -170,18 +112,15 @@ TEST_P(NumericContract, MatMulWithExactSumsIsTheRoundedF32Product) {
 }
 
 TEST_P(NumericContract, MatMulWithRandomInputsIsUpcastSgemmRounded) {
-  // The BLAS the runtime links; it is not on the tests' link line, so look it up at run time.
-  const auto sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(RTLD_DEFAULT, "cblas_sgemm"));
-  ASSERT_NE(sgemm, nullptr) << "cblas_sgemm is not loaded";
   const DType dtype = GetParam();
   const int m = 48, k = 96, n = 40;  // one tile: the kernel makes one sgemm call of this shape
-  const Tensor a = Tensor::from_doubles(dtype, {m, k}, normal_values(m * k, 3, 0, 1));
-  const Tensor b = Tensor::from_doubles(dtype, {k, n}, normal_values(k * n, 4, 0, 1));
+  const Tensor a = Tensor::from_doubles(dtype, {m, k}, random_values(m * k, 3));
+  const Tensor b = Tensor::from_doubles(dtype, {k, n}, random_values(k * n, 4));
   const Tensor y = run_op("MatMul", "", {a, b}, TensorType{dtype, {m, n}});
   const std::vector<float> a32 = upcast(a), b32 = upcast(b);
   std::vector<float> expected(m * n);
-  sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a32.data(), k, b32.data(), n,
-        0.0f, expected.data(), n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a32.data(), k, b32.data(),
+              n, 0.0f, expected.data(), n);
   expect_rounded(y, expected, "MatMul");
 }
 
@@ -272,8 +211,8 @@ TEST_P(NumericContract, ConvWithExactSumsIsTheRoundedF32Convolution) {
 
 TEST_P(NumericContract, AddIsOneRoundedF32Addition) {
   const DType dtype = GetParam();
-  const Tensor a = Tensor::from_doubles(dtype, {64, 33}, normal_values(64 * 33, 5, 0, 100));
-  const Tensor b = Tensor::from_doubles(dtype, {33}, normal_values(33, 6, 0, 1));  // broadcast
+  const Tensor a = Tensor::from_doubles(dtype, {64, 33}, random_values(64 * 33, 5, 100));
+  const Tensor b = Tensor::from_doubles(dtype, {33}, random_values(33, 6));  // broadcast
   const Tensor y = run_op("Add", "", {a, b}, TensorType{dtype, {64, 33}});
   const std::vector<float> a32 = upcast(a), b32 = upcast(b);
   std::vector<float> expected;
@@ -343,10 +282,10 @@ TEST_P(NumericContract, SoftmaxIsTheRoundedF32SoftmaxInSequentialOrder) {
   // Many rows: an f32 result one ulp off rounds differently in f16 about once in 2^13 elements
   // and in bf16 once in 2^16, so a different order shows only over a few hundred thousand.
   const int64_t rows = 4096, n = 96;
-  const Tensor x = Tensor::from_doubles(dtype, {rows, n}, normal_values(rows * n, 7, 0, 4));
+  const Tensor x = Tensor::from_doubles(dtype, {rows, n}, random_values(rows * n, 7, 4));
   expect_rounded(run_op("Softmax", "", {x}, TensorType{dtype, {rows, n}}),
                  reference_softmax(upcast(x), rows, n, 1), "Softmax axis -1");
-  const Tensor x3 = Tensor::from_doubles(dtype, {3, 6, 5}, normal_values(90, 8, 10, 3));
+  const Tensor x3 = Tensor::from_doubles(dtype, {3, 6, 5}, random_values(90, 8, 3, 10));
   expect_rounded(run_op("Softmax", "axis=1", {x3}, TensorType{dtype, {3, 6, 5}}),
                  reference_softmax(upcast(x3), 3, 6, 5), "Softmax axis 1");
 }
@@ -375,17 +314,17 @@ std::vector<float> reference_layer_norm(const std::vector<float>& x,
 TEST_P(NumericContract, LayerNormalizationIsTheRoundedF32NormalizationInOnnxOrder) {
   const DType dtype = GetParam();
   const int64_t rows = 4096, n = 96;  // many rows, as for Softmax
-  const Tensor x = Tensor::from_doubles(dtype, {rows, n}, normal_values(rows * n, 9, 1, 3));
-  const Tensor scale = Tensor::from_doubles(dtype, {n}, normal_values(n, 10, 1, 0.5));
-  const Tensor bias = Tensor::from_doubles(dtype, {n}, normal_values(n, 11, 0, 1));
+  const Tensor x = Tensor::from_doubles(dtype, {rows, n}, random_values(rows * n, 9, 3, 1));
+  const Tensor scale = Tensor::from_doubles(dtype, {n}, random_values(n, 10, 0.5, 1));
+  const Tensor bias = Tensor::from_doubles(dtype, {n}, random_values(n, 11));
   expect_rounded(run_op("LayerNormalization", "", {x, scale, bias}, TensorType{dtype, {rows, n}}),
                  reference_layer_norm(upcast(x), upcast(scale), upcast(bias), n, 1e-5f),
                  "LayerNormalization axis -1");
 
   // Normalized over the last two dims (axis 1 of 3), with a non-default epsilon.
-  const Tensor x3 = Tensor::from_doubles(dtype, {3, 4, 5}, normal_values(60, 12, -2, 5));
-  const Tensor scale3 = Tensor::from_doubles(dtype, {4, 5}, normal_values(20, 13, 1, 0.5));
-  const Tensor bias3 = Tensor::from_doubles(dtype, {4, 5}, normal_values(20, 14, 0, 1));
+  const Tensor x3 = Tensor::from_doubles(dtype, {3, 4, 5}, random_values(60, 12, 5, -2));
+  const Tensor scale3 = Tensor::from_doubles(dtype, {4, 5}, random_values(20, 13, 0.5, 1));
+  const Tensor bias3 = Tensor::from_doubles(dtype, {4, 5}, random_values(20, 14));
   expect_rounded(run_op("LayerNormalization", "axis=1, epsilon=0.01", {x3, scale3, bias3},
                         TensorType{dtype, {3, 4, 5}}),
                  reference_layer_norm(upcast(x3), upcast(scale3), upcast(bias3), 20, 0.01f),

@@ -1,7 +1,6 @@
 // The `ampc` command line, end to end: the example models compile and inspect; bad input and bad
 // flags give a clear message and a non-zero exit, and write nothing.
 #include <filesystem>
-#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -9,6 +8,7 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "tests/test_util.h"
+#include "tests/tools/cli_test_util.h"
 
 namespace ampc {
 namespace {
@@ -16,41 +16,19 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
+using testing::read_file;
 
-Result ampc(const std::string& args) {
-  Result r;
-  r.exit_code = testing::run_command(std::string(AMPC_BINARY) + " " + args, &r.out, &r.err);
-  return r;
-}
+CliResult ampc(const std::string& args) { return testing::run_ampc(args); }
 
-class CliTest : public ::testing::Test {
+class CliTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ampc_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  CliTest() : TempDirTest("ampc_cli_") {}
+
   std::string model(const std::string& name) const {
     return testing::source_path("models/" + name + ".onnx");
   }
-  void write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-  fs::path dir_;
 };
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 // A one-node model: `op` (with its inputs all graph inputs of `input_shape` float) at `opset`.
 std::string one_node_model(const std::string& op, int opset, int num_inputs,
@@ -84,7 +62,7 @@ std::string one_node_model(const std::string& op, int opset, int num_inputs,
 }
 
 TEST_F(CliTest, HelpListsCommandsAndFlags) {
-  Result r = ampc("--help");
+  CliResult r = ampc("--help");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, HasSubstr("compile"));
   EXPECT_THAT(r.out, HasSubstr("inspect"));
@@ -100,7 +78,7 @@ TEST_F(CliTest, CompilesEachExampleModelIntoACheckedOnnxFile) {
   for (const std::string name : {"mlp", "cnn", "tiny_gpt"}) {
     SCOPED_TRACE(name);
     const std::string out = path(name + ".ampc.onnx");
-    Result r = ampc("compile " + model(name) + " -o " + out);
+    CliResult r = ampc("compile " + model(name) + " -o " + out);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     onnx::ModelProto proto;
     ASSERT_TRUE(proto.ParseFromString(read_file(out)));
@@ -119,7 +97,7 @@ TEST_F(CliTest, CompilesEachExampleModelIntoACheckedOnnxFile) {
 }
 
 TEST_F(CliTest, InspectJsonFollowsTheDocumentedSchema) {
-  Result r = ampc("inspect --format json " + model("mlp"));
+  CliResult r = ampc("inspect --format json " + model("mlp"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json json = nlohmann::json::parse(r.out);
   EXPECT_EQ(json["schema"], "ampc.inspect/1");
@@ -141,8 +119,8 @@ TEST_F(CliTest, InspectJsonFollowsTheDocumentedSchema) {
 
 TEST_F(CliTest, DumpAfterWritesTextIrPerPass) {
   const std::string dumps = path("dumps");
-  Result r = ampc("compile " + model("tiny_gpt") + " -o " + path("out.onnx") +
-                  " --dump-after all --dump-dir " + dumps);
+  CliResult r = ampc("compile " + model("tiny_gpt") + " -o " + path("out.onnx") +
+                     " --dump-after all --dump-dir " + dumps);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   int files = 0;
   bool saw_fold = false;
@@ -161,8 +139,8 @@ TEST_F(CliTest, DumpAfterWritesTextIrPerPass) {
 
 TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
   const std::string out = path("out.onnx");
-  Result r = ampc("compile " + model("tiny_gpt") + " -o " + out +
-                  " --disable-pass fold-constants --disable-pass canonicalize");
+  CliResult r = ampc("compile " + model("tiny_gpt") + " -o " + out +
+                     " --disable-pass fold-constants --disable-pass canonicalize");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   onnx::ModelProto proto;
   ASSERT_TRUE(proto.ParseFromString(read_file(out)));
@@ -173,7 +151,7 @@ TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
 }
 
 TEST_F(CliTest, MissingFileIsAClearError) {
-  Result r = ampc("compile " + path("nope.onnx") + " -o " + path("out.onnx"));
+  CliResult r = ampc("compile " + path("nope.onnx") + " -o " + path("out.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("ampc: error:"));
   EXPECT_THAT(r.err, HasSubstr("nope.onnx"));
@@ -182,7 +160,7 @@ TEST_F(CliTest, MissingFileIsAClearError) {
 
 TEST_F(CliTest, RandomBytesAreNotAModel) {
   write("junk.onnx", std::string("\x13\x37 this is not a protobuf \xff\xfe", 30));
-  Result r = ampc("inspect " + path("junk.onnx"));
+  CliResult r = ampc("inspect " + path("junk.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("is not an ONNX model"));
 }
@@ -190,7 +168,7 @@ TEST_F(CliTest, RandomBytesAreNotAModel) {
 TEST_F(CliTest, TruncatedModelIsAClearError) {
   const std::string bytes = read_file(model("cnn"));
   write("cut.onnx", bytes.substr(0, bytes.size() / 2));
-  Result r = ampc("compile " + path("cut.onnx") + " -o " + path("out.onnx"));
+  CliResult r = ampc("compile " + path("cut.onnx") + " -o " + path("out.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("cut.onnx"));
   EXPECT_FALSE(fs::exists(path("out.onnx")));
@@ -198,7 +176,7 @@ TEST_F(CliTest, TruncatedModelIsAClearError) {
 
 TEST_F(CliTest, UnsupportedOpNamesNodeOpDomainOpsetAndSupportedOps) {
   write("foo.onnx", one_node_model("Foo", 17, 1, {"2"}));
-  Result r = ampc("compile " + path("foo.onnx") + " -o " + path("out.onnx"));
+  CliResult r = ampc("compile " + path("foo.onnx") + " -o " + path("out.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("the_node"));
   EXPECT_THAT(r.err, HasSubstr("Foo"));
@@ -210,7 +188,7 @@ TEST_F(CliTest, UnsupportedOpNamesNodeOpDomainOpsetAndSupportedOps) {
 
 TEST_F(CliTest, DynamicDimNeedsShapeFlag) {
   write("dyn.onnx", one_node_model("Relu", 17, 1, {"batch", "4"}));
-  Result r = ampc("compile " + path("dyn.onnx") + " -o " + path("out.onnx"));
+  CliResult r = ampc("compile " + path("dyn.onnx") + " -o " + path("out.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("in0"));
   EXPECT_THAT(r.err, HasSubstr("batch"));
@@ -224,15 +202,15 @@ TEST_F(CliTest, DynamicDimNeedsShapeFlag) {
 TEST_F(CliTest, ShapeMismatchNamesNodeAndBothShapes) {
   write("add.onnx", one_node_model("Add", 17, 2, {"n"}));
   // Fix the symbolic dim of the two inputs to sizes that do not broadcast.
-  Result r = ampc("compile " + path("add.onnx") + " -o " + path("out.onnx") +
-                  " --shape in0:3 --shape in1:4");
+  CliResult r = ampc("compile " + path("add.onnx") + " -o " + path("out.onnx") +
+                     " --shape in0:3 --shape in1:4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("node 'the_node' (Add): shapes [3] and [4] do not broadcast"));
   EXPECT_FALSE(fs::exists(path("out.onnx")));
 }
 
 TEST_F(CliTest, BadFlagsAreUsageErrors) {
-  Result r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape x:8xfoo");
+  CliResult r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape x:8xfoo");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--shape 'x:8xfoo'"));
   r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape nosuch:8x64");
@@ -252,7 +230,7 @@ TEST_F(CliTest, BadFlagsAreUsageErrors) {
 }
 
 TEST_F(CliTest, UnwritableOutputIsAnErrorAndLeavesNothing) {
-  Result r = ampc("compile " + model("mlp") + " -o " + path("no/such/dir/out.onnx"));
+  CliResult r = ampc("compile " + model("mlp") + " -o " + path("no/such/dir/out.onnx"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("out.onnx"));
   EXPECT_TRUE(fs::is_empty(dir_));

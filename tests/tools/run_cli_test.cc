@@ -1,17 +1,15 @@
 // `ampc run`, end to end: models/mlp.onnx runs on inputs from .npy and .npz files and writes
 // each output as an .npy file; bad inputs give exit 1 and a message naming the input or file,
 // bad flags exit 2, and a failed run writes no output.
-#include <unistd.h>
-
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/npy.h"
 #include "tests/test_util.h"
+#include "tests/tools/cli_test_util.h"
 
 namespace ampc {
 namespace {
@@ -19,37 +17,26 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-struct Result {
-  int exit_code;
-  std::string out;
-  std::string err;
-};
+using testing::CliResult;
 
-class RunCliTest : public ::testing::Test {
+class RunCliTest : public testing::TempDirTest {
  protected:
+  RunCliTest() : TempDirTest("ampc_run_cli_") {}
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ampc_run_cli_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir_);
+    TempDirTest::SetUp();
     // mlp.onnx: inputs x f32[8,64], label i64[8]; outputs loss f32[], logits f32[8,10].
     std::vector<double> x(8 * 64);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1 * static_cast<double>(i));
     save("x.npy", Tensor::from_doubles(DType::kF32, {8, 64}, x));
     save("label.npy", Tensor::from_i64({8}, {0, 1, 2, 3, 4, 5, 6, 9}));
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
   void save(const std::string& name, const Tensor& tensor) const {
     ASSERT_TRUE(runtime::write_npy(path(name), tensor).ok());
   }
-  Result ampc(const std::string& args, const std::string& cwd = "") const {
-    Result r;
-    const std::string cd = cwd.empty() ? "" : "cd " + cwd + " && ";
-    r.exit_code =
-        testing::run_command(cd + std::string(AMPC_BINARY) + " run " + args, &r.out, &r.err);
-    return r;
+  CliResult ampc(const std::string& args, const std::string& cwd = "") const {
+    return testing::run_ampc("run " + args, cwd);
   }
   std::string mlp() const { return testing::source_path("models/mlp.onnx"); }
   std::string mlp_inputs() const {
@@ -57,14 +44,12 @@ class RunCliTest : public ::testing::Test {
   }
   // Runs `args`, expects exit 1 with `ampc: error:`, and that no output was written.
   std::string expect_error(const std::string& args) const {
-    Result r = ampc(args + " --output-dir " + path("out"));
+    CliResult r = ampc(args + " --output-dir " + path("out"));
     EXPECT_EQ(r.exit_code, 1) << r.err;
     EXPECT_THAT(r.err, HasSubstr("ampc: error: "));
     EXPECT_FALSE(fs::exists(path("out"))) << args;
     return r.err;
   }
-
-  fs::path dir_;
 };
 
 // Mean cross-entropy of `logits` [n, classes] against `labels`, in f64.
@@ -81,7 +66,7 @@ double cross_entropy(const Tensor& logits, const std::vector<int64_t>& labels) {
 }
 
 TEST_F(RunCliTest, RunsTheMlpAndWritesEachOutputAsNpy) {
-  Result r = ampc(mlp() + mlp_inputs() + " --output-dir " + path("out"));
+  CliResult r = ampc(mlp() + mlp_inputs() + " --output-dir " + path("out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "loss f32[] " + path("out/loss.npy") + "\nlogits f32[8,10] " +
                        path("out/logits.npy") + "\n");
@@ -95,7 +80,7 @@ TEST_F(RunCliTest, RunsTheMlpAndWritesEachOutputAsNpy) {
 }
 
 TEST_F(RunCliTest, WritesIntoTheCurrentDirectoryByDefault) {
-  Result r = ampc(mlp() + mlp_inputs(), dir_.string());
+  CliResult r = ampc(mlp() + mlp_inputs(), dir_.string());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("loss f32[] loss.npy\n"));
   EXPECT_TRUE(fs::exists(path("loss.npy")));
@@ -108,7 +93,7 @@ TEST_F(RunCliTest, BindsInputsFromAnNpzAndInputFlagsOverrideIt) {
       {"label", Tensor::from_i64({8}, {0, 1, 2, 3, 4, 5, 6, 9})},
       {"expected_loss", Tensor::from_f32({}, {0})}};
   ASSERT_TRUE(runtime::write_npz(path("in.npz"), arrays).ok());
-  Result r = ampc(mlp() + " --inputs " + path("in.npz") + " --output-dir " + path("a"));
+  CliResult r = ampc(mlp() + " --inputs " + path("in.npz") + " --output-dir " + path("a"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("array 'expected_loss' is not an input of the model; ignored"));
   r = ampc(mlp() + " --inputs " + path("in.npz") + " --input x=" + path("x.npy") +
@@ -150,20 +135,19 @@ TEST_F(RunCliTest, DtypeOrShapeMismatchNamesInputFileAndBothTypes) {
 }
 
 TEST_F(RunCliTest, MalformedOrMissingNpyNamesTheFile) {
-  std::ofstream(path("junk.npy"), std::ios::binary) << "definitely not numpy";
+  write("junk.npy", "definitely not numpy");
   std::string err = expect_error(mlp() + " --input label=" + path("label.npy") +
                                  " --input x=" + path("junk.npy"));
   EXPECT_THAT(err, HasSubstr(path("junk.npy") + ": not a .npy file"));
-  std::ifstream in(path("x.npy"), std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
-  std::ofstream(path("cut.npy"), std::ios::binary) << bytes.substr(0, bytes.size() - 5);
+  const std::string bytes = testing::read_file(path("x.npy"));
+  write("cut.npy", bytes.substr(0, bytes.size() - 5));
   err =
       expect_error(mlp() + " --input label=" + path("label.npy") + " --input x=" + path("cut.npy"));
   EXPECT_THAT(err, HasSubstr(path("cut.npy") + ": the array data is truncated"));
   err = expect_error(mlp() + " --input label=" + path("label.npy") +
                      " --input x=" + path("nope.npy"));
   EXPECT_THAT(err, HasSubstr("nope.npy"));
-  std::ofstream(path("junk.npz"), std::ios::binary) << "not a zip";
+  write("junk.npz", "not a zip");
   EXPECT_THAT(expect_error(mlp() + " --inputs " + path("junk.npz")), HasSubstr("junk.npz"));
 }
 
@@ -198,9 +182,9 @@ std::string relu_model(const std::vector<std::string>& output_names) {
 }
 
 TEST_F(RunCliTest, OutputNamesBecomeSafeDistinctFileNames) {
-  std::ofstream(path("relu.onnx"), std::ios::binary) << relu_model({"a/b:0", "a_b_0", ".."});
+  write("relu.onnx", relu_model({"a/b:0", "a_b_0", ".."}));
   save("in.npy", Tensor::from_f32({3}, {-1, 0, 2}));
-  Result r =
+  CliResult r =
       ampc(path("relu.onnx") + " --input in=" + path("in.npy") + " --output-dir " + path("out"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "a/b:0 f32[3] " + path("out/a_b_0.npy") + "\na_b_0 f32[3] " +

@@ -11,37 +11,22 @@
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
+using testing::elements;
+using testing::try_op;
+using testing::typed_tensor;
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+// Gelu's first opset.
+constexpr int64_t kOpset = 20;
 
-// Runs `%y = OP<ATTRS>(%x) : same type` at opset 20 (Gelu's first).
-absl::StatusOr<Tensor> try_activation(const std::string& op, const Tensor& x,
-                                      const std::string& attrs = "") {
-  const std::string type = type_to_string(x.type());
-  const std::string text =
-      str_cat("graph g(%x: ", type, ") opset(20) {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(%x) : ", type, "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return absl::InternalError("bad graph");
-  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, runtime::interpret_graph(*graph, {x}));
-  return outputs.at(0);
-}
-
+// `%y = OP<ATTRS>(%x) : same type`.
 Tensor activation(const std::string& op, const Tensor& x, const std::string& attrs = "") {
-  absl::StatusOr<Tensor> y = try_activation(op, x, attrs);
-  EXPECT_TRUE(y.ok()) << op << ": " << y.status();
-  return y.ok() ? *y : Tensor(x.type());
-}
-
-template <typename T>
-std::vector<T> elements(const Tensor& t) {
-  std::span<const T> data = t.data<T>();
-  return {data.begin(), data.end()};
+  return testing::run_op(op, attrs, {x}, x.type(), kOpset);
 }
 
 // An even sweep of [low, high] plus a few special points.
@@ -147,8 +132,7 @@ void expect_rounded_once(DType dtype) {
   std::vector<T> x;
   for (int i = 0; i < 512; ++i) x.push_back(T(uniform(rng)));
   for (float special : {0.0f, -0.0f, 1e-3f, -12.0f, 12.0f}) x.push_back(T(special));
-  Tensor t(TensorType{dtype, {static_cast<int64_t>(x.size())}});
-  std::copy(x.begin(), x.end(), t.mutable_data<T>().begin());
+  const Tensor t = typed_tensor<T>(dtype, x);
   struct Case {
     std::string op, attrs;
     float (*f32)(float);
@@ -180,7 +164,7 @@ TEST(ActivationKernels, BF16RoundsTheF32FormulaOnce) {
 
 TEST(ActivationKernels, GeluRejectsAnUnknownApproximation) {
   const Tensor t = Tensor::from_f32({2}, {1.0f, 2.0f});
-  absl::StatusOr<Tensor> y = try_activation("Gelu", t, "approximate=\"erf\"");
+  absl::StatusOr<Tensor> y = try_op("Gelu", "approximate=\"erf\"", {t}, t.type(), kOpset);
   ASSERT_FALSE(y.ok());
   EXPECT_NE(y.status().message().find("approximate"), std::string_view::npos) << y.status();
 }

@@ -14,39 +14,21 @@
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
+using testing::elements;
+using testing::typed_tensor;
+
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Runs `%y = Cast<to=TO[, ATTRS]>(%x)` at opset 19 (fp8 and `saturate`).
+// `%y = Cast<to=TO[, ATTRS]>(%x)` at opset 19 (fp8 and `saturate`).
 Tensor cast(const Tensor& x, DType to, const std::string& attrs = "") {
-  const std::string text =
-      str_cat("graph g(%x: ", type_to_string(x.type()),
-              ") opset(19) {\n  %y = Cast<to=", dtype_name(to), attrs.empty() ? "" : ", ", attrs,
-              ">(%x) : ", type_to_string(TensorType{to, x.shape()}), "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return Tensor(TensorType{to, x.shape()});
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, {x});
-  EXPECT_TRUE(outputs.ok()) << outputs.status();
-  return outputs.ok() ? outputs->at(0) : Tensor(TensorType{to, x.shape()});
-}
-
-template <typename T>
-Tensor make(DType dtype, const std::vector<T>& values) {
-  Tensor t(TensorType{dtype, {static_cast<int64_t>(values.size())}});
-  std::copy(values.begin(), values.end(), t.mutable_data<T>().begin());
-  return t;
-}
-
-template <typename T>
-std::vector<T> elements(const Tensor& t) {
-  std::span<const T> data = t.data<T>();
-  return {data.begin(), data.end()};
+  return testing::run_op("Cast", str_cat("to=", dtype_name(to), attrs.empty() ? "" : ", ", attrs),
+                         {x}, TensorType{to, x.shape()}, 19);
 }
 
 // The raw element bits of a 1- or 2-byte tensor.
@@ -69,7 +51,7 @@ TEST(CastKernels, FloatToIntegerTruncatesTowardZero) {
   const Tensor d = Tensor::from_doubles(DType::kF64, {2}, {-123456789012.75, 0x1p52 + 0.5});
   EXPECT_EQ(cast(d, DType::kI64).to_i64_vector(),
             (std::vector<int64_t>{-123456789012, int64_t{1} << 52}));
-  const Tensor h = make<Float16>(DType::kF16, {Float16(-3.75f), Float16(65504.0f)});
+  const Tensor h = typed_tensor<Float16>(DType::kF16, {Float16(-3.75f), Float16(65504.0f)});
   EXPECT_EQ(elements<int32_t>(cast(h, DType::kI32)), (std::vector<int32_t>{-3, 65504}));
 }
 
@@ -87,7 +69,7 @@ TEST(CastKernels, IntegerToIntegerWraps) {
   const Tensor x = Tensor::from_i64({4}, {300, -1, (int64_t{1} << 32) + 5, -129});
   EXPECT_EQ(elements<uint8_t>(cast(x, DType::kU8)), (std::vector<uint8_t>{44, 255, 5, 127}));
   EXPECT_EQ(elements<int32_t>(cast(x, DType::kI32)), (std::vector<int32_t>{300, -1, 5, -129}));
-  const Tensor u = make<uint8_t>(DType::kU8, {200, 7});
+  const Tensor u = typed_tensor<uint8_t>(DType::kU8, {200, 7});
   EXPECT_EQ(elements<int8_t>(cast(u, DType::kI8)), (std::vector<int8_t>{-56, 7}));
   EXPECT_EQ(cast(u, DType::kI64).to_i64_vector(), (std::vector<int64_t>{200, 7}));
 }
@@ -106,7 +88,7 @@ TEST(CastKernels, IntegerToFloatRoundsOnce) {
             (std::vector<uint32_t>{0x4b81,     // 2^24 + 2^17
                                    0x4380,     // 257 -> 256 (tie, even)
                                    0xc382}));  // -259 -> -260
-  const Tensor z = make<int32_t>(DType::kI32, {65519, 65520, 2049, -70000});
+  const Tensor z = typed_tensor<int32_t>(DType::kI32, {65519, 65520, 2049, -70000});
   EXPECT_EQ(bits(cast(z, DType::kF16)), (std::vector<uint32_t>{0x7bff, 0x7c00, 0x6800, 0xfc00}));
 }
 
@@ -141,7 +123,7 @@ TEST(CastKernels, NaNStaysNaNAndInfinityStaysInfinity) {
   EXPECT_EQ(h[2], 0x7c00u);
   const std::vector<double> d = elements<double>(cast(x, DType::kF64));
   EXPECT_TRUE(std::isnan(d[0]) && std::isnan(d[1]) && d[2] == kInf && d[3] == -kInf);
-  const Tensor bf = make<BFloat16>(DType::kBF16, {BFloat16::from_bits(0x7fc1)});
+  const Tensor bf = typed_tensor<BFloat16>(DType::kBF16, {BFloat16::from_bits(0x7fc1)});
   EXPECT_TRUE(std::isnan(elements<float>(cast(bf, DType::kF32))[0]));
   EXPECT_EQ(bits(cast(bf, DType::kF16))[0] & 0x7c00u, 0x7c00u);
   EXPECT_NE(bits(cast(bf, DType::kF16))[0] & 0x3ffu, 0u);
@@ -169,7 +151,7 @@ TEST(CastKernels, BoolCastsAreNonzeroAndZeroOne) {
             (std::vector<bool>{false, false, true, true, true, true}));
   const Tensor i = Tensor::from_i64({3}, {0, -5, 256});
   EXPECT_EQ(elements<bool>(cast(i, DType::kBool)), (std::vector<bool>{false, true, true}));
-  const Tensor b = make<bool>(DType::kBool, {true, false});
+  const Tensor b = typed_tensor<bool>(DType::kBool, {true, false});
   EXPECT_EQ(elements<float>(cast(b, DType::kF32)), (std::vector<float>{1.0f, 0.0f}));
   EXPECT_EQ(bits(cast(b, DType::kF16)), (std::vector<uint32_t>{0x3c00, 0}));
   EXPECT_EQ(cast(b, DType::kI64).to_i64_vector(), (std::vector<int64_t>{1, 0}));
@@ -186,18 +168,18 @@ TEST(CastKernels, Fp8SaturatesByDefaultAndOverflowsWithoutIt) {
             (std::vector<uint32_t>{0x5f, 0x60, 0xfc, 0x7c, 0x3c}));
   const Tensor i = Tensor::from_i64({2}, {1000, 3});
   EXPECT_EQ(bits(cast(i, DType::kF8E4M3FN)), (std::vector<uint32_t>{0x7e, 0x44}));
-  const Tensor f8 = make<uint8_t>(DType::kF8E4M3FN, {0x7e, 0x7f, 0x01});
+  const Tensor f8 = typed_tensor<uint8_t>(DType::kF8E4M3FN, {0x7e, 0x7f, 0x01});
   const std::vector<float> back = elements<float>(cast(f8, DType::kF32));
   EXPECT_EQ(back[0], 448.0f);
   EXPECT_TRUE(std::isnan(back[1]));
   EXPECT_EQ(back[2], 0x1p-9f);
   EXPECT_EQ(elements<int32_t>(cast(f8, DType::kI32)), (std::vector<int32_t>{448, 0, 0}));
-  const Tensor e5 = make<uint8_t>(DType::kF8E5M2, {0x7c, 0x3c});
+  const Tensor e5 = typed_tensor<uint8_t>(DType::kF8E5M2, {0x7c, 0x3c});
   EXPECT_EQ(bits(cast(e5, DType::kF16)), (std::vector<uint32_t>{0x7c00, 0x3c00}));
 }
 
 TEST(CastKernels, SameTypeCastCopiesBits) {
-  const Tensor x = make<Float16>(DType::kF16, {Float16::from_bits(0x7c01), Float16(2.0f)});
+  const Tensor x = typed_tensor<Float16>(DType::kF16, {Float16::from_bits(0x7c01), Float16(2.0f)});
   EXPECT_EQ(bits(cast(x, DType::kF16)), (std::vector<uint32_t>{0x7c01, 0x4000}));
 }
 

@@ -1,47 +1,18 @@
 // CPU kernels of runtime/cpu/constant.cc: Constant, ConstantOfShape and Range, against
 // hand-written tensors.
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-absl::StatusOr<std::vector<Tensor>> try_run(std::string_view text) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return absl::InvalidArgumentError("graph did not parse");
-  return runtime::interpret_graph(*graph, {});
-}
-
-// Runs a graph without inputs written in text IR; a failure fails the test.
-std::vector<Tensor> run(std::string_view text) {
-  absl::StatusOr<std::vector<Tensor>> outputs = try_run(text);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
-}
-
-// Same type and bits; on a difference, names the first differing element.
-::testing::AssertionResult same_tensor(const Tensor& actual, const Tensor& expected) {
-  if (actual == expected) return ::testing::AssertionSuccess();
-  if (actual.type() != expected.type()) {
-    return ::testing::AssertionFailure() << "got " << type_to_string(actual.type()) << ", expected "
-                                         << type_to_string(expected.type());
-  }
-  const int size = dtype_size(actual.dtype());
-  int64_t i = 0;
-  while (std::memcmp(actual.bytes().data() + i * size, expected.bytes().data() + i * size, size) ==
-         0) {
-    ++i;
-  }
-  return ::testing::AssertionFailure()
-         << type_to_string(actual.type()) << " differs first at element " << i << ": got "
-         << actual.element_as_double(i) << ", expected " << expected.element_as_double(i);
-}
+using testing::run;
+using testing::same_tensor;
+using testing::try_run;
 
 // A tensor from raw element bytes.
 Tensor from_bytes(DType dtype, Shape shape, std::vector<uint8_t> bytes) {

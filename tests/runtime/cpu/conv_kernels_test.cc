@@ -5,74 +5,24 @@
 // GEMM core and one rounding.
 #include <cmath>
 #include <cstdint>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
 using Ints = std::vector<int64_t>;
 
-Tensor run_op(const std::string& op, const std::string& attrs, const std::vector<Tensor>& inputs,
-              const TensorType& output, int opset = 17) {
-  std::vector<std::string> params, operands;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    params.push_back(str_cat("%x", i, ": ", type_to_string(inputs[i].type())));
-    operands.push_back(str_cat("%x", i));
-  }
-  const std::string text =
-      str_cat("graph g(", str_join(params, ", "), ") opset(", opset, ") {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
-              ") : ", type_to_string(output), "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return Tensor();
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? (*outputs)[0] : Tensor();
-}
-
-int64_t count_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
-}
-
-std::vector<double> exact_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> mantissa(-15, 15), exponent(-2, 2);
-  std::vector<double> values(count);
-  for (double& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
-  return values;
-}
-
-std::vector<double> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = normal(rng);
-  return values;
-}
-
-// Calls f(index) for every index of `dims` in row-major order.
-void for_each_index(const Ints& dims, const std::function<void(const Ints&)>& f) {
-  Ints index(dims.size(), 0);
-  if (count_of(dims) == 0) return;
-  while (true) {
-    f(index);
-    size_t d = dims.size();
-    while (d > 0 && ++index[d - 1] == dims[d - 1]) index[--d] = 0;
-    if (d == 0) return;
-  }
-}
+using testing::exact_values;
+using testing::for_each_index;
+using testing::on_cpu_threads;
+using testing::random_values;
+using testing::run_op;
 
 int64_t flat(const Ints& dims, const Ints& index) {
   int64_t offset = 0;
@@ -109,7 +59,7 @@ std::vector<double> direct_conv(const ConvCase& c, const std::vector<double>& x,
   const Ints in(c.x.begin() + 2, c.x.end()), out(y_shape.begin() + 2, y_shape.end());
   const Ints kernel(c.w.begin() + 2, c.w.end());
   const int64_t channels_per_group = c.w[1], outs_per_group = c.w[0] / c.group;
-  std::vector<double> y(count_of(y_shape));
+  std::vector<double> y(num_elements(y_shape));
   for (int64_t n = 0; n < c.x[0]; ++n) {
     for (int64_t m = 0; m < c.w[0]; ++m) {
       const int64_t g = m / outs_per_group;
@@ -123,11 +73,11 @@ std::vector<double> direct_conv(const ConvCase& c, const std::vector<double>& x,
               i[d] = o[d] * c.strides[d] - c.pads[d] + k[d] * c.dilations[d];
               if (i[d] < 0 || i[d] >= in[d]) return;
             }
-            sum += x[(n * c.x[1] + channel) * count_of(in) + flat(in, i)] *
-                   w[(m * channels_per_group + ci) * count_of(kernel) + flat(kernel, k)];
+            sum += x[(n * c.x[1] + channel) * num_elements(in) + flat(in, i)] *
+                   w[(m * channels_per_group + ci) * num_elements(kernel) + flat(kernel, k)];
           });
         }
-        y[(n * c.w[0] + m) * count_of(out) + flat(out, o)] = sum;
+        y[(n * c.w[0] + m) * num_elements(out) + flat(out, o)] = sum;
       });
     }
   }
@@ -137,8 +87,8 @@ std::vector<double> direct_conv(const ConvCase& c, const std::vector<double>& x,
 // Runs the case on exact values in `dtype` and expects the direct f64 result, exactly (f32,
 // f64) or rounded once (f16, bf16: the sums are exact in f32, so rounding them is the answer).
 void expect_exact_conv(const ConvCase& c, DType dtype, bool with_bias, uint32_t seed) {
-  const std::vector<double> x = exact_values(count_of(c.x), seed);
-  const std::vector<double> w = exact_values(count_of(c.w), seed + 1);
+  const std::vector<double> x = exact_values(num_elements(c.x), seed);
+  const std::vector<double> w = exact_values(num_elements(c.w), seed + 1);
   const std::vector<double> b = exact_values(c.w[0], seed + 2);
   std::vector<Tensor> inputs = {Tensor::from_doubles(dtype, c.x, x),
                                 Tensor::from_doubles(dtype, c.w, w)};
@@ -191,8 +141,8 @@ TEST(ConvKernel, PointwiseKernel) {
 // the end and SAME_LOWER at the beginning; VALID pads nothing (out 2).
 TEST(ConvKernel, AutoPadPlacesTheOddPad) {
   const Shape x_shape = {1, 2, 6, 6}, w_shape = {3, 2, 3, 3};
-  const std::vector<double> x = exact_values(count_of(x_shape), 19);
-  const std::vector<double> w = exact_values(count_of(w_shape), 20);
+  const std::vector<double> x = exact_values(num_elements(x_shape), 19);
+  const std::vector<double> w = exact_values(num_elements(w_shape), 20);
   const std::vector<Tensor> inputs = {Tensor::from_doubles(DType::kF32, x_shape, x),
                                       Tensor::from_doubles(DType::kF32, w_shape, w)};
   struct AutoPad {
@@ -211,8 +161,8 @@ TEST(ConvKernel, AutoPadPlacesTheOddPad) {
 
 TEST(ConvKernel, F32RandomWithinSumErrorBound) {
   const ConvCase c{{2, 8, 9, 9}, {5, 8, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1};
-  const std::vector<double> x = random_values(count_of(c.x), 22),
-                            w = random_values(count_of(c.w), 23);
+  const std::vector<double> x = random_values(num_elements(c.x), 22),
+                            w = random_values(num_elements(c.w), 23);
   const Tensor y =
       run_op("Conv", c.attrs(),
              {Tensor::from_doubles(DType::kF32, c.x, x), Tensor::from_doubles(DType::kF32, c.w, w)},
@@ -263,20 +213,17 @@ TEST(ConvKernel, F16EqualsF32CoreThenBiasRoundedOnce) {
       expected.push_back(Float16(acc[i] + static_cast<float>(b.element_as_double(i / out))).bits);
     }
   }
-  std::span<const uint16_t> bits = y.data<uint16_t>();
-  EXPECT_EQ(std::vector<uint16_t>(bits.begin(), bits.end()), expected);
+  EXPECT_EQ(testing::bits_of(y), expected);
 }
 
 TEST(ConvKernel, BitsDoNotDependOnThreadCount) {
   const ConvCase c{{2, 16, 20, 20}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1};
   const std::vector<Tensor> inputs = {
-      Tensor::from_doubles(DType::kF32, c.x, random_values(count_of(c.x), 28)),
-      Tensor::from_doubles(DType::kF32, c.w, random_values(count_of(c.w), 29))};
-  runtime::cpu::set_cpu_threads(1);
-  const Tensor one = run_op("Conv", c.attrs(), inputs, {DType::kF32, c.y()});
-  runtime::cpu::set_cpu_threads(3);
-  const Tensor three = run_op("Conv", c.attrs(), inputs, {DType::kF32, c.y()});
-  runtime::cpu::set_cpu_threads(0);
+      Tensor::from_doubles(DType::kF32, c.x, random_values(num_elements(c.x), 28)),
+      Tensor::from_doubles(DType::kF32, c.w, random_values(num_elements(c.w), 29))};
+  auto conv = [&] { return run_op("Conv", c.attrs(), inputs, {DType::kF32, c.y()}); };
+  const Tensor one = on_cpu_threads(1, conv);
+  const Tensor three = on_cpu_threads(3, conv);
   EXPECT_TRUE(one == three);
 }
 

@@ -3,58 +3,28 @@
 // in this file; dtypes of every element size (bool and fp8 included) show the kernels move
 // bytes without converting them.
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-using runtime::interpret_graph;
-
-absl::StatusOr<std::vector<Tensor>> try_run(std::string_view text,
-                                            const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return absl::InvalidArgumentError("graph did not parse");
-  return interpret_graph(*graph, inputs);
-}
-
-// Runs a graph written in text IR; a failure fails the test and gives no outputs.
-std::vector<Tensor> run(std::string_view text, const std::vector<Tensor>& inputs = {}) {
-  absl::StatusOr<std::vector<Tensor>> outputs = try_run(text, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
-}
+using testing::on_cpu_threads;
+using testing::patterned;
+using testing::run;
+using testing::same_tensor;
+using testing::try_run;
+using testing::type_text;
 
 // The only output of a graph.
 Tensor run1(std::string_view text, const std::vector<Tensor>& inputs = {}) {
   std::vector<Tensor> outputs = run(text, inputs);
   return outputs.size() == 1 ? outputs[0] : Tensor();
-}
-
-// Same type and bits; on a difference, names the first differing element.
-::testing::AssertionResult same_tensor(const Tensor& actual, const Tensor& expected) {
-  if (actual == expected) return ::testing::AssertionSuccess();
-  if (actual.type() != expected.type()) {
-    return ::testing::AssertionFailure() << "got " << type_to_string(actual.type()) << ", expected "
-                                         << type_to_string(expected.type());
-  }
-  const int size = dtype_size(actual.dtype());
-  int64_t i = 0;
-  while (std::memcmp(actual.bytes().data() + i * size, expected.bytes().data() + i * size, size) ==
-         0) {
-    ++i;
-  }
-  return ::testing::AssertionFailure()
-         << type_to_string(actual.type()) << " differs first at element " << i << ": got "
-         << actual.element_as_double(i) << ", expected " << expected.element_as_double(i);
 }
 
 Tensor i64s(Shape shape, const std::vector<int64_t>& values) {
@@ -66,21 +36,6 @@ Tensor iota(Shape shape) {
   std::vector<int64_t> values(num_elements(shape));
   for (size_t i = 0; i < values.size(); ++i) values[i] = i;
   return Tensor::from_i64(std::move(shape), values);
-}
-
-// A tensor whose elements have distinct bytes (bool: 0/1 in an irregular pattern), so a moved
-// element is recognized by its bits.
-Tensor patterned(DType dtype, Shape shape) {
-  Tensor tensor(TensorType{dtype, std::move(shape)});
-  const int size = dtype_size(dtype);
-  std::span<uint8_t> bytes = tensor.mutable_bytes();
-  for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-    const uint64_t word = (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
-    for (int b = 0; b < size; ++b) {
-      bytes[i * size + b] = dtype == DType::kBool ? (i % 3 == 1) : uint8_t(word >> (56 - 8 * b));
-    }
-  }
-  return tensor;
 }
 
 std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
@@ -111,10 +66,6 @@ Tensor naive_move(const Tensor& in, const TensorType& type,
     }
   }
   return out;
-}
-
-std::string type_text(DType dtype, const Shape& shape) {
-  return type_to_string(TensorType{dtype, shape});
 }
 
 std::string ints_text(const std::vector<int64_t>& values) {
@@ -168,11 +119,9 @@ TEST(TransposeKernel, LargeTransposeIsTheSameOnOneThreadAndMany) {
   const Tensor expected = naive_move(in, {DType::kF32, {96, 64, 48}}, [&](const auto& o) {
     return ravel({o[1], o[2], o[0]}, in_shape);
   });
-  runtime::cpu::set_cpu_threads(1);
-  const Tensor one_thread = run1(text, {in});
-  runtime::cpu::set_cpu_threads(4);
-  const Tensor four_threads = run1(text, {in});
-  runtime::cpu::set_cpu_threads(0);
+  auto transpose = [&] { return run1(text, {in}); };
+  const Tensor one_thread = on_cpu_threads(1, transpose);
+  const Tensor four_threads = on_cpu_threads(4, transpose);
   EXPECT_TRUE(same_tensor(one_thread, expected));
   EXPECT_TRUE(same_tensor(four_threads, expected));
 }

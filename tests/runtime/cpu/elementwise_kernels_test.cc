@@ -3,8 +3,8 @@
 // and, for f16/bf16, bit for bit against "upcast to f32, compute, round once".
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -12,12 +12,15 @@
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
+
+using testing::bits_of;
+using testing::elements;
+using testing::on_cpu_threads;
+using testing::typed_tensor;
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -25,24 +28,14 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 // Runs `%y = OP<ATTRS>(inputs...) : OUT` (a null input is an omitted operand `_`).
 absl::StatusOr<Tensor> try_op(const std::string& op, const std::vector<const Tensor*>& inputs,
                               const TensorType& out, const std::string& attrs = "") {
-  std::vector<std::string> params, operands;
+  std::vector<std::optional<TensorType>> types;
   std::vector<Tensor> values;
   for (const Tensor* input : inputs) {
-    if (input == nullptr) {
-      operands.push_back("_");
-      continue;
-    }
-    params.push_back(str_cat("%x", values.size(), ": ", type_to_string(input->type())));
-    operands.push_back(str_cat("%x", values.size()));
-    values.push_back(*input);
+    types.push_back(input ? std::optional(input->type()) : std::nullopt);
+    if (input) values.push_back(*input);
   }
-  const std::string text =
-      str_cat("graph g(", str_join(params, ", "), ") opset(17) {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
-              ") : ", type_to_string(out), "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return absl::InternalError("bad graph");
-  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, runtime::interpret_graph(*graph, values));
+  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs,
+                        testing::try_run(testing::one_node_graph(op, attrs, types, {out}), values));
   return outputs.at(0);
 }
 
@@ -53,21 +46,6 @@ Tensor run_op(const std::string& op, const std::vector<const Tensor*>& inputs,
   return result.ok() ? *result : Tensor(out);
 }
 
-template <typename T>
-Tensor make(DType dtype, Shape shape, const std::vector<T>& values) {
-  Tensor t(TensorType{dtype, std::move(shape)});
-  std::span<T> data = t.mutable_data<T>();
-  EXPECT_EQ(data.size(), values.size());
-  std::copy(values.begin(), values.begin() + std::min(data.size(), values.size()), data.begin());
-  return t;
-}
-
-template <typename T>
-std::vector<T> elements(const Tensor& t) {
-  std::span<const T> data = t.data<T>();
-  return {data.begin(), data.end()};
-}
-
 // Random values of storage type T (via f32, so f16/bf16 hold exactly what they read back).
 template <typename T>
 Tensor random_tensor(DType dtype, Shape shape, uint32_t seed, float low = -4, float high = 4) {
@@ -75,7 +53,7 @@ Tensor random_tensor(DType dtype, Shape shape, uint32_t seed, float low = -4, fl
   std::uniform_real_distribution<float> uniform(low, high);
   std::vector<T> values(num_elements(shape));
   for (T& v : values) v = T(uniform(rng));
-  return make<T>(dtype, std::move(shape), values);
+  return typed_tensor<T>(dtype, std::move(shape), values);
 }
 
 // The flat index into `in` of output element `i`, by numpy's rule, written per element.
@@ -102,17 +80,6 @@ std::vector<Out> reference_binary(const Tensor& a, const Tensor& b, const Shape&
     result[i] = fn(av[broadcast_index(i, out, a.shape())], bv[broadcast_index(i, out, b.shape())]);
   }
   return result;
-}
-
-std::vector<uint16_t> bits_of(const std::vector<Float16>& v) {
-  std::vector<uint16_t> bits;
-  for (Float16 h : v) bits.push_back(h.bits);
-  return bits;
-}
-std::vector<uint16_t> bits_of(const std::vector<BFloat16>& v) {
-  std::vector<uint16_t> bits;
-  for (BFloat16 h : v) bits.push_back(h.bits);
-  return bits;
 }
 
 // ---- f32 ----------------------------------------------------------------------------------
@@ -246,7 +213,7 @@ TEST(ElementwiseKernels, BF16RoundsTheF32ResultOnce) {
 Tensor f16(Shape shape, const std::vector<float>& values) {
   std::vector<Float16> halves;
   for (float v : values) halves.push_back(Float16(v));
-  return make<Float16>(DType::kF16, std::move(shape), halves);
+  return typed_tensor<Float16>(DType::kF16, std::move(shape), halves);
 }
 
 TEST(ElementwiseKernels, F16AddOverflowsToInfinityWhereIeeeSays) {
@@ -275,19 +242,19 @@ TEST(ElementwiseKernels, IntegerDivisionTruncatesTowardZero) {
   const Tensor b = Tensor::from_i64({5}, {2, 2, -2, -2, -1});
   EXPECT_EQ(run_op("Div", {&a, &b}, {DType::kI64, {5}}).to_i64_vector(),
             (std::vector<int64_t>{3, -3, -3, 3, std::numeric_limits<int64_t>::min()}));
-  const Tensor c = make<int32_t>(DType::kI32, {3}, {9, -9, 100});
-  const Tensor d = make<int32_t>(DType::kI32, {}, {-4});
+  const Tensor c = typed_tensor<int32_t>(DType::kI32, {3}, {9, -9, 100});
+  const Tensor d = typed_tensor<int32_t>(DType::kI32, {}, {-4});
   EXPECT_EQ(elements<int32_t>(run_op("Div", {&c, &d}, {DType::kI32, {3}})),
             (std::vector<int32_t>{-2, 2, -25}));
-  const Tensor e = make<int8_t>(DType::kI8, {2}, {-128, 100});
-  const Tensor f = make<int8_t>(DType::kI8, {2}, {-1, 7});
+  const Tensor e = typed_tensor<int8_t>(DType::kI8, {2}, {-128, 100});
+  const Tensor f = typed_tensor<int8_t>(DType::kI8, {2}, {-1, 7});
   EXPECT_EQ(elements<int8_t>(run_op("Div", {&e, &f}, {DType::kI8, {2}})),
             (std::vector<int8_t>{-128, 14}));
 }
 
 TEST(ElementwiseKernels, IntegerDivisionByZeroIsAnError) {
-  const Tensor a = make<int32_t>(DType::kI32, {3}, {1, 2, 3});
-  const Tensor b = make<int32_t>(DType::kI32, {3}, {1, 0, 3});
+  const Tensor a = typed_tensor<int32_t>(DType::kI32, {3}, {1, 2, 3});
+  const Tensor b = typed_tensor<int32_t>(DType::kI32, {3}, {1, 0, 3});
   absl::StatusOr<Tensor> result = try_op("Div", {&a, &b}, {DType::kI32, {3}});
   ASSERT_FALSE(result.ok());
   EXPECT_NE(result.status().message().find("division by zero"), std::string_view::npos)
@@ -299,24 +266,24 @@ TEST(ElementwiseKernels, IntegerDivisionByZeroIsAnError) {
 }
 
 TEST(ElementwiseKernels, IntegerArithmeticWrapsOnOverflow) {
-  const Tensor a = make<int8_t>(DType::kI8, {3}, {100, -100, 16});
-  const Tensor b = make<int8_t>(DType::kI8, {3}, {100, 100, 16});
+  const Tensor a = typed_tensor<int8_t>(DType::kI8, {3}, {100, -100, 16});
+  const Tensor b = typed_tensor<int8_t>(DType::kI8, {3}, {100, 100, 16});
   EXPECT_EQ(elements<int8_t>(run_op("Add", {&a, &b}, {DType::kI8, {3}})),
             (std::vector<int8_t>{-56, 0, 32}));
   EXPECT_EQ(elements<int8_t>(run_op("Mul", {&a, &b}, {DType::kI8, {3}})),
             (std::vector<int8_t>{16, -16, 0}));  // 10000 mod 256 = 16; 256 mod 256 = 0
-  const Tensor u = make<uint8_t>(DType::kU8, {2}, {250, 3});
-  const Tensor v = make<uint8_t>(DType::kU8, {2}, {10, 5});
+  const Tensor u = typed_tensor<uint8_t>(DType::kU8, {2}, {250, 3});
+  const Tensor v = typed_tensor<uint8_t>(DType::kU8, {2}, {10, 5});
   EXPECT_EQ(elements<uint8_t>(run_op("Add", {&u, &v}, {DType::kU8, {2}})),
             (std::vector<uint8_t>{4, 8}));
   EXPECT_EQ(elements<uint8_t>(run_op("Sub", {&u, &v}, {DType::kU8, {2}})),
             (std::vector<uint8_t>{240, 254}));
   const int32_t max32 = std::numeric_limits<int32_t>::max();
-  const Tensor p = make<int32_t>(DType::kI32, {2}, {max32, -5});
-  const Tensor q = make<int32_t>(DType::kI32, {2}, {1, 7});
+  const Tensor p = typed_tensor<int32_t>(DType::kI32, {2}, {max32, -5});
+  const Tensor q = typed_tensor<int32_t>(DType::kI32, {2}, {1, 7});
   EXPECT_EQ(elements<int32_t>(run_op("Add", {&p, &q}, {DType::kI32, {2}})),
             (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 2}));
-  const Tensor n = make<int8_t>(DType::kI8, {3}, {-128, -3, 5});
+  const Tensor n = typed_tensor<int8_t>(DType::kI8, {3}, {-128, -3, 5});
   EXPECT_EQ(elements<int8_t>(run_op("Abs", {&n}, {DType::kI8, {3}})),
             (std::vector<int8_t>{-128, 3, 5}));
   EXPECT_EQ(elements<int8_t>(run_op("Neg", {&n}, {DType::kI8, {3}})),
@@ -390,23 +357,24 @@ TEST(ElementwiseKernels, ClipWithOptionalBounds) {
   std::vector<float> crossed = clip(&high, &low);
   EXPECT_EQ(crossed[0], -1.0f);
   EXPECT_EQ(crossed[3], -1.0f);
-  const Tensor i = make<int32_t>(DType::kI32, {4}, {-7, 0, 3, 9});
-  const Tensor ilo = make<int32_t>(DType::kI32, {1}, {0});
-  const Tensor ihi = make<int32_t>(DType::kI32, {}, {5});
+  const Tensor i = typed_tensor<int32_t>(DType::kI32, {4}, {-7, 0, 3, 9});
+  const Tensor ilo = typed_tensor<int32_t>(DType::kI32, {1}, {0});
+  const Tensor ihi = typed_tensor<int32_t>(DType::kI32, {}, {5});
   EXPECT_EQ(elements<int32_t>(run_op("Clip", {&i, &ilo, &ihi}, i.type())),
             (std::vector<int32_t>{0, 0, 3, 5}));
 }
 
 TEST(ElementwiseKernels, WhereBroadcastsAllThreeAndCopiesBits) {
-  const Tensor cond = make<bool>(DType::kBool, {3, 1}, {true, false, true});
+  const Tensor cond = typed_tensor<bool>(DType::kBool, {3, 1}, {true, false, true});
   const Tensor x = Tensor::from_i64({1, 4}, {1, 2, 3, 4});
   const Tensor y = Tensor::from_i64({}, {-1});
   EXPECT_EQ(run_op("Where", {&cond, &x, &y}, {DType::kI64, {3, 4}}).to_i64_vector(),
             (std::vector<int64_t>{1, 2, 3, 4, -1, -1, -1, -1, 1, 2, 3, 4}));
   // A signalling NaN payload in f16 would be quieted by a trip through f32; Where keeps it.
-  const Tensor hx = make<Float16>(DType::kF16, {2}, {Float16::from_bits(0x7c01), Float16(1.0f)});
-  const Tensor hy = make<Float16>(DType::kF16, {2}, {Float16(2.0f), Float16(3.0f)});
-  const Tensor pick = make<bool>(DType::kBool, {2}, {true, false});
+  const Tensor hx =
+      typed_tensor<Float16>(DType::kF16, {2}, {Float16::from_bits(0x7c01), Float16(1.0f)});
+  const Tensor hy = typed_tensor<Float16>(DType::kF16, {2}, {Float16(2.0f), Float16(3.0f)});
+  const Tensor pick = typed_tensor<bool>(DType::kBool, {2}, {true, false});
   EXPECT_EQ(bits_of(elements<Float16>(run_op("Where", {&pick, &hx, &hy}, hx.type()))),
             (std::vector<uint16_t>{0x7c01, Float16(3.0f).bits}));
 }
@@ -429,8 +397,8 @@ TEST(ElementwiseKernels, ComparisonsProduceBoolAndNaNComparesFalse) {
   const Tensor j = Tensor::from_i64({}, {0});
   EXPECT_EQ(elements<bool>(run_op("Less", {&i, &j}, {DType::kBool, {3}})),
             (std::vector<bool>{true, false, false}));
-  const Tensor p = make<bool>(DType::kBool, {4}, {true, true, false, false});
-  const Tensor q = make<bool>(DType::kBool, {4}, {true, false, true, false});
+  const Tensor p = typed_tensor<bool>(DType::kBool, {4}, {true, true, false, false});
+  const Tensor q = typed_tensor<bool>(DType::kBool, {4}, {true, false, true, false});
   EXPECT_EQ(elements<bool>(run_op("Equal", {&p, &q}, p.type())),
             (std::vector<bool>{true, false, false, true}));
   EXPECT_EQ(elements<bool>(run_op("Not", {&p}, p.type())),
@@ -447,12 +415,9 @@ TEST(ElementwiseKernels, LargeBroadcastAddIsIndependentOfThreadCount) {
   const Tensor a = random_tensor<float>(DType::kF32, {33, 1, 257}, 41);
   const Tensor b = random_tensor<float>(DType::kF32, {40, 257}, 42);
   const TensorType out{DType::kF32, {33, 40, 257}};
-  const int threads = runtime::cpu::cpu_threads();
-  runtime::cpu::set_cpu_threads(1);
-  const Tensor one = run_op("Add", {&a, &b}, out);
-  runtime::cpu::set_cpu_threads(4);
-  const Tensor four = run_op("Add", {&a, &b}, out);
-  runtime::cpu::set_cpu_threads(threads);
+  auto add = [&] { return run_op("Add", {&a, &b}, out); };
+  const Tensor one = on_cpu_threads(1, add);
+  const Tensor four = on_cpu_threads(4, add);
   EXPECT_TRUE(one == four);
   EXPECT_EQ(elements<float>(four),
             reference_binary<float>(a, b, out.shape, [](float x, float y) { return x + y; }));

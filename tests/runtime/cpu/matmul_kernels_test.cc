@@ -10,10 +10,8 @@
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
@@ -21,47 +19,17 @@ namespace {
 using runtime::cpu::GemmBatch;
 using runtime::cpu::GemmDims;
 
-// Runs `op<attrs>(inputs...)` with the given output type and returns its output.
-Tensor run_op(const std::string& op, const std::string& attrs, const std::vector<Tensor>& inputs,
-              const TensorType& output) {
-  std::vector<std::string> params, operands;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    params.push_back(str_cat("%x", i, ": ", type_to_string(inputs[i].type())));
-    operands.push_back(str_cat("%x", i));
-  }
-  const std::string text =
-      str_cat("graph g(", str_join(params, ", "), ") {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
-              ") : ", type_to_string(output), "\n  return %y\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return Tensor();
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? (*outputs)[0] : Tensor();
-}
-
-std::vector<double> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = normal(rng);
-  return values;
-}
+using testing::bits_of;
+using testing::on_cpu_threads;
+using testing::random_values;
+using testing::round_to;
+using testing::run_op;
+using testing::upcast;
 
 // Small integers times powers of two: products and all partial sums of a short dot product are
 // exact in f32, so the sum does not depend on its order.
 std::vector<double> exact_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> mantissa(-31, 31), exponent(-3, 3);
-  std::vector<double> values(count);
-  for (double& v : values) v = std::ldexp(mantissa(rng), exponent(rng));
-  return values;
-}
-
-int64_t count_of(const Shape& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  return testing::exact_values(count, seed, /*max_mantissa=*/31, /*max_exponent=*/3);
 }
 
 Tensor tensor(DType dtype, Shape shape, const std::vector<double>& values) {
@@ -100,24 +68,6 @@ void expect_within(const Tensor& actual, const Reference& expected) {
     EXPECT_NEAR(actual.element_as_double(i), expected.value[i], expected.bound[i])
         << "element " << i;
   }
-}
-
-// Rounds the f32 value `v` once to f16 or bf16 bits.
-uint16_t round_bits(DType dtype, float v) {
-  return dtype == DType::kF16 ? Float16(v).bits : BFloat16(v).bits;
-}
-
-std::vector<float> as_f32(const Tensor& t) {
-  std::vector<float> values;
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    values.push_back(static_cast<float>(t.element_as_double(i)));
-  }
-  return values;
-}
-
-std::vector<uint16_t> bits_of(const Tensor& t) {
-  std::span<const uint16_t> bits = t.data<uint16_t>();
-  return {bits.begin(), bits.end()};
 }
 
 TEST(MatMulKernel, F32MatchesF64ReferenceWithinSumErrorBound) {
@@ -212,7 +162,7 @@ TEST(MatMulKernel, LowPrecisionExactSumsRoundOnce) {
     for (int64_t i = 0; i < 30; ++i) {
       const float exact = static_cast<float>(r.value[i]);
       ASSERT_EQ(static_cast<double>(exact), r.value[i]);  // the test's premise
-      EXPECT_EQ(y.data<uint16_t>()[i], round_bits(dtype, exact)) << dtype_name(dtype) << " " << i;
+      EXPECT_EQ(y.data<uint16_t>()[i], round_to(dtype, exact)) << dtype_name(dtype) << " " << i;
       some_inexact |= tensor(dtype, {}, {r.value[i]}).element_as_double(0) != r.value[i];
     }
     EXPECT_TRUE(some_inexact) << "the sums should exercise rounding";
@@ -227,12 +177,12 @@ TEST(MatMulKernel, LowPrecisionEqualsF32CoreRoundedOnce) {
     const Tensor a = tensor(dtype, {m, k}, random_values(m * k, 14));
     const Tensor b = tensor(dtype, {k, n}, random_values(k * n, 15));
     const Tensor y = run_op("MatMul", "", {a, b}, {dtype, {m, n}});
-    const std::vector<float> a32 = as_f32(a), b32 = as_f32(b);
+    const std::vector<float> a32 = upcast(a), b32 = upcast(b);
     std::vector<float> p(m * n);
     runtime::cpu::gemm({.m = m, .n = n, .k = k}, GemmBatch::strided(1, 0, 0, 0), a32.data(),
                        b32.data(), p.data());
     std::vector<uint16_t> expected;
-    for (float v : p) expected.push_back(round_bits(dtype, v));
+    for (float v : p) expected.push_back(round_to(dtype, v));
     EXPECT_EQ(bits_of(y), expected) << dtype_name(dtype);
   }
 }
@@ -287,11 +237,12 @@ TEST(GemmCore, BitsDoNotDependOnThreadCount) {
   for (float& v : a) v = normal(rng);
   for (float& v : b) v = normal(rng);
   auto product = [&](int threads, bool trans_b) {
-    runtime::cpu::set_cpu_threads(threads);
-    std::vector<float> c(m * n);
-    runtime::cpu::gemm({.m = m, .n = n, .k = k, .trans_b = trans_b}, GemmBatch::strided(1, 0, 0, 0),
-                       a.data(), b.data(), c.data());
-    return c;
+    return on_cpu_threads(threads, [&] {
+      std::vector<float> c(m * n);
+      runtime::cpu::gemm({.m = m, .n = n, .k = k, .trans_b = trans_b},
+                         GemmBatch::strided(1, 0, 0, 0), a.data(), b.data(), c.data());
+      return c;
+    });
   };
   for (bool trans_b : {false, true}) {
     const std::vector<float> one = product(1, trans_b);
@@ -299,17 +250,14 @@ TEST(GemmCore, BitsDoNotDependOnThreadCount) {
       EXPECT_EQ(product(threads, trans_b), one) << threads << " threads, transB " << trans_b;
     }
   }
-  runtime::cpu::set_cpu_threads(0);
 }
 
 TEST(MatMulKernel, BitsDoNotDependOnThreadCount) {
   const Tensor a = tensor(DType::kBF16, {3, 40, 64}, random_values(3 * 40 * 64, 17));
   const Tensor b = tensor(DType::kBF16, {64, 300}, random_values(64 * 300, 18));
-  runtime::cpu::set_cpu_threads(1);
-  const Tensor one = run_op("MatMul", "", {a, b}, {DType::kBF16, {3, 40, 300}});
-  runtime::cpu::set_cpu_threads(3);
-  const Tensor three = run_op("MatMul", "", {a, b}, {DType::kBF16, {3, 40, 300}});
-  runtime::cpu::set_cpu_threads(0);
+  auto matmul = [&] { return run_op("MatMul", "", {a, b}, {DType::kBF16, {3, 40, 300}}); };
+  const Tensor one = on_cpu_threads(1, matmul);
+  const Tensor three = on_cpu_threads(3, matmul);
   EXPECT_TRUE(one == three);
 }
 
@@ -349,7 +297,7 @@ TEST(GemmKernel, BroadcastsC) {
   const Reference p = naive_product(a, b, m, k, n);
   const std::vector<Shape> c_shapes = {{}, {n}, {1, n}, {m, 1}, {m, n}};
   for (const Shape& c_shape : c_shapes) {
-    const std::vector<double> c = exact_values(count_of(c_shape), 25);
+    const std::vector<double> c = exact_values(num_elements(c_shape), 25);
     const Tensor y = run_op("Gemm", "alpha=0.5, beta=2.0",
                             {tensor(DType::kF64, {m, k}, a), tensor(DType::kF64, {k, n}, b),
                              tensor(DType::kF64, c_shape, c)},
@@ -395,7 +343,7 @@ TEST(GemmKernel, LowPrecisionEqualsF32CoreThenEpilogueRoundedOnce) {
     const Tensor c = tensor(dtype, {1, n}, random_values(n, 30));
     const Tensor y =
         run_op("Gemm", "alpha=0.25, beta=0.35, transA=1, transB=1", {a, b, c}, {dtype, {m, n}});
-    const std::vector<float> a32 = as_f32(a), b32 = as_f32(b), c32 = as_f32(c);
+    const std::vector<float> a32 = upcast(a), b32 = upcast(b), c32 = upcast(c);
     std::vector<float> p(m * n);
     runtime::cpu::gemm({.m = m, .n = n, .k = k, .trans_a = true, .trans_b = true},
                        GemmBatch::strided(1, 0, 0, 0), a32.data(), b32.data(), p.data());
@@ -403,7 +351,7 @@ TEST(GemmKernel, LowPrecisionEqualsF32CoreThenEpilogueRoundedOnce) {
     for (int64_t i = 0; i < m * n; ++i) {
       float v = 0.25f * p[i];
       v = v + 0.35f * c32[i % n];
-      expected.push_back(round_bits(dtype, v));
+      expected.push_back(round_to(dtype, v));
     }
     EXPECT_EQ(bits_of(y), expected) << dtype_name(dtype);
   }

@@ -3,79 +3,31 @@
 // compute the documented formulas in f32 in the documented order, round once".
 #include <cmath>
 #include <cstdint>
-#include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-std::vector<Tensor> run(const std::string& text, const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return {};
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *outputs : std::vector<Tensor>();
-}
-
-std::vector<double> random_values(int64_t count, uint32_t seed, double scale = 1,
-                                  double shift = 0) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = shift + scale * normal(rng);
-  return values;
-}
-
-void expect_near_all(const Tensor& y, const std::vector<double>& expected, double tolerance) {
-  ASSERT_EQ(y.num_elements(), static_cast<int64_t>(expected.size()));
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(y.element_as_double(i), expected[i], tolerance * (1 + std::abs(expected[i])))
-        << "element " << i;
-  }
-}
-
-std::vector<float> as_floats(const Tensor& t) {
-  std::vector<float> values;
-  for (double v : t.to_double_vector()) values.push_back(static_cast<float>(v));
-  return values;
-}
-
-// Rounds f32 values once to `dtype` (an f32 is exact in f64, so from_doubles rounds once).
-Tensor rounded(DType dtype, const Shape& shape, const std::vector<float>& values) {
-  return Tensor::from_doubles(dtype, shape, std::vector<double>(values.begin(), values.end()));
-}
-
-std::string graph_params(const std::vector<Tensor>& inputs) {
-  std::vector<std::string> params;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    params.push_back(str_cat("%i", i, ": ", type_to_string(inputs[i].type())));
-  }
-  return str_join(params, ", ");
-}
+using testing::as_floats;
+using testing::expect_near_all;
+using testing::on_cpu_threads;
+using testing::random_values;
+using testing::rounded;
+using testing::run_node;
 
 // ---- LayerNormalization --------------------------------------------------------------------
 
 // Runs LayerNormalization<attrs>(x, scale[, bias]) with all three outputs.
 std::vector<Tensor> layer_norm(const std::string& attrs, const std::vector<Tensor>& inputs,
                                const Shape& stats_shape, DType stash = DType::kF32) {
-  std::vector<std::string> operands;
-  for (size_t i = 0; i < inputs.size(); ++i) operands.push_back(str_cat("%i", i));
   const TensorType stats{stash, stats_shape};
-  return run(
-      str_cat("graph g(", graph_params(inputs), ") {\n  %y, %mean, %inv = ", "LayerNormalization",
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(", str_join(operands, ", "),
-              ") : ", type_to_string(inputs[0].type()), ", ", type_to_string(stats), ", ",
-              type_to_string(stats), "\n  return %y, %mean, %inv\n}\n"),
-      inputs);
+  return run_node("LayerNormalization", attrs, inputs, {inputs[0].type(), stats, stats});
 }
 
 // Naive f64 layer norm of [rows, n] rows; scale and bias have n elements (bias may be empty).
@@ -208,14 +160,10 @@ TEST(LayerNormKernel, Bf16StashRoundsStatisticsOnly) {
 // statistics too.
 std::vector<Tensor> batch_norm(const std::string& attrs, const std::vector<Tensor>& inputs,
                                bool training, int opset = 17) {
-  const std::string stats = type_to_string(inputs[3].type());
-  return run(str_cat("graph g(", graph_params(inputs), ") opset(", opset, ") {\n  ",
-                     training ? "%y, %rm, %rv" : "%y", " = BatchNormalization",
-                     attrs.empty() ? "" : str_cat("<", attrs, ">"),
-                     "(%i0, %i1, %i2, %i3, %i4) : ", type_to_string(inputs[0].type()),
-                     training ? str_cat(", ", stats, ", ", stats) : "", "\n  return ",
-                     training ? "%y, %rm, %rv" : "%y", "\n}\n"),
-             inputs);
+  const TensorType& stats = inputs[3].type();
+  std::vector<TensorType> outputs = {inputs[0].type()};
+  if (training) outputs.insert(outputs.end(), {stats, stats});
+  return run_node("BatchNormalization", attrs, inputs, outputs, opset);
 }
 
 TEST(BatchNormKernel, TrainingUsesBatchStatisticsAndUpdatesRunningOnes) {
@@ -365,16 +313,14 @@ TEST(NormalizationKernels, BitsDoNotDependOnThreadCount) {
   const Tensor xt = Tensor::from_doubles(DType::kF32, {32, 16, 64}, x);
   const Tensor c16 = Tensor::from_doubles(DType::kF32, {16}, random_values(16, 17, 0.1, 1));
   const Tensor s64 = Tensor::from_doubles(DType::kF32, {64}, random_values(64, 18));
-  auto all = [&](int threads) {
-    runtime::cpu::set_cpu_threads(threads);
+  auto all = [&] {
     std::vector<Tensor> results = layer_norm("", {xt, s64, s64}, {32, 16, 1});
     for (Tensor& t : batch_norm("training_mode=1", {xt, c16, c16, c16, c16}, true)) {
       results.push_back(std::move(t));
     }
     return results;
   };
-  const std::vector<Tensor> one = all(1), four = all(4);
-  runtime::cpu::set_cpu_threads(0);
+  const std::vector<Tensor> one = on_cpu_threads(1, all), four = on_cpu_threads(4, all);
   EXPECT_EQ(one, four);
 }
 

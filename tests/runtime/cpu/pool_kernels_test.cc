@@ -2,52 +2,32 @@
 // inputs, and a direct N-D pooling written here for the general cases.
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
 using Ints = std::vector<int64_t>;
 
+using testing::for_each_index;
+using testing::random_values;
+
 // Runs `op<attrs>(x)` with outputs of the given types and returns them.
 std::vector<Tensor> run_pool(const std::string& op, const std::string& attrs, const Tensor& x,
                              const std::vector<TensorType>& outputs, int opset = 17) {
-  std::vector<std::string> names, types;
-  for (size_t i = 0; i < outputs.size(); ++i) {
-    names.push_back(str_cat("%y", i));
-    types.push_back(type_to_string(outputs[i]));
-  }
-  const std::string text =
-      str_cat("graph g(%x: ", type_to_string(x.type()), ") opset(", opset, ") {\n  ",
-              str_join(names, ", "), " = ", op, attrs.empty() ? "" : str_cat("<", attrs, ">"),
-              "(%x) : ", str_join(types, ", "), "\n  return ", str_join(names, ", "), "\n}\n");
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return {};
-  absl::StatusOr<std::vector<Tensor>> result = runtime::interpret_graph(*graph, {x});
-  EXPECT_TRUE(result.ok()) << result.status() << "\n" << text;
-  return result.ok() ? *result : std::vector<Tensor>{};
+  return testing::run_node(op, attrs, {x}, outputs, opset);
 }
 
 Tensor run_one(const std::string& op, const std::string& attrs, const Tensor& x,
                const TensorType& output, int opset = 17) {
-  std::vector<Tensor> outputs = run_pool(op, attrs, x, {output}, opset);
-  return outputs.empty() ? Tensor() : outputs[0];
-}
-
-int64_t count_of(const Ints& shape) {
-  int64_t n = 1;
-  for (int64_t d : shape) n *= d;
-  return n;
+  return testing::run_op(op, attrs, {x}, output, opset);
 }
 
 // 1, 2, ..., count.
@@ -57,26 +37,7 @@ std::vector<double> iota(int64_t count) {
   return values;
 }
 
-std::vector<double> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = normal(rng);
-  return values;
-}
-
 std::vector<double> doubles(const Tensor& t) { return t.to_double_vector(); }
-
-void for_each_index(const Ints& dims, const std::function<void(const Ints&)>& f) {
-  Ints index(dims.size(), 0);
-  if (count_of(dims) == 0) return;
-  while (true) {
-    f(index);
-    size_t d = dims.size();
-    while (d > 0 && ++index[d - 1] == dims[d - 1]) index[--d] = 0;
-    if (d == 0) return;
-  }
-}
 
 // A pooling window written from the definition: taps o * stride - pad_begin + k * dilation.
 struct PoolCase {
@@ -113,8 +74,8 @@ Taps window_taps(const PoolCase& c, const std::vector<double>& x) {
         }
         padded += within_pads;
         if (!inside) return;
-        values.push_back(x[plane * count_of(in) + offset]);
-        offsets.push_back(plane * count_of(in) + offset);
+        values.push_back(x[plane * num_elements(in) + offset]);
+        offsets.push_back(plane * num_elements(in) + offset);
       });
     });
   }
@@ -162,7 +123,7 @@ TEST(MaxPoolKernel, Dilations) {
 // column-major within each plane with storage_order=1), offset by the plane.
 TEST(MaxPoolKernel, PadsNeverWinAndIndicesPointIntoX) {
   const PoolCase c{{2, 2, 5, 4}, {3, 2}, {2, 1}, {1, 1}, {1, 0, 1, 1}, {3, 4}};
-  std::vector<double> values = random_values(count_of(c.x), 1);
+  std::vector<double> values = random_values(num_elements(c.x), 1);
   for (double& v : values) v = static_cast<float>(-std::abs(v) - 1);  // exact in f32
   const Tensor x = Tensor::from_doubles(DType::kF32, c.x, values);
   const Taps taps = window_taps(c, values);
@@ -222,7 +183,7 @@ TEST(MaxPoolKernel, ExactInEveryDtype) {
 
 TEST(MaxPoolKernel, ThreeDimMatchesDirectPooling) {
   const PoolCase c{{1, 2, 4, 5, 3}, {2, 3, 2}, {2, 1, 1}, {1, 1, 1}, {0, 1, 1, 1, 1, 0}, {2, 5, 3}};
-  const std::vector<double> values = random_values(count_of(c.x), 2);
+  const std::vector<double> values = random_values(num_elements(c.x), 2);
   const Taps taps = window_taps(c, values);
   const Tensor y =
       run_one("MaxPool", window_attrs(c), Tensor::from_doubles(DType::kF64, c.x, values),
@@ -290,7 +251,7 @@ TEST(AveragePoolKernel, DilationsFromOpset19) {
 TEST(AveragePoolKernel, LowPrecisionSumsInF32AndRoundsOnce) {
   const PoolCase c{{1, 2, 5, 5}, {3, 3}, {2, 2}, {1, 1}, {1, 1, 1, 1}, {3, 3}};
   for (DType dtype : {DType::kF16, DType::kBF16}) {
-    const Tensor x = Tensor::from_doubles(dtype, c.x, random_values(count_of(c.x), 3));
+    const Tensor x = Tensor::from_doubles(dtype, c.x, random_values(num_elements(c.x), 3));
     const Taps taps = window_taps(c, doubles(x));
     for (int include : {0, 1}) {
       const Tensor y =
@@ -310,7 +271,7 @@ TEST(AveragePoolKernel, LowPrecisionSumsInF32AndRoundsOnce) {
 
 TEST(AveragePoolKernel, ThreeDimMatchesDirectPooling) {
   const PoolCase c{{2, 1, 5, 4, 4}, {2, 2, 3}, {2, 1, 2}, {1, 1, 1}, {1, 0, 1, 0, 1, 1}, {3, 4, 2}};
-  const std::vector<double> values = random_values(count_of(c.x), 4);
+  const std::vector<double> values = random_values(num_elements(c.x), 4);
   const Taps taps = window_taps(c, values);
   const Tensor y =
       run_one("AveragePool", str_cat(window_attrs(c), ", count_include_pad=1"),

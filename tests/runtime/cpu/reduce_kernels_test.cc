@@ -4,30 +4,23 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using testing::expect_near_all;
+using testing::on_cpu_threads;
+using testing::random_values;
+using testing::run;
 
-// Parses `text` (verified) and runs it on `inputs`; returns its outputs.
-std::vector<Tensor> run(const std::string& text, const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return {};
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *outputs : std::vector<Tensor>();
-}
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A one-node graph `%y = OP<ATTRS>(%x[, %axes]) : OUT` over input `in`, with `axes` (if any) as
 // an initializer operand, as opsets 13 / 18 pass them.
@@ -49,14 +42,6 @@ Tensor reduce_op(const std::string& op, const std::string& attrs, const Tensor& 
                  int opset = 17) {
   std::vector<Tensor> outputs = run(reduce_graph(op, attrs, x.type(), out, axes, opset), {x});
   return outputs.empty() ? Tensor() : outputs[0];
-}
-
-std::vector<double> random_values(int64_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = normal(rng);
-  return values;
 }
 
 // Naive f64 reduction of a [A, B, C] tensor over the axes whose flag is set, visiting the
@@ -82,14 +67,6 @@ std::vector<double> naive_reduce(const std::vector<double>& x, const Shape& shap
     for (size_t o = 0; o < acc.size(); ++o) acc[o] /= static_cast<double>(count[o]);
   }
   return acc;
-}
-
-void expect_near_all(const Tensor& y, const std::vector<double>& expected, double tolerance) {
-  ASSERT_EQ(y.num_elements(), static_cast<int64_t>(expected.size()));
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(y.element_as_double(i), expected[i], tolerance * (1 + std::abs(expected[i])))
-        << "element " << i;
-  }
 }
 
 TEST(ReduceKernels, SumOverAttributeAxesMatchesNaiveF64) {
@@ -195,11 +172,10 @@ TEST(ReduceKernels, LowPrecisionSumEqualsF32SumRoundedOnce) {
   for (DType dtype : {DType::kF16, DType::kBF16}) {
     const Tensor input = Tensor::from_doubles(dtype, {A, B, C}, x);
     const Tensor y = reduce_op("ReduceSum", "axes=[0, 2], keepdims=0", input, {dtype, {B}});
-    std::span<const uint16_t> actual = y.data<uint16_t>();
     const std::vector<uint16_t> expected = dtype == DType::kF16
                                                ? f32_sum_rounded<Float16>(input, A, B, C)
                                                : f32_sum_rounded<BFloat16>(input, A, B, C);
-    EXPECT_EQ(std::vector<uint16_t>(actual.begin(), actual.end()), expected) << dtype_name(dtype);
+    EXPECT_EQ(testing::bits_of(y), expected) << dtype_name(dtype);
   }
 }
 
@@ -237,17 +213,15 @@ TEST(ReduceKernels, BoolMaxIsAnyFromOpset20) {
 TEST(ReduceKernels, BitsDoNotDependOnThreadCount) {
   const std::vector<double> x = random_values(64 * 48 * 40, 6);
   const Tensor input = Tensor::from_doubles(DType::kF32, {64, 48, 40}, x);
-  auto reduce_all = [&](int threads) {
-    runtime::cpu::set_cpu_threads(threads);
+  auto reduce_all = [&] {
     std::vector<Tensor> results;
     results.push_back(reduce_op("ReduceSum", "axes=[0, 2]", input, {DType::kF32, {1, 48, 1}}));
     results.push_back(reduce_op("ReduceMean", "axes=[2]", input, {DType::kF32, {64, 48, 1}}));
     results.push_back(reduce_op("ReduceMax", "axes=[0]", input, {DType::kF32, {1, 48, 40}}));
     return results;
   };
-  const std::vector<Tensor> one = reduce_all(1);
-  const std::vector<Tensor> four = reduce_all(4);
-  runtime::cpu::set_cpu_threads(0);
+  const std::vector<Tensor> one = on_cpu_threads(1, reduce_all);
+  const std::vector<Tensor> four = on_cpu_threads(4, reduce_all);
   ASSERT_EQ(one.size(), four.size());
   for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], four[i]) << "result " << i;
 }

@@ -3,69 +3,24 @@
 // at a time in this file; every dtype runs through the byte-moving kernels.
 #include <cmath>
 #include <cstdint>
-#include <cstring>
-#include <functional>
 #include <string>
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-// Runs a graph written in text IR; a failure fails the test and gives no outputs.
-std::vector<Tensor> run(std::string_view text, const std::vector<Tensor>& inputs = {}) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return {};
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
-}
-
-// Same type and bits; on a difference, names the first differing element.
-::testing::AssertionResult same_tensor(const Tensor& actual, const Tensor& expected) {
-  if (actual == expected) return ::testing::AssertionSuccess();
-  if (actual.type() != expected.type()) {
-    return ::testing::AssertionFailure() << "got " << type_to_string(actual.type()) << ", expected "
-                                         << type_to_string(expected.type());
-  }
-  const int size = dtype_size(actual.dtype());
-  int64_t i = 0;
-  while (std::memcmp(actual.bytes().data() + i * size, expected.bytes().data() + i * size, size) ==
-         0) {
-    ++i;
-  }
-  return ::testing::AssertionFailure()
-         << type_to_string(actual.type()) << " differs first at element " << i << ": got "
-         << actual.element_as_double(i) << ", expected " << expected.element_as_double(i);
-}
-
-// A tensor whose elements have distinct bytes (bool: 0/1 in an irregular pattern), so a moved
-// element is recognized by its bits.
-Tensor patterned(DType dtype, Shape shape) {
-  Tensor tensor(TensorType{dtype, std::move(shape)});
-  const int size = dtype_size(dtype);
-  std::span<uint8_t> bytes = tensor.mutable_bytes();
-  for (int64_t i = 0; i < tensor.num_elements(); ++i) {
-    const uint64_t word = (static_cast<uint64_t>(i) + 1) * 0x9e3779b97f4a7c15ull;
-    for (int b = 0; b < size; ++b) {
-      bytes[i * size + b] = dtype == DType::kBool ? (i % 3 == 1) : uint8_t(word >> (56 - 8 * b));
-    }
-  }
-  return tensor;
-}
+using testing::patterned;
+using testing::run;
+using testing::same_tensor;
+using testing::type_text;
 
 // The same bytes under another shape.
 Tensor reshaped(const Tensor& tensor, Shape shape) {
   return Tensor(TensorType{tensor.dtype(), std::move(shape)},
                 std::vector<uint8_t>(tensor.bytes().begin(), tensor.bytes().end()));
-}
-
-std::string type_text(DType dtype, const Shape& shape) {
-  return type_to_string(TensorType{dtype, shape});
 }
 
 // ---- Views ------------------------------------------------------------------------------------
@@ -273,11 +228,9 @@ TEST(DropoutKernel, MaskDependsOnTheSeedOnlyNotOnThreads) {
     const std::vector<Tensor> out = run(training_dropout_text("f32[10000]", "0.5", attrs), {x});
     return out.size() == 2 ? out[1] : Tensor();
   };
-  runtime::cpu::set_cpu_threads(1);
-  const Tensor one_thread = mask_of("<seed=7>");
-  runtime::cpu::set_cpu_threads(4);
-  const Tensor four_threads = mask_of("<seed=7>");
-  runtime::cpu::set_cpu_threads(0);
+  auto seed_7_mask = [&] { return mask_of("<seed=7>"); };
+  const Tensor one_thread = testing::on_cpu_threads(1, seed_7_mask);
+  const Tensor four_threads = testing::on_cpu_threads(4, seed_7_mask);
   EXPECT_TRUE(one_thread == four_threads);
   EXPECT_FALSE(mask_of("<seed=7>") == mask_of("<seed=8>"));
   // Without a seed the default one is fixed, so runs repeat.

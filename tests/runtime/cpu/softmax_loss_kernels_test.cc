@@ -15,54 +15,24 @@
 #include "compiler/text_ir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/interpreter.h"
-#include "tests/test_util.h"
+#include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
+using testing::as_floats;
+using testing::expect_near_all;
 using ::testing::HasSubstr;
+using testing::on_cpu_threads;
+using testing::random_values;
+using testing::rounded;
+using testing::try_run;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-absl::StatusOr<std::vector<Tensor>> try_run(const std::string& text,
-                                            const std::vector<Tensor>& inputs) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (!graph) return absl::InvalidArgumentError("graph does not parse");
-  return runtime::interpret_graph(*graph, inputs);
-}
-
-std::vector<Tensor> run(const std::string& text, const std::vector<Tensor>& inputs) {
-  absl::StatusOr<std::vector<Tensor>> outputs = try_run(text, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status() << "\n" << text;
-  return outputs.ok() ? *outputs : std::vector<Tensor>();
-}
-
 // `%y = OP<ATTRS>(%x) : type of x`.
 Tensor unary(const std::string& op, const std::string& attrs, const Tensor& x) {
-  const std::string type = type_to_string(x.type());
-  std::vector<Tensor> y = run(
-      str_cat("graph g(%x: ", type, ") {\n  %y = ", op,
-              attrs.empty() ? "" : str_cat("<", attrs, ">"), "(%x) : ", type, "\n  return %y\n}\n"),
-      {x});
-  return y.empty() ? Tensor() : y[0];
-}
-
-std::vector<double> random_values(int64_t count, uint32_t seed, double scale = 1) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::vector<double> values(count);
-  for (double& v : values) v = scale * normal(rng);
-  return values;
-}
-
-void expect_near_all(const Tensor& y, const std::vector<double>& expected, double tolerance) {
-  ASSERT_EQ(y.num_elements(), static_cast<int64_t>(expected.size()));
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(y.element_as_double(i), expected[i], tolerance * (1 + std::abs(expected[i])))
-        << "element " << i;
-  }
+  return testing::run_op(op, attrs, {x}, x.type());
 }
 
 // Naive f64 (log-)softmax of [outer, n, inner] along n.
@@ -145,17 +115,6 @@ std::vector<float> f32_softmax_rows(const std::vector<float>& x, int64_t n, bool
   return y;
 }
 
-std::vector<float> as_floats(const Tensor& t) {
-  std::vector<float> values;
-  for (double v : t.to_double_vector()) values.push_back(static_cast<float>(v));
-  return values;
-}
-
-// Rounds f32 values once to `dtype`: an f32 is exact in f64, so from_doubles rounds once.
-Tensor rounded(DType dtype, const Shape& shape, const std::vector<float>& values) {
-  return Tensor::from_doubles(dtype, shape, std::vector<double>(values.begin(), values.end()));
-}
-
 TEST(SoftmaxKernel, LowPrecisionEqualsF32RoundedOnce) {
   const std::vector<double> x = random_values(6 * 37, 3, 4);
   for (DType dtype : {DType::kF16, DType::kBF16}) {
@@ -215,12 +174,10 @@ TEST(SoftmaxKernel, LargeInputsDoNotOverflow) {
 
 TEST(SoftmaxKernel, BitsDoNotDependOnThreadCount) {
   const Tensor x = Tensor::from_doubles(DType::kF32, {64, 50, 33}, random_values(64 * 50 * 33, 4));
-  auto both = [&](int threads) {
-    runtime::cpu::set_cpu_threads(threads);
+  auto both = [&] {
     return std::vector<Tensor>{unary("Softmax", "axis=1", x), unary("LogSoftmax", "", x)};
   };
-  const std::vector<Tensor> one = both(1), four = both(4);
-  runtime::cpu::set_cpu_threads(0);
+  const std::vector<Tensor> one = on_cpu_threads(1, both), four = on_cpu_threads(4, both);
   EXPECT_EQ(one, four);
 }
 
@@ -258,7 +215,7 @@ struct LossCase {
     if (weights) result.push_back(*weights);
     return result;
   }
-  std::vector<Tensor> run() const { return ampc::run(text(), inputs()); }
+  std::vector<Tensor> run() const { return testing::run(text(), inputs()); }
 };
 
 // Naive f64 loss: log_prob (log-softmax over C for SoftmaxCrossEntropyLoss, the input itself for
@@ -469,16 +426,14 @@ TEST(LossKernels, BitsDoNotDependOnThreadCount) {
   c.scores = Tensor::from_doubles(DType::kF32, {512, 10, 4}, random_values(512 * 40, 14));
   c.labels = labels_of(DType::kI64, {512, 4}, random_labels(512 * 4, 10, 15));
   c.log_prob = true;
-  auto losses = [&](int threads) {
-    runtime::cpu::set_cpu_threads(threads);
+  auto losses = [&] {
     std::vector<Tensor> all = c.run();
     LossCase none = c;
     none.reduction = "none";
     for (Tensor& t : none.run()) all.push_back(t);
     return all;
   };
-  const std::vector<Tensor> one = losses(1), four = losses(4);
-  runtime::cpu::set_cpu_threads(0);
+  const std::vector<Tensor> one = on_cpu_threads(1, losses), four = on_cpu_threads(4, losses);
   EXPECT_EQ(one, four);
 }
 

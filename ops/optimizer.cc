@@ -1,0 +1,207 @@
+// Optimizer update ops (domain ampc): SGD, Adam (AdamW with decoupled_weight_decay=1),
+// GlobalNorm and ClipCoefficient, with PyTorch's definitions (torch.optim.SGD and Adam/AdamW,
+// single-tensor form; torch.nn.utils.clip_grad_norm_). runtime/cpu/optimizer.cc states the exact
+// order of floating-point operations each kernel follows.
+//
+// The update ops read the parameter, its gradient and its state, and return the new parameter
+// and state in the state's types: master weights and moments are f32 (f64 too, for tests that
+// compare with f64 references). `lr` and `step` are one-element f32 (or f64) tensors; `step`
+// counts the updates completed before this one (0 on the first). Scalar hyperparameters are
+// float attributes, read by the kernels as the decimal they spell (0.9f as Python's 0.9).
+//
+// The optimizer pass inserts these ops after autodiff, so nothing differentiates through SGD or
+// Adam (every input is in no_gradient_inputs). GlobalNorm and ClipCoefficient are ordinary
+// functions of their inputs and get gradient rules, which keeps them usable anywhere.
+#include "compiler/grad_builder.h"
+#include "ops/op_util.h"
+
+namespace ampc::ops {
+namespace {
+
+const std::vector<DType> kStateTypes = {DType::kF32, DType::kF64};
+
+// Inputs 1 .. n - 3 (grad and the states) must have param's type; `lr` and `step` (the last two)
+// one element each. Outputs take the types of param and of the states, that is param's.
+absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>& inputs) {
+  const TensorType& param = ctx.input_type(0);
+  const int lr = ctx.num_inputs() - 2;
+  for (int i = 1; i < lr; ++i) {
+    const TensorType& type = ctx.input_type(i);
+    if (type != param) {
+      return absl::InvalidArgumentError(str_cat(inputs[i].name, " ", type_to_string(type),
+                                                " must have the type of param, ",
+                                                type_to_string(param)));
+    }
+  }
+  for (int i : {lr, lr + 1}) {
+    if (ctx.input_type(i).num_elements() != 1) {
+      return absl::InvalidArgumentError(str_cat(inputs[i].name, " must hold one element, got ",
+                                                type_to_string(ctx.input_type(i))));
+    }
+  }
+  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, param);
+  return absl::OkStatus();
+}
+
+OpDef update_op(std::string name, std::string summary, std::vector<std::string> states) {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = std::move(name);
+  def.summary = std::move(summary);
+  def.inputs = {input("param", kStateTypes), input("grad", kStateTypes)};
+  def.outputs = {input("param_out")};
+  for (const std::string& state : states) {
+    def.inputs.push_back(input(state, kStateTypes));
+    def.outputs.push_back(input(state + "_out"));
+  }
+  def.inputs.push_back(input("lr", kStateTypes));
+  def.inputs.push_back(input("step", kStateTypes));
+  def.infer = [inputs = def.inputs](InferenceContext& ctx) { return infer_update(ctx, inputs); };
+  def.autocast.category = AutocastCategory::kDeny;  // master weights and state stay fp32
+  for (int i = 0; i < static_cast<int>(def.inputs.size()); ++i) def.no_gradient_inputs.push_back(i);
+  return def;
+}
+
+// A sample of an update op over `shape` with `num_states` states.
+OpSample update_sample(std::string name, Shape shape, int num_states, Attributes attrs) {
+  const TensorType tensor{DType::kF32, std::move(shape)};
+  const TensorType scalar{DType::kF32, {}};
+  OpSample sample{std::move(name), {tensor, tensor}, {}, std::move(attrs), {tensor}};
+  for (int i = 0; i < num_states; ++i) {
+    sample.inputs.push_back(tensor);
+    sample.outputs.push_back(tensor);
+  }
+  sample.inputs.push_back(scalar);
+  sample.inputs.push_back(scalar);
+  return sample;
+}
+
+OpDef sgd() {
+  OpDef def = update_op("SGD", "torch.optim.SGD: momentum, dampening, Nesterov, weight decay",
+                        {"momentum_buffer"});
+  def.attrs = {attr("momentum", 0.0f), attr("dampening", 0.0f), attr("nesterov", int64_t{0}),
+               attr("weight_decay", 0.0f), attr("maximize", int64_t{0})};
+  def.samples = {
+      update_sample("plain", {5}, 1, {}),
+      update_sample("nesterov with weight decay", {2, 3}, 1,
+                    {{"momentum", 0.9f}, {"nesterov", int64_t{1}}, {"weight_decay", 0.01f}}),
+      update_sample("dampened, maximizing", {4}, 1,
+                    {{"momentum", 0.5f}, {"dampening", 0.1f}, {"maximize", int64_t{1}}}),
+  };
+  return def;
+}
+
+OpDef adam() {
+  OpDef def = update_op("Adam",
+                        "torch.optim.Adam (L2 weight decay) or, with decoupled_weight_decay=1, "
+                        "torch.optim.AdamW",
+                        {"exp_avg", "exp_avg_sq"});
+  def.attrs = {attr("beta1", 0.9f),
+               attr("beta2", 0.999f),
+               attr("epsilon", 1e-8f),
+               attr("weight_decay", 0.0f),
+               attr("decoupled_weight_decay", int64_t{0}),
+               attr("maximize", int64_t{0})};
+  def.samples = {
+      update_sample("adam", {6}, 2, {}),
+      update_sample("adamw", {2, 3}, 2,
+                    {{"weight_decay", 0.01f}, {"decoupled_weight_decay", int64_t{1}}}),
+      update_sample("L2 decay, maximizing", {3}, 2,
+                    {{"weight_decay", 0.1f}, {"maximize", int64_t{1}}, {"beta1", 0.8f}}),
+  };
+  return def;
+}
+
+// ---- Gradient clipping ----------------------------------------------------------------------
+
+absl::Status infer_global_norm(InferenceContext& ctx) {
+  for (int i = 1; i < ctx.num_inputs(); ++i) AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, i));
+  ctx.set_output(0, TensorType{ctx.input_type(0).dtype, {}});
+  return absl::OkStatus();
+}
+
+// d/dg_i sqrt(sum_j |g_j|^2) = g_i / norm: each input times dy / y (NaN at a zero norm).
+absl::StatusOr<Grads> global_norm_grad(GradBuilder& b) {
+  Value* scale = b.op("Div", {b.grad_of_output(0), b.output(0)});
+  Grads grads(b.node().num_operands(), nullptr);
+  for (int i = 0; i < b.node().num_operands(); ++i) {
+    if (b.needs_grad(i)) grads[i] = b.op("Mul", {b.input(i), scale});
+  }
+  return grads;
+}
+
+OpDef global_norm() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "GlobalNorm";
+  def.summary = "the L2 norm of all elements of all inputs, as clip_grad_norm_ computes it";
+  def.inputs = {variadic_input("inputs", kStateTypes)};
+  def.outputs = {input("norm")};
+  def.infer = infer_global_norm;
+  def.autocast.category = AutocastCategory::kDeny;
+  def.gradient = global_norm_grad;
+  const TensorType norm{DType::kF32, {}};
+  def.samples = {
+      {"one tensor", {TensorType{DType::kF32, {5}}}, {}, {}, {norm}},
+      {"three tensors",
+       {TensorType{DType::kF32, {2, 3}}, TensorType{DType::kF32, {9}}, TensorType{DType::kF32, {}}},
+       {},
+       {},
+       {norm}},
+  };
+  return def;
+}
+
+absl::Status infer_clip_coefficient(InferenceContext& ctx) {
+  const TensorType& norm = ctx.input_type(0);
+  if (norm.num_elements() != 1) {
+    return absl::InvalidArgumentError(
+        str_cat("total_norm must hold one element, got ", type_to_string(norm)));
+  }
+  ctx.set_output(0, TensorType{norm.dtype, {}});
+  return absl::OkStatus();
+}
+
+// y = min(c / (n + 1e-6), 1): dy/dn = -y / (n + 1e-6) where y < 1, else 0.
+absl::StatusOr<Grads> clip_coefficient_grad(GradBuilder& b) {
+  const DType dtype = b.input(0)->dtype();
+  Value* shifted = b.op("Add", {b.input(0), b.scalar(1e-6, dtype)});
+  Value* slope = b.op("Neg", {b.op("Div", {b.output(0), shifted})});
+  Value* unclamped =
+      b.op("Cast", {b.op("Less", {b.output(0), b.scalar(1, dtype)})}, {{"to", dtype}});
+  Value* grad = b.op("Mul", {b.op("Mul", {b.grad_of_output(0), slope}), unclamped});
+  return Grads{b.op("Reshape", {grad, b.int64s(b.input(0)->shape())})};
+}
+
+OpDef clip_coefficient() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "ClipCoefficient";
+  def.summary = "min(max_norm / (total_norm + 1e-6), 1), as clip_grad_norm_ scales gradients";
+  def.inputs = {input("total_norm", kStateTypes)};
+  def.outputs = {input("coefficient")};
+  def.attrs = {required_attr("max_norm", AttrKind::kFloat)};
+  def.infer = infer_clip_coefficient;
+  def.autocast.category = AutocastCategory::kDeny;
+  def.gradient = clip_coefficient_grad;
+  const TensorType scalar{DType::kF32, {}};
+  // Norms are drawn from |n| in [0.2, 1] by the gradient check: 0.1 never clamps and 5 always
+  // clamps a positive norm, so neither sample sits on the kink.
+  def.samples = {
+      {"scales down", {scalar}, {}, {{"max_norm", 0.1f}}, {scalar}},
+      {"clamps to one", {TensorType{DType::kF32, {1}}}, {}, {{"max_norm", 5.0f}}, {scalar}},
+  };
+  return def;
+}
+
+void register_optimizer_ops(OpRegistry& registry) {
+  registry.add(sgd());
+  registry.add(adam());
+  registry.add(global_norm());
+  registry.add(clip_coefficient());
+}
+
+const OpRegistration kRegistration(&register_optimizer_ops);
+
+}  // namespace
+}  // namespace ampc::ops

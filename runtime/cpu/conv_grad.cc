@@ -1,0 +1,261 @@
+// The gradients of Conv (ampc domain, built by ops/conv_grad.cc): ConvGradData(dY, W) -> dX and
+// ConvGradFilter(X, dY) -> dW, over 1, 2 and 3 spatial dims with strides, explicit pads,
+// dilations and groups, as the GEMM core plus im2col / col2im.
+//
+// ConvGradData, per image: group g's columns = W_g^T [patch, M / group] x dY_g [M / group, out]
+// (the GEMM core), then col2im adds each column entry into the input element its kernel offset
+// read in the forward pass (padding taps are dropped). col2im runs in parallel over channels, each
+// channel's sums in a fixed order (kernel offset, then output position).
+// ConvGradFilter: per image, group g's dW_g += dY_g [M / group, out] x col_g^T [out, patch] with
+// col the forward's im2col matrix; images are added in order.
+// Accumulation contract: products accumulate in the f32 GEMM core (f64 for f64) in its fixed
+// tile order; the col2im sums and the sum over images run in the compute type (f32 for f16/bf16);
+// f16/bf16 results are rounded once at the end. The bits do not depend on the thread count.
+#include <algorithm>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/gemm_core.h"
+#include "runtime/cpu/grad_window.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+struct ConvGradShape {
+  Window window;
+  int64_t group = 1;
+  int64_t out_channels = 0;  // M
+  int64_t patch = 0;         // C / group * kernel_size
+  int64_t col_rows() const { return window.channels * window.kernel_size(); }
+};
+
+// X [N, C, in...], W [M, C / group, k...], dY [N, M, out...].
+ConvGradShape conv_grad_shape(const Node& node, const Shape& x, const Shape& w, const Shape& y) {
+  ConvGradShape s;
+  s.window = explicit_window(node, x, y, std::vector<int64_t>(w.begin() + 2, w.end()));
+  s.group = node.int_attr("group");
+  s.out_channels = w[0];
+  s.patch = w[1] * s.window.kernel_size();
+  return s;
+}
+
+// Calls visit(out_index, in_offset) for every output position of im2col row `r` (channel
+// r / kernel_size, kernel offset r % kernel_size), in order; in_offset is the offset within the
+// channel's image of the element that position reads, or -1 in padding.
+template <typename Visit>
+void for_each_col_entry(const Window& w, int64_t r, Visit&& visit) {
+  const int64_t offset = r % w.kernel_size();
+  const int64_t k0 = offset / (w.kernel[1] * w.kernel[2]);
+  const int64_t k1 = offset / w.kernel[2] % w.kernel[1];
+  const int64_t k2 = offset % w.kernel[2];
+  int64_t out_index = 0;
+  for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
+    const int64_t i0 = o0 * w.stride[0] - w.pad_begin[0] + k0 * w.dilation[0];
+    for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
+      const int64_t i1 = o1 * w.stride[1] - w.pad_begin[1] + k1 * w.dilation[1];
+      const bool row_inside = i0 >= 0 && i0 < w.in[0] && i1 >= 0 && i1 < w.in[1];
+      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++out_index) {
+        const int64_t i2 = o2 * w.stride[2] - w.pad_begin[2] + k2 * w.dilation[2];
+        const bool inside = row_inside && i2 >= 0 && i2 < w.in[2];
+        visit(out_index, inside ? (i0 * w.in[1] + i1) * w.in[2] + i2 : int64_t{-1});
+      }
+    }
+  }
+}
+
+// Image `x` [C, in...] as col [C * kernel_size, out_size] (0 in padding), in the compute type.
+template <typename T>
+void im2col(const T* x, const Window& w, gemm_t<T>* col) {
+  using C = gemm_t<T>;
+  const int64_t out_size = w.out_size();
+  parallel_for(w.channels * w.kernel_size(), std::max<int64_t>(1, 16384 / out_size),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   const T* image = x + r / w.kernel_size() * w.in_size();
+                   C* row = col + r * out_size;
+                   for_each_col_entry(w, r, [&](int64_t o, int64_t in_offset) {
+                     row[o] = in_offset >= 0 ? load(image[in_offset]) : C(0);
+                   });
+                 }
+               });
+}
+
+// dx [C, in...] = the sum, over the col entries that read each element, of col
+// [C * kernel_size, out_size]. Channels run in parallel; each channel's sum in row order.
+template <typename C>
+void col2im(const C* col, const Window& w, C* dx) {
+  const int64_t out_size = w.out_size();
+  const int64_t work = w.kernel_size() * out_size;
+  parallel_for(w.channels, std::max<int64_t>(1, 16384 / work), [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      C* image = dx + c * w.in_size();
+      std::fill_n(image, w.in_size(), C(0));
+      for (int64_t r = c * w.kernel_size(); r < (c + 1) * w.kernel_size(); ++r) {
+        const C* row = col + r * out_size;
+        for_each_col_entry(w, r, [&](int64_t o, int64_t in_offset) {
+          if (in_offset >= 0) image[in_offset] += row[o];
+        });
+      }
+    }
+  });
+}
+
+// ---- ConvGradData(dY, W) -> dX ---------------------------------------------------------------
+
+ConvGradShape data_shape(const Node& node) {
+  return conv_grad_shape(node, node.output(0)->shape(), node.operand(1)->shape(),
+                         node.operand(0)->shape());
+}
+
+template <typename T>
+int64_t data_workspace_for(const ConvGradShape& s) {
+  using C = gemm_t<T>;
+  const Window& w = s.window;
+  int64_t bytes = WorkspaceCarver::bytes_for<C>(s.col_rows() * w.out_size());
+  if constexpr (needs_staging_v<T>) {
+    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);                 // W
+    bytes += WorkspaceCarver::bytes_for<float>(w.batch * s.out_channels * w.out_size());  // dY
+    bytes += WorkspaceCarver::bytes_for<float>(w.channels * w.in_size());  // one image's dX
+  }
+  return bytes;
+}
+
+template <typename T>
+absl::Status conv_grad_data(const KernelContext& ctx) {
+  using C = gemm_t<T>;
+  const ConvGradShape s = data_shape(ctx.node);
+  const Window& w = s.window;
+  const int64_t m_group = s.out_channels / s.group, out_size = w.out_size();
+  const int64_t in_image = w.channels * w.in_size();
+  WorkspaceCarver carver(ctx.workspace);
+  const C* dy = staged_operand(ctx.input(0).in<T>(), carver);
+  const C* weights = staged_operand(ctx.input(1).in<T>(), carver);
+  C* col = carver.take<C>(s.col_rows() * out_size).data();
+  std::span<T> dx = ctx.output(0).out<T>();
+  C* acc = nullptr;
+  if constexpr (needs_staging_v<T>) acc = carver.take<float>(in_image).data();
+
+  // Group g: W_g [m_group, patch] transposed times dY_g [m_group, out] gives its col rows.
+  const GemmDims dims{.m = s.patch, .n = out_size, .k = m_group, .trans_a = true};
+  const GemmBatch groups =
+      GemmBatch::strided(s.group, m_group * s.patch, m_group * out_size, s.patch * out_size);
+  for (int64_t n = 0; n < w.batch; ++n) {
+    gemm(dims, groups, weights, dy + n * s.out_channels * out_size, col);
+    if constexpr (needs_staging_v<T>) {
+      col2im(col, w, acc);
+      round_into(acc, dx.subspan(n * in_image, in_image));
+    } else {
+      col2im(col, w, dx.data() + n * in_image);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t data_workspace(const Node& node) {
+  const ConvGradShape s = data_shape(node);
+  switch (node.operand(0)->dtype()) {
+    case DType::kF64:
+      return data_workspace_for<double>(s);
+    case DType::kF16:
+      return data_workspace_for<Float16>(s);
+    case DType::kBF16:
+      return data_workspace_for<BFloat16>(s);
+    default:
+      return data_workspace_for<float>(s);
+  }
+}
+
+// ---- ConvGradFilter(X, dY) -> dW -------------------------------------------------------------
+
+ConvGradShape filter_shape(const Node& node) {
+  return conv_grad_shape(node, node.operand(0)->shape(), node.output(0)->shape(),
+                         node.operand(1)->shape());
+}
+
+template <typename T>
+int64_t filter_workspace_for(const ConvGradShape& s) {
+  using C = gemm_t<T>;
+  const Window& w = s.window;
+  int64_t bytes = WorkspaceCarver::bytes_for<C>(s.col_rows() * w.out_size());
+  bytes += WorkspaceCarver::bytes_for<C>(s.out_channels * s.patch);  // one image's product
+  if constexpr (needs_staging_v<T>) {
+    bytes += WorkspaceCarver::bytes_for<float>(w.batch * s.out_channels * w.out_size());  // dY
+    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);  // the sum over images
+  }
+  return bytes;
+}
+
+template <typename T>
+absl::Status conv_grad_filter(const KernelContext& ctx) {
+  using C = gemm_t<T>;
+  const ConvGradShape s = filter_shape(ctx.node);
+  const Window& w = s.window;
+  const int64_t m_group = s.out_channels / s.group, out_size = w.out_size();
+  const int64_t weights = s.out_channels * s.patch;
+  WorkspaceCarver carver(ctx.workspace);
+  const T* x = ctx.input(0).in<T>().data();
+  const C* dy = staged_operand(ctx.input(1).in<T>(), carver);
+  C* col = carver.take<C>(s.col_rows() * out_size).data();
+  C* product = carver.take<C>(weights).data();
+  std::span<T> dw = ctx.output(0).out<T>();
+  C* acc = nullptr;
+  if constexpr (needs_staging_v<T>) {
+    acc = carver.take<float>(weights).data();
+  } else {
+    acc = dw.data();
+  }
+
+  // Group g: dY_g [m_group, out] times its col rows [patch, out] transposed.
+  const GemmDims dims{.m = m_group, .n = s.patch, .k = out_size, .trans_b = true};
+  const GemmBatch groups =
+      GemmBatch::strided(s.group, m_group * out_size, s.patch * out_size, m_group * s.patch);
+  if (w.batch == 0) std::fill_n(acc, weights, C(0));
+  for (int64_t n = 0; n < w.batch; ++n) {
+    im2col(x + n * w.channels * w.in_size(), w, col);
+    gemm(dims, groups, dy + n * s.out_channels * out_size, col, n == 0 ? acc : product);
+    if (n == 0) continue;
+    parallel_for(weights, 1 << 14, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) acc[i] += product[i];
+    });
+  }
+  if constexpr (needs_staging_v<T>) round_into(acc, dw);
+  return absl::OkStatus();
+}
+
+int64_t filter_workspace(const Node& node) {
+  const ConvGradShape s = filter_shape(node);
+  switch (node.operand(0)->dtype()) {
+    case DType::kF64:
+      return filter_workspace_for<double>(s);
+    case DType::kF16:
+      return filter_workspace_for<Float16>(s);
+    case DType::kBF16:
+      return filter_workspace_for<BFloat16>(s);
+    default:
+      return filter_workspace_for<float>(s);
+  }
+}
+
+// An ampc-domain kernel definition.
+KernelDef ampc_kernel_def(std::string op, KernelOptions options) {
+  KernelDef def = kernel_def(std::move(op), std::move(options));
+  def.domain = std::string(kAmpcDomain);
+  return def;
+}
+
+void register_conv_grad_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("ConvGradData", {.workspace_bytes = &data_workspace}),
+      []<typename T>() { return &conv_grad_data<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("ConvGradFilter", {.workspace_bytes = &filter_workspace}),
+      []<typename T>() { return &conv_grad_filter<T>; });
+}
+
+static KernelRegistration kReg(&register_conv_grad_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,211 @@
+// CPU kernels for the gradients of ops/slice_gather.cc: SliceGrad and GatherGrad (ampc domain).
+//
+// SliceGrad writes zeros, then dY's elements where the Slice read (a slice reads each position at
+// most once, so this is a plain scatter of moved elements, exact in every dtype). GatherGrad adds
+// each slice of dY at the row its index picked, in index order, so repeated indices sum the same
+// way on any thread count: f32 and f64 accumulate in the output, f16 and bf16 in an f32
+// workspace rounded once per element at the end (the numeric contract's "compute in f32, round
+// once"). Work is split over (outer block, column range) pairs, each owning its output elements.
+//
+// Slice's arguments are re-read and resolved as runtime/cpu/data_movement.cc resolves them, and
+// checked against the inferred shapes; GatherGrad checks each index, since indices are data.
+#include <algorithm>
+#include <cstring>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// Elements per thread below which a loop stays on one thread.
+constexpr int64_t kGrainElements = 1 << 16;
+// Columns (elements of one index's slice) a GatherGrad work item accumulates.
+constexpr int64_t kGatherColumns = 512;
+
+int64_t product(const Shape& shape, size_t begin, size_t end) {
+  int64_t result = 1;
+  for (size_t d = begin; d < end; ++d) result *= shape[d];
+  return result;
+}
+
+int64_t normalized_axis(int64_t axis, size_t rank) {
+  return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
+}
+
+// The values of an i64 or i32 operand (indices, Slice's starts/ends/axes/steps).
+std::vector<int64_t> index_values(const TensorArg& arg) {
+  if (arg.dtype() == DType::kI64) {
+    const std::span<const int64_t> values = arg.in<int64_t>();
+    return {values.begin(), values.end()};
+  }
+  AMPC_CHECK(arg.dtype() == DType::kI32);  // the OpDefs admit i64 and i32 only
+  const std::span<const int32_t> values = arg.in<int32_t>();
+  return {values.begin(), values.end()};
+}
+
+// ---- SliceGrad --------------------------------------------------------------------------------
+
+// Where one dim's slice starts in the input, its step and its output size (ONNX Slice-13).
+struct DimSlice {
+  int64_t start = 0;
+  int64_t step = 1;
+  int64_t size = 0;
+};
+
+DimSlice slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  const bool forward = step > 0;
+  start = std::clamp<int64_t>(start, 0, forward ? dim : std::max<int64_t>(dim - 1, 0));
+  end = std::clamp<int64_t>(end, forward ? 0 : -1, forward ? dim : dim - 1);
+  const int64_t distance = forward ? end - start : start - end;
+  const uint64_t stride = forward ? uint64_t(step) : uint64_t(0) - uint64_t(step);
+  const int64_t size = distance > 0 && dim > 0 ? int64_t(1 + uint64_t(distance - 1) / stride) : 0;
+  return {start, step, size};
+}
+
+// dX[start + o * step] = dY[o] for every multi-index o of dY; zero elsewhere.
+template <typename T>
+absl::Status slice_grad_kernel(const KernelContext& ctx) {
+  const Shape& dy_shape = ctx.input(0).shape();
+  const Shape& dx_shape = ctx.output(0).shape();
+  const int64_t rank = dx_shape.size();
+  const std::vector<int64_t> starts = index_values(ctx.input(1));
+  const std::vector<int64_t> ends = index_values(ctx.input(2));
+  std::vector<int64_t> axes(starts.size());
+  for (size_t i = 0; i < axes.size(); ++i) axes[i] = i;
+  if (ctx.has_input(3)) axes = index_values(ctx.input(3));
+  std::vector<int64_t> steps(starts.size(), 1);
+  if (ctx.has_input(4)) steps = index_values(ctx.input(4));
+
+  std::vector<DimSlice> dims(rank);
+  for (int64_t d = 0; d < rank; ++d) dims[d] = {0, 1, dx_shape[d]};
+  bool valid =
+      ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size();
+  for (size_t i = 0; valid && i < starts.size(); ++i) {
+    const int64_t axis = normalized_axis(axes[i], rank);
+    valid = axis >= 0 && axis < rank && steps[i] != 0;
+    if (valid) dims[axis] = slice_dim(dx_shape[axis], starts[i], ends[i], steps[i]);
+  }
+  for (int64_t d = 0; valid && d < rank; ++d) valid = dims[d].size == dy_shape[d];
+  if (!valid) {
+    return absl::InvalidArgumentError(str_cat(
+        "starts ", shape_to_string(starts), ", ends ", shape_to_string(ends), ", axes ",
+        shape_to_string(axes), " and steps ", shape_to_string(steps), " do not slice dY's shape ",
+        shape_to_string(dy_shape), " out of ", shape_to_string(dx_shape)));
+  }
+  T* dx = ctx.output(0).out<T>().data();
+  const T* dy = ctx.input(0).in<T>().data();
+  const int64_t total = num_elements(dx_shape);
+  parallel_for(total, kGrainElements,
+               [&](int64_t begin, int64_t end) { std::fill(dx + begin, dx + end, T{}); });
+  const int64_t count = num_elements(dy_shape);
+  if (count == 0) return absl::OkStatus();
+  // The dX offset of dY's first element, and how far one step of each dY dim moves in dX (a dim
+  // of dY size 1 never moves, so its step, maybe INT64_MAX, is never multiplied).
+  int64_t base = 0;
+  std::vector<int64_t> dx_steps(rank, 0);
+  for (int64_t d = rank - 1, stride = 1; d >= 0; stride *= dx_shape[d], --d) {
+    base += dims[d].start * stride;
+    if (dims[d].size > 1) dx_steps[d] = dims[d].step * stride;
+  }
+  const int64_t inner = rank == 0 ? 1 : dy_shape[rank - 1];
+  const int64_t inner_step = rank == 0 ? 0 : dx_steps[rank - 1];
+  parallel_for(count / inner, std::max<int64_t>(1, kGrainElements / inner),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t row = begin; row < end; ++row) {
+                   int64_t offset = base;
+                   for (int64_t d = rank - 2, rest = row; d >= 0; --d) {
+                     offset += (rest % dy_shape[d]) * dx_steps[d];
+                     rest /= dy_shape[d];
+                   }
+                   for (int64_t j = 0; j < inner; ++j) {
+                     dx[offset + j * inner_step] = dy[row * inner + j];
+                   }
+                 }
+               });
+  return absl::OkStatus();
+}
+
+// ---- GatherGrad -------------------------------------------------------------------------------
+
+// f32 accumulators for f16/bf16 outputs; none for f32 and f64, which accumulate in place.
+int64_t gather_grad_workspace(const Node& node) {
+  const TensorType& dx = node.output(0)->type();
+  const bool low_precision = dx.dtype == DType::kF16 || dx.dtype == DType::kBF16;
+  return low_precision ? dx.num_elements() * static_cast<int64_t>(sizeof(float)) : 0;
+}
+
+// dX[outer, r, inner] = sum over j with indices[j] == r (wrapped) of dY[outer, j, inner], summed
+// in j order.
+template <typename T>
+absl::Status gather_grad_kernel(const KernelContext& ctx) {
+  using Acc = compute_t<T>;
+  const Shape& shape = ctx.output(0).shape();
+  const int64_t axis = normalized_axis(ctx.node.int_attr("axis"), shape.size());
+  const int64_t dim = shape[axis];
+  std::vector<int64_t> indices = index_values(ctx.input(1));
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] < -dim || indices[j] >= dim) {
+      return absl::InvalidArgumentError(str_cat("index ", indices[j], " (element ", j,
+                                                " of the indices) is out of range for axis ", axis,
+                                                " of size ", dim));
+    }
+    if (indices[j] < 0) indices[j] += dim;
+  }
+  const int64_t outer = product(shape, 0, axis);
+  const int64_t inner = product(shape, axis + 1, shape.size());
+  const int64_t count = indices.size();
+  const T* dy = ctx.input(0).in<T>().data();
+  T* dx = ctx.output(0).out<T>().data();
+  Acc* acc = nullptr;
+  if constexpr (std::is_same_v<Acc, T>) {
+    acc = dx;
+  } else {
+    acc = reinterpret_cast<Acc*>(ctx.workspace.data());
+  }
+  const int64_t column_blocks = (inner + kGatherColumns - 1) / kGatherColumns;
+  const int64_t work = std::max<int64_t>(1, (dim + count) * std::min(inner, kGatherColumns));
+  parallel_for(outer * column_blocks, std::max<int64_t>(1, kGrainElements / work),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t item = begin; item < end; ++item) {
+                   const int64_t o = item / column_blocks;
+                   const int64_t c0 = (item % column_blocks) * kGatherColumns;
+                   const int64_t c1 = std::min(inner, c0 + kGatherColumns);
+                   Acc* rows = acc + o * dim * inner;
+                   for (int64_t r = 0; r < dim; ++r) {
+                     std::fill(rows + r * inner + c0, rows + r * inner + c1, Acc(0));
+                   }
+                   for (int64_t j = 0; j < count; ++j) {
+                     const T* from = dy + (o * count + j) * inner;
+                     Acc* to = rows + indices[j] * inner;
+                     for (int64_t c = c0; c < c1; ++c) to[c] += load(from[c]);
+                   }
+                   if constexpr (!std::is_same_v<Acc, T>) {
+                     T* out = dx + o * dim * inner;
+                     for (int64_t r = 0; r < dim; ++r) {
+                       for (int64_t c = c0; c < c1; ++c)
+                         out[r * inner + c] = store<T>(rows[r * inner + c]);
+                     }
+                   }
+                 }
+               });
+  return absl::OkStatus();
+}
+
+void register_data_movement_grad_kernels(KernelRegistry& r) {
+  KernelDef slice_grad = kernel_def("SliceGrad");
+  slice_grad.domain = std::string(kAmpcDomain);
+  add_kernels<float, double, Float16, BFloat16>(r, slice_grad,
+                                                []<typename T>() { return &slice_grad_kernel<T>; });
+  KernelDef gather_grad = kernel_def("GatherGrad", {.workspace_bytes = &gather_grad_workspace});
+  gather_grad.domain = std::string(kAmpcDomain);
+  add_kernels<float, double, Float16, BFloat16>(
+      r, gather_grad, []<typename T>() { return &gather_grad_kernel<T>; });
+}
+
+static KernelRegistration kReg(&register_data_movement_grad_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

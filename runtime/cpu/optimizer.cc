@@ -1,0 +1,234 @@
+// CPU kernels for the optimizer ops: ampc.SGD, ampc.Adam, ampc.GlobalNorm, ampc.ClipCoefficient.
+//
+// Each kernel repeats, operation for operation, what PyTorch's CPU kernels compute for
+// torch.optim.SGD / Adam / AdamW (foreach=False, capturable=False: the `_single_tensor_*`
+// functions) and torch.nn.utils.clip_grad_norm_, so an f32 run gives PyTorch's bits. Three kinds
+// of arithmetic appear, and each is written here the way PyTorch does it:
+//   - Python-float arithmetic on hyperparameters (1 - beta1, beta1 ** t, lr / bc1): double.
+//     Float attributes are read as the decimal they spell (0.999f reads as 0.999, Python's
+//     value: 1 - 0.999f would be 1.3e-5 away from 1 - 0.999); lr and step are read exactly.
+//   - Such a value passed to a tensor op is rounded once to the tensor's type: [w] below.
+//   - Tensor ops compute in the tensor's type. PyTorch's `a.add(b, alpha=w)`, `lerp` and
+//     `addcmul` fuse their multiply-add (AVX2 fmadd, or a contracted a + w * b): fma below.
+//     `addcdiv`, `mul`, `div` and `sqrt` round each operation.
+//
+// SGD (g = grad, negated when maximize; `step` == 0 marks the first update):
+//   g   = fma(param, [weight_decay], g)                          if weight_decay != 0
+//   buf = step == 0 ? g : fma(g, [1 - dampening], buf * [momentum])    if momentum != 0
+//   g   = nesterov ? fma(buf, [momentum], g) : buf                     if momentum != 0
+//   param = fma(g, [-lr], param);  with momentum 0 the buffer passes through unchanged.
+// Adam (t = step + 1, computed in step's type as PyTorch's step tensor does, then as double):
+//   param = param * [1 - lr * weight_decay]       if weight_decay != 0 and decoupled (AdamW)
+//   g     = fma(param, [weight_decay], g)         if weight_decay != 0 and not decoupled
+//   m     = fma([w], g - m, m), w = [1 - beta1]   torch.lerp for |w| < 0.5; else
+//         = fma([w] - 1, g - m, g)                 its other branch
+//   v     = fma([1 - beta2] * g, g, v * [beta2])
+//   bc1 = 1 - beta1 ** t, bc2 = 1 - beta2 ** t, step_size = lr / bc1 (all double, std::pow as
+//   CPython's float ** float), bc2_sqrt = bc2 ** 0.5 (std::pow, as Python's ** 0.5)
+//   denom = sqrt(v) / [bc2_sqrt] + [epsilon]
+//   param = param + [-step_size] * m / denom       (left to right: the product, then the quotient)
+// PyTorch's CPU sqrt comes from MKL's vector library, up to 0.75 ulp off in about one element
+// in six; ours rounds correctly (as CUDA's does), so denom may differ from PyTorch CPU's by an
+// ulp, which rarely reaches param's last bit. m and v match bit for bit.
+// GlobalNorm, as clip_grad_norm_ (torch.linalg.vector_norm per tensor, then of the stacked
+// norms), each norm as PyTorch's AVX2 kernel sums it: eight lane sums s_j += x * x (rounded
+// product, rounded sum) over the first n - n % 8 elements, lane j taking elements j, j + 8, ...;
+// then s = s_0 + s_1 + ... + s_7 left to right; then the r = n % 8 remaining elements in order,
+// the first 4 * (r / 4) as s += x * x (rounded product) and the last r % 4 as s = fma(x, x, s)
+// (what GCC made of PyTorch's scalar remainder loop; found by comparing with PyTorch 2.15 bit
+// for bit); norm = sqrt(s). This assumes the compiler does not contract s += x * x into an fma
+// (GCC does not in ISO C++ mode, which the build uses). f64 inputs follow the same scheme.
+// ClipCoefficient: min((1 / (total_norm + [1e-6])) * [max_norm], 1), NaN kept (Python's
+// max_norm / t is t.reciprocal() * max_norm; torch.clamp(max=1) keeps NaN).
+//
+// The update kernels are element-wise: each output element is written after its own operands
+// are read, so param_out may share param's buffer, and threads split elements without changing
+// any bit. GlobalNorm computes each tensor's norm on one thread (tensors spread over threads).
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+constexpr int64_t kUpdateGrain = 1 << 14;
+
+// The double the shortest decimal spelling of `value` names: the attribute 0.9f as Python's 0.9.
+// (That decimal rounds back to `value`, so [x] of the result is the attribute itself.)
+double decimal_value(float value) {
+  std::array<char, 32> text;
+  const auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
+  double result = value;
+  if (error == std::errc()) std::from_chars(text.data(), end, result);
+  return result;
+}
+
+double decimal_attr(const Node& node, std::string_view name) {
+  return decimal_value(node.float_attr(name));
+}
+
+// The one element of an f32 or f64 scalar operand, exactly.
+double read_scalar(const TensorArg& arg) {
+  return arg.dtype() == DType::kF32 ? arg.in<float>()[0] : arg.in<double>()[0];
+}
+
+// step + 1, added in step's own type as PyTorch's `step_t += 1` does on its f32 step tensor.
+double updates_including_this_one(const TensorArg& step) {
+  if (step.dtype() == DType::kF32) return step.in<float>()[0] + 1.0f;
+  return step.in<double>()[0] + 1.0;
+}
+
+template <typename T>
+absl::Status sgd(const KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const double momentum = decimal_attr(node, "momentum");
+  const double dampening = decimal_attr(node, "dampening");
+  const double weight_decay = decimal_attr(node, "weight_decay");
+  const bool nesterov = node.int_attr("nesterov") != 0;
+  const bool maximize = node.int_attr("maximize") != 0;
+  const double lr = read_scalar(ctx.input(3));
+  const bool first_update = read_scalar(ctx.input(4)) == 0;
+  const T decay = T(weight_decay), mom = T(momentum), undamped = T(1 - dampening), neg_lr = T(-lr);
+
+  std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
+                     buffer = ctx.input(2).in<T>();
+  std::span<T> param_out = ctx.output(0).out<T>(), buffer_out = ctx.output(1).out<T>();
+  parallel_for(ctx.input(0).num_elements(), kUpdateGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T p = param[i];
+      T g = maximize ? -grad[i] : grad[i];
+      if (weight_decay != 0) g = std::fma(p, decay, g);
+      T b = buffer[i];
+      if (momentum != 0) {
+        b = first_update ? g : std::fma(g, undamped, b * mom);
+        g = nesterov ? std::fma(b, mom, g) : b;
+      }
+      buffer_out[i] = b;
+      param_out[i] = std::fma(g, neg_lr, p);
+    }
+  });
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status adam(const KernelContext& ctx) {
+  const Node& node = ctx.node;
+  const double beta1 = decimal_attr(node, "beta1");
+  const double beta2 = decimal_attr(node, "beta2");
+  const double epsilon = decimal_attr(node, "epsilon");
+  const double weight_decay = decimal_attr(node, "weight_decay");
+  const bool decoupled = node.int_attr("decoupled_weight_decay") != 0;
+  const bool maximize = node.int_attr("maximize") != 0;
+  const double lr = read_scalar(ctx.input(4));
+  const double t = updates_including_this_one(ctx.input(5));
+
+  // The Python-float part of the update, in double.
+  const double bias_correction1 = 1 - std::pow(beta1, t);
+  const double bias_correction2 = 1 - std::pow(beta2, t);
+  const double step_size = lr / bias_correction1;
+  const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
+
+  // Each rounded once to T, as PyTorch's kernels receive them.
+  const T decay_factor = T(1 - lr * weight_decay), decay = T(weight_decay);
+  const T weight = T(1 - beta1);
+  const bool small_weight = std::abs(weight) < T(0.5);
+  const T lerp_coefficient = small_weight ? weight : weight - T(1);
+  const T b2 = T(beta2), one_minus_b2 = T(1 - beta2);
+  const T denom_divisor = T(bias_correction2_sqrt), eps = T(epsilon), neg_step = T(-step_size);
+
+  std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
+                     exp_avg = ctx.input(2).in<T>(), exp_avg_sq = ctx.input(3).in<T>();
+  std::span<T> param_out = ctx.output(0).out<T>(), exp_avg_out = ctx.output(1).out<T>(),
+               exp_avg_sq_out = ctx.output(2).out<T>();
+  parallel_for(ctx.input(0).num_elements(), kUpdateGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      T p = param[i];
+      T g = maximize ? -grad[i] : grad[i];
+      if (weight_decay != 0) {
+        if (decoupled) {
+          p = p * decay_factor;
+        } else {
+          g = std::fma(p, decay, g);
+        }
+      }
+      const T m0 = exp_avg[i];
+      const T m = std::fma(lerp_coefficient, g - m0, small_weight ? m0 : g);
+      const T v = std::fma(one_minus_b2 * g, g, exp_avg_sq[i] * b2);
+      const T denom = std::sqrt(v) / denom_divisor + eps;
+      exp_avg_out[i] = m;
+      exp_avg_sq_out[i] = v;
+      param_out[i] = p + neg_step * m / denom;
+    }
+  });
+  return absl::OkStatus();
+}
+
+// sqrt(sum of x * x) in PyTorch's AVX2 order (see the header).
+template <typename T>
+T torch_l2_norm(std::span<const T> x) {
+  constexpr int64_t kLanes = 8;
+  const int64_t n = static_cast<int64_t>(x.size());
+  std::array<T, kLanes> lanes{};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int64_t j = 0; j < kLanes; ++j) {
+      const T square = x[i + j] * x[i + j];
+      lanes[j] += square;
+    }
+  }
+  T sum = lanes[0];
+  for (int64_t j = 1; j < kLanes; ++j) sum += lanes[j];
+  for (const int64_t rounded_end = i + (n - i) / 4 * 4; i < rounded_end; ++i) {
+    const T square = x[i] * x[i];
+    sum += square;
+  }
+  for (; i < n; ++i) sum = std::fma(x[i], x[i], sum);
+  return std::sqrt(sum);
+}
+
+template <typename T>
+absl::Status global_norm(const KernelContext& ctx) {
+  std::vector<T> norms(ctx.inputs.size());
+  parallel_for(static_cast<int64_t>(norms.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t k = begin; k < end; ++k) norms[k] = torch_l2_norm(ctx.input(k).in<T>());
+  });
+  ctx.output(0).out<T>()[0] = torch_l2_norm(std::span<const T>(norms));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status clip_coefficient(const KernelContext& ctx) {
+  const T norm = ctx.input(0).in<T>()[0];
+  const T max_norm = T(decimal_attr(ctx.node, "max_norm"));
+  const T coefficient = (T(1) / (norm + T(1e-6))) * max_norm;
+  ctx.output(0).out<T>()[0] = std::isnan(coefficient) ? coefficient : std::min(coefficient, T(1));
+  return absl::OkStatus();
+}
+
+KernelDef ampc_kernel_def(std::string op, KernelOptions options = {}) {
+  KernelDef def = kernel_def(std::move(op), options);
+  def.domain = std::string(kAmpcDomain);
+  return def;
+}
+
+void register_optimizer_kernels(KernelRegistry& r) {
+  add_kernels<float, double>(r, ampc_kernel_def("SGD", {.in_place_operand = 0}),
+                             []<typename T>() { return &sgd<T>; });
+  add_kernels<float, double>(r, ampc_kernel_def("Adam", {.in_place_operand = 0}),
+                             []<typename T>() { return &adam<T>; });
+  add_kernels<float, double>(r, ampc_kernel_def("GlobalNorm"),
+                             []<typename T>() { return &global_norm<T>; });
+  add_kernels<float, double>(r, ampc_kernel_def("ClipCoefficient"),
+                             []<typename T>() { return &clip_coefficient<T>; });
+}
+
+static KernelRegistration kReg(&register_optimizer_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,236 @@
+// CPU kernels for the gradients of Softmax, LogSoftmax, SoftmaxCrossEntropyLoss and
+// NegativeLogLikelihoodLoss: the ampc-domain ops SoftmaxGrad, LogSoftmaxGrad,
+// SoftmaxCrossEntropyLossGrad and NegativeLogLikelihoodLossGrad.
+//
+// Numerics (f32 for f16, bf16 and f32; f64 for f64), per row of n elements along `axis`:
+//   SoftmaxGrad(dY, Y):    s = dy_0 * y_0 + ... + dy_{n-1} * y_{n-1} sequentially,
+//                          dx_k = y_k * (dy_k - s)
+//   LogSoftmaxGrad(dY, Y): s = dy_0 + ... + dy_{n-1} sequentially, dx_k = dy_k - exp(y_k) * s
+// For a sample with label t (not ignore_index) and weight w_t (1 without weights):
+//   SoftmaxCrossEntropyLossGrad: dscores_c = g * w_t * (exp(log_prob_c) - [c == t])
+//   NegativeLogLikelihoodLossGrad: dinput_t = -g * w_t, every other class 0
+// where g is dLoss[sample] for reduction "none", dLoss for "sum", and dLoss / W for "mean", W the
+// sum of the kept samples' weights (their count without weights) added as the forward kernel
+// adds it. With from_scores=1 the log-probabilities are recomputed from the scores exactly as the
+// forward kernel computes them ((x - m) - log(sum of exp(x - m)), in class order). Ignored
+// samples get 0. Each output element is rounded once. Rows and samples are spread over threads,
+// each computed by one; an element is written after its own operands were read, so the gradient
+// may share dY's (softmax) or log_prob's (cross entropy) buffer.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+KernelDef ampc_kernel_def(std::string op, KernelOptions options = {}) {
+  KernelDef def = kernel_def(std::move(op), options);
+  def.domain = std::string(kAmpcDomain);
+  return def;
+}
+
+// ---- SoftmaxGrad / LogSoftmaxGrad ----------------------------------------------------------
+
+template <typename T, bool kLog>
+absl::Status softmax_grad(const KernelContext& ctx) {
+  using C = compute_t<T>;
+  const Shape& shape = ctx.input(1).shape();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = ctx.node.int_attr("axis");
+  if (axis < 0) axis += rank;
+  AMPC_CHECK(axis >= 0 && axis < rank);  // inference validated it
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+  const int64_t n = shape[axis];
+
+  std::span<const T> dy = ctx.input(0).in<T>();
+  std::span<const T> y = ctx.input(1).in<T>();
+  std::span<T> dx = ctx.output(0).out<T>();
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
+  parallel_for(outer * inner, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      // Element k of the row is at first + k * inner.
+      const int64_t first = (row / inner) * n * inner + row % inner;
+      C sum = 0;
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = first + k * inner;
+        sum += kLog ? load(dy[i]) : load(dy[i]) * load(y[i]);
+      }
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t i = first + k * inner;
+        const C value =
+            kLog ? load(dy[i]) - std::exp(load(y[i])) * sum : load(y[i]) * (load(dy[i]) - sum);
+        dx[i] = store<T>(value);
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+// ---- Loss gradients ------------------------------------------------------------------------
+
+std::vector<int64_t> read_labels(const TensorArg& labels) {
+  if (labels.dtype() == DType::kI32) {
+    std::span<const int32_t> values = labels.in<int32_t>();
+    return {values.begin(), values.end()};
+  }
+  std::span<const int64_t> values = labels.in<int64_t>();
+  return {values.begin(), values.end()};
+}
+
+std::optional<int64_t> ignore_index(const Node& node) {
+  const AttrValue* value = node.find_attr("ignore_index");
+  if (value == nullptr) return std::nullopt;
+  return std::get<int64_t>(*value);
+}
+
+// Fails on the first label outside [0, classes) that is not ignored.
+absl::Status check_labels(const std::vector<int64_t>& labels, int64_t classes,
+                          std::optional<int64_t> ignored) {
+  for (size_t s = 0; s < labels.size(); ++s) {
+    const int64_t label = labels[s];
+    if (label == ignored || (label >= 0 && label < classes)) continue;
+    return absl::InvalidArgumentError(
+        str_cat("label ", label, " at flat index ", s, " is out of range [0, ", classes, ")",
+                ignored ? str_cat(" and is not ignore_index ", *ignored) : std::string()));
+  }
+  return absl::OkStatus();
+}
+
+// What each kept sample's gradient is scaled by besides its weight: dLoss per reduction.
+template <typename T>
+class LossScale {
+ public:
+  using C = compute_t<T>;
+  LossScale(const KernelContext& ctx, const std::vector<int64_t>& labels,
+            std::optional<int64_t> ignored, std::span<const T> weights)
+      : dloss_(ctx.input(0).in<T>()), per_sample_(ctx.node.string_attr("reduction") == "none") {
+    if (per_sample_) return;
+    scale_ = load(dloss_[0]);
+    if (ctx.node.string_attr("reduction") != "mean") return;
+    if (!weights.empty()) {
+      C weight_sum = 0;
+      for (int64_t label : labels) {
+        if (label != ignored) weight_sum += load(weights[label]);
+      }
+      scale_ /= weight_sum;
+    } else {
+      const int64_t kept = std::count_if(labels.begin(), labels.end(),
+                                         [&](int64_t label) { return label != ignored; });
+      scale_ /= static_cast<C>(kept);
+    }
+  }
+  C operator()(int64_t sample) const { return per_sample_ ? load(dloss_[sample]) : scale_; }
+
+ private:
+  std::span<const T> dloss_;
+  bool per_sample_;
+  C scale_ = 0;
+};
+
+// The [N, C, D] view of scores, D = d1 * ... * dk; sample s = n * D + d.
+struct ClassLayout {
+  int64_t classes = 1, spatial = 1, samples = 0;
+};
+
+ClassLayout class_layout(const Shape& scores) {
+  ClassLayout layout;
+  layout.classes = scores[1];
+  for (size_t d = 2; d < scores.size(); ++d) layout.spatial *= scores[d];
+  layout.samples = scores[0] * layout.spatial;
+  return layout;
+}
+
+template <typename T>
+absl::Status softmax_cross_entropy_grad(const KernelContext& ctx) {
+  using C = compute_t<T>;
+  const ClassLayout layout = class_layout(ctx.input(1).shape());
+  const std::vector<int64_t> labels = read_labels(ctx.input(2));
+  const std::optional<int64_t> ignored = ignore_index(ctx.node);
+  AMPC_RETURN_IF_ERROR(check_labels(labels, layout.classes, ignored));
+  std::span<const T> weights = ctx.has_input(3) ? ctx.input(3).in<T>() : std::span<const T>();
+  const LossScale<T> loss_scale(ctx, labels, ignored, weights);
+  const bool from_scores = int_attr_or(ctx.node, "from_scores", 0) != 0;
+
+  std::span<const T> in = ctx.input(1).in<T>();
+  std::span<T> out = ctx.output(0).out<T>();
+  const int64_t classes = layout.classes, spatial = layout.spatial;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, classes));
+  parallel_for(layout.samples, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t s = begin; s < end; ++s) {
+      // Class c of sample s is at first + c * spatial.
+      const int64_t first = (s / spatial) * classes * spatial + s % spatial;
+      const int64_t label = labels[s];
+      if (label == ignored) {
+        for (int64_t c = 0; c < classes; ++c) out[first + c * spatial] = store<T>(C(0));
+        continue;
+      }
+      // log_prob_c = (x_c - shift) - log_sum: the input itself unless from_scores.
+      C shift = 0, log_sum = 0;
+      if (from_scores) {
+        shift = -std::numeric_limits<C>::infinity();
+        for (int64_t c = 0; c < classes; ++c)
+          shift = std::max(shift, load(in[first + c * spatial]));
+        C sum = 0;
+        for (int64_t c = 0; c < classes; ++c)
+          sum += std::exp(load(in[first + c * spatial]) - shift);
+        log_sum = std::log(sum);
+      }
+      const C factor = loss_scale(s) * (weights.empty() ? C(1) : load(weights[label]));
+      for (int64_t c = 0; c < classes; ++c) {
+        const int64_t i = first + c * spatial;
+        const C log_prob = from_scores ? (load(in[i]) - shift) - log_sum : load(in[i]);
+        out[i] = store<T>(factor * (std::exp(log_prob) - (c == label ? C(1) : C(0))));
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status negative_log_likelihood_grad(const KernelContext& ctx) {
+  using C = compute_t<T>;
+  const ClassLayout layout = class_layout(ctx.output(0).shape());
+  const std::vector<int64_t> labels = read_labels(ctx.input(1));
+  const std::optional<int64_t> ignored = ignore_index(ctx.node);
+  AMPC_RETURN_IF_ERROR(check_labels(labels, layout.classes, ignored));
+  std::span<const T> weights = ctx.has_input(2) ? ctx.input(2).in<T>() : std::span<const T>();
+  const LossScale<T> loss_scale(ctx, labels, ignored, weights);
+
+  std::span<T> out = ctx.output(0).out<T>();
+  std::fill(out.begin(), out.end(), store<T>(C(0)));
+  const int64_t classes = layout.classes, spatial = layout.spatial;
+  for (int64_t s = 0; s < layout.samples; ++s) {
+    const int64_t label = labels[s];
+    if (label == ignored) continue;
+    const int64_t at = (s / spatial) * classes * spatial + label * spatial + s % spatial;
+    out[at] = store<T>(-loss_scale(s) * (weights.empty() ? C(1) : load(weights[label])));
+  }
+  return absl::OkStatus();
+}
+
+void register_softmax_loss_grad_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("SoftmaxGrad", {.in_place_operand = 0}),
+      []<typename T>() { return &softmax_grad<T, false>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("LogSoftmaxGrad", {.in_place_operand = 0}),
+      []<typename T>() { return &softmax_grad<T, true>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("SoftmaxCrossEntropyLossGrad", {.in_place_operand = 1}),
+      []<typename T>() { return &softmax_cross_entropy_grad<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("NegativeLogLikelihoodLossGrad"),
+      []<typename T>() { return &negative_log_likelihood_grad<T>; });
+}
+
+static KernelRegistration kReg(&register_softmax_loss_grad_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,136 @@
+// The conventions of the activation and element-wise gradient rules where the derivative is not
+// defined (kinks, ties, bounds, 0 * inf), which central differences cannot check: each is
+// PyTorch's, since training runs are compared with PyTorch's. The expected values are what
+// PyTorch's autograd gives for the same inputs.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/verifier.h"
+#include "gtest/gtest.h"
+#include "passes/passes.h"
+#include "runtime/interpreter.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+// d loss / d input for every graph input of `text`, by autodiff and the CPU interpreter.
+std::map<std::string, std::vector<double>> gradients(std::string_view text,
+                                                     const std::vector<Tensor>& inputs) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (graph == nullptr) return {};
+  AutodiffOptions options;
+  options.include_graph_inputs = true;
+  Diagnostics diagnostics;
+  absl::StatusOr<bool> changed =
+      make_autodiff_pass(options)->run(*graph, PassContext{&diagnostics});
+  EXPECT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  if (!outputs.ok()) return {};
+  std::map<std::string, std::vector<double>> grads;
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    grads[graph->outputs()[i]->name()] = (*outputs)[i].to_double_vector();
+  }
+  return grads;
+}
+
+Tensor f32(const std::vector<float>& values) {
+  return Tensor::from_f32({static_cast<int64_t>(values.size())}, values);
+}
+
+TEST(ElementwiseGradConventions, MaxAndMinSplitTiesEvenly) {
+  // torch.maximum / torch.minimum: a tie gives each input half the gradient.
+  const std::vector<Tensor> pair = {f32({1, 2, 3, -1}), f32({1, 5, 0, -1})};
+  auto max2 = gradients(R"(
+    graph g(%a: f32[4], %b: f32[4]) {
+      %m = Max(%a, %b) : f32[4]
+      %loss = ReduceSum<keepdims=0>(%m) : f32[]
+      return %loss
+    })",
+                        pair);
+  EXPECT_EQ(max2["a.grad"], (std::vector<double>{0.5, 0, 1, 0.5}));
+  EXPECT_EQ(max2["b.grad"], (std::vector<double>{0.5, 1, 0, 0.5}));
+  auto min2 = gradients(R"(
+    graph g(%a: f32[4], %b: f32[4]) {
+      %m = Min(%a, %b) : f32[4]
+      %loss = ReduceSum<keepdims=0>(%m) : f32[]
+      return %loss
+    })",
+                        pair);
+  EXPECT_EQ(min2["a.grad"], (std::vector<double>{0.5, 1, 0, 0.5}));
+  EXPECT_EQ(min2["b.grad"], (std::vector<double>{0.5, 0, 1, 0.5}));
+
+  // With more inputs, the k tied ones share it, a broadcast input summing over its uses.
+  auto max3 = gradients(R"(
+    graph g(%a: f32[2], %b: f32[2], %c: f32[]) {
+      %m = Max(%a, %b, %c) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%m) : f32[]
+      return %loss
+    })",
+                        {f32({4, 1}), f32({4, 2}), Tensor::from_f32({}, {4})});
+  ASSERT_EQ(max3["a.grad"].size(), 2u);
+  ASSERT_EQ(max3["b.grad"].size(), 2u);
+  ASSERT_EQ(max3["c.grad"].size(), 1u);
+  EXPECT_FLOAT_EQ(max3["a.grad"][0], 1.0 / 3);
+  EXPECT_EQ(max3["a.grad"][1], 0);
+  EXPECT_FLOAT_EQ(max3["b.grad"][0], 1.0 / 3);
+  EXPECT_EQ(max3["b.grad"][1], 0);
+  EXPECT_FLOAT_EQ(max3["c.grad"][0], 1.0 / 3 + 1);
+}
+
+TEST(ElementwiseGradConventions, ClipPassesTheGradientAtItsBounds) {
+  // torch.clamp: the gradient flows where min <= x <= max.
+  auto grads = gradients(R"(
+    graph g(%x: f32[6]) {
+      init %lo: f32[] = [-0.5]
+      init %hi: f32[] = [0.75]
+      %y = Clip(%x, %lo, %hi) : f32[6]
+      %loss = ReduceSum<keepdims=0>(%y) : f32[]
+      return %loss
+    })",
+                         {f32({-1, -0.5f, 0, 0.75f, 1, 0.5f})});
+  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 1, 1, 1, 0, 1}));
+}
+
+TEST(ElementwiseGradConventions, KinksAtZero) {
+  // relu'(0) = 0, leaky_relu'(0) = alpha, |x|'(0) = 0.
+  auto grads = gradients(R"(
+    graph g(%r: f32[3], %l: f32[3], %a: f32[3]) {
+      %relu = Relu(%r) : f32[3]
+      %leaky = LeakyRelu<alpha=0.25>(%l) : f32[3]
+      %abs = Abs(%a) : f32[3]
+      %s1 = ReduceSum<keepdims=0>(%relu) : f32[]
+      %s2 = ReduceSum<keepdims=0>(%leaky) : f32[]
+      %s3 = ReduceSum<keepdims=0>(%abs) : f32[]
+      %s12 = Add(%s1, %s2) : f32[]
+      %loss = Add(%s12, %s3) : f32[]
+      return %loss
+    })",
+                         {f32({-1, 0, 2}), f32({-1, 0, 2}), f32({-1, 0, 2})});
+  EXPECT_EQ(grads["r.grad"], (std::vector<double>{0, 0, 1}));
+  EXPECT_EQ(grads["l.grad"], (std::vector<double>{0.25, 0.25, 1}));
+  EXPECT_EQ(grads["a.grad"], (std::vector<double>{-1, 0, 1}));
+}
+
+TEST(ElementwiseGradConventions, PowAtAZeroBaseOrExponentGivesZeroNotNaN) {
+  // torch.pow: no base gradient where y == 0 (0^0), no exponent gradient where x == 0, y >= 0.
+  auto grads = gradients(R"(
+    graph g(%x: f32[4], %y: f32[4]) {
+      %z = Pow(%x, %y) : f32[4]
+      %loss = ReduceSum<keepdims=0>(%z) : f32[]
+      return %loss
+    })",
+                         {f32({0, 0, 2, 3}), f32({0, 2, 3, 0})});
+  ASSERT_EQ(grads["x.grad"].size(), 4u);
+  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 0, 12, 0}));
+  EXPECT_EQ(grads["y.grad"][0], 0);
+  EXPECT_EQ(grads["y.grad"][1], 0);
+  EXPECT_FLOAT_EQ(grads["y.grad"][2], 8 * std::log(2.0));
+  EXPECT_FLOAT_EQ(grads["y.grad"][3], std::log(3.0));
+}
+
+}  // namespace
+}  // namespace ampc
