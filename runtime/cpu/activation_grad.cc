@@ -70,9 +70,8 @@ absl::Status gelu_grad(const KernelContext& ctx) {
 template <typename Make>
 void add_activation_grad(KernelRegistry& r, std::string op, Make make) {
   // Element by element over dY's shape: dX may take over dY's buffer.
-  KernelDef def = kernel_def(std::move(op), {.in_place_operand = 0});
-  def.domain = std::string(kAmpcDomain);
-  add_kernels<float, double, Float16, BFloat16>(r, def, make);
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def(std::move(op), {.in_place_operand = 0}), make);
 }
 
 void register_activation_grad_kernels(KernelRegistry& r) {

@@ -19,7 +19,7 @@
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
-#include "runtime/cpu/grad_window.h"
+#include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -35,7 +35,7 @@ struct ConvGradShape {
 // X [N, C, in...], W [M, C / group, k...], dY [N, M, out...].
 ConvGradShape conv_grad_shape(const Node& node, const Shape& x, const Shape& w, const Shape& y) {
   ConvGradShape s;
-  s.window = explicit_window(node, x, y, std::vector<int64_t>(w.begin() + 2, w.end()));
+  s.window = resolve_window(node, x, y, std::vector<int64_t>(w.begin() + 2, w.end()));
   s.group = node.int_attr("group");
   s.out_channels = w[0];
   s.patch = w[1] * s.window.kernel_size();
@@ -240,11 +240,6 @@ int64_t filter_workspace(const Node& node) {
 }
 
 // An ampc-domain kernel definition.
-KernelDef ampc_kernel_def(std::string op, KernelOptions options) {
-  KernelDef def = kernel_def(std::move(op), std::move(options));
-  def.domain = std::string(kAmpcDomain);
-  return def;
-}
 
 void register_conv_grad_kernels(KernelRegistry& r) {
   add_kernels<float, double, Float16, BFloat16>(

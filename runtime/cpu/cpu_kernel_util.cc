@@ -25,6 +25,12 @@ KernelDef kernel_def(std::string op, KernelOptions options) {
   return def;
 }
 
+KernelDef ampc_kernel_def(std::string op, KernelOptions options) {
+  KernelDef def = kernel_def(std::move(op), std::move(options));
+  def.domain = std::string(kAmpcDomain);
+  return def;
+}
+
 void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelFn fn) {
   base.device = Device::kCpu;
   base.dtypes.assign(std::begin(kAllDTypes), std::end(kAllDTypes));

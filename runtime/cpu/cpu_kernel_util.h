@@ -77,6 +77,56 @@ struct KernelOptions {
 // A CPU KernelDef of the standard-domain op `op`; the registration helpers below fill in its
 // dtypes and kernel.
 KernelDef kernel_def(std::string op, KernelOptions options = {});
+// The same for an internal op of the ampc domain (gradients, optimizer updates).
+KernelDef ampc_kernel_def(std::string op, KernelOptions options = {});
+
+// Element i of a float operand of any float element type, in the compute type C: for kernels
+// whose operands may differ in dtype (f16 activations with f32 statistics).
+template <typename C>
+C read_as(const TensorArg& arg, int64_t i) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      return static_cast<C>(arg.in<float>()[i]);
+    case DType::kF64:
+      return static_cast<C>(arg.in<double>()[i]);
+    case DType::kF16:
+      return static_cast<C>(static_cast<float>(arg.in<Float16>()[i]));
+    case DType::kBF16:
+      return static_cast<C>(static_cast<float>(arg.in<BFloat16>()[i]));
+    default:
+      AMPC_CHECK(false && "not a float operand");
+  }
+  return C(0);
+}
+
+// Every element of a float operand, in the compute type C.
+template <typename C>
+std::vector<C> read_all_as(const TensorArg& arg) {
+  std::vector<C> values(arg.num_elements());
+  for (int64_t i = 0; i < arg.num_elements(); ++i) values[i] = read_as<C>(arg, i);
+  return values;
+}
+
+// Rounds `value` once into element i of a float output of any float element type.
+template <typename C>
+void write_as(const TensorArg& arg, int64_t i, C value) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      arg.out<float>()[i] = static_cast<float>(value);
+      return;
+    case DType::kF64:
+      arg.out<double>()[i] = static_cast<double>(value);
+      return;
+    case DType::kF16:
+      arg.out<Float16>()[i] = Float16(static_cast<float>(value));
+      return;
+    case DType::kBF16:
+      arg.out<BFloat16>()[i] = BFloat16(static_cast<float>(value));
+      return;
+    default:
+      AMPC_CHECK(false && "not a float output");
+  }
+}
 
 // Registers one KernelDef per type in Ts, each a copy of `base` keyed on that type, with the
 // function `make.template operator()<T>()` returns:

@@ -195,14 +195,11 @@ absl::Status gather_grad_kernel(const KernelContext& ctx) {
 }
 
 void register_data_movement_grad_kernels(KernelRegistry& r) {
-  KernelDef slice_grad = kernel_def("SliceGrad");
-  slice_grad.domain = std::string(kAmpcDomain);
-  add_kernels<float, double, Float16, BFloat16>(r, slice_grad,
+  add_kernels<float, double, Float16, BFloat16>(r, ampc_kernel_def("SliceGrad"),
                                                 []<typename T>() { return &slice_grad_kernel<T>; });
-  KernelDef gather_grad = kernel_def("GatherGrad", {.workspace_bytes = &gather_grad_workspace});
-  gather_grad.domain = std::string(kAmpcDomain);
   add_kernels<float, double, Float16, BFloat16>(
-      r, gather_grad, []<typename T>() { return &gather_grad_kernel<T>; });
+      r, ampc_kernel_def("GatherGrad", {.workspace_bytes = &gather_grad_workspace}),
+      []<typename T>() { return &gather_grad_kernel<T>; });
 }
 
 static KernelRegistration kReg(&register_data_movement_grad_kernels);

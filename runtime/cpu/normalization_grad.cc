@@ -33,58 +33,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-KernelDef ampc_kernel_def(std::string op, KernelOptions options = {}) {
-  KernelDef def = kernel_def(std::move(op), options);
-  def.domain = std::string(kAmpcDomain);
-  return def;
-}
-
-// Element i of a float operand of any element type, in the compute type C.
-template <typename C>
-C read_as(const TensorArg& arg, int64_t i) {
-  switch (arg.dtype()) {
-    case DType::kF32:
-      return static_cast<C>(arg.in<float>()[i]);
-    case DType::kF64:
-      return static_cast<C>(arg.in<double>()[i]);
-    case DType::kF16:
-      return static_cast<C>(static_cast<float>(arg.in<Float16>()[i]));
-    case DType::kBF16:
-      return static_cast<C>(static_cast<float>(arg.in<BFloat16>()[i]));
-    default:
-      AMPC_CHECK(false && "not a float operand");
-  }
-  return C(0);
-}
-
-template <typename C>
-std::vector<C> read_all_as(const TensorArg& arg) {
-  std::vector<C> values(arg.num_elements());
-  for (int64_t i = 0; i < arg.num_elements(); ++i) values[i] = read_as<C>(arg, i);
-  return values;
-}
-
-// Rounds `value` once into element i of a float output of any element type.
-template <typename C>
-void write_as(const TensorArg& arg, int64_t i, C value) {
-  switch (arg.dtype()) {
-    case DType::kF32:
-      arg.out<float>()[i] = static_cast<float>(value);
-      return;
-    case DType::kF64:
-      arg.out<double>()[i] = static_cast<double>(value);
-      return;
-    case DType::kF16:
-      arg.out<Float16>()[i] = Float16(static_cast<float>(value));
-      return;
-    case DType::kBF16:
-      arg.out<BFloat16>()[i] = BFloat16(static_cast<float>(value));
-      return;
-    default:
-      AMPC_CHECK(false && "not a float output");
-  }
-}
-
 // ---- LayerNormalizationGrad ----------------------------------------------------------------
 
 // Scale broadcast to the normalized dims `normalized`, as one value per column.

@@ -211,12 +211,6 @@ absl::Status clip_coefficient(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
-KernelDef ampc_kernel_def(std::string op, KernelOptions options = {}) {
-  KernelDef def = kernel_def(std::move(op), options);
-  def.domain = std::string(kAmpcDomain);
-  return def;
-}
-
 void register_optimizer_kernels(KernelRegistry& r) {
   add_kernels<float, double>(r, ampc_kernel_def("SGD", {.in_place_operand = 0}),
                              []<typename T>() { return &sgd<T>; });

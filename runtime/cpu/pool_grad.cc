@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/cpu/grad_window.h"
+#include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -77,8 +77,8 @@ bool is_nan(V value) {
 template <typename T>
 absl::Status max_pool_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
-  const Window w = explicit_window(ctx.node, ctx.input(1).shape(), ctx.input(0).shape(),
-                                   ctx.node.ints_attr("kernel_shape"));
+  const Window w = resolve_window(ctx.node, ctx.input(1).shape(), ctx.input(0).shape(),
+                                  ctx.node.ints_attr("kernel_shape"));
   const T* dy = ctx.input(0).in<T>().data();
   const T* x = ctx.input(1).in<T>().data();
   for_each_plane(w, ctx.output(0).out<T>().data(), [&](int64_t plane, C* acc) {
@@ -108,8 +108,8 @@ absl::Status max_pool_grad(const KernelContext& ctx) {
 template <typename T>
 absl::Status average_pool_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
-  const Window w = explicit_window(ctx.node, ctx.output(0).shape(), ctx.input(0).shape(),
-                                   ctx.node.ints_attr("kernel_shape"));
+  const Window w = resolve_window(ctx.node, ctx.output(0).shape(), ctx.input(0).shape(),
+                                  ctx.node.ints_attr("kernel_shape"));
   const bool count_pad = ctx.node.int_attr("count_include_pad") != 0;
   const T* dy = ctx.input(0).in<T>().data();
   for_each_plane(w, ctx.output(0).out<T>().data(), [&](int64_t plane, C* acc) {
@@ -132,12 +132,6 @@ absl::Status average_pool_grad(const KernelContext& ctx) {
     }
   });
   return absl::OkStatus();
-}
-
-KernelDef ampc_kernel_def(std::string op) {
-  KernelDef def = kernel_def(std::move(op));
-  def.domain = std::string(kAmpcDomain);
-  return def;
 }
 
 void register_pool_grad_kernels(KernelRegistry& r) {

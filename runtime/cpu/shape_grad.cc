@@ -60,10 +60,9 @@ absl::Status dropout_grad_kernel(const KernelContext& ctx) {
 }
 
 void register_shape_grad_kernels(KernelRegistry& r) {
-  KernelDef dropout_grad = kernel_def("DropoutGrad", {.in_place_operand = 0});
-  dropout_grad.domain = std::string(kAmpcDomain);
   add_kernels<float, double, Float16, BFloat16>(
-      r, dropout_grad, []<typename T>() { return &dropout_grad_kernel<T>; });
+      r, ampc_kernel_def("DropoutGrad", {.in_place_operand = 0}),
+      []<typename T>() { return &dropout_grad_kernel<T>; });
 }
 
 static KernelRegistration kReg(&register_shape_grad_kernels);

@@ -28,12 +28,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-KernelDef ampc_kernel_def(std::string op, KernelOptions options = {}) {
-  KernelDef def = kernel_def(std::move(op), options);
-  def.domain = std::string(kAmpcDomain);
-  return def;
-}
-
 // ---- SoftmaxGrad / LogSoftmaxGrad ----------------------------------------------------------
 
 template <typename T, bool kLog>

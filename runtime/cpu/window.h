@@ -51,15 +51,19 @@ inline std::vector<int64_t> ints_attr_or(const Node& node, std::string_view name
 // SAME_UPPER / SAME_LOWER pad (out - 1) * stride + dilated kernel - in in total, clamped at 0
 // (TensorFlow's rule; a stride larger than the kernel could make it negative), with the odd one
 // at the end (UPPER) or the beginning (LOWER). VALID pads nothing.
-inline Window resolve_window(const Node& node, const std::vector<int64_t>& kernel) {
-  const Shape& x = node.operand(0)->shape();
-  const Shape& y = node.output(0)->shape();
+//
+// `x` and `y` are the shapes of the input and output images; gradient nodes (ampc domain) pass
+// them explicitly, with explicit pads and no auto_pad attribute.
+inline Window resolve_window(const Node& node, const Shape& x, const Shape& y,
+                             const std::vector<int64_t>& kernel) {
   const size_t n = kernel.size();
   const size_t lead = 3 - n;
   const std::vector<int64_t> strides = ints_attr_or(node, "strides", n, 1);
   const std::vector<int64_t> dilations = ints_attr_or(node, "dilations", n, 1);
   const std::vector<int64_t> pads = ints_attr_or(node, "pads", 2 * n, 0);
-  const std::string& auto_pad = node.string_attr("auto_pad");
+  const AttrValue* auto_pad_attr = node.find_attr("auto_pad");
+  const std::string auto_pad =
+      auto_pad_attr != nullptr ? std::get<std::string>(*auto_pad_attr) : "NOTSET";
   Window w;
   w.batch = x[0];
   w.channels = x[1];
@@ -81,6 +85,11 @@ inline Window resolve_window(const Node& node, const std::vector<int64_t>& kerne
     }
   }
   return w;
+}
+
+// The window of a forward node: X is operand 0, Y output 0.
+inline Window resolve_window(const Node& node, const std::vector<int64_t>& kernel) {
+  return resolve_window(node, node.operand(0)->shape(), node.output(0)->shape(), kernel);
 }
 
 }  // namespace ampc::runtime::cpu
