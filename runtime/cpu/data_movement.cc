@@ -14,6 +14,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/slicing.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -34,21 +35,6 @@ std::vector<int64_t> strides_of(const Shape& shape) {
     strides[d] = strides[d + 1] * shape[d + 1];
   }
   return strides;
-}
-
-int64_t normalized_axis(int64_t axis, size_t rank) {
-  return axis < 0 ? axis + static_cast<int64_t>(rank) : axis;
-}
-
-// The values of an i64 or i32 operand (indices, Slice's starts/ends/axes/steps).
-std::vector<int64_t> index_values(const TensorArg& arg) {
-  if (arg.dtype() == DType::kI64) {
-    const std::span<const int64_t> values = arg.in<int64_t>();
-    return {values.begin(), values.end()};
-  }
-  AMPC_CHECK(arg.dtype() == DType::kI32);  // the OpDefs admit i64 and i32 only
-  const std::span<const int32_t> values = arg.in<int32_t>();
-  return {values.begin(), values.end()};
 }
 
 // ---- Concat, Split ----------------------------------------------------------------------------
@@ -163,55 +149,12 @@ absl::Status gather_kernel(const KernelContext& ctx) {
 
 // ---- Slice ------------------------------------------------------------------------------------
 
-// Where one dim's slice starts in the input, its step and its output size: ONNX Slice-13's
-// clamping, as ops/data_movement.cc infers it.
-struct DimSlice {
-  int64_t start = 0;
-  int64_t step = 1;
-  int64_t size = 0;
-};
-
-DimSlice slice_dim(int64_t dim, int64_t start, int64_t end, int64_t step) {
-  if (start < 0) start += dim;
-  if (end < 0) end += dim;
-  const bool forward = step > 0;
-  start = std::clamp<int64_t>(start, 0, forward ? dim : std::max<int64_t>(dim - 1, 0));
-  end = std::clamp<int64_t>(end, forward ? 0 : -1, forward ? dim : dim - 1);
-  const int64_t distance = forward ? end - start : start - end;
-  const uint64_t stride = forward ? uint64_t(step) : uint64_t(0) - uint64_t(step);
-  const int64_t size = distance > 0 && dim > 0 ? int64_t(1 + uint64_t(distance - 1) / stride) : 0;
-  return {start, step, size};
-}
-
 template <typename Word>
 absl::Status slice_kernel(const KernelContext& ctx) {
   const Shape& in_shape = ctx.input(0).shape();
   const Shape& out_shape = ctx.output(0).shape();
   const int64_t rank = in_shape.size();
-  const std::vector<int64_t> starts = index_values(ctx.input(1));
-  const std::vector<int64_t> ends = index_values(ctx.input(2));
-  std::vector<int64_t> axes(starts.size());
-  for (size_t i = 0; i < axes.size(); ++i) axes[i] = i;
-  if (ctx.has_input(3)) axes = index_values(ctx.input(3));
-  std::vector<int64_t> steps(starts.size(), 1);
-  if (ctx.has_input(4)) steps = index_values(ctx.input(4));
-
-  std::vector<DimSlice> dims(rank);
-  for (int64_t d = 0; d < rank; ++d) dims[d] = {0, 1, in_shape[d]};
-  bool valid =
-      ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size();
-  for (size_t i = 0; valid && i < starts.size(); ++i) {
-    const int64_t axis = normalized_axis(axes[i], rank);
-    valid = axis >= 0 && axis < rank && steps[i] != 0;
-    if (valid) dims[axis] = slice_dim(in_shape[axis], starts[i], ends[i], steps[i]);
-  }
-  for (int64_t d = 0; valid && d < rank; ++d) valid = dims[d].size == out_shape[d];
-  if (!valid) {  // the values differ from those the output type was inferred from
-    return absl::InvalidArgumentError(
-        str_cat("starts ", shape_to_string(starts), ", ends ", shape_to_string(ends), ", axes ",
-                shape_to_string(axes), " and steps ", shape_to_string(steps),
-                " do not give the inferred output shape ", shape_to_string(out_shape)));
-  }
+  AMPC_ASSIGN_OR_RETURN(const std::vector<DimSlice> dims, resolve_slices(ctx, in_shape, out_shape));
   const std::vector<int64_t> strides = strides_of(in_shape);
   int64_t base = 0;
   std::vector<int64_t> in_strides(rank);
