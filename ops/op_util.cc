@@ -88,6 +88,23 @@ std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
   return index;
 }
 
+std::vector<int64_t> strides_of(const Shape& shape) {
+  std::vector<int64_t> strides(shape.size(), 1);
+  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
+    strides[d] = strides[d + 1] * shape[d + 1];
+  }
+  return strides;
+}
+
+absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t rank) {
+  const Shape& shape = ctx.input_type(i).shape;
+  if (shape.size() < rank) {
+    return absl::InvalidArgumentError(str_cat("input ", i, " must have rank ", rank,
+                                              " or more, got shape ", shape_to_string(shape)));
+  }
+  return absl::OkStatus();
+}
+
 int64_t broadcast_offset(const std::vector<int64_t>& index, const Shape& shape) {
   int64_t offset = 0;
   const size_t lead = index.size() - shape.size();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "compiler/op_def.h"
 #include "compiler/status.h"
 #include "compiler/strings.h"
+#include "compiler/tensor.h"
 
 namespace ampc::ops {
 
@@ -68,6 +70,24 @@ absl::StatusOr<std::vector<Tensor>> fold_elementwise(const FoldContext& ctx,
 
 // The multi-index of flat index `flat` in `shape`, and back, for folds.
 std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
+// Row-major element strides of `shape`.
+std::vector<int64_t> strides_of(const Shape& shape);
+
+// A tensor of `type` whose element at multi-index `o` is element `source(o)` of `in` (the
+// folds of the ops that move data).
+template <typename SourceFn>
+Tensor copy_from(const Tensor& in, const TensorType& type, SourceFn source) {
+  Tensor out(type);
+  const int64_t size = dtype_size(type.dtype);
+  for (int64_t i = 0; i < out.num_elements(); ++i) {
+    const int64_t from = source(unravel(i, type.shape));
+    std::memcpy(out.mutable_bytes().data() + i * size, in.bytes().data() + from * size, size);
+  }
+  return out;
+}
+
+// Fails unless input `i` of the node has rank `rank` or more.
+absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t rank);
 // The flat index into `shape` of `index`, with broadcasting (dims of size 1 read index 0; the
 // index may have more leading dims than the shape).
 int64_t broadcast_offset(const std::vector<int64_t>& index, const Shape& shape);

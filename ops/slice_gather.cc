@@ -9,42 +9,12 @@
 // bytes, so they are exact for every dtype; index arithmetic is int64, with the clamping of Slice
 // done so that INT64_MAX / INT64_MIN bounds and steps never overflow.
 #include <algorithm>
-#include <cstring>
 
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
 namespace {
-
-std::vector<int64_t> strides_of(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
-    strides[d] = strides[d + 1] * shape[d + 1];
-  }
-  return strides;
-}
-
-// A tensor of `type` whose element at multi-index `o` is element `source(o)` of `in`.
-template <typename SourceFn>
-Tensor copy_from(const Tensor& in, const TensorType& type, SourceFn source) {
-  Tensor out(type);
-  const int64_t size = dtype_size(type.dtype);
-  for (int64_t i = 0; i < out.num_elements(); ++i) {
-    const int64_t from = source(unravel(i, type.shape));
-    std::memcpy(out.mutable_bytes().data() + i * size, in.bytes().data() + from * size, size);
-  }
-  return out;
-}
-
-absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t rank) {
-  const Shape& shape = ctx.input_type(i).shape;
-  if (shape.size() < rank) {
-    return absl::InvalidArgumentError(str_cat("input ", i, " must have rank ", rank,
-                                              " or more, got shape ", shape_to_string(shape)));
-  }
-  return absl::OkStatus();
-}
 
 Tensor ints(const std::vector<int64_t>& values) {
   return Tensor::from_i64({static_cast<int64_t>(values.size())}, values);
