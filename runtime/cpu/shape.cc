@@ -100,29 +100,13 @@ bool dropout_keeps(uint64_t seed_key, int64_t i, double ratio) {
   return uniform >= ratio;
 }
 
-double scalar_as_double(const TensorArg& arg) {
-  switch (arg.dtype()) {
-    case DType::kF32:
-      return arg.in<float>()[0];
-    case DType::kF64:
-      return arg.in<double>()[0];
-    case DType::kF16:
-      return static_cast<float>(arg.in<Float16>()[0]);
-    case DType::kBF16:
-      return static_cast<float>(arg.in<BFloat16>()[0]);
-    default:
-      AMPC_CHECK(false);  // the OpDef admits only float ratios
-      return 0;
-  }
-}
-
 // Inference (no training_mode, or false, or ratio 0): the identity, mask all true. Training:
 // element i is kept when dropout_keeps(seed, i), and output = x * (kept ? 1/(1-ratio) : 0) in
 // the compute type, rounded once (so, as in ONNX's reference and PyTorch, a dropped inf is NaN).
 template <typename T>
 absl::Status dropout_kernel(const KernelContext& ctx) {
   const double ratio =
-      ctx.has_input(1) ? scalar_as_double(ctx.input(1)) : ctx.node.float_attr("ratio");
+      ctx.has_input(1) ? read_as<double>(ctx.input(1), 0) : ctx.node.float_attr("ratio");
   const bool training = ctx.has_input(2) && ctx.input(2).in<uint8_t>()[0] != 0;
   const int64_t n = ctx.input(0).num_elements();
   bool* mask = ctx.has_output(1) ? ctx.output(1).out<bool>().data() : nullptr;

@@ -16,28 +16,12 @@ namespace {
 // Elements per thread below which a loop stays on one thread.
 constexpr int64_t kGrainElements = 1 << 16;
 
-double scalar_as_double(const TensorArg& arg) {
-  switch (arg.dtype()) {
-    case DType::kF32:
-      return arg.in<float>()[0];
-    case DType::kF64:
-      return arg.in<double>()[0];
-    case DType::kF16:
-      return static_cast<float>(arg.in<Float16>()[0]);
-    case DType::kBF16:
-      return static_cast<float>(arg.in<BFloat16>()[0]);
-    default:
-      AMPC_CHECK(false);  // the OpDef admits only float ratios
-      return 0;
-  }
-}
-
 // dX = dY * (mask ? 1/(1-ratio) : 0) in training, else dY. Operands: dY, mask, ratio (optional,
 // else the `ratio` attribute), training_mode (optional, absent means false).
 template <typename T>
 absl::Status dropout_grad_kernel(const KernelContext& ctx) {
   const double ratio =
-      ctx.has_input(2) ? scalar_as_double(ctx.input(2)) : ctx.node.float_attr("ratio");
+      ctx.has_input(2) ? read_as<double>(ctx.input(2), 0) : ctx.node.float_attr("ratio");
   const bool training = ctx.has_input(3) && ctx.input(3).in<uint8_t>()[0] != 0;
   const int64_t n = ctx.input(0).num_elements();
   const T* dy = ctx.input(0).in<T>().data();
