@@ -1,6 +1,7 @@
 #include "compiler/compile.h"
 
 #include <charconv>
+#include <cmath>
 
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
@@ -8,31 +9,98 @@
 
 namespace ampc {
 
-absl::Status compile_graph(Graph& graph, const PipelineOptions& pipeline_options,
-                           Diagnostics& diagnostics) {
+namespace {
+
+std::string_view optimizer_name(OptimizerOptions::Kind kind) {
+  switch (kind) {
+    case OptimizerOptions::Kind::kSgd:
+      return "sgd";
+    case OptimizerOptions::Kind::kAdam:
+      return "adam";
+    case OptimizerOptions::Kind::kAdamW:
+      return "adamw";
+  }
+  return "?";
+}
+
+PassPipeline make_pipeline(const PipelineOptions& pipeline_options,
+                           const std::optional<TrainingOptions>& training) {
   PassPipeline pipeline(pipeline_options);
   add_canonicalize_pipeline(pipeline);
+  if (training) {
+    if (training->append_loss) pipeline.add(make_append_loss_pass(*training->append_loss));
+    pipeline.add(make_training_step_pass());
+    pipeline.add(on_training_step(make_autodiff_pass(training->autodiff)));
+    pipeline.add(on_training_step(make_batchnorm_state_pass(training->running_variance)));
+    pipeline.add(on_training_step(make_optimizer_pass(training->optimizer)));
+    pipeline.add(on_training_step(make_dce_pass()));
+  }
+  return pipeline;
+}
+
+absl::Status check_range(bool ok, std::string_view flag, float value, std::string_view range) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(str_cat(flag, " ", value, " is out of range: ", range));
+}
+
+}  // namespace
+
+absl::Status validate_training_options(const TrainingOptions& options) {
+  const OptimizerOptions& o = options.optimizer;
+  AMPC_RETURN_IF_ERROR(check_range(options.lr > 0 && std::isfinite(options.lr), "--lr", options.lr,
+                                   "it must be a finite number > 0"));
+  AMPC_RETURN_IF_ERROR(check_range(o.momentum >= 0 && o.momentum < 1, "--momentum", o.momentum,
+                                   "it must be in [0, 1)"));
+  AMPC_RETURN_IF_ERROR(check_range(o.dampening >= 0 && o.dampening <= 1, "--dampening", o.dampening,
+                                   "it must be in [0, 1]"));
+  if (o.nesterov && (o.momentum <= 0 || o.dampening != 0)) {
+    return absl::InvalidArgumentError("--nesterov needs --momentum > 0 and --dampening 0");
+  }
+  AMPC_RETURN_IF_ERROR(
+      check_range(o.beta1 >= 0 && o.beta1 < 1, "--beta1", o.beta1, "it must be in [0, 1)"));
+  AMPC_RETURN_IF_ERROR(
+      check_range(o.beta2 >= 0 && o.beta2 < 1, "--beta2", o.beta2, "it must be in [0, 1)"));
+  AMPC_RETURN_IF_ERROR(check_range(o.epsilon > 0 && std::isfinite(o.epsilon), "--eps", o.epsilon,
+                                   "it must be a finite number > 0"));
+  AMPC_RETURN_IF_ERROR(check_range(o.weight_decay >= 0 && std::isfinite(o.weight_decay),
+                                   "--weight-decay", o.weight_decay, "it must be >= 0"));
+  AMPC_RETURN_IF_ERROR(check_range(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm),
+                                   "--clip-grad-norm", o.clip_grad_norm,
+                                   "it must be >= 0 (0: no clipping)"));
+  return absl::OkStatus();
+}
+
+absl::Status compile_graph(Graph& graph, const CompileOptions& options, Diagnostics& diagnostics) {
+  if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
+  PassPipeline pipeline = make_pipeline(options.pipeline, options.training);
   PassContext context{&diagnostics};
   AMPC_RETURN_IF_ERROR(pipeline.run(graph, context).status());
+  if (options.training) {
+    graph.set_metadata(std::string(kMetadataLoss), options.training->autodiff.loss);
+    graph.set_metadata(std::string(kMetadataLr), fmt::format("{}", options.training->lr));
+    graph.set_metadata(std::string(kMetadataOptimizer),
+                       std::string(optimizer_name(options.training->optimizer.kind)));
+  }
   return verify(graph);
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_path,
                                                     const CompileOptions& options,
                                                     Diagnostics& diagnostics) {
-  // Check pass names before the (possibly slow) import, so a typo fails at once.
-  PassPipeline pipeline(options.pipeline);
-  add_canonicalize_pipeline(pipeline);
-  AMPC_RETURN_IF_ERROR(pipeline.validate_options());
+  // Check flags and pass names before the (possibly slow) import, so a typo fails at once.
+  if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
+  AMPC_RETURN_IF_ERROR(make_pipeline(options.pipeline, options.training).validate_options());
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(input_path, options.import));
-  AMPC_RETURN_IF_ERROR(compile_graph(*graph, options.pipeline, diagnostics));
+  if (graph->training_step() != nullptr) {
+    return absl::InvalidArgumentError(
+        str_cat(input_path, " is already a compiled training model; compile the original model"));
+  }
+  AMPC_RETURN_IF_ERROR(compile_graph(*graph, options, diagnostics));
   return graph;
 }
 
-std::vector<std::string> compile_pass_names() {
-  PassPipeline pipeline;
-  add_canonicalize_pipeline(pipeline);
-  return pipeline.pass_names();
+std::vector<std::string> compile_pass_names(bool training) {
+  return make_pipeline({}, training ? std::optional(TrainingOptions{}) : std::nullopt).pass_names();
 }
 
 absl::Status parse_shape_flag(const std::string& flag_value,

@@ -1,4 +1,6 @@
-// The compile driver behind `ampc compile`: import -> canonicalize -> infer shapes -> export.
+// The compile driver behind `ampc compile`: import -> canonicalize -> infer shapes -> export, and
+// for a training compile then [append-loss] -> training-step -> autodiff -> batchnorm-state ->
+// optimizer -> dce on the step.
 #pragma once
 
 #include <memory>
@@ -8,13 +10,33 @@
 #include "compiler/onnx_io.h"
 #include "compiler/pass.h"
 #include "compiler/status.h"
+#include "passes/passes.h"
 
 namespace ampc {
+
+// What a training compile adds: the loss, what trains, the optimizer and its learning rate.
+struct TrainingOptions {
+  std::optional<LossOptions> append_loss;  // unset: the model outputs its loss already
+  AutodiffOptions autodiff;                // autodiff.loss names the loss output
+  OptimizerOptions optimizer;
+  RunningVariance running_variance = RunningVariance::kUnbiased;
+  float lr = 0.01f;  // stored in the file as the default learning rate
+};
+
+// Checks the ranges (lr > 0, 0 <= momentum, dampening < 1, betas in [0, 1), eps > 0, ...); the
+// message names the flag.
+absl::Status validate_training_options(const TrainingOptions& options);
 
 struct CompileOptions {
   ImportOptions import;
   PipelineOptions pipeline;
+  std::optional<TrainingOptions> training;  // unset: an inference compile
 };
+
+// Keys of the training recipe in a training model's metadata (Graph::metadata).
+inline constexpr std::string_view kMetadataLoss = "ampc.training.loss";
+inline constexpr std::string_view kMetadataLr = "ampc.training.lr";
+inline constexpr std::string_view kMetadataOptimizer = "ampc.training.optimizer";
 
 // Imports `input_path` and runs the compile pipeline on it. Warnings go to `diagnostics`.
 absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_path,
@@ -22,11 +44,10 @@ absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_pat
                                                     Diagnostics& diagnostics);
 
 // Runs the compile pipeline on an imported graph.
-absl::Status compile_graph(Graph& graph, const PipelineOptions& pipeline_options,
-                           Diagnostics& diagnostics);
+absl::Status compile_graph(Graph& graph, const CompileOptions& options, Diagnostics& diagnostics);
 
-// The passes compile_graph runs, in order (for --help and for checking pass names).
-std::vector<std::string> compile_pass_names();
+// The passes a compile runs, in order (for --help and for checking pass names).
+std::vector<std::string> compile_pass_names(bool training);
 
 // Parses one `--shape NAME:8x3x32x32` value (a scalar is `NAME:`) into `shapes`.
 absl::Status parse_shape_flag(const std::string& flag_value,

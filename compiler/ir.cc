@@ -269,6 +269,8 @@ std::unique_ptr<Graph> Graph::clone() const {
   }
   for (const Value* v : outputs_) copy->add_output(map.at(v));
   copy->state_updates_ = state_updates_;
+  copy->metadata_ = metadata_;
+  if (training_step_ != nullptr) copy->training_step_ = training_step_->clone();
   return copy;
 }
 

@@ -224,6 +224,23 @@ class Graph {
     state_updates_.push_back({std::move(state), std::move(update)});
   }
 
+  // A compiled training model is its eval graph with the training step beside it (the file's
+  // ModelProto.graph and training_info[0].algorithm; docs/training-graph.md). The step is a
+  // complete graph of its own: it holds copies of the parameters it shares with the eval graph.
+  const Graph* training_step() const { return training_step_.get(); }
+  Graph* mutable_training_step() { return training_step_.get(); }
+  void set_training_step(std::unique_ptr<Graph> step) { training_step_ = std::move(step); }
+  std::unique_ptr<Graph> take_training_step() { return std::move(training_step_); }
+
+  // Key/value strings saved with the model (ONNX metadata_props), e.g. the training recipe.
+  const std::map<std::string, std::string, std::less<>>& metadata() const { return metadata_; }
+  void set_metadata(std::string key, std::string value) {
+    metadata_[std::move(key)] = std::move(value);
+  }
+  void erase_metadata(std::string_view key) {
+    if (auto it = metadata_.find(key); it != metadata_.end()) metadata_.erase(it);
+  }
+
   // Creates a node of `op_type` in `domain`, reading `operands`, with one output per entry of
   // `output_types` (nullopt: an omitted optional output). It is inserted before `before`, or
   // appended when `before` is null. Outputs are unnamed until set_name.
@@ -252,6 +269,8 @@ class Graph {
   std::vector<Value*> initializers_;
   std::vector<Value*> outputs_;
   std::vector<StateUpdate> state_updates_;
+  std::unique_ptr<Graph> training_step_;
+  std::map<std::string, std::string, std::less<>> metadata_;
   std::list<std::unique_ptr<Node>> nodes_;
 };
 

@@ -20,16 +20,51 @@ namespace {
 // The IR version written: the newest that libonnx 1.12's checker accepts.
 constexpr int64_t kExportIrVersion = 8;
 
+// Marks an initializer that is a program constant (Value::is_constant) in its TensorProto's
+// doc_string, so a re-imported model does not train it.
+constexpr std::string_view kConstantDoc = "ampc: constant";
+
 class Exporter {
  public:
+  // `outer`: the graph whose initializers this one may read by name (the eval graph, for the
+  // training step); shared initializers are written there only.
+  explicit Exporter(const Graph* outer = nullptr) : outer_(outer) {}
+
   absl::StatusOr<std::string> run(const Graph& graph) {
-    assign_names(graph);
     onnx::ModelProto model;
     model.set_ir_version(kExportIrVersion);
     model.set_producer_name("ampc");
     model.set_producer_version("0.1.0");
     write_opsets(graph, model);
-    onnx::GraphProto& proto = *model.mutable_graph();
+    for (const auto& [key, value] : graph.metadata()) {
+      onnx::StringStringEntryProto* entry = model.add_metadata_props();
+      entry->set_key(key);
+      entry->set_value(value);
+    }
+    AMPC_RETURN_IF_ERROR(write_graph(graph, *model.mutable_graph()));
+    if (const Graph* step = graph.training_step()) {
+      onnx::TrainingInfoProto* training = model.add_training_info();
+      // The step must not reuse a name the eval graph's file defines (the initializers export
+      // invents for attributes taken as inputs included): it would shadow it.
+      Exporter step_exporter(&graph);
+      step_exporter.reserved_.insert(taken_.begin(), taken_.end());
+      AMPC_RETURN_IF_ERROR(step_exporter.write_graph(*step, *training->mutable_algorithm()));
+      AMPC_RETURN_IF_ERROR(step_exporter.write_update_binding(*step, *training));
+    } else if (!graph.state_updates().empty()) {
+      return absl::InvalidArgumentError(
+          str_cat("graph '", graph.name(),
+                  "' updates state but is not stored as a training step of an eval graph"));
+    }
+    std::string bytes;
+    if (!model.SerializeToString(&bytes)) {
+      return absl::InvalidArgumentError(
+          str_cat("graph '", graph.name(), "' does not fit in one ONNX file (2 GiB limit)"));
+    }
+    return bytes;
+  }
+
+  absl::Status write_graph(const Graph& graph, onnx::GraphProto& proto) {
+    assign_names(graph);
     proto.set_name(graph.name());
     for (const Value* input : graph.inputs()) write_value_info(input, proto.add_input());
     for (const Value* init : graph.initializers()) {
@@ -38,8 +73,11 @@ class Exporter {
         return absl::InvalidArgumentError(
             str_cat("initializer '", init->name(), "' has no data (elided in text IR)"));
       }
+      AMPC_ASSIGN_OR_RETURN(bool shared, is_shared(*init));
+      if (shared) continue;
       onnx::TensorProto* tensor = proto.add_initializer();
       tensor->set_name(names_.at(init));
+      if (init->is_constant()) tensor->set_doc_string(std::string(kConstantDoc));
       onnx_io::tensor_to_proto(*data, tensor);
     }
     for (const auto& node : graph.nodes()) AMPC_RETURN_IF_ERROR(write_node(*node, proto));
@@ -52,12 +90,26 @@ class Exporter {
         }
       }
     }
-    std::string bytes;
-    if (!model.SerializeToString(&bytes)) {
-      return absl::InvalidArgumentError(
-          str_cat("graph '", graph.name(), "' does not fit in one ONNX file (2 GiB limit)"));
+    return absl::OkStatus();
+  }
+
+  // Graph::state_updates as TrainingInfoProto.update_binding: initializer name -> output name.
+  absl::Status write_update_binding(const Graph& step, onnx::TrainingInfoProto& training) const {
+    for (const Graph::StateUpdate& update : step.state_updates()) {
+      const Value* output = nullptr;
+      for (const Value* value : step.outputs()) {
+        if (value->name() == update.update) output = value;
+      }
+      if (output == nullptr || names_.at(output) != update.update) {
+        return absl::InvalidArgumentError(str_cat("the training step updates '", update.state,
+                                                  "' from '", update.update,
+                                                  "', which is not one of its outputs"));
+      }
+      onnx::StringStringEntryProto* binding = training.add_update_binding();
+      binding->set_key(update.state);
+      binding->set_value(update.update);
     }
-    return bytes;
+    return absl::OkStatus();
   }
 
  private:
@@ -72,10 +124,30 @@ class Exporter {
       }
     }
     for (const Value* value : values) reserved_.insert(value->name());
+    if (outer_ != nullptr) {
+      for (const Value* value : outer_->initializers()) reserved_.insert(value->name());
+    }
     for (const Value* value : values) {
       const std::string& name = value->name();
       names_[value] = !name.empty() && taken_.insert(name).second ? name : fresh_name(name);
     }
+  }
+
+  // An initializer of the training step that the eval graph holds too (same name): written once,
+  // in the eval graph, so both must agree.
+  absl::StatusOr<bool> is_shared(const Value& init) const {
+    if (outer_ == nullptr) return false;
+    for (const Value* outer : outer_->initializers()) {
+      if (outer->name() != init.name()) continue;
+      if (!(*outer->initializer() == *init.initializer())) {
+        return absl::InvalidArgumentError(
+            str_cat("initializer '", init.name(),
+                    "' differs between the eval graph and the training step; a shared "
+                    "parameter must have one value"));
+      }
+      return true;
+    }
+    return false;
   }
 
   std::string fresh_name(std::string_view hint) {
@@ -86,12 +158,16 @@ class Exporter {
     }
   }
 
-  void write_opsets(const Graph& graph, onnx::ModelProto& model) {
+  // One opset_import for the whole file, so the eval graph and the training step must agree.
+  static void write_opsets(const Graph& graph, onnx::ModelProto& model) {
     std::map<std::string, int64_t, std::less<>> opsets = graph.opset_imports();
     // Every domain a node uses is imported, the standard one always.
     opsets.emplace("", graph.opset(""));
-    for (const auto& node : graph.nodes())
-      opsets.emplace(node->domain(), graph.opset(node->domain()));
+    for (const Graph* g : {&graph, graph.training_step()}) {
+      if (g == nullptr) continue;
+      for (const auto& [domain, version] : g->opset_imports()) opsets.emplace(domain, version);
+      for (const auto& node : g->nodes()) opsets.emplace(node->domain(), g->opset(node->domain()));
+    }
     for (const auto& [domain, version] : opsets) {
       onnx::OperatorSetIdProto* opset = model.add_opset_import();
       opset->set_domain(domain);
@@ -207,6 +283,7 @@ class Exporter {
         value);
   }
 
+  const Graph* outer_;
   std::unordered_map<const Value*, std::string> names_;
   std::unordered_set<std::string> reserved_;  // every name the graph uses
   std::unordered_set<std::string> taken_;     // names given out so far

@@ -111,13 +111,22 @@ std::string shape_flag_hint(const std::string& name, const std::vector<InputDim>
   return str_cat("--shape ", name, ":", str_join(parts, "x"));
 }
 
+// Written by the exporter on initializers that are program constants (Value::is_constant).
+constexpr std::string_view kConstantDoc = "ampc: constant";
+
 class Importer {
  public:
-  Importer(const ImportOptions& options, std::string base_dir)
-      : options_(options), base_dir_(std::move(base_dir)) {}
+  // `outer`: the graph whose initializers this one may read by name (the eval graph, when
+  // importing the training step); each one read is copied in, so the result stands alone.
+  Importer(const ImportOptions& options, std::string base_dir, const Graph* outer = nullptr)
+      : options_(options), base_dir_(std::move(base_dir)), outer_(outer) {}
 
   absl::StatusOr<std::unique_ptr<Graph>> run(const onnx::ModelProto& model) {
-    const onnx::GraphProto& graph = model.graph();
+    return run_graph(model, model.graph());
+  }
+
+  absl::StatusOr<std::unique_ptr<Graph>> run_graph(const onnx::ModelProto& model,
+                                                   const onnx::GraphProto& graph) {
     graph_ = std::make_unique<Graph>(graph.name().empty() ? "main" : graph.name());
     AMPC_RETURN_IF_ERROR(import_opsets(model));
     AMPC_RETURN_IF_ERROR(import_initializers(graph));
@@ -162,9 +171,13 @@ class Importer {
       const onnx::TensorProto& proto = graph.initializer(i);
       if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
       const std::string what = str_cat("initializer '", proto.name(), "'");
+      if (outer_value(proto.name()) != nullptr) {
+        return invalid(str_cat(what, " of the training step shadows the eval graph's"));
+      }
       AMPC_ASSIGN_OR_RETURN(Tensor data, onnx_io::tensor_from_proto(proto, what, base_dir_));
-      AMPC_RETURN_IF_ERROR(
-          define(proto.name(), graph_->add_initializer(proto.name(), std::move(data)), what));
+      Value* value = graph_->add_initializer(proto.name(), std::move(data));
+      value->set_constant(proto.doc_string() == kConstantDoc);
+      AMPC_RETURN_IF_ERROR(define(proto.name(), value, what));
     }
     return absl::OkStatus();
   }
@@ -374,13 +387,13 @@ class Importer {
         operands.push_back(nullptr);  // an omitted optional input
         continue;
       }
-      auto it = values_.find(name);
-      if (it == values_.end()) {
+      Value* value = find_value(name);
+      if (value == nullptr) {
         return invalid(str_cat(label, " reads value '", name,
                                "', which is not defined before it (ONNX requires nodes in "
                                "topological order)"));
       }
-      operands.push_back(it->second);
+      operands.push_back(value);
     }
     // Trailing omitted inputs say nothing; dropping them keeps one form per node.
     while (!operands.empty() && operands.back() == nullptr) operands.pop_back();
@@ -434,18 +447,39 @@ class Importer {
     for (int i = 0; i < graph.output_size(); ++i) {
       const std::string& name = graph.output(i).name();
       if (name.empty()) return invalid(str_cat("graph output #", i, " has no name"));
-      auto it = values_.find(name);
-      if (it == values_.end()) {
+      Value* value = find_value(name);
+      if (value == nullptr) {
         return invalid(
             str_cat("graph output '", name, "' is not produced by any node, input or initializer"));
       }
-      graph_->add_output(it->second);
+      graph_->add_output(value);
     }
     return absl::OkStatus();
   }
 
+  const Value* outer_value(const std::string& name) const {
+    if (outer_ == nullptr) return nullptr;
+    for (const Value* init : outer_->initializers()) {
+      if (init->name() == name) return init;
+    }
+    return nullptr;
+  }
+
+  // The value `name` is bound to, or a copy of the outer graph's initializer of that name, or
+  // null.
+  Value* find_value(const std::string& name) {
+    if (auto it = values_.find(name); it != values_.end()) return it->second;
+    const Value* outer = outer_value(name);
+    if (outer == nullptr) return nullptr;
+    Value* copy = graph_->add_initializer(name, *outer->initializer());
+    copy->set_constant(outer->is_constant());
+    values_.emplace(name, copy);
+    return copy;
+  }
+
   const ImportOptions& options_;
   std::string base_dir_;
+  const Graph* outer_;
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
@@ -453,6 +487,52 @@ class Importer {
 
 absl::Status not_a_model(std::string_view source, std::string_view why) {
   return invalid(str_cat(source, " is not an ONNX model (", why, ")"));
+}
+
+// training_info[0].algorithm becomes `eval`'s training step; update_binding its state updates.
+absl::Status import_training_info(const onnx::ModelProto& model,
+                                  const std::filesystem::path& base_dir, Graph& eval) {
+  if (model.training_info_size() == 0) return absl::OkStatus();
+  if (model.training_info_size() > 1) {
+    return absl::UnimplementedError(str_cat("the model has ", model.training_info_size(),
+                                            " training_info entries; ampc runs one step graph"));
+  }
+  const onnx::TrainingInfoProto& training = model.training_info(0);
+  if (training.has_initialization() || training.initialization_binding_size() > 0) {
+    return absl::UnimplementedError(
+        "training_info has an initialization graph, which ampc does not run (it trains from the "
+        "initializers as stored)");
+  }
+  if (!training.has_algorithm()) return invalid("training_info has no algorithm graph");
+  Importer importer(ImportOptions{}, base_dir.string(), &eval);
+  absl::StatusOr<std::unique_ptr<Graph>> step = importer.run_graph(model, training.algorithm());
+  if (!step.ok()) {
+    return absl::Status(step.status().code(), str_cat("training step: ", step.status().message()));
+  }
+  std::unordered_set<std::string> bound;
+  for (const onnx::StringStringEntryProto& binding : training.update_binding()) {
+    const auto has = [&](const std::vector<Value*>& values, const std::string& name) {
+      return std::any_of(values.begin(), values.end(),
+                         [&](const Value* v) { return v->name() == name; });
+    };
+    const std::string what =
+        str_cat("training_info update_binding '", binding.key(), "' <- '", binding.value(), "'");
+    // An initializer the step never reads is still state (e.g. a parameter only the eval graph
+    // uses would not be bound), so only the step's own names count.
+    if (!has((*step)->initializers(), binding.key())) {
+      return invalid(str_cat(what, ": the step reads no initializer '", binding.key(), "'"));
+    }
+    if (!has((*step)->outputs(), binding.value())) {
+      return invalid(str_cat(what, ": the step has no output '", binding.value(), "'"));
+    }
+    if (!bound.insert(binding.key()).second) {
+      return invalid(str_cat(what, ": '", binding.key(), "' is bound twice"));
+    }
+    (*step)->add_state_update(binding.key(), binding.value());
+  }
+  AMPC_RETURN_IF_ERROR(verify(**step));
+  eval.set_training_step(*std::move(step));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std::string_view source,
@@ -471,6 +551,14 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
   if (model.opset_import_size() == 0) return not_a_model(source, "no opset_import");
   Importer importer(options, base_dir.string());
   absl::StatusOr<std::unique_ptr<Graph>> graph = importer.run(model);
+  if (graph.ok()) {
+    for (const onnx::StringStringEntryProto& entry : model.metadata_props()) {
+      (*graph)->set_metadata(entry.key(), entry.value());
+    }
+    if (absl::Status status = import_training_info(model, base_dir, **graph); !status.ok()) {
+      graph = status;
+    }
+  }
   if (!graph.ok()) {
     return absl::Status(graph.status().code(), str_cat(source, ": ", graph.status().message()));
   }

@@ -84,10 +84,13 @@ GraphSummary summarize_graph(const Graph& graph) {
   return summary;
 }
 
-std::string inspect_text(const Graph& graph) {
-  std::string out = print_graph(graph, PrintOptions{.max_constant_elements = 16});
+namespace {
+
+// The summary block of one graph ("summary of graph 'g'" or "summary of training step 'g'").
+std::string summary_text(const Graph& graph, std::string_view what) {
+  std::string out;
   const GraphSummary summary = summarize_graph(graph);
-  out += str_cat("\nsummary of graph '", graph.name(), "'\n");
+  out += str_cat("\nsummary of ", what, " '", graph.name(), "'\n");
   out += str_cat("  nodes: ", summary.node_count, "\n");
   for (const auto& [op, count] : summary.nodes_per_op) {
     out += fmt::format("    {:<28} {:>6}\n", op, count);
@@ -99,6 +102,32 @@ std::string inspect_text(const Graph& graph) {
   for (const auto& [dtype, count] : summary.per_dtype) {
     out += fmt::format("    {:<28} {:>6} {:>16} {:>16}\n", dtype, count.values,
                        grouped(count.initializer_elements), grouped(count.initializer_bytes));
+  }
+  if (!graph.state_updates().empty()) {
+    int64_t elements = 0;
+    for (const Graph::StateUpdate& update : graph.state_updates()) {
+      for (const Value* init : graph.initializers()) {
+        if (init->name() == update.state) elements += init->type().num_elements();
+      }
+    }
+    out += str_cat("  state: ", graph.state_updates().size(), " tensors, ", grouped(elements),
+                   " elements, updated after every step\n");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string inspect_text(const Graph& graph) {
+  std::string out = print_graph(graph, PrintOptions{.max_constant_elements = 16});
+  out += summary_text(graph, "graph");
+  if (const Graph* step = graph.training_step()) {
+    out += summary_text(*step, "training step");
+    std::vector<std::string> recipe;
+    for (const auto& [key, value] : graph.metadata()) {
+      if (key.starts_with("ampc.training.")) recipe.push_back(str_cat(key.substr(14), " ", value));
+    }
+    if (!recipe.empty()) out += str_cat("  recipe: ", str_join(recipe, ", "), "\n");
   }
   return out;
 }

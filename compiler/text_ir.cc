@@ -59,9 +59,9 @@ class Printer {
  public:
   Printer(const Graph& graph, const PrintOptions& options) : graph_(graph), options_(options) {}
 
-  std::string print() {
+  std::string print(std::string_view keyword = "graph") {
     assign_names();
-    print_header();
+    print_header(keyword);
     for (const Value* init : graph_.initializers()) {
       out_ += str_cat("  init ", ref(init), ": ", type_to_string(init->type()), " = ",
                       tensor_data(*init->initializer()), "\n");
@@ -71,7 +71,15 @@ class Printer {
     for (size_t i = 0; i < graph_.outputs().size(); ++i) {
       out_ += str_cat(i == 0 ? " " : ", ", ref(graph_.outputs()[i]));
     }
-    out_ += "\n}\n";
+    out_ += "\n";
+    for (const Graph::StateUpdate& update : graph_.state_updates()) {
+      out_ +=
+          str_cat("  update ", ref_by_name(update.state), " = ", ref_by_name(update.update), "\n");
+    }
+    out_ += "}\n";
+    if (const Graph* step = graph_.training_step()) {
+      out_ += Printer(*step, options_).print("training_step");
+    }
     return std::move(out_);
   }
 
@@ -119,8 +127,16 @@ class Printer {
     return str_cat("%", text_ir::is_bare_value_name(name) ? name : quote(name));
   }
 
-  void print_header() {
-    out_ += str_cat("graph ", word_or_quoted(graph_.name()), "(");
+  // `%name` of the graph value named `name` (state updates are kept by name).
+  std::string ref_by_name(const std::string& name) const {
+    for (const Value* value : values_in_order()) {
+      if (value->name() == name) return ref(value);
+    }
+    return str_cat("%", text_ir::is_bare_value_name(name) ? name : quote(name));
+  }
+
+  void print_header(std::string_view keyword) {
+    out_ += str_cat(keyword, " ", word_or_quoted(graph_.name()), "(");
     for (size_t i = 0; i < graph_.inputs().size(); ++i) {
       const Value* input = graph_.inputs()[i];
       out_ += str_cat(i == 0 ? "" : ", ", ref(input), ": ", type_to_string(input->type()));

@@ -62,17 +62,18 @@ class Parser {
  public:
   explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
 
+  // A graph, optionally followed by its training step (`training_step NAME(...) {...}`).
   absl::StatusOr<std::unique_ptr<Graph>> parse() {
-    AMPC_RETURN_IF_ERROR(parse_header());
-    while (!at_word("return")) {
-      if (at_word("init")) {
-        AMPC_RETURN_IF_ERROR(parse_init());
-      } else {
-        AMPC_RETURN_IF_ERROR(parse_node());
-      }
+    AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, parse_one("graph"));
+    if (at_word("training_step")) {
+      Parser step_parser(tokens_);
+      step_parser.pos_ = pos_;
+      AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> step, step_parser.parse_one("training_step"));
+      pos_ = step_parser.pos_;
+      graph->set_training_step(std::move(step));
     }
-    AMPC_RETURN_IF_ERROR(parse_return());
-    return std::move(graph_);
+    if (peek().kind != TokenKind::kEnd) return expected("end of input after the graph's '}'");
+    return graph;
   }
 
  private:
@@ -354,8 +355,21 @@ class Parser {
 
   // ---- Graph structure ------------------------------------------------------------------------
 
-  absl::Status parse_header() {
-    if (!at_word("graph")) return expected("'graph'");
+  absl::StatusOr<std::unique_ptr<Graph>> parse_one(std::string_view keyword) {
+    AMPC_RETURN_IF_ERROR(parse_header(keyword));
+    while (!at_word("return")) {
+      if (at_word("init")) {
+        AMPC_RETURN_IF_ERROR(parse_init());
+      } else {
+        AMPC_RETURN_IF_ERROR(parse_node());
+      }
+    }
+    AMPC_RETURN_IF_ERROR(parse_return());
+    return std::move(graph_);
+  }
+
+  absl::Status parse_header(std::string_view keyword) {
+    if (!at_word(keyword)) return expected(str_cat("'", keyword, "'"));
     next();
     if (peek().kind != TokenKind::kWord && peek().kind != TokenKind::kString) {
       return expected("a graph name");
@@ -425,8 +439,26 @@ class Parser {
         graph_->add_output(output);
       } while (accept_punct(','));
     }
-    AMPC_RETURN_IF_ERROR(expect_punct('}'));
-    if (peek().kind != TokenKind::kEnd) return expected("end of input after the graph's '}'");
+    while (at_word("update")) AMPC_RETURN_IF_ERROR(parse_state_update());
+    return expect_punct('}');
+  }
+
+  // `update %state = %output`: after each run, graph output %output replaces initializer %state.
+  absl::Status parse_state_update() {
+    next();
+    const Token state = peek();
+    if (state.kind != TokenKind::kValue) return expected("a state initializer '%name'");
+    AMPC_ASSIGN_OR_RETURN(Value * value, parse_use("a state initializer", false));
+    if (value->kind() != Value::Kind::kInitializer) {
+      return error_at(state, str_cat("'%", state.text, "' is not an initializer"));
+    }
+    AMPC_RETURN_IF_ERROR(expect_punct('='));
+    const Token update = peek();
+    AMPC_ASSIGN_OR_RETURN(Value * output, parse_use("a graph output", false));
+    if (!output->is_graph_output()) {
+      return error_at(update, str_cat("'%", update.text, "' is not a graph output"));
+    }
+    graph_->add_state_update(value->name(), output->name());
     return absl::OkStatus();
   }
 

@@ -148,6 +148,12 @@ absl::Status verify(const Graph& graph) {
                                          type_to_string(value->type())));
     }
   }
+  if (const Graph* step = graph.training_step()) {
+    absl::Status status = verify(*step);
+    if (!status.ok()) {
+      return absl::Status(status.code(), str_cat("training step: ", status.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -62,7 +62,9 @@ class Walker {
     for (Value* candidate : candidates) {
       if (reaches_loss_.contains(candidate) && active_.contains(candidate)) {
         trainable.push_back(candidate);
-      } else {
+      } else if (reaches_an_output(candidate)) {
+        // A weight of another head, say: worth a word. A buffer that only feeds comparisons,
+        // indices or shapes (an attention mask) is data, and silently not trained.
         context_.warn(str_cat("'", candidate->name(), "' does not affect '", loss->name(),
                               "'; it gets no gradient and stays frozen"));
       }
@@ -118,12 +120,43 @@ class Walker {
       candidates.push_back(value);
     };
     for (Value* init : graph_.initializers()) {
-      if (!init->is_constant()) consider(init);
+      if (!init->is_constant() && !only_read_without_gradient(*init)) consider(init);
     }
     if (options_.include_graph_inputs) {
       for (Value* input : graph_.inputs()) consider(input);
     }
     return candidates;
+  }
+
+  // An initializer every reader takes through an operand that has no gradient (BatchNorm's
+  // running statistics) is state or data, not a parameter: not a candidate, and not worth a
+  // warning.
+  static bool only_read_without_gradient(const Value& value) {
+    if (value.uses().empty()) return false;
+    return std::none_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
+      return use.user->def() == nullptr ||
+             !listed(use.user->def()->no_gradient_inputs, use.operand);
+    });
+  }
+
+  // Whether a graph output depends on `value` through differentiable operands.
+  static bool reaches_an_output(const Value* value) {
+    std::vector<const Value*> work = {value};
+    std::unordered_set<const Value*> seen = {value};
+    while (!work.empty()) {
+      const Value* v = work.back();
+      work.pop_back();
+      if (v->is_graph_output()) return true;
+      for (const Use& use : v->uses()) {
+        if (!differentiable_operand(*use.user, use.operand)) continue;
+        for (int i = 0; i < use.user->num_outputs(); ++i) {
+          if (differentiable_output(*use.user, i) && seen.insert(use.user->output(i)).second) {
+            work.push_back(use.user->output(i));
+          }
+        }
+      }
+    }
+    return false;
   }
 
   // Values that depend on a candidate through differentiable operands.

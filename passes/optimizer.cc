@@ -42,8 +42,8 @@ class OptimizerPass final : public Pass {
     }
     if (updates.empty()) {
       return absl::FailedPreconditionError(
-          "the optimizer found no parameter gradients (outputs named <parameter>.grad); run "
-          "autodiff first");
+          "nothing to train: no parameter gradients (outputs named <parameter>.grad); autodiff "
+          "found no float initializer the loss depends on (check --trainable and --freeze)");
     }
     for (const auto& [parameter, index] : updates) {
       if (parameter->dtype() != DType::kF32) {

@@ -55,6 +55,33 @@ struct OptimizerOptions {
 // as initializers and Graph::state_updates saying what replaces what. See passes/optimizer.cc.
 std::unique_ptr<Pass> make_optimizer_pass(OptimizerOptions options = {});
 
+struct LossOptions {
+  enum class Kind { kCrossEntropy, kMse };
+  Kind kind = Kind::kCrossEntropy;
+  // The graph output the loss reads; empty: the graph's only output.
+  std::string prediction;
+  // The labels' graph input (created when the graph has none of that name): class indices
+  // [N, d...] for cross-entropy, the prediction's type for mse.
+  std::string label_input;
+  // The loss output's name.
+  std::string loss_name = "loss";
+};
+// "append-loss": the loss node for a model that outputs a prediction. See passes/training_step.cc.
+std::unique_ptr<Pass> make_append_loss_pass(LossOptions options);
+
+// "training-step": the graph's clone becomes its training step (Graph::training_step); the graph
+// itself goes to eval mode (BatchNormalization on running statistics, Dropout removed).
+std::unique_ptr<Pass> make_training_step_pass();
+
+// How the running variance of a training-mode BatchNormalization moves: from the unbiased batch
+// variance (PyTorch) or the biased one (the ONNX operator's definition).
+enum class RunningVariance { kUnbiased, kBiased };
+// "batchnorm-state": BatchNormalization running statistics become state of the training step.
+std::unique_ptr<Pass> make_batchnorm_state_pass(RunningVariance variance);
+
+// Runs `pass` on the graph's training step (which training-step made) instead of the graph.
+std::unique_ptr<Pass> on_training_step(std::unique_ptr<Pass> pass);
+
 // The `ampc compile` pipeline: the fixed-point group "canonicalize" of [fold-constants,
 // canonicalize, dce], then infer-shapes.
 void add_canonicalize_pipeline(PassPipeline& pipeline);

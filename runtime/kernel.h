@@ -55,6 +55,10 @@ struct KernelContext {
   std::vector<TensorArg> inputs;
   std::vector<TensorArg> outputs;
   std::span<std::byte> workspace;
+  // Which draw of the random ops (Dropout) this run makes: masks are a function of (seed,
+  // random_stream, element index). A TrainingSession sets it to the step index, so every step
+  // draws new masks and a resumed run draws the same ones; an InferenceSession keeps 0 unless told.
+  uint64_t random_stream = 0;
 
   const TensorArg& input(int i) const { return inputs.at(i); }
   const TensorArg& output(int i) const { return outputs.at(i); }

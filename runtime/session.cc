@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
     std::unique_ptr<Graph> graph, SessionOptions options) {
   Diagnostics diagnostics;
-  AMPC_RETURN_IF_ERROR(compile_graph(*graph, PipelineOptions{}, diagnostics));
+  AMPC_RETURN_IF_ERROR(compile_graph(*graph, CompileOptions{}, diagnostics));
   if (graph->outputs().empty()) {
     return absl::InvalidArgumentError(str_cat("graph '", graph->name(), "' has no outputs"));
   }
@@ -137,6 +137,7 @@ absl::Status InferenceSession::run() {
   has_run_ = false;
   const std::vector<PlanStep>& steps = plan_->steps();
   for (size_t s = 0; s < steps.size(); ++s) {
+    contexts_[s].random_stream = random_stream_;
     absl::Status status = steps[s].kernel->fn(contexts_[s]);
     if (!status.ok()) {
       return absl::Status(status.code(),

@@ -75,6 +75,9 @@ class InferenceSession {
   // Copies graph output `output` (after a run) over initializer `state`; both have one type.
   absl::Status copy_output_to_initializer(std::string_view output, std::string_view state);
 
+  // The random stream the next runs draw from (KernelContext::random_stream; 0 by default).
+  void set_random_stream(uint64_t stream) { random_stream_ = stream; }
+
   // Binds `inputs` by name, runs, and returns every output by name.
   absl::StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
 
@@ -102,6 +105,7 @@ class InferenceSession {
   std::vector<KernelContext> contexts_;
   std::vector<bool> input_bound_;
   bool has_run_ = false;
+  uint64_t random_stream_ = 0;
 };
 
 }  // namespace ampc::runtime

@@ -1,38 +1,264 @@
 #include "runtime/training_session.h"
 
+#include <charconv>
+#include <cmath>
+#include <set>
+
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
 #include "compiler/strings.h"
+#include "runtime/safetensors.h"
 
 namespace ampc::runtime {
+namespace {
+
+// Checkpoint metadata keys.
+constexpr std::string_view kCheckpointFormat = "ampc.checkpoint";
+constexpr std::string_view kCheckpointFormatVersion = "1";
+constexpr std::string_view kCheckpointSteps = "ampc.steps_done";
+
+std::optional<double> parse_double(const std::string& text) {
+  double value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+const Value* find_output(const Graph& graph, std::string_view name) {
+  for (const Value* output : graph.outputs()) {
+    if (output->name() == name) return output;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::load(const std::string& path,
+                                                                       SessionOptions options) {
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(path));
+  if (graph->training_step() == nullptr) {
+    return absl::InvalidArgumentError(
+        str_cat(path,
+                " is not a training model (it has no training step); compile it with "
+                "`ampc compile MODEL -o OUT --optimizer sgd|adam|adamw`"));
+  }
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      create(std::move(graph), std::move(options));
+  if (!session.ok()) {
+    return absl::Status(session.status().code(), str_cat(path, ": ", session.status().message()));
+  }
+  return session;
+}
 
 absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
-    std::unique_ptr<Graph> graph, SessionOptions options, std::string loss) {
-  if (graph->state_updates().empty()) {
-    return absl::InvalidArgumentError(
-        str_cat("graph '", graph->name(), "' is not a training graph: it updates no state"));
+    std::unique_ptr<Graph> graph, SessionOptions options) {
+  std::unique_ptr<TrainingSession> session(new TrainingSession());
+  const auto& metadata = graph->metadata();
+  if (auto it = metadata.find(kMetadataLoss); it != metadata.end()) session->loss_ = it->second;
+  if (auto it = metadata.find(kMetadataLr); it != metadata.end()) {
+    session->default_lr_ = parse_double(it->second);
   }
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<InferenceSession> session,
-                        InferenceSession::create(std::move(graph), std::move(options)));
-  return std::unique_ptr<TrainingSession>(new TrainingSession(std::move(session), std::move(loss)));
+  std::unique_ptr<Graph> step = graph->take_training_step();
+  if (step == nullptr) {
+    step = std::move(graph);  // a bare training step
+  } else {
+    AMPC_ASSIGN_OR_RETURN(session->eval_, InferenceSession::create(std::move(graph), options));
+  }
+  if (step->state_updates().empty()) {
+    return absl::InvalidArgumentError(
+        str_cat("graph '", step->name(), "' is not a training step: it updates no state"));
+  }
+  for (std::string_view name : {std::string_view(session->loss_), std::string_view("grad_norm")}) {
+    const Value* output = find_output(*step, name);
+    if (output == nullptr || output->type().num_elements() != 1) {
+      return absl::InvalidArgumentError(
+          str_cat("the training step has no scalar output '", name, "'"));
+    }
+  }
+  AMPC_ASSIGN_OR_RETURN(session->step_, InferenceSession::create(std::move(step), options));
+  return session;
+}
+
+std::vector<TensorInfo> TrainingSession::batch_inputs() const {
+  std::vector<TensorInfo> inputs = step_->inputs();
+  std::erase_if(inputs, [](const TensorInfo& info) { return info.name == "lr"; });
+  return inputs;
+}
+
+std::vector<TensorInfo> TrainingSession::eval_inputs() const {
+  return eval_ ? eval_->inputs() : std::vector<TensorInfo>{};
+}
+
+std::vector<std::string> TrainingSession::state_names() const {
+  std::vector<std::string> names;
+  for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
+    names.push_back(update.state);
+  }
+  return names;
 }
 
 absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
                                                 float lr) {
-  if (!(lr >= 0)) {
+  if (!(lr >= 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(str_cat("the learning rate must be >= 0, not ", lr));
   }
-  for (const auto& [name, value] : batch) AMPC_RETURN_IF_ERROR(session_->set_input(name, value));
-  AMPC_RETURN_IF_ERROR(session_->set_input("lr", Tensor::from_f32({}, {lr})));
-  AMPC_RETURN_IF_ERROR(session_->run());
-  for (const Graph::StateUpdate& update : session_->graph().state_updates()) {
-    AMPC_RETURN_IF_ERROR(session_->copy_output_to_initializer(update.update, update.state));
+  for (const TensorInfo& input : batch_inputs()) {
+    if (!batch.contains(input.name)) {
+      return absl::InvalidArgumentError(
+          str_cat("the batch has no '", input.name, "' (", type_to_string(input.type), ")"));
+    }
+  }
+  for (const auto& [name, value] : batch) {
+    if (name == "lr") {
+      return absl::InvalidArgumentError("the batch must not hold 'lr'; pass the rate to step()");
+    }
+    AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
+  }
+  AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
+  step_->set_random_stream(static_cast<uint64_t>(steps_done_));  // new dropout masks each step
+  AMPC_RETURN_IF_ERROR(step_->run());
+  for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
+    AMPC_RETURN_IF_ERROR(step_->copy_output_to_initializer(update.update, update.state));
   }
   ++steps_done_;
+  eval_stale_ = true;
   StepStats stats{.step = steps_done_, .loss = 0, .grad_norm = 0, .lr = lr};
-  AMPC_ASSIGN_OR_RETURN(Tensor loss, session_->output(loss_));
+  AMPC_ASSIGN_OR_RETURN(Tensor loss, step_->output(loss_));
   stats.loss = loss.element_as_double(0);
-  AMPC_ASSIGN_OR_RETURN(Tensor norm, session_->output("grad_norm"));
+  AMPC_ASSIGN_OR_RETURN(Tensor norm, step_->output("grad_norm"));
   stats.grad_norm = norm.element_as_double(0);
   return stats;
+}
+
+absl::Status TrainingSession::sync_eval() {
+  if (eval_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this session holds a bare training step, without an eval graph");
+  }
+  if (!eval_stale_) return absl::OkStatus();
+  const std::vector<std::string> names = state_names();
+  const std::set<std::string> state(names.begin(), names.end());
+  for (const Value* init : eval_->graph().initializers()) {
+    if (!state.contains(init->name())) continue;
+    AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(init->name()));
+    AMPC_RETURN_IF_ERROR(eval_->set_initializer(init->name(), value));
+  }
+  eval_stale_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(
+    const std::map<std::string, Tensor>& batch) {
+  AMPC_RETURN_IF_ERROR(sync_eval());
+  for (const TensorInfo& input : eval_->inputs()) {
+    if (!batch.contains(input.name)) {
+      return absl::InvalidArgumentError(
+          str_cat("the batch has no '", input.name, "' (", type_to_string(input.type), ")"));
+    }
+  }
+  return eval_->run(batch);
+}
+
+absl::Status TrainingSession::set_state(std::string_view name, const Tensor& value) {
+  AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
+  eval_stale_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : state_names()) {
+    AMPC_ASSIGN_OR_RETURN(tensors[name], step_->initializer(name));
+  }
+  const std::map<std::string, std::string> metadata = {
+      {std::string(kCheckpointFormat), std::string(kCheckpointFormatVersion)},
+      {std::string(kCheckpointSteps), str_cat(steps_done_)},
+  };
+  return write_safetensors(path, tensors, metadata);
+}
+
+absl::Status TrainingSession::load_checkpoint(const std::string& path) {
+  AMPC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path));
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(str_cat(path, ": ", why));
+  };
+  const auto format = file.metadata.find(std::string(kCheckpointFormat));
+  if (format == file.metadata.end() || format->second != kCheckpointFormatVersion) {
+    return bad("not an ampc checkpoint (no ampc.checkpoint = 1 in its metadata)");
+  }
+  const auto steps = file.metadata.find(std::string(kCheckpointSteps));
+  int64_t steps_done = -1;
+  if (steps != file.metadata.end()) {
+    const std::string& text = steps->second;
+    const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), steps_done);
+    if (ec != std::errc() || ptr != text.data() + text.size()) steps_done = -1;
+  }
+  if (steps_done < 0) return bad("its ampc.steps_done is missing or not a count");
+  // Check everything before changing anything.
+  const std::vector<std::string> names = state_names();
+  for (const std::string& name : names) {
+    const auto it = file.tensors.find(name);
+    if (it == file.tensors.end()) return bad(str_cat("it has no tensor '", name, "'"));
+    AMPC_ASSIGN_OR_RETURN(Tensor current, step_->initializer(name));
+    if (it->second.type() != current.type()) {
+      return bad(str_cat("'", name, "' is ", type_to_string(it->second.type()),
+                         "; this model's is ", type_to_string(current.type())));
+    }
+  }
+  if (file.tensors.size() != names.size()) {
+    const std::set<std::string> known(names.begin(), names.end());
+    for (const auto& [name, tensor] : file.tensors) {
+      if (!known.contains(name)) {
+        return bad(str_cat("it holds '", name, "', which is not state of this model"));
+      }
+    }
+  }
+  for (const std::string& name : names) {
+    AMPC_RETURN_IF_ERROR(step_->set_initializer(name, file.tensors.at(name)));
+  }
+  steps_done_ = steps_done;
+  eval_stale_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::export_inference_model(const std::string& path) const {
+  if (eval_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this session holds a bare training step, without an eval graph to export");
+  }
+  std::unique_ptr<Graph> graph = eval_->graph().clone();
+  const std::vector<std::string> names = state_names();
+  const std::set<std::string> state(names.begin(), names.end());
+  for (Value* init : graph->initializers()) {
+    if (!state.contains(init->name())) continue;
+    AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(init->name()));
+    graph->set_initializer_data(init, std::move(value));
+  }
+  // Without its loss the model needs no labels: drop the loss, then what only it read.
+  if (graph->outputs().size() > 1) {
+    for (int i = 0; i < static_cast<int>(graph->outputs().size()); ++i) {
+      if (graph->outputs()[i]->name() == loss_) graph->erase_output(i--);
+    }
+    const std::vector<Node*> nodes = graph->node_list();
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node* node = *it;
+      bool dead = true;
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        if (node->has_output(i) && !node->output(i)->is_dead()) dead = false;
+      }
+      if (dead) graph->erase_node(node);
+    }
+    for (Value* input : std::vector<Value*>(graph->inputs())) {
+      if (input->is_dead()) graph->erase_graph_value(input);
+    }
+    for (Value* init : std::vector<Value*>(graph->initializers())) {
+      if (init->is_dead()) graph->erase_graph_value(init);
+    }
+  }
+  for (const std::string_view key : {kMetadataLoss, kMetadataLr, kMetadataOptimizer}) {
+    graph->erase_metadata(key);
+  }
+  return export_onnx_file(*graph, path);
 }
 
 }  // namespace ampc::runtime

@@ -1,15 +1,26 @@
-// TrainingSession: runs a training graph (forward, backward, optimizer update) step by step.
+// TrainingSession: trains a compiled training model step by step.
 //
-// A training graph is what the autodiff and optimizer passes make of a model with a loss: it
-// takes the batch and the learning rate `lr` as inputs, outputs the loss, `grad_norm` and the
-// new value of every piece of state, and says which output replaces which initializer
-// (Graph::state_updates). After each step the session writes the updates over the state, so
-// the next step sees the new parameters, moments and step counter.
+//   #include "runtime/training_session.h"
+//
+//   absl::StatusOr<std::unique_ptr<ampc::runtime::TrainingSession>> session =
+//       ampc::runtime::TrainingSession::load("mlp.train.onnx");
+//   absl::StatusOr<ampc::runtime::StepStats> stats = (*session)->step(batch, /*lr=*/0.05f);
+//   absl::StatusOr<std::map<std::string, ampc::Tensor>> outputs = (*session)->evaluate(batch);
+//   absl::Status saved = (*session)->save_checkpoint("run/checkpoint.safetensors");
+//   absl::Status exported = (*session)->export_inference_model("mlp.trained.onnx");
+//
+// A training model (`ampc compile --optimizer ...`, docs/training-graph.md) is an eval graph with
+// a training step beside it. The step takes the batch and the learning rate `lr` as inputs,
+// outputs the loss, `grad_norm` and the new value of every piece of state, and says which output
+// replaces which initializer (Graph::state_updates). After each step the session writes the
+// updates over the state, so the next step sees the new parameters, moments, step counter and
+// running statistics. The eval graph reads the same parameters (copied over before evaluate).
 #pragma once
 
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "compiler/ir.h"
 #include "runtime/session.h"
@@ -25,29 +36,63 @@ struct StepStats {
 
 class TrainingSession {
  public:
-  // `graph` must carry state updates and have the inputs `lr` and the loss output `loss`.
+  // Loads a training model file.
+  static absl::StatusOr<std::unique_ptr<TrainingSession>> load(const std::string& path,
+                                                               SessionOptions options = {});
+  // `graph` is a training model (an eval graph with a training step), or a bare training step
+  // (a graph with state updates; evaluate and export are then unavailable). The step must have
+  // the input `lr` and the loss output: `loss`, or the name the model's metadata gives.
   static absl::StatusOr<std::unique_ptr<TrainingSession>> create(std::unique_ptr<Graph> graph,
-                                                                 SessionOptions options = {},
-                                                                 std::string loss = "loss");
+                                                                 SessionOptions options = {});
 
-  // One step on `batch` (every graph input but `lr`, by name) at learning rate `lr`.
+  // One step on `batch` (every step input but `lr`, by name) at learning rate `lr` (>= 0).
   absl::StatusOr<StepStats> step(const std::map<std::string, Tensor>& batch, float lr);
 
-  // A parameter or other piece of state, by initializer name.
-  absl::StatusOr<Tensor> state(std::string_view name) const { return session_->initializer(name); }
-  absl::Status set_state(std::string_view name, const Tensor& value) {
-    return session_->set_initializer(name, value);
-  }
-  const Graph& graph() const { return session_->graph(); }
+  // Runs the eval graph (BatchNorm on running statistics, no dropout) on `batch` with the
+  // current parameters and returns every output by name.
+  absl::StatusOr<std::map<std::string, Tensor>> evaluate(
+      const std::map<std::string, Tensor>& batch);
+
+  // The step's inputs other than `lr`: what a batch must hold.
+  std::vector<TensorInfo> batch_inputs() const;
+  // The eval graph's inputs (empty without an eval graph).
+  std::vector<TensorInfo> eval_inputs() const;
+  // Every piece of state (parameters, optimizer moments, step counter, running statistics), in
+  // the order of the step's state updates.
+  std::vector<std::string> state_names() const;
+
+  // A piece of state, by initializer name.
+  absl::StatusOr<Tensor> state(std::string_view name) const { return step_->initializer(name); }
+  absl::Status set_state(std::string_view name, const Tensor& value);
+
+  // Writes every piece of state and the step count to a safetensors file, through a temporary
+  // file and a rename (a crash never leaves a half-written checkpoint).
+  absl::Status save_checkpoint(const std::string& path) const;
+  // Restores what save_checkpoint wrote. The file must hold exactly this model's state, each
+  // tensor with its type; on any error the session is unchanged.
+  absl::Status load_checkpoint(const std::string& path);
+
+  // Writes the eval graph with the current parameters as an inference model: no training step,
+  // and without the loss output and the inputs only it reads (labels) when other outputs remain.
+  absl::Status export_inference_model(const std::string& path) const;
+
+  // The learning rate the model was compiled with (`ampc compile --lr`), if it says.
+  std::optional<double> default_lr() const { return default_lr_; }
+  const std::string& loss_name() const { return loss_; }
+  const Graph& graph() const { return step_->graph(); }
   int64_t steps_done() const { return steps_done_; }
 
  private:
-  TrainingSession(std::unique_ptr<InferenceSession> session, std::string loss)
-      : session_(std::move(session)), loss_(std::move(loss)) {}
+  TrainingSession() = default;
+  // Copies the state the eval graph shares with the step into the eval session.
+  absl::Status sync_eval();
 
-  std::unique_ptr<InferenceSession> session_;
-  std::string loss_;
+  std::unique_ptr<InferenceSession> step_;
+  std::unique_ptr<InferenceSession> eval_;  // null for a bare training step
+  std::string loss_ = "loss";
+  std::optional<double> default_lr_;
   int64_t steps_done_ = 0;
+  bool eval_stale_ = true;
 };
 
 }  // namespace ampc::runtime

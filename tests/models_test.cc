@@ -44,7 +44,7 @@ TEST_P(ExampleModel, CanonicalizesToStaticShapesWithoutShapeArithmetic) {
   std::unique_ptr<Graph> graph = import();
   ASSERT_NE(graph, nullptr);
   Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, PipelineOptions{}, diagnostics).ok());
+  ASSERT_TRUE(compile_graph(*graph, CompileOptions{}, diagnostics).ok());
   for (const char* op : {"Shape", "Constant", "Identity", "ConstantOfShape", "Range"}) {
     EXPECT_EQ(count_ops(*graph, op), 0) << op;
   }
@@ -64,7 +64,7 @@ TEST_P(ExampleModel, RoundTripsThroughTextIr) {
   std::unique_ptr<Graph> graph = import();
   ASSERT_NE(graph, nullptr);
   Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, PipelineOptions{}, diagnostics).ok());
+  ASSERT_TRUE(compile_graph(*graph, CompileOptions{}, diagnostics).ok());
   const std::string text = print_graph(*graph);
   absl::StatusOr<std::unique_ptr<Graph>> parsed = parse_graph(text);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
@@ -76,14 +76,14 @@ TEST_P(ExampleModel, RoundTripsThroughOnnxExport) {
   std::unique_ptr<Graph> graph = import();
   ASSERT_NE(graph, nullptr);
   Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, PipelineOptions{}, diagnostics).ok());
+  ASSERT_TRUE(compile_graph(*graph, CompileOptions{}, diagnostics).ok());
   absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
   ASSERT_TRUE(bytes.ok()) << bytes.status();
   absl::StatusOr<std::unique_ptr<Graph>> reimported = import_onnx_bytes(*bytes, "exported");
   ASSERT_TRUE(reimported.ok()) << reimported.status();
   // Export wrote attributes in the form opset 17 wants (e.g. Split's sizes as an input), so the
   // re-imported graph is canonicalized again before comparing.
-  ASSERT_TRUE(compile_graph(**reimported, PipelineOptions{}, diagnostics).ok());
+  ASSERT_TRUE(compile_graph(**reimported, CompileOptions{}, diagnostics).ok());
   EXPECT_TRUE(testing::same_lines(print_graph(**reimported), print_graph(*graph)));
 }
 
@@ -91,7 +91,7 @@ TEST_P(ExampleModel, SummaryCountsParameters) {
   std::unique_ptr<Graph> graph = import();
   ASSERT_NE(graph, nullptr);
   Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, PipelineOptions{}, diagnostics).ok());
+  ASSERT_TRUE(compile_graph(*graph, CompileOptions{}, diagnostics).ok());
   const GraphSummary summary = summarize_graph(*graph);
   int64_t parameter_elements = 0;
   for (const Value* init : graph->initializers()) {

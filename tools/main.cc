@@ -1,4 +1,4 @@
-// The `ampc` command line: compile, inspect and run (later: train, compare, bench).
+// The `ampc` command line: compile, inspect, run and train.
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
 #include <cstdio>
@@ -13,6 +13,7 @@
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "tools/run_command.h"
+#include "tools/train_command.h"
 
 namespace ampc {
 namespace {
@@ -61,10 +62,76 @@ struct CompileFlags {
   std::vector<std::string> dump_after;
   std::string dump_dir;
   std::vector<std::string> disabled;
+  // Training compile (--optimizer set).
+  std::string optimizer;
+  std::string loss = "loss";
+  std::string label_input;
+  std::string logits;
+  float lr = 0.01f;
+  float momentum = 0;
+  float dampening = 0;
+  bool nesterov = false;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0;
+  float clip_grad_norm = 0;
+  std::string trainable;
+  std::string freeze;
+  std::string running_var = "unbiased";
 };
+
+absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFlags& flags) {
+  if (flags.optimizer.empty()) {
+    if (flags.loss != "loss" || !flags.label_input.empty() || !flags.logits.empty()) {
+      return absl::InvalidArgumentError(
+          "--loss, --label-input and --logits belong to a training compile; add --optimizer");
+    }
+    return std::nullopt;
+  }
+  TrainingOptions options;
+  options.lr = flags.lr;
+  OptimizerOptions& o = options.optimizer;
+  o.kind = flags.optimizer == "sgd"    ? OptimizerOptions::Kind::kSgd
+           : flags.optimizer == "adam" ? OptimizerOptions::Kind::kAdam
+                                       : OptimizerOptions::Kind::kAdamW;
+  o.momentum = flags.momentum;
+  o.dampening = flags.dampening;
+  o.nesterov = flags.nesterov;
+  o.beta1 = flags.beta1;
+  o.beta2 = flags.beta2;
+  o.epsilon = flags.eps;
+  o.weight_decay = flags.weight_decay;
+  o.clip_grad_norm = flags.clip_grad_norm;
+  options.autodiff.trainable = flags.trainable;
+  options.autodiff.freeze = flags.freeze;
+  options.running_variance =
+      flags.running_var == "biased" ? RunningVariance::kBiased : RunningVariance::kUnbiased;
+  if (flags.loss == "cross-entropy" || flags.loss == "mse") {
+    if (flags.label_input.empty()) {
+      return absl::InvalidArgumentError(
+          str_cat("--loss ", flags.loss, " appends a loss and needs --label-input NAME"));
+    }
+    LossOptions loss;
+    loss.kind = flags.loss == "mse" ? LossOptions::Kind::kMse : LossOptions::Kind::kCrossEntropy;
+    loss.prediction = flags.logits;
+    loss.label_input = flags.label_input;
+    options.append_loss = loss;
+  } else if (!flags.label_input.empty() || !flags.logits.empty()) {
+    return absl::InvalidArgumentError(
+        "--label-input and --logits go with --loss cross-entropy or --loss mse");
+  } else {
+    options.autodiff.loss = flags.loss;
+  }
+  AMPC_RETURN_IF_ERROR(validate_training_options(options));
+  return options;
+}
 
 int run_compile(const CompileFlags& flags) {
   CompileOptions options;
+  absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
+  if (!training.ok()) return report_error(training.status());
+  options.training = *std::move(training);
   absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
   if (!shapes.ok()) return report_error(shapes.status());
   options.import.input_shapes = *std::move(shapes);
@@ -79,7 +146,13 @@ int run_compile(const CompileFlags& flags) {
   if (absl::Status status = export_onnx_file(**graph, flags.output); !status.ok()) {
     return report_error(status);
   }
-  std::cerr << "ampc: wrote " << flags.output << " (" << (*graph)->num_nodes() << " nodes)\n";
+  if (const Graph* step = (*graph)->training_step()) {
+    std::cerr << "ampc: wrote " << flags.output << " (eval graph " << (*graph)->num_nodes()
+              << " nodes, training step " << step->num_nodes() << " nodes, "
+              << step->state_updates().size() << " state tensors)\n";
+  } else {
+    std::cerr << "ampc: wrote " << flags.output << " (" << (*graph)->num_nodes() << " nodes)\n";
+  }
   return 0;
 }
 
@@ -100,6 +173,70 @@ int run_inspect(const InspectFlags& flags) {
   return 0;
 }
 
+void add_training_flags(CLI::App& compile, CompileFlags& flags) {
+  const std::string group = "Training (with --optimizer)";
+  compile.add_option("--optimizer", flags.optimizer, "Build a training step with this optimizer")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->group(group);
+  compile
+      .add_option("--loss", flags.loss,
+                  "The loss: a scalar graph output's name, or cross-entropy / mse to append one "
+                  "(with --label-input)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--label-input", flags.label_input,
+                  "The labels' graph input for an appended loss (created when the model has "
+                  "none): class indices for cross-entropy, targets for mse")
+      ->group(group);
+  compile
+      .add_option("--logits", flags.logits,
+                  "The output an appended loss reads (default: the model's only output); "
+                  "cross-entropy takes classes on axis 1")
+      ->group(group);
+  compile.add_option("--lr", flags.lr, "Default learning rate (ampc train --lr overrides)")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--momentum", flags.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--dampening", flags.dampening, "SGD dampening")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_flag("--nesterov", flags.nesterov, "SGD with Nesterov momentum")->group(group);
+  compile.add_option("--beta1", flags.beta1, "Adam/AdamW beta1")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--beta2", flags.beta2, "Adam/AdamW beta2")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--eps", flags.eps, "Adam/AdamW epsilon")->capture_default_str()->group(group);
+  compile
+      .add_option("--weight-decay", flags.weight_decay,
+                  "L2 penalty (SGD, Adam) or decoupled weight decay (AdamW)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--clip-grad-norm", flags.clip_grad_norm,
+                  "Clip gradients to this global norm (0: off)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--trainable", flags.trainable,
+                  "Train only initializers whose name matches this regex (default: every float "
+                  "initializer the loss depends on)")
+      ->group(group);
+  compile.add_option("--freeze", flags.freeze, "Do not train initializers matching this regex")
+      ->group(group);
+  compile
+      .add_option("--bn-running-var", flags.running_var,
+                  "BatchNorm running variance from the unbiased batch variance (PyTorch) or the "
+                  "biased one (ONNX)")
+      ->check(CLI::IsMember({"unbiased", "biased"}))
+      ->capture_default_str()
+      ->group(group);
+}
+
 int run(int argc, char** argv) {
   CLI::App app{
       "ampc: a mixed-precision compiler for ONNX training graphs.\n"
@@ -111,7 +248,9 @@ int run(int argc, char** argv) {
   CLI::App* compile =
       app.add_subcommand("compile",
                          "Import an ONNX model, canonicalize it, infer static shapes "
-                         "and write the result as ONNX.");
+                         "and write the result as ONNX. With --optimizer, also build the "
+                         "training step (backward pass and optimizer update) beside the "
+                         "eval graph (docs/training-graph.md).");
   compile->add_option("input", compile_flags.input, "The ONNX model to compile")->required();
   compile->add_option("-o,--output", compile_flags.output, "Where to write the compiled model")
       ->required();
@@ -120,10 +259,11 @@ int run(int argc, char** argv) {
                       "every input with a dynamic dim. Repeatable.");
   compile->add_option("--dump-after", compile_flags.dump_after,
                       "Print the text IR after this pass (or `all`). Repeatable. Passes: " +
-                          str_join(compile_pass_names(), ", "));
+                          str_join(compile_pass_names(/*training=*/true), ", "));
   compile->add_option("--dump-dir", compile_flags.dump_dir,
                       "Write --dump-after output to DIR/NN-PASS.txt instead of stderr");
   compile->add_option("--disable-pass", compile_flags.disabled, "Skip this pass. Repeatable.");
+  add_training_flags(*compile, compile_flags);
 
   InspectFlags inspect_flags;
   CLI::App* inspect = app.add_subcommand(
@@ -140,6 +280,8 @@ int run(int argc, char** argv) {
 
   RunFlags run_flags;
   CLI::App* run_command = add_run_command(app, run_flags);
+  TrainFlags train_flags;
+  CLI::App* train_command = add_train_command(app, train_flags);
 
   try {
     app.parse(argc, argv);
@@ -150,6 +292,7 @@ int run(int argc, char** argv) {
   if (*compile) return run_compile(compile_flags);
   if (*inspect) return run_inspect(inspect_flags);
   if (*run_command) return run_model_command(run_flags);
+  if (*train_command) return run_train_command(train_flags);
   return kExitUsage;
 }
 

@@ -92,8 +92,8 @@ uint64_t mix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Whether element i is kept: a uniform draw in [0, 1) from (seed, i) alone, so the mask does not
-// depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random stream.
+// Whether element i is kept: a uniform draw in [0, 1) from (seed, random stream, i) alone, so
+// the mask does not depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random stream.
 bool dropout_keeps(uint64_t seed_key, int64_t i, double ratio) {
   const double uniform =
       static_cast<double>(mix64(seed_key + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
@@ -121,7 +121,7 @@ absl::Status dropout_kernel(const KernelContext& ctx) {
   const uint64_t seed = ctx.node.find_attr("seed")
                             ? static_cast<uint64_t>(ctx.node.int_attr("seed"))
                             : kDefaultDropoutSeed;
-  const uint64_t seed_key = mix64(seed);
+  const uint64_t seed_key = mix64(seed + 0x9e3779b97f4a7c15ull * ctx.random_stream);
   const compute_t<T> scale = static_cast<compute_t<T>>(1.0 / (1.0 - ratio));
   const T* in = ctx.input(0).in<T>().data();
   T* out = ctx.output(0).out<T>().data();

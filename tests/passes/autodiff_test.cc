@@ -66,6 +66,33 @@ TEST(Autodiff, ParameterTheLossDoesNotReadIsReportedAndLeftFrozen) {
       << diagnostics.warnings()[0];
 }
 
+// A float buffer that only feeds comparisons (an attention mask) and BatchNorm running
+// statistics are data and state, not parameters: not trained, and no warning about them.
+TEST(Autodiff, BuffersWithoutADifferentiablePathAreNotParametersAndNotReported) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+    graph g(%x: f32[2,2,1,1]) opset(17) {
+      init %mask: f32[2] = [1.0, 0.0]
+      init %zero: f32[] = [0.0]
+      init %scale: f32[2] = [1.0, 2.0]
+      init %bias: f32[2] = [0.0, 0.5]
+      init %mean: f32[2] = [0.0, 0.0]
+      init %var: f32[2] = [1.0, 1.0]
+      %keep = Equal(%mask, %zero) : bool[2]
+      %y, %m, %v = BatchNormalization<training_mode=1>(%x, %scale, %bias, %mean, %var) : f32[2,2,1,1], f32[2], f32[2]
+      %sq = Mul(%y, %y) : f32[2,2,1,1]
+      %loss = ReduceSum<keepdims=0>(%sq) : f32[]
+      return %loss, %keep
+    })");
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  absl::StatusOr<bool> result = run_autodiff(*graph, diagnostics);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(diagnostics.warnings().empty()) << diagnostics.warnings()[0];
+  std::vector<std::string> outputs;
+  for (const Value* output : graph->outputs()) outputs.push_back(output->name());
+  EXPECT_EQ(outputs, (std::vector<std::string>{"loss", "keep", "scale.grad", "bias.grad"}));
+}
+
 TEST(Autodiff, OpWithoutAGradientRuleOnThePathIsAnErrorNamingTheNode) {
   OpDef def;
   def.domain = "ampc";

@@ -1,0 +1,319 @@
+// The passes that turn a forward model into an eval graph with a training step beside it:
+//
+// append-loss: for a model that outputs a prediction, adds the loss node (cross-entropy over
+//   class axis 1, or mean squared error) and the graph input for the labels.
+// training-step: clones the graph as its training step (Graph::training_step), then puts the
+//   graph itself in eval mode: training-mode BatchNormalization reads its running statistics,
+//   Dropout becomes the identity. The passes after it that should act on the step are wrapped in
+//   on_training_step().
+// batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
+//   variance become graph outputs and state updates of its running-statistics initializers.
+//   ONNX defines the new variance from the biased batch variance; PyTorch (whose exports these
+//   graphs mostly are) from the unbiased one, n/(n-1) times larger, n = elements per channel.
+//   The default follows PyTorch; RunningVariance::kBiased keeps ONNX's definition.
+#include "compiler/strings.h"
+#include "passes/passes.h"
+
+namespace ampc {
+namespace {
+
+Value* find_output(const Graph& graph, std::string_view name) {
+  for (Value* output : graph.outputs()) {
+    if (output->name() == name) return output;
+  }
+  return nullptr;
+}
+
+Value* find_input(const Graph& graph, std::string_view name) {
+  for (Value* input : graph.inputs()) {
+    if (input->name() == name) return input;
+  }
+  return nullptr;
+}
+
+std::string output_names(const Graph& graph) {
+  std::vector<std::string> names;
+  for (const Value* output : graph.outputs()) names.push_back(output->name());
+  return names.empty() ? "none" : str_join(names, ", ");
+}
+
+Value* scalar_constant(Graph& graph, DType dtype, double value, std::string_view hint) {
+  Value* constant = graph.add_initializer(graph.unique_value_name(hint),
+                                          Tensor::from_doubles(dtype, {}, {value}));
+  constant->set_constant(true);
+  return constant;
+}
+
+class AppendLossPass final : public Pass {
+ public:
+  explicit AppendLossPass(LossOptions options) : options_(std::move(options)) {}
+  std::string_view name() const override { return "append-loss"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+    if (find_output(graph, options_.loss_name) != nullptr) {
+      return absl::InvalidArgumentError(str_cat("the model already has an output '",
+                                                options_.loss_name, "'; train it with `--loss ",
+                                                options_.loss_name, "` instead of appending one"));
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * prediction, find_prediction(graph));
+    if (!is_float(prediction->dtype())) {
+      return absl::InvalidArgumentError(str_cat("the prediction '", prediction->name(), "' is ",
+                                                type_to_string(prediction->type()),
+                                                "; a loss needs float scores"));
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * loss, options_.kind == LossOptions::Kind::kCrossEntropy
+                                            ? cross_entropy(graph, prediction)
+                                            : mean_squared_error(graph, prediction));
+    loss->set_name(options_.loss_name);
+    graph.add_output(loss);
+    return true;
+  }
+
+ private:
+  absl::StatusOr<Value*> find_prediction(const Graph& graph) const {
+    if (!options_.prediction.empty()) {
+      if (Value* output = find_output(graph, options_.prediction)) return output;
+      return absl::InvalidArgumentError(
+          str_cat("--logits names '", options_.prediction,
+                  "', which is not a graph output (outputs: ", output_names(graph), ")"));
+    }
+    if (graph.outputs().size() != 1) {
+      return absl::InvalidArgumentError(
+          str_cat("the model has ", graph.outputs().size(), " outputs (", output_names(graph),
+                  "); say which one the loss reads with --logits NAME"));
+    }
+    return graph.outputs()[0];
+  }
+
+  // The label input: the graph input of that name, or a new one of `type`.
+  absl::StatusOr<Value*> label_input(Graph& graph, const TensorType& type,
+                                     bool integer_classes) const {
+    if (options_.label_input.empty()) {
+      return absl::InvalidArgumentError("appending a loss needs --label-input NAME");
+    }
+    Value* label = find_input(graph, options_.label_input);
+    if (label == nullptr) return graph.add_input(options_.label_input, type);
+    const bool ok = integer_classes
+                        ? (label->dtype() == DType::kI64 || label->dtype() == DType::kI32) &&
+                              label->shape() == type.shape
+                        : label->type() == type;
+    if (!ok) {
+      return absl::InvalidArgumentError(str_cat("label input '", label->name(), "' is ",
+                                                type_to_string(label->type()), "; the loss needs ",
+                                                type_to_string(type)));
+    }
+    return label;
+  }
+
+  // SoftmaxCrossEntropyLoss(scores [N, C, d...], labels [N, d...]), mean over the batch.
+  absl::StatusOr<Value*> cross_entropy(Graph& graph, Value* scores) {
+    const Shape& shape = scores->shape();
+    if (shape.size() < 2) {
+      return absl::InvalidArgumentError(
+          str_cat("cross-entropy reads scores shaped [N, C, ...] (classes on axis 1); '",
+                  scores->name(), "' is ", type_to_string(scores->type())));
+    }
+    if (graph.opset(kOnnxDomain) < 13) {
+      return absl::InvalidArgumentError(
+          str_cat("cross-entropy needs SoftmaxCrossEntropyLoss (opset 13 or later); the model "
+                  "imports opset ",
+                  graph.opset(kOnnxDomain)));
+    }
+    Shape label_shape = shape;
+    label_shape.erase(label_shape.begin() + 1);
+    AMPC_ASSIGN_OR_RETURN(Value * label, label_input(graph, TensorType{DType::kI64, label_shape},
+                                                     /*integer_classes=*/true));
+    Node* node =
+        graph.create_node(kOnnxDomain, "SoftmaxCrossEntropyLoss", {scores, label},
+                          {TensorType{scores->dtype(), {}}}, {{"reduction", std::string("mean")}});
+    node->set_name("loss/SoftmaxCrossEntropyLoss");
+    return node->output(0);
+  }
+
+  // ReduceMean((prediction - target)^2) over every element, as torch.nn.MSELoss.
+  absl::StatusOr<Value*> mean_squared_error(Graph& graph, Value* prediction) {
+    AMPC_ASSIGN_OR_RETURN(Value * target, label_input(graph, prediction->type(), false));
+    Node* diff = graph.create_node(kOnnxDomain, "Sub", {prediction, target}, {prediction->type()});
+    diff->set_name("loss/Sub");
+    Node* square = graph.create_node(kOnnxDomain, "Mul", {diff->output(0), diff->output(0)},
+                                     {prediction->type()});
+    square->set_name("loss/Mul");
+    Node* mean =
+        graph.create_node(kOnnxDomain, "ReduceMean", {square->output(0)},
+                          {TensorType{prediction->dtype(), {}}}, {{"keepdims", int64_t{0}}});
+    mean->set_name("loss/ReduceMean");
+    return mean->output(0);
+  }
+
+  LossOptions options_;
+};
+
+// Replaces `node` by a BatchNormalization with the same operands and attributes, `training_mode`
+// and `num_outputs` outputs (1: Y; 3: Y, running_mean, running_var). The old node's used outputs
+// must exist in the new one.
+Node* rebuild_batch_norm(Graph& graph, Node* node, int64_t training_mode, int num_outputs) {
+  Attributes attrs = node->attrs();
+  attrs["training_mode"] = training_mode;
+  std::vector<std::optional<TensorType>> types;
+  for (int i = 0; i < num_outputs; ++i) {
+    types.push_back(i == 0 ? node->output(0)->type() : node->operand(3)->type());
+  }
+  Node* rebuilt = graph.create_node(node->domain(), node->op_type(), node->operands(), types,
+                                    std::move(attrs), node);
+  rebuilt->set_name(node->name());
+  rebuilt->set_doc_string(node->doc_string());
+  std::vector<std::string> names;
+  for (int i = 0; i < node->num_outputs(); ++i) {
+    names.push_back(node->has_output(i) ? node->output(i)->name() : "");
+    if (node->has_output(i) && i < num_outputs) {
+      node->output(i)->replace_all_uses_with(rebuilt->output(i));
+    }
+  }
+  graph.erase_node(node);
+  for (int i = 0; i < num_outputs && i < static_cast<int>(names.size()); ++i) {
+    if (!names[i].empty()) rebuilt->output(i)->set_name(names[i]);
+  }
+  return rebuilt;
+}
+
+bool used(const Node& node, int output) {
+  return node.has_output(output) && !node.output(output)->is_dead();
+}
+
+class TrainingStepPass final : public Pass {
+ public:
+  std::string_view name() const override { return "training-step"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
+    if (graph.training_step() != nullptr) {
+      return absl::FailedPreconditionError(
+          "the model is already a training model (it has a training step)");
+    }
+    std::unique_ptr<Graph> step = graph.clone();
+    step->set_name(str_cat(graph.name(), ".train_step"));
+    for (Node* node : graph.node_list()) {
+      if (node->domain() != kOnnxDomain) continue;
+      if (node->op_type() == "BatchNormalization" && node->def() != nullptr &&
+          node->int_attr("training_mode") == 1) {
+        if (used(*node, 1) || used(*node, 2)) {
+          context.warn(str_cat(node->describe(),
+                               ": its running statistics are read, so the eval graph keeps "
+                               "it in training mode"));
+          continue;
+        }
+        rebuild_batch_norm(graph, node, 0, 1);
+      } else if (node->op_type() == "Dropout" && !used(*node, 1)) {
+        node->output(0)->replace_all_uses_with(node->operand(0));
+        graph.erase_node(node);
+      }
+    }
+    graph.set_training_step(std::move(step));
+    return true;
+  }
+};
+
+class BatchNormStatePass final : public Pass {
+ public:
+  explicit BatchNormStatePass(RunningVariance variance) : variance_(variance) {}
+  std::string_view name() const override { return "batchnorm-state"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+    bool changed = false;
+    for (Node* node : graph.node_list()) {
+      if (node->domain() != kOnnxDomain || node->op_type() != "BatchNormalization" ||
+          node->def() == nullptr || node->int_attr("training_mode") != 1) {
+        continue;
+      }
+      Value* mean = node->operand(3);
+      Value* var = node->operand(4);
+      if (mean->kind() != Value::Kind::kInitializer || var->kind() != Value::Kind::kInitializer ||
+          mean->is_constant() || var->is_constant() || mean == var) {
+        continue;  // statistics computed in the graph are not state
+      }
+      if (!node->has_output(1) || !node->has_output(2)) {
+        node = rebuild_batch_norm(graph, node, 1, 3);
+      }
+      Value* new_mean = node->output(1);
+      Value* new_var = node->output(2);
+      const Shape& x = node->operand(0)->shape();
+      const int64_t channels = x.size() >= 2 ? x[1] : 1;
+      const int64_t n = node->operand(0)->type().num_elements() / std::max<int64_t>(channels, 1);
+      if (variance_ == RunningVariance::kUnbiased && n > 1) {
+        new_var = unbiased(graph, *node, n);
+      }
+      add_update(graph, mean, new_mean);
+      add_update(graph, var, new_var);
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  // m*v + (R - m*v) * n/(n-1): R = m*v + (1-m)*batch_var is the node's running variance, so
+  // this is m*v + (1-m)*batch_var*n/(n-1), the running variance from the unbiased batch variance.
+  static Value* unbiased(Graph& graph, Node& node, int64_t n) {
+    Value* var = node.operand(4);
+    const TensorType& type = var->type();
+    const std::string base = node.name().empty() ? var->name() : node.name();
+    auto add = [&](std::string_view op, Value* a, Value* b) {
+      Node* created = graph.create_node(kOnnxDomain, op, {a, b}, {type});
+      created->set_name(str_cat(base, "/running_var/", op));
+      return created->output(0);
+    };
+    Value* momentum = scalar_constant(graph, type.dtype, node.float_attr("momentum"),
+                                      str_cat(var->name(), ".momentum"));
+    Value* correction =
+        scalar_constant(graph, type.dtype, static_cast<double>(n) / static_cast<double>(n - 1),
+                        str_cat(var->name(), ".bessel"));
+    Value* kept = add("Mul", var, momentum);
+    Value* added = add("Sub", node.output(2), kept);
+    return add("Add", kept, add("Mul", added, correction));
+  }
+
+  static void add_update(Graph& graph, Value* state, Value* update) {
+    if (!update->is_graph_output()) {
+      update->set_name(graph.unique_value_name(state->name() + ".next"));
+      graph.add_output(update);
+    }
+    graph.add_state_update(state->name(), update->name());
+  }
+
+  RunningVariance variance_;
+};
+
+// Runs a pass on the graph's training step instead of the graph.
+class OnTrainingStep final : public Pass {
+ public:
+  explicit OnTrainingStep(std::unique_ptr<Pass> pass) : pass_(std::move(pass)) {}
+  std::string_view name() const override { return pass_->name(); }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
+    Graph* step = graph.mutable_training_step();
+    if (step == nullptr) {
+      return absl::FailedPreconditionError(
+          str_cat(pass_->name(), " runs on the training step; run training-step first"));
+    }
+    return pass_->run(*step, context);
+  }
+
+ private:
+  std::unique_ptr<Pass> pass_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_append_loss_pass(LossOptions options) {
+  return std::make_unique<AppendLossPass>(std::move(options));
+}
+
+std::unique_ptr<Pass> make_training_step_pass() { return std::make_unique<TrainingStepPass>(); }
+
+std::unique_ptr<Pass> make_batchnorm_state_pass(RunningVariance variance) {
+  return std::make_unique<BatchNormStatePass>(variance);
+}
+
+std::unique_ptr<Pass> on_training_step(std::unique_ptr<Pass> pass) {
+  return std::make_unique<OnTrainingStep>(std::move(pass));
+}
+
+}  // namespace ampc

@@ -1,0 +1,343 @@
+// TrainingSession beyond single steps: checkpoints (resume gives the uninterrupted trajectory bit
+// for bit), evaluate on the eval graph, the exported inference model, bad batches and bad
+// checkpoints, and the learning-rate schedules.
+#include "runtime/training_session.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/compile.h"
+#include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "runtime/batch_data.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/safetensors.h"
+#include "tests/test_util.h"
+
+namespace ampc::runtime {
+namespace {
+
+std::unique_ptr<TrainingSession> compile_and_open(const std::string& model,
+                                                  OptimizerOptions optimizer, float lr) {
+  CompileOptions options;
+  options.training = TrainingOptions{.optimizer = optimizer, .lr = lr};
+  Diagnostics diagnostics;
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::create(*std::move(graph));
+  EXPECT_TRUE(session.ok()) << session.status();
+  return session.ok() ? *std::move(session) : nullptr;
+}
+
+BatchData load_data(const std::string& file, const std::vector<TensorInfo>& inputs) {
+  absl::StatusOr<BatchData> data = BatchData::load(testing::source_path("models/" + file), inputs);
+  EXPECT_TRUE(data.ok()) << data.status();
+  return *std::move(data);
+}
+
+OptimizerOptions adamw() {
+  OptimizerOptions o;
+  o.kind = OptimizerOptions::Kind::kAdamW;
+  o.weight_decay = 0.01f;
+  return o;
+}
+
+class TrainingSessionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ampc_training_session_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+};
+
+// The cnn carries every kind of state: parameters, Adam moments, the step counter and BatchNorm
+// running statistics.
+TEST_F(TrainingSessionTest, ResumingFromACheckpointGivesTheSameTrajectoryBitForBit) {
+  std::unique_ptr<TrainingSession> straight = compile_and_open("cnn", adamw(), 2e-3f);
+  std::unique_ptr<TrainingSession> first = compile_and_open("cnn", adamw(), 2e-3f);
+  ASSERT_TRUE(straight && first);
+  const BatchData data = load_data("cnn.train.npz", straight->batch_inputs());
+  std::vector<double> losses;
+  for (int64_t i = 0; i < 8; ++i) {
+    absl::StatusOr<StepStats> stats = straight->step(data.batch(i), 2e-3f);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    losses.push_back(stats->loss);
+  }
+  for (int64_t i = 0; i < 3; ++i) ASSERT_TRUE(first->step(data.batch(i), 2e-3f).ok());
+  ASSERT_TRUE(first->save_checkpoint(path("ck.safetensors")).ok());
+
+  std::unique_ptr<TrainingSession> resumed = compile_and_open("cnn", adamw(), 2e-3f);
+  ASSERT_TRUE(resumed);
+  ASSERT_TRUE(resumed->load_checkpoint(path("ck.safetensors")).ok());
+  EXPECT_EQ(resumed->steps_done(), 3);
+  for (int64_t i = 3; i < 8; ++i) {
+    absl::StatusOr<StepStats> stats = resumed->step(data.batch(i), 2e-3f);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->loss, losses[i]) << "step " << i;
+    EXPECT_EQ(stats->step, i + 1);
+  }
+  int running_stats = 0;
+  for (const std::string& name : straight->state_names()) {
+    EXPECT_EQ(*straight->state(name), *resumed->state(name)) << name;
+    running_stats += name.find("running_") != std::string::npos;
+  }
+  EXPECT_EQ(running_stats, 4);
+}
+
+TEST_F(TrainingSessionTest, ExportedInferenceModelGivesTheOutputsOfEvaluate) {
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9f;
+  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", sgd, 0.05f);
+  ASSERT_TRUE(session);
+  const BatchData data = load_data("mlp.train.npz", session->batch_inputs());
+  for (int64_t i = 0; i < 10; ++i) ASSERT_TRUE(session->step(data.batch(i), 0.05f).ok());
+  const std::map<std::string, Tensor> batch = data.batch(3);
+  absl::StatusOr<std::map<std::string, Tensor>> evaluated = session->evaluate(batch);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  ASSERT_TRUE(session->export_inference_model(path("trained.onnx")).ok());
+  // Plain ONNX: the checker accepts it.
+  onnx::ModelProto proto;
+  {
+    std::ifstream in(path("trained.onnx"), std::ios::binary);
+    ASSERT_TRUE(proto.ParseFromIstream(&in));
+  }
+  EXPECT_EQ(proto.training_info_size(), 0);
+  EXPECT_NO_THROW(onnx::checker::check_model(proto));
+
+  absl::StatusOr<std::unique_ptr<InferenceSession>> exported =
+      InferenceSession::load(path("trained.onnx"));
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  // The loss went, and with it the labels.
+  ASSERT_EQ((*exported)->inputs().size(), 1u);
+  EXPECT_EQ((*exported)->inputs()[0].name, "x");
+  ASSERT_EQ((*exported)->outputs().size(), 1u);
+  absl::StatusOr<std::map<std::string, Tensor>> outputs = (*exported)->run({{"x", batch.at("x")}});
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  EXPECT_EQ(outputs->at("logits"), evaluated->at("logits"));
+  // Trained, not the initial weights: the exported logits differ from an untrained model's.
+  std::unique_ptr<TrainingSession> untrained = compile_and_open("mlp", sgd, 0.05f);
+  ASSERT_TRUE(untrained);
+  EXPECT_FALSE(untrained->evaluate(batch)->at("logits") == outputs->at("logits"));
+}
+
+// The eval graph normalizes with the running statistics, which only the training steps move: a
+// step at lr 0 changes them (and nothing else that the eval graph reads but the moments), so the
+// eval outputs change; putting back the initial statistics restores them bit for bit.
+TEST_F(TrainingSessionTest, EvaluateReadsTheRunningStatisticsTheStepsUpdated) {
+  std::unique_ptr<TrainingSession> session = compile_and_open("cnn", adamw(), 2e-3f);
+  ASSERT_TRUE(session);
+  const BatchData data = load_data("cnn.train.npz", session->batch_inputs());
+  const std::map<std::string, Tensor> batch = data.batch(0);
+  absl::StatusOr<std::map<std::string, Tensor>> before = session->evaluate(batch);
+  ASSERT_TRUE(before.ok()) << before.status();
+  const Tensor mean_before = *session->state("bn1.running_mean");
+  ASSERT_TRUE(session->step(batch, 0).ok());  // lr 0: only the running statistics move
+  EXPECT_FALSE(*session->state("bn1.running_mean") == mean_before);
+  absl::StatusOr<std::map<std::string, Tensor>> after = session->evaluate(batch);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_FALSE(before->at("logits") == after->at("logits"));
+  // Setting the statistics back restores the eval outputs exactly.
+  std::unique_ptr<TrainingSession> fresh = compile_and_open("cnn", adamw(), 2e-3f);
+  ASSERT_TRUE(fresh);
+  for (const char* name :
+       {"bn1.running_mean", "bn1.running_var", "bn2.running_mean", "bn2.running_var"}) {
+    ASSERT_TRUE(session->set_state(name, *fresh->state(name)).ok());
+  }
+  EXPECT_EQ(session->evaluate(batch)->at("logits"), before->at("logits"));
+}
+
+// Dropout draws a new mask each step (as PyTorch does), from the step index, so a resumed run
+// draws the masks the uninterrupted one did.
+TEST_F(TrainingSessionTest, DropoutMasksChangePerStepAndResumeReproducesThem) {
+  constexpr std::string_view kModel = R"(
+    graph g(%x: f32[4,16]) opset(17) {
+      init %w: f32[16] = [0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 1.0, 1.0, 0.5, -1.0, 2.0, 0.25, -0.75, 1.5, 1.0, 1.0]
+      init %ratio: f32[] = [0.5]
+      init %train: bool[] = [true]
+      %h = Mul(%x, %w) : f32[4,16]
+      %d = Dropout(%h, %ratio, %train) : f32[4,16]
+      %sq = Mul(%d, %d) : f32[4,16]
+      %loss = ReduceSum<keepdims=0>(%sq) : f32[]
+      return %loss
+    })";
+  auto open = [&] {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
+    EXPECT_NE(graph, nullptr);
+    CompileOptions options;
+    options.training = TrainingOptions{.lr = 0.1f};
+    Diagnostics diagnostics;
+    EXPECT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        TrainingSession::create(std::move(graph));
+    EXPECT_TRUE(session.ok()) << session.status();
+    return *std::move(session);
+  };
+  std::vector<float> ones(64, 1.0f);
+  const std::map<std::string, Tensor> batch = {{"x", Tensor::from_f32({4, 16}, ones)}};
+  std::unique_ptr<TrainingSession> straight = open();
+  std::vector<double> losses;
+  for (int i = 0; i < 4; ++i) losses.push_back(straight->step(batch, 0)->loss);  // lr 0: same w
+  EXPECT_NE(losses[0], losses[1]);
+  EXPECT_NE(losses[1], losses[2]);
+  std::unique_ptr<TrainingSession> first = open();
+  ASSERT_TRUE(first->step(batch, 0).ok());
+  ASSERT_TRUE(first->step(batch, 0).ok());
+  ASSERT_TRUE(first->save_checkpoint(path("ck.safetensors")).ok());
+  std::unique_ptr<TrainingSession> resumed = open();
+  ASSERT_TRUE(resumed->load_checkpoint(path("ck.safetensors")).ok());
+  EXPECT_EQ(resumed->step(batch, 0)->loss, losses[2]);
+  EXPECT_EQ(resumed->step(batch, 0)->loss, losses[3]);
+}
+
+TEST_F(TrainingSessionTest, BadCheckpointsAreErrorsThatChangeNothing) {
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9f;
+  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", sgd, 0.05f);
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->save_checkpoint(path("good.safetensors")).ok());
+  absl::StatusOr<SafetensorsFile> good = read_safetensors(path("good.safetensors"));
+  ASSERT_TRUE(good.ok()) << good.status();
+  const Tensor weight = *session->state("fc1.weight");
+
+  auto expect_rejected = [&](const SafetensorsFile& file, std::string_view needle) {
+    ASSERT_TRUE(write_safetensors(path("bad.safetensors"), file.tensors, file.metadata).ok());
+    absl::Status status = session->load_checkpoint(path("bad.safetensors"));
+    EXPECT_FALSE(status.ok());
+    EXPECT_NE(std::string(status.message()).find(needle), std::string_view::npos) << status;
+    EXPECT_EQ(*session->state("fc1.weight"), weight);
+    EXPECT_EQ(session->steps_done(), 0);
+  };
+  SafetensorsFile missing = *good;
+  missing.tensors.erase("fc2.bias");
+  missing.tensors["fc1.weight"] = Tensor(missing.tensors["fc1.weight"].type());  // zeros
+  expect_rejected(missing, "fc2.bias");
+  SafetensorsFile extra = *good;
+  extra.tensors["fc9.weight"] = Tensor::from_f32({1}, {1});
+  expect_rejected(extra, "fc9.weight");
+  SafetensorsFile wrong_type = *good;
+  wrong_type.tensors["fc2.bias"] = Tensor::from_f32({3}, {1, 2, 3});
+  expect_rejected(wrong_type, "fc2.bias");
+  SafetensorsFile not_ours = *good;
+  not_ours.metadata.clear();
+  expect_rejected(not_ours, "not an ampc checkpoint");
+  EXPECT_FALSE(session->load_checkpoint(path("absent.safetensors")).ok());
+}
+
+TEST_F(TrainingSessionTest, BadBatchesNameTheInput) {
+  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", OptimizerOptions{}, 0.05f);
+  ASSERT_TRUE(session);
+  const BatchData data = load_data("mlp.train.npz", session->batch_inputs());
+  std::map<std::string, Tensor> batch = data.batch(0);
+  batch.erase("label");
+  absl::StatusOr<StepStats> stats = session->step(batch, 0.05f);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(std::string(stats.status().message()).find("label"), std::string_view::npos);
+  batch = data.batch(0);
+  batch["x"] = Tensor::from_f32({8, 63}, std::vector<float>(8 * 63));
+  stats = session->step(batch, 0.05f);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(std::string(stats.status().message()).find("x"), std::string_view::npos);
+  EXPECT_FALSE(session->step(data.batch(0), -1).ok());
+  EXPECT_FALSE(session->step(data.batch(0), NAN).ok());
+  EXPECT_EQ(session->steps_done(), 0);
+}
+
+TEST(BatchData, ChecksNamesDtypesAndShapes) {
+  const std::vector<TensorInfo> inputs = {{"x", TensorType{DType::kF32, {2}}},
+                                          {"y", TensorType{DType::kI64, {}}}};
+  auto load = [&](std::map<std::string, Tensor> arrays) {
+    return BatchData::from_arrays(std::move(arrays), inputs, "data.npz");
+  };
+  const Tensor x = Tensor::from_f32({3, 2}, {1, 2, 3, 4, 5, 6});
+  const Tensor y = Tensor::from_i64({3}, {7, 8, 9});
+  absl::StatusOr<BatchData> good = load({{"x", x}, {"y", y}});
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_EQ(good->num_batches(), 3);
+  EXPECT_EQ(good->batch(4).at("x"), Tensor::from_f32({2}, {3, 4}));  // 4 mod 3
+  EXPECT_EQ(good->batch(2).at("y"), Tensor::from_i64({}, {9}));
+
+  const struct {
+    std::map<std::string, Tensor> arrays;
+    std::string_view needle;
+  } bad[] = {
+      {{{"x", x}, {"y", y}, {"z", y}}, "array 'z' is not an input"},
+      {{{"x", x}}, "no array 'y'"},
+      {{{"x", Tensor::from_doubles(DType::kF64, {3, 2}, {1, 2, 3, 4, 5, 6})}, {"y", y}},
+       "array 'x' is f64[3,2]"},
+      {{{"x", Tensor::from_f32({6}, {1, 2, 3, 4, 5, 6})}, {"y", y}}, "array 'x' is f32[6]"},
+      {{{"x", x}, {"y", Tensor::from_i64({2}, {7, 8})}}, "'y' holds 2 batches but 'x' holds 3"},
+      {{{"x", Tensor::from_f32({0, 2}, {})}, {"y", Tensor::from_i64({0}, {})}}, "N >= 1"},
+  };
+  for (const auto& c : bad) {
+    absl::StatusOr<BatchData> data = load(c.arrays);
+    ASSERT_FALSE(data.ok()) << c.needle;
+    EXPECT_NE(std::string(data.status().message()).find(c.needle), std::string_view::npos)
+        << data.status();
+    EXPECT_NE(std::string(data.status().message()).find("data.npz"), std::string_view::npos);
+  }
+}
+
+// Expected values computed by hand from the definitions in lr_schedule.h.
+TEST(LrSchedule, FollowsItsDefinitions) {
+  LrSchedule constant{.kind = LrSchedule::Kind::kConstant, .lr = 0.1};
+  EXPECT_EQ(constant.at(0), 0.1);
+  EXPECT_EQ(constant.at(1000), 0.1);
+
+  LrSchedule warmup{.kind = LrSchedule::Kind::kWarmup, .lr = 0.4, .warmup_steps = 4};
+  EXPECT_DOUBLE_EQ(warmup.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(warmup.at(1), 0.2);
+  EXPECT_DOUBLE_EQ(warmup.at(3), 0.4);
+  EXPECT_DOUBLE_EQ(warmup.at(4), 0.4);
+  EXPECT_DOUBLE_EQ(warmup.at(99), 0.4);
+
+  LrSchedule cosine{.kind = LrSchedule::Kind::kCosine,
+                    .lr = 1.0,
+                    .warmup_steps = 2,
+                    .total_steps = 6,
+                    .min_lr = 0.2};
+  EXPECT_DOUBLE_EQ(cosine.at(0), 0.5);
+  EXPECT_DOUBLE_EQ(cosine.at(1), 1.0);
+  EXPECT_DOUBLE_EQ(cosine.at(2), 1.0);                                     // cos(0)
+  EXPECT_NEAR(cosine.at(3), 0.2 + 0.8 * (1 + std::sqrt(0.5)) / 2, 1e-15);  // cos(pi/4)
+  EXPECT_NEAR(cosine.at(4), 0.6, 1e-15);                                   // cos(pi/2)
+  EXPECT_NEAR(cosine.at(5), 0.2 + 0.8 * (1 - std::sqrt(0.5)) / 2, 1e-15);
+  EXPECT_DOUBLE_EQ(cosine.at(6), 0.2);
+  EXPECT_DOUBLE_EQ(cosine.at(60), 0.2);
+}
+
+TEST(LrSchedule, RejectsBadSettingsNamingTheFlag) {
+  const struct {
+    LrSchedule schedule;
+    std::string_view flag;
+  } bad[] = {
+      {{.lr = -1}, "--lr"},
+      {{.lr = 0}, "--lr"},
+      {{.lr = 0.1, .min_lr = 0.2}, "--min-lr"},
+      {{.kind = LrSchedule::Kind::kWarmup, .lr = 0.1}, "--warmup-steps"},
+      {{.lr = 0.1, .warmup_steps = -1}, "--warmup-steps"},
+      {{.kind = LrSchedule::Kind::kCosine, .lr = 0.1, .warmup_steps = 5, .total_steps = 5},
+       "cosine"},
+  };
+  for (const auto& c : bad) {
+    absl::Status status = c.schedule.validate();
+    ASSERT_FALSE(status.ok()) << c.flag;
+    EXPECT_NE(std::string(status.message()).find(c.flag), std::string_view::npos) << status;
+  }
+  EXPECT_TRUE(parse_lr_schedule_kind("cosine").ok());
+  EXPECT_FALSE(parse_lr_schedule_kind("step").ok());
+}
+
+}  // namespace
+}  // namespace ampc::runtime

@@ -1,0 +1,449 @@
+// `ampc compile --optimizer` and `ampc train`, end to end: a compiled mlp trains (its loss falls
+// and every step is logged), a resumed or interrupted run continues bit for bit, the schedules
+// give the documented rates, the exported model runs without labels; bad data, flags and models
+// give exit 1 (2 for usage errors) with a message naming the problem, and write nothing.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numbers>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/npy.h"
+#include "tests/test_util.h"
+#include "tests/tools/cli_test_util.h"
+
+namespace ampc {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+using testing::CliResult;
+using testing::read_file;
+
+// The step's `lr` input is f32 and the log records the rate the step used, so a logged rate is
+// the schedule's rate rounded to f32 (printed as the shortest text that reads back as that f32).
+constexpr double kF32RelativeTolerance = 1e-7;
+
+// One line of the --log file.
+struct LogLine {
+  int64_t step = 0;
+  double loss = NAN;
+  double grad_norm = NAN;
+  double lr = NAN;
+};
+
+// The lines of a --log file; fails the test on a line that is not a JSON object with the four
+// numbers (a non-finite loss or norm is logged as null, which fails here too).
+std::vector<LogLine> read_log(const std::string& path) {
+  std::vector<LogLine> lines;
+  std::istringstream in(read_file(path));
+  for (std::string text; std::getline(in, text);) {
+    const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object()) {
+      ADD_FAILURE() << path << ": not a JSON object: " << text;
+      continue;
+    }
+    bool ok = json.size() == 4 && json.contains("step") && json["step"].is_number_integer();
+    for (const char* key : {"loss", "grad_norm", "lr"}) {
+      ok = ok && json.contains(key) && json[key].is_number();
+    }
+    if (!ok) {
+      ADD_FAILURE() << path << ": expected step, loss, grad_norm and lr numbers: " << text;
+      continue;
+    }
+    lines.push_back({json["step"].get<int64_t>(), json["loss"].get<double>(),
+                     json["grad_norm"].get<double>(), json["lr"].get<double>()});
+  }
+  return lines;
+}
+
+// The first `n` batches of an [N, ...] array.
+Tensor first_batches(const Tensor& array, int64_t n) {
+  TensorType type = array.type();
+  const int64_t batch_bytes = type.byte_size() / type.shape[0];
+  type.shape[0] = n;
+  std::vector<uint8_t> bytes(array.bytes().begin(), array.bytes().begin() + n * batch_bytes);
+  return Tensor(type, std::move(bytes));
+}
+
+// Batch `index` of an [N, ...] array, without its batch axis.
+Tensor batch_of(const Tensor& array, int64_t index) {
+  const TensorType type{array.dtype(), Shape(array.shape().begin() + 1, array.shape().end())};
+  const auto begin = array.bytes().begin() + index * type.byte_size();
+  return Tensor(type, std::vector<uint8_t>(begin, begin + type.byte_size()));
+}
+
+class TrainCliTest : public testing::TempDirTest {
+ protected:
+  TrainCliTest() : TempDirTest("ampc_train_cli_") {}
+
+  static std::string model(const std::string& name) {
+    return testing::source_path("models/" + name + ".onnx");
+  }
+  static std::string data(const std::string& file) {
+    return testing::source_path("models/" + file);
+  }
+  static std::string mlp_data() { return " --data " + data("mlp.train.npz"); }
+
+  // Compiles models/NAME.onnx with `flags` into the test's folder; returns the training model.
+  std::string compile(const std::string& name, const std::string& flags) const {
+    const std::string out = path(name + ".train.onnx");
+    CliResult r = testing::run_ampc("compile " + model(name) + " -o " + out + " " + flags);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: wrote " + out + " (eval graph "));
+    return out;
+  }
+  static CliResult train(const std::string& model_path, const std::string& args) {
+    return testing::run_ampc("train " + model_path + " --progress none " + args);
+  }
+
+  // Reads models/mlp.train.npz cut to 4 batches: x f32[4,8,64], label i64[4,8].
+  static std::map<std::string, Tensor> small_mlp_data() {
+    absl::StatusOr<std::map<std::string, Tensor>> arrays = runtime::read_npz(data("mlp.train.npz"));
+    EXPECT_TRUE(arrays.ok()) << arrays.status();
+    if (!arrays.ok()) return {};
+    return {{"x", first_batches(arrays->at("x"), 4)},
+            {"label", first_batches(arrays->at("label"), 4)}};
+  }
+  void save_npz(const std::string& name, const std::map<std::string, Tensor>& arrays) const {
+    ASSERT_TRUE(runtime::write_npz(path(name), arrays).ok());
+  }
+
+  // Runs `ampc train` on `model_path` with `args` plus a log, an export and (with
+  // `add_checkpoint`) a checkpoint folder; expects `exit_code`, and that none of them was
+  // written. Returns stderr.
+  std::string expect_train_error(const std::string& model_path, const std::string& args,
+                                 int exit_code = 1, bool add_checkpoint = true) const {
+    CliResult r = train(model_path, args + " --log " + path("log.jsonl") + " --export " +
+                                        path("export.onnx") +
+                                        (add_checkpoint ? " --checkpoint " + path("ckpt") : ""));
+    EXPECT_EQ(r.exit_code, exit_code) << args << "\n" << r.err;
+    if (exit_code == 1) {
+      EXPECT_THAT(r.err, HasSubstr("ampc: error: ")) << args;
+    }
+    for (const char* name : {"log.jsonl", "export.onnx", "ckpt"}) {
+      EXPECT_FALSE(fs::exists(path(name))) << name << " written by: " << args;
+    }
+    return r.err;
+  }
+
+  // Compiles `name` with `flags`, then checks that 12 steps in one run and 5 steps followed by
+  // a resume up to 12 leave byte-identical checkpoints and logs.
+  void expect_resume_is_bit_identical(const std::string& name, const std::string& flags) {
+    const std::string trained = compile(name, flags);
+    const std::string data_flag = " --data " + data(name + ".train.npz");
+    CliResult r = train(
+        trained, data_flag + " --steps 12 --checkpoint " + path("a") + " --log " + path("a.jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = train(trained,
+              data_flag + " --steps 5 --checkpoint " + path("b") + " --log " + path("b.jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    ASSERT_EQ(read_log(path("b.jsonl")).size(), 5u);
+    const std::string after_five = read_file(path("b/checkpoint.safetensors"));
+    r = train(trained, data_flag + " --steps 12 --resume --checkpoint " + path("b") + " --log " +
+                           path("b.jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.err,
+                HasSubstr("resumed from " + path("b/checkpoint.safetensors") + " after step 5"));
+
+    const std::string a = read_file(path("a/checkpoint.safetensors"));
+    const std::string b = read_file(path("b/checkpoint.safetensors"));
+    ASSERT_FALSE(a.empty());
+    EXPECT_NE(after_five, a);  // the comparison below is not between untouched states
+    EXPECT_TRUE(a == b) << "checkpoints differ: " << a.size() << " vs " << b.size() << " bytes";
+    // The resumed run appended steps 6..12 to the 5 lines already there.
+    const std::vector<LogLine> log_b = read_log(path("b.jsonl"));
+    ASSERT_EQ(log_b.size(), 12u);
+    for (int64_t i = 0; i < 12; ++i) EXPECT_EQ(log_b[i].step, i + 1);
+    EXPECT_EQ(read_file(path("a.jsonl")), read_file(path("b.jsonl")));
+  }
+};
+
+TEST_F(TrainCliTest, TrainingLowersTheLossAndLogsEveryStep) {
+  // Compiled at another rate: --lr of `ampc train` wins.
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.5");
+  CliResult r = train(trained, mlp_data() + " --steps 30 --lr 0.01 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("log.jsonl"));
+  ASSERT_EQ(log.size(), 30u);
+  for (int64_t i = 0; i < 30; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(log[i].step, i + 1);
+    EXPECT_TRUE(std::isfinite(log[i].loss));
+    EXPECT_GT(log[i].grad_norm, 0);
+    EXPECT_NEAR(log[i].lr, 0.01, 0.01 * kF32RelativeTolerance);
+  }
+  // Ten classes: the untrained loss is near ln 10 = 2.30; after 30 AdamW steps the last ten
+  // average about 1.64 (0.3 is half the observed drop).
+  EXPECT_NEAR(log[0].loss, std::log(10.0), 0.2);
+  double last_ten = 0;
+  for (int64_t i = 20; i < 30; ++i) last_ten += log[i].loss / 10;
+  EXPECT_LT(last_ten, log[0].loss - 0.3);
+}
+
+TEST_F(TrainCliTest, WithoutLrTrainsAtTheCompiledRate) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.0625 --momentum 0.9");
+  CliResult r = train(trained, mlp_data() + " --steps 2 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("log.jsonl"));
+  ASSERT_EQ(log.size(), 2u);
+  EXPECT_EQ(log[0].lr, 0.0625);  // a power of two: exact in f32
+  EXPECT_EQ(log[1].lr, 0.0625);
+}
+
+TEST_F(TrainCliTest, ResumeIsBitIdenticalForTheMlpWithSgdMomentum) {
+  expect_resume_is_bit_identical("mlp", "--optimizer sgd --lr 0.05 --momentum 0.9");
+}
+
+// The cnn's state includes BatchNorm running statistics and the AdamW moments and step count.
+TEST_F(TrainCliTest, ResumeIsBitIdenticalForTheCnnWithAdamW) {
+  expect_resume_is_bit_identical("cnn", "--optimizer adamw --lr 0.003 --weight-decay 0.01");
+}
+
+TEST_F(TrainCliTest, WarmupRisesLinearlyThenHolds) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  CliResult r = train(trained, mlp_data() + " --steps 6 --lr 0.01 --schedule warmup " +
+                                   "--warmup-steps 4 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("log.jsonl"));
+  ASSERT_EQ(log.size(), 6u);
+  const std::vector<double> expected = {0.0025, 0.005, 0.0075, 0.01, 0.01, 0.01};
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_NEAR(log[i].lr, expected[i], expected[i] * kF32RelativeTolerance) << "step " << i + 1;
+  }
+}
+
+TEST_F(TrainCliTest, CosineWarmsUpThenDecaysToMinLr) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  CliResult r = train(trained, mlp_data() + " --steps 10 --lr 0.01 --schedule cosine " +
+                                   "--warmup-steps 2 --min-lr 0.001 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("log.jsonl"));
+  ASSERT_EQ(log.size(), 10u);
+  const double lr = 0.01, min_lr = 0.001;
+  const int64_t warmup = 2, total = 10;
+  for (int64_t s = 0; s < total; ++s) {
+    const double expected =
+        s < warmup ? lr * static_cast<double>(s + 1) / warmup
+                   : min_lr + (lr - min_lr) / 2 *
+                                  (1 + std::cos(std::numbers::pi * static_cast<double>(s - warmup) /
+                                                static_cast<double>(total - warmup)));
+    EXPECT_NEAR(log[s].lr, expected, expected * kF32RelativeTolerance) << "step " << s + 1;
+  }
+  // The decay is strict: the last step's rate is well below the peak and above the floor.
+  EXPECT_LT(log[9].lr, 0.0015);
+  EXPECT_GT(log[9].lr, min_lr);
+}
+
+TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndOutputsOnlyLogits) {
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.01");
+  const std::string exported = path("mlp.trained.onnx");
+  CliResult r = train(trained, mlp_data() + " --steps 5 --export " + exported);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("wrote the trained inference model " + exported));
+
+  absl::StatusOr<std::map<std::string, Tensor>> eval = runtime::read_npz(data("mlp.eval.npz"));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  save_npz("x.npz", {{"x", batch_of(eval->at("x"), 0)}});
+  r = testing::run_ampc("run " + exported + " --inputs " + path("x.npz") + " --output-dir " +
+                        path("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "logits f32[8,10] " + path("out/logits.npy") + "\n");
+  EXPECT_FALSE(fs::exists(path("out/loss.npy")));
+  absl::StatusOr<Tensor> logits = runtime::read_npy(path("out/logits.npy"));
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  EXPECT_EQ(logits->type(), (TensorType{DType::kF32, {8, 10}}));
+
+  // The export holds the trained parameters: the untrained model's logits differ.
+  save_npz("xl.npz",
+           {{"x", batch_of(eval->at("x"), 0)}, {"label", batch_of(eval->at("label"), 0)}});
+  r = testing::run_ampc("run " + model("mlp") + " --inputs " + path("xl.npz") + " --output-dir " +
+                        path("untrained"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  absl::StatusOr<Tensor> untrained = runtime::read_npy(path("untrained/logits.npy"));
+  ASSERT_TRUE(untrained.ok()) << untrained.status();
+  EXPECT_NE(*logits, *untrained);
+}
+
+TEST_F(TrainCliTest, BadDataArraysAreNamedAndNothingIsWritten) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  const std::map<std::string, Tensor> good = small_mlp_data();
+  ASSERT_EQ(good.size(), 2u);
+  const Tensor& x = good.at("x");
+  const Tensor& label = good.at("label");
+  struct Case {
+    std::string what;
+    std::map<std::string, Tensor> arrays;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"renamed",
+       {{"images", x}, {"label", label}},
+       {"array 'images' is not an input", "x: f32[8,64]"}},
+      {"f64",
+       {{"x", Tensor(TensorType{DType::kF64, {4, 8, 64}})}, {"label", label}},
+       {"array 'x' is f64[4,8,64]", "f32[N,8,64]"}},
+      {"short",
+       {{"x", Tensor(TensorType{DType::kF32, {4, 8, 63}})}, {"label", label}},
+       {"array 'x' is f32[4,8,63]", "f32[N,8,64]"}},
+      {"no_batch_axis", {{"x", batch_of(x, 0)}, {"label", label}}, {"array 'x' is f32[8,64]"}},
+      {"batch_counts",
+       {{"x", x}, {"label", first_batches(label, 3)}},
+       {"holds 3 batches", "holds 4"}},
+      {"missing", {{"x", x}}, {"has no array 'label'"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    const std::string file = path(c.what + ".npz");
+    ASSERT_TRUE(runtime::write_npz(file, c.arrays).ok());
+    const std::string err = expect_train_error(trained, " --data " + file + " --steps 3");
+    EXPECT_THAT(err, HasSubstr(file));
+    for (const std::string& part : c.message) EXPECT_THAT(err, HasSubstr(part));
+  }
+  // The same checks guard --eval-data, before any step runs.
+  const std::string err =
+      expect_train_error(trained, mlp_data() + " --steps 3 --eval-data " + data("cnn.eval.npz"));
+  EXPECT_THAT(err, HasSubstr("cnn.eval.npz"));
+  EXPECT_THAT(expect_train_error(trained, " --data " + path("nope.npz") + " --steps 3"),
+              HasSubstr("nope.npz"));
+}
+
+TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  const std::string steps = mlp_data() + " --steps 5";
+  EXPECT_THAT(expect_train_error(trained, steps + " --resume"),
+              HasSubstr("there is no checkpoint " + path("ckpt/checkpoint.safetensors")));
+  EXPECT_THAT(expect_train_error(trained, steps + " --resume", 1, /*add_checkpoint=*/false),
+              HasSubstr("--resume needs --checkpoint DIR"));
+  std::string err = expect_train_error(model("mlp"), steps);
+  EXPECT_THAT(err, HasSubstr("is not a training model"));
+  EXPECT_THAT(err, HasSubstr("--optimizer"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --lr -1"), HasSubstr("--lr -1"));
+  err = expect_train_error(trained, steps + " --schedule cosine --warmup-steps 5");
+  EXPECT_THAT(err, HasSubstr("--schedule cosine"));
+  EXPECT_THAT(err, HasSubstr("only 5 steps"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --schedule cosine --warmup-steps 9"),
+              HasSubstr("--schedule cosine"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --schedule warmup"),
+              HasSubstr("--warmup-steps"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --lr 0.01 --min-lr 0.02"),
+              HasSubstr("--min-lr"));
+  // Usage errors (CLI11): exit 2.
+  expect_train_error(trained, mlp_data() + " --steps 0", 2);
+  expect_train_error(trained, mlp_data() + " --steps -3", 2);
+  expect_train_error(trained, steps + " --schedule linear", 2);
+  expect_train_error(trained, mlp_data(), 2);  // no --steps
+}
+
+TEST_F(TrainCliTest, ResumeRejectsAnotherModelsCheckpoint) {
+  const std::string mlp = compile("mlp", "--optimizer adamw");
+  CliResult r = testing::run_ampc("compile " + model("cnn") + " -o " + path("cnn.train.onnx") +
+                                  " --optimizer adamw");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(path("cnn.train.onnx"), " --data " + data("cnn.train.npz") + " --steps 1 " +
+                                        "--checkpoint " + path("cnn_ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string before = read_file(path("cnn_ckpt/checkpoint.safetensors"));
+  const std::string err =
+      expect_train_error(mlp, mlp_data() + " --steps 3 --resume --checkpoint " + path("cnn_ckpt"),
+                         1, /*add_checkpoint=*/false);
+  EXPECT_THAT(err, HasSubstr(path("cnn_ckpt/checkpoint.safetensors")));
+  EXPECT_EQ(read_file(path("cnn_ckpt/checkpoint.safetensors")), before);
+}
+
+TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
+  struct Case {
+    std::string flags;
+    int exit_code;
+    std::vector<std::string> message;
+  };
+  const std::vector<Case> cases = {
+      {"--optimizer adamw --lr -0.1", 1, {"--lr -0.1", "out of range"}},
+      {"--optimizer adamw --lr 0", 1, {"--lr 0 ", "> 0"}},
+      {"--optimizer adam --beta1 1", 1, {"--beta1 1 ", "[0, 1)"}},
+      {"--optimizer adamw --beta2 1.5", 1, {"--beta2 1.5", "[0, 1)"}},
+      {"--optimizer sgd --momentum 1", 1, {"--momentum 1 ", "[0, 1)"}},
+      {"--optimizer adamw --weight-decay -1", 1, {"--weight-decay -1", ">= 0"}},
+      {"--optimizer adam --eps 0", 1, {"--eps 0"}},
+      {"--optimizer sgd --clip-grad-norm -1", 1, {"--clip-grad-norm -1"}},
+      {"--optimizer sgd --nesterov", 1, {"--nesterov", "--momentum"}},
+      {"--optimizer adamw --loss logits", 1, {"'logits'", "scalar", "f32[8,10]"}},
+      {"--optimizer adamw --loss nosuchoutput", 1, {"'nosuchoutput'", "loss, logits"}},
+      {"--optimizer sgd --loss cross-entropy", 1, {"--label-input"}},
+      {"--loss logits", 1, {"--optimizer"}},  // training flags without a training compile
+      {"--optimizer rmsprop", 2, {"rmsprop"}},
+  };
+  const std::string out = path("out.onnx");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.flags);
+    CliResult r = testing::run_ampc("compile " + model("mlp") + " -o " + out + " " + c.flags);
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+    if (c.exit_code == 1) {
+      EXPECT_THAT(r.err, HasSubstr("ampc: error: "));
+    }
+    for (const std::string& part : c.message) EXPECT_THAT(r.err, HasSubstr(part));
+    EXPECT_FALSE(fs::exists(out));
+  }
+}
+
+// SIGINT stops training after the current step, saves a checkpoint and exits 130; resuming from
+// it ends where an uninterrupted run of as many steps ends, byte for byte.
+TEST_F(TrainCliTest, InterruptSavesACheckpointToResumeFrom) {
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.003");
+  const std::string log = path("log.jsonl");
+  // Started in the background (bounded by `timeout`), interrupted once its first step is logged
+  // (bounded too: 20 s), and its exit status printed.
+  const std::string script =
+      "timeout -s KILL 60 " + std::string(AMPC_BINARY) + " train " + trained + mlp_data() +
+      " --steps 1000000 --progress none --checkpoint " + path("ckpt") + " --log " + log + " 2>" +
+      path("train.err") + " & pid=$!; i=0; while [ ! -s " + log +
+      " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; wait $pid; echo $?";
+  std::string out, err;
+  ASSERT_EQ(testing::run_command("sh -c '" + script + "'", &out, &err), 0) << err;
+  const std::string train_err = read_file(path("train.err"));
+  ASSERT_EQ(out, "130\n") << train_err;
+  const std::vector<LogLine> lines = read_log(log);
+  ASSERT_GE(lines.size(), 1u);
+  const int64_t done = static_cast<int64_t>(lines.size());
+  EXPECT_THAT(train_err, HasSubstr("interrupted after step " + std::to_string(done) + "; saved " +
+                                   path("ckpt/checkpoint.safetensors")));
+  ASSERT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
+
+  const std::string total = std::to_string(done + 2);
+  CliResult r = train(trained, mlp_data() + " --steps " + total + " --resume --checkpoint " +
+                                   path("ckpt") + " --log " + log);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("after step " + std::to_string(done)));
+  const std::vector<LogLine> resumed = read_log(log);
+  ASSERT_EQ(resumed.size(), static_cast<size_t>(done + 2));
+  for (int64_t i = 0; i < done + 2; ++i) EXPECT_EQ(resumed[i].step, i + 1);
+
+  r = train(trained, mlp_data() + " --steps " + total + " --checkpoint " + path("straight") +
+                         " --log " + path("straight.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(read_file(path("ckpt/checkpoint.safetensors")) ==
+              read_file(path("straight/checkpoint.safetensors")));
+  EXPECT_EQ(read_file(log), read_file(path("straight.jsonl")));
+}
+
+// tiny_gpt has ops whose attributes its opset takes as inputs (Split's split), in both the eval
+// graph and the training step; the training model must load back.
+TEST_F(TrainCliTest, CompiledTinyGptLoadsAndTrains) {
+  const std::string trained = compile("tiny_gpt", "--optimizer adamw --lr 0.003");
+  CliResult r = train(
+      trained, " --data " + data("tiny_gpt.train.npz") + " --steps 2 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("log.jsonl"));
+  ASSERT_EQ(log.size(), 2u);
+  // 64 characters: the untrained loss is near ln 64 = 4.16.
+  EXPECT_NEAR(log[0].loss, std::log(64.0), 1.0);
+}
+
+}  // namespace
+}  // namespace ampc

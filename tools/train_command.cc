@@ -1,0 +1,306 @@
+// `ampc train`: loads a training model, checks the data and every flag before writing anything,
+// then runs the steps. Step i (0-based) uses batch i mod num_batches and the schedule's rate for
+// step i, so a resumed run continues exactly where the checkpoint left off.
+#include "tools/train_command.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "compiler/strings.h"
+#include "runtime/batch_data.h"
+#include "runtime/lr_schedule.h"
+#include "runtime/training_session.h"
+
+namespace ampc {
+namespace {
+
+constexpr int kExitError = 1;
+constexpr int kExitInterrupted = 130;
+constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
+
+std::atomic<bool> interrupted{false};
+
+extern "C" void on_interrupt(int /*signal*/) { interrupted.store(true); }
+
+int report_error(const absl::Status& status) {
+  std::cerr << "ampc: error: " << status.message() << "\n";
+  return kExitError;
+}
+
+// An f32 figure as a JSON number (the shortest text that reads back as the same f32), or null for
+// NaN and infinities (JSON has neither).
+std::string json_number(double value) {
+  return std::isfinite(value) ? fmt::format("{}", static_cast<float>(value)) : "null";
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "?";
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  if (s < 60) return str_cat(s, "s");
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
+}
+
+// Progress on stderr: a bar redrawn in place on a terminal, plain lines otherwise.
+class Progress {
+ public:
+  Progress(bool bar, int64_t first_step, int64_t total)
+      : bar_(bar), first_step_(first_step), total_(total), start_(Clock::now()) {}
+
+  void update(const runtime::StepStats& stats) {
+    const auto now = Clock::now();
+    const bool last = stats.step == total_;
+    const int64_t every = std::max<int64_t>(1, total_ / 20);
+    if (bar_ && !last && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    if (!bar_ && !last && stats.step % every != 0) return;
+    last_draw_ = now;
+    const double elapsed = std::chrono::duration<double>(now - start_).count();
+    const double rate = elapsed > 0 ? static_cast<double>(stats.step - first_step_) / elapsed : 0;
+    const double eta = rate > 0 ? static_cast<double>(total_ - stats.step) / rate : NAN;
+    const std::string numbers = fmt::format(
+        "step {}/{}  loss {:.4f}  grad_norm {:.3g}  lr {:.3g}  {:.1f} steps/s  ETA {}", stats.step,
+        total_, stats.loss, stats.grad_norm, stats.lr, rate, format_duration(eta));
+    if (bar_) {
+      constexpr int kWidth = 24;
+      const int filled = static_cast<int>(kWidth * stats.step / std::max<int64_t>(total_, 1));
+      std::cerr << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
+                << numbers << "\x1b[K" << (last ? "\n" : "") << std::flush;
+    } else {
+      std::cerr << numbers << "\n";
+    }
+  }
+
+  void finish_line() {
+    if (bar_) std::cerr << "\n";
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool bar_;
+  int64_t first_step_;
+  int64_t total_;
+  Clock::time_point start_;
+  Clock::time_point last_draw_{};
+};
+
+absl::Status save_checkpoint(const runtime::TrainingSession& session, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        str_cat("cannot create --checkpoint folder '", dir, "': ", ec.message()));
+  }
+  return session.save_checkpoint((std::filesystem::path(dir) / kCheckpointFile).string());
+}
+
+// Mean of each scalar output of the eval graph over every batch of `data`.
+absl::Status report_evaluation(runtime::TrainingSession& session, const std::string& path) {
+  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
+                        runtime::BatchData::load(path, session.eval_inputs()));
+  std::map<std::string, double> sums;
+  for (int64_t i = 0; i < data.num_batches(); ++i) {
+    AMPC_ASSIGN_OR_RETURN(auto outputs, session.evaluate(data.batch(i)));
+    for (const auto& [name, value] : outputs) {
+      if (value.num_elements() == 1) sums[name] += value.element_as_double(0);
+    }
+  }
+  for (const auto& [name, sum] : sums) {
+    std::cerr << fmt::format("ampc: eval {} {:.6g} (mean over {} batches of {})\n", name,
+                             sum / static_cast<double>(data.num_batches()), data.num_batches(),
+                             path);
+  }
+  return absl::OkStatus();
+}
+
+int train(const TrainFlags& flags) {
+  if (flags.resume && flags.checkpoint_dir.empty()) {
+    return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
+  }
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
+      runtime::TrainingSession::load(flags.model);
+  if (!loaded.ok()) return report_error(loaded.status());
+  runtime::TrainingSession& session = **loaded;
+
+  runtime::LrSchedule schedule;
+  absl::StatusOr<runtime::LrSchedule::Kind> kind = runtime::parse_lr_schedule_kind(flags.schedule);
+  if (!kind.ok()) return report_error(kind.status());
+  schedule.kind = *kind;
+  if (flags.lr && !(*flags.lr > 0 && std::isfinite(*flags.lr))) {
+    return report_error(
+        absl::InvalidArgumentError(str_cat("--lr ", *flags.lr, " must be a finite number > 0")));
+  }
+  schedule.lr = flags.lr.value_or(session.default_lr().value_or(0));
+  if (schedule.lr <= 0) {
+    return report_error(absl::InvalidArgumentError(
+        str_cat(flags.model, " stores no learning rate; give one with --lr")));
+  }
+  schedule.warmup_steps = flags.warmup_steps;
+  schedule.total_steps = flags.steps;
+  schedule.min_lr = flags.min_lr;
+  if (absl::Status status = schedule.validate(); !status.ok()) return report_error(status);
+
+  absl::StatusOr<runtime::BatchData> data =
+      runtime::BatchData::load(flags.data, session.batch_inputs());
+  if (!data.ok()) return report_error(data.status());
+  if (!flags.eval_data.empty()) {
+    // Checked now, so a bad file fails before any step runs.
+    absl::StatusOr<runtime::BatchData> eval =
+        runtime::BatchData::load(flags.eval_data, session.eval_inputs());
+    if (!eval.ok()) return report_error(eval.status());
+  }
+  const std::string checkpoint =
+      flags.checkpoint_dir.empty()
+          ? ""
+          : (std::filesystem::path(flags.checkpoint_dir) / kCheckpointFile).string();
+  if (flags.resume) {
+    if (!std::filesystem::exists(checkpoint)) {
+      return report_error(absl::NotFoundError(
+          str_cat("--resume: there is no checkpoint ", checkpoint, " to resume from")));
+    }
+    if (absl::Status status = session.load_checkpoint(checkpoint); !status.ok()) {
+      return report_error(status);
+    }
+    std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
+              << "\n";
+  }
+
+  std::ofstream log;
+  if (!flags.log.empty()) {
+    log.open(flags.log, flags.resume ? std::ios::app : std::ios::trunc);
+    if (!log) {
+      return report_error(
+          absl::InvalidArgumentError(str_cat("cannot write --log '", flags.log, "'")));
+    }
+  }
+  const bool bar = flags.progress == "bar" || (flags.progress == "auto" && isatty(STDERR_FILENO));
+  Progress progress(bar && flags.progress != "none", session.steps_done(), flags.steps);
+  const bool show = flags.progress != "none";
+  std::signal(SIGINT, on_interrupt);
+  std::signal(SIGTERM, on_interrupt);
+
+  while (session.steps_done() < flags.steps && !interrupted.load()) {
+    const int64_t index = session.steps_done();
+    const double lr = schedule.at(index);
+    absl::StatusOr<runtime::StepStats> stats =
+        session.step(data->batch(index), static_cast<float>(lr));
+    if (!stats.ok()) return report_error(stats.status());
+    if (log.is_open()) {
+      log << fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {}}})", stats->step,
+                         json_number(stats->loss), json_number(stats->grad_norm),
+                         json_number(stats->lr))
+          << "\n";
+      log.flush();
+    }
+    if (show) progress.update(*stats);
+    if (!checkpoint.empty() && flags.checkpoint_every > 0 &&
+        stats->step % flags.checkpoint_every == 0 && stats->step < flags.steps) {
+      if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
+        return report_error(status);
+      }
+    }
+  }
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  if (!checkpoint.empty()) {
+    if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
+      return report_error(status);
+    }
+  }
+  if (interrupted.load()) {
+    if (show) progress.finish_line();
+    std::cerr << "ampc: interrupted after step " << session.steps_done()
+              << (checkpoint.empty() ? " (no --checkpoint: nothing saved)"
+                                     : str_cat("; saved ", checkpoint, " (continue with --resume)"))
+              << "\n";
+    return kExitInterrupted;
+  }
+  if (!checkpoint.empty()) std::cerr << "ampc: saved " << checkpoint << "\n";
+  if (!flags.eval_data.empty()) {
+    if (absl::Status status = report_evaluation(session, flags.eval_data); !status.ok()) {
+      return report_error(status);
+    }
+  }
+  if (!flags.export_path.empty()) {
+    if (absl::Status status = session.export_inference_model(flags.export_path); !status.ok()) {
+      return report_error(status);
+    }
+    std::cerr << "ampc: wrote the trained inference model " << flags.export_path << "\n";
+  }
+  return 0;
+}
+
+// A CLI11 check for an integer flag >= `minimum`, with a message that says so.
+CLI::Validator at_least(int64_t minimum) {
+  return CLI::Validator(
+      [minimum](const std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || ptr != text.data() + text.size() || value < minimum) {
+          return str_cat("must be an integer >= ", minimum, ", not '", text, "'");
+        }
+        return "";
+      },
+      str_cat("INT>=", minimum));
+}
+
+}  // namespace
+
+CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
+  CLI::App* train = app.add_subcommand(
+      "train",
+      "Train a compiled training model (ampc compile --optimizer ...) on the CPU. Step i uses "
+      "batch i mod N of --data.");
+  train->add_option("model", flags.model, "The training model")->required();
+  train
+      ->add_option("--data", flags.data,
+                   "Training data: an .npz with one array per model input, named after it and "
+                   "shaped [N, ...input shape] (N batches)")
+      ->required();
+  train->add_option("--steps", flags.steps, "Train until this many steps are done")
+      ->required()
+      ->check(at_least(1));
+  train->add_option("--lr", flags.lr,
+                    "Peak learning rate (default: the one the model was compiled with)");
+  train->add_option("--schedule", flags.schedule, "Learning-rate schedule")
+      ->check(CLI::IsMember({"constant", "warmup", "cosine"}))
+      ->capture_default_str();
+  train->add_option("--warmup-steps", flags.warmup_steps,
+                    "Linear warmup over this many steps (warmup, cosine)");
+  train->add_option("--min-lr", flags.min_lr, "The rate cosine decays to (default 0)");
+  train->add_option("--log", flags.log,
+                    "Write one JSON object per step (step, loss, grad_norm, lr) to this file "
+                    "(appended to with --resume)");
+  train->add_option("--checkpoint", flags.checkpoint_dir,
+                    "Save the training state to DIR/checkpoint.safetensors at the end, every "
+                    "--checkpoint-every steps and on Ctrl-C");
+  train
+      ->add_option("--checkpoint-every", flags.checkpoint_every,
+                   "Also save a checkpoint every K steps")
+      ->check(CLI::NonNegativeNumber);
+  train->add_flag("--resume", flags.resume,
+                  "Continue from DIR/checkpoint.safetensors (--checkpoint DIR) up to --steps");
+  train->add_option("--eval-data", flags.eval_data,
+                    "After training, report the eval graph's mean scalar outputs (the loss) over "
+                    "the batches of this .npz (same layout as --data)");
+  train->add_option("--export", flags.export_path,
+                    "After training, write the trained model as an inference ONNX file");
+  train
+      ->add_option("--progress", flags.progress,
+                   "auto: a bar on a terminal, plain lines otherwise; bar; lines; none")
+      ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
+      ->capture_default_str();
+  return train;
+}
+
+int run_train_command(const TrainFlags& flags) { return train(flags); }
+
+}  // namespace ampc

@@ -1,0 +1,40 @@
+// `ampc train MODEL --data DATA.npz --steps N`: trains a compiled training model on the CPU,
+// with a learning-rate schedule, a JSON-lines log, checkpoints and resume. docs/cli.md describes
+// the flags.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace ampc {
+
+struct TrainFlags {
+  std::string model;
+  std::string data;
+  int64_t steps = 0;
+  std::optional<double> lr;  // unset: the model's (ampc compile --lr)
+  std::string schedule = "constant";
+  int64_t warmup_steps = 0;
+  double min_lr = 0;
+  std::string log;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string eval_data;
+  std::string export_path;
+  std::string progress = "auto";
+};
+
+// Adds the `train` subcommand to `app`; its flags are parsed into `flags`.
+CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
+
+// Runs the command: 0 on success, 1 (after `ampc: error: ...`) when the input is at fault, 130
+// when interrupted (after saving a checkpoint if --checkpoint was given).
+int run_train_command(const TrainFlags& flags);
+
+}  // namespace ampc
