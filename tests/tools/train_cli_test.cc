@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/npy.h"
+#include "runtime/training_session.h"
 #include "tests/test_util.h"
 #include "tests/tools/cli_test_util.h"
 
@@ -241,10 +242,11 @@ TEST_F(TrainCliTest, CosineWarmsUpThenDecaysToMinLr) {
   EXPECT_GT(log[9].lr, min_lr);
 }
 
-TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndOutputsOnlyLogits) {
+TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndGivesTheOutputsOfEvaluate) {
   const std::string trained = compile("mlp", "--optimizer adamw --lr 0.01");
   const std::string exported = path("mlp.trained.onnx");
-  CliResult r = train(trained, mlp_data() + " --steps 5 --export " + exported);
+  CliResult r = train(
+      trained, mlp_data() + " --steps 5 --export " + exported + " --checkpoint " + path("ck"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("wrote the trained inference model " + exported));
 
@@ -259,6 +261,17 @@ TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndOutputsOnlyLogits) {
   absl::StatusOr<Tensor> logits = runtime::read_npy(path("out/logits.npy"));
   ASSERT_TRUE(logits.ok()) << logits.status();
   EXPECT_EQ(logits->type(), (TensorType{DType::kF32, {8, 10}}));
+
+  // `ampc run` on the export gives, bit for bit, what the TrainingSession's evaluate gives with
+  // the trained state (from the run's checkpoint).
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::load(trained);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->load_checkpoint(path("ck/checkpoint.safetensors")).ok());
+  absl::StatusOr<std::map<std::string, Tensor>> evaluated = (*session)->evaluate(
+      {{"x", batch_of(eval->at("x"), 0)}, {"label", batch_of(eval->at("label"), 0)}});
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(*logits, evaluated->at("logits"));
 
   // The export holds the trained parameters: the untrained model's logits differ.
   save_npz("xl.npz",
