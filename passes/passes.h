@@ -8,6 +8,7 @@
 #include <string>
 
 #include "compiler/pass.h"
+#include "compiler/precision_policy.h"
 
 namespace ampc {
 
@@ -20,6 +21,10 @@ std::unique_ptr<Pass> make_canonicalize_pass();
 std::unique_ptr<Pass> make_dce_pass();
 // "infer-shapes": re-infers every node's output types.
 std::unique_ptr<Pass> make_infer_shapes_pass();
+
+// "autocast": a precision decision on every node (compute and accumulate dtype, and why) under
+// `policy`; nothing else changes. See passes/autocast.cc and docs/precision-policy.md.
+std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy);
 
 struct AutodiffOptions {
   // The graph output to differentiate: a float scalar.

@@ -1,0 +1,271 @@
+// autocast: writes a precision decision on every node (Node::precision): the dtype it computes
+// in, the dtype it accumulates in, and why. Nothing else changes; insert-casts acts on the
+// decisions. docs/precision-policy.md walks through the algorithm with an example.
+//
+// Each float value is classified as the walk reaches it, in graph order:
+//   low       computed in the low-precision dtype by a node
+//   fp32      computed in fp32 by a node (deny, pinned, unknown op, or fp32 inputs)
+//   weight    a graph input or a trainable/ordinary initializer: fp32 data from outside
+//   constant  a program constant every element of which the low dtype holds exactly (a
+//             mask's -inf, a 0.5): it can be cast for free, so it never decides anything
+// At O1 a node is decided by its category (compiler/precision_policy.h):
+//   allow   low; its inputs will be cast (fp32 accumulate)
+//   deny    fp32
+//   clear   and follow: low when every float input that is not a constant is low; fp32 when
+//           any is fp32 (deny spreads forward) or a weight (reading it in low precision would
+//           round it); with only constants/weights, fp32. Integer and bool inputs do not count.
+//   none    fp32, and a warning naming the op (once per op type)
+// A node pinned by --fp32-nodes is fp32 whatever its category. O0 makes every node fp32; O2
+// every node low but losses and normalizations; O3 every node low. Nodes without float data
+// (shape arithmetic on integers) record that they have none.
+#include <regex>
+#include <set>
+#include <unordered_map>
+
+#include "compiler/float16.h"
+#include "compiler/precision_policy.h"
+#include "compiler/strings.h"
+#include "passes/passes.h"
+
+namespace ampc {
+namespace {
+
+enum class Kind { kLow, kFp32, kWeight, kConstant };
+
+bool is_float_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
+         dtype == DType::kF64;
+}
+
+// Whether every element of `tensor` survives a round trip through `low` unchanged.
+bool exact_in(const Tensor& tensor, DType low) {
+  if (!tensor.has_data() || tensor.dtype() != DType::kF32) return false;
+  for (float x : tensor.data<float>()) {
+    const float back = low == DType::kF16 ? f16_bits_to_f32(f32_to_f16_bits(x))
+                                          : bf16_bits_to_f32(f32_to_bf16_bits(x));
+    if (!(back == x) && !(std::isnan(back) && std::isnan(x))) return false;
+  }
+  return true;
+}
+
+// Ops whose low-precision kernels still accumulate in fp32 (sums, means, statistics).
+bool accumulates(const Node& node) {
+  static const std::set<std::string, std::less<>> ops = {"ReduceSum",
+                                                         "ReduceMean",
+                                                         "GlobalAveragePool",
+                                                         "AveragePool",
+                                                         "Softmax",
+                                                         "LogSoftmax",
+                                                         "LayerNormalization",
+                                                         "BatchNormalization",
+                                                         "SoftmaxCrossEntropyLoss",
+                                                         "NegativeLogLikelihoodLoss"};
+  return node.domain().empty() && ops.contains(node.op_type());
+}
+
+// Ops O2 keeps in fp32: losses and normalization statistics.
+bool o2_keeps_fp32(const Node& node) {
+  static const std::set<std::string, std::less<>> ops = {
+      "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "LayerNormalization", "Softmax",
+      "LogSoftmax"};
+  return node.domain().empty() && ops.contains(node.op_type());
+}
+
+class AutocastPass final : public Pass {
+ public:
+  explicit AutocastPass(PrecisionPolicy policy) : policy_(std::move(policy)) {}
+  std::string_view name() const override { return "autocast"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
+    std::vector<std::pair<std::regex, const PrecisionPolicy::NodePin*>> pins;
+    for (const PrecisionPolicy::NodePin& pin : policy_.fp32_nodes) {
+      try {
+        pins.emplace_back(std::regex(pin.regex), &pin);
+      } catch (const std::regex_error& e) {
+        return absl::InvalidArgumentError(
+            str_cat(pin.source, ": bad regex '", pin.regex, "': ", e.what()));
+      }
+    }
+    std::vector<bool> pin_used(pins.size(), false);
+    kinds_.clear();
+    for (const Value* input : graph.inputs()) kinds_[input] = Kind::kWeight;
+    for (const Value* init : graph.initializers()) {
+      kinds_[init] = init->is_constant() && (policy_.low == DType::kF32 ||
+                                             exact_in(*init->initializer(), policy_.low))
+                         ? Kind::kConstant
+                         : Kind::kWeight;
+    }
+    std::set<std::string> warned;
+    for (const auto& node_ptr : graph.nodes()) {
+      Node& node = *node_ptr;
+      PrecisionDecision decision = decide(node, pins, pin_used, warned, context);
+      const bool low = decision.compute == policy_.low && policy_.low != DType::kF32;
+      for (int i = 0; i < node.num_outputs(); ++i) {
+        if (node.has_output(i) && is_float_dtype(node.output(i)->dtype())) {
+          kinds_[node.output(i)] = low ? Kind::kLow : Kind::kFp32;
+        }
+      }
+      node.mutable_precision() = std::move(decision);
+    }
+    for (size_t i = 0; i < pins.size(); ++i) {
+      if (!pin_used[i]) {
+        context.warn(
+            str_cat(pins[i].second->source, " '", pins[i].second->regex, "' matches no node"));
+      }
+    }
+    return true;
+  }
+
+ private:
+  PrecisionDecision decide(
+      const Node& node,
+      const std::vector<std::pair<std::regex, const PrecisionPolicy::NodePin*>>& pins,
+      std::vector<bool>& pin_used, std::set<std::string>& warned,
+      const PassContext& context) const {
+    const std::string low_name(dtype_name(policy_.low));
+    PrecisionDecision d;
+    if (!has_float_data(node)) {
+      d.reason = "no floating-point data";
+      return d;
+    }
+    if (node.domain().empty() && (node.op_type() == "Shape" || node.op_type() == "Size")) {
+      d.reason = "no floating-point data (reads the shape only)";
+      return d;
+    }
+    if (has_f64_data(node)) {
+      d.compute = DType::kF64;
+      d.reason = "f64 data stays f64";
+      return d;
+    }
+    if (node.op_type() == "Cast" && node.domain().empty()) {
+      d.compute = node.output(0)->dtype();
+      d.reason = "explicit Cast in the model";
+      return d;
+    }
+    for (size_t i = 0; i < pins.size(); ++i) {
+      if (std::regex_search(node.name(), pins[i].first)) {
+        pin_used[i] = true;
+        return fp32(
+            str_cat("pinned by ", pins[i].second->source, " '", pins[i].second->regex, "'"));
+      }
+    }
+    if (policy_.low == DType::kF32) return fp32("--precision fp32");
+    switch (policy_.level) {
+      case OptLevel::kO0:
+        return fp32("O0: everything fp32");
+      case OptLevel::kO3:
+        return low_decision(node, str_cat("O3: everything ", low_name));
+      case OptLevel::kO2:
+        if (o2_keeps_fp32(node)) return fp32(str_cat("O2: ", node.op_type(), " stays fp32"));
+        return low_decision(node,
+                            str_cat("O2: everything ", low_name, " but losses and normalization"));
+      case OptLevel::kO1:
+        break;
+    }
+    const CategoryChoice choice = node.def() != nullptr
+                                      ? category_of(*node.def(), policy_)
+                                      : CategoryChoice{AutocastCategory::kNone, ""};
+    const std::string op = node.def() != nullptr ? node.def()->qualified_name() : node.op_type();
+    // "allow-list MatMul", or for a user's entry "deny (--deny Gelu)".
+    const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
+                                                         " (", choice.source, ")")
+                                               : str_cat(choice.source, " ", op);
+    switch (choice.category) {
+      case AutocastCategory::kAllow:
+        return low_decision(node, what);
+      case AutocastCategory::kDeny:
+        return fp32(what);
+      case AutocastCategory::kNone:
+        if (warned.insert(op).second) {
+          context.warn(str_cat("op ", op,
+                               " has no precision entry; its nodes stay fp32 (put it "
+                               "in a list with --allow/--deny or a --policy file)"));
+        }
+        return fp32(str_cat("no precision entry for ", op));
+      case AutocastCategory::kClear:
+      case AutocastCategory::kFollow:
+        return by_inputs(node, what);
+    }
+    return fp32("?");
+  }
+
+  // clear and follow: low when all float inputs that decide are low.
+  PrecisionDecision by_inputs(const Node& node, const std::string& what) const {
+    const Value* low_input = nullptr;
+    for (const Value* operand : node.operands()) {
+      if (operand == nullptr || !is_float_dtype(operand->dtype())) continue;
+      switch (kinds_.at(operand)) {
+        case Kind::kConstant:
+          break;
+        case Kind::kLow:
+          if (low_input == nullptr) low_input = operand;
+          break;
+        case Kind::kFp32:
+          return fp32(
+              str_cat(what, ": input %", operand->name(), " is fp32", producer_label(operand)));
+        case Kind::kWeight:
+          return fp32(str_cat(
+              what, ": reads fp32 %", operand->name(),
+              operand->kind() == Value::Kind::kGraphInput ? " (graph input)" : " (weight)"));
+      }
+    }
+    if (low_input == nullptr) return fp32(str_cat(what, ": only constants in"));
+    return low_decision(node,
+                        str_cat(what, ": follows %", low_input->name(), producer_label(low_input)));
+  }
+
+  static std::string producer_label(const Value* value) {
+    const Node* producer = value->producer();
+    if (producer == nullptr) return "";
+    return str_cat(" from ", producer->name().empty() ? producer->op_type()
+                                                      : str_cat("'", producer->name(), "'"));
+  }
+
+  static bool has_float_data(const Node& node) {
+    for (const Value* operand : node.operands()) {
+      if (operand != nullptr && is_float_dtype(operand->dtype())) return true;
+    }
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      if (node.has_output(i) && is_float_dtype(node.output(i)->dtype())) return true;
+    }
+    return false;
+  }
+
+  static bool has_f64_data(const Node& node) {
+    for (const Value* operand : node.operands()) {
+      if (operand != nullptr && operand->dtype() == DType::kF64) return true;
+    }
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      if (node.has_output(i) && node.output(i)->dtype() == DType::kF64) return true;
+    }
+    return false;
+  }
+
+  PrecisionDecision low_decision(const Node& node, std::string reason) const {
+    PrecisionDecision d;
+    d.compute = policy_.low;
+    const bool allow =
+        node.def() != nullptr && node.def()->autocast.category == AutocastCategory::kAllow;
+    if (allow || accumulates(node)) d.accumulate = DType::kF32;
+    d.reason = std::move(reason);
+    return d;
+  }
+
+  static PrecisionDecision fp32(std::string reason) {
+    PrecisionDecision d;
+    d.compute = DType::kF32;
+    d.reason = std::move(reason);
+    return d;
+  }
+
+  PrecisionPolicy policy_;
+  std::unordered_map<const Value*, Kind> kinds_;
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy) {
+  return std::make_unique<AutocastPass>(std::move(policy));
+}
+
+}  // namespace ampc

@@ -1,0 +1,304 @@
+// autocast: the decision (compute dtype, accumulate dtype, reason) of every node of small graphs
+// written in text IR, for each rule of the policy (docs/precision-policy.md): allow, deny
+// spreading through clear and follow nodes, follow with mixed inputs, constants, overrides, pins,
+// unknown ops, bf16's table, the levels; and the policy's own errors.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "compiler/precision_policy.h"
+#include "compiler/strings.h"
+#include "passes/passes.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+// "NAME: COMPUTE[ acc ACCUMULATE]: REASON" for every node, in order.
+std::vector<std::string> decisions(const Graph& graph) {
+  std::vector<std::string> lines;
+  for (const auto& node : graph.nodes()) {
+    const PrecisionDecision& d = node->precision();
+    lines.push_back(str_cat(node->name(), ": ", d.compute ? dtype_name(*d.compute) : "-",
+                            d.accumulate ? str_cat(" acc ", dtype_name(*d.accumulate)) : "", ": ",
+                            d.reason));
+  }
+  return lines;
+}
+
+std::unique_ptr<Graph> autocast(std::string_view text, const PrecisionPolicy& policy,
+                                Diagnostics& diagnostics,
+                                const std::vector<std::string>& constants = {}) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (graph == nullptr) return nullptr;
+  for (Value* init : graph->initializers()) {
+    for (const std::string& name : constants) {
+      if (init->name() == name) init->set_constant(true);
+    }
+  }
+  const std::string before = print_graph(*graph);
+  absl::StatusOr<bool> changed = make_autocast_pass(policy)->run(*graph, PassContext{&diagnostics});
+  EXPECT_TRUE(changed.ok()) << changed.status();
+  // Decisions only: the graph itself is unchanged.
+  std::unique_ptr<Graph> bare = graph->clone();
+  for (const auto& node : bare->nodes()) node->mutable_precision() = {};
+  EXPECT_EQ(print_graph(*bare), before);
+  return graph;
+}
+
+// x -> MatMul (allow) -> Softmax (deny) -> Relu (clear) -> Mul (follow) -> MatMul -> Tanh (follow)
+constexpr std::string_view kChain = R"(
+  graph g(%x: f32[4,8]) opset(17) {
+    init %w1: f32[8,8] = elided
+    init %w2: f32[8,8] = elided
+    %a = MatMul(%x, %w1) {name="mm1"} : f32[4,8]
+    %s = Softmax(%a) {name="softmax"} : f32[4,8]
+    %r = Relu(%s) {name="relu"} : f32[4,8]
+    %m = Mul(%r, %r) {name="square"} : f32[4,8]
+    %b = MatMul(%m, %w2) {name="mm2"} : f32[4,8]
+    %t = Tanh(%b) {name="tanh"} : f32[4,8]
+    %n = Neg(%t) {name="neg"} : f32[4,8]
+    return %n
+  })";
+
+TEST(Autocast, DenySpreadsForwardThroughClearAndFollowAllowThroughThem) {
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(kChain, PrecisionPolicy{}, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph), (std::vector<std::string>{
+                                   "mm1: f16 acc f32: allow-list MatMul",
+                                   "softmax: f32: deny-list Softmax",
+                                   "relu: f32: clear-list Relu: input %s is fp32 from 'softmax'",
+                                   "square: f32: follow-list Mul: input %r is fp32 from 'relu'",
+                                   "mm2: f16 acc f32: allow-list MatMul",
+                                   "tanh: f16: follow-list Tanh: follows %b from 'mm2'",
+                                   "neg: f16: clear-list Neg: follows %t from 'tanh'",
+                               }));
+  EXPECT_TRUE(diagnostics.warnings().empty());
+}
+
+// A follow node reading a low value and a weight stays fp32 (reading the weight in fp16 would
+// round it, as PyTorch's type promotion of fp16 + fp32 does); a constant that fp16 holds exactly
+// does not count; one it cannot hold does.
+TEST(Autocast, FollowWithMixedInputs) {
+  constexpr std::string_view kText = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      init %bias: f32[8] = elided
+      init %half: f32[] = [0.5]
+      init %tiny: f32[] = [1e-10]
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %b = Add(%a, %bias) {name="add_bias"} : f32[4,8]
+      %c = Mul(%a, %half) {name="mul_half"} : f32[4,8]
+      %d = Mul(%a, %tiny) {name="mul_tiny"} : f32[4,8]
+      %e = Add(%x, %half) {name="input_only"} : f32[4,8]
+      %f = Mul(%half, %half) {name="constants_only"} : f32[]
+      return %b, %c, %d, %e, %f
+    })";
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(kText, PrecisionPolicy{}, diagnostics, {"half", "tiny"});
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph), (std::vector<std::string>{
+                                   "mm: f16 acc f32: allow-list MatMul",
+                                   "add_bias: f32: follow-list Add: reads fp32 %bias (weight)",
+                                   "mul_half: f16: follow-list Mul: follows %a from 'mm'",
+                                   "mul_tiny: f32: follow-list Mul: reads fp32 %tiny (weight)",
+                                   "input_only: f32: follow-list Add: reads fp32 %x (graph input)",
+                                   "constants_only: f32: follow-list Mul: only constants in",
+                               }));
+}
+
+TEST(Autocast, OverridesAndPinsNameTheirSource) {
+  PrecisionPolicy policy;
+  ASSERT_TRUE(add_op_entry(policy, "Softmax", AutocastCategory::kFollow, "--follow Softmax").ok());
+  ASSERT_TRUE(add_op_entry(policy, "Tanh", AutocastCategory::kDeny, "--deny Tanh").ok());
+  policy.fp32_nodes.push_back({"^mm2$", "--fp32-nodes"});
+  policy.fp32_nodes.push_back({"^nothing_is_called_this$", "--fp32-nodes"});
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(kChain, policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph),
+            (std::vector<std::string>{
+                "mm1: f16 acc f32: allow-list MatMul",
+                "softmax: f16 acc f32: follow (--follow Softmax): follows %a from 'mm1'",
+                "relu: f16: clear-list Relu: follows %s from 'softmax'",
+                "square: f16: follow-list Mul: follows %r from 'relu'",
+                "mm2: f32: pinned by --fp32-nodes '^mm2$'",
+                "tanh: f32: deny (--deny Tanh)",
+                "neg: f32: clear-list Neg: input %t is fp32 from 'tanh'",
+            }));
+  ASSERT_EQ(diagnostics.warnings().size(), 1u);
+  EXPECT_EQ(diagnostics.warnings()[0], "--fp32-nodes '^nothing_is_called_this$' matches no node");
+}
+
+TEST(Autocast, AnOpWithoutAnEntryStaysFp32WithOneWarning) {
+  OpDef def;
+  def.domain = "ampc";
+  def.name = "AutocastTestOpaque";
+  def.inputs.push_back(OperandSpec{"X", OperandSpec::Arity::kSingle, {}});
+  def.outputs.push_back(OperandSpec{"Y", OperandSpec::Arity::kSingle, {}});
+  def.infer = [](InferenceContext& ctx) {
+    ctx.set_output(0, ctx.input_type(0));
+    return absl::OkStatus();
+  };
+  OpRegistry::global().add(std::move(def));
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(R"(
+    graph g(%x: f32[2]) opset(17, ampc:1) {
+      %a = ampc.AutocastTestOpaque(%x) {name="one"} : f32[2]
+      %b = ampc.AutocastTestOpaque(%a) {name="two"} : f32[2]
+      return %b
+    })",
+                                          PrecisionPolicy{}, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph), (std::vector<std::string>{
+                                   "one: f32: no precision entry for ampc.AutocastTestOpaque",
+                                   "two: f32: no precision entry for ampc.AutocastTestOpaque",
+                               }));
+  ASSERT_EQ(diagnostics.warnings().size(), 1u);
+  EXPECT_NE(diagnostics.warnings()[0].find("ampc.AutocastTestOpaque"), std::string::npos);
+}
+
+// bf16 has fp32's exponent range: the ops fp16 denies for overflow only follow there.
+TEST(Autocast, Bf16LetsExpAndLogFollow) {
+  constexpr std::string_view kText = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %e = Exp(%a) {name="exp"} : f32[4,8]
+      %s = Softmax(%e) {name="softmax"} : f32[4,8]
+      return %s
+    })";
+  Diagnostics diagnostics;
+  PrecisionPolicy bf16;
+  bf16.low = DType::kBF16;
+  std::unique_ptr<Graph> graph = autocast(kText, bf16, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph),
+            (std::vector<std::string>{
+                "mm: bf16 acc f32: allow-list MatMul",
+                "exp: bf16: follow-list (bf16: no overflow risk) Exp: follows %a from 'mm'",
+                "softmax: f32: deny-list Softmax",
+            }));
+  graph = autocast(kText, PrecisionPolicy{}, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph)[1], "exp: f32: deny-list Exp");
+}
+
+TEST(Autocast, Levels) {
+  Diagnostics diagnostics;
+  PrecisionPolicy policy;
+  policy.level = OptLevel::kO0;
+  std::unique_ptr<Graph> graph = autocast(kChain, policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  for (const std::string& line : decisions(*graph)) {
+    EXPECT_TRUE(line.ends_with(": f32: O0: everything fp32")) << line;
+  }
+  policy.level = OptLevel::kO2;
+  graph = autocast(kChain, policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph)[0],
+            "mm1: f16 acc f32: O2: everything f16 but losses and normalization");
+  EXPECT_EQ(decisions(*graph)[1], "softmax: f32: O2: Softmax stays fp32");
+  EXPECT_EQ(decisions(*graph)[2], "relu: f16: O2: everything f16 but losses and normalization");
+  policy.level = OptLevel::kO3;
+  graph = autocast(kChain, policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph)[1], "softmax: f16 acc f32: O3: everything f16");
+  policy.low = DType::kF32;
+  graph = autocast(kChain, policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph)[0], "mm1: f32: --precision fp32");
+}
+
+TEST(Autocast, NodesWithoutFloatDataSaySo) {
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(R"(
+    graph g(%x: f32[4,8], %i: i64[2]) opset(17) {
+      %s = Shape(%x) {name="shape"} : i64[2]
+      %j = Add(%s, %i) {name="int_add"} : i64[2]
+      %c = Cast<to=f32>(%j) {name="cast"} : f32[2]
+      return %c
+    })",
+                                          PrecisionPolicy{}, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(decisions(*graph), (std::vector<std::string>{
+                                   "shape: -: no floating-point data (reads the shape only)",
+                                   "int_add: -: no floating-point data",
+                                   "cast: f32: explicit Cast in the model",
+                               }));
+}
+
+TEST(PrecisionPolicy, EntriesAreCheckedAndConflictsNameBoth) {
+  PrecisionPolicy policy;
+  absl::Status unknown =
+      add_op_entry(policy, "Softmaxx", AutocastCategory::kAllow, "--allow Softmaxx");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(std::string(unknown.message()).find("no op 'Softmaxx'"), std::string::npos) << unknown;
+  ASSERT_TRUE(add_op_entry(policy, "Softmax", AutocastCategory::kAllow, "--allow Softmax").ok());
+  ASSERT_TRUE(add_op_entry(policy, "Softmax", AutocastCategory::kAllow, "p.json: allow").ok());
+  absl::Status conflict =
+      add_op_entry(policy, "Softmax", AutocastCategory::kDeny, "--deny Softmax");
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_NE(std::string(conflict.message()).find("--allow Softmax and --deny Softmax"),
+            std::string::npos)
+      << conflict;
+
+  EXPECT_EQ(*parse_precision("bf16"), DType::kBF16);
+  absl::StatusOr<DType> fp8 = parse_precision("fp8");
+  ASSERT_FALSE(fp8.ok());
+  EXPECT_EQ(fp8.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(fp8.status().message()).find("not supported yet"), std::string::npos);
+  EXPECT_FALSE(parse_precision("fp64").ok());
+  EXPECT_EQ(*parse_opt_level("O2"), OptLevel::kO2);
+  EXPECT_FALSE(parse_opt_level("O4").ok());
+}
+
+TEST(PrecisionPolicy, PolicyFiles) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("ampc_policy_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  auto read = [&](std::string_view json, PrecisionPolicy policy = {}) {
+    std::ofstream(path) << json;
+    absl::Status status = read_policy_file(path, policy);
+    return std::make_pair(status, policy);
+  };
+  auto [ok, policy] = read(R"({"precision": "bf16", "opt_level": "O2", "allow": ["Softmax"],
+                               "deny": ["Gelu"], "fp32_nodes": ["^head/"]})");
+  ASSERT_TRUE(ok.ok()) << ok;
+  EXPECT_EQ(policy.low, DType::kBF16);
+  EXPECT_EQ(policy.level, OptLevel::kO2);
+  EXPECT_EQ(policy.ops.at("Softmax").category, AutocastCategory::kAllow);
+  EXPECT_EQ(policy.ops.at("Gelu").category, AutocastCategory::kDeny);
+  ASSERT_EQ(policy.fp32_nodes.size(), 1u);
+  EXPECT_EQ(policy.fp32_nodes[0].regex, "^head/");
+
+  const struct {
+    std::string_view json;
+    std::string_view needle;
+  } bad[] = {
+      {R"({"alow": ["Softmax"]})", "unknown key \"alow\""},
+      {R"({"allow": "Softmax"})", "must be a list of strings"},
+      {R"({"allow": ["Softmax"], "deny": ["Softmax"]})", "allow Softmax and "},
+      {R"({"allow": ["NoSuchOp"]})", "no op 'NoSuchOp'"},
+      {R"({"precision": "fp8"})", "not supported yet"},
+      {R"([1, 2])", "not a JSON object"},
+      {R"({"allow": [)", "not a JSON object"},
+  };
+  for (const auto& c : bad) {
+    auto [status, unused] = read(c.json);
+    ASSERT_FALSE(status.ok()) << c.json;
+    EXPECT_NE(std::string(status.message()).find(c.needle), std::string::npos) << status;
+  }
+  // A file's entry that contradicts a flag names both.
+  PrecisionPolicy flags;
+  ASSERT_TRUE(add_op_entry(flags, "Gelu", AutocastCategory::kAllow, "--allow Gelu").ok());
+  auto [conflict, merged] = read(R"({"deny": ["Gelu"]})", flags);
+  ASSERT_FALSE(conflict.ok());
+  EXPECT_NE(std::string(conflict.message()).find("--allow Gelu"), std::string::npos) << conflict;
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace ampc
