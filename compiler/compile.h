@@ -27,10 +27,18 @@ struct TrainingOptions {
 // message names the flag.
 absl::Status validate_training_options(const TrainingOptions& options);
 
+// Mixed precision: autocast -> insert-casts -> eliminate-casts after shape inference (and the
+// appended loss), before the training step is built.
+struct MixedPrecisionOptions {
+  PrecisionPolicy policy;
+  bool allow_excess_precision = false;  // eliminate-casts may drop value-changing round trips
+};
+
 struct CompileOptions {
   ImportOptions import;
   PipelineOptions pipeline;
-  std::optional<TrainingOptions> training;  // unset: an inference compile
+  std::optional<MixedPrecisionOptions> mixed_precision;  // unset: everything stays as imported
+  std::optional<TrainingOptions> training;               // unset: an inference compile
 };
 
 // Keys of the training recipe in a training model's metadata (Graph::metadata).

@@ -1,9 +1,11 @@
 #include "compiler/precision_policy.h"
 
+#include <cmath>
 #include <fstream>
 #include <set>
 #include <sstream>
 
+#include "compiler/float16.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
 
@@ -116,6 +118,7 @@ absl::Status read_policy_file(const std::string& path, PrecisionPolicy& policy) 
         if (!low.ok())
           return absl::Status(low.status().code(), str_cat(path, ": ", low.status().message()));
         policy.low = *low;
+        policy.low_source = path;
       } else {
         absl::StatusOr<OptLevel> level = parse_opt_level(text_value);
         if (!level.ok()) {
@@ -161,6 +164,16 @@ CategoryChoice category_of(const OpDef& def, const PrecisionPolicy& policy) {
     return {AutocastCategory::kFollow, "follow-list (bf16: no overflow risk)", false};
   }
   return {category, str_cat(autocast_category_name(category), "-list"), false};
+}
+
+bool holds_exactly(const Tensor& tensor, DType low) {
+  if (!tensor.has_data() || tensor.dtype() != DType::kF32) return false;
+  for (float x : tensor.data<float>()) {
+    const float back = low == DType::kF16 ? f16_bits_to_f32(f32_to_f16_bits(x))
+                                          : bf16_bits_to_f32(f32_to_bf16_bits(x));
+    if (!(back == x) && !(std::isnan(back) && std::isnan(x))) return false;
+  }
+  return true;
 }
 
 }  // namespace ampc

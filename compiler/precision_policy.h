@@ -30,6 +30,8 @@ std::string_view opt_level_name(OptLevel level);
 struct PrecisionPolicy {
   // The low-precision dtype: kF16 or kBF16; kF32 turns mixed precision off.
   DType low = DType::kF16;
+  // Where `low` was set ("--precision", a policy file's path); empty while it is the default.
+  std::string low_source;
   OptLevel level = OptLevel::kO1;
 
   struct OpEntry {
@@ -73,5 +75,9 @@ struct CategoryChoice {
   bool overridden = false;
 };
 CategoryChoice category_of(const OpDef& def, const PrecisionPolicy& policy);
+
+// Whether every element of an f32 tensor survives conversion to `low` (f16 or bf16) unchanged
+// (NaNs stay NaN): a constant like that can be cast at compile time, exactly.
+bool holds_exactly(const Tensor& tensor, DType low);
 
 }  // namespace ampc

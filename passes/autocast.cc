@@ -11,7 +11,8 @@
 // At O1 a node is decided by its category (compiler/precision_policy.h):
 //   allow   low; its inputs will be cast (fp32 accumulate)
 //   deny    fp32
-//   clear   and follow: low when every float input that is not a constant is low; fp32 when
+//   clear   and follow: low when every float input that is not a constant (nor one the op
+//           always reads in fp32, AutocastSpec::fp32_operands) is low; fp32 when
 //           any is fp32 (deny spreads forward) or a weight (reading it in low precision would
 //           round it); with only constants/weights, fp32. Integer and bool inputs do not count.
 //   none    fp32, and a warning naming the op (once per op type)
@@ -22,7 +23,6 @@
 #include <set>
 #include <unordered_map>
 
-#include "compiler/float16.h"
 #include "compiler/precision_policy.h"
 #include "compiler/strings.h"
 #include "passes/passes.h"
@@ -35,17 +35,6 @@ enum class Kind { kLow, kFp32, kWeight, kConstant };
 bool is_float_dtype(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
          dtype == DType::kF64;
-}
-
-// Whether every element of `tensor` survives a round trip through `low` unchanged.
-bool exact_in(const Tensor& tensor, DType low) {
-  if (!tensor.has_data() || tensor.dtype() != DType::kF32) return false;
-  for (float x : tensor.data<float>()) {
-    const float back = low == DType::kF16 ? f16_bits_to_f32(f32_to_f16_bits(x))
-                                          : bf16_bits_to_f32(f32_to_bf16_bits(x));
-    if (!(back == x) && !(std::isnan(back) && std::isnan(x))) return false;
-  }
-  return true;
 }
 
 // Ops whose low-precision kernels still accumulate in fp32 (sums, means, statistics).
@@ -91,7 +80,7 @@ class AutocastPass final : public Pass {
     for (const Value* input : graph.inputs()) kinds_[input] = Kind::kWeight;
     for (const Value* init : graph.initializers()) {
       kinds_[init] = init->is_constant() && (policy_.low == DType::kF32 ||
-                                             exact_in(*init->initializer(), policy_.low))
+                                             holds_exactly(*init->initializer(), policy_.low))
                          ? Kind::kConstant
                          : Kind::kWeight;
     }
@@ -192,8 +181,15 @@ class AutocastPass final : public Pass {
   // clear and follow: low when all float inputs that decide are low.
   PrecisionDecision by_inputs(const Node& node, const std::string& what) const {
     const Value* low_input = nullptr;
-    for (const Value* operand : node.operands()) {
+    const std::vector<int> fp32_operands =
+        node.def() != nullptr ? node.def()->autocast.fp32_operands : std::vector<int>{};
+    for (int i = 0; i < node.num_operands(); ++i) {
+      const Value* operand = node.operand(i);
       if (operand == nullptr || !is_float_dtype(operand->dtype())) continue;
+      // Operands the op reads in fp32 whatever it computes in (BatchNorm's statistics).
+      if (std::find(fp32_operands.begin(), fp32_operands.end(), i) != fp32_operands.end()) {
+        continue;
+      }
       switch (kinds_.at(operand)) {
         case Kind::kConstant:
           break;

@@ -26,6 +26,13 @@ std::unique_ptr<Pass> make_infer_shapes_pass();
 // `policy`; nothing else changes. See passes/autocast.cc and docs/precision-policy.md.
 std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy);
 
+// "insert-casts": one Cast per (value, dtype) so every node reads its operands in the dtype
+// autocast decided; graph outputs keep their dtypes. See passes/insert_casts.cc.
+std::unique_ptr<Pass> make_insert_casts_pass();
+// "eliminate-casts": no-op casts, duplicates and value-preserving chains removed, to a fixed
+// point; value-changing round trips only with `allow_excess_precision`.
+std::unique_ptr<Pass> make_eliminate_casts_pass(bool allow_excess_precision = false);
+
 struct AutodiffOptions {
   // The graph output to differentiate: a float scalar.
   std::string loss = "loss";

@@ -5,10 +5,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "CLI/CLI.hpp"
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/precision_policy.h"
 #include "compiler/report.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
@@ -79,7 +81,53 @@ struct CompileFlags {
   std::string trainable;
   std::string freeze;
   std::string running_var = "unbiased";
+  // Mixed precision.
+  std::string precision;
+  std::string opt_level;
+  std::vector<std::string> allow;
+  std::vector<std::string> deny;
+  std::vector<std::string> fp32_nodes;
+  std::string policy;
+  bool allow_excess_precision = false;
 };
+
+// The mixed-precision options the flags ask for; unset when they ask for none.
+absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
+    const CompileFlags& flags) {
+  MixedPrecisionOptions options;
+  PrecisionPolicy& policy = options.policy;
+  if (!flags.policy.empty()) AMPC_RETURN_IF_ERROR(read_policy_file(flags.policy, policy));
+  if (!flags.precision.empty()) {
+    AMPC_ASSIGN_OR_RETURN(policy.low, parse_precision(flags.precision));
+    policy.low_source = "--precision";
+  }
+  if (!flags.opt_level.empty()) {
+    AMPC_ASSIGN_OR_RETURN(policy.level, parse_opt_level(flags.opt_level));
+  }
+  for (const std::string& op : flags.allow) {
+    AMPC_RETURN_IF_ERROR(add_op_entry(policy, op, AutocastCategory::kAllow, "--allow " + op));
+  }
+  for (const std::string& op : flags.deny) {
+    AMPC_RETURN_IF_ERROR(add_op_entry(policy, op, AutocastCategory::kDeny, "--deny " + op));
+  }
+  for (const std::string& regex : flags.fp32_nodes) {
+    policy.fp32_nodes.push_back({regex, "--fp32-nodes"});
+  }
+  options.allow_excess_precision = flags.allow_excess_precision;
+  const bool other_flags = !flags.opt_level.empty() || !flags.allow.empty() ||
+                           !flags.deny.empty() || !flags.fp32_nodes.empty() ||
+                           flags.allow_excess_precision || !flags.policy.empty();
+  if (policy.low_source.empty()) {
+    if (other_flags) {
+      return absl::InvalidArgumentError(
+          "--opt-level, --allow, --deny, --fp32-nodes, --policy and --allow-excess-precision "
+          "shape mixed precision: add --precision fp16|bf16 (or \"precision\" in the policy "
+          "file)");
+    }
+    return std::nullopt;
+  }
+  return options;
+}
 
 absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFlags& flags) {
   if (flags.optimizer.empty()) {
@@ -132,6 +180,9 @@ int run_compile(const CompileFlags& flags) {
   absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
   if (!training.ok()) return report_error(training.status());
   options.training = *std::move(training);
+  absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed = mixed_precision_options(flags);
+  if (!mixed.ok()) return report_error(mixed.status());
+  options.mixed_precision = *std::move(mixed);
   absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
   if (!shapes.ok()) return report_error(shapes.status());
   options.import.input_shapes = *std::move(shapes);
@@ -171,6 +222,35 @@ int run_inspect(const InspectFlags& flags) {
   if (!graph.ok()) return report_error(graph.status());
   std::cout << (flags.format == "json" ? inspect_json(**graph) : inspect_text(**graph));
   return 0;
+}
+
+void add_precision_flags(CLI::App& compile, CompileFlags& flags) {
+  const std::string group = "Mixed precision (docs/precision-policy.md)";
+  compile
+      .add_option("--precision", flags.precision,
+                  "Low-precision dtype: fp16, bf16, or fp32 (off). Without it the model keeps "
+                  "its dtypes")
+      ->group(group);
+  compile
+      .add_option("--opt-level", flags.opt_level, "O0 (all fp32), O1 (the lists, default), O2, O3")
+      ->group(group);
+  compile.add_option("--allow", flags.allow, "Put op type OP on the allow list. Repeatable.")
+      ->group(group);
+  compile.add_option("--deny", flags.deny, "Put op type OP on the deny list (fp32). Repeatable.")
+      ->group(group);
+  compile
+      .add_option("--fp32-nodes", flags.fp32_nodes,
+                  "Pin the nodes whose name matches REGEX to fp32. Repeatable.")
+      ->group(group);
+  compile
+      .add_option("--policy", flags.policy,
+                  "A JSON policy file: precision, opt_level, allow, clear, follow, deny, "
+                  "fp32_nodes")
+      ->group(group);
+  compile
+      .add_flag("--allow-excess-precision", flags.allow_excess_precision,
+                "Let eliminate-casts drop casts that round (f32 -> f16 -> f32 read as f32)")
+      ->group(group);
 }
 
 void add_training_flags(CLI::App& compile, CompileFlags& flags) {
@@ -264,6 +344,7 @@ int run(int argc, char** argv) {
                       "Write --dump-after output to DIR/NN-PASS.txt instead of stderr");
   compile->add_option("--disable-pass", compile_flags.disabled, "Skip this pass. Repeatable.");
   add_training_flags(*compile, compile_flags);
+  add_precision_flags(*compile, compile_flags);
 
   InspectFlags inspect_flags;
   CLI::App* inspect = app.add_subcommand(

@@ -41,7 +41,8 @@ constexpr std::string_view kLogitsModel = R"(
 TEST(AppendLoss, CrossEntropyIsTheMeanNegativeLogSoftmaxOfTheLabel) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(kLogitsModel);
   ASSERT_NE(graph, nullptr);
-  LossOptions options{.kind = LossOptions::Kind::kCrossEntropy, .label_input = "label"};
+  LossOptions options;
+  options.label_input = "label";
   auto pass = make_append_loss_pass(options);
   ASSERT_TRUE(run_pass(*pass, *graph).ok());
   ASSERT_EQ(graph->inputs().size(), 2u);
@@ -71,7 +72,10 @@ TEST(AppendLoss, CrossEntropyIsTheMeanNegativeLogSoftmaxOfTheLabel) {
 TEST(AppendLoss, MseIsTheMeanSquaredDifference) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(kLogitsModel);
   ASSERT_NE(graph, nullptr);
-  auto pass = make_append_loss_pass({.kind = LossOptions::Kind::kMse, .label_input = "target"});
+  LossOptions mse;
+  mse.kind = LossOptions::Kind::kMse;
+  mse.label_input = "target";
+  auto pass = make_append_loss_pass(mse);
   ASSERT_TRUE(run_pass(*pass, *graph).ok());
   EXPECT_EQ(graph->inputs()[1]->type(), (TensorType{DType::kF32, {3, 4}}));
   const std::vector<float> x = {1, 0, 0, 1, 1, 1};
@@ -92,36 +96,37 @@ TEST(AppendLoss, MseIsTheMeanSquaredDifference) {
 TEST(AppendLoss, ErrorsNameTheOutputOrInput) {
   const struct {
     std::string_view model;
-    LossOptions options;
+    std::string prediction;
+    std::string label_input;
     std::string_view needle;
   } cases[] = {
-      {kLogitsModel, {.label_input = ""}, "--label-input"},
-      {kLogitsModel, {.prediction = "scores", .label_input = "y"}, "'scores'"},
+      {kLogitsModel, "", "", "--label-input"},
+      {kLogitsModel, "scores", "y", "'scores'"},
       {R"(graph g(%x: f32[3,2], %y: f32[3]) opset(17) {
             init %w: f32[4,2] = elided
             %logits = Gemm<transB=1>(%x, %w) : f32[3,4]
             return %logits
           })",
-       {.label_input = "y"},
-       "label input 'y' is f32[3]"},
+       "", "y", "label input 'y' is f32[3]"},
       {R"(graph g(%x: f32[3,2]) opset(17) {
             %a = Relu(%x) : f32[3,2]
             %b = Neg(%x) : f32[3,2]
             return %a, %b
           })",
-       {.label_input = "y"},
-       "--logits"},
+       "", "y", "--logits"},
       {R"(graph g(%x: f32[3,2]) opset(17) {
             %loss = Relu(%x) : f32[3,2]
             return %loss
           })",
-       {.label_input = "y"},
-       "already has an output 'loss'"},
+       "", "y", "already has an output 'loss'"},
   };
   for (const auto& c : cases) {
     absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(c.model);
     ASSERT_TRUE(graph.ok()) << graph.status();
-    auto pass = make_append_loss_pass(c.options);
+    LossOptions options;
+    options.prediction = c.prediction;
+    options.label_input = c.label_input;
+    auto pass = make_append_loss_pass(options);
     absl::StatusOr<bool> result = run_pass(*pass, **graph);
     ASSERT_FALSE(result.ok()) << c.needle;
     EXPECT_NE(std::string(result.status().message()).find(c.needle), std::string_view::npos)

@@ -23,7 +23,9 @@ namespace {
 std::unique_ptr<TrainingSession> compile_and_open(const std::string& model,
                                                   OptimizerOptions optimizer, float lr) {
   CompileOptions options;
-  options.training = TrainingOptions{.optimizer = optimizer, .lr = lr};
+  options.training = TrainingOptions{};
+  options.training->optimizer = optimizer;
+  options.training->lr = lr;
   Diagnostics diagnostics;
   absl::StatusOr<std::unique_ptr<Graph>> graph =
       compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
@@ -176,7 +178,8 @@ TEST_F(TrainingSessionTest, DropoutMasksChangePerStepAndResumeReproducesThem) {
     std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
     EXPECT_NE(graph, nullptr);
     CompileOptions options;
-    options.training = TrainingOptions{.lr = 0.1f};
+    options.training = TrainingOptions{};
+    options.training->lr = 0.1f;
     Diagnostics diagnostics;
     EXPECT_TRUE(compile_graph(*graph, options, diagnostics).ok());
     absl::StatusOr<std::unique_ptr<TrainingSession>> session =

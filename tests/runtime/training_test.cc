@@ -53,7 +53,9 @@ TEST_P(TrainingTrajectory, MatchesPyTorchInF32) {
   ASSERT_TRUE(ref.ok()) << ref.status();
   const Recipe r = recipe(t.optimizer);
   CompileOptions options;
-  options.training = TrainingOptions{.optimizer = r.options, .lr = r.lr};
+  options.training = TrainingOptions{};
+  options.training->optimizer = r.options;
+  options.training->lr = r.lr;
   Diagnostics diagnostics;
   absl::StatusOr<std::unique_ptr<Graph>> graph =
       compile_file(testing::source_path("models/" + t.model + ".onnx"), options, diagnostics);

@@ -1,0 +1,80 @@
+// `ampc compile --precision ...`: the written model computes in the decided dtypes and says why
+// in every node's doc_string; bad policy flags are errors naming the flag, with nothing written.
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "onnx/onnx_pb.h"
+#include "tests/tools/cli_test_util.h"
+
+namespace ampc {
+namespace {
+
+using testing::CliResult;
+using ::testing::HasSubstr;
+
+class PrecisionCliTest : public testing::TempDirTest {
+ protected:
+  PrecisionCliTest() : TempDirTest("ampc_precision_cli_") {}
+
+  CliResult compile(const std::string& model, const std::string& flags) const {
+    return testing::run_ampc("compile " + testing::source_path("models/" + model + ".onnx") +
+                             " -o " + path("out.onnx") + " " + flags);
+  }
+};
+
+TEST_F(PrecisionCliTest, Fp16ModelCarriesItsDecisionsAndPassesTheChecker) {
+  CliResult r = compile("mlp", "--precision fp16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(testing::read_file(path("out.onnx"))));
+  EXPECT_NO_THROW(onnx::checker::check_model(proto));
+  int casts = 0;
+  int gemms_in_f16 = 0;
+  for (const onnx::NodeProto& node : proto.graph().node()) {
+    EXPECT_THAT(node.doc_string(), HasSubstr("ampc precision:")) << node.name();
+    casts += node.op_type() == "Cast";
+    if (node.op_type() == "Gemm") {
+      EXPECT_THAT(node.doc_string(), HasSubstr("compute=f16 accumulate=f32"));
+      EXPECT_THAT(node.doc_string(), HasSubstr("reason=allow-list Gemm"));
+      ++gemms_in_f16;
+    }
+  }
+  EXPECT_EQ(gemms_in_f16, 3);
+  // x and the three weights and biases go down (7), the logits come back up for the loss (1)
+  // and for the graph output (which shares it): 8.
+  EXPECT_EQ(casts, 8);
+}
+
+TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
+  const struct {
+    std::string flags;
+    std::string needle;
+  } cases[] = {
+      {"--precision fp16 --allow NoSuchOp", "no op 'NoSuchOp'"},
+      {"--precision fp16 --allow Softmax --deny Softmax", "--allow Softmax and --deny Softmax"},
+      {"--precision fp8", "not supported yet"},
+      {"--precision fp64", "unknown --precision 'fp64'"},
+      {"--precision fp16 --opt-level O7", "unknown --opt-level 'O7'"},
+      {"--deny Gemm", "add --precision"},
+      {"--precision fp16 --policy " + path("missing.json"), "cannot read --policy"},
+      {"--precision fp16 --optimizer sgd", "needs loss scaling"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flags);
+    CliResult r = compile("mlp", c.flags);
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr(c.needle));
+    EXPECT_FALSE(std::filesystem::exists(path("out.onnx")));
+  }
+}
+
+TEST_F(PrecisionCliTest, AnFp32NodesRegexThatMatchesNothingIsAWarning) {
+  CliResult r = compile("mlp", "--precision bf16 --fp32-nodes '^no_such_node$'");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: warning: --fp32-nodes '^no_such_node$' matches no node"));
+}
+
+}  // namespace
+}  // namespace ampc
