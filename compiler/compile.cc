@@ -23,6 +23,17 @@ std::string_view optimizer_name(OptimizerOptions::Kind kind) {
   return "?";
 }
 
+// The loss scaling a compile uses: the user's, else dynamic for fp16 mixed precision.
+std::optional<LossScaleOptions> effective_loss_scale(const CompileOptions& options) {
+  if (!options.training || options.training->loss_scale_off) return std::nullopt;
+  if (options.training->loss_scale) return options.training->loss_scale;
+  const std::optional<MixedPrecisionOptions>& mixed = options.mixed_precision;
+  if (mixed && mixed->policy.low == DType::kF16 && mixed->policy.level != OptLevel::kO0) {
+    return LossScaleOptions{};
+  }
+  return std::nullopt;
+}
+
 PassPipeline make_pipeline(const CompileOptions& options) {
   PassPipeline pipeline(options.pipeline);
   add_canonicalize_pipeline(pipeline);
@@ -37,9 +48,16 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   }
   if (training) {
     pipeline.add(make_training_step_pass());
-    pipeline.add(on_training_step(make_autodiff_pass(training->autodiff)));
+    AutodiffOptions autodiff = training->autodiff;
+    OptimizerOptions optimizer = training->optimizer;
+    if (std::optional<LossScaleOptions> scaling = effective_loss_scale(options)) {
+      pipeline.add(on_training_step(make_loss_scale_pass(*scaling, autodiff.loss)));
+      autodiff.loss += ".scaled";
+      optimizer.loss_scale = scaling;
+    }
+    pipeline.add(on_training_step(make_autodiff_pass(autodiff)));
     pipeline.add(on_training_step(make_batchnorm_state_pass(training->running_variance)));
-    pipeline.add(on_training_step(make_optimizer_pass(training->optimizer)));
+    pipeline.add(on_training_step(make_optimizer_pass(optimizer)));
     pipeline.add(on_training_step(make_dce_pass()));
   }
   return pipeline;
@@ -48,18 +66,6 @@ PassPipeline make_pipeline(const CompileOptions& options) {
 absl::Status check_range(bool ok, std::string_view flag, float value, std::string_view range) {
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(str_cat(flag, " ", value, " is out of range: ", range));
-}
-
-// fp16 training needs loss scaling (small gradients underflow fp16), which is not built yet.
-absl::Status check_mixed_precision(const CompileOptions& options) {
-  if (options.training && options.mixed_precision &&
-      options.mixed_precision->policy.low == DType::kF16 &&
-      options.mixed_precision->policy.level != OptLevel::kO0) {
-    return absl::UnimplementedError(
-        "--precision fp16 training needs loss scaling, which ampc does not build yet; train in "
-        "bf16 or fp32 (fp16 inference compiles work)");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -86,12 +92,23 @@ absl::Status validate_training_options(const TrainingOptions& options) {
   AMPC_RETURN_IF_ERROR(check_range(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm),
                                    "--clip-grad-norm", o.clip_grad_norm,
                                    "it must be >= 0 (0: no clipping)"));
+  if (const std::optional<LossScaleOptions>& s = options.loss_scale) {
+    AMPC_RETURN_IF_ERROR(check_range(s->init > 0 && std::isfinite(s->init), "--scale-init", s->init,
+                                     "it must be a finite number > 0"));
+    AMPC_RETURN_IF_ERROR(check_range(s->growth_factor > 1 && std::isfinite(s->growth_factor),
+                                     "--scale-growth", s->growth_factor, "it must be > 1"));
+    AMPC_RETURN_IF_ERROR(check_range(s->backoff_factor > 0 && s->backoff_factor < 1,
+                                     "--scale-backoff", s->backoff_factor, "it must be in (0, 1)"));
+    AMPC_RETURN_IF_ERROR(check_range(s->growth_interval >= 1, "--scale-growth-interval",
+                                     static_cast<float>(s->growth_interval), "it must be >= 1"));
+    AMPC_RETURN_IF_ERROR(check_range(s->min_scale >= 0 && s->min_scale <= s->init, "--scale-min",
+                                     s->min_scale, "it must be in [0, --scale-init]"));
+  }
   return absl::OkStatus();
 }
 
 absl::Status compile_graph(Graph& graph, const CompileOptions& options, Diagnostics& diagnostics) {
   if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
-  AMPC_RETURN_IF_ERROR(check_mixed_precision(options));
   PassPipeline pipeline = make_pipeline(options);
   PassContext context{&diagnostics};
   AMPC_RETURN_IF_ERROR(pipeline.run(graph, context).status());
@@ -109,7 +126,6 @@ absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_pat
                                                     Diagnostics& diagnostics) {
   // Check flags and pass names before the (possibly slow) import, so a typo fails at once.
   if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
-  AMPC_RETURN_IF_ERROR(check_mixed_precision(options));
   AMPC_RETURN_IF_ERROR(make_pipeline(options).validate_options());
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(input_path, options.import));
   if (graph->training_step() != nullptr) {

@@ -21,6 +21,10 @@ struct TrainingOptions {
   OptimizerOptions optimizer;
   RunningVariance running_variance = RunningVariance::kUnbiased;
   float lr = 0.01f;  // stored in the file as the default learning rate
+  // Loss scaling (fp16). Unset: dynamic for an fp16 mixed-precision compile, none otherwise;
+  // `loss_scale_off` forces none.
+  std::optional<LossScaleOptions> loss_scale;
+  bool loss_scale_off = false;
 };
 
 // Checks the ranges (lr > 0, 0 <= momentum, dampening < 1, betas in [0, 1), eps > 0, ...); the

@@ -9,6 +9,14 @@
 //   norm of the per-tensor norms, as torch.nn.utils.clip_grad_norm_ computes it) is always an
 //   output, `grad_norm`; with clip_grad_norm > 0 every gradient is first multiplied by
 //   min(1, max_norm / (norm + 1e-6)).
+// With loss scaling (options.loss_scale; the loss-scale pass added `loss_scale` and autodiff
+//   differentiated the scaled loss): every gradient is first multiplied by 1/scale (the
+//   reciprocal in double, as GradScaler); a non-finite global norm of the unscaled gradients is
+//   an overflow (`found_inf`, a bool output): every optimizer state update (parameters, moments,
+//   step counter) then keeps the old value (Where), the scale backs off and the skipped-step
+//   count (`loss_scale.skipped_steps`) grows; otherwise the dynamic scale's growth tracker
+//   (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The decision
+//   stays in the graph: no value goes to the host in the middle of a step.
 // Assumes: autodiff ran; gradients and parameters are f32 (master weights are f32 by design).
 // Numerics: the update ops follow PyTorch's single-tensor SGD, Adam and AdamW, operation by
 //   operation (ops/optimizer.cc); nothing else is rounded.
@@ -57,8 +65,16 @@ class OptimizerPass final : public Pass {
 
     std::vector<Value*> grads;
     for (const auto& [parameter, index] : updates) grads.push_back(graph.outputs()[index]);
+    Value* scale = nullptr;
+    if (options_.loss_scale) {
+      AMPC_ASSIGN_OR_RETURN(scale, find_loss_scale(graph));
+      unscale(graph, scale, grads);
+    }
     Value* norm = add_node(graph, "GlobalNorm", grads, {TensorType{DType::kF32, {}}}, {})[0];
     norm->set_name(graph.unique_value_name("grad_norm"));
+    // Loss scaling: a non-finite norm (an inf or NaN gradient, or a sum of squares past f32's
+    // range) is an overflow, and the whole update is skipped.
+    Value* found_inf = options_.loss_scale ? non_finite(graph, norm) : nullptr;
     if (options_.clip_grad_norm > 0) {
       Value* coefficient = add_node(graph, "ClipCoefficient", {norm}, {TensorType{DType::kF32, {}}},
                                     {{"max_norm", options_.clip_grad_norm}})[0];
@@ -101,10 +117,20 @@ class OptimizerPass final : public Pass {
     one->set_constant(true);
     Node* next_step = graph.create_node(kOnnxDomain, "Add", {step, one}, {step->type()});
     state_updates.emplace_back(step, next_step->output(0));
+    if (found_inf != nullptr) {
+      // On an overflow every piece of optimizer state keeps its value: parameters, moments,
+      // the step counter.
+      for (auto& [state, update] : state_updates) update = keep_on(graph, found_inf, state, update);
+      add_loss_scale_updates(graph, scale, found_inf, state_updates);
+    }
 
     // The gradient outputs go; the norm and every state update become outputs.
     for (auto it = updates.rbegin(); it != updates.rend(); ++it) graph.erase_output(it->second);
     graph.add_output(norm);
+    if (found_inf != nullptr) {
+      found_inf->set_name(graph.unique_value_name("found_inf"));
+      graph.add_output(found_inf);
+    }
     for (const auto& [state, update] : state_updates) {
       update->set_name(graph.unique_value_name(state->name() + ".next"));
       graph.add_output(update);
@@ -114,6 +140,80 @@ class OptimizerPass final : public Pass {
   }
 
  private:
+  static absl::StatusOr<Value*> find_loss_scale(Graph& graph) {
+    for (Value* init : graph.initializers()) {
+      if (init->name() == kLossScaleName) return init;
+    }
+    return absl::FailedPreconditionError(
+        "loss scaling: the graph has no loss_scale initializer; run the loss-scale pass first");
+  }
+
+  // grad * (1 / scale), the reciprocal taken in double and rounded to f32, as GradScaler's
+  // `scale.double().reciprocal().float()`; each product rounded once in f32.
+  static void unscale(Graph& graph, Value* scale, std::vector<Value*>& grads) {
+    auto node = [&](std::string_view op, const std::vector<Value*>& operands, DType dtype,
+                    Attributes attrs = {}) {
+      Node* n =
+          graph.create_node(kOnnxDomain, op, operands, {TensorType{dtype, {}}}, std::move(attrs));
+      n->set_name(str_cat("loss_scale/", op));
+      return n->output(0);
+    };
+    Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
+    Value* inverse =
+        node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32, {{"to", DType::kF32}});
+    inverse->set_name(graph.unique_value_name("loss_scale.inverse"));
+    for (Value*& grad : grads) {
+      Node* unscaled = graph.create_node(kOnnxDomain, "Mul", {grad, inverse}, {grad->type()});
+      unscaled->set_name(str_cat(grad->name(), "/unscale"));
+      unscaled->output(0)->set_name(graph.unique_value_name(grad->name() + ".unscaled"));
+      grad = unscaled->output(0);
+    }
+  }
+
+  // Whether the f32 scalar `x` is inf or NaN, as a bool: x - x is 0 for finite x and NaN
+  // otherwise, and only NaN differs from itself.
+  static Value* non_finite(Graph& graph, Value* x) {
+    const TensorType scalar_bool{DType::kBool, {}};
+    Node* diff = graph.create_node(kOnnxDomain, "Sub", {x, x}, {x->type()});
+    Node* same =
+        graph.create_node(kOnnxDomain, "Equal", {diff->output(0), diff->output(0)}, {scalar_bool});
+    Node* found = graph.create_node(kOnnxDomain, "Not", {same->output(0)}, {scalar_bool});
+    for (Node* n : {diff, same, found}) n->set_name(str_cat("loss_scale/found_inf/", n->op_type()));
+    return found->output(0);
+  }
+
+  // `update`, or `state` unchanged when `found_inf`.
+  static Value* keep_on(Graph& graph, Value* found_inf, Value* state, Value* update) {
+    Node* where =
+        graph.create_node(kOnnxDomain, "Where", {found_inf, state, update}, {update->type()});
+    where->set_name(str_cat(state->name(), "/skip_on_overflow"));
+    return where->output(0);
+  }
+
+  // The dynamic scale's update (ampc.LossScaleUpdate) and the skipped-step count.
+  void add_loss_scale_updates(Graph& graph, Value* scale, Value* found_inf,
+                              std::vector<std::pair<Value*, Value*>>& state_updates) const {
+    const TensorType count{DType::kI64, {}};
+    Value* skipped = graph.add_initializer("loss_scale.skipped_steps", Tensor(count));
+    Node* as_count =
+        graph.create_node(kOnnxDomain, "Cast", {found_inf}, {count}, {{"to", DType::kI64}});
+    as_count->set_name("loss_scale/skipped/Cast");
+    Node* counted = graph.create_node(kOnnxDomain, "Add", {skipped, as_count->output(0)}, {count});
+    counted->set_name("loss_scale/skipped/Add");
+    state_updates.emplace_back(skipped, counted->output(0));
+    if (options_.loss_scale->mode != LossScaleOptions::Mode::kDynamic) return;
+    Value* tracker = graph.add_initializer("loss_scale.growth_tracker", Tensor(count));
+    const LossScaleOptions& o = *options_.loss_scale;
+    std::vector<Value*> next =
+        add_node(graph, "LossScaleUpdate", {scale, tracker, found_inf}, {scale->type(), count},
+                 {{"growth_factor", o.growth_factor},
+                  {"backoff_factor", o.backoff_factor},
+                  {"growth_interval", o.growth_interval},
+                  {"min_scale", o.min_scale}});
+    state_updates.emplace_back(scale, next[0]);
+    state_updates.emplace_back(tracker, next[1]);
+  }
+
   static std::vector<Value*> add_node(Graph& graph, std::string_view op,
                                       const std::vector<Value*>& operands,
                                       const std::vector<TensorType>& types, Attributes attrs) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "compiler/pass.h"
@@ -47,6 +48,23 @@ struct AutodiffOptions {
 // `p.grad`. See passes/autodiff.cc.
 std::unique_ptr<Pass> make_autodiff_pass(AutodiffOptions options = {});
 
+// Loss scaling for fp16 training (PyTorch's GradScaler).
+struct LossScaleOptions {
+  enum class Mode { kDynamic, kStatic };
+  Mode mode = Mode::kDynamic;
+  float init = 65536.0f;  // the first scale (the only one, static)
+  float growth_factor = 2.0f;
+  float backoff_factor = 0.5f;
+  int64_t growth_interval = 2000;
+  float min_scale = 0;  // backoff stops here (0: no bound, as PyTorch)
+};
+// The state the loss-scale pass adds and the optimizer pass updates.
+inline constexpr std::string_view kLossScaleName = "loss_scale";
+// "loss-scale": adds the scale (initializer `loss_scale`) and the output `<loss>.scaled` =
+// ampc.ScaleLoss(loss, loss_scale), which autodiff then differentiates, so the backward pass is
+// seeded with the scale. See passes/loss_scale.cc.
+std::unique_ptr<Pass> make_loss_scale_pass(LossScaleOptions options, std::string loss);
+
 struct OptimizerOptions {
   enum class Kind { kSgd, kAdam, kAdamW };
   Kind kind = Kind::kSgd;
@@ -62,6 +80,9 @@ struct OptimizerOptions {
   float weight_decay = 0;
   // Clip gradients by their global norm when > 0.
   float clip_grad_norm = 0;
+  // With loss scaling (the loss-scale pass ran): gradients are unscaled, a non-finite global
+  // norm skips the whole update, and a dynamic scale is updated.
+  std::optional<LossScaleOptions> loss_scale;
 };
 // "optimizer": the update of every parameter autodiff differentiated, with the optimizer state
 // as initializers and Graph::state_updates saying what replaces what. See passes/optimizer.cc.

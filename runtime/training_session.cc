@@ -89,6 +89,13 @@ std::vector<TensorInfo> TrainingSession::eval_inputs() const {
   return eval_ ? eval_->inputs() : std::vector<TensorInfo>{};
 }
 
+bool TrainingSession::has_state(std::string_view name) const {
+  for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
+    if (update.state == name) return true;
+  }
+  return false;
+}
+
 std::vector<std::string> TrainingSession::state_names() const {
   std::vector<std::string> names;
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
@@ -115,6 +122,11 @@ absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tens
     AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
   }
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
+  const bool scaled = has_state("loss_scale.skipped_steps");
+  double scale_used = NAN;
+  if (absl::StatusOr<Tensor> scale = step_->initializer("loss_scale"); scale.ok() && scaled) {
+    scale_used = scale->element_as_double(0);
+  }
   step_->set_random_stream(static_cast<uint64_t>(steps_done_));  // new dropout masks each step
   AMPC_RETURN_IF_ERROR(step_->run());
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
@@ -127,6 +139,13 @@ absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tens
   stats.loss = loss.element_as_double(0);
   AMPC_ASSIGN_OR_RETURN(Tensor norm, step_->output("grad_norm"));
   stats.grad_norm = norm.element_as_double(0);
+  if (scaled) {
+    stats.loss_scale = scale_used;
+    AMPC_ASSIGN_OR_RETURN(Tensor found, step_->output("found_inf"));
+    stats.found_inf = found.element_as_double(0) != 0;
+    AMPC_ASSIGN_OR_RETURN(Tensor skipped, step_->initializer("loss_scale.skipped_steps"));
+    stats.skipped_steps = skipped.element_as_i64(0);
+  }
   return stats;
 }
 

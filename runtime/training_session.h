@@ -17,6 +17,7 @@
 // running statistics. The eval graph reads the same parameters (copied over before evaluate).
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -32,6 +33,11 @@ struct StepStats {
   double loss = 0;
   double grad_norm = 0;
   double lr = 0;
+  // With loss scaling: the scale this step used, whether its gradients overflowed (the update
+  // was skipped), and the skipped steps so far. NaN / false / 0 without.
+  double loss_scale = NAN;
+  bool found_inf = false;
+  int64_t skipped_steps = 0;
 };
 
 class TrainingSession {
@@ -60,6 +66,7 @@ class TrainingSession {
   // Every piece of state (parameters, optimizer moments, step counter, running statistics), in
   // the order of the step's state updates.
   std::vector<std::string> state_names() const;
+  bool has_state(std::string_view name) const;
 
   // A piece of state, by initializer name.
   absl::StatusOr<Tensor> state(std::string_view name) const { return step_->initializer(name); }

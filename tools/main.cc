@@ -81,6 +81,12 @@ struct CompileFlags {
   std::string trainable;
   std::string freeze;
   std::string running_var = "unbiased";
+  std::string loss_scale;  // dynamic | static:S | none; empty: dynamic for fp16, else none
+  float scale_init = 65536.0f;
+  float scale_growth = 2.0f;
+  float scale_backoff = 0.5f;
+  int64_t scale_growth_interval = 2000;
+  float scale_min = 0;
   // Mixed precision.
   std::string precision;
   std::string opt_level;
@@ -170,6 +176,30 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
         "--label-input and --logits go with --loss cross-entropy or --loss mse");
   } else {
     options.autodiff.loss = flags.loss;
+  }
+  if (flags.loss_scale == "none") {
+    options.loss_scale_off = true;
+  } else if (!flags.loss_scale.empty()) {
+    LossScaleOptions scaling;
+    scaling.init = flags.scale_init;
+    if (flags.loss_scale.starts_with("static:")) {
+      scaling.mode = LossScaleOptions::Mode::kStatic;
+      const std::string value = flags.loss_scale.substr(7);
+      char* end = nullptr;
+      scaling.init = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0') {
+        return absl::InvalidArgumentError(
+            str_cat("--loss-scale '", flags.loss_scale, "': expected static:S with a number S"));
+      }
+    } else if (flags.loss_scale != "dynamic") {
+      return absl::InvalidArgumentError(
+          str_cat("unknown --loss-scale '", flags.loss_scale, "' (dynamic, static:S or none)"));
+    }
+    scaling.growth_factor = flags.scale_growth;
+    scaling.backoff_factor = flags.scale_backoff;
+    scaling.growth_interval = flags.scale_growth_interval;
+    scaling.min_scale = flags.scale_min;
+    options.loss_scale = scaling;
   }
   AMPC_RETURN_IF_ERROR(validate_training_options(options));
   return options;
@@ -307,6 +337,30 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
                   "initializer the loss depends on)")
       ->group(group);
   compile.add_option("--freeze", flags.freeze, "Do not train initializers matching this regex")
+      ->group(group);
+  compile
+      .add_option("--loss-scale", flags.loss_scale,
+                  "Loss scaling: dynamic (PyTorch's GradScaler), static:S, or none (default: "
+                  "dynamic for --precision fp16, none otherwise)")
+      ->group(group);
+  compile.add_option("--scale-init", flags.scale_init, "The first dynamic loss scale")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--scale-growth", flags.scale_growth, "Growth factor of the dynamic scale")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--scale-backoff", flags.scale_backoff, "Backoff factor on an overflow")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-growth-interval", flags.scale_growth_interval,
+                  "Clean steps before the scale grows")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-min", flags.scale_min,
+                  "The scale never backs off below this (0: no bound)")
+      ->capture_default_str()
       ->group(group);
   compile
       .add_option("--bn-running-var", flags.running_var,

@@ -66,9 +66,12 @@ class Progress {
     const double elapsed = std::chrono::duration<double>(now - start_).count();
     const double rate = elapsed > 0 ? static_cast<double>(stats.step - first_step_) / elapsed : 0;
     const double eta = rate > 0 ? static_cast<double>(total_ - stats.step) / rate : NAN;
-    const std::string numbers = fmt::format(
-        "step {}/{}  loss {:.4f}  grad_norm {:.3g}  lr {:.3g}  {:.1f} steps/s  ETA {}", stats.step,
-        total_, stats.loss, stats.grad_norm, stats.lr, rate, format_duration(eta));
+    std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {:.3g}  lr {:.3g}",
+                                      stats.step, total_, stats.loss, stats.grad_norm, stats.lr);
+    if (!std::isnan(stats.loss_scale)) {
+      numbers += fmt::format("  scale {:g}  skipped {}", stats.loss_scale, stats.skipped_steps);
+    }
+    numbers += fmt::format("  {:.1f} steps/s  ETA {}", rate, format_duration(eta));
     if (bar_) {
       constexpr int kWidth = 24;
       const int filled = static_cast<int>(kWidth * stats.step / std::max<int64_t>(total_, 1));
@@ -187,17 +190,23 @@ int train(const TrainFlags& flags) {
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
 
+  std::optional<runtime::StepStats> last_stats;
   while (session.steps_done() < flags.steps && !interrupted.load()) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
     absl::StatusOr<runtime::StepStats> stats =
         session.step(data->batch(index), static_cast<float>(lr));
     if (!stats.ok()) return report_error(stats.status());
+    last_stats = *stats;
     if (log.is_open()) {
-      log << fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {}}})", stats->step,
-                         json_number(stats->loss), json_number(stats->grad_norm),
-                         json_number(stats->lr))
-          << "\n";
+      std::string line = fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {})",
+                                     stats->step, json_number(stats->loss),
+                                     json_number(stats->grad_norm), json_number(stats->lr));
+      if (!std::isnan(stats->loss_scale)) {
+        line += fmt::format(R"(, "loss_scale": {}, "found_inf": {}, "skipped": {})",
+                            json_number(stats->loss_scale), stats->found_inf, stats->skipped_steps);
+      }
+      log << line << "}\n";
       log.flush();
     }
     if (show) progress.update(*stats);
@@ -224,6 +233,11 @@ int train(const TrainFlags& flags) {
     return kExitInterrupted;
   }
   if (!checkpoint.empty()) std::cerr << "ampc: saved " << checkpoint << "\n";
+  if (last_stats && !std::isnan(last_stats->loss_scale)) {
+    std::cerr << "ampc: " << last_stats->skipped_steps
+              << " steps skipped on overflow; loss scale now "
+              << session.state("loss_scale")->element_as_double(0) << "\n";
+  }
   if (!flags.eval_data.empty()) {
     if (absl::Status status = report_evaluation(session, flags.eval_data); !status.ok()) {
       return report_error(status);

@@ -3,7 +3,9 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <charconv>
 #include <iterator>
 #include <utility>
 #include <variant>
@@ -63,6 +65,15 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     body(n * chunk / chunks, n * (chunk + 1) / chunks);
   }
+}
+
+double decimal_attr(const Node& node, std::string_view name) {
+  const float value = node.float_attr(name);
+  std::array<char, 32> text;
+  const auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
+  double result = value;
+  if (error == std::errc()) std::from_chars(text.data(), end, result);
+  return result;
 }
 
 }  // namespace ampc::runtime::cpu

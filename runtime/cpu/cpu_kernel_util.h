@@ -80,6 +80,10 @@ KernelDef kernel_def(std::string op, KernelOptions options = {});
 // The same for an internal op of the ampc domain (gradients, optimizer updates).
 KernelDef ampc_kernel_def(std::string op, KernelOptions options = {});
 
+// A float attribute as the double its shortest decimal spelling names: 0.9f as Python's 0.9.
+// (That decimal rounds back to the float, so rounding the result to float gives the attribute.)
+double decimal_attr(const Node& node, std::string_view name);
+
 // Element i of a float operand of any float element type, in the compute type C: for kernels
 // whose operands may differ in dtype (f16 activations with f32 statistics).
 template <typename C>

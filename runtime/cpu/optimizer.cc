@@ -59,20 +59,6 @@ namespace {
 
 constexpr int64_t kUpdateGrain = 1 << 14;
 
-// The double the shortest decimal spelling of `value` names: the attribute 0.9f as Python's 0.9.
-// (That decimal rounds back to `value`, so [x] of the result is the attribute itself.)
-double decimal_value(float value) {
-  std::array<char, 32> text;
-  const auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
-  double result = value;
-  if (error == std::errc()) std::from_chars(text.data(), end, result);
-  return result;
-}
-
-double decimal_attr(const Node& node, std::string_view name) {
-  return decimal_value(node.float_attr(name));
-}
-
 // The one element of an f32 or f64 scalar operand, exactly.
 double read_scalar(const TensorArg& arg) {
   return arg.dtype() == DType::kF32 ? arg.in<float>()[0] : arg.in<double>()[0];

@@ -93,7 +93,8 @@ uint64_t mix64(uint64_t x) {
 }
 
 // Whether element i is kept: a uniform draw in [0, 1) from (seed, random stream, i) alone, so
-// the mask does not depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random stream.
+// the mask does not depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random
+// stream.
 bool dropout_keeps(uint64_t seed_key, int64_t i, double ratio) {
   const double uniform =
       static_cast<double>(mix64(seed_key + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;

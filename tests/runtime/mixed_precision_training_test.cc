@@ -1,6 +1,8 @@
-// Training parity: each example model trained 200 AdamW steps on its example data in bf16 (O1)
-// reaches, on the held-out data, a loss within 2% of the same run in f32 from the same initial
-// weights, with every step's loss finite. (fp16 training waits for loss scaling.)
+// Training parity: each example model trained 200 AdamW steps on its example data in bf16 and
+// in fp16 with dynamic loss scaling (O1) reaches, on the held-out data, a loss within 2% of the
+// same run in f32 from the same initial weights, with every step's loss finite. (The rate, 1e-3,
+// keeps all three runs in the stable regime: at 3e-3 tiny_gpt's f32 run itself turns chaotic
+// around step 75, and any rounding difference then grows into a different trajectory.)
 #include <cmath>
 
 #include "compiler/compile.h"
@@ -13,21 +15,21 @@ namespace ampc::runtime {
 namespace {
 
 constexpr int kSteps = 200;
-constexpr float kLr = 3e-3f;
+constexpr float kLr = 1e-3f;
 
 struct TrainingRun {
   double eval_loss = NAN;
-  int low_precision_nodes = 0;  // nodes of the training step computing in bf16
+  int low_precision_nodes = 0;  // nodes of the training step computing in the low dtype
 };
 
-TrainingRun train(const std::string& model, bool bf16) {
+TrainingRun train(const std::string& model, DType low) {
   CompileOptions options;
   options.training = TrainingOptions{};
   options.training->optimizer.kind = OptimizerOptions::Kind::kAdamW;
   options.training->optimizer.weight_decay = 0.01f;
-  if (bf16) {
+  if (low != DType::kF32) {
     options.mixed_precision = MixedPrecisionOptions{};
-    options.mixed_precision->policy.low = DType::kBF16;
+    options.mixed_precision->policy.low = low;
     options.mixed_precision->policy.low_source = "test";
   }
   Diagnostics diagnostics;
@@ -37,7 +39,7 @@ TrainingRun train(const std::string& model, bool bf16) {
   if (!graph.ok()) return {};
   TrainingRun run;
   for (const auto& node : (*graph)->training_step()->nodes()) {
-    run.low_precision_nodes += node->precision().compute == DType::kBF16;
+    run.low_precision_nodes += low != DType::kF32 && node->precision().compute == low;
   }
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::create(*std::move(graph));
@@ -53,7 +55,7 @@ TrainingRun train(const std::string& model, bool bf16) {
     absl::StatusOr<StepStats> stats = (*session)->step(data->batch(i), kLr);
     EXPECT_TRUE(stats.ok()) << stats.status();
     if (!stats.ok() || !std::isfinite(stats->loss)) {
-      ADD_FAILURE() << model << (bf16 ? " bf16" : " f32") << ": step " << i << " loss "
+      ADD_FAILURE() << model << " " << dtype_name(low) << ": step " << i << " loss "
                     << (stats.ok() ? stats->loss : NAN);
       return {};
     }
@@ -71,14 +73,17 @@ TrainingRun train(const std::string& model, bool bf16) {
 
 class MixedPrecisionTraining : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(MixedPrecisionTraining, Bf16ReachesTheF32LossWithin2Percent) {
-  const TrainingRun f32 = train(GetParam(), /*bf16=*/false);
-  const TrainingRun bf16 = train(GetParam(), /*bf16=*/true);
+TEST_P(MixedPrecisionTraining, Bf16AndFp16ReachTheF32LossWithin2Percent) {
+  const TrainingRun f32 = train(GetParam(), DType::kF32);
+  ASSERT_TRUE(std::isfinite(f32.eval_loss));
   EXPECT_EQ(f32.low_precision_nodes, 0);
-  EXPECT_GT(bf16.low_precision_nodes, 0);
-  ASSERT_TRUE(std::isfinite(f32.eval_loss) && std::isfinite(bf16.eval_loss));
-  EXPECT_LT(std::abs(bf16.eval_loss - f32.eval_loss), 0.02 * f32.eval_loss)
-      << "f32 " << f32.eval_loss << ", bf16 " << bf16.eval_loss;
+  for (DType low : {DType::kBF16, DType::kF16}) {
+    const TrainingRun run = train(GetParam(), low);
+    EXPECT_GT(run.low_precision_nodes, 0) << dtype_name(low);
+    ASSERT_TRUE(std::isfinite(run.eval_loss)) << dtype_name(low);
+    EXPECT_LT(std::abs(run.eval_loss - f32.eval_loss), 0.02 * f32.eval_loss)
+        << dtype_name(low) << ": " << run.eval_loss << ", f32 " << f32.eval_loss;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MixedPrecisionTraining,

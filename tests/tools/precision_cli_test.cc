@@ -59,7 +59,12 @@ TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
       {"--precision fp16 --opt-level O7", "unknown --opt-level 'O7'"},
       {"--deny Gemm", "add --precision"},
       {"--precision fp16 --policy " + path("missing.json"), "cannot read --policy"},
-      {"--precision fp16 --optimizer sgd", "needs loss scaling"},
+      {"--precision fp16 --optimizer sgd --loss-scale static:abc", "expected static:S"},
+      {"--precision fp16 --optimizer sgd --loss-scale always", "unknown --loss-scale 'always'"},
+      {"--precision fp16 --optimizer sgd --loss-scale dynamic --scale-backoff 1.5",
+       "--scale-backoff 1.5"},
+      {"--precision fp16 --optimizer sgd --loss-scale dynamic --scale-growth-interval 0",
+       "--scale-growth-interval"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);

@@ -1,0 +1,107 @@
+// Loss-scaling ops (domain ampc), used by the loss-scale and optimizer passes for fp16 training:
+//
+// ScaleLoss(loss, scale) = loss * scale. Differentiating the scaled loss seeds the backward pass
+//   with `scale` instead of 1 (d scaled / d loss = scale, exactly), so small gradients survive
+//   fp16. `scale` is state, not a parameter: it gets no gradient (and so autodiff never trains
+//   it).
+// LossScaleUpdate(scale, growth_tracker, found_inf) -> (scale, growth_tracker): the dynamic scale
+//   update of PyTorch's GradScaler (torch._amp_update_scale_): on an overflow the scale is
+//   multiplied by backoff_factor and the tracker reset; otherwise the tracker counts clean steps,
+//   and at growth_interval the scale is multiplied by growth_factor (unless that would be inf)
+//   and the tracker reset. min_scale (ampc's, 0: none) bounds the backoff from below.
+#include "compiler/grad_builder.h"
+#include "ops/op_util.h"
+
+namespace ampc::ops {
+namespace {
+
+absl::Status expect_one_element(const InferenceContext& ctx, int i, std::string_view name) {
+  if (ctx.input_type(i).num_elements() != 1) {
+    return absl::InvalidArgumentError(
+        str_cat(name, " must hold one element, got ", type_to_string(ctx.input_type(i))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status infer_scale_loss(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 0, "loss"));
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 1, "scale"));
+  AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, 1));
+  ctx.set_output(0, ctx.input_type(0));
+  return absl::OkStatus();
+}
+
+// d(loss * scale)/d loss = scale.
+absl::StatusOr<Grads> scale_loss_grad(GradBuilder& b) {
+  Value* grad = b.op("Mul", {b.grad_of_output(0), b.input(1)});
+  return Grads{b.op("Reshape", {grad, b.int64s(b.input(0)->shape())}), nullptr};
+}
+
+OpDef scale_loss() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "ScaleLoss";
+  def.summary = "loss * scale: the loss autodiff differentiates under loss scaling";
+  def.inputs = {input("loss", {DType::kF32, DType::kF64}),
+                input("scale", {DType::kF32, DType::kF64})};
+  def.outputs = {input("scaled")};
+  def.infer = infer_scale_loss;
+  def.gradient = scale_loss_grad;
+  def.no_gradient_inputs = {1};
+  def.autocast.category = AutocastCategory::kDeny;
+  const TensorType scalar{DType::kF32, {}};
+  const TensorType one{DType::kF32, {1}};
+  def.samples = {{"scalar loss", {scalar, scalar}, {}, {}, {scalar}},
+                 {"one-element loss", {one, scalar}, {}, {}, {one}}};
+  return def;
+}
+
+absl::Status infer_loss_scale_update(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 0, "scale"));
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 1, "growth_tracker"));
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 2, "found_inf"));
+  if (ctx.int_attr("growth_interval") < 1) {
+    return absl::InvalidArgumentError(
+        str_cat("growth_interval must be >= 1, got ", ctx.int_attr("growth_interval")));
+  }
+  ctx.set_output(0, ctx.input_type(0));
+  ctx.set_output(1, ctx.input_type(1));
+  return absl::OkStatus();
+}
+
+OpDef loss_scale_update() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "LossScaleUpdate";
+  def.summary = "GradScaler's dynamic loss-scale update (torch._amp_update_scale_)";
+  def.inputs = {input("scale", {DType::kF32}), input("growth_tracker", {DType::kI64}),
+                input("found_inf", {DType::kBool})};
+  def.outputs = {input("scale_out"), input("growth_tracker_out")};
+  def.attrs = {attr("growth_factor", 2.0f), attr("backoff_factor", 0.5f),
+               attr("growth_interval", int64_t{2000}), attr("min_scale", 0.0f)};
+  def.infer = infer_loss_scale_update;
+  def.no_gradient_inputs = {0, 1, 2};
+  def.no_gradient_outputs = {0, 1};
+  def.autocast.category = AutocastCategory::kDeny;
+  const std::vector<TensorType> inputs = {TensorType{DType::kF32, {}}, TensorType{DType::kI64, {}},
+                                          TensorType{DType::kBool, {}}};
+  const std::vector<TensorType> outputs = {TensorType{DType::kF32, {}},
+                                           TensorType{DType::kI64, {}}};
+  def.samples = {{"GradScaler's defaults", inputs, {}, {}, outputs},
+                 {"short interval, gentle backoff",
+                  inputs,
+                  {},
+                  {{"growth_interval", int64_t{3}}, {"backoff_factor", 0.25f}},
+                  outputs}};
+  return def;
+}
+
+void register_loss_scale_ops(OpRegistry& registry) {
+  registry.add(scale_loss());
+  registry.add(loss_scale_update());
+}
+
+const OpRegistration kRegistration(&register_loss_scale_ops);
+
+}  // namespace
+}  // namespace ampc::ops
