@@ -260,6 +260,23 @@ class AutocastPass final : public Pass {
 
 }  // namespace
 
+void describe_undecided_nodes(Graph& graph, std::string_view reason) {
+  const bool decided = std::any_of(graph.nodes().begin(), graph.nodes().end(),
+                                   [](const auto& node) { return !node->precision().empty(); });
+  if (!decided) return;
+  for (const auto& node : graph.nodes()) {
+    if (!node->precision().empty()) continue;
+    PrecisionDecision d;
+    for (int i = 0; i < node->num_outputs() && !d.compute; ++i) {
+      if (node->has_output(i) && is_float_dtype(node->output(i)->dtype())) {
+        d.compute = node->output(i)->dtype();
+      }
+    }
+    d.reason = d.compute ? std::string(reason) : "no floating-point data";
+    node->mutable_precision() = std::move(d);
+  }
+}
+
 std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy) {
   return std::make_unique<AutocastPass>(std::move(policy));
 }

@@ -139,6 +139,29 @@ class Walker {
     });
   }
 
+  // The nodes a gradient rule just added (the tail of the node list from `first`) compute in the
+  // dtype of what they produce; autocast's decision of the forward node is their reason.
+  void describe_gradient_nodes(const Node& forward, int first) {
+    if (forward.precision().empty()) return;  // compiled without mixed precision
+    const std::vector<Node*> nodes = graph_.node_list();
+    const std::string label = forward.name().empty() ? forward.op_type() : forward.name();
+    for (int i = first; i < static_cast<int>(nodes.size()); ++i) {
+      Node& n = *nodes[i];
+      if (!n.precision().empty()) continue;
+      PrecisionDecision d;
+      for (int k = 0; k < n.num_outputs() && !d.compute; ++k) {
+        if (n.has_output(k) && is_float_value(n.output(k))) d.compute = n.output(k)->dtype();
+      }
+      const bool reduces =
+          n.op_type().starts_with("Reduce") ||
+          (n.def() != nullptr && n.def()->autocast.category == AutocastCategory::kAllow) ||
+          n.op_type().find("Conv") != std::string::npos;
+      if (reduces && forward.precision().accumulate) d.accumulate = forward.precision().accumulate;
+      d.reason = str_cat("gradient of ", label);
+      n.mutable_precision() = std::move(d);
+    }
+  }
+
   // Whether a graph output depends on `value` through differentiable operands.
   static bool reaches_an_output(const Value* value) {
     std::vector<const Value*> work = {value};
@@ -223,6 +246,7 @@ class Walker {
   }
 
   absl::Status backprop(Node& node) {
+    const int nodes_before = graph_.num_nodes();
     std::vector<Value*> output_grads;
     bool any_grad = false;
     for (int i = 0; i < node.num_outputs(); ++i) {
@@ -266,6 +290,7 @@ class Walker {
       }
       add_contribution(operand, grad);
     }
+    describe_gradient_nodes(node, nodes_before);
     return absl::OkStatus();
   }
 

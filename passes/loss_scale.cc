@@ -41,6 +41,7 @@ class LossScalePass final : public Pass {
     node->set_name("loss_scale/ScaleLoss");
     node->output(0)->set_name(graph.unique_value_name(str_cat(loss_, ".scaled")));
     graph.add_output(node->output(0));
+    describe_undecided_nodes(graph, "loss scaling (fp32)");
     return true;
   }
 

@@ -136,6 +136,7 @@ class OptimizerPass final : public Pass {
       graph.add_output(update);
       graph.add_state_update(state->name(), update->name());
     }
+    describe_undecided_nodes(graph, "optimizer: fp32 master weights and state");
     return true;
   }
 

@@ -27,6 +27,11 @@ std::unique_ptr<Pass> make_infer_shapes_pass();
 // `policy`; nothing else changes. See passes/autocast.cc and docs/precision-policy.md.
 std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy);
 
+// Gives every node that has float data but no decision the compute dtype of its first float
+// output and `reason` (the nodes the optimizer and loss-scale passes add), when the graph was
+// compiled with mixed precision (some node has a decision); otherwise does nothing.
+void describe_undecided_nodes(Graph& graph, std::string_view reason);
+
 // "insert-casts": one Cast per (value, dtype) so every node reads its operands in the dtype
 // autocast decided; graph outputs keep their dtypes. See passes/insert_casts.cc.
 std::unique_ptr<Pass> make_insert_casts_pass();

@@ -14,6 +14,7 @@
 #include "compiler/report.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "tools/precision_report.h"
 #include "tools/run_command.h"
 #include "tools/train_command.h"
 
@@ -240,6 +241,7 @@ int run_compile(const CompileFlags& flags) {
 struct InspectFlags {
   std::string input;
   std::string format = "text";
+  bool precision = false;
   std::vector<std::string> shapes;
 };
 
@@ -250,6 +252,15 @@ int run_inspect(const InspectFlags& flags) {
   options.input_shapes = *std::move(shapes);
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(flags.input, options);
   if (!graph.ok()) return report_error(graph.status());
+  if (flags.precision) {
+    if (flags.format == "json") {
+      return report_error(absl::UnimplementedError(
+          "--precision prints text; its JSON form is not built yet (--format json alone gives "
+          "each node's decision in its \"precision\" field)"));
+    }
+    std::cout << precision_report(**graph);
+    return 0;
+  }
   std::cout << (flags.format == "json" ? inspect_json(**graph) : inspect_text(**graph));
   return 0;
 }
@@ -410,6 +421,9 @@ int run(int argc, char** argv) {
       ->add_option("--format", inspect_flags.format,
                    "text (default) or json (schema in docs/inspect-json.md)")
       ->check(CLI::IsMember({"text", "json"}));
+  inspect->add_flag("--precision", inspect_flags.precision,
+                    "Per node: operand dtypes, compute/accumulate/output dtype and the reason; "
+                    "then casts and planned memory");
   inspect->add_option("--shape", inspect_flags.shapes,
                       "Fix an input's shape, NAME:DIMxDIMx... Repeatable.");
 

@@ -47,6 +47,26 @@ TEST_F(PrecisionCliTest, Fp16ModelCarriesItsDecisionsAndPassesTheChecker) {
   EXPECT_EQ(casts, 8);
 }
 
+TEST_F(PrecisionCliTest, InspectPrecisionShowsEveryDecisionAndTheCasts) {
+  CliResult r = compile("mlp", "--precision fp16 --optimizer sgd");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_ampc("inspect --precision " + path("out.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // A Gemm: its operands cast to f16, computing in f16 with f32 accumulation, and why.
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "/fc1/Gemm +Gemm +f16,f16,f16 +f16 +f32 +f16 +allow-list Gemm"));
+  EXPECT_THAT(r.out, HasSubstr("casts: 8 (7 to f16, 1 to f32)"));
+  // The training step: backward nodes take their forward node's precision, the update is fp32.
+  EXPECT_THAT(r.out, HasSubstr("precision of training step"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("/fc1/Gemm/grad/Gemm +Gemm +f16,f16 +f16 +f32 "
+                                              "+f16 +gradient of /fc1/Gemm"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("fc1.weight/to_f16/grad/Cast +Cast +f16 +f32 +- "
+                                              "+f32 +gradient of fc1.weight/to_f16"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex(
+                         "optimizer/SGD +ampc.SGD .* f32 .*optimizer: fp32 master weights"));
+  EXPECT_THAT(r.out, HasSubstr("planned memory:"));
+}
+
 TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
   const struct {
     std::string flags;
