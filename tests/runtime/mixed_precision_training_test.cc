@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "compiler/compile.h"
+#include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
 #include "runtime/batch_data.h"
 #include "runtime/training_session.h"
@@ -84,6 +85,67 @@ TEST_P(MixedPrecisionTraining, Bf16AndFp16ReachTheF32LossWithin2Percent) {
     EXPECT_LT(std::abs(run.eval_loss - f32.eval_loss), 0.02 * f32.eval_loss)
         << dtype_name(low) << ": " << run.eval_loss << ", f32 " << f32.eval_loss;
   }
+}
+
+// The mlp's loss multiplied by 1e-8 (and the rate by 1e8, so exact arithmetic would take the same
+// steps): in fp16 its gradients fall below fp16's smallest subnormal, so without loss scaling
+// nothing trains; with a dynamic scale (starting at 2^24) the same model trains.
+double mean_loss_of_last_steps(bool scaling) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      import_onnx_file(testing::source_path("models/mlp.onnx"));
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return NAN;
+  Graph& g = **graph;
+  Value* loss = nullptr;
+  int index = 0;
+  for (int i = 0; i < static_cast<int>(g.outputs().size()); ++i) {
+    if (g.outputs()[i]->name() == "loss") std::tie(loss, index) = std::make_pair(g.outputs()[i], i);
+  }
+  EXPECT_NE(loss, nullptr);
+  Value* tiny = g.add_initializer("tiny", Tensor::from_f32({}, {1e-8f}));
+  tiny->set_constant(true);
+  Node* scaled = g.create_node(kOnnxDomain, "Mul", {loss, tiny}, {loss->type()});
+  loss->set_name("loss.unscaled");
+  scaled->output(0)->set_name("loss");
+  g.set_output(index, scaled->output(0));
+
+  CompileOptions options;
+  options.mixed_precision = MixedPrecisionOptions{};
+  options.mixed_precision->policy.low_source = "test";
+  options.training = TrainingOptions{};
+  options.training->optimizer.momentum = 0.9f;
+  if (scaling) {
+    options.training->loss_scale = LossScaleOptions{};
+    options.training->loss_scale->init = 16777216.0f;  // 2^24
+    options.training->loss_scale->growth_interval = 20;
+  } else {
+    options.training->loss_scale_off = true;
+  }
+  Diagnostics diagnostics;
+  absl::Status compiled = compile_graph(g, options, diagnostics);
+  EXPECT_TRUE(compiled.ok()) << compiled;
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::create(*std::move(graph));
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return NAN;
+  absl::StatusOr<BatchData> data =
+      BatchData::load(testing::source_path("models/mlp.train.npz"), (*session)->batch_inputs());
+  EXPECT_TRUE(data.ok()) << data.status();
+  double sum = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    absl::StatusOr<StepStats> stats = (*session)->step(data->batch(i), 0.05f * 1e8f);
+    EXPECT_TRUE(stats.ok()) << stats.status();
+    if (i >= 180) sum += stats->loss * 1e8 / 20;  // the cross-entropy itself
+  }
+  return sum;
+}
+
+TEST(LossScalingTraining, AnUnderflowingLossTrainsOnlyWithLossScaling) {
+  const double without = mean_loss_of_last_steps(false);
+  const double with = mean_loss_of_last_steps(true);
+  // ln 10 = 2.303 is the loss of a model that knows nothing.
+  EXPECT_GT(without, 2.2) << "without loss scaling";
+  EXPECT_LT(with, 1.0) << "with loss scaling";
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, MixedPrecisionTraining,
