@@ -105,21 +105,72 @@ absl::Status save_checkpoint(const runtime::TrainingSession& session, const std:
   return session.save_checkpoint((std::filesystem::path(dir) / kCheckpointFile).string());
 }
 
-// Mean of each scalar output of the eval graph over every batch of `data`.
+// The class-index inputs a float output of shape [N, C, d...] can be scored against: integer
+// inputs shaped [N, d...] (the labels of a classifier), by output name.
+std::map<std::string, std::string> accuracy_pairs(const std::vector<runtime::TensorInfo>& inputs,
+                                                  const std::map<std::string, Tensor>& outputs) {
+  std::map<std::string, std::string> pairs;
+  for (const auto& [name, value] : outputs) {
+    if (!is_float(value.dtype()) || value.shape().size() < 2) continue;
+    Shape without_classes = value.shape();
+    without_classes.erase(without_classes.begin() + 1);
+    for (const runtime::TensorInfo& input : inputs) {
+      const bool integer = input.type.dtype == DType::kI64 || input.type.dtype == DType::kI32;
+      if (integer && input.type.shape == without_classes) pairs.emplace(name, input.name);
+    }
+  }
+  return pairs;
+}
+
+// How many positions of `scores` [N, C, d...] have their largest score at `labels`' class.
+int64_t correct(const Tensor& scores, const Tensor& labels) {
+  const int64_t n = scores.shape()[0];
+  const int64_t classes = scores.shape()[1];
+  const int64_t inner = scores.num_elements() / std::max<int64_t>(n * classes, 1);
+  int64_t hits = 0;
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t k = 0; k < inner; ++k) {
+      int64_t best = 0;
+      for (int64_t c = 1; c < classes; ++c) {
+        if (scores.element_as_double((b * classes + c) * inner + k) >
+            scores.element_as_double((b * classes + best) * inner + k)) {
+          best = c;
+        }
+      }
+      hits += labels.element_as_i64(b * inner + k) == best;
+    }
+  }
+  return hits;
+}
+
+// The mean of each scalar output of the eval graph (the loss) over every batch of `data`, and
+// the accuracy of each classifier output against its labels.
 absl::Status report_evaluation(runtime::TrainingSession& session, const std::string& path) {
   AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
                         runtime::BatchData::load(path, session.eval_inputs()));
   std::map<std::string, double> sums;
+  std::map<std::string, std::pair<int64_t, int64_t>> hits;  // output -> (correct, total)
   for (int64_t i = 0; i < data.num_batches(); ++i) {
-    AMPC_ASSIGN_OR_RETURN(auto outputs, session.evaluate(data.batch(i)));
+    const std::map<std::string, Tensor> batch = data.batch(i);
+    AMPC_ASSIGN_OR_RETURN(auto outputs, session.evaluate(batch));
     for (const auto& [name, value] : outputs) {
       if (value.num_elements() == 1) sums[name] += value.element_as_double(0);
+    }
+    for (const auto& [output, label] : accuracy_pairs(session.eval_inputs(), outputs)) {
+      const Tensor& labels = batch.at(label);
+      hits[output].first += correct(outputs.at(output), labels);
+      hits[output].second += labels.num_elements();
     }
   }
   for (const auto& [name, sum] : sums) {
     std::cerr << fmt::format("ampc: eval {} {:.6g} (mean over {} batches of {})\n", name,
                              sum / static_cast<double>(data.num_batches()), data.num_batches(),
                              path);
+  }
+  for (const auto& [name, count] : hits) {
+    std::cerr << fmt::format("ampc: eval accuracy of {} {:.4f} ({} of {})\n", name,
+                             static_cast<double>(count.first) / static_cast<double>(count.second),
+                             count.first, count.second);
   }
   return absl::OkStatus();
 }

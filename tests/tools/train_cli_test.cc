@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <numbers>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -282,6 +283,21 @@ TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndGivesTheOutputsOfEvaluate)
   absl::StatusOr<Tensor> untrained = runtime::read_npy(path("untrained/logits.npy"));
   ASSERT_TRUE(untrained.ok()) << untrained.status();
   EXPECT_NE(*logits, *untrained);
+}
+
+// --eval-data reports the mean loss and, for an output of class scores [N, C] with an integer
+// label input [N], the accuracy over every held-out sample.
+TEST_F(TrainCliTest, EvalDataReportsLossAndAccuracy) {
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.003");
+  CliResult r = train(trained, mlp_data() + " --steps 100 --eval-data " + data("mlp.eval.npz"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: eval loss "));
+  std::smatch match;
+  const std::regex accuracy(R"(eval accuracy of logits ([0-9.]+) \(([0-9]+) of 192\))");
+  ASSERT_TRUE(std::regex_search(r.err, match, accuracy)) << r.err;
+  // 24 batches of 8 held-out digits; after 100 steps far better than chance (0.1).
+  EXPECT_GT(std::stod(match[1]), 0.5);
+  EXPECT_NEAR(std::stod(match[1]), std::stod(match[2]) / 192.0, 1e-4);
 }
 
 TEST_F(TrainCliTest, BadDataArraysAreNamedAndNothingIsWritten) {
