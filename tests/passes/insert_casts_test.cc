@@ -1,7 +1,5 @@
-// insert-casts and eliminate-casts, in text IR: exactly the casts the decisions need, one per
-// (value, dtype); graph outputs keep their dtypes; constants converted at compile time; and the
-// elimination rules (no-op casts, duplicates, exact round trips, value-changing round trips kept
-// unless allowed).
+// insert-casts, in text IR: exactly the casts the decisions need, one per (value, dtype); graph
+// outputs keep their dtypes; constants converted at compile time; fp32 operands stay fp32.
 #include "compiler/precision_policy.h"
 #include "passes/passes.h"
 #include "tests/test_util.h"
@@ -112,65 +110,6 @@ TEST(InsertCasts, Fp32OperandsStayFp32) {
   EXPECT_EQ(bn->output(0)->dtype(), DType::kF16);
   // x and w for the Conv, and the Relu's output back to f32: three casts.
   EXPECT_EQ(count_casts(*graph), 3);
-}
-
-TEST(EliminateCasts, RemovesNoOpsDuplicatesAndExactRoundTrips) {
-  auto pass = make_eliminate_casts_pass();
-  EXPECT_TRUE(testing::expect_pass(*pass, R"(
-    graph g(%x: f32[4], %h: f16[4]) opset(17) {
-      %same = Cast<to=f32>(%x) : f32[4]
-      %up = Cast<to=f32>(%h) : f32[4]
-      %down = Cast<to=f16>(%up) : f16[4]
-      %d1 = Cast<to=f32>(%h) : f32[4]
-      %d2 = Cast<to=f32>(%h) : f32[4]
-      %sum = Add(%d1, %d2) : f32[4]
-      %r = Relu(%down) : f16[4]
-      %y = Add(%same, %sum) : f32[4]
-      return %y, %r
-    })",
-                                   R"(
-    graph g(%x: f32[4], %h: f16[4]) opset(17) {
-      %up = Cast<to=f32>(%h) : f32[4]
-      %sum = Add(%up, %up) : f32[4]
-      %r = Relu(%h) : f16[4]
-      %y = Add(%x, %sum) : f32[4]
-      return %y, %r
-    })"));
-}
-
-TEST(EliminateCasts, ChainsGoStraightFromTheSource) {
-  auto pass = make_eliminate_casts_pass();
-  EXPECT_TRUE(testing::expect_pass(*pass, R"(
-    graph g(%h: f16[4]) opset(17) {
-      %up = Cast<to=f32>(%h) : f32[4]
-      %b = Cast<to=bf16>(%up) : bf16[4]
-      return %b
-    })",
-                                   R"(
-    graph g(%h: f16[4]) opset(17) {
-      %b = Cast<to=bf16>(%h) : bf16[4]
-      return %b
-    })"));
-}
-
-// f32 -> f16 -> f32 rounds: the program computes with the rounded value, so the round trip
-// stays unless the user allows the excess precision.
-TEST(EliminateCasts, ValueChangingRoundTripsStayUnlessExcessPrecisionIsAllowed) {
-  constexpr std::string_view kText = R"(
-    graph g(%x: f32[4]) opset(17) {
-      %down = Cast<to=f16>(%x) : f16[4]
-      %up = Cast<to=f32>(%down) : f32[4]
-      %y = Relu(%up) : f32[4]
-      return %y
-    })";
-  auto strict = make_eliminate_casts_pass();
-  EXPECT_FALSE(testing::expect_pass(*strict, kText, kText));
-  auto excess = make_eliminate_casts_pass(/*allow_excess_precision=*/true);
-  EXPECT_TRUE(testing::expect_pass(*excess, kText, R"(
-    graph g(%x: f32[4]) opset(17) {
-      %y = Relu(%x) : f32[4]
-      return %y
-    })"));
 }
 
 }  // namespace
