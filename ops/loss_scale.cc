@@ -9,6 +9,9 @@
 //   multiplied by backoff_factor and the tracker reset; otherwise the tracker counts clean steps,
 //   and at growth_interval the scale is multiplied by growth_factor (unless that would be inf)
 //   and the tracker reset. min_scale (ampc's, 0: none) bounds the backoff from below.
+//   With hysteresis h > 1 (Megatron-LM's DynamicGradScaler) and the optional state
+//   hysteresis_left, an overflow only backs off once hysteresis_left, decremented per overflow,
+//   reaches 0; growth resets it to h. h = 1 without that state is GradScaler exactly.
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -60,12 +63,21 @@ absl::Status infer_loss_scale_update(InferenceContext& ctx) {
   AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 0, "scale"));
   AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 1, "growth_tracker"));
   AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 2, "found_inf"));
+  if (ctx.has_input(3)) AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 3, "hysteresis_left"));
+  if (ctx.has_input(3) != ctx.has_output(2)) {
+    return absl::InvalidArgumentError("hysteresis_left is an input exactly when it is an output");
+  }
+  if (ctx.int_attr("hysteresis") < 1) {
+    return absl::InvalidArgumentError(
+        str_cat("hysteresis must be >= 1, got ", ctx.int_attr("hysteresis")));
+  }
   if (ctx.int_attr("growth_interval") < 1) {
     return absl::InvalidArgumentError(
         str_cat("growth_interval must be >= 1, got ", ctx.int_attr("growth_interval")));
   }
   ctx.set_output(0, ctx.input_type(0));
   ctx.set_output(1, ctx.input_type(1));
+  if (ctx.has_input(3)) ctx.set_output(2, ctx.input_type(3));
   return absl::OkStatus();
 }
 
@@ -75,13 +87,16 @@ OpDef loss_scale_update() {
   def.name = "LossScaleUpdate";
   def.summary = "GradScaler's dynamic loss-scale update (torch._amp_update_scale_)";
   def.inputs = {input("scale", {DType::kF32}), input("growth_tracker", {DType::kI64}),
-                input("found_inf", {DType::kBool})};
-  def.outputs = {input("scale_out"), input("growth_tracker_out")};
+                input("found_inf", {DType::kBool}),
+                optional_input("hysteresis_left", {DType::kI64})};
+  def.outputs = {input("scale_out"), input("growth_tracker_out"),
+                 optional_input("hysteresis_left_out")};
   def.attrs = {attr("growth_factor", 2.0f), attr("backoff_factor", 0.5f),
-               attr("growth_interval", int64_t{2000}), attr("min_scale", 0.0f)};
+               attr("growth_interval", int64_t{2000}), attr("min_scale", 0.0f),
+               attr("hysteresis", int64_t{1})};
   def.infer = infer_loss_scale_update;
-  def.no_gradient_inputs = {0, 1, 2};
-  def.no_gradient_outputs = {0, 1};
+  def.no_gradient_inputs = {0, 1, 2, 3};
+  def.no_gradient_outputs = {0, 1, 2};
   def.autocast.category = AutocastCategory::kDeny;
   const std::vector<TensorType> inputs = {TensorType{DType::kF32, {}}, TensorType{DType::kI64, {}},
                                           TensorType{DType::kBool, {}}};

@@ -205,14 +205,24 @@ class OptimizerPass final : public Pass {
     if (options_.loss_scale->mode != LossScaleOptions::Mode::kDynamic) return;
     Value* tracker = graph.add_initializer("loss_scale.growth_tracker", Tensor(count));
     const LossScaleOptions& o = *options_.loss_scale;
-    std::vector<Value*> next =
-        add_node(graph, "LossScaleUpdate", {scale, tracker, found_inf}, {scale->type(), count},
-                 {{"growth_factor", o.growth_factor},
-                  {"backoff_factor", o.backoff_factor},
-                  {"growth_interval", o.growth_interval},
-                  {"min_scale", o.min_scale}});
+    std::vector<Value*> inputs = {scale, tracker, found_inf};
+    std::vector<TensorType> types = {scale->type(), count};
+    Value* left = nullptr;
+    if (o.hysteresis > 1) {
+      left =
+          graph.add_initializer("loss_scale.hysteresis_left", Tensor::from_i64({}, {o.hysteresis}));
+      inputs.push_back(left);
+      types.push_back(count);
+    }
+    std::vector<Value*> next = add_node(graph, "LossScaleUpdate", inputs, types,
+                                        {{"growth_factor", o.growth_factor},
+                                         {"backoff_factor", o.backoff_factor},
+                                         {"growth_interval", o.growth_interval},
+                                         {"min_scale", o.min_scale},
+                                         {"hysteresis", o.hysteresis}});
     state_updates.emplace_back(scale, next[0]);
     state_updates.emplace_back(tracker, next[1]);
+    if (left != nullptr) state_updates.emplace_back(left, next[2]);
   }
 
   static std::vector<Value*> add_node(Graph& graph, std::string_view op,

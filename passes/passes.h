@@ -62,6 +62,8 @@ struct LossScaleOptions {
   float backoff_factor = 0.5f;
   int64_t growth_interval = 2000;
   float min_scale = 0;  // backoff stops here (0: no bound, as PyTorch)
+  // Overflows in a row before a backoff (1: every overflow, as PyTorch; > 1 as Megatron-LM).
+  int64_t hysteresis = 1;
 };
 // The state the loss-scale pass adds and the optimizer pass updates.
 inline constexpr std::string_view kLossScaleName = "loss_scale";

@@ -88,6 +88,7 @@ struct CompileFlags {
   float scale_backoff = 0.5f;
   int64_t scale_growth_interval = 2000;
   float scale_min = 0;
+  int64_t scale_hysteresis = 1;
   // Mixed precision.
   std::string precision;
   std::string opt_level;
@@ -200,6 +201,7 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
     scaling.backoff_factor = flags.scale_backoff;
     scaling.growth_interval = flags.scale_growth_interval;
     scaling.min_scale = flags.scale_min;
+    scaling.hysteresis = flags.scale_hysteresis;
     options.loss_scale = scaling;
   }
   AMPC_RETURN_IF_ERROR(validate_training_options(options));
@@ -371,6 +373,11 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
   compile
       .add_option("--scale-min", flags.scale_min,
                   "The scale never backs off below this (0: no bound)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-hysteresis", flags.scale_hysteresis,
+                  "Overflows in a row before the scale backs off (1: every one, as PyTorch)")
       ->capture_default_str()
       ->group(group);
   compile

@@ -162,6 +162,45 @@ TEST(LossScaling, GrowthAndBackoffSequence) {
   }
 }
 
+// With hysteresis 2 (Megatron-LM's rule): the first overflow in a row only uses up the
+// hysteresis, later ones back off; growth restores it.
+TEST(LossScaling, HysteresisDelaysTheBackoff) {
+  auto graph = std::make_unique<Graph>("update");
+  graph->set_opset(std::string(kAmpcDomain), 1);
+  const TensorType count{DType::kI64, {}};
+  Value* scale = graph->add_input("scale", TensorType{DType::kF32, {}});
+  Value* tracker = graph->add_input("tracker", count);
+  Value* found = graph->add_input("found", TensorType{DType::kBool, {}});
+  Value* left = graph->add_input("left", count);
+  Node* node = graph->create_node(kAmpcDomain, "LossScaleUpdate", {scale, tracker, found, left},
+                                  {TensorType{DType::kF32, {}}, count, count},
+                                  {{"growth_interval", int64_t{3}}, {"hysteresis", int64_t{2}}});
+  const char* names[] = {"scale_out", "tracker_out", "left_out"};
+  for (int i = 0; i < 3; ++i) {
+    node->output(i)->set_name(names[i]);
+    graph->add_output(node->output(i));
+  }
+  absl::StatusOr<std::unique_ptr<InferenceSession>> session =
+      InferenceSession::create(std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  std::tuple<float, int64_t, int64_t> state{1024.0f, 0, 2};
+  const bool overflow[] = {true, true, true, false, false, false, true};
+  const std::tuple<float, int64_t, int64_t> want[] = {{1024, 0, 1}, {512, 0, 0},  {256, 0, -1},
+                                                      {256, 1, -1}, {256, 2, -1}, {512, 0, 2},
+                                                      {512, 0, 1}};
+  for (int i = 0; i < 7; ++i) {
+    absl::StatusOr<std::map<std::string, Tensor>> out = (*session)->run(
+        {{"scale", Tensor::from_f32({}, {std::get<0>(state)})},
+         {"tracker", Tensor::from_i64({}, {std::get<1>(state)})},
+         {"found", Tensor::from_doubles(DType::kBool, {}, {overflow[i] ? 1.0 : 0.0})},
+         {"left", Tensor::from_i64({}, {std::get<2>(state)})}});
+    ASSERT_TRUE(out.ok()) << out.status();
+    state = {static_cast<float>(out->at("scale_out").element_as_double(0)),
+             out->at("tracker_out").element_as_i64(0), out->at("left_out").element_as_i64(0)};
+    EXPECT_EQ(state, want[i]) << "step " << i;
+  }
+}
+
 // GradScaler's rule (torch._amp_update_scale_), written from its definition: factors are
 // Python floats, the scale an f32 tensor.
 std::pair<float, int64_t> reference_update(float scale, int64_t tracker, bool found,

@@ -85,6 +85,8 @@ TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
        "--scale-backoff 1.5"},
       {"--precision fp16 --optimizer sgd --loss-scale dynamic --scale-growth-interval 0",
        "--scale-growth-interval"},
+      {"--precision fp16 --optimizer sgd --loss-scale dynamic --scale-hysteresis 0",
+       "--scale-hysteresis"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);
