@@ -1,10 +1,12 @@
 #include "runtime/session.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 
 #include "compiler/compile.h"
+#include "compiler/float_types.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 
@@ -13,6 +15,73 @@ namespace {
 
 // Every byte 0xff: a NaN in each float type, -1 in each signed integer type.
 constexpr std::byte kPoison{0xff};
+
+// Element i of a float operand as a double.
+double element(const TensorArg& arg, int64_t i) {
+  switch (arg.dtype()) {
+    case DType::kF32:
+      return arg.in<float>()[i];
+    case DType::kF64:
+      return arg.in<double>()[i];
+    case DType::kF16:
+      return static_cast<float>(arg.in<Float16>()[i]);
+    case DType::kBF16:
+      return static_cast<float>(arg.in<BFloat16>()[i]);
+    default:
+      return 0;
+  }
+}
+
+bool is_checked_float(const TensorArg& arg) {
+  if (!arg.present()) return false;
+  const DType dtype = arg.dtype();
+  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
+         dtype == DType::kBF16;
+}
+
+// "[min, max]" of the finite elements, and how many are not finite.
+std::string value_range(const TensorArg& arg) {
+  double low = INFINITY;
+  double high = -INFINITY;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < arg.num_elements(); ++i) {
+    const double x = element(arg, i);
+    if (!std::isfinite(x)) {
+      ++bad;
+      continue;
+    }
+    low = std::min(low, x);
+    high = std::max(high, x);
+  }
+  std::string text = low <= high ? fmt::format("in [{:g}, {:g}]", low, high) : "no finite value";
+  if (bad > 0) text += str_cat(", ", bad, " not finite");
+  return text;
+}
+
+// The first inf or NaN among a node's float outputs, described with its inputs' ranges.
+absl::Status check_numerics(const Node& node, const KernelContext& ctx) {
+  for (int o = 0; o < static_cast<int>(ctx.outputs.size()); ++o) {
+    const TensorArg& out = ctx.outputs[o];
+    if (!is_checked_float(out)) continue;
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      const double x = element(out, i);
+      if (std::isfinite(x)) continue;
+      std::vector<std::string> inputs;
+      for (int k = 0; k < static_cast<int>(ctx.inputs.size()); ++k) {
+        if (!is_checked_float(ctx.inputs[k])) continue;
+        inputs.push_back(str_cat("%", node.operand(k)->name(), " ",
+                                 type_to_string(*ctx.inputs[k].type), " ",
+                                 value_range(ctx.inputs[k])));
+      }
+      return absl::OutOfRangeError(
+          str_cat("--check-numerics: ", node.describe(), " wrote ", std::isnan(x) ? "NaN" : "inf",
+                  " to output ", o, " %", node.output(o)->name(), " (", type_to_string(*out.type),
+                  ") at element ", i,
+                  "; its float inputs: ", inputs.empty() ? "none" : str_join(inputs, "; ")));
+    }
+  }
+  return absl::OkStatus();
+}
 
 std::string expected_inputs(const Graph& graph) {
   std::vector<std::string> parts;
@@ -143,6 +212,7 @@ absl::Status InferenceSession::run() {
       return absl::Status(status.code(),
                           str_cat(steps[s].node->describe(), ": ", status.message()));
     }
+    if (options_.check_numerics) AMPC_RETURN_IF_ERROR(check_numerics(*steps[s].node, contexts_[s]));
     if (options_.poison_freed_buffers) {
       for (int b : steps[s].freed_buffers) {
         const Buffer& buffer = plan_->buffers()[b];

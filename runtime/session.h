@@ -39,6 +39,10 @@ struct SessionOptions {
   // After each node, fill the buffers of values no later node reads with a NaN pattern, so a
   // planning error shows up as wrong results instead of passing silently. For tests.
   bool poison_freed_buffers = false;
+  // After each node, check its float outputs for inf and NaN; the first one found fails run()
+  // with the node's name and op, the output's dtype and the first bad element, and the range of
+  // each float input (`ampc train --check-numerics`). Costs a pass over every output.
+  bool check_numerics = false;
 };
 
 // A named graph input or output and its type.

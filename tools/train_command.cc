@@ -179,8 +179,10 @@ int train(const TrainFlags& flags) {
   if (flags.resume && flags.checkpoint_dir.empty()) {
     return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
   }
+  runtime::SessionOptions session_options;
+  session_options.check_numerics = flags.check_numerics;
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
-      runtime::TrainingSession::load(flags.model);
+      runtime::TrainingSession::load(flags.model, session_options);
   if (!loaded.ok()) return report_error(loaded.status());
   runtime::TrainingSession& session = **loaded;
 
@@ -247,7 +249,11 @@ int train(const TrainFlags& flags) {
     const double lr = schedule.at(index);
     absl::StatusOr<runtime::StepStats> stats =
         session.step(data->batch(index), static_cast<float>(lr));
-    if (!stats.ok()) return report_error(stats.status());
+    if (!stats.ok()) {
+      if (show) progress.finish_line();
+      return report_error(absl::Status(
+          stats.status().code(), str_cat("step ", index + 1, ": ", stats.status().message())));
+    }
     last_stats = *stats;
     if (log.is_open()) {
       std::string line = fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {})",
@@ -358,6 +364,9 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                     "the batches of this .npz (same layout as --data)");
   train->add_option("--export", flags.export_path,
                     "After training, write the trained model as an inference ONNX file");
+  train->add_flag("--check-numerics", flags.check_numerics,
+                  "Check every node's outputs for inf and NaN; stop at the first with the node, "
+                  "its op, the output's dtype and its inputs' ranges");
   train
       ->add_option("--progress", flags.progress,
                    "auto: a bar on a terminal, plain lines otherwise; bar; lines; none")

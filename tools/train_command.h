@@ -28,6 +28,7 @@ struct TrainFlags {
   std::string eval_data;
   std::string export_path;
   std::string progress = "auto";
+  bool check_numerics = false;
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

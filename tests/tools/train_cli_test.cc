@@ -300,6 +300,22 @@ TEST_F(TrainCliTest, EvalDataReportsLossAndAccuracy) {
   EXPECT_NEAR(std::stod(match[1]), std::stod(match[2]) / 192.0, 1e-4);
 }
 
+// A rate of 1e6 blows the mlp up within a few steps: unchecked, training goes on with
+// non-finite losses (logged as null); --check-numerics stops at the first node that writes an
+// inf or NaN and names it, with its inputs' ranges.
+TEST_F(TrainCliTest, CheckNumericsStopsAtTheFirstNonFiniteValue) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 1e6");
+  CliResult r = train(trained, mlp_data() + " --steps 20 --log " + path("plain.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(read_file(path("plain.jsonl")), HasSubstr("\"loss\": null"));
+  r = train(trained, mlp_data() + " --steps 20 --check-numerics");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, ::testing::ContainsRegex(
+                         "ampc: error: step [0-9]+: --check-numerics: node '[^']+' \\([A-Za-z]+\\) "
+                         "wrote (inf|NaN) to output [0-9]+ %"));
+  EXPECT_THAT(r.err, HasSubstr("its float inputs: %"));
+}
+
 TEST_F(TrainCliTest, BadDataArraysAreNamedAndNothingIsWritten) {
   const std::string trained = compile("mlp", "--optimizer adamw");
   const std::map<std::string, Tensor> good = small_mlp_data();
