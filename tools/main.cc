@@ -1,4 +1,4 @@
-// The `ampc` command line: compile, inspect, run and train.
+// The `ampc` command line: compile, inspect, run, train and compare.
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
 #include <cstdio>
@@ -14,6 +14,7 @@
 #include "compiler/report.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "tools/compare_command.h"
 #include "tools/precision_report.h"
 #include "tools/run_command.h"
 #include "tools/train_command.h"
@@ -438,6 +439,8 @@ int run(int argc, char** argv) {
   CLI::App* run_command = add_run_command(app, run_flags);
   TrainFlags train_flags;
   CLI::App* train_command = add_train_command(app, train_flags);
+  CompareFlags compare_flags;
+  CLI::App* compare_command = add_compare_command(app, compare_flags);
 
   try {
     app.parse(argc, argv);
@@ -449,6 +452,7 @@ int run(int argc, char** argv) {
   if (*inspect) return run_inspect(inspect_flags);
   if (*run_command) return run_model_command(run_flags);
   if (*train_command) return run_train_command(train_flags);
+  if (*compare_command) return run_compare_command(compare_flags);
   return kExitUsage;
 }
 

@@ -1,6 +1,7 @@
 // `ampc compile --precision ...`: the written model computes in the decided dtypes and says why
 // in every node's doc_string; bad policy flags are errors naming the flag, with nothing written.
 #include <filesystem>
+#include <regex>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -65,6 +66,28 @@ TEST_F(PrecisionCliTest, InspectPrecisionShowsEveryDecisionAndTheCasts) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "optimizer/SGD +ampc.SGD .* f32 .*optimizer: fp32 master weights"));
   EXPECT_THAT(r.out, HasSubstr("planned memory:"));
+}
+
+TEST_F(PrecisionCliTest, CompareTrainsEachPrecisionAndPrintsOneTable) {
+  CliResult r =
+      testing::run_ampc("compare " + testing::source_path("models/mlp.onnx") + " --data " +
+                        testing::source_path("models/mlp.train.npz") + " --steps 20");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("precision"));
+  // One line per precision (std::regex: gtest's regex has no \n).
+  auto has_line = [&](const std::string& pattern) {
+    return std::regex_search(r.out, std::regex("(^|\n)" + pattern + "(\n|$)"));
+  };
+  EXPECT_TRUE(has_line(R"(fp32 .* - +[0-9.]+ +\+0\.00%)")) << r.out;
+  // fp16 trains with dynamic loss scaling (65536 unless a step overflowed); bf16 without.
+  EXPECT_TRUE(has_line(R"(fp16 .* ms +[0-9]+ +[0-9]+ +[0-9.]+ +[-+][0-9.]+%)")) << r.out;
+  EXPECT_TRUE(has_line(R"(bf16 .* ms +0 +- +[0-9.]+ +[-+][0-9.]+%)")) << r.out;
+
+  r = testing::run_ampc("compare " + testing::source_path("models/mlp.onnx") + " --data " +
+                        testing::source_path("models/mlp.train.npz") +
+                        " --steps 2 --precisions fp32,fp8");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("not supported yet"));
 }
 
 TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {

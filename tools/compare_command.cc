@@ -1,0 +1,151 @@
+// `ampc compare MODEL --data DATA.npz --steps N`: compiles the model for training at each
+// precision (fp32, fp16 with dynamic loss scaling, bf16), trains each from the same initial
+// weights on the same batches, and prints one table: planned memory, step time, skipped steps,
+// final loss scale, final loss and its gap to fp32 — what a user looks at before switching.
+#include "tools/compare_command.h"
+
+#include <chrono>
+#include <cmath>
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "compiler/compile.h"
+#include "compiler/strings.h"
+#include "runtime/batch_data.h"
+#include "runtime/plan.h"
+#include "runtime/training_session.h"
+
+namespace ampc {
+namespace {
+
+struct Row {
+  std::string precision;
+  int64_t planned_bytes = 0;
+  double step_ms = 0;
+  int64_t skipped = 0;
+  double loss_scale = NAN;
+  double final_loss = NAN;
+};
+
+std::string grouped(int64_t n) {
+  std::string digits = str_cat(n);
+  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
+  return digits;
+}
+
+absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precision) {
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  AMPC_ASSIGN_OR_RETURN(DType low, parse_precision(precision));
+  if (low != DType::kF32) {
+    options.mixed_precision = MixedPrecisionOptions{};
+    options.mixed_precision->policy.low = low;
+    options.mixed_precision->policy.low_source = "--precisions";
+  }
+  OptimizerOptions& o = options.training->optimizer;
+  o.kind = flags.optimizer == "sgd"    ? OptimizerOptions::Kind::kSgd
+           : flags.optimizer == "adam" ? OptimizerOptions::Kind::kAdam
+                                       : OptimizerOptions::Kind::kAdamW;
+  o.momentum = flags.optimizer == "sgd" ? 0.9f : 0.0f;
+  options.training->lr = static_cast<float>(flags.lr);
+  Diagnostics diagnostics;
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
+                        compile_file(flags.model, options, diagnostics));
+  Row row;
+  row.precision = precision;
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan,
+                        runtime::Plan::build(*graph->training_step(), runtime::Device::kCpu));
+  for (int a = 0; a < runtime::kNumArenas; ++a) {
+    row.planned_bytes += plan->arena_bytes(static_cast<runtime::ArenaKind>(a));
+  }
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainingSession> session,
+                        runtime::TrainingSession::create(std::move(graph)));
+  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
+                        runtime::BatchData::load(flags.data, session->batch_inputs()));
+  // The final loss: the mean over the last tenth of the steps (at least one), which smooths
+  // batch-to-batch noise.
+  const int64_t tail = std::max<int64_t>(1, flags.steps / 10);
+  double tail_sum = 0;
+  // The first step is not timed: it pays for first-touch memory and thread start-up.
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < flags.steps; ++i) {
+    if (i == 1) start = std::chrono::steady_clock::now();
+    AMPC_ASSIGN_OR_RETURN(runtime::StepStats stats,
+                          session->step(data.batch(i), static_cast<float>(flags.lr)));
+    if (i >= flags.steps - tail) tail_sum += stats.loss;
+    row.skipped = stats.skipped_steps;
+    if (!std::isnan(stats.loss_scale)) row.loss_scale = stats.loss_scale;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  row.step_ms = 1e3 * seconds / static_cast<double>(std::max<int64_t>(flags.steps - 1, 1));
+  row.final_loss = tail_sum / static_cast<double>(tail);
+  if (!std::isnan(row.loss_scale)) {
+    AMPC_ASSIGN_OR_RETURN(Tensor scale, session->state("loss_scale"));
+    row.loss_scale = scale.element_as_double(0);
+  }
+  return row;
+}
+
+}  // namespace
+
+CLI::App* add_compare_command(CLI::App& app, CompareFlags& flags) {
+  CLI::App* compare = app.add_subcommand(
+      "compare",
+      "Train the model at fp32, fp16 (dynamic loss scaling) and bf16 from the same initial "
+      "weights on the same batches, and print memory, step time, skipped steps, loss scale and "
+      "final loss side by side.");
+  compare->add_option("model", flags.model, "The ONNX model (with its loss output `loss`)")
+      ->required();
+  compare->add_option("--data", flags.data, "Training data, as for ampc train")->required();
+  compare->add_option("--steps", flags.steps, "Steps per precision")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  compare->add_option("--optimizer", flags.optimizer, "sgd (momentum 0.9), adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  compare->add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
+  compare->add_option("--precisions", flags.precisions, "Which precisions, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
+  return compare;
+}
+
+int run_compare_command(const CompareFlags& flags) {
+  if (!(flags.lr > 0) || !std::isfinite(flags.lr)) {
+    std::cerr << "ampc: error: --lr " << flags.lr << " must be a finite number > 0\n";
+    return 1;
+  }
+  std::vector<Row> rows;
+  for (const std::string& precision : flags.precisions) {
+    absl::StatusOr<Row> row = run_one(flags, precision);
+    if (!row.ok()) {
+      std::cerr << "ampc: error: " << precision << ": " << row.status().message() << "\n";
+      return 1;
+    }
+    std::cerr << "ampc: trained " << precision << "\n";
+    rows.push_back(*std::move(row));
+  }
+  const Row* reference = nullptr;
+  for (const Row& row : rows) {
+    if (row.precision == "fp32") reference = &row;
+  }
+  std::cout << fmt::format("{:<10} {:>16} {:>12} {:>8} {:>11} {:>11} {:>12}\n", "precision",
+                           "planned memory", "step time", "skipped", "loss scale", "final loss",
+                           "gap vs fp32");
+  for (const Row& row : rows) {
+    const std::string gap =
+        reference == nullptr
+            ? "-"
+            : fmt::format("{:+.2f}%",
+                          100 * (row.final_loss - reference->final_loss) / reference->final_loss);
+    const std::string scale =
+        std::isnan(row.loss_scale) ? "-" : fmt::format("{:g}", row.loss_scale);
+    std::cout << fmt::format("{:<10} {:>10} bytes {:>9.3f} ms {:>8} {:>11} {:>11.5f} {:>12}\n",
+                             row.precision, grouped(row.planned_bytes), row.step_ms, row.skipped,
+                             scale, row.final_loss, gap);
+  }
+  return 0;
+}
+
+}  // namespace ampc
