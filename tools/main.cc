@@ -256,13 +256,13 @@ int run_inspect(const InspectFlags& flags) {
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(flags.input, options);
   if (!graph.ok()) return report_error(graph.status());
   if (flags.precision) {
-    if (flags.format == "json") {
-      return report_error(absl::UnimplementedError(
-          "--precision prints text; its JSON form is not built yet (--format json alone gives "
-          "each node's decision in its \"precision\" field)"));
-    }
-    std::cout << precision_report(**graph);
+    std::cout << (flags.format == "json"  ? precision_report_json(**graph)
+                  : flags.format == "dot" ? precision_report_dot(**graph)
+                                          : precision_report(**graph));
     return 0;
+  }
+  if (flags.format == "dot") {
+    return report_error(absl::InvalidArgumentError("--format dot goes with --precision"));
   }
   std::cout << (flags.format == "json" ? inspect_json(**graph) : inspect_text(**graph));
   return 0;
@@ -427,8 +427,9 @@ int run(int argc, char** argv) {
   inspect->add_option("input", inspect_flags.input, "The ONNX model to inspect")->required();
   inspect
       ->add_option("--format", inspect_flags.format,
-                   "text (default) or json (schema in docs/inspect-json.md)")
-      ->check(CLI::IsMember({"text", "json"}));
+                   "text (default), json (schema in docs/inspect-json.md), or dot (Graphviz; "
+                   "with --precision)")
+      ->check(CLI::IsMember({"text", "json", "dot"}));
   inspect->add_flag("--precision", inspect_flags.precision,
                     "Per node: operand dtypes, compute/accumulate/output dtype and the reason; "
                     "then casts and planned memory");

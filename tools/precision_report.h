@@ -8,5 +8,10 @@
 namespace ampc {
 
 std::string precision_report(const Graph& graph);
+// The same as JSON (schema "ampc.precision/1", docs/inspect-json.md).
+std::string precision_report_json(const Graph& graph);
+// The same as a Graphviz digraph: nodes coloured by compute dtype, casts as diamonds, edges
+// labelled with the dtype that flows; the reason is each node's tooltip.
+std::string precision_report_dot(const Graph& graph);
 
 }  // namespace ampc

@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "tests/tools/cli_test_util.h"
@@ -66,6 +67,45 @@ TEST_F(PrecisionCliTest, InspectPrecisionShowsEveryDecisionAndTheCasts) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "optimizer/SGD +ampc.SGD .* f32 .*optimizer: fp32 master weights"));
   EXPECT_THAT(r.out, HasSubstr("planned memory:"));
+}
+
+// The JSON and dot forms carry the same facts as the text: per-node decisions, the casts.
+TEST_F(PrecisionCliTest, InspectPrecisionAsJsonAndDot) {
+  CliResult r = compile("mlp", "--precision fp16 --optimizer sgd");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = testing::run_ampc("inspect --precision --format json " + path("out.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["schema"], "ampc.precision/1");
+  ASSERT_EQ(json["graphs"].size(), 2u);
+  EXPECT_EQ(json["graphs"][0]["kind"], "eval");
+  EXPECT_EQ(json["graphs"][1]["kind"], "training_step");
+  EXPECT_EQ(json["graphs"][0]["summary"]["casts"]["count"], 8);
+  EXPECT_EQ(json["graphs"][0]["summary"]["casts"]["to"]["f16"], 7);
+  bool saw_gemm = false;
+  for (const nlohmann::json& node : json["graphs"][0]["nodes"]) {
+    if (node["name"] != "/fc1/Gemm") continue;
+    saw_gemm = true;
+    EXPECT_EQ(node["compute"], "f16");
+    EXPECT_EQ(node["accumulate"], "f32");
+    EXPECT_EQ(node["inputs"], nlohmann::json({"f16", "f16", "f16"}));
+    EXPECT_EQ(node["reason"], "allow-list Gemm");
+  }
+  EXPECT_TRUE(saw_gemm);
+  int casts = 0;
+  for (const nlohmann::json& graph : json["graphs"])
+    casts += graph["summary"]["casts"]["count"].get<int>();
+
+  r = testing::run_ampc("inspect --precision --format dot " + path("out.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("digraph \"main_graph\" {")) << r.out.substr(0, 80);
+  int diamonds = 0;
+  for (size_t at = r.out.find("shape=diamond"); at != std::string::npos;
+       at = r.out.find("shape=diamond", at + 1)) {
+    ++diamonds;
+  }
+  EXPECT_EQ(diamonds, casts);
+  EXPECT_THAT(r.out, HasSubstr("label=\"/fc1/Gemm\\nGemm f16\""));
 }
 
 TEST_F(PrecisionCliTest, CompareTrainsEachPrecisionAndPrintsOneTable) {
