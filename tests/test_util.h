@@ -66,6 +66,22 @@ bool ExpectPass(std::string_view before, std::string_view after) {
   return expect_pass(pass, before, after);
 }
 
+// Registers ampc.<name>: one input, one output of the input's type, and nothing else (no
+// gradient rule, no precision category, no kernel), for tests of what happens to an op that
+// lacks one of those.
+inline void register_passthrough_op(std::string name) {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = std::move(name);
+  def.inputs.push_back(OperandSpec{"X", OperandSpec::Arity::kSingle, {}});
+  def.outputs.push_back(OperandSpec{"Y", OperandSpec::Arity::kSingle, {}});
+  def.infer = [](InferenceContext& ctx) {
+    ctx.set_output(0, ctx.input_type(0));
+    return absl::OkStatus();
+  };
+  OpRegistry::global().add(std::move(def));
+}
+
 // Compares two texts line by line and reports only the first difference (graphs print large).
 ::testing::AssertionResult same_lines(std::string_view actual, std::string_view expected);
 

@@ -122,15 +122,8 @@ absl::Status gather_kernel(const KernelContext& ctx) {
   const Shape& shape = data.shape();
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), shape.size());
   const int64_t dim = shape[axis];
-  std::vector<int64_t> indices = index_values(ctx.input(1));
-  for (size_t j = 0; j < indices.size(); ++j) {
-    if (indices[j] < -dim || indices[j] >= dim) {
-      return absl::InvalidArgumentError(str_cat("index ", indices[j], " (element ", j,
-                                                " of the indices) is out of range for axis ", axis,
-                                                " of size ", dim));
-    }
-    if (indices[j] < 0) indices[j] += dim;
-  }
+  AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> indices,
+                        gather_indices(ctx.input(1), static_cast<int64_t>(axis), dim));
   const int64_t outer = product(shape, 0, axis);
   const int64_t block = product(shape, axis + 1, shape.size()) * dtype_size(data.dtype());
   const int64_t count = indices.size();

@@ -23,57 +23,12 @@
 #include <vector>
 
 #include "compiler/strings.h"
+#include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/slicing.h"
 
 namespace ampc::runtime::cpu {
 namespace {
-
-// The [N, C, D] view of scores, D = d1 * ... * dk; sample s = n * D + d.
-struct ClassLayout {
-  int64_t classes = 1, spatial = 1, samples = 0;
-};
-
-ClassLayout class_layout(const Shape& scores) {
-  ClassLayout layout;
-  layout.classes = scores[1];
-  for (size_t d = 2; d < scores.size(); ++d) layout.spatial *= scores[d];
-  layout.samples = scores[0] * layout.spatial;
-  return layout;
-}
-
-std::vector<int64_t> read_labels(const TensorArg& labels) {
-  if (labels.dtype() == DType::kI32) {
-    std::span<const int32_t> values = labels.in<int32_t>();
-    return {values.begin(), values.end()};
-  }
-  std::span<const int64_t> values = labels.in<int64_t>();
-  return {values.begin(), values.end()};
-}
-
-std::optional<int64_t> ignore_index(const Node& node) {
-  const AttrValue* value = node.find_attr("ignore_index");
-  if (value == nullptr) return std::nullopt;
-  return std::get<int64_t>(*value);
-}
-
-// Fails on the first label outside [0, classes) that is not ignored.
-absl::Status check_labels(const std::vector<int64_t>& labels, const Shape& label_shape,
-                          int64_t classes, std::optional<int64_t> ignored) {
-  for (size_t s = 0; s < labels.size(); ++s) {
-    const int64_t label = labels[s];
-    if (label == ignored || (label >= 0 && label < classes)) continue;
-    std::vector<int64_t> index(label_shape.size());
-    int64_t rest = static_cast<int64_t>(s);
-    for (size_t d = label_shape.size(); d-- > 0;) {
-      index[d] = rest % label_shape[d];
-      rest /= label_shape[d];
-    }
-    return absl::InvalidArgumentError(str_cat(
-        "label ", label, " at index [", str_join(index, ", "), "] is out of range [0, ", classes,
-        ")", ignored ? str_cat(" and is not ignore_index ", *ignored) : std::string()));
-  }
-  return absl::OkStatus();
-}
 
 // Per-sample losses and weights in the compute type, then output 0 as `reduction` asks.
 template <typename T>
@@ -110,7 +65,7 @@ template <typename T>
 absl::Status softmax_cross_entropy(const KernelContext& ctx) {
   using C = compute_t<T>;
   const ClassLayout layout = class_layout(ctx.input(0).shape());
-  const std::vector<int64_t> labels = read_labels(ctx.input(1));
+  const std::vector<int64_t> labels = index_values(ctx.input(1));
   const std::optional<int64_t> ignored = ignore_index(ctx.node);
   AMPC_RETURN_IF_ERROR(check_labels(labels, ctx.input(1).shape(), layout.classes, ignored));
 
@@ -151,7 +106,7 @@ template <typename T>
 absl::Status negative_log_likelihood(const KernelContext& ctx) {
   using C = compute_t<T>;
   const ClassLayout layout = class_layout(ctx.input(0).shape());
-  const std::vector<int64_t> labels = read_labels(ctx.input(1));
+  const std::vector<int64_t> labels = index_values(ctx.input(1));
   const std::optional<int64_t> ignored = ignore_index(ctx.node);
   AMPC_RETURN_IF_ERROR(check_labels(labels, ctx.input(1).shape(), layout.classes, ignored));
 

@@ -30,6 +30,22 @@ inline std::vector<int64_t> index_values(const TensorArg& arg) {
   return {values.begin(), values.end()};
 }
 
+// Gather's indices along an axis of size `dim`, negative ones counted from the back (opset 11);
+// one outside [-dim, dim) is an error naming it and its position.
+inline absl::StatusOr<std::vector<int64_t>> gather_indices(const TensorArg& arg, int64_t axis,
+                                                           int64_t dim) {
+  std::vector<int64_t> indices = index_values(arg);
+  for (size_t j = 0; j < indices.size(); ++j) {
+    if (indices[j] < -dim || indices[j] >= dim) {
+      return absl::InvalidArgumentError(str_cat("index ", indices[j], " (element ", j,
+                                                " of the indices) is out of range for axis ", axis,
+                                                " of size ", dim));
+    }
+    if (indices[j] < 0) indices[j] += dim;
+  }
+  return indices;
+}
+
 // Where one dim's slice starts in the full tensor, its step and its size.
 struct DimSlice {
   int64_t start = 0;

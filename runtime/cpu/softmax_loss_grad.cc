@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "compiler/strings.h"
+#include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/slicing.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -69,34 +71,6 @@ absl::Status softmax_grad(const KernelContext& ctx) {
 
 // ---- Loss gradients ------------------------------------------------------------------------
 
-std::vector<int64_t> read_labels(const TensorArg& labels) {
-  if (labels.dtype() == DType::kI32) {
-    std::span<const int32_t> values = labels.in<int32_t>();
-    return {values.begin(), values.end()};
-  }
-  std::span<const int64_t> values = labels.in<int64_t>();
-  return {values.begin(), values.end()};
-}
-
-std::optional<int64_t> ignore_index(const Node& node) {
-  const AttrValue* value = node.find_attr("ignore_index");
-  if (value == nullptr) return std::nullopt;
-  return std::get<int64_t>(*value);
-}
-
-// Fails on the first label outside [0, classes) that is not ignored.
-absl::Status check_labels(const std::vector<int64_t>& labels, int64_t classes,
-                          std::optional<int64_t> ignored) {
-  for (size_t s = 0; s < labels.size(); ++s) {
-    const int64_t label = labels[s];
-    if (label == ignored || (label >= 0 && label < classes)) continue;
-    return absl::InvalidArgumentError(
-        str_cat("label ", label, " at flat index ", s, " is out of range [0, ", classes, ")",
-                ignored ? str_cat(" and is not ignore_index ", *ignored) : std::string()));
-  }
-  return absl::OkStatus();
-}
-
 // What each kept sample's gradient is scaled by besides its weight: dLoss per reduction.
 template <typename T>
 class LossScale {
@@ -128,26 +102,13 @@ class LossScale {
   C scale_ = 0;
 };
 
-// The [N, C, D] view of scores, D = d1 * ... * dk; sample s = n * D + d.
-struct ClassLayout {
-  int64_t classes = 1, spatial = 1, samples = 0;
-};
-
-ClassLayout class_layout(const Shape& scores) {
-  ClassLayout layout;
-  layout.classes = scores[1];
-  for (size_t d = 2; d < scores.size(); ++d) layout.spatial *= scores[d];
-  layout.samples = scores[0] * layout.spatial;
-  return layout;
-}
-
 template <typename T>
 absl::Status softmax_cross_entropy_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
   const ClassLayout layout = class_layout(ctx.input(1).shape());
-  const std::vector<int64_t> labels = read_labels(ctx.input(2));
+  const std::vector<int64_t> labels = index_values(ctx.input(2));
   const std::optional<int64_t> ignored = ignore_index(ctx.node);
-  AMPC_RETURN_IF_ERROR(check_labels(labels, layout.classes, ignored));
+  AMPC_RETURN_IF_ERROR(check_labels(labels, ctx.input(2).shape(), layout.classes, ignored));
   std::span<const T> weights = ctx.has_input(3) ? ctx.input(3).in<T>() : std::span<const T>();
   const LossScale<T> loss_scale(ctx, labels, ignored, weights);
   const bool from_scores = int_attr_or(ctx.node, "from_scores", 0) != 0;
@@ -191,9 +152,9 @@ template <typename T>
 absl::Status negative_log_likelihood_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
   const ClassLayout layout = class_layout(ctx.output(0).shape());
-  const std::vector<int64_t> labels = read_labels(ctx.input(1));
+  const std::vector<int64_t> labels = index_values(ctx.input(1));
   const std::optional<int64_t> ignored = ignore_index(ctx.node);
-  AMPC_RETURN_IF_ERROR(check_labels(labels, layout.classes, ignored));
+  AMPC_RETURN_IF_ERROR(check_labels(labels, ctx.input(1).shape(), layout.classes, ignored));
   std::span<const T> weights = ctx.has_input(2) ? ctx.input(2).in<T>() : std::span<const T>();
   const LossScale<T> loss_scale(ctx, labels, ignored, weights);
 

@@ -133,16 +133,7 @@ TEST(Autocast, OverridesAndPinsNameTheirSource) {
 }
 
 TEST(Autocast, AnOpWithoutAnEntryStaysFp32WithOneWarning) {
-  OpDef def;
-  def.domain = "ampc";
-  def.name = "AutocastTestOpaque";
-  def.inputs.push_back(OperandSpec{"X", OperandSpec::Arity::kSingle, {}});
-  def.outputs.push_back(OperandSpec{"Y", OperandSpec::Arity::kSingle, {}});
-  def.infer = [](InferenceContext& ctx) {
-    ctx.set_output(0, ctx.input_type(0));
-    return absl::OkStatus();
-  };
-  OpRegistry::global().add(std::move(def));
+  testing::register_passthrough_op("AutocastTestOpaque");
   Diagnostics diagnostics;
   std::unique_ptr<Graph> graph = autocast(R"(
     graph g(%x: f32[2]) opset(17, ampc:1) {

@@ -94,16 +94,7 @@ TEST(Autodiff, BuffersWithoutADifferentiablePathAreNotParametersAndNotReported) 
 }
 
 TEST(Autodiff, OpWithoutAGradientRuleOnThePathIsAnErrorNamingTheNode) {
-  OpDef def;
-  def.domain = "ampc";
-  def.name = "AutodiffTestOpaque";
-  def.inputs.push_back(OperandSpec{"X", OperandSpec::Arity::kSingle, {}});
-  def.outputs.push_back(OperandSpec{"Y", OperandSpec::Arity::kSingle, {}});
-  def.infer = [](InferenceContext& ctx) {
-    ctx.set_output(0, ctx.input_type(0));
-    return absl::OkStatus();
-  };
-  OpRegistry::global().add(std::move(def));
+  testing::register_passthrough_op("AutodiffTestOpaque");
   std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
     graph g() opset(17, ampc:1) {
       init %w: f32[] = [2.0]

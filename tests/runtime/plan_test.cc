@@ -99,18 +99,7 @@ graph g(%x: f32[64]) {
 
 TEST(Plan, MissingKernelNamesNodeOpAndDtype) {
   // An op the registry knows (registered here, for this test) but no backend implements.
-  OpDef def;
-  def.domain = "ampc";
-  def.name = "PlanTestNoKernel";
-  def.inputs.push_back(
-      OperandSpec{.name = "X", .arity = OperandSpec::Arity::kSingle, .dtypes = {}});
-  def.outputs.push_back(
-      OperandSpec{.name = "Y", .arity = OperandSpec::Arity::kSingle, .dtypes = {}});
-  def.infer = [](InferenceContext& ctx) {
-    ctx.set_output(0, ctx.input_type(0));
-    return absl::OkStatus();
-  };
-  OpRegistry::global().add(std::move(def));
+  testing::register_passthrough_op("PlanTestNoKernel");
   std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
 graph g(%x: bf16[4]) {
   %y = ampc.PlanTestNoKernel(%x) : bf16[4]
