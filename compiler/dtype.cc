@@ -45,6 +45,10 @@ std::optional<DType> parse_dtype(std::string_view name) {
 
 int dtype_size(DType t) { return info(t).size; }
 
+bool is_arithmetic_float(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kF64;
+}
+
 bool is_float(DType t) {
   switch (t) {
     case DType::kF32:

@@ -37,7 +37,10 @@ std::optional<DType> parse_dtype(std::string_view name);
 
 // Bytes per element.
 int dtype_size(DType t);
-bool is_float(DType t);    // f32, f16, bf16, f64 and the fp8 kinds
+bool is_float(DType t);  // f32, f16, bf16, f64 and the fp8 kinds
+// f32, f16, bf16, f64: the float types kernels compute with (fp8 is storage only, cast
+// explicitly), and so the ones autodiff, autocast and the cast passes reason about.
+bool is_arithmetic_float(DType t);
 bool is_integer(DType t);  // i64, i32, i8, u8
 
 // ONNX TensorProto::DataType codes.

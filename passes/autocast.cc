@@ -32,11 +32,6 @@ namespace {
 
 enum class Kind { kLow, kFp32, kWeight, kConstant };
 
-bool is_float_dtype(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
-         dtype == DType::kF64;
-}
-
 // Ops whose low-precision kernels still accumulate in fp32 (sums, means, statistics).
 bool accumulates(const Node& node) {
   static const std::set<std::string, std::less<>> ops = {"ReduceSum",
@@ -90,7 +85,7 @@ class AutocastPass final : public Pass {
       PrecisionDecision decision = decide(node, pins, pin_used, warned, context);
       const bool low = decision.compute == policy_.low && policy_.low != DType::kF32;
       for (int i = 0; i < node.num_outputs(); ++i) {
-        if (node.has_output(i) && is_float_dtype(node.output(i)->dtype())) {
+        if (node.has_output(i) && is_arithmetic_float(node.output(i)->dtype())) {
           kinds_[node.output(i)] = low ? Kind::kLow : Kind::kFp32;
         }
       }
@@ -185,7 +180,7 @@ class AutocastPass final : public Pass {
         node.def() != nullptr ? node.def()->autocast.fp32_operands : std::vector<int>{};
     for (int i = 0; i < node.num_operands(); ++i) {
       const Value* operand = node.operand(i);
-      if (operand == nullptr || !is_float_dtype(operand->dtype())) continue;
+      if (operand == nullptr || !is_arithmetic_float(operand->dtype())) continue;
       // Operands the op reads in fp32 whatever it computes in (BatchNorm's statistics).
       if (std::find(fp32_operands.begin(), fp32_operands.end(), i) != fp32_operands.end()) {
         continue;
@@ -219,10 +214,10 @@ class AutocastPass final : public Pass {
 
   static bool has_float_data(const Node& node) {
     for (const Value* operand : node.operands()) {
-      if (operand != nullptr && is_float_dtype(operand->dtype())) return true;
+      if (operand != nullptr && is_arithmetic_float(operand->dtype())) return true;
     }
     for (int i = 0; i < node.num_outputs(); ++i) {
-      if (node.has_output(i) && is_float_dtype(node.output(i)->dtype())) return true;
+      if (node.has_output(i) && is_arithmetic_float(node.output(i)->dtype())) return true;
     }
     return false;
   }
@@ -268,7 +263,7 @@ void describe_undecided_nodes(Graph& graph, std::string_view reason) {
     if (!node->precision().empty()) continue;
     PrecisionDecision d;
     for (int i = 0; i < node->num_outputs() && !d.compute; ++i) {
-      if (node->has_output(i) && is_float_dtype(node->output(i)->dtype())) {
+      if (node->has_output(i) && is_arithmetic_float(node->output(i)->dtype())) {
         d.compute = node->output(i)->dtype();
       }
     }

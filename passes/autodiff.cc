@@ -25,11 +25,7 @@
 namespace ampc {
 namespace {
 
-bool is_float_value(const Value* value) {
-  const DType dtype = value->dtype();
-  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16 ||
-         dtype == DType::kF64;
-}
+bool is_float_value(const Value* value) { return is_arithmetic_float(value->dtype()); }
 
 bool listed(const std::vector<int>& list, int i) {
   return std::find(list.begin(), list.end(), i) != list.end();

@@ -9,7 +9,8 @@
 //   two Casts of one value to one dtype -> one
 // A round trip that does change values (f32 -> f16 -> f32 rounds) is kept, unless
 // `allow_excess_precision` (--allow-excess-precision): then the value is read at its original,
-// higher precision, which is what the program would compute without the round trip.
+// higher precision, which is what the program would compute without the round trip. Casts to or
+// from fp8 (which saturate) and non-float casts are left alone.
 // Assumes: verified graph. A Cast that is a graph output keeps its output (and name).
 #include <map>
 
@@ -33,12 +34,6 @@ bool holds_all(DType wide, DType narrow) {
   }
 }
 
-// fp8 casts saturate and are left alone.
-bool is_wide_float(DType dtype) {
-  return dtype == DType::kF16 || dtype == DType::kBF16 || dtype == DType::kF32 ||
-         dtype == DType::kF64;
-}
-
 bool is_cast(const Node& node) { return node.domain().empty() && node.op_type() == "Cast"; }
 
 class EliminateCastsPass final : public Pass {
@@ -57,7 +52,7 @@ class EliminateCastsPass final : public Pass {
         Value* in = node->operand(0);
         Value* out = node->output(0);
         const DType to = out->dtype();
-        if (!is_wide_float(in->dtype()) || !is_wide_float(to)) continue;
+        if (!is_arithmetic_float(in->dtype()) || !is_arithmetic_float(to)) continue;
         Value* replacement = nullptr;
         if (in->dtype() == to) {
           replacement = in;  // a no-op
@@ -66,7 +61,7 @@ class EliminateCastsPass final : public Pass {
         } else if (in->producer() != nullptr && is_cast(*in->producer())) {
           Value* source = in->producer()->operand(0);
           const DType mid = in->dtype();
-          if (is_wide_float(source->dtype()) &&
+          if (is_arithmetic_float(source->dtype()) &&
               (holds_all(mid, source->dtype()) || allow_excess_precision_)) {
             if (source->dtype() == to) {
               replacement = source;  // a round trip

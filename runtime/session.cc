@@ -33,10 +33,7 @@ double element(const TensorArg& arg, int64_t i) {
 }
 
 bool is_checked_float(const TensorArg& arg) {
-  if (!arg.present()) return false;
-  const DType dtype = arg.dtype();
-  return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
-         dtype == DType::kBF16;
+  return arg.present() && is_arithmetic_float(arg.dtype());
 }
 
 // "[min, max]" of the finite elements, and how many are not finite.
