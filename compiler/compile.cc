@@ -57,6 +57,9 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     }
     pipeline.add(on_training_step(make_autodiff_pass(autodiff)));
     pipeline.add(on_training_step(make_batchnorm_state_pass(training->running_variance)));
+    if (training->accumulate > 1) {
+      pipeline.add(on_training_step(make_accumulate_pass(training->accumulate)));
+    }
     pipeline.add(on_training_step(make_optimizer_pass(optimizer)));
     pipeline.add(on_training_step(make_dce_pass()));
   }
@@ -92,6 +95,8 @@ absl::Status validate_training_options(const TrainingOptions& options) {
   AMPC_RETURN_IF_ERROR(check_range(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm),
                                    "--clip-grad-norm", o.clip_grad_norm,
                                    "it must be >= 0 (0: no clipping)"));
+  AMPC_RETURN_IF_ERROR(check_range(options.accumulate >= 1, "--accumulate",
+                                   static_cast<float>(options.accumulate), "it must be >= 1"));
   if (const std::optional<LossScaleOptions>& s = options.loss_scale) {
     AMPC_RETURN_IF_ERROR(check_range(s->init > 0 && std::isfinite(s->init), "--scale-init", s->init,
                                      "it must be a finite number > 0"));
@@ -143,6 +148,7 @@ std::vector<std::string> compile_pass_names(bool training) {
   if (training) {
     options.training = TrainingOptions{};
     options.training->append_loss = LossOptions{};
+    options.training->accumulate = 2;
   }
   options.mixed_precision = MixedPrecisionOptions{};
   return make_pipeline(options).pass_names();

@@ -19,6 +19,9 @@ struct TrainingOptions {
   std::optional<LossOptions> append_loss;  // unset: the model outputs its loss already
   AutodiffOptions autodiff;                // autodiff.loss names the loss output
   OptimizerOptions optimizer;
+  // Gradient accumulation: > 1 sums the gradients of this many runs of the step (micro-batches)
+  // in f32 and updates once, on the last, with their mean; the loss scale holds across them.
+  int64_t accumulate = 1;
   RunningVariance running_variance = RunningVariance::kUnbiased;
   float lr = 0.01f;  // stored in the file as the default learning rate
   // Loss scaling (fp16). Unset: dynamic for an fp16 mixed-precision compile, none otherwise;

@@ -11,8 +11,10 @@
 // Assumes: the graph verifies (output types are the inferred ones; the folds produce them).
 //   Float initializers that this run did not create may be trainable parameters: a node reading
 //   one is not folded, since a folded copy (Transpose(W), Gather(pos_emb, arange)) would detach
-//   the parameter from its uses and break weight tying. Outputs over kMaxFoldedBytes are not
-//   folded (Constant nodes excepted: their data is already in the graph).
+//   the parameter from its uses and break weight tying. A training step's state (any dtype: the
+//   i64 micro-step counter of gradient accumulation too) changes every run and is never folded.
+//   Outputs over kMaxFoldedBytes are not folded (Constant nodes excepted: their data is already
+//   in the graph).
 // Numerics: the op folds are exact for integer types and round once to the output type for
 //   float types, as the op would at run time. No value-changing cast is removed here.
 #include <unordered_set>
@@ -49,6 +51,8 @@ class FoldConstantsPass final : public Pass {
 
   // Initializers made by this run: known constants, not parameters.
   std::unordered_set<const Value*> folded_here_;
+  // Names of the initializers the graph's state updates overwrite after each run.
+  std::unordered_set<std::string> state_;
 };
 
 std::optional<std::vector<const Tensor*>> FoldConstantsPass::fold_inputs(const Node& node) const {
@@ -58,6 +62,7 @@ std::optional<std::vector<const Tensor*>> FoldConstantsPass::fold_inputs(const N
     if (operand != nullptr && node.def()->fold_needs_values) {
       if (data == nullptr || !data->has_data()) return std::nullopt;
       if (is_float(operand->dtype()) && !folded_here_.contains(operand)) return std::nullopt;
+      if (state_.contains(operand->name())) return std::nullopt;
     }
     values.push_back(data);
   }
@@ -111,6 +116,8 @@ absl::Status FoldConstantsPass::replace_by_initializers(Graph& graph, Node& node
 
 absl::StatusOr<bool> FoldConstantsPass::run(Graph& graph, const PassContext& /*context*/) {
   folded_here_.clear();
+  state_.clear();
+  for (const Graph::StateUpdate& update : graph.state_updates()) state_.insert(update.state);
   bool changed = false;
   for (Node* node : graph.node_list()) {
     AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> folded, fold(*node));

@@ -17,6 +17,12 @@
 //   count (`loss_scale.skipped_steps`) grows; otherwise the dynamic scale's growth tracker
 //   (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The decision
 //   stays in the graph: no value goes to the host in the middle of a step.
+// With gradient accumulation (the accumulate pass ran: the constant `accumulate.steps` = K and
+//   the output `accumulate.window_end`): the gradients are the window's sums, used times 1/K
+//   (folded into the unscale factor), and every optimizer and loss-scale state update keeps the
+//   old value until the window ends, so the scale is the same for all K micro-steps and an
+//   overflow in any of them skips the update once. The update is computed on every run and
+//   discarded on K - 1 of them (elementwise work, small next to the forward and backward).
 // Assumes: autodiff ran; gradients and parameters are f32 (master weights are f32 by design).
 // Numerics: the update ops follow PyTorch's single-tensor SGD, Adam and AdamW, operation by
 //   operation (ops/optimizer.cc); nothing else is rounded.
@@ -65,11 +71,16 @@ class OptimizerPass final : public Pass {
 
     std::vector<Value*> grads;
     for (const auto& [parameter, index] : updates) grads.push_back(graph.outputs()[index]);
+    std::vector<std::pair<Value*, Value*>> state_updates;  // state, its update
+    // Accumulation: the optimizer's updates hold until the window's last micro-step.
+    int64_t accumulated = 1;
+    Value* window_end = nullptr;
+    AMPC_RETURN_IF_ERROR(find_accumulation(graph, accumulated, window_end));
     Value* scale = nullptr;
     if (options_.loss_scale) {
       AMPC_ASSIGN_OR_RETURN(scale, find_loss_scale(graph));
-      unscale(graph, scale, grads);
     }
+    average_and_unscale(graph, scale, accumulated, grads);
     Value* norm = add_node(graph, "GlobalNorm", grads, {TensorType{DType::kF32, {}}}, {})[0];
     norm->set_name(graph.unique_value_name("grad_norm"));
     // Loss scaling: a non-finite norm (an inf or NaN gradient, or a sum of squares past f32's
@@ -85,7 +96,6 @@ class OptimizerPass final : public Pass {
       }
     }
 
-    std::vector<std::pair<Value*, Value*>> state_updates;  // state, its update
     for (size_t k = 0; k < updates.size(); ++k) {
       Value* parameter = updates[k].first;
       std::vector<Value*> state = {parameter};
@@ -117,12 +127,18 @@ class OptimizerPass final : public Pass {
     one->set_constant(true);
     Node* next_step = graph.create_node(kOnnxDomain, "Add", {step, one}, {step->type()});
     state_updates.emplace_back(step, next_step->output(0));
-    if (found_inf != nullptr) {
-      // On an overflow every piece of optimizer state keeps its value: parameters, moments,
-      // the step counter.
-      for (auto& [state, update] : state_updates) update = keep_on(graph, found_inf, state, update);
-      add_loss_scale_updates(graph, scale, found_inf, state_updates);
+    // On an overflow, and before the window's end, every piece of optimizer state keeps its
+    // value: parameters, moments, the step counter.
+    Value* hold = window_end == nullptr ? nullptr : logical_not(graph, window_end);
+    Value* skip = found_inf;
+    if (hold != nullptr)
+      skip = found_inf == nullptr ? hold : where(graph, window_end, found_inf, hold);
+    if (skip != nullptr) {
+      for (auto& [state, update] : state_updates) {
+        update = where(graph, skip, state, update, str_cat(state->name(), "/skip_update"));
+      }
     }
+    if (found_inf != nullptr) add_loss_scale_updates(graph, scale, found_inf, hold, state_updates);
 
     // The gradient outputs go; the norm and every state update become outputs.
     for (auto it = updates.rbegin(); it != updates.rend(); ++it) graph.erase_output(it->second);
@@ -149,9 +165,11 @@ class OptimizerPass final : public Pass {
         "loss scaling: the graph has no loss_scale initializer; run the loss-scale pass first");
   }
 
-  // grad * (1 / scale), the reciprocal taken in double and rounded to f32, as GradScaler's
-  // `scale.double().reciprocal().float()`; each product rounded once in f32.
-  static void unscale(Graph& graph, Value* scale, std::vector<Value*>& grads) {
+  // grad * factor, each product rounded once in f32, where factor is 1 / scale (the reciprocal
+  // taken in double and rounded to f32, as GradScaler's `scale.double().reciprocal().float()`)
+  // with loss scaling, times 1/K with accumulation (exact for K a power of two).
+  static void average_and_unscale(Graph& graph, Value* scale, int64_t accumulated,
+                                  std::vector<Value*>& grads) {
     auto node = [&](std::string_view op, const std::vector<Value*>& operands, DType dtype,
                     Attributes attrs = {}) {
       Node* n =
@@ -159,16 +177,68 @@ class OptimizerPass final : public Pass {
       n->set_name(str_cat("loss_scale/", op));
       return n->output(0);
     };
-    Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
-    Value* inverse =
-        node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32, {{"to", DType::kF32}});
-    inverse->set_name(graph.unique_value_name("loss_scale.inverse"));
+    Value* factor = nullptr;
+    if (scale != nullptr) {
+      Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
+      factor = node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32,
+                    {{"to", DType::kF32}});
+      factor->set_name(graph.unique_value_name("loss_scale.inverse"));
+    }
+    if (accumulated > 1) {
+      Value* mean =
+          graph.add_initializer(graph.unique_value_name("accumulate.inverse"),
+                                Tensor::from_f32({}, {1.0f / static_cast<float>(accumulated)}));
+      mean->set_constant(true);
+      if (factor != nullptr) {
+        Node* both = graph.create_node(kOnnxDomain, "Mul", {factor, mean}, {factor->type()});
+        both->set_name("accumulate/Mul");
+        mean = both->output(0);
+      }
+      factor = mean;
+    }
+    if (factor == nullptr) return;
+    const std::string_view what = scale != nullptr ? "unscale" : "mean";
     for (Value*& grad : grads) {
-      Node* unscaled = graph.create_node(kOnnxDomain, "Mul", {grad, inverse}, {grad->type()});
-      unscaled->set_name(str_cat(grad->name(), "/unscale"));
-      unscaled->output(0)->set_name(graph.unique_value_name(grad->name() + ".unscaled"));
+      Node* unscaled = graph.create_node(kOnnxDomain, "Mul", {grad, factor}, {grad->type()});
+      unscaled->set_name(str_cat(grad->name(), "/", what));
+      unscaled->output(0)->set_name(graph.unique_value_name(str_cat(grad->name(), ".", what, "d")));
       grad = unscaled->output(0);
     }
+  }
+
+  // K and the window's end, when the accumulate pass ran (K stays 1 otherwise).
+  static absl::Status find_accumulation(const Graph& graph, int64_t& steps, Value*& window_end) {
+    const Value* k = nullptr;
+    for (const Value* init : graph.initializers()) {
+      if (init->name() == kAccumulationStepsName) k = init;
+    }
+    if (k == nullptr) return absl::OkStatus();
+    for (Value* output : graph.outputs()) {
+      if (output->name() == kWindowEndName) window_end = output;
+    }
+    const Tensor* data = k->initializer();
+    if (window_end == nullptr || data->dtype() != DType::kI64 || data->num_elements() != 1 ||
+        data->element_as_i64(0) < 1) {
+      return absl::FailedPreconditionError(str_cat("gradient accumulation needs an i64 count ",
+                                                   kAccumulationStepsName, " >= 1 and the output ",
+                                                   kWindowEndName, "; run the accumulate pass"));
+    }
+    steps = data->element_as_i64(0);
+    return absl::OkStatus();
+  }
+
+  static Value* logical_not(Graph& graph, Value* x) {
+    Node* n = graph.create_node(kOnnxDomain, "Not", {x}, {x->type()});
+    n->set_name(str_cat(x->name(), "/Not"));
+    return n->output(0);
+  }
+
+  // condition ? x : y, as a node named `name` (or after x).
+  static Value* where(Graph& graph, Value* condition, Value* x, Value* y,
+                      std::string_view name = {}) {
+    Node* n = graph.create_node(kOnnxDomain, "Where", {condition, x, y}, {y->type()});
+    n->set_name(name.empty() ? str_cat(x->name(), "/Where") : std::string(name));
+    return n->output(0);
   }
 
   // Whether the f32 scalar `x` is inf or NaN, as a bool: x - x is 0 for finite x and NaN
@@ -183,15 +253,19 @@ class OptimizerPass final : public Pass {
     return found->output(0);
   }
 
-  // `update`, or `state` unchanged when `found_inf`.
-  static Value* keep_on(Graph& graph, Value* found_inf, Value* state, Value* update) {
-    Node* where =
-        graph.create_node(kOnnxDomain, "Where", {found_inf, state, update}, {update->type()});
-    where->set_name(str_cat(state->name(), "/skip_on_overflow"));
-    return where->output(0);
+  // The dynamic scale's update (ampc.LossScaleUpdate) and the skipped-step count; with `hold`
+  // (accumulation, before the window's end) they keep their values.
+  void add_loss_scale_updates(Graph& graph, Value* scale, Value* found_inf, Value* hold,
+                              std::vector<std::pair<Value*, Value*>>& state_updates) const {
+    const size_t first = state_updates.size();
+    add_loss_scale_updates(graph, scale, found_inf, state_updates);
+    if (hold == nullptr) return;
+    for (size_t k = first; k < state_updates.size(); ++k) {
+      auto& [state, update] = state_updates[k];
+      update = where(graph, hold, state, update, str_cat(state->name(), "/hold"));
+    }
   }
 
-  // The dynamic scale's update (ampc.LossScaleUpdate) and the skipped-step count.
   void add_loss_scale_updates(Graph& graph, Value* scale, Value* found_inf,
                               std::vector<std::pair<Value*, Value*>>& state_updates) const {
     const TensorType count{DType::kI64, {}};

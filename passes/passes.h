@@ -67,6 +67,15 @@ struct LossScaleOptions {
 };
 // The state the loss-scale pass adds and the optimizer pass updates.
 inline constexpr std::string_view kLossScaleName = "loss_scale";
+// Gradient accumulation: the constant K, the state counting the runs of the current window, and
+// the bool output that is true on the window's last run.
+inline constexpr std::string_view kAccumulationStepsName = "accumulate.steps";
+inline constexpr std::string_view kMicroStepState = "accumulate.micro_step";
+inline constexpr std::string_view kWindowEndName = "accumulate.window_end";
+// "accumulate": K > 1 turns each gradient output into its f32 running sum over K runs of the
+// step, with a micro-step counter and the output `accumulate.window_end`, which the optimizer
+// pass then uses (mean of the sums; updates only at the window's end). See passes/accumulate.cc.
+std::unique_ptr<Pass> make_accumulate_pass(int64_t steps);
 // "loss-scale": adds the scale (initializer `loss_scale`) and the output `<loss>.scaled` =
 // ampc.ScaleLoss(loss, loss_scale), which autodiff then differentiates, so the backward pass is
 // seeded with the scale. See passes/loss_scale.cc.

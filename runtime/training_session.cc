@@ -7,6 +7,7 @@
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
+#include "passes/passes.h"
 #include "runtime/safetensors.h"
 
 namespace ampc::runtime {
@@ -75,6 +76,22 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
           str_cat("the training step has no scalar output '", name, "'"));
     }
   }
+  const Tensor* steps = nullptr;
+  bool has_counter = false;
+  for (const Value* init : step->initializers()) {
+    if (init->name() == kAccumulationStepsName) steps = init->initializer();
+    if (init->name() == kMicroStepState) has_counter = true;
+  }
+  if (steps != nullptr) {
+    const Tensor& k = *steps;
+    if (k.dtype() != DType::kI64 || k.num_elements() != 1 || k.element_as_i64(0) < 1 ||
+        !has_counter) {
+      return absl::InvalidArgumentError(str_cat("the training step's '", kAccumulationStepsName,
+                                                "' must be an i64 count >= 1 beside the state '",
+                                                kMicroStepState, "'"));
+    }
+    session->accumulation_steps_ = k.element_as_i64(0);
+  }
   AMPC_ASSIGN_OR_RETURN(session->step_, InferenceSession::create(std::move(step), options));
   return session;
 }
@@ -104,11 +121,8 @@ std::vector<std::string> TrainingSession::state_names() const {
   return names;
 }
 
-absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
-                                                float lr) {
-  if (!(lr >= 0) || !std::isfinite(lr)) {
-    return absl::InvalidArgumentError(str_cat("the learning rate must be >= 0, not ", lr));
-  }
+absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
+                                             uint64_t random_stream) {
   for (const TensorInfo& input : batch_inputs()) {
     if (!batch.contains(input.name)) {
       return absl::InvalidArgumentError(
@@ -122,21 +136,63 @@ absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tens
     AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
   }
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
+  step_->set_random_stream(random_stream);  // new dropout masks each call
+  AMPC_RETURN_IF_ERROR(step_->run());
+  for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
+    AMPC_RETURN_IF_ERROR(step_->copy_output_to_initializer(update.update, update.state));
+  }
+  eval_stale_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
+                                                float lr) {
+  if (accumulation_steps_ > 1) {
+    return absl::InvalidArgumentError(
+        str_cat("this model accumulates gradients over ", accumulation_steps_,
+                " micro-batches (ampc compile --accumulate); a step takes that many batches"));
+  }
+  return step(std::vector<std::map<std::string, Tensor>>{batch}, lr);
+}
+
+absl::StatusOr<StepStats> TrainingSession::step(
+    const std::vector<std::map<std::string, Tensor>>& micro_batches, float lr) {
+  if (!(lr >= 0) || !std::isfinite(lr)) {
+    return absl::InvalidArgumentError(str_cat("the learning rate must be >= 0, not ", lr));
+  }
+  const int64_t k = accumulation_steps_;
+  if (static_cast<int64_t>(micro_batches.size()) != k) {
+    return absl::InvalidArgumentError(
+        str_cat("a step of this model takes ", k, " micro-batch(es), not ", micro_batches.size()));
+  }
+  if (k > 1) {
+    AMPC_ASSIGN_OR_RETURN(Tensor counter, step_->initializer(kMicroStepState));
+    if (counter.element_as_i64(0) != 0) {
+      return absl::FailedPreconditionError(
+          str_cat("the model's state is in the middle of an accumulation window (", kMicroStepState,
+                  " = ", counter.element_as_i64(0), "); a step starts one"));
+    }
+  }
   const bool scaled = has_state("loss_scale.skipped_steps");
   double scale_used = NAN;
   if (absl::StatusOr<Tensor> scale = step_->initializer("loss_scale"); scale.ok() && scaled) {
     scale_used = scale->element_as_double(0);
   }
-  step_->set_random_stream(static_cast<uint64_t>(steps_done_));  // new dropout masks each step
-  AMPC_RETURN_IF_ERROR(step_->run());
-  for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
-    AMPC_RETURN_IF_ERROR(step_->copy_output_to_initializer(update.update, update.state));
+  double loss_sum = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    const absl::Status ran = run_step_graph(micro_batches[static_cast<size_t>(i)], lr,
+                                            static_cast<uint64_t>(steps_done_ * k + i));
+    if (!ran.ok()) {
+      if (k == 1) return ran;
+      return absl::Status(ran.code(),
+                          str_cat("micro-batch ", i + 1, " of ", k, ": ", ran.message()));
+    }
+    AMPC_ASSIGN_OR_RETURN(Tensor loss, step_->output(loss_));
+    loss_sum += loss.element_as_double(0);
   }
   ++steps_done_;
-  eval_stale_ = true;
-  StepStats stats{.step = steps_done_, .loss = 0, .grad_norm = 0, .lr = lr};
-  AMPC_ASSIGN_OR_RETURN(Tensor loss, step_->output(loss_));
-  stats.loss = loss.element_as_double(0);
+  StepStats stats{
+      .step = steps_done_, .loss = loss_sum / static_cast<double>(k), .grad_norm = 0, .lr = lr};
   AMPC_ASSIGN_OR_RETURN(Tensor norm, step_->output("grad_norm"));
   stats.grad_norm = norm.element_as_double(0);
   if (scaled) {

@@ -53,6 +53,14 @@ class TrainingSession {
 
   // One step on `batch` (every step input but `lr`, by name) at learning rate `lr` (>= 0).
   absl::StatusOr<StepStats> step(const std::map<std::string, Tensor>& batch, float lr);
+  // One step of a model that accumulates gradients (`ampc compile --accumulate K`): K calls of
+  // the step graph, one per micro-batch, and one update with the mean of their gradients. The
+  // stats give the mean loss of the K micro-batches; the norm, overflow and scale are the
+  // update's. `micro_batches` must hold exactly accumulation_steps() batches.
+  absl::StatusOr<StepStats> step(const std::vector<std::map<std::string, Tensor>>& micro_batches,
+                                 float lr);
+  // K for a model compiled with --accumulate K; 1 otherwise.
+  int64_t accumulation_steps() const { return accumulation_steps_; }
 
   // Runs the eval graph (BatchNorm on running statistics, no dropout) on `batch` with the
   // current parameters and returns every output by name.
@@ -93,11 +101,15 @@ class TrainingSession {
   TrainingSession() = default;
   // Copies the state the eval graph shares with the step into the eval session.
   absl::Status sync_eval();
+  // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.
+  absl::Status run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
+                              uint64_t random_stream);
 
   std::unique_ptr<InferenceSession> step_;
   std::unique_ptr<InferenceSession> eval_;  // null for a bare training step
   std::string loss_ = "loss";
   std::optional<double> default_lr_;
+  int64_t accumulation_steps_ = 1;
   int64_t steps_done_ = 0;
   bool eval_stale_ = true;
 };

@@ -80,6 +80,7 @@ struct CompileFlags {
   float eps = 1e-8f;
   float weight_decay = 0;
   float clip_grad_norm = 0;
+  int64_t accumulate = 1;
   std::string trainable;
   std::string freeze;
   std::string running_var = "unbiased";
@@ -144,6 +145,10 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
       return absl::InvalidArgumentError(
           "--loss, --label-input and --logits belong to a training compile; add --optimizer");
     }
+    if (flags.accumulate != 1) {
+      return absl::InvalidArgumentError(
+          "--accumulate belongs to a training compile; add --optimizer");
+    }
     return std::nullopt;
   }
   TrainingOptions options;
@@ -160,6 +165,7 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
   o.epsilon = flags.eps;
   o.weight_decay = flags.weight_decay;
   o.clip_grad_norm = flags.clip_grad_norm;
+  options.accumulate = flags.accumulate;
   options.autodiff.trainable = flags.trainable;
   options.autodiff.freeze = flags.freeze;
   options.running_variance =
@@ -343,6 +349,12 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
   compile
       .add_option("--clip-grad-norm", flags.clip_grad_norm,
                   "Clip gradients to this global norm (0: off)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--accumulate", flags.accumulate,
+                  "Accumulate gradients over K micro-batches (K calls of the step; ampc train "
+                  "reads K batches per step) and update once with their mean")
       ->capture_default_str()
       ->group(group);
   compile

@@ -1,6 +1,7 @@
 // `ampc train`: loads a training model, checks the data and every flag before writing anything,
-// then runs the steps. Step i (0-based) uses batch i mod num_batches and the schedule's rate for
-// step i, so a resumed run continues exactly where the checkpoint left off.
+// then runs the steps. Step i (0-based) uses batch i mod num_batches (batches iK .. iK + K - 1
+// for a model that accumulates over K micro-batches) and the schedule's rate for step i, so a
+// resumed run continues exactly where the checkpoint left off.
 #include "tools/train_command.h"
 
 #include <unistd.h>
@@ -247,8 +248,11 @@ int train(const TrainFlags& flags) {
   while (session.steps_done() < flags.steps && !interrupted.load()) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
-    absl::StatusOr<runtime::StepStats> stats =
-        session.step(data->batch(index), static_cast<float>(lr));
+    std::vector<std::map<std::string, Tensor>> micro_batches;
+    for (int64_t i = 0; i < session.accumulation_steps(); ++i) {
+      micro_batches.push_back(data->batch(index * session.accumulation_steps() + i));
+    }
+    absl::StatusOr<runtime::StepStats> stats = session.step(micro_batches, static_cast<float>(lr));
     if (!stats.ok()) {
       if (show) progress.finish_line();
       return report_error(absl::Status(
@@ -329,7 +333,8 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   CLI::App* train = app.add_subcommand(
       "train",
       "Train a compiled training model (ampc compile --optimizer ...) on the CPU. Step i uses "
-      "batch i mod N of --data.");
+      "batch i mod N of --data (batches iK .. iK+K-1 for a model compiled with --accumulate "
+      "K).");
   train->add_option("model", flags.model, "The training model")->required();
   train
       ->add_option("--data", flags.data,

@@ -173,6 +173,21 @@ TEST(FoldConstants, NodesReadingGraphInputsAreNotFolded) {
   EXPECT_FALSE(expect_fold(kGraph, kGraph));
 }
 
+// A training step's state changes after every run, whatever its dtype: an i64 counter is not a
+// constant, though an i64 initializer otherwise is.
+TEST(FoldConstants, NodesReadingStateAreNotFolded) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[2]) opset(17) {
+      init %count: i64[] = [0]
+      init %one: i64[] = [1]
+      %next = Add(%count, %one) : i64[]
+      %y = Relu(%x) : f32[2]
+      return %y, %next
+      update %count = %next
+    })";
+  EXPECT_FALSE(expect_fold(kGraph, kGraph));
+}
+
 // 512 x 1024 f32 is 2 MiB, over kMaxFoldedBytes; the same op with a small shape folds.
 TEST(FoldConstants, ValuesOverTheSizeLimitStayNodes) {
   constexpr std::string_view kLarge = R"(

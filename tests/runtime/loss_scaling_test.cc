@@ -14,6 +14,7 @@
 #include "passes/passes.h"
 #include "runtime/session.h"
 #include "runtime/training_session.h"
+#include "tests/runtime/training_test_util.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -36,8 +37,6 @@ std::string model(float c) {
 
 std::unique_ptr<TrainingSession> open(std::string_view text, std::optional<LossScaleOptions> scale,
                                       float clip = 0, bool fp16 = true) {
-  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
-  if (graph == nullptr) return nullptr;
   CompileOptions options;
   if (fp16) {
     options.mixed_precision = MixedPrecisionOptions{};
@@ -51,14 +50,7 @@ std::unique_ptr<TrainingSession> open(std::string_view text, std::optional<LossS
   } else {
     options.training->loss_scale_off = true;
   }
-  Diagnostics diagnostics;
-  absl::Status compiled = compile_graph(*graph, options, diagnostics);
-  EXPECT_TRUE(compiled.ok()) << compiled;
-  if (!compiled.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-      TrainingSession::create(std::move(graph));
-  EXPECT_TRUE(session.ok()) << session.status();
-  return session.ok() ? *std::move(session) : nullptr;
+  return testing::compile_training_session(text, options);
 }
 
 std::map<std::string, Tensor> batch(float x0, float x1) {

@@ -51,7 +51,12 @@ std::vector<LogLine> read_log(const std::string& path) {
       ADD_FAILURE() << path << ": not a JSON object: " << text;
       continue;
     }
-    bool ok = json.size() == 4 && json.contains("step") && json["step"].is_number_integer();
+    // With loss scaling three more: loss_scale, found_inf, skipped.
+    const bool scaled = json.contains("loss_scale") && json["loss_scale"].is_number() &&
+                        json.contains("found_inf") && json["found_inf"].is_boolean() &&
+                        json.contains("skipped") && json["skipped"].is_number_integer();
+    bool ok = json.size() == (scaled ? 7u : 4u) && json.contains("step") &&
+              json["step"].is_number_integer();
     for (const char* key : {"loss", "grad_norm", "lr"}) {
       ok = ok && json.contains(key) && json[key].is_number();
     }
@@ -65,13 +70,13 @@ std::vector<LogLine> read_log(const std::string& path) {
   return lines;
 }
 
-// The first `n` batches of an [N, ...] array.
-Tensor first_batches(const Tensor& array, int64_t n) {
+// `n` batches of an [N, ...] array, from batch `first`.
+Tensor first_batches(const Tensor& array, int64_t n, int64_t first = 0) {
   TensorType type = array.type();
   const int64_t batch_bytes = type.byte_size() / type.shape[0];
   type.shape[0] = n;
-  std::vector<uint8_t> bytes(array.bytes().begin(), array.bytes().begin() + n * batch_bytes);
-  return Tensor(type, std::move(bytes));
+  const auto begin = array.bytes().begin() + first * batch_bytes;
+  return Tensor(type, std::vector<uint8_t>(begin, begin + n * batch_bytes));
 }
 
 // Batch `index` of an [N, ...] array, without its batch axis.
@@ -422,6 +427,8 @@ TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
       {"--optimizer adamw --loss nosuchoutput", 1, {"'nosuchoutput'", "loss, logits"}},
       {"--optimizer sgd --loss cross-entropy", 1, {"--label-input"}},
       {"--loss logits", 1, {"--optimizer"}},  // training flags without a training compile
+      {"--optimizer sgd --accumulate 0", 1, {"--accumulate 0", ">= 1"}},
+      {"--accumulate 2", 1, {"--accumulate", "--optimizer"}},
       {"--optimizer rmsprop", 2, {"rmsprop"}},
   };
   const std::string out = path("out.onnx");
@@ -479,6 +486,40 @@ TEST_F(TrainCliTest, InterruptSavesACheckpointToResumeFrom) {
 
 // tiny_gpt has ops whose attributes its opset takes as inputs (Split's split), in both the eval
 // graph and the training step; the training model must load back.
+// With --accumulate K, step i reads batches iK .. iK+K-1 and logs their mean loss: at a rate
+// too small to move the weights (1e-30), step i's loss is the mean of the losses a model without
+// accumulation reports for each of those batches alone.
+TEST_F(TrainCliTest, AccumulatingStepsReadKBatchesAndLogTheirMeanLoss) {
+  const std::string accumulating = compile("mlp", "--optimizer sgd --accumulate 2");
+  const std::map<std::string, Tensor> arrays = small_mlp_data();
+  save_npz("four.npz", arrays);
+  CliResult r = train(accumulating, " --data " + path("four.npz") + " --steps 2 --lr 1e-30 --log " +
+                                        path("acc.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> log = read_log(path("acc.jsonl"));
+  ASSERT_EQ(log.size(), 2u);
+  const std::string plain = compile("mlp", "--optimizer sgd");  // over the accumulating model
+  std::vector<double> alone;
+  for (int64_t b = 0; b < 4; ++b) {
+    const std::string one = path("one" + std::to_string(b) + ".npz");
+    ASSERT_TRUE(runtime::write_npz(one, {{"x", first_batches(arrays.at("x"), 1, b)},
+                                         {"label", first_batches(arrays.at("label"), 1, b)}})
+                    .ok());
+    r = train(plain, " --data " + one + " --steps 1 --lr 1e-30 --log " + path("one.jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::vector<LogLine> one_log = read_log(path("one.jsonl"));
+    ASSERT_EQ(one_log.size(), 1u);
+    alone.push_back(one_log[0].loss);
+  }
+  EXPECT_NEAR(log[0].loss, (alone[0] + alone[1]) / 2, 1e-6);
+  EXPECT_NEAR(log[1].loss, (alone[2] + alone[3]) / 2, 1e-6);
+  EXPECT_NE(alone[0], alone[2]);  // the batches differ, so the check above can fail
+}
+
+TEST_F(TrainCliTest, ResumeIsBitIdenticalWithAccumulation) {
+  expect_resume_is_bit_identical("mlp", "--optimizer adamw --accumulate 3 --precision fp16");
+}
+
 TEST_F(TrainCliTest, CompiledTinyGptLoadsAndTrains) {
   const std::string trained = compile("tiny_gpt", "--optimizer adamw --lr 0.003");
   CliResult r = train(
