@@ -43,7 +43,8 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   }
   if (const std::optional<MixedPrecisionOptions>& mixed = options.mixed_precision) {
     pipeline.add(make_autocast_pass(mixed->policy));
-    pipeline.add(make_insert_casts_pass());
+    // O3 keeps no fp32 master weights: the parameters themselves are low precision.
+    pipeline.add(make_insert_casts_pass(mixed->policy.level == OptLevel::kO3));
     pipeline.add(make_eliminate_casts_pass(mixed->allow_excess_precision));
   }
   if (training) {

@@ -8,9 +8,13 @@
 //   compile time instead (a new constant initializer, no Cast). Output types are then
 //   re-inferred, so a low node's outputs are low. A graph output whose dtype changed gets a Cast
 //   back, so the model's interface (names and dtypes) stays as it was.
+//   With low-precision weights (O3: no fp32 master weights), an f32 initializer whose every
+//   reader computes in the same low dtype is stored in that dtype instead (rounded once, here):
+//   the parameters themselves become low precision and no Cast reads them.
 // Assumes: autocast ran (nodes without a compute dtype, or computing in f64, are left alone).
 // Numerics: each Cast rounds to nearest even (the runtime's numeric contract).
 #include <map>
+#include <set>
 
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
@@ -27,24 +31,33 @@ bool listed(const std::vector<int>& list, int i) {
   return std::find(list.begin(), list.end(), i) != list.end();
 }
 
+// The dtype `node` reads operand `i` in, or nullopt when it decided nothing (or is a Cast).
+std::optional<DType> wanted_dtype(const Node& node, int i) {
+  const std::optional<DType> compute = node.precision().compute;
+  if (!compute || !is_low_or_f32(*compute)) return std::nullopt;
+  if (node.domain().empty() && node.op_type() == "Cast") return std::nullopt;
+  if (node.def() != nullptr && listed(node.def()->autocast.fp32_operands, i)) return DType::kF32;
+  return *compute;
+}
+
 class InsertCastsPass final : public Pass {
  public:
+  explicit InsertCastsPass(bool low_precision_weights)
+      : low_precision_weights_(low_precision_weights) {}
   std::string_view name() const override { return "insert-casts"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
     casts_.clear();
     std::vector<TensorType> output_types;
     for (const Value* output : graph.outputs()) output_types.push_back(output->type());
-    bool changed = false;
+    bool changed = low_precision_weights_ && store_weights_low(graph);
     for (Node* node : graph.node_list()) {
       const std::optional<DType> compute = node->precision().compute;
       if (!compute || !is_low_or_f32(*compute) || is_cast(*node)) continue;
-      const std::vector<int> keep_fp32 =
-          node->def() != nullptr ? node->def()->autocast.fp32_operands : std::vector<int>{};
       for (int i = 0; i < node->num_operands(); ++i) {
         Value* operand = node->operand(i);
         if (operand == nullptr || !is_low_or_f32(operand->dtype())) continue;
-        const DType want = listed(keep_fp32, i) ? DType::kF32 : *compute;
+        const DType want = *wanted_dtype(*node, i);
         if (operand->dtype() == want) continue;
         node->set_operand(i, cast(graph, operand, want, *node));
         changed = true;
@@ -89,6 +102,30 @@ class InsertCastsPass final : public Pass {
     return node.domain().empty() && node.op_type() == "Cast";
   }
 
+  // Stores each f32 initializer that every reader reads in one low dtype in that dtype.
+  static bool store_weights_low(Graph& graph) {
+    bool changed = false;
+    std::set<const Value*> outputs(graph.outputs().begin(), graph.outputs().end());
+    for (Value* init : graph.initializers()) {
+      if (init->dtype() != DType::kF32 || init->uses().empty() || outputs.contains(init)) continue;
+      std::optional<DType> common;
+      for (const Use& use : init->uses()) {
+        const std::optional<DType> want = wanted_dtype(*use.user, use.operand);
+        if (!want || *want == DType::kF32 || (common && *common != *want)) {
+          common.reset();
+          break;
+        }
+        common = want;
+      }
+      if (!common) continue;
+      const Tensor& data = *init->initializer();
+      graph.set_initializer_data(
+          init, Tensor::from_doubles(*common, data.shape(), data.to_double_vector()));
+      changed = true;
+    }
+    return changed;
+  }
+
   // `value` in `to`, for `reader`: the one Cast (or converted constant) of this (value, dtype).
   Value* cast(Graph& graph, Value* value, DType to, Node& reader) {
     const auto key = std::make_pair(value, to);
@@ -117,12 +154,15 @@ class InsertCastsPass final : public Pass {
     return result;
   }
 
+  bool low_precision_weights_;
   std::map<std::pair<Value*, DType>, Value*> casts_;
   TypePropagator propagator_;
 };
 
 }  // namespace
 
-std::unique_ptr<Pass> make_insert_casts_pass() { return std::make_unique<InsertCastsPass>(); }
+std::unique_ptr<Pass> make_insert_casts_pass(bool low_precision_weights) {
+  return std::make_unique<InsertCastsPass>(low_precision_weights);
+}
 
 }  // namespace ampc

@@ -33,6 +33,8 @@ namespace ampc {
 namespace {
 
 constexpr std::string_view kGradSuffix = ".grad";
+constexpr std::string_view kNoMasterWeights =
+    "optimizer: no master weights (O3): a low-precision parameter, updated in f32";
 
 Value* zeros_like(Graph& graph, const Value* value, std::string_view suffix) {
   return graph.add_initializer(graph.unique_value_name(str_cat(value->name(), suffix)),
@@ -44,7 +46,7 @@ class OptimizerPass final : public Pass {
   explicit OptimizerPass(OptimizerOptions options) : options_(std::move(options)) {}
   std::string_view name() const override { return "optimizer"; }
 
-  absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
     std::vector<std::pair<Value*, int>> updates;  // parameter, index of its gradient output
     for (int i = 0; i < static_cast<int>(graph.outputs().size()); ++i) {
       const std::string& name = graph.outputs()[i]->name();
@@ -60,17 +62,25 @@ class OptimizerPass final : public Pass {
           "found no float initializer the loss depends on (check --trainable and --freeze)");
     }
     for (const auto& [parameter, index] : updates) {
-      if (parameter->dtype() != DType::kF32) {
-        return absl::UnimplementedError(str_cat("parameter '", parameter->name(), "' is ",
-                                                dtype_name(parameter->dtype()),
-                                                "; the optimizer updates f32 parameters"));
+      const DType dtype = parameter->dtype();
+      if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+        return absl::UnimplementedError(
+            str_cat("parameter '", parameter->name(), "' is ", dtype_name(dtype),
+                    "; the optimizer updates f32 parameters (or f16/bf16 ones, without master "
+                    "weights)"));
       }
     }
+    warn_about_low_precision_moments(updates, context);
     Value* lr = graph.add_input("lr", TensorType{DType::kF32, {}});
     Value* step = graph.add_initializer("optimizer.step", Tensor(TensorType{DType::kF32, {}}));
 
     std::vector<Value*> grads;
     for (const auto& [parameter, index] : updates) grads.push_back(graph.outputs()[index]);
+    // A low-precision parameter's gradient (no master weights) is unscaled, checked and clipped
+    // in f32 like the others.
+    for (Value*& grad : grads) {
+      if (grad->dtype() != DType::kF32) grad = convert(graph, grad, DType::kF32, kNoMasterWeights);
+    }
     std::vector<std::pair<Value*, Value*>> state_updates;  // state, its update
     // Accumulation: the optimizer's updates hold until the window's last micro-step.
     int64_t accumulated = 1;
@@ -99,26 +109,44 @@ class OptimizerPass final : public Pass {
     for (size_t k = 0; k < updates.size(); ++k) {
       Value* parameter = updates[k].first;
       std::vector<Value*> state = {parameter};
-      std::vector<Value*> outputs;
       if (options_.kind == OptimizerOptions::Kind::kSgd) {
         state.push_back(zeros_like(graph, parameter, ".momentum_buffer"));
-        outputs = add_node(graph, "SGD", {parameter, grads[k], state[1], lr, step},
-                           {parameter->type(), parameter->type()},
+      } else {
+        state.push_back(zeros_like(graph, parameter, ".exp_avg"));
+        state.push_back(zeros_like(graph, parameter, ".exp_avg_sq"));
+      }
+      // Without master weights the parameter and its moments are stored low and updated in f32:
+      // read up, computed, rounded back once (PyTorch's update of an fp16 parameter).
+      const DType stored = parameter->dtype();
+      std::vector<Value*> wide = state;
+      if (stored != DType::kF32) {
+        for (Value*& v : wide) v = convert(graph, v, DType::kF32, kNoMasterWeights);
+      }
+      const TensorType type = wide[0]->type();
+      std::vector<Value*> outputs;
+      if (options_.kind == OptimizerOptions::Kind::kSgd) {
+        outputs = add_node(graph, "SGD", {wide[0], grads[k], wide[1], lr, step}, {type, type},
                            {{"momentum", options_.momentum},
                             {"dampening", options_.dampening},
                             {"nesterov", int64_t{options_.nesterov}},
                             {"weight_decay", options_.weight_decay}});
       } else {
-        state.push_back(zeros_like(graph, parameter, ".exp_avg"));
-        state.push_back(zeros_like(graph, parameter, ".exp_avg_sq"));
         const bool decoupled = options_.kind == OptimizerOptions::Kind::kAdamW;
-        outputs = add_node(graph, "Adam", {parameter, grads[k], state[1], state[2], lr, step},
-                           {parameter->type(), parameter->type(), parameter->type()},
+        outputs = add_node(graph, "Adam", {wide[0], grads[k], wide[1], wide[2], lr, step},
+                           {type, type, type},
                            {{"beta1", options_.beta1},
                             {"beta2", options_.beta2},
                             {"epsilon", options_.epsilon},
                             {"weight_decay", options_.weight_decay},
                             {"decoupled_weight_decay", int64_t{decoupled}}});
+      }
+      if (stored != DType::kF32) {
+        outputs[0]->producer()->mutable_precision() = {DType::kF32, std::nullopt,
+                                                       std::string(kNoMasterWeights)};
+        for (size_t s = 0; s < outputs.size(); ++s) {
+          outputs[s]->set_name(graph.unique_value_name(str_cat(state[s]->name(), ".updated")));
+          outputs[s] = convert(graph, outputs[s], stored, kNoMasterWeights);
+        }
       }
       for (size_t s = 0; s < state.size(); ++s) state_updates.emplace_back(state[s], outputs[s]);
     }
@@ -136,6 +164,10 @@ class OptimizerPass final : public Pass {
     if (skip != nullptr) {
       for (auto& [state, update] : state_updates) {
         update = where(graph, skip, state, update, str_cat(state->name(), "/skip_update"));
+        if (state->dtype() != DType::kF32) {
+          update->producer()->mutable_precision() = {state->dtype(), std::nullopt,
+                                                     std::string(kNoMasterWeights)};
+        }
       }
     }
     if (found_inf != nullptr) add_loss_scale_updates(graph, scale, found_inf, hold, state_updates);
@@ -152,7 +184,11 @@ class OptimizerPass final : public Pass {
       graph.add_output(update);
       graph.add_state_update(state->name(), update->name());
     }
-    describe_undecided_nodes(graph, "optimizer: fp32 master weights and state");
+    bool master_weights = true;
+    for (const auto& [parameter, index] : updates)
+      master_weights &= parameter->dtype() == DType::kF32;
+    describe_undecided_nodes(graph, master_weights ? "optimizer: fp32 master weights and state"
+                                                   : "optimizer: fp32 arithmetic");
     return true;
   }
 
@@ -225,6 +261,31 @@ class OptimizerPass final : public Pass {
     }
     steps = data->element_as_i64(0);
     return absl::OkStatus();
+  }
+
+  // Adam's second moment of a low-precision parameter is stored low too: squares of small
+  // gradients underflow in fp16, and the update then divides by (almost) epsilon.
+  void warn_about_low_precision_moments(const std::vector<std::pair<Value*, int>>& updates,
+                                        const PassContext& context) const {
+    if (options_.kind == OptimizerOptions::Kind::kSgd) return;
+    for (const auto& [parameter, index] : updates) {
+      if (parameter->dtype() != DType::kF16) continue;
+      context.warn(str_cat("parameters such as '", parameter->name(),
+                           "' are f16 without master weights (O3), and so are Adam's moments: "
+                           "squared gradients below 6e-8 underflow to 0 and training may "
+                           "diverge; O3 is a speed baseline (use O1 or O2, or SGD)"));
+      return;
+    }
+  }
+
+  // `value` cast to `to`, the Cast's decision saying why.
+  static Value* convert(Graph& graph, Value* value, DType to, std::string_view reason) {
+    Node* n = graph.create_node(kOnnxDomain, "Cast", {value}, {TensorType{to, value->shape()}},
+                                {{"to", to}});
+    n->set_name(str_cat(value->name(), "/to_", dtype_name(to)));
+    n->mutable_precision() = {to, std::nullopt, std::string(reason)};
+    n->output(0)->set_name(graph.unique_value_name(str_cat(value->name(), ".", dtype_name(to))));
+    return n->output(0);
   }
 
   static Value* logical_not(Graph& graph, Value* x) {

@@ -7,13 +7,15 @@
 namespace ampc {
 namespace {
 
-std::unique_ptr<Graph> cast_graph(std::string_view text, PrecisionPolicy policy = {}) {
+std::unique_ptr<Graph> cast_graph(std::string_view text, PrecisionPolicy policy = {},
+                                  bool low_precision_weights = false) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
   if (graph == nullptr) return nullptr;
   Diagnostics diagnostics;
   PassContext context{&diagnostics};
   EXPECT_TRUE(make_autocast_pass(policy)->run(*graph, context).ok());
-  absl::StatusOr<bool> changed = make_insert_casts_pass()->run(*graph, context);
+  absl::StatusOr<bool> changed =
+      make_insert_casts_pass(low_precision_weights)->run(*graph, context);
   EXPECT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
   return graph;
@@ -110,6 +112,38 @@ TEST(InsertCasts, Fp32OperandsStayFp32) {
   EXPECT_EQ(bn->output(0)->dtype(), DType::kF16);
   // x and w for the Conv, and the Relu's output back to f32: three casts.
   EXPECT_EQ(count_casts(*graph), 3);
+}
+
+// O3 (no master weights): a weight only low nodes read is stored in f16 (its value rounded once,
+// at compile time) and read without a Cast; BatchNorm's fp32 operands stay f32.
+TEST(InsertCasts, WithoutMasterWeightsWeightsAreStoredLow) {
+  PrecisionPolicy policy;
+  policy.level = OptLevel::kO3;
+  std::unique_ptr<Graph> graph = cast_graph(R"(
+    graph g(%x: f32[1,3,2,2]) opset(17) {
+      init %w: f32[3,3,1,1] = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]
+      init %scale: f32[3] = [1.0, 1.0, 1.0]
+      init %bias: f32[3] = [0.0, 0.0, 0.0]
+      init %mean: f32[3] = [0.0, 0.0, 0.0]
+      init %var: f32[3] = [1.0, 1.0, 1.0]
+      %c = Conv(%x, %w) {name="conv"} : f32[1,3,2,2]
+      %y = BatchNormalization(%c, %scale, %bias, %mean, %var) {name="bn"} : f32[1,3,2,2]
+      return %y
+    })",
+                                            policy, /*low_precision_weights=*/true);
+  ASSERT_NE(graph, nullptr);
+  for (const Value* init : graph->initializers()) {
+    SCOPED_TRACE(init->name());
+    if (init->name() == "w") {
+      EXPECT_EQ(init->dtype(), DType::kF16);
+      // 0.1 in f16 is 1638/16384 (the nearest of its neighbours 1638 and 1639 over 2^14).
+      EXPECT_EQ(init->initializer()->element_as_double(0), 1638.0 / 16384.0);
+    } else {
+      EXPECT_EQ(init->dtype(), DType::kF32);
+    }
+  }
+  // x for the Conv and y back to f32: no Cast of w.
+  EXPECT_EQ(count_casts(*graph), 2);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // Loss scaling, against its definitions: fp16 underflow with and without a scale; an overflow
 // skips exactly one update; the dynamic scale follows PyTorch's GradScaler rule (a reference
 // written here, over random overflow sequences) and never becomes inf; clipping acts on the
-// unscaled gradients; a resumed run grows the scale at the same step.
+// unscaled gradients; a resumed run grows the scale at the same step; fp32 master weights keep
+// updates that fp16 weights (O3) round away.
 #include <unistd.h>
 
 #include <cmath>
@@ -233,6 +234,48 @@ TEST(LossScaling, RandomOverflowSequencesFollowGradScaler) {
     }
   }
   EXPECT_GT(grew_to_the_top, 0);  // some sequences did try to grow past f32's range
+}
+
+// (h) Master weights: w = 1 and ten SGD updates of -1e-4 (gradient 1, lr 1e-4). fp16 holds
+// no value between 1 - 2^-11 and 1, so 1 - 1e-4 rounds back to 1 each time: without master
+// weights (O3: w itself is f16) w stays 1.0; with fp32 master weights (O1, O2) it reaches 0.999.
+TEST(LossScaling, MasterWeightsKeepUpdatesThatFp16WeightsLose) {
+  constexpr std::string_view kModel = R"(
+    graph g(%x: f32[1,1]) opset(17) {
+      init %w: f32[1,1] = [1.0]
+      %y = MatMul(%x, %w) {name="mm"} : f32[1,1]
+      %loss = ReduceSum<keepdims=0>(%y) {name="sum"} : f32[]
+      return %loss
+    })";
+  for (OptLevel level : {OptLevel::kO1, OptLevel::kO2, OptLevel::kO3}) {
+    SCOPED_TRACE(opt_level_name(level));
+    CompileOptions options;
+    options.mixed_precision = MixedPrecisionOptions{};
+    options.mixed_precision->policy.low_source = "test";
+    options.mixed_precision->policy.level = level;
+    options.training = TrainingOptions{};
+    options.training->loss_scale_off = true;  // the gradient, 1, needs no scale
+    std::unique_ptr<TrainingSession> session = testing::compile_training_session(kModel, options);
+    ASSERT_TRUE(session);
+    float expected = 1.0f;  // the same ten updates in f32
+    for (int i = 0; i < 10; ++i) {
+      absl::StatusOr<StepStats> stats =
+          session->step({{"x", Tensor::from_f32({1, 1}, {1})}}, 1e-4f);
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      ASSERT_EQ(stats->grad_norm, 1.0);
+      expected -= 1e-4f;
+    }
+    absl::StatusOr<Tensor> w = session->state("w");
+    ASSERT_TRUE(w.ok()) << w.status();
+    if (level == OptLevel::kO3) {
+      EXPECT_EQ(w->dtype(), DType::kF16);
+      EXPECT_EQ(w->element_as_double(0), 1.0);
+    } else {
+      EXPECT_EQ(w->dtype(), DType::kF32);
+      EXPECT_EQ(w->element_as_double(0), expected);
+      EXPECT_NEAR(w->element_as_double(0), 0.999, 1e-6);
+    }
+  }
 }
 
 // (g) The true gradient [3, 4] (loss = sum(w * [3, 4])) clipped to norm 1 is [0.6, 0.8],
