@@ -52,6 +52,9 @@ struct CompileOptions {
 inline constexpr std::string_view kMetadataLoss = "ampc.training.loss";
 inline constexpr std::string_view kMetadataLr = "ampc.training.lr";
 inline constexpr std::string_view kMetadataOptimizer = "ampc.training.optimizer";
+// The memory of the same model compiled at O0, which `ampc compile --precision` records for
+// `ampc inspect --precision` to compare with (tools/precision_report.h).
+inline constexpr std::string_view kMetadataPrecisionBaseline = "ampc.precision.o0";
 
 // Imports `input_path` and runs the compile pipeline on it. Warnings go to `diagnostics`.
 absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_path,

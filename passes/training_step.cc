@@ -162,6 +162,7 @@ Node* rebuild_batch_norm(Graph& graph, Node* node, int64_t training_mode, int nu
                                     std::move(attrs), node);
   rebuilt->set_name(node->name());
   rebuilt->set_doc_string(node->doc_string());
+  rebuilt->mutable_precision() = node->precision();
   std::vector<std::string> names;
   for (int i = 0; i < node->num_outputs(); ++i) {
     names.push_back(node->has_output(i) ? node->output(i)->name() : "");

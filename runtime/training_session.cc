@@ -330,7 +330,8 @@ absl::Status TrainingSession::export_inference_model(const std::string& path) co
       if (init->is_dead()) graph->erase_graph_value(init);
     }
   }
-  for (const std::string_view key : {kMetadataLoss, kMetadataLr, kMetadataOptimizer}) {
+  for (const std::string_view key :
+       {kMetadataLoss, kMetadataLr, kMetadataOptimizer, kMetadataPrecisionBaseline}) {
     graph->erase_metadata(key);
   }
   return export_onnx_file(*graph, path);

@@ -215,6 +215,18 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
   return options;
 }
 
+// Compiles the model again with every node f32 (O0) and records its memory in `graph`'s
+// metadata, for `ampc inspect --precision` to compare with. Best effort: the mixed-precision
+// compile succeeded, so a failure here only means no comparison.
+void record_o0_baseline(const std::string& input, CompileOptions options, Graph& graph) {
+  options.mixed_precision.reset();
+  options.pipeline.dump_after.clear();
+  Diagnostics ignored;  // the compile above reported the model's warnings
+  absl::StatusOr<std::unique_ptr<Graph>> o0 = compile_file(input, options, ignored);
+  if (o0.ok())
+    graph.set_metadata(std::string(kMetadataPrecisionBaseline), precision_baseline(**o0));
+}
+
 int run_compile(const CompileFlags& flags) {
   CompileOptions options;
   absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
@@ -234,6 +246,7 @@ int run_compile(const CompileFlags& flags) {
   absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(flags.input, options, diagnostics);
   print_warnings(diagnostics);
   if (!graph.ok()) return report_error(graph.status());
+  if (options.mixed_precision) record_o0_baseline(flags.input, options, **graph);
   if (absl::Status status = export_onnx_file(**graph, flags.output); !status.ok()) {
     return report_error(status);
   }

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "compiler/compile.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
@@ -18,9 +19,13 @@ namespace {
 using ordered_json = nlohmann::ordered_json;
 
 std::string grouped(int64_t n) {
-  std::string digits = str_cat(n < 0 ? -n : n);
-  for (int i = static_cast<int>(digits.size()) - 3; i > 0; i -= 3) digits.insert(i, ",");
-  return n < 0 ? "-" + digits : digits;
+  const std::string digits = str_cat(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 std::vector<std::string> dtypes_of(const std::vector<Value*>& values) {
@@ -54,9 +59,71 @@ struct GraphFacts {
   int64_t cast_bytes = 0;
   bool training = false;
   int64_t state_bytes = 0;  // training: every piece of state; else the weights
+  // Training: the state split by role, and the gradients the optimizer receives.
+  int64_t parameter_bytes = 0;
+  int64_t optimizer_state_bytes = 0;  // moments and the step counter
+  int64_t other_state_bytes = 0;      // running statistics, loss scale, accumulation
+  int64_t gradient_bytes = 0;
   std::optional<std::array<int64_t, runtime::kNumArenas>> arenas;
   std::string plan_error;
+  // The same figures for the model compiled at O0 (every node f32), when the compile recorded
+  // them (kBaselineKey).
+  std::optional<int64_t> o0_state_bytes;
+  std::optional<int64_t> o0_planned_bytes;
+
+  int64_t planned_bytes() const {
+    int64_t total = 0;
+    for (int64_t bytes : arenas.value_or(std::array<int64_t, runtime::kNumArenas>{})) {
+      total += bytes;
+    }
+    return total;
+  }
 };
+
+// The initializer `value` is, or is a Cast of (a low-precision parameter read up to f32).
+const Value* through_cast(const Value* value) {
+  const Node* producer = value->producer();
+  if (producer != nullptr && producer->domain().empty() && producer->op_type() == "Cast") {
+    return producer->operand(0);
+  }
+  return value;
+}
+
+// Splits a training step's state into parameters, optimizer state and the rest, by what the
+// update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients they are given.
+void split_state(const Graph& graph, GraphFacts& facts) {
+  std::map<std::string, int64_t> state;  // name -> bytes
+  for (const Value* init : graph.initializers()) {
+    for (const Graph::StateUpdate& update : graph.state_updates()) {
+      if (update.state == init->name()) state[init->name()] = init->type().byte_size();
+    }
+  }
+  std::map<std::string, const Value*> by_name;
+  for (const auto& node : graph.nodes()) {
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (node->has_output(i)) by_name[node->output(i)->name()] = node->output(i);
+    }
+  }
+  for (const auto& node : graph.nodes()) {
+    if (node->domain() != kAmpcDomain || (node->op_type() != "SGD" && node->op_type() != "Adam")) {
+      continue;
+    }
+    for (int i = 0; i < node->num_operands(); ++i) {
+      if (i == 1 || node->operand(i) == nullptr) continue;  // the gradient
+      const std::string& name = through_cast(node->operand(i))->name();
+      const auto it = state.find(name);
+      if (it == state.end()) continue;
+      (i == 0 ? facts.parameter_bytes : facts.optimizer_state_bytes) += it->second;
+      state.erase(it);
+      if (i == 0) {
+        if (const auto grad = by_name.find(name + ".grad"); grad != by_name.end()) {
+          facts.gradient_bytes += grad->second->type().byte_size();
+        }
+      }
+    }
+  }
+  for (const auto& [name, bytes] : state) facts.other_state_bytes += bytes;
+}
 
 GraphFacts gather(const Graph& graph, std::string kind) {
   GraphFacts facts;
@@ -87,6 +154,7 @@ GraphFacts gather(const Graph& graph, std::string kind) {
     facts.nodes.push_back(std::move(n));
   }
   facts.training = !graph.state_updates().empty();
+  if (facts.training) split_state(graph, facts);
   for (const Value* init : graph.initializers()) {
     if (init->is_constant()) continue;
     bool state = !facts.training;
@@ -109,10 +177,35 @@ GraphFacts gather(const Graph& graph, std::string kind) {
   return facts;
 }
 
+std::string_view json_kind(const GraphFacts& f) {
+  return f.kind == "graph" ? "eval" : "training_step";
+}
+
 std::vector<GraphFacts> gather_all(const Graph& graph) {
   std::vector<GraphFacts> all = {gather(graph, "graph")};
   if (const Graph* step = graph.training_step()) all.push_back(gather(*step, "training step"));
+  const auto baseline = graph.metadata().find(kMetadataPrecisionBaseline);
+  if (baseline == graph.metadata().end()) return all;
+  const ordered_json json = ordered_json::parse(baseline->second, nullptr, false);
+  if (!json.is_object()) return all;  // not ours to trust; say nothing about O0
+  for (GraphFacts& f : all) {
+    const auto it = json.find(json_kind(f));
+    if (it == json.end() || !it->is_object()) continue;
+    if (it->contains("state_bytes") && (*it)["state_bytes"].is_number_integer()) {
+      f.o0_state_bytes = (*it)["state_bytes"].get<int64_t>();
+    }
+    if (it->contains("planned_bytes") && (*it)["planned_bytes"].is_number_integer()) {
+      f.o0_planned_bytes = (*it)["planned_bytes"].get<int64_t>();
+    }
+  }
   return all;
+}
+
+// "-37.5%": the change from `before` to `after`.
+std::string change(int64_t before, int64_t after) {
+  if (before <= 0) return "n/a";
+  return fmt::format("{:+.1f}%",
+                     100.0 * static_cast<double>(after - before) / static_cast<double>(before));
 }
 
 std::string text(const GraphFacts& f) {
@@ -133,15 +226,26 @@ std::string text(const GraphFacts& f) {
   out += str_cat("  casts: ", f.casts,
                  targets.empty() ? "" : str_cat(" (", str_join(targets, ", "), ")"),
                  ", reading and writing ", grouped(f.cast_bytes), " bytes per run\n");
-  out += f.training ? str_cat("  training state (parameters, moments, counters, statistics): ",
-                              grouped(f.state_bytes), " bytes\n")
-                    : str_cat("  weights: ", grouped(f.state_bytes), " bytes\n");
+  if (f.training) {
+    out += str_cat("  training state: ", grouped(f.state_bytes), " bytes (parameters ",
+                   grouped(f.parameter_bytes), ", optimizer moments and step ",
+                   grouped(f.optimizer_state_bytes), ", other ", grouped(f.other_state_bytes),
+                   "); gradients ", grouped(f.gradient_bytes), " bytes per step\n");
+  } else {
+    out += str_cat("  weights: ", grouped(f.state_bytes), " bytes\n");
+  }
   if (f.arenas) {
-    out += str_cat("  planned memory: ", grouped((*f.arenas)[0]), " bytes of initializers, ",
-                   grouped((*f.arenas)[1]), " bytes of activations, ", grouped((*f.arenas)[2]),
-                   " bytes of workspace\n");
+    out += str_cat("  planned memory: ", grouped(f.planned_bytes()), " bytes (",
+                   grouped((*f.arenas)[0]), " of initializers, ", grouped((*f.arenas)[1]),
+                   " of activations, ", grouped((*f.arenas)[2]), " of workspace)\n");
   } else {
     out += str_cat("  planned memory: not available (", f.plan_error, ")\n");
+  }
+  if (f.o0_planned_bytes && f.o0_state_bytes) {
+    out += str_cat("  at O0 (every node f32): planned memory ", grouped(*f.o0_planned_bytes),
+                   " bytes (this compile ", change(*f.o0_planned_bytes, f.planned_bytes()), "), ",
+                   f.training ? "training state " : "weights ", grouped(*f.o0_state_bytes),
+                   " bytes (", change(*f.o0_state_bytes, f.state_bytes), ")\n");
   }
   return out;
 }
@@ -149,7 +253,7 @@ std::string text(const GraphFacts& f) {
 ordered_json json(const GraphFacts& f) {
   ordered_json g;
   g["name"] = f.name;
-  g["kind"] = f.kind == "graph" ? "eval" : "training_step";
+  g["kind"] = json_kind(f);
   g["nodes"] = ordered_json::array();
   for (const NodeFacts& n : f.nodes) {
     g["nodes"].push_back(
@@ -165,12 +269,25 @@ ordered_json json(const GraphFacts& f) {
   summary["nodes_by_compute"] = f.by_compute;
   summary["casts"] = {{"count", f.casts}, {"to", f.casts_to}, {"bytes_per_run", f.cast_bytes}};
   summary[f.training ? "state_bytes" : "weight_bytes"] = f.state_bytes;
+  if (f.training) {
+    summary["state"] = {{"parameters", f.parameter_bytes},
+                        {"optimizer", f.optimizer_state_bytes},
+                        {"other", f.other_state_bytes}};
+    summary["gradient_bytes"] = f.gradient_bytes;
+  }
   if (f.arenas) {
     summary["planned_memory"] = {{"initializers", (*f.arenas)[0]},
                                  {"activations", (*f.arenas)[1]},
-                                 {"workspace", (*f.arenas)[2]}};
+                                 {"workspace", (*f.arenas)[2]},
+                                 {"total", f.planned_bytes()}};
   } else {
     summary["planned_memory"] = nullptr;
+  }
+  if (f.o0_planned_bytes && f.o0_state_bytes) {
+    summary["o0"] = {{"planned_bytes", *f.o0_planned_bytes},
+                     {f.training ? "state_bytes" : "weight_bytes", *f.o0_state_bytes}};
+  } else {
+    summary["o0"] = nullptr;
   }
   g["summary"] = summary;
   return g;
@@ -232,6 +349,16 @@ std::string precision_report(const Graph& graph) {
     out += text(facts);
   }
   return out;
+}
+
+std::string precision_baseline(const Graph& o0) {
+  ordered_json json = ordered_json::object();
+  for (const GraphFacts& f : gather_all(o0)) {
+    if (!f.arenas) continue;
+    json[std::string(json_kind(f))] = {{"state_bytes", f.state_bytes},
+                                       {"planned_bytes", f.planned_bytes()}};
+  }
+  return json.dump();
 }
 
 std::string precision_report_json(const Graph& graph) {

@@ -10,10 +10,14 @@
 namespace ampc {
 namespace {
 
-std::unique_ptr<Graph> compile_fp16(const std::string& model) {
+std::unique_ptr<Graph> compile_fp16(const std::string& model, bool training = false) {
   CompileOptions options;
   options.mixed_precision = MixedPrecisionOptions{};
   options.mixed_precision->policy.low_source = "test";
+  if (training) {
+    options.training = TrainingOptions{};
+    options.training->optimizer.kind = OptimizerOptions::Kind::kAdamW;
+  }
   Diagnostics diagnostics;
   absl::StatusOr<std::unique_ptr<Graph>> graph =
       compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
@@ -106,6 +110,21 @@ TEST(MixedPrecisionModels, TinyGptInvariants) {
   // Per block: qkv, q @ k^T, attention @ v, proj, fc, fc_out; then the LM head.
   EXPECT_EQ(matmuls, 2 * 6 + 1);
   for (const Value* output : graph->outputs()) EXPECT_EQ(output->dtype(), DType::kF32);
+}
+
+// A training compile explains every node of both graphs: the eval graph (whose BatchNorms the
+// training-step pass rebuilds in eval mode) and the step (backward, loss scaling, optimizer).
+TEST(MixedPrecisionModels, EveryNodeOfATrainingCompileHasADecision) {
+  for (const std::string model : {"mlp", "cnn", "tiny_gpt"}) {
+    std::unique_ptr<Graph> graph = compile_fp16(model, /*training=*/true);
+    ASSERT_NE(graph, nullptr) << model;
+    ASSERT_NE(graph->training_step(), nullptr) << model;
+    for (const Graph* g : {static_cast<const Graph*>(graph.get()), graph->training_step()}) {
+      for (const auto& node : g->nodes()) {
+        EXPECT_FALSE(node->precision().reason.empty()) << model << ": " << node->describe();
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // `ampc compile --precision ...`: the written model computes in the decided dtypes and says why
 // in every node's doc_string; bad policy flags are errors naming the flag, with nothing written.
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -67,6 +70,82 @@ TEST_F(PrecisionCliTest, InspectPrecisionShowsEveryDecisionAndTheCasts) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex(
                          "optimizer/SGD +ampc.SGD .* f32 .*optimizer: fp32 master weights"));
   EXPECT_THAT(r.out, HasSubstr("planned memory:"));
+}
+
+// The training step's memory by role, against figures derived from the mlp's shapes (8,970
+// parameters: 64x64 + 64 + 64x64 + 64 + 64x10 + 10), and against the same model at O0.
+TEST_F(PrecisionCliTest, InspectPrecisionSplitsTheStateAndComparesWithO0) {
+  constexpr int64_t kParameters = 8970;
+  struct Case {
+    std::string flags;
+    int64_t parameter_bytes;  // master weights f32, or the parameters themselves f16 at O3
+    int64_t gradient_bytes;
+  };
+  for (const Case& c :
+       {Case{"--precision fp16", kParameters * 4, kParameters * 4},
+        Case{"--precision fp16 --opt-level O3", kParameters * 2, kParameters * 2}}) {
+    SCOPED_TRACE(c.flags);
+    CliResult r = compile("mlp", c.flags + " --optimizer sgd");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = testing::run_ampc("inspect --precision --format json " + path("out.onnx"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json summary = nlohmann::json::parse(r.out)["graphs"][1]["summary"];
+    EXPECT_EQ(summary["state"]["parameters"], c.parameter_bytes);
+    // SGD's momentum buffers (stored like the parameters) and the f32 step counter.
+    EXPECT_EQ(summary["state"]["optimizer"], c.parameter_bytes + 4);
+    // The dynamic loss scale: the f32 scale, the i64 growth tracker and skipped count.
+    EXPECT_EQ(summary["state"]["other"], 4 + 8 + 8);
+    EXPECT_EQ(summary["gradient_bytes"], c.gradient_bytes);
+    EXPECT_EQ(summary["state_bytes"], 2 * c.parameter_bytes + 4 + 20);
+    // At O0: f32 parameters and momentum, the step counter, no loss scale.
+    EXPECT_EQ(summary["o0"]["state_bytes"], 2 * kParameters * 4 + 4);
+    // (The planned memory itself is the planner's: for this small-batch mlp, whose weights
+    // outweigh its activations, the f16 copies and casts make it larger than at O0.)
+    EXPECT_GT(summary["o0"]["planned_bytes"].get<int64_t>(), 0);
+    r = testing::run_ampc("inspect --precision " + path("out.onnx"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("at O0 (every node f32): planned memory "));
+  }
+}
+
+// `inspect --precision --format json` of the three example models trained at fp16 (O1, AdamW)
+// equals the snapshot checked in under tests/data/precision/, which was reviewed by hand against
+// docs/precision-policy.md: a change to any decision, reason, cast or memory figure shows up
+// here. After an intended change, rewrite the snapshots with
+//   AMPC_UPDATE_SNAPSHOTS=1 build/tests/precision_cli_test --gtest_filter='*Snapshot*'
+// and review the diff.
+TEST_F(PrecisionCliTest, InspectJsonOfTheExampleModelsMatchesTheSnapshot) {
+  const bool update = std::getenv("AMPC_UPDATE_SNAPSHOTS") != nullptr;
+  for (const std::string model : {"mlp", "cnn", "tiny_gpt"}) {
+    SCOPED_TRACE(model);
+    CliResult r = compile(model, "--precision fp16 --optimizer adamw");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = testing::run_ampc("inspect --precision --format json " + path("out.onnx"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::string snapshot =
+        testing::source_path("tests/data/precision/" + model + ".fp16.adamw.json");
+    if (update) {
+      std::ofstream(snapshot, std::ios::binary) << r.out;
+      continue;
+    }
+    const std::string expected = testing::read_file(snapshot);
+    ASSERT_FALSE(expected.empty()) << "no snapshot " << snapshot;
+    if (r.out == expected) continue;
+    std::istringstream got(r.out);
+    std::istringstream want(expected);
+    std::string got_line;
+    std::string want_line;
+    for (int line = 1;; ++line) {
+      const bool more_got = static_cast<bool>(std::getline(got, got_line));
+      const bool more_want = static_cast<bool>(std::getline(want, want_line));
+      if (!more_got && !more_want) break;
+      if (got_line != want_line || more_got != more_want) {
+        ADD_FAILURE() << snapshot << " line " << line << ":\n  snapshot: " << want_line
+                      << "\n  now:      " << got_line;
+        break;
+      }
+    }
+  }
 }
 
 // The JSON and dot forms carry the same facts as the text: per-node decisions, the casts.
