@@ -12,6 +12,13 @@
 //   With hysteresis h > 1 (Megatron-LM's DynamicGradScaler) and the optional state
 //   hysteresis_left, an overflow only backs off once hysteresis_left, decremented per overflow,
 //   reaches 0; growth resets it to h. h = 1 without that state is GradScaler exactly.
+// UnscaleGradients(inverse_scale, g1, ..., gn) -> (found_inf, u1, ..., un): one pass over every
+//   gradient, of any float dtype, writing ui = f32(gi) * inverse_scale (rounded once in f32) and
+//   found_inf = whether any ui is inf or NaN: the fused unscale and check of GradScaler.unscale_
+//   (torch._amp_foreach_non_finite_check_and_unscale_), low precision in, f32 out. It checks the
+//   unscaled values, which also catches a finite gradient that overflows when the scale is
+//   below 1 (PyTorch checks the scaled ones and would step with the inf). With an f64
+//   inverse_scale (for tests against f64 references) gradients and results are f64.
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -111,9 +118,76 @@ OpDef loss_scale_update() {
   return def;
 }
 
+absl::Status infer_unscale_gradients(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_one_element(ctx, 0, "inverse_scale"));
+  if (ctx.num_outputs() != ctx.num_inputs()) {
+    return absl::InvalidArgumentError(
+        str_cat("found_inf and one output per gradient: ", ctx.num_inputs(), " outputs, not ",
+                ctx.num_outputs()));
+  }
+  // f32 out; f64 (the tests' reference dtype) throughout when inverse_scale is f64.
+  const DType out = ctx.input_type(0).dtype;
+  ctx.set_output(0, TensorType{DType::kBool, {}});
+  for (int i = 1; i < ctx.num_inputs(); ++i) {
+    const DType in = ctx.input_type(i).dtype;
+    if ((out == DType::kF64) != (in == DType::kF64)) {
+      return absl::InvalidArgumentError(str_cat(
+          "gradient ", i, " is ", dtype_name(in), "; with an ", dtype_name(out),
+          " inverse_scale the gradients are ", out == DType::kF64 ? "f64" : "f16, bf16 or f32"));
+    }
+    ctx.set_output(i, TensorType{out, ctx.input_type(i).shape});
+  }
+  return absl::OkStatus();
+}
+
+// d u_i / d g_i = inverse_scale, elementwise; the gradient goes back in g_i's dtype.
+absl::StatusOr<Grads> unscale_gradients_grad(GradBuilder& b) {
+  Grads grads(b.node().num_operands(), nullptr);
+  for (int i = 1; i < b.node().num_operands(); ++i) {
+    if (!b.needs_grad(i)) continue;
+    Value* grad = b.op("Mul", {b.grad_of_output_or_zeros(i), b.input(0)});
+    const DType dtype = b.input(i)->dtype();
+    grads[i] = dtype == grad->dtype() ? grad : b.op("Cast", {grad}, {{"to", dtype}});
+  }
+  return grads;
+}
+
+OpDef unscale_gradients() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "UnscaleGradients";
+  def.summary =
+      "every gradient times inverse_scale, in f32, and whether any result is inf or NaN (the "
+      "fused unscale and check of GradScaler.unscale_)";
+  def.inputs = {input("inverse_scale", {DType::kF32, DType::kF64}),
+                variadic_input("gradients", {DType::kF16, DType::kBF16, DType::kF32, DType::kF64})};
+  def.outputs = {input("found_inf"), variadic_input("unscaled")};
+  def.infer = infer_unscale_gradients;
+  def.gradient = unscale_gradients_grad;
+  def.no_gradient_inputs = {0};
+  def.no_gradient_outputs = {0};
+  def.autocast.category = AutocastCategory::kDeny;
+  const TensorType scalar{DType::kF32, {}};
+  def.samples = {
+      {"one f32 gradient",
+       {scalar, TensorType{DType::kF32, {3}}},
+       {},
+       {},
+       {TensorType{DType::kBool, {}}, TensorType{DType::kF32, {3}}}},
+      {"f16 and bf16 gradients in, f32 out",
+       {scalar, TensorType{DType::kF16, {2, 2}}, TensorType{DType::kBF16, {5}}},
+       {},
+       {},
+       {TensorType{DType::kBool, {}}, TensorType{DType::kF32, {2, 2}},
+        TensorType{DType::kF32, {5}}}},
+  };
+  return def;
+}
+
 void register_loss_scale_ops(OpRegistry& registry) {
   registry.add(scale_loss());
   registry.add(loss_scale_update());
+  registry.add(unscale_gradients());
 }
 
 const OpRegistration kRegistration(&register_loss_scale_ops);

@@ -10,20 +10,23 @@
 //   output, `grad_norm`; with clip_grad_norm > 0 every gradient is first multiplied by
 //   min(1, max_norm / (norm + 1e-6)).
 // With loss scaling (options.loss_scale; the loss-scale pass added `loss_scale` and autodiff
-//   differentiated the scaled loss): every gradient is first multiplied by 1/scale (the
-//   reciprocal in double, as GradScaler); a non-finite global norm of the unscaled gradients is
-//   an overflow (`found_inf`, a bool output): every optimizer state update (parameters, moments,
-//   step counter) then keeps the old value (Where), the scale backs off and the skipped-step
-//   count (`loss_scale.skipped_steps`) grows; otherwise the dynamic scale's growth tracker
-//   (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The decision
-//   stays in the graph: no value goes to the host in the middle of a step.
+//   differentiated the scaled loss): one ampc.UnscaleGradients node reads every gradient (in
+//   its own dtype) and writes it times 1/scale in f32 (the reciprocal in double, as GradScaler),
+//   with `found_inf` (a bool output): whether any unscaled value is inf or NaN (with clipping,
+//   or whether the global norm is). On an overflow every optimizer state update (parameters,
+//   moments, step counter) keeps the old value (Where), the scale backs off and the
+//   skipped-step count (`loss_scale.skipped_steps`) grows; otherwise the dynamic scale's growth
+//   tracker (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The
+//   decision stays in the graph: no value goes to the host in the middle of a step.
 // With gradient accumulation (the accumulate pass ran: the constant `accumulate.steps` = K and
 //   the output `accumulate.window_end`): the gradients are the window's sums, used times 1/K
 //   (folded into the unscale factor), and every optimizer and loss-scale state update keeps the
 //   old value until the window ends, so the scale is the same for all K micro-steps and an
 //   overflow in any of them skips the update once. The update is computed on every run and
 //   discarded on K - 1 of them (elementwise work, small next to the forward and backward).
-// Assumes: autodiff ran; gradients and parameters are f32 (master weights are f32 by design).
+// Without master weights (O3: insert-casts stored the parameters low), a parameter and its
+//   moments are stored in its low dtype, read up to f32 for the update and rounded back.
+// Assumes: autodiff ran; parameters are f32 (master weights), or f16/bf16 without them.
 // Numerics: the update ops follow PyTorch's single-tensor SGD, Adam and AdamW, operation by
 //   operation (ops/optimizer.cc); nothing else is rounded.
 #include "compiler/strings.h"
@@ -76,26 +79,35 @@ class OptimizerPass final : public Pass {
 
     std::vector<Value*> grads;
     for (const auto& [parameter, index] : updates) grads.push_back(graph.outputs()[index]);
-    // A low-precision parameter's gradient (no master weights) is unscaled, checked and clipped
-    // in f32 like the others.
-    for (Value*& grad : grads) {
-      if (grad->dtype() != DType::kF32) grad = convert(graph, grad, DType::kF32, kNoMasterWeights);
-    }
     std::vector<std::pair<Value*, Value*>> state_updates;  // state, its update
     // Accumulation: the optimizer's updates hold until the window's last micro-step.
     int64_t accumulated = 1;
     Value* window_end = nullptr;
     AMPC_RETURN_IF_ERROR(find_accumulation(graph, accumulated, window_end));
+    // Loss scaling: one fused pass unscales every gradient into f32 and says whether any is
+    // inf or NaN (an overflow: the whole update is skipped). Without it, gradients of
+    // low-precision parameters (no master weights) are read up to f32 like the others.
     Value* scale = nullptr;
+    Value* found_inf = nullptr;
     if (options_.loss_scale) {
       AMPC_ASSIGN_OR_RETURN(scale, find_loss_scale(graph));
+      found_inf = unscale(graph, scale, accumulated, grads);
+    } else {
+      for (Value*& grad : grads) {
+        if (grad->dtype() != DType::kF32) {
+          grad = convert(graph, grad, DType::kF32, kNoMasterWeights);
+        }
+      }
+      if (accumulated > 1) average(graph, accumulated, grads);
     }
-    average_and_unscale(graph, scale, accumulated, grads);
     Value* norm = add_node(graph, "GlobalNorm", grads, {TensorType{DType::kF32, {}}}, {})[0];
     norm->set_name(graph.unique_value_name("grad_norm"));
-    // Loss scaling: a non-finite norm (an inf or NaN gradient, or a sum of squares past f32's
-    // range) is an overflow, and the whole update is skipped.
-    Value* found_inf = options_.loss_scale ? non_finite(graph, norm) : nullptr;
+    // Clipping after unscaling: a non-finite norm (a sum of squares past f32's range, though
+    // every gradient is finite) is an overflow too.
+    if (found_inf != nullptr && options_.clip_grad_norm > 0) {
+      found_inf = where(graph, found_inf, found_inf, non_finite(graph, norm),
+                        "loss_scale/found_inf/or_norm");
+    }
     if (options_.clip_grad_norm > 0) {
       Value* coefficient = add_node(graph, "ClipCoefficient", {norm}, {TensorType{DType::kF32, {}}},
                                     {{"max_norm", options_.clip_grad_norm}})[0];
@@ -201,11 +213,31 @@ class OptimizerPass final : public Pass {
         "loss scaling: the graph has no loss_scale initializer; run the loss-scale pass first");
   }
 
-  // grad * factor, each product rounded once in f32, where factor is 1 / scale (the reciprocal
-  // taken in double and rounded to f32, as GradScaler's `scale.double().reciprocal().float()`)
-  // with loss scaling, times 1/K with accumulation (exact for K a power of two).
-  static void average_and_unscale(Graph& graph, Value* scale, int64_t accumulated,
-                                  std::vector<Value*>& grads) {
+  // 1 / K, exact for K a power of two.
+  static Value* mean_factor(Graph& graph, int64_t accumulated) {
+    Value* mean =
+        graph.add_initializer(graph.unique_value_name("accumulate.inverse"),
+                              Tensor::from_f32({}, {1.0f / static_cast<float>(accumulated)}));
+    mean->set_constant(true);
+    return mean;
+  }
+
+  // Accumulation without loss scaling: each sum times 1/K, rounded once.
+  static void average(Graph& graph, int64_t accumulated, std::vector<Value*>& grads) {
+    Value* factor = mean_factor(graph, accumulated);
+    for (Value*& grad : grads) {
+      Node* mean = graph.create_node(kOnnxDomain, "Mul", {grad, factor}, {grad->type()});
+      mean->set_name(str_cat(grad->name(), "/mean"));
+      mean->output(0)->set_name(graph.unique_value_name(str_cat(grad->name(), ".mean")));
+      grad = mean->output(0);
+    }
+  }
+
+  // ampc.UnscaleGradients over every gradient: grad * factor in f32, where factor is 1 / scale
+  // (the reciprocal taken in double and rounded to f32, as GradScaler's
+  // `scale.double().reciprocal().float()`), times 1/K with accumulation. Returns found_inf.
+  static Value* unscale(Graph& graph, Value* scale, int64_t accumulated,
+                        std::vector<Value*>& grads) {
     auto node = [&](std::string_view op, const std::vector<Value*>& operands, DType dtype,
                     Attributes attrs = {}) {
       Node* n =
@@ -213,33 +245,35 @@ class OptimizerPass final : public Pass {
       n->set_name(str_cat("loss_scale/", op));
       return n->output(0);
     };
-    Value* factor = nullptr;
-    if (scale != nullptr) {
-      Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
-      factor = node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32,
-                    {{"to", DType::kF32}});
-      factor->set_name(graph.unique_value_name("loss_scale.inverse"));
+    Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
+    Value* factor =
+        node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32, {{"to", DType::kF32}});
+    factor->set_name(graph.unique_value_name("loss_scale.inverse"));
+    if (accumulated > 1)
+      factor = node("Mul", {factor, mean_factor(graph, accumulated)}, DType::kF32);
+    std::vector<Value*> operands = {factor};
+    std::vector<TensorType> types = {TensorType{DType::kBool, {}}};
+    for (Value* grad : grads) {
+      // A gradient that arrives as a Cast up from f16/bf16 (the gradient of a master weight's
+      // cast down) is read before the Cast, which dce then removes: no f32 copy.
+      const Node* producer = grad->producer();
+      const bool cast_up = producer != nullptr && producer->domain().empty() &&
+                           producer->op_type() == "Cast" &&
+                           (producer->operand(0)->dtype() == DType::kF16 ||
+                            producer->operand(0)->dtype() == DType::kBF16);
+      operands.push_back(cast_up ? producer->operand(0) : grad);
+      types.push_back(TensorType{DType::kF32, grad->shape()});
     }
-    if (accumulated > 1) {
-      Value* mean =
-          graph.add_initializer(graph.unique_value_name("accumulate.inverse"),
-                                Tensor::from_f32({}, {1.0f / static_cast<float>(accumulated)}));
-      mean->set_constant(true);
-      if (factor != nullptr) {
-        Node* both = graph.create_node(kOnnxDomain, "Mul", {factor, mean}, {factor->type()});
-        both->set_name("accumulate/Mul");
-        mean = both->output(0);
-      }
-      factor = mean;
+    std::vector<Value*> outputs = add_node(graph, "UnscaleGradients", operands, types, {});
+    outputs[0]->producer()->set_name("loss_scale/UnscaleGradients");
+    outputs[0]->producer()->mutable_precision() = {
+        DType::kF32, std::nullopt,
+        "loss scaling: fused unscale and inf/NaN check (gradients in their dtype, f32 out)"};
+    for (size_t k = 0; k < grads.size(); ++k) {
+      outputs[k + 1]->set_name(graph.unique_value_name(str_cat(grads[k]->name(), ".unscaled")));
+      grads[k] = outputs[k + 1];
     }
-    if (factor == nullptr) return;
-    const std::string_view what = scale != nullptr ? "unscale" : "mean";
-    for (Value*& grad : grads) {
-      Node* unscaled = graph.create_node(kOnnxDomain, "Mul", {grad, factor}, {grad->type()});
-      unscaled->set_name(str_cat(grad->name(), "/", what));
-      unscaled->output(0)->set_name(graph.unique_value_name(str_cat(grad->name(), ".", what, "d")));
-      grad = unscaled->output(0);
-    }
+    return outputs[0];
   }
 
   // K and the window's end, when the accumulate pass ran (K stays 1 otherwise).

@@ -90,7 +90,8 @@ const Value* through_cast(const Value* value) {
 }
 
 // Splits a training step's state into parameters, optimizer state and the rest, by what the
-// update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients they are given.
+// update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients the optimizer receives:
+// the inputs of ampc.UnscaleGradients with loss scaling, else the update nodes' gradients.
 void split_state(const Graph& graph, GraphFacts& facts) {
   std::map<std::string, int64_t> state;  // name -> bytes
   for (const Value* init : graph.initializers()) {
@@ -98,30 +99,28 @@ void split_state(const Graph& graph, GraphFacts& facts) {
       if (update.state == init->name()) state[init->name()] = init->type().byte_size();
     }
   }
-  std::map<std::string, const Value*> by_name;
+  int64_t unscaled_bytes = -1;
+  int64_t update_gradient_bytes = 0;
   for (const auto& node : graph.nodes()) {
-    for (int i = 0; i < node->num_outputs(); ++i) {
-      if (node->has_output(i)) by_name[node->output(i)->name()] = node->output(i);
-    }
-  }
-  for (const auto& node : graph.nodes()) {
-    if (node->domain() != kAmpcDomain || (node->op_type() != "SGD" && node->op_type() != "Adam")) {
+    if (node->domain() != kAmpcDomain) continue;
+    if (node->op_type() == "UnscaleGradients") {
+      unscaled_bytes = 0;
+      for (int i = 1; i < node->num_operands(); ++i) {
+        unscaled_bytes += node->operand(i)->type().byte_size();
+      }
       continue;
     }
+    if (node->op_type() != "SGD" && node->op_type() != "Adam") continue;
+    update_gradient_bytes += through_cast(node->operand(1))->type().byte_size();
     for (int i = 0; i < node->num_operands(); ++i) {
       if (i == 1 || node->operand(i) == nullptr) continue;  // the gradient
-      const std::string& name = through_cast(node->operand(i))->name();
-      const auto it = state.find(name);
+      const auto it = state.find(through_cast(node->operand(i))->name());
       if (it == state.end()) continue;
       (i == 0 ? facts.parameter_bytes : facts.optimizer_state_bytes) += it->second;
       state.erase(it);
-      if (i == 0) {
-        if (const auto grad = by_name.find(name + ".grad"); grad != by_name.end()) {
-          facts.gradient_bytes += grad->second->type().byte_size();
-        }
-      }
     }
   }
+  facts.gradient_bytes = unscaled_bytes >= 0 ? unscaled_bytes : update_gradient_bytes;
   for (const auto& [name, bytes] : state) facts.other_state_bytes += bytes;
 }
 

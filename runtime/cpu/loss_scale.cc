@@ -1,4 +1,5 @@
-// CPU kernels for ampc.ScaleLoss and ampc.LossScaleUpdate (ops/loss_scale.cc).
+// CPU kernels for ampc.ScaleLoss, ampc.LossScaleUpdate and ampc.UnscaleGradients
+// (ops/loss_scale.cc).
 //
 // LossScaleUpdate follows torch._amp_update_scale_'s CPU kernel (and, with hysteresis,
 // Megatron-LM's DynamicGradScaler.update): the factors are doubles
@@ -45,11 +46,56 @@ absl::Status loss_scale_update(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// u = C(g) * inverse_scale, rounded once to C (f32; f64 for the tests' references); found_inf
+// if any u is not finite.
+template <typename C, typename T>
+bool unscale(const TensorArg& in, const TensorArg& out, C inverse) {
+  const std::span<const T> g = in.in<T>();
+  const std::span<C> u = out.out<C>();
+  bool found = false;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if constexpr (std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>) {
+      u[i] = static_cast<C>(static_cast<float>(g[i])) * inverse;  // exact in float
+    } else {
+      u[i] = static_cast<C>(g[i]) * inverse;
+    }
+    found |= !std::isfinite(u[i]);
+  }
+  return found;
+}
+
+template <typename C>
+absl::Status unscale_gradients(const KernelContext& ctx) {
+  const C inverse = ctx.input(0).in<C>()[0];
+  bool found = false;
+  for (int t = 1; t < static_cast<int>(ctx.inputs.size()); ++t) {
+    const TensorArg& in = ctx.input(t);
+    const TensorArg& out = ctx.output(t);
+    switch (in.dtype()) {
+      case DType::kF16:
+        found |= unscale<C, Float16>(in, out, inverse);
+        break;
+      case DType::kBF16:
+        found |= unscale<C, BFloat16>(in, out, inverse);
+        break;
+      case DType::kF64:
+        found |= unscale<C, double>(in, out, inverse);
+        break;
+      default:
+        found |= unscale<C, float>(in, out, inverse);
+    }
+  }
+  ctx.output(0).out<uint8_t>()[0] = found ? 1 : 0;
+  return absl::OkStatus();
+}
+
 void register_loss_scale_kernels(KernelRegistry& r) {
   add_kernels<float, double>(r, ampc_kernel_def("ScaleLoss"),
                              []<typename T>() { return &scale_loss<T>; });
   add_kernels<float>(r, ampc_kernel_def("LossScaleUpdate"),
                      []<typename T>() { return &loss_scale_update; });
+  add_kernels<float, double>(r, ampc_kernel_def("UnscaleGradients"),
+                             []<typename T>() { return &unscale_gradients<T>; });
 }
 
 static KernelRegistration kReg(&register_loss_scale_kernels);
