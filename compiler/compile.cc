@@ -96,8 +96,10 @@ absl::Status validate_training_options(const TrainingOptions& options) {
   AMPC_RETURN_IF_ERROR(check_range(o.clip_grad_norm >= 0 && std::isfinite(o.clip_grad_norm),
                                    "--clip-grad-norm", o.clip_grad_norm,
                                    "it must be >= 0 (0: no clipping)"));
-  AMPC_RETURN_IF_ERROR(check_range(options.accumulate >= 1, "--accumulate",
-                                   static_cast<float>(options.accumulate), "it must be >= 1"));
+  AMPC_RETURN_IF_ERROR(
+      check_range(options.accumulate >= 1 && options.accumulate <= kMaxAccumulationSteps,
+                  "--accumulate", static_cast<float>(options.accumulate),
+                  str_cat("it must be in [1, ", kMaxAccumulationSteps, "]")));
   if (const std::optional<LossScaleOptions>& s = options.loss_scale) {
     AMPC_RETURN_IF_ERROR(check_range(s->init > 0 && std::isfinite(s->init), "--scale-init", s->init,
                                      "it must be a finite number > 0"));

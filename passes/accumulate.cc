@@ -28,8 +28,9 @@ class AccumulatePass final : public Pass {
   std::string_view name() const override { return "accumulate"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
-    if (steps_ < 1) {
-      return absl::InvalidArgumentError(str_cat("accumulate: K = ", steps_, " must be >= 1"));
+    if (steps_ < 1 || steps_ > kMaxAccumulationSteps) {
+      return absl::InvalidArgumentError(
+          str_cat("accumulate: K = ", steps_, " must be in [1, ", kMaxAccumulationSteps, "]"));
     }
     if (steps_ == 1) return false;
     for (const Value* init : graph.initializers()) {

@@ -113,6 +113,7 @@ class OptimizerPass final : public Pass {
                                     {{"max_norm", options_.clip_grad_norm}})[0];
       for (Value*& grad : grads) {
         Node* scaled = graph.create_node(kOnnxDomain, "Mul", {grad, coefficient}, {grad->type()});
+        scaled->set_name(str_cat(grad->name(), "/clip"));
         scaled->output(0)->set_name(graph.unique_value_name(grad->name() + ".clipped"));
         grad = scaled->output(0);
       }
@@ -258,7 +259,7 @@ class OptimizerPass final : public Pass {
       // cast down) is read before the Cast, which dce then removes: no f32 copy.
       const Node* producer = grad->producer();
       const bool cast_up = producer != nullptr && producer->domain().empty() &&
-                           producer->op_type() == "Cast" &&
+                           producer->op_type() == "Cast" && grad->dtype() == DType::kF32 &&
                            (producer->operand(0)->dtype() == DType::kF16 ||
                             producer->operand(0)->dtype() == DType::kBF16);
       operands.push_back(cast_up ? producer->operand(0) : grad);
@@ -297,17 +298,22 @@ class OptimizerPass final : public Pass {
     return absl::OkStatus();
   }
 
-  // Adam's second moment of a low-precision parameter is stored low too: squares of small
-  // gradients underflow in fp16, and the update then divides by (almost) epsilon.
+  // Adam's moments of a low-precision parameter are stored low too: in f16 the second moment
+  // starts at (1 - beta2) g^2, which rounds to 0 for |g| below about 5e-3 (the update then
+  // divides by epsilon); in bf16 it cannot decay (0.999 v rounds back to v).
   void warn_about_low_precision_moments(const std::vector<std::pair<Value*, int>>& updates,
                                         const PassContext& context) const {
     if (options_.kind == OptimizerOptions::Kind::kSgd) return;
     for (const auto& [parameter, index] : updates) {
-      if (parameter->dtype() != DType::kF16) continue;
-      context.warn(str_cat("parameters such as '", parameter->name(),
-                           "' are f16 without master weights (O3), and so are Adam's moments: "
-                           "squared gradients below 6e-8 underflow to 0 and training may "
-                           "diverge; O3 is a speed baseline (use O1 or O2, or SGD)"));
+      const DType dtype = parameter->dtype();
+      if (dtype == DType::kF32) continue;
+      context.warn(
+          str_cat("parameters such as '", parameter->name(), "' are ", dtype_name(dtype),
+                  " without master weights (O3), and so are Adam's moments: ",
+                  dtype == DType::kF16
+                      ? "the second moment rounds to 0 for gradients below about 5e-3"
+                      : "the second moment cannot decay (0.999 v rounds back to v in bf16)",
+                  ", and training may diverge; O3 is a speed baseline (use O1 or O2, or SGD)"));
       return;
     }
   }

@@ -74,6 +74,8 @@ inline constexpr std::string_view kLossScaleName = "loss_scale";
 inline constexpr std::string_view kAccumulationStepsName = "accumulate.steps";
 inline constexpr std::string_view kMicroStepState = "accumulate.micro_step";
 inline constexpr std::string_view kWindowEndName = "accumulate.window_end";
+// The largest K: more micro-batches per step than any batch-size schedule needs.
+inline constexpr int64_t kMaxAccumulationSteps = 65536;
 // "accumulate": K > 1 turns each gradient output into its f32 running sum over K runs of the
 // step, with a micro-step counter and the output `accumulate.window_end`, which the optimizer
 // pass then uses (mean of the sums; updates only at the window's end). See passes/accumulate.cc.

@@ -1,5 +1,6 @@
 #include "runtime/training_session.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -17,6 +18,7 @@ namespace {
 constexpr std::string_view kCheckpointFormat = "ampc.checkpoint";
 constexpr std::string_view kCheckpointFormatVersion = "1";
 constexpr std::string_view kCheckpointSteps = "ampc.steps_done";
+constexpr std::string_view kCheckpointAccumulate = "ampc.accumulate";
 
 std::optional<double> parse_double(const std::string& text) {
   double value = 0;
@@ -85,7 +87,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   if (steps != nullptr) {
     const Tensor& k = *steps;
     if (k.dtype() != DType::kI64 || k.num_elements() != 1 || k.element_as_i64(0) < 1 ||
-        !has_counter) {
+        k.element_as_i64(0) > kMaxAccumulationSteps || !has_counter) {
       return absl::InvalidArgumentError(str_cat("the training step's '", kAccumulationStepsName,
                                                 "' must be an i64 count >= 1 beside the state '",
                                                 kMicroStepState, "'"));
@@ -121,20 +123,39 @@ std::vector<std::string> TrainingSession::state_names() const {
   return names;
 }
 
-absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
-                                             uint64_t random_stream) {
-  for (const TensorInfo& input : batch_inputs()) {
-    if (!batch.contains(input.name)) {
+absl::Status TrainingSession::check_batch(const std::map<std::string, Tensor>& batch) const {
+  const std::vector<TensorInfo> inputs = batch_inputs();
+  for (const TensorInfo& input : inputs) {
+    const auto it = batch.find(input.name);
+    if (it == batch.end()) {
       return absl::InvalidArgumentError(
           str_cat("the batch has no '", input.name, "' (", type_to_string(input.type), ")"));
+    }
+    if (it->second.type() != input.type) {
+      return absl::InvalidArgumentError(str_cat("input '", input.name, "' must be ",
+                                                type_to_string(input.type), ", not ",
+                                                type_to_string(it->second.type())));
     }
   }
   for (const auto& [name, value] : batch) {
     if (name == "lr") {
       return absl::InvalidArgumentError("the batch must not hold 'lr'; pass the rate to step()");
     }
-    AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
+    if (std::none_of(inputs.begin(), inputs.end(),
+                     [&](const TensorInfo& input) { return input.name == name; })) {
+      std::vector<std::string> names;
+      for (const TensorInfo& input : inputs) names.push_back(input.name);
+      return absl::InvalidArgumentError(str_cat("the batch holds '", name,
+                                                "', which is no input of the training step (",
+                                                str_join(names, ", "), ")"));
+    }
   }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
+                                             uint64_t random_stream) {
+  for (const auto& [name, value] : batch) AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
   step_->set_random_stream(random_stream);  // new dropout masks each call
   AMPC_RETURN_IF_ERROR(step_->run());
@@ -142,6 +163,15 @@ absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>
     AMPC_RETURN_IF_ERROR(step_->copy_output_to_initializer(update.update, update.state));
   }
   eval_stale_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::abandon_window() {
+  for (const std::string& name : state_names()) {
+    if (name != kMicroStepState && !name.ends_with(".grad_sum")) continue;
+    AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(name));
+    AMPC_RETURN_IF_ERROR(step_->set_initializer(name, Tensor(value.type())));
+  }
   return absl::OkStatus();
 }
 
@@ -173,6 +203,15 @@ absl::StatusOr<StepStats> TrainingSession::step(
                   " = ", counter.element_as_i64(0), "); a step starts one"));
     }
   }
+  // Every micro-batch is checked before the first runs, so a bad one changes nothing.
+  for (int64_t i = 0; i < k; ++i) {
+    const absl::Status checked = check_batch(micro_batches[static_cast<size_t>(i)]);
+    if (!checked.ok()) {
+      if (k == 1) return checked;
+      return absl::Status(checked.code(),
+                          str_cat("micro-batch ", i + 1, " of ", k, ": ", checked.message()));
+    }
+  }
   const bool scaled = has_state("loss_scale.skipped_steps");
   double scale_used = NAN;
   if (absl::StatusOr<Tensor> scale = step_->initializer("loss_scale"); scale.ok() && scaled) {
@@ -180,12 +219,18 @@ absl::StatusOr<StepStats> TrainingSession::step(
   }
   double loss_sum = 0;
   for (int64_t i = 0; i < k; ++i) {
-    const absl::Status ran = run_step_graph(micro_batches[static_cast<size_t>(i)], lr,
-                                            static_cast<uint64_t>(steps_done_ * k + i));
+    // Dropout's stream per run of the step graph (wrapping is harmless: it only names a draw).
+    const uint64_t stream =
+        static_cast<uint64_t>(steps_done_) * static_cast<uint64_t>(k) + static_cast<uint64_t>(i);
+    const absl::Status ran = run_step_graph(micro_batches[static_cast<size_t>(i)], lr, stream);
     if (!ran.ok()) {
       if (k == 1) return ran;
-      return absl::Status(ran.code(),
-                          str_cat("micro-batch ", i + 1, " of ", k, ": ", ran.message()));
+      // A data-dependent failure (a label out of range) after earlier micro-batches ran: their
+      // gradient sums are dropped so the next step starts a window (the parameters and the
+      // optimizer state held; BatchNorm running statistics keep what those batches moved).
+      AMPC_RETURN_IF_ERROR(abandon_window());
+      return absl::Status(ran.code(), str_cat("micro-batch ", i + 1, " of ", k, ": ", ran.message(),
+                                              " (this step's update was not applied)"));
     }
     AMPC_ASSIGN_OR_RETURN(Tensor loss, step_->output(loss_));
     loss_sum += loss.element_as_double(0);
@@ -248,6 +293,7 @@ absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
   const std::map<std::string, std::string> metadata = {
       {std::string(kCheckpointFormat), std::string(kCheckpointFormatVersion)},
       {std::string(kCheckpointSteps), str_cat(steps_done_)},
+      {std::string(kCheckpointAccumulate), str_cat(accumulation_steps_)},
   };
   return write_safetensors(path, tensors, metadata);
 }
@@ -269,6 +315,12 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
     if (ec != std::errc() || ptr != text.data() + text.size()) steps_done = -1;
   }
   if (steps_done < 0) return bad("its ampc.steps_done is missing or not a count");
+  // Step i reads batches iK .. iK + K - 1: resuming with another K would read other batches.
+  if (const auto k = file.metadata.find(std::string(kCheckpointAccumulate));
+      k != file.metadata.end() && k->second != str_cat(accumulation_steps_)) {
+    return bad(str_cat("it was saved by a model that accumulates over ", k->second,
+                       " micro-batches per step; this one takes ", accumulation_steps_));
+  }
   // Check everything before changing anything.
   const std::vector<std::string> names = state_names();
   for (const std::string& name : names) {
@@ -287,6 +339,12 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
         return bad(str_cat("it holds '", name, "', which is not state of this model"));
       }
     }
+  }
+  if (const auto counter = file.tensors.find(std::string(kMicroStepState));
+      counter != file.tensors.end() && counter->second.element_as_i64(0) != 0) {
+    return bad(str_cat("it was saved in the middle of an accumulation window (", kMicroStepState,
+                       " = ", counter->second.element_as_i64(0),
+                       "); a checkpoint falls between steps"));
   }
   for (const std::string& name : names) {
     AMPC_RETURN_IF_ERROR(step_->set_initializer(name, file.tensors.at(name)));

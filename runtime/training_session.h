@@ -101,6 +101,10 @@ class TrainingSession {
   TrainingSession() = default;
   // Copies the state the eval graph shares with the step into the eval session.
   absl::Status sync_eval();
+  // The batch holds exactly the step's inputs but `lr`, each of its type.
+  absl::Status check_batch(const std::map<std::string, Tensor>& batch) const;
+  // Clears the gradient sums and the micro-step counter of an accumulation window.
+  absl::Status abandon_window();
   // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.
   absl::Status run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
                               uint64_t random_stream);

@@ -89,9 +89,37 @@ const Value* through_cast(const Value* value) {
   return value;
 }
 
+// The gradient an update node's gradient operand was made from, as it is stored: back through
+// what the optimizer pass adds (the fused unscale, a scaling by a scalar for clipping or the
+// accumulation mean) to the value autodiff or the accumulate pass produced, and before a Cast
+// up from f16/bf16 (the fused unscale reads that gradient before its cast).
+const Value* gradient_source(const Value* value) {
+  for (;;) {
+    const Node* p = value->producer();
+    if (p == nullptr) return value;
+    if (p->domain() == kAmpcDomain && p->op_type() == "UnscaleGradients") {
+      for (int i = 1; i < p->num_outputs(); ++i) {
+        if (p->output(i) == value) value = p->operand(i);
+      }
+      if (value->producer() == p) return value;
+      continue;
+    }
+    // The optimizer pass's clipping and accumulation-mean Muls (named <grad>/clip, /mean).
+    const bool by_scalar = p->domain().empty() && p->op_type() == "Mul" &&
+                           (p->name().ends_with("/clip") || p->name().ends_with("/mean"));
+    if (by_scalar) {
+      value = p->operand(0);
+      continue;
+    }
+    const bool cast_up =
+        p->domain().empty() && p->op_type() == "Cast" && value->dtype() == DType::kF32 &&
+        (p->operand(0)->dtype() == DType::kF16 || p->operand(0)->dtype() == DType::kBF16);
+    return cast_up ? p->operand(0) : value;
+  }
+}
+
 // Splits a training step's state into parameters, optimizer state and the rest, by what the
-// update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients the optimizer receives:
-// the inputs of ampc.UnscaleGradients with loss scaling, else the update nodes' gradients.
+// update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients they are given, as stored.
 void split_state(const Graph& graph, GraphFacts& facts) {
   std::map<std::string, int64_t> state;  // name -> bytes
   for (const Value* init : graph.initializers()) {
@@ -99,19 +127,11 @@ void split_state(const Graph& graph, GraphFacts& facts) {
       if (update.state == init->name()) state[init->name()] = init->type().byte_size();
     }
   }
-  int64_t unscaled_bytes = -1;
-  int64_t update_gradient_bytes = 0;
   for (const auto& node : graph.nodes()) {
-    if (node->domain() != kAmpcDomain) continue;
-    if (node->op_type() == "UnscaleGradients") {
-      unscaled_bytes = 0;
-      for (int i = 1; i < node->num_operands(); ++i) {
-        unscaled_bytes += node->operand(i)->type().byte_size();
-      }
+    if (node->domain() != kAmpcDomain || (node->op_type() != "SGD" && node->op_type() != "Adam")) {
       continue;
     }
-    if (node->op_type() != "SGD" && node->op_type() != "Adam") continue;
-    update_gradient_bytes += through_cast(node->operand(1))->type().byte_size();
+    facts.gradient_bytes += gradient_source(node->operand(1))->type().byte_size();
     for (int i = 0; i < node->num_operands(); ++i) {
       if (i == 1 || node->operand(i) == nullptr) continue;  // the gradient
       const auto it = state.find(through_cast(node->operand(i))->name());
@@ -120,7 +140,6 @@ void split_state(const Graph& graph, GraphFacts& facts) {
       state.erase(it);
     }
   }
-  facts.gradient_bytes = unscaled_bytes >= 0 ? unscaled_bytes : update_gradient_bytes;
   for (const auto& [name, bytes] : state) facts.other_state_bytes += bytes;
 }
 
@@ -241,10 +260,13 @@ std::string text(const GraphFacts& f) {
     out += str_cat("  planned memory: not available (", f.plan_error, ")\n");
   }
   if (f.o0_planned_bytes && f.o0_state_bytes) {
+    const std::string planned_change =
+        f.arenas ? str_cat(" (this compile ", change(*f.o0_planned_bytes, f.planned_bytes()), ")")
+                 : "";
     out += str_cat("  at O0 (every node f32): planned memory ", grouped(*f.o0_planned_bytes),
-                   " bytes (this compile ", change(*f.o0_planned_bytes, f.planned_bytes()), "), ",
-                   f.training ? "training state " : "weights ", grouped(*f.o0_state_bytes),
-                   " bytes (", change(*f.o0_state_bytes, f.state_bytes), ")\n");
+                   " bytes", planned_change, ", ", f.training ? "training state " : "weights ",
+                   grouped(*f.o0_state_bytes), " bytes (", change(*f.o0_state_bytes, f.state_bytes),
+                   ")\n");
   }
   return out;
 }

@@ -248,10 +248,11 @@ int train(const TrainFlags& flags) {
   while (session.steps_done() < flags.steps && !interrupted.load()) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
+    // Batches iK .. iK + K - 1 (mod N), computed mod N first so nothing overflows.
     std::vector<std::map<std::string, Tensor>> micro_batches;
-    for (int64_t i = 0; i < session.accumulation_steps(); ++i) {
-      micro_batches.push_back(data->batch(index * session.accumulation_steps() + i));
-    }
+    const int64_t k = session.accumulation_steps();
+    const int64_t first = (index % data->num_batches()) * k;
+    for (int64_t i = 0; i < k; ++i) micro_batches.push_back(data->batch(first + i));
     absl::StatusOr<runtime::StepStats> stats = session.step(micro_batches, static_cast<float>(lr));
     if (!stats.ok()) {
       if (show) progress.finish_line();

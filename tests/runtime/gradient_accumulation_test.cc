@@ -266,6 +266,57 @@ TEST(GradientAccumulation, AStepTakesExactlyKMicroBatches) {
   EXPECT_EQ(session->steps_done(), 0);
 }
 
+// Every micro-batch is checked before any runs: a bad third one is an error naming it, and the
+// session is as before, ready for the next step.
+TEST(GradientAccumulation, ABadMicroBatchChangesNothing) {
+  std::unique_ptr<TrainingSession> session = open(run_setup(kMicroBatch, kAccumulate, false));
+  ASSERT_TRUE(session);
+  std::map<std::string, std::vector<double>> before;
+  for (const std::string& name : session->state_names()) before[name] = state(*session, name);
+  Data data = make_data(5);
+  data.micro[2]["x"] = Tensor::from_f32({kMicroBatch, 2}, std::vector<float>(kMicroBatch * 2));
+  absl::StatusOr<StepStats> stats = session->step(data.micro, 0.1f);
+  ASSERT_FALSE(stats.ok());
+  EXPECT_NE(std::string(stats.status().message()).find("micro-batch 3 of 4: input 'x' must be"),
+            std::string::npos)
+      << stats.status();
+  for (const std::string& name : session->state_names()) {
+    EXPECT_EQ(state(*session, name), before[name]) << name;
+  }
+  EXPECT_EQ(session->steps_done(), 0);
+  EXPECT_TRUE(session->step(make_data(5).micro, 0.1f).ok());
+}
+
+// A checkpoint falls between steps and belongs to one K: one saved mid-window, or by a model
+// accumulating over another K, is refused and changes nothing.
+TEST(GradientAccumulation, CheckpointsFromMidWindowOrAnotherKAreRefused) {
+  const std::string dir = ::testing::TempDir();
+  std::unique_ptr<TrainingSession> four = open(run_setup(kMicroBatch, kAccumulate, false));
+  std::unique_ptr<TrainingSession> two = open(run_setup(kMicroBatch, 2, false));
+  ASSERT_TRUE(four && two);
+  const std::string other_k = dir + "/accumulate_two.safetensors";
+  ASSERT_TRUE(two->save_checkpoint(other_k).ok());
+  absl::Status loaded = four->load_checkpoint(other_k);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(std::string(loaded.message())
+                .find("accumulates over 2 micro-batches per step; this "
+                      "one takes 4"),
+            std::string::npos)
+      << loaded;
+
+  ASSERT_TRUE(four->set_state("accumulate.micro_step", Tensor::from_i64({}, {2})).ok());
+  const std::string mid_window = dir + "/mid_window.safetensors";
+  ASSERT_TRUE(four->save_checkpoint(mid_window).ok());
+  std::unique_ptr<TrainingSession> fresh = open(run_setup(kMicroBatch, kAccumulate, false));
+  ASSERT_TRUE(fresh);
+  loaded = fresh->load_checkpoint(mid_window);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_NE(std::string(loaded.message()).find("middle of an accumulation window"),
+            std::string::npos)
+      << loaded;
+  EXPECT_EQ(state(*fresh, "accumulate.micro_step"), std::vector<double>{0.0});
+}
+
 TEST(GradientAccumulation, KMustBeAtLeastOne) {
   TrainingOptions options;
   options.accumulate = 0;

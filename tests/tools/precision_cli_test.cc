@@ -89,6 +89,7 @@ TEST_F(PrecisionCliTest, InspectPrecisionSplitsTheStateAndComparesWithO0) {
        // Every parameter is read by an f16 Gemm through its cast down, so every gradient
        // reaches the fused unscale in f16, at O1 as at O3.
        {Case{"--precision fp16", kParameters * 4, kParameters * 2},
+        Case{"--precision fp16 --clip-grad-norm 1", kParameters * 4, kParameters * 2},
         Case{"--precision fp16 --opt-level O3", kParameters * 2, kParameters * 2}}) {
     SCOPED_TRACE(c.flags);
     CliResult r = compile("mlp", c.flags + " --optimizer sgd");

@@ -427,7 +427,8 @@ TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
       {"--optimizer adamw --loss nosuchoutput", 1, {"'nosuchoutput'", "loss, logits"}},
       {"--optimizer sgd --loss cross-entropy", 1, {"--label-input"}},
       {"--loss logits", 1, {"--optimizer"}},  // training flags without a training compile
-      {"--optimizer sgd --accumulate 0", 1, {"--accumulate 0", ">= 1"}},
+      {"--optimizer sgd --accumulate 0", 1, {"--accumulate 0", "[1, 65536]"}},
+      {"--optimizer sgd --accumulate 65537", 1, {"--accumulate 65537", "[1, 65536]"}},
       {"--accumulate 2", 1, {"--accumulate", "--optimizer"}},
       {"--optimizer rmsprop", 2, {"rmsprop"}},
   };
