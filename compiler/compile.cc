@@ -43,8 +43,9 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   }
   if (const std::optional<MixedPrecisionOptions>& mixed = options.mixed_precision) {
     pipeline.add(make_autocast_pass(mixed->policy));
-    // O3 keeps no fp32 master weights: the parameters themselves are low precision.
-    pipeline.add(make_insert_casts_pass(mixed->policy.level == OptLevel::kO3));
+    // Weights that only low nodes read are stored low where nothing needs fp32 master weights:
+    // an inference compile, and O3 (whose parameters themselves are low precision).
+    pipeline.add(make_insert_casts_pass(!training || mixed->policy.level == OptLevel::kO3));
     pipeline.add(make_eliminate_casts_pass(mixed->allow_excess_precision));
   }
   if (training) {

@@ -8,9 +8,10 @@
 //   compile time instead (a new constant initializer, no Cast). Output types are then
 //   re-inferred, so a low node's outputs are low. A graph output whose dtype changed gets a Cast
 //   back, so the model's interface (names and dtypes) stays as it was.
-//   With low-precision weights (O3: no fp32 master weights), an f32 initializer whose every
-//   reader computes in the same low dtype is stored in that dtype instead (rounded once, here):
-//   the parameters themselves become low precision and no Cast reads them.
+//   With low-precision weights (where nothing needs fp32 master weights: an inference compile,
+//   and O3), an f32 initializer whose every reader computes in the same low dtype is stored in
+//   that dtype instead (rounded once, here, to the value the Cast would give every run): the
+//   weights themselves become low precision and no Cast reads them.
 // Assumes: autocast ran (nodes without a compute dtype, or computing in f64, are left alone).
 // Numerics: each Cast rounds to nearest even (the runtime's numeric contract).
 #include <map>

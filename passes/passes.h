@@ -33,9 +33,9 @@ std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy);
 void describe_undecided_nodes(Graph& graph, std::string_view reason);
 
 // "insert-casts": one Cast per (value, dtype) so every node reads its operands in the dtype
-// autocast decided; graph outputs keep their dtypes. With `low_precision_weights` (O3: no fp32
-// master weights), initializers only low nodes read are stored low instead of cast. See
-// passes/insert_casts.cc.
+// autocast decided; graph outputs keep their dtypes. With `low_precision_weights` (inference
+// compiles and O3: no fp32 master weights), initializers only low nodes read are stored low
+// instead of cast. See passes/insert_casts.cc.
 std::unique_ptr<Pass> make_insert_casts_pass(bool low_precision_weights = false);
 // "eliminate-casts": no-op casts, duplicates and value-preserving chains removed, to a fixed
 // point; value-changing round trips only with `allow_excess_precision`.

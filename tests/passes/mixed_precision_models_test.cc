@@ -1,6 +1,7 @@
-// The example models compiled at fp16 (O1): the exact casts and per-dtype node counts, derived
-// by hand from the policy (docs/precision-policy.md) below, and for tiny_gpt the invariants that
-// must hold of any model.
+// The example models compiled for training at fp16 (O1): the exact casts and per-dtype node
+// counts of the eval graph, whose fp32 master weights are each cast once, derived by hand from
+// the policy (docs/precision-policy.md) below, and for tiny_gpt the invariants that must hold of
+// any model; an inference compile stores the weights in f16 instead.
 #include <map>
 #include <set>
 
@@ -10,7 +11,7 @@
 namespace ampc {
 namespace {
 
-std::unique_ptr<Graph> compile_fp16(const std::string& model, bool training = false) {
+std::unique_ptr<Graph> compile_fp16(const std::string& model, bool training = true) {
   CompileOptions options;
   options.mixed_precision = MixedPrecisionOptions{};
   options.mixed_precision->policy.low_source = "test";
@@ -61,6 +62,20 @@ TEST(MixedPrecisionModels, Mlp) {
 // Flatten (clear, after it) and the loss: 3 nodes f32. Casts down: x, both convs' weight and
 // bias, the flattened features and fc's weight and bias (8); up: the last MaxPool's output for
 // GlobalAveragePool, and the logits (2).
+// An inference compile needs no fp32 master weights: the weights are stored in f16 (rounded
+// at compile time to what the casts above would give), so only x goes down and the logits up.
+TEST(MixedPrecisionModels, MlpForInferenceStoresItsWeightsInF16) {
+  std::unique_ptr<Graph> graph = compile_fp16("mlp", /*training=*/false);
+  ASSERT_NE(graph, nullptr);
+  const Counts c = count(*graph);
+  EXPECT_EQ(c.casts_to_f16, 1);
+  EXPECT_EQ(c.casts_to_f32, 1);
+  EXPECT_EQ(c.by_compute, (std::map<std::string, int>{{"f16", 5 + 1}, {"f32", 1 + 1}}));
+  for (const Value* init : graph->initializers()) {
+    EXPECT_EQ(init->dtype(), DType::kF16) << init->name();
+  }
+}
+
 TEST(MixedPrecisionModels, Cnn) {
   std::unique_ptr<Graph> graph = compile_fp16("cnn");
   ASSERT_NE(graph, nullptr);
