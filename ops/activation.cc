@@ -1,9 +1,12 @@
-// Activations: Relu, LeakyRelu, Sigmoid, Tanh, Erf, Gelu. Shape-preserving, float only.
+// Activations: Relu, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, Softplus, HardSigmoid, HardSwish,
+// and the trigonometric Sin and Cos (rotary position embeddings). Shape-preserving, float only.
 //
 // Their gradients, and the ampc-domain ops ReluGrad, LeakyReluGrad and GeluGrad that the
 // gradients of Relu, LeakyRelu and Gelu are made of (one fused element-wise pass each; Sigmoid,
-// Tanh and Erf compose standard ops). Conventions at the kinks are PyTorch's: Relu passes no
-// gradient where y <= 0, LeakyRelu passes alpha * dy where x <= 0.
+// Tanh, Erf, Softplus, HardSigmoid, HardSwish, Sin and Cos compose standard ops). Conventions at
+// the kinks are PyTorch's: Relu passes no gradient where y <= 0, LeakyRelu passes alpha * dy
+// where x <= 0, HardSigmoid passes alpha * dy only strictly inside its linear part, HardSwish
+// passes 0 below -3, dy * (x/3 + 1/2) on [-3, 3] and dy above.
 #include <cmath>
 
 #include "compiler/grad_builder.h"
@@ -66,6 +69,43 @@ absl::StatusOr<Grads> erf_grad(GradBuilder& b) {
   Value* gauss = b.op("Exp", {b.op("Neg", {b.op("Mul", {x, x})})});
   Value* slope = b.op("Mul", {b.scalar(M_2_SQRTPI, x->dtype()), gauss});
   return Grads{b.op("Mul", {b.grad_of_output(0), slope})};
+}
+
+// d/dx softplus(x) = dy * sigmoid(x).
+absl::StatusOr<Grads> softplus_grad(GradBuilder& b) {
+  return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Sigmoid", {b.input(0)})})};
+}
+
+// d/dx hard_sigmoid(x) = alpha * dy where 0 < alpha * x + beta < 1, else 0.
+absl::StatusOr<Grads> hard_sigmoid_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  const DType dtype = x->dtype();
+  Value* alpha = b.scalar(b.node().float_attr("alpha"), dtype);
+  Value* t = b.op("Add", {b.op("Mul", {x, alpha}), b.scalar(b.node().float_attr("beta"), dtype)});
+  Value* zero = b.scalar(0, dtype);
+  Value* inside =
+      b.op("Where", {b.op("Greater", {t, zero}), b.op("Mul", {b.grad_of_output(0), alpha}), zero});
+  return Grads{b.op("Where", {b.op("Less", {t, b.scalar(1, dtype)}), inside, zero})};
+}
+
+// d/dx hard_swish(x) = 0 for x < -3, dy for x > 3, dy * (x/3 + 1/2) between (PyTorch's
+// hardswish_backward).
+absl::StatusOr<Grads> hard_swish_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* dy = b.grad_of_output(0);
+  const DType dtype = x->dtype();
+  Value* slope = b.op("Add", {b.op("Div", {x, b.scalar(3, dtype)}), b.scalar(0.5, dtype)});
+  Value* upper =
+      b.op("Where", {b.op("Greater", {x, b.scalar(3, dtype)}), dy, b.op("Mul", {dy, slope})});
+  return Grads{b.op("Where", {b.op("Less", {x, b.scalar(-3, dtype)}), b.scalar(0, dtype), upper})};
+}
+
+// d/dx sin(x) = dy * cos(x); d/dx cos(x) = -dy * sin(x).
+absl::StatusOr<Grads> sin_grad(GradBuilder& b) {
+  return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Cos", {b.input(0)})})};
+}
+absl::StatusOr<Grads> cos_grad(GradBuilder& b) {
+  return Grads{b.op("Neg", {b.op("Mul", {b.grad_of_output(0), b.op("Sin", {b.input(0)})})})};
 }
 
 // d/dx gelu(x) = dy * (Phi(x) + x * phi(x)), or the derivative of the tanh approximation.
@@ -188,6 +228,35 @@ void register_activation_ops(OpRegistry& registry) {
                           {{"approximate", std::string("tanh")}},
                           {TensorType{DType::kF32, {2, 4}}}});
   registry.add(std::move(gelu));
+
+  // PyTorch's autocast runs softplus in fp32 (its exp overflows fp16); bf16 follows.
+  OpDef softplus = activation("Softplus", 1, AutocastCategory::kDeny, "ln(exp(x) + 1)");
+  softplus.gradient = softplus_grad;
+  registry.add(std::move(softplus));
+
+  OpDef hard_sigmoid =
+      activation("HardSigmoid", 6, AutocastCategory::kFollow, "max(0, min(1, alpha * x + beta))");
+  hard_sigmoid.attrs = {attr("alpha", 0.2f), attr("beta", 0.5f)};
+  hard_sigmoid.gradient = hard_sigmoid_grad;
+  hard_sigmoid.samples.push_back({"PyTorch's alpha 1/6",
+                                  {TensorType{DType::kF32, {2, 4}}},
+                                  {},
+                                  {{"alpha", 1.0f / 6.0f}, {"beta", 0.5f}},
+                                  {TensorType{DType::kF32, {2, 4}}}});
+  registry.add(std::move(hard_sigmoid));
+
+  OpDef hard_swish =
+      activation("HardSwish", 14, AutocastCategory::kFollow, "x * max(0, min(1, x/6 + 1/2))");
+  hard_swish.gradient = hard_swish_grad;
+  registry.add(std::move(hard_swish));
+
+  OpDef sin = activation("Sin", 7, AutocastCategory::kFollow, "sin(x)");
+  sin.gradient = sin_grad;
+  registry.add(std::move(sin));
+
+  OpDef cos = activation("Cos", 7, AutocastCategory::kFollow, "cos(x)");
+  cos.gradient = cos_grad;
+  registry.add(std::move(cos));
 
   register_activation_grad_ops(registry);
 }

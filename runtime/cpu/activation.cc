@@ -1,5 +1,5 @@
 // CPU kernels for the activations of ops/activation.cc: Relu, LeakyRelu, Sigmoid, Tanh, Erf,
-// Gelu (exact, and approximate="tanh").
+// Gelu (exact, and approximate="tanh"), Softplus, HardSigmoid, HardSwish, Sin, Cos.
 //
 // Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64.
 // Transcendental results are those of the C library's function for the compute type
@@ -9,6 +9,10 @@
 //                and full relative precision far into the negative tail)
 //   Gelu(x)    = 0.5 * x * (1 + erf(x * (1/sqrt(2))))
 //   Gelu(x)    = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))   with "tanh"
+//   Softplus(x) = max(x, 0) + log1p(exp(-|x|))   (ln(exp(x) + 1) without overflow)
+//   HardSigmoid(x) = max(0, min(1, alpha * x + beta))
+//   HardSwish(x)   = x * max(0, min(1, x * (1/6) + 1/2))
+//   Sin, Cos       = std::sin, std::cos
 // with the constants rounded to the compute type. Relu and LeakyRelu keep NaN a NaN.
 #include <cmath>
 #include <string>
@@ -79,6 +83,46 @@ absl::Status gelu(const KernelContext& ctx) {
       str_cat("Gelu approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
 }
 
+template <typename T>
+absl::Status softplus(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  return activation<T>(
+      ctx, [](X x) { return (x > X{0} ? x : X{0}) + std::log1p(std::exp(-std::fabs(x))); });
+}
+
+template <typename X>
+X clamp01(X t) {
+  // NaN stays NaN: neither comparison holds.
+  if (t < X{0}) return X{0};
+  if (t > X{1}) return X{1};
+  return t;
+}
+
+template <typename T>
+absl::Status hard_sigmoid(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  const X alpha = static_cast<X>(ctx.node.float_attr("alpha"));
+  const X beta = static_cast<X>(ctx.node.float_attr("beta"));
+  return activation<T>(ctx, [alpha, beta](X x) { return clamp01(alpha * x + beta); });
+}
+
+template <typename T>
+absl::Status hard_swish(const KernelContext& ctx) {
+  using X = compute_t<T>;
+  constexpr X kSixth = static_cast<X>(1.0 / 6.0);
+  return activation<T>(ctx, [](X x) { return x * clamp01(x * kSixth + X{0.5}); });
+}
+
+template <typename T>
+absl::Status sin_kernel(const KernelContext& ctx) {
+  return activation<T>(ctx, [](compute_t<T> x) { return std::sin(x); });
+}
+
+template <typename T>
+absl::Status cos_kernel(const KernelContext& ctx) {
+  return activation<T>(ctx, [](compute_t<T> x) { return std::cos(x); });
+}
+
 template <typename Make>
 void add_activation(KernelRegistry& r, std::string op, Make make) {
   // Shape-preserving and element by element: the output may take over the input's buffer.
@@ -93,6 +137,11 @@ void register_activation_kernels(KernelRegistry& r) {
   add_activation(r, "Tanh", []<typename T>() { return &tanh_kernel<T>; });
   add_activation(r, "Erf", []<typename T>() { return &erf_kernel<T>; });
   add_activation(r, "Gelu", []<typename T>() { return &gelu<T>; });
+  add_activation(r, "Softplus", []<typename T>() { return &softplus<T>; });
+  add_activation(r, "HardSigmoid", []<typename T>() { return &hard_sigmoid<T>; });
+  add_activation(r, "HardSwish", []<typename T>() { return &hard_swish<T>; });
+  add_activation(r, "Sin", []<typename T>() { return &sin_kernel<T>; });
+  add_activation(r, "Cos", []<typename T>() { return &cos_kernel<T>; });
 }
 
 static KernelRegistration kRegistration(&register_activation_kernels);

@@ -1,6 +1,7 @@
 // The activation CPU kernels (runtime/cpu/activation.cc) against f64 references computed here,
 // hand values for the exact ones, and, for f16/bf16, bit for bit against "upcast to f32, apply
 // the documented f32 formula, round once".
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -87,6 +88,41 @@ TEST(ActivationKernels, SmoothActivationsMatchF64Reference) {
                gelu_tanh_ref, 1.0);
 }
 
+// Softplus, HardSigmoid, HardSwish, Sin and Cos against their ONNX definitions in f64.
+double softplus_ref(double x) { return std::log(std::exp(x) + 1.0); }
+double hard_sigmoid_ref(double x) { return std::max(0.0, std::min(1.0, 0.2 * x + 0.5)); }
+double hard_swish_ref(double x) { return x * std::max(0.0, std::min(1.0, x / 6.0 + 0.5)); }
+
+TEST(ActivationKernels, NewerActivationsMatchF64Reference) {
+  const std::vector<float> x = sweep(-7.0f, 7.0f, 113);
+  const Tensor t = Tensor::from_f32({static_cast<int64_t>(x.size())}, x);
+  expect_close("Softplus", x, elements<float>(activation("Softplus", t)), softplus_ref);
+  expect_close("HardSigmoid", x, elements<float>(activation("HardSigmoid", t)), hard_sigmoid_ref,
+               1.0);
+  expect_close("HardSwish", x, elements<float>(activation("HardSwish", t)), hard_swish_ref, 1.0);
+  expect_close(
+      "Sin", x, elements<float>(activation("Sin", t)), [](double v) { return std::sin(v); }, 1.0);
+  expect_close(
+      "Cos", x, elements<float>(activation("Cos", t)), [](double v) { return std::cos(v); }, 1.0);
+  // PyTorch exports hardsigmoid with alpha = 1/6: the kinks move to -3 and 3.
+  const std::vector<float> kinks = {-4.0f, -3.0f, 0.0f, 3.0f, 4.0f};
+  const std::vector<float> y = elements<float>(
+      activation("HardSigmoid", Tensor::from_f32({5}, kinks), "alpha=0.16666667, beta=0.5"));
+  EXPECT_EQ(y, (std::vector<float>{0.0f, 0.0f, 0.5f, 1.0f, 1.0f}));
+}
+
+// ln(exp(x) + 1) overflows f32's exp for x > 88; the kernel's form does not, and keeps the
+// relative precision of the tiny values far into the negative tail.
+TEST(ActivationKernels, SoftplusIsAccurateFarIntoBothTails) {
+  const std::vector<float> x = {-100.0f, -30.0f, 30.0f, 100.0f, 1000.0f};
+  const std::vector<float> y = elements<float>(activation("Softplus", Tensor::from_f32({5}, x)));
+  EXPECT_NEAR(y[0], std::exp(-100.0), 1e-45);
+  EXPECT_NEAR(y[1], std::log1p(std::exp(-30.0)), 1e-6 * std::exp(-30.0));
+  EXPECT_EQ(y[2], 30.0f);
+  EXPECT_EQ(y[3], 100.0f);
+  EXPECT_EQ(y[4], 1000.0f);
+}
+
 TEST(ActivationKernels, SigmoidIsAccurateFarIntoBothTails) {
   const std::vector<float> x = {-87.0f, -60.0f, -20.0f, 20.0f, 60.0f, 100.0f};
   const Tensor t = Tensor::from_f32({6}, x);
@@ -145,6 +181,15 @@ void expect_rounded_once(DType dtype) {
       {"Erf", "", [](float v) { return std::erf(v); }},
       {"Relu", "", [](float v) { return v < 0.0f ? 0.0f : v; }},
       {"LeakyRelu", "", [](float v) { return v < 0.0f ? 0.01f * v : v; }},
+      {"Softplus", "",
+       [](float v) { return (v > 0.0f ? v : 0.0f) + std::log1p(std::exp(-std::fabs(v))); }},
+      {"HardSigmoid", "", [](float v) { return std::max(0.0f, std::min(1.0f, 0.2f * v + 0.5f)); }},
+      {"HardSwish", "",
+       [](float v) {
+         return v * std::max(0.0f, std::min(1.0f, v * static_cast<float>(1.0 / 6.0) + 0.5f));
+       }},
+      {"Sin", "", [](float v) { return std::sin(v); }},
+      {"Cos", "", [](float v) { return std::cos(v); }},
   };
   for (const Case& c : cases) {
     const std::vector<T> y = elements<T>(activation(c.op, t, c.attrs));
