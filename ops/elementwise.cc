@@ -1,6 +1,7 @@
 // Element-wise ops: arithmetic (Add, Sub, Mul, Div, Pow), unary math (Sqrt, Exp, Log, Neg, Abs,
-// Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less and Greater, and
-// Not. Operands broadcast numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
+// Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less, Greater,
+// LessOrEqual and GreaterOrEqual, and the logical And, Or, Xor and Not. Operands broadcast
+// numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
 //
 // The ops that take part in shape arithmetic fold. Integer and bool operands are combined in
 // int64 (wrapping on overflow, integer division truncating toward zero as ONNX Runtime does), so
@@ -391,6 +392,20 @@ OpDef comparison(std::string name, std::string summary, std::vector<DType> dtype
   return def;
 }
 
+// And, Or, Xor: bool operands, broadcast (opset 7 on).
+OpDef logical(std::string name, std::string summary, IntFn int_fn) {
+  OpDef def =
+      make_def(std::move(name), 7, std::move(summary),
+               {input("A", {DType::kBool}), input("B", {DType::kBool})}, AutocastCategory::kClear);
+  def.infer = [](InferenceContext& ctx) { return infer_broadcast(ctx, DType::kBool); };
+  def.fold = [int_fn](const FoldContext& ctx) { return fold_map(ctx, int_fn, nullptr); };
+  def.samples = {
+      {"same shapes", {boolean({2, 3}), boolean({2, 3})}, {}, {}, {boolean({2, 3})}},
+      {"broadcast", {boolean({2, 1}), boolean({4})}, {}, {}, {boolean({2, 4})}},
+  };
+  return def;
+}
+
 void register_logic(OpRegistry& registry) {
   using Ints = std::span<const int64_t>;
   using Reals = std::span<const double>;
@@ -408,6 +423,22 @@ void register_logic(OpRegistry& registry) {
       "Greater", "a > b", kNumericTypes, 7, 9, kFloatTypes,
       [](Ints a) -> absl::StatusOr<int64_t> { return a[0] > a[1]; },
       [](Reals a) -> double { return a[0] > a[1]; }));
+
+  registry.add(comparison(
+      "LessOrEqual", "a <= b", kNumericTypes, 12, 12, kNumericTypes,
+      [](Ints a) -> absl::StatusOr<int64_t> { return a[0] <= a[1]; },
+      [](Reals a) -> double { return a[0] <= a[1]; }));
+  registry.add(comparison(
+      "GreaterOrEqual", "a >= b", kNumericTypes, 12, 12, kNumericTypes,
+      [](Ints a) -> absl::StatusOr<int64_t> { return a[0] >= a[1]; },
+      [](Reals a) -> double { return a[0] >= a[1]; }));
+  registry.add(logical("And", "a and b",
+                       [](Ints a) -> absl::StatusOr<int64_t> { return a[0] != 0 && a[1] != 0; }));
+  registry.add(logical("Or", "a or b",
+                       [](Ints a) -> absl::StatusOr<int64_t> { return a[0] != 0 || a[1] != 0; }));
+  registry.add(logical("Xor", "a xor b", [](Ints a) -> absl::StatusOr<int64_t> {
+    return (a[0] != 0) != (a[1] != 0);
+  }));
 
   OpDef logical_not = make_def("Not", 1, "logical negation", {input("X", {DType::kBool})},
                                AutocastCategory::kClear);

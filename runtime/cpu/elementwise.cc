@@ -1,5 +1,6 @@
 // CPU kernels for the element-wise ops of ops/elementwise.cc: Add, Sub, Mul, Div, Pow, Sqrt,
-// Exp, Log, Neg, Abs, Reciprocal, variadic Min and Max, Clip, Where, Equal, Less, Greater, Not.
+// Exp, Log, Neg, Abs, Reciprocal, variadic Min and Max, Clip, Where, Equal, Less, Greater,
+// LessOrEqual, GreaterOrEqual, And, Or, Xor, Not.
 //
 // Numerics: f16 and bf16 elements are computed in f32 and rounded once on store, f32 in f32,
 // f64 in f64. Transcendental results (Exp, Log, Sqrt, float Pow) are those of the C library's
@@ -279,6 +280,12 @@ absl::Status compare_kernel(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+template <typename Op>
+absl::Status logical_kernel(const KernelContext& ctx) {
+  map_binary<bool, bool, bool>(ctx.input(0), ctx.input(1), ctx.output(0), Op{});
+  return absl::OkStatus();
+}
+
 absl::Status not_kernel(const KernelContext& ctx) {
   map_unary<bool, bool>(ctx.input(0), ctx.output(0), [](bool x) { return !x; });
   return absl::OkStatus();
@@ -353,6 +360,16 @@ void register_elementwise_kernels(KernelRegistry& r) {
   add_numeric(r, in_place("Less"), []<typename T>() { return &compare_kernel<T, std::less<>>; });
   add_numeric(r, in_place("Greater"),
               []<typename T>() { return &compare_kernel<T, std::greater<>>; });
+  add_numeric(r, in_place("LessOrEqual"),
+              []<typename T>() { return &compare_kernel<T, std::less_equal<>>; });
+  add_numeric(r, in_place("GreaterOrEqual"),
+              []<typename T>() { return &compare_kernel<T, std::greater_equal<>>; });
+  add_kernels<bool>(r, in_place("And"),
+                    []<typename T>() { return &logical_kernel<std::logical_and<>>; });
+  add_kernels<bool>(r, in_place("Or"),
+                    []<typename T>() { return &logical_kernel<std::logical_or<>>; });
+  add_kernels<bool>(r, in_place("Xor"),
+                    []<typename T>() { return &logical_kernel<std::not_equal_to<>>; });
   KernelDef logical_not = in_place("Not");
   logical_not.dtypes = {DType::kBool};
   logical_not.fn = &not_kernel;
