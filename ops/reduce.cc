@@ -1,5 +1,5 @@
-// Reductions: ReduceMean, ReduceSum, ReduceMax over a set of axes, keeping the reduced axes as
-// size 1 (keepdims) or dropping them.
+// Reductions: ReduceMean, ReduceSum, ReduceMax over a set of axes (and ArgMax, ArgMin along one),
+// keeping the reduced axes as size 1 (keepdims) or dropping them.
 //
 // The axes are an attribute until the opset where they became an optional input (ReduceSum 13,
 // ReduceMean and ReduceMax 18); both forms are accepted at every opset (AttrAsInput), and the
@@ -176,6 +176,53 @@ OpDef reduction(std::string name, std::string summary, int axes_input_since,
   return def;
 }
 
+// ArgMax / ArgMin: the index (i64) of the largest / smallest element along `axis`, the first
+// one (the last with select_last_index) among equals; a NaN counts as the extreme, as numpy's.
+absl::Status infer_arg_reduce(InferenceContext& ctx) {
+  const TensorType& in = ctx.input_type(0);
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> axis, normalize_axes({ctx.int_attr("axis")}, rank));
+  if (in.shape[axis[0]] == 0) {
+    return absl::InvalidArgumentError(str_cat("axis ", ctx.int_attr("axis"), " has no elements"));
+  }
+  Shape shape = in.shape;
+  if (ctx.int_attr("keepdims") != 0) {
+    shape[axis[0]] = 1;
+  } else {
+    shape.erase(shape.begin() + axis[0]);
+  }
+  ctx.set_output(0, TensorType{DType::kI64, std::move(shape)});
+  return absl::OkStatus();
+}
+
+OpDef arg_reduction(std::string name, std::string summary) {
+  OpDef def;
+  def.name = std::move(name);
+  def.since_opset = 11;  // negative axes from 11, select_last_index from 12, bf16 from 13
+  def.summary = std::move(summary);
+  def.inputs = {input("data", kNumericTypes)};
+  def.outputs = {input("reduced")};
+  def.attrs = {attr("axis", int64_t{0}), attr("keepdims", int64_t{1}),
+               attr("select_last_index", int64_t{0})};
+  def.infer = infer_arg_reduce;
+  def.autocast.category = AutocastCategory::kClear;  // picks an index: exact in any dtype
+  const TensorType indices{DType::kI64, {2, 1}};
+  def.samples = {
+      {"default axis 0, keepdims", {f32({3, 4})}, {}, {}, {TensorType{DType::kI64, {1, 4}}}},
+      {"last axis, no keepdims",
+       {f32({2, 3, 4})},
+       {},
+       {{"axis", int64_t{-1}}, {"keepdims", int64_t{0}}},
+       {TensorType{DType::kI64, {2, 3}}}},
+      {"i64 data, last index",
+       {TensorType{DType::kI64, {2, 5}}},
+       {},
+       {{"axis", int64_t{1}}, {"select_last_index", int64_t{1}}},
+       {indices}},
+  };
+  return def;
+}
+
 void register_reduce_ops(OpRegistry& registry) {
   // Sums and means of many low-precision terms lose precision and overflow: fp32.
   registry.add(reduction("ReduceMean", "mean over the axes", 18, kNumericTypes,
@@ -187,6 +234,8 @@ void register_reduce_ops(OpRegistry& registry) {
   max_types.push_back(DType::kBool);
   registry.add(reduction("ReduceMax", "maximum over the axes", 18, max_types,
                          AutocastCategory::kClear, reduce_max_grad));
+  registry.add(arg_reduction("ArgMax", "index of the largest element along axis"));
+  registry.add(arg_reduction("ArgMin", "index of the smallest element along axis"));
 }
 
 const OpRegistration kRegistration(&register_reduce_ops);

@@ -1,4 +1,4 @@
-// CPU kernels for ReduceSum, ReduceMean and ReduceMax.
+// CPU kernels for ReduceSum, ReduceMean and ReduceMax, and ArgMax and ArgMin.
 //
 // Axes come from the `axes` attribute or, when present, from the axes operand (input 1); the
 // operand wins because it is what the node reads at run time (canonicalize usually moves a
@@ -208,7 +208,51 @@ absl::Status reduce(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// ArgMax (kMax) / ArgMin: one scan along the axis per output element, in the compute type. The
+// first extreme wins, or the last with select_last_index; a NaN is the extreme (numpy's rule),
+// and the first NaN wins whatever select_last_index says.
+template <typename T, bool kMax>
+absl::Status arg_reduce(const KernelContext& ctx) {
+  const TensorArg& data = ctx.input(0);
+  const Shape& shape = data.shape();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  int64_t axis = ctx.node.int_attr("axis");
+  if (axis < 0) axis += rank;
+  const bool last = int_attr_or(ctx.node, "select_last_index", 0) != 0;
+  int64_t outer = 1;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
+  const int64_t size = shape[axis];
+  std::span<const T> in = data.in<T>();
+  std::span<int64_t> out = ctx.output(0).out<int64_t>();
+  parallel_for(outer * inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, size)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t o = begin; o < end; ++o) {
+                   const T* run = in.data() + (o / inner) * size * inner + o % inner;
+                   int64_t best = 0;
+                   auto best_value = load(run[0]);
+                   for (int64_t i = 1; i < size && best_value == best_value; ++i) {
+                     const auto value = load(run[i * inner]);
+                     const bool better = value != value ||
+                                         (kMax ? value > best_value : value < best_value) ||
+                                         (last && value == best_value);
+                     if (better) {
+                       best = i;
+                       best_value = value;
+                     }
+                   }
+                   out[o] = best;
+                 }
+               });
+  return absl::OkStatus();
+}
+
 void register_reduce_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
+      r, kernel_def("ArgMax"), []<typename T>() { return &arg_reduce<T, true>; });
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
+      r, kernel_def("ArgMin"), []<typename T>() { return &arg_reduce<T, false>; });
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
       r, kernel_def("ReduceSum"), []<typename T>() { return &reduce<T, Reduction::kSum>; });
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(

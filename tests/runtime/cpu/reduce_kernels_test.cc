@@ -210,6 +210,25 @@ TEST(ReduceKernels, BoolMaxIsAnyFromOpset20) {
   EXPECT_EQ(y.to_i64_vector(), (std::vector<int64_t>{0, 1}));
 }
 
+// ArgMax and ArgMin beyond the ONNX test data: numpy's NaN rule (a NaN is the extreme, the
+// first one wins), ties to the first index or, with select_last_index, the last, and f16 data.
+TEST(ReduceKernels, ArgMaxAndArgMinFollowNumpyOnNaNAndTies) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor x = Tensor::from_doubles(DType::kF32, {2, 4}, {1, nan, 3, nan, 2, 5, 5, -1});
+  const TensorType indices{DType::kI64, {2, 1}};
+  EXPECT_EQ(reduce_op("ArgMax", "axis=1", x, indices).to_double_vector(),
+            (std::vector<double>{1, 1}));
+  EXPECT_EQ(reduce_op("ArgMax", "axis=1, select_last_index=1", x, indices).to_double_vector(),
+            (std::vector<double>{1, 2}));
+  EXPECT_EQ(reduce_op("ArgMin", "axis=1", x, indices).to_double_vector(),
+            (std::vector<double>{1, 3}));
+  const Tensor half = Tensor::from_doubles(DType::kF16, {3}, {0.5, -2, 0.5});
+  EXPECT_EQ(reduce_op("ArgMax", "keepdims=0", half, {DType::kI64, {}}).to_double_vector(),
+            std::vector<double>{0});
+  EXPECT_EQ(reduce_op("ArgMin", "keepdims=0", half, {DType::kI64, {}}).to_double_vector(),
+            std::vector<double>{1});
+}
+
 TEST(ReduceKernels, BitsDoNotDependOnThreadCount) {
   const std::vector<double> x = random_values(64 * 48 * 40, 6);
   const Tensor input = Tensor::from_doubles(DType::kF32, {64, 48, 40}, x);
