@@ -1,4 +1,5 @@
-// Reductions: ReduceMean, ReduceSum, ReduceMax over a set of axes (and ArgMax, ArgMin along one),
+// Reductions: ReduceMean, ReduceSum, ReduceMax over a set of axes (ArgMax, ArgMin and the scan
+// CumSum along one),
 // keeping the reduced axes as size 1 (keepdims) or dropping them.
 //
 // The axes are an attribute until the opset where they became an optional input (ReduceSum 13,
@@ -223,6 +224,63 @@ OpDef arg_reduction(std::string name, std::string summary) {
   return def;
 }
 
+// CumSum(x, axis): running sums along axis (exclusive: without the element itself; reverse: from
+// the end). `axis` is a 0-D or one-element integer tensor read at run time.
+absl::Status infer_cumsum(InferenceContext& ctx) {
+  const TensorType& axis = ctx.input_type(1);
+  if (axis.num_elements() != 1 || axis.shape.size() > 1) {
+    return absl::InvalidArgumentError(
+        str_cat("axis must be a scalar or a one-element tensor, got ", type_to_string(axis)));
+  }
+  if (const Tensor* value = ctx.input_value(1); value != nullptr && value->has_data()) {
+    AMPC_RETURN_IF_ERROR(normalize_axes({value->element_as_i64(0)},
+                                        static_cast<int64_t>(ctx.input_type(0).shape.size()))
+                             .status());
+  }
+  ctx.set_output(0, ctx.input_type(0));
+  return absl::OkStatus();
+}
+
+// The gradient of a running sum is the running sum of dy the other way, just as exclusive:
+// d/dx_j sum_{i >= j} dy_i (inclusive) or sum_{i > j} dy_i (exclusive).
+absl::StatusOr<Grads> cumsum_grad(GradBuilder& b) {
+  const Node& node = b.node();
+  Value* dx = b.op("CumSum", {b.grad_of_output(0), b.input(1)},
+                   {{"exclusive", node.int_attr("exclusive")},
+                    {"reverse", int64_t{node.int_attr("reverse") == 0}}});
+  return Grads{dx, nullptr};
+}
+
+OpDef cumsum() {
+  OpDef def;
+  def.name = "CumSum";
+  def.since_opset = 11;  // f16 and bf16 from 14
+  def.summary = "running sums along axis";
+  def.inputs = {input("x", kNumericTypes), input("axis", {DType::kI32, DType::kI64})};
+  def.outputs = {input("y")};
+  def.attrs = {attr("exclusive", int64_t{0}), attr("reverse", int64_t{0})};
+  def.infer = infer_cumsum;
+  def.gradient = cumsum_grad;
+  def.no_gradient_inputs = {1};
+  // A long sum of low-precision terms loses precision and overflows: fp32.
+  def.autocast.category = AutocastCategory::kDeny;
+  const TensorType axis{DType::kI64, {}};
+  def.samples = {
+      {"last axis", {f32({2, 5}), axis}, {{1, Tensor::from_i64({}, {1})}}, {}, {f32({2, 5})}},
+      {"exclusive, reversed, first axis",
+       {f32({4, 3}), axis},
+       {{1, Tensor::from_i64({}, {0})}},
+       {{"exclusive", int64_t{1}}, {"reverse", int64_t{1}}},
+       {f32({4, 3})}},
+      {"negative axis as a one-element tensor",
+       {f32({2, 3, 2}), TensorType{DType::kI64, {1}}},
+       {{1, Tensor::from_i64({1}, {-2})}},
+       {{"exclusive", int64_t{1}}},
+       {f32({2, 3, 2})}},
+  };
+  return def;
+}
+
 void register_reduce_ops(OpRegistry& registry) {
   // Sums and means of many low-precision terms lose precision and overflow: fp32.
   registry.add(reduction("ReduceMean", "mean over the axes", 18, kNumericTypes,
@@ -236,6 +294,7 @@ void register_reduce_ops(OpRegistry& registry) {
                          AutocastCategory::kClear, reduce_max_grad));
   registry.add(arg_reduction("ArgMax", "index of the largest element along axis"));
   registry.add(arg_reduction("ArgMin", "index of the smallest element along axis"));
+  registry.add(cumsum());
 }
 
 const OpRegistration kRegistration(&register_reduce_ops);

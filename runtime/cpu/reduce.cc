@@ -1,4 +1,4 @@
-// CPU kernels for ReduceSum, ReduceMean and ReduceMax, and ArgMax and ArgMin.
+// CPU kernels for ReduceSum, ReduceMean and ReduceMax, ArgMax and ArgMin, and CumSum.
 //
 // Axes come from the `axes` attribute or, when present, from the axes operand (input 1); the
 // operand wins because it is what the node reads at run time (canonicalize usually moves a
@@ -208,6 +208,21 @@ absl::Status reduce(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// The lines along one axis of a row-major tensor: line l (of outer * inner) starts at base(l)
+// and its elements are `inner` apart.
+struct AxisLines {
+  int64_t outer = 1, inner = 1, size = 1;
+
+  AxisLines(const Shape& shape, int64_t axis) : size(shape[axis]) {
+    for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
+    for (size_t d = axis + 1; d < shape.size(); ++d) inner *= shape[d];
+  }
+  int64_t count() const { return outer * inner; }
+  int64_t base(int64_t line) const { return (line / inner) * size * inner + line % inner; }
+  // Lines per parallel task: about 16K elements.
+  int64_t grain() const { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, size)); }
+};
+
 // ArgMax (kMax) / ArgMin: one scan along the axis per output element, in the compute type. The
 // first extreme wins, or the last with select_last_index; a NaN is the extreme (numpy's rule),
 // and the first NaN wins whatever select_last_index says.
@@ -219,36 +234,78 @@ absl::Status arg_reduce(const KernelContext& ctx) {
   int64_t axis = ctx.node.int_attr("axis");
   if (axis < 0) axis += rank;
   const bool last = int_attr_or(ctx.node, "select_last_index", 0) != 0;
-  int64_t outer = 1;
-  int64_t inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= shape[d];
-  for (int64_t d = axis + 1; d < rank; ++d) inner *= shape[d];
-  const int64_t size = shape[axis];
+  const AxisLines lines(shape, axis);
+  const int64_t size = lines.size;
+  const int64_t inner = lines.inner;
   std::span<const T> in = data.in<T>();
   std::span<int64_t> out = ctx.output(0).out<int64_t>();
-  parallel_for(outer * inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, size)),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t o = begin; o < end; ++o) {
-                   const T* run = in.data() + (o / inner) * size * inner + o % inner;
-                   int64_t best = 0;
-                   auto best_value = load(run[0]);
-                   for (int64_t i = 1; i < size && best_value == best_value; ++i) {
-                     const auto value = load(run[i * inner]);
-                     const bool better = value != value ||
-                                         (kMax ? value > best_value : value < best_value) ||
-                                         (last && value == best_value);
-                     if (better) {
-                       best = i;
-                       best_value = value;
-                     }
-                   }
-                   out[o] = best;
-                 }
-               });
+  parallel_for(lines.count(), lines.grain(), [&](int64_t begin, int64_t end) {
+    for (int64_t o = begin; o < end; ++o) {
+      const T* run = in.data() + lines.base(o);
+      int64_t best = 0;
+      auto best_value = load(run[0]);
+      for (int64_t i = 1; i < size && best_value == best_value; ++i) {
+        const auto value = load(run[i * inner]);
+        const bool better = value != value || (kMax ? value > best_value : value < best_value) ||
+                            (last && value == best_value);
+        if (better) {
+          best = i;
+          best_value = value;
+        }
+      }
+      out[o] = best;
+    }
+  });
+  return absl::OkStatus();
+}
+
+// CumSum: each line along the axis summed in order (from the end with reverse), accumulating in
+// the compute type for floats (f32 for f16 and bf16) and in i64 for integers; each output is the
+// running sum rounded once (exclusive: before adding its own element).
+template <typename T>
+absl::Status cumsum(const KernelContext& ctx) {
+  const TensorArg& data = ctx.input(0);
+  const Shape& shape = data.shape();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  const TensorArg& axis_arg = ctx.input(1);
+  int64_t axis =
+      axis_arg.dtype() == DType::kI32 ? axis_arg.in<int32_t>()[0] : axis_arg.in<int64_t>()[0];
+  if (axis < -rank || axis >= rank) {
+    return absl::InvalidArgumentError(str_cat("axis ", axis, " is out of range for rank ", rank,
+                                              " (expected [", -rank, ", ", rank - 1, "])"));
+  }
+  if (axis < 0) axis += rank;
+  const bool exclusive = int_attr_or(ctx.node, "exclusive", 0) != 0;
+  const bool reverse = int_attr_or(ctx.node, "reverse", 0) != 0;
+  const AxisLines lines(shape, axis);
+  const int64_t size = lines.size;
+  const int64_t inner = lines.inner;
+  using A = std::conditional_t<is_float_v<T>, compute_t<T>, int64_t>;
+  std::span<const T> in = data.in<T>();
+  std::span<T> out = ctx.output(0).out<T>();
+  parallel_for(lines.count(), lines.grain(), [&](int64_t begin, int64_t end) {
+    for (int64_t line = begin; line < end; ++line) {
+      const int64_t base = lines.base(line);
+      A sum = A(0);
+      for (int64_t k = 0; k < size; ++k) {
+        const int64_t i = base + (reverse ? size - 1 - k : k) * inner;
+        const A value = static_cast<A>(load(in[i]));
+        if (!exclusive) sum += value;
+        if constexpr (is_float_v<T>) {
+          out[i] = store<T>(sum);
+        } else {
+          out[i] = static_cast<T>(sum);
+        }
+        if (exclusive) sum += value;
+      }
+    }
+  });
   return absl::OkStatus();
 }
 
 void register_reduce_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
+      r, kernel_def("CumSum"), []<typename T>() { return &cumsum<T>; });
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(
       r, kernel_def("ArgMax"), []<typename T>() { return &arg_reduce<T, true>; });
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t>(

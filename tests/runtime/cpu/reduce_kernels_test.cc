@@ -229,6 +229,19 @@ TEST(ReduceKernels, ArgMaxAndArgMinFollowNumpyOnNaNAndTies) {
             std::vector<double>{1});
 }
 
+// CumSum accumulates f16 in f32 and rounds each running sum once: 2,100 ones sum to 2,100 (even,
+// so exact in f16), where an f16 accumulator would stop at 2,048 (2,048 + 1 rounds back).
+TEST(ReduceKernels, CumSumAccumulatesLowPrecisionInF32) {
+  const std::vector<double> ones(2100, 1.0);
+  const Tensor x = Tensor::from_doubles(DType::kF16, {2100}, ones);
+  std::vector<Tensor> inputs = {x, Tensor::from_i64({}, {0})};
+  const Tensor y = testing::run_op("CumSum", "", inputs, x.type());
+  const std::vector<double> sums = y.to_double_vector();
+  EXPECT_EQ(sums[2047], 2048.0);
+  EXPECT_EQ(sums[2048], 2048.0);  // 2,049 rounds to even
+  EXPECT_EQ(sums[2099], 2100.0);
+}
+
 TEST(ReduceKernels, BitsDoNotDependOnThreadCount) {
   const std::vector<double> x = random_values(64 * 48 * 40, 6);
   const Tensor input = Tensor::from_doubles(DType::kF32, {64, 48, 40}, x);
