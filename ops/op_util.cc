@@ -63,6 +63,18 @@ absl::Status expect_same_dtype(const InferenceContext& ctx, int a, int b) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<int64_t>> constant_ints(const InferenceContext& ctx, int i,
+                                                   std::string_view name) {
+  const Tensor* value = ctx.input_value(i);
+  if (value == nullptr || !value->has_data()) {
+    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name,
+                                              "') must be known at compile time (a constant or "
+                                              "foldable shape arithmetic); the output shape "
+                                              "depends on its values"));
+  }
+  return value->to_i64_vector();
+}
+
 absl::Status infer_same_as_input(InferenceContext& ctx) {
   ctx.set_output(0, ctx.input_type(0));
   return absl::OkStatus();

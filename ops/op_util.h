@@ -56,6 +56,11 @@ absl::StatusOr<std::vector<int64_t>> normalize_axes(const std::vector<int64_t>& 
 // Fails unless inputs `a` and `b` of the node have the same element type.
 absl::Status expect_same_dtype(const InferenceContext& ctx, int a, int b);
 
+// The values of input `i` (named `name` in messages), which the output shape depends on: known
+// at compile time (an initializer or folded shape arithmetic), else an error that says so.
+absl::StatusOr<std::vector<int64_t>> constant_ints(const InferenceContext& ctx, int i,
+                                                   std::string_view name);
+
 // Output 0 gets input 0's type.
 absl::Status infer_same_as_input(InferenceContext& ctx);
 

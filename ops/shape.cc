@@ -17,19 +17,6 @@
 namespace ampc::ops {
 namespace {
 
-// The values of input `i` (named `name` in messages), which the output shape depends on.
-absl::StatusOr<std::vector<int64_t>> constant_ints(const InferenceContext& ctx, int i,
-                                                   std::string_view name) {
-  const Tensor* value = ctx.input_value(i);
-  if (value == nullptr || !value->has_data()) {
-    return absl::InvalidArgumentError(str_cat("input ", i, " ('", name,
-                                              "') must be known at compile time (a constant or "
-                                              "foldable shape arithmetic); the output shape "
-                                              "depends on its values"));
-  }
-  return value->to_i64_vector();
-}
-
 absl::Status expect_rank(const InferenceContext& ctx, int i, std::string_view name, size_t rank) {
   const Shape& shape = ctx.input_type(i).shape;
   if (shape.size() != rank) {

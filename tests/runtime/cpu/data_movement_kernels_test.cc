@@ -429,5 +429,33 @@ TEST(TriluKernel, BatchedTallMatricesOfF16AndBool) {
   }
 }
 
+// Pad beyond the ONNX test data: a crop (negative pads) next to a widening, a constant value,
+// an axes operand, and an integer dtype; every element checked against the definition.
+TEST(PadKernel, CropsWidensAndPadsChosenAxes) {
+  const Tensor x = Tensor::from_i64({2, 3}, {1, 2, 3, 4, 5, 6});
+  // Axis 0: one row before, none after; axis 1: drop the first column, add two after.
+  std::vector<Tensor> y = run(R"(
+    graph g(%x: i64[2,3]) opset(17) {
+      init %pads: i64[4] = [1, -1, 0, 2]
+      init %value: i64[] = [9]
+      %y = Pad(%x, %pads, %value) : i64[3,4]
+      return %y
+    })",
+                              {x});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].to_double_vector(), (std::vector<double>{9, 9, 9, 9, 2, 3, 9, 9, 5, 6, 9, 9}));
+  // Axis 1 only, through the axes operand (opset 18), in edge mode.
+  y = run(R"(
+    graph g(%x: i64[2,3]) opset(18) {
+      init %pads: i64[2] = [-1, 2]
+      init %axes: i64[1] = [-1]
+      %y = Pad<mode="edge">(%x, %pads, _, %axes) : i64[2,4]
+      return %y
+    })",
+          {x});
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_EQ(y[0].to_double_vector(), (std::vector<double>{2, 3, 3, 3, 5, 6, 6, 6}));
+}
+
 }  // namespace
 }  // namespace ampc

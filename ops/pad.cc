@@ -1,0 +1,223 @@
+// Pad (opset 11 on: pads, constant_value and, from 18, axes are inputs): widens (or, with
+// negative pads, crops) each axis. Modes constant (the value, default 0), reflect (mirrored
+// without repeating the edge) and edge (the edge repeated). `pads` (and `axes`) must be known at
+// compile time: the output shape depends on them.
+//
+// Gradient: in constant mode, Pad with the pads negated and the value 0 (the crop of what was
+// widened, the zero-fill of what was cropped). Reflect and edge read an input element several
+// times: ampc.PadGrad(dY, X, pads) adds each element of dY into the input element it was read
+// from (pads: [begin..., end...] over every axis, constant).
+#include "compiler/grad_builder.h"
+#include "ops/op_util.h"
+
+namespace ampc::ops {
+namespace {
+
+const std::vector<DType> kIndexTypes = {DType::kI64};
+
+// The pads per axis of the input, [begin..., end...] over all axes (axes absent from `axes` get
+// 0), checked against the input's shape.
+absl::StatusOr<std::vector<int64_t>> full_pads(const InferenceContext& ctx) {
+  const int64_t rank = static_cast<int64_t>(ctx.input_type(0).shape.size());
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, constant_ints(ctx, 1, "pads"));
+  std::vector<int64_t> axes;
+  if (ctx.has_input(3)) {
+    AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> given, constant_ints(ctx, 3, "axes"));
+    AMPC_ASSIGN_OR_RETURN(axes, normalize_axes(given, rank));
+  } else {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  const int64_t n = static_cast<int64_t>(axes.size());
+  if (static_cast<int64_t>(pads.size()) != 2 * n) {
+    return absl::InvalidArgumentError(str_cat("pads has ", pads.size(), " values; expected ", 2 * n,
+                                              " (a begin and an end per padded axis)"));
+  }
+  std::vector<int64_t> full(2 * rank, 0);
+  for (int64_t k = 0; k < n; ++k) {
+    full[axes[k]] = pads[k];
+    full[rank + axes[k]] = pads[n + k];
+  }
+  return full;
+}
+
+absl::Status infer_pad(InferenceContext& ctx) {
+  const TensorType& in = ctx.input_type(0);
+  const std::string& mode = ctx.node().string_attr("mode");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+    return absl::InvalidArgumentError(
+        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge)"));
+  }
+  if (ctx.has_input(2)) {
+    const TensorType& value = ctx.input_type(2);
+    if (value.num_elements() != 1 || value.dtype != in.dtype) {
+      return absl::InvalidArgumentError(str_cat("constant_value must be one ", dtype_name(in.dtype),
+                                                " element, got ", type_to_string(value)));
+    }
+  }
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, full_pads(ctx));
+  const int64_t rank = static_cast<int64_t>(in.shape.size());
+  Shape shape = in.shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    shape[d] += pads[d] + pads[rank + d];
+    if (shape[d] < 0) {
+      return absl::InvalidArgumentError(str_cat("pads crop axis ", d, " (size ", in.shape[d],
+                                                ") below zero: ", pads[d], " and ",
+                                                pads[rank + d]));
+    }
+    const bool reads_beyond = pads[d] > 0 || pads[rank + d] > 0;
+    if (mode == "reflect" && reads_beyond &&
+        (pads[d] >= in.shape[d] || pads[rank + d] >= in.shape[d])) {
+      return absl::InvalidArgumentError(str_cat("reflect padding of axis ", d, " (size ",
+                                                in.shape[d], ") must be below its size, got ",
+                                                pads[d], " and ", pads[rank + d]));
+    }
+    if (mode != "constant" && reads_beyond && in.shape[d] == 0) {
+      return absl::InvalidArgumentError(
+          str_cat(mode, " padding of the empty axis ", d, " has no element to repeat"));
+    }
+  }
+  ctx.set_output(0, TensorType{in.dtype, std::move(shape)});
+  return absl::OkStatus();
+}
+
+// The pads over every axis, from the node's constant pads and axes.
+absl::StatusOr<std::vector<int64_t>> node_pads(const Node& node) {
+  const int64_t rank = static_cast<int64_t>(node.operand(0)->shape().size());
+  const Tensor* pads = node.operand(1)->initializer();
+  if (pads == nullptr || !pads->has_data()) {
+    return absl::UnimplementedError("Pad's gradient needs constant pads");
+  }
+  const std::vector<int64_t> given = pads->to_i64_vector();
+  std::vector<int64_t> axes;
+  if (node.num_operands() > 3 && node.operand(3) != nullptr) {
+    const Tensor* value = node.operand(3)->initializer();
+    if (value == nullptr || !value->has_data()) {
+      return absl::UnimplementedError("Pad's gradient needs constant axes");
+    }
+    AMPC_ASSIGN_OR_RETURN(axes, normalize_axes(value->to_i64_vector(), rank));
+  } else {
+    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  const size_t n = axes.size();
+  std::vector<int64_t> full(2 * rank, 0);
+  for (size_t k = 0; k < n && 2 * n == given.size(); ++k) {
+    full[axes[k]] = given[k];
+    full[rank + axes[k]] = given[n + k];
+  }
+  return full;
+}
+
+absl::StatusOr<Grads> pad_grad(GradBuilder& b) {
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, node_pads(b.node()));
+  const std::string& mode = b.node().string_attr("mode");
+  Value* dx = nullptr;
+  if (mode == "constant") {
+    for (int64_t& p : pads) p = -p;
+    dx = b.op("Pad", {b.grad_of_output(0), b.int64s(pads)}, {{"mode", std::string("constant")}});
+  } else {
+    dx = b.ampc_op("PadGrad", {b.grad_of_output(0), b.input(0), b.int64s(pads)}, {{"mode", mode}});
+  }
+  return Grads{dx, nullptr, nullptr, nullptr};
+}
+
+// PadGrad(dY, X, pads): dX of X's type.
+absl::Status infer_pad_grad(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, 1));
+  const int64_t rank = static_cast<int64_t>(ctx.input_type(1).shape.size());
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, constant_ints(ctx, 2, "pads"));
+  if (static_cast<int64_t>(pads.size()) != 2 * rank) {
+    return absl::InvalidArgumentError(
+        str_cat("pads has ", pads.size(), " values; expected ", 2 * rank));
+  }
+  for (int64_t d = 0; d < rank; ++d) {
+    const int64_t size = ctx.input_type(1).shape[d] + pads[d] + pads[rank + d];
+    if (ctx.input_type(0).shape[d] != size) {
+      return absl::InvalidArgumentError(str_cat("dY's axis ", d, " has size ",
+                                                ctx.input_type(0).shape[d], "; the padded size is ",
+                                                size));
+    }
+  }
+  ctx.set_output(0, ctx.input_type(1));
+  return absl::OkStatus();
+}
+
+OpDef pad_grad_op() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "PadGrad";
+  def.summary = "adds each dY element into the X element Pad read it from (reflect, edge)";
+  def.inputs = {input("dY", kFloatTypes), input("X", kFloatTypes), input("pads", kIndexTypes)};
+  def.outputs = {input("dX")};
+  def.attrs = {attr("mode", std::string("reflect"))};
+  def.infer = infer_pad_grad;
+  def.no_gradient_inputs = {1, 2};
+  def.autocast.category = AutocastCategory::kFollow;  // sums: as exact as the dtype's adds
+  const TensorType x{DType::kF32, {2, 3}};
+  def.samples = {
+      {"reflect",
+       {TensorType{DType::kF32, {4, 7}}, x, TensorType{DType::kI64, {4}}},
+       {{2, Tensor::from_i64({4}, {1, 2, 1, 2})}},
+       {},
+       {x}},
+      {"edge",
+       {TensorType{DType::kF32, {2, 6}}, x, TensorType{DType::kI64, {4}}},
+       {{2, Tensor::from_i64({4}, {0, 2, 0, 1})}},
+       {{"mode", std::string("edge")}},
+       {x}},
+  };
+  return def;
+}
+
+OpDef pad_op() {
+  OpDef def;
+  def.name = "Pad";
+  def.since_opset = 11;
+  def.summary = "pads (or, with negative pads, crops) each axis: constant, reflect or edge";
+  def.inputs = {input("data"), input("pads", kIndexTypes), optional_input("constant_value"),
+                optional_input("axes", kIndexTypes)};
+  def.outputs = {input("output")};
+  def.attrs = {attr("mode", std::string("constant"))};
+  def.infer = infer_pad;
+  def.gradient = pad_grad;
+  def.no_gradient_inputs = {1, 2, 3};
+  def.autocast.category = AutocastCategory::kClear;  // moves elements (and adds a constant)
+  const TensorType f32_2x3{DType::kF32, {2, 3}};
+  auto pads = [](std::vector<int64_t> values) {
+    const int64_t n = static_cast<int64_t>(values.size());
+    return std::pair<int, Tensor>{1, Tensor::from_i64({n}, values)};
+  };
+  def.samples = {
+      {"constant, both axes",
+       {f32_2x3, TensorType{DType::kI64, {4}}},
+       {pads({1, 0, 0, 2})},
+       {},
+       {TensorType{DType::kF32, {3, 5}}}},
+      {"constant with a crop",
+       {f32_2x3, TensorType{DType::kI64, {4}}},
+       {pads({0, -1, 1, 1})},
+       {},
+       {TensorType{DType::kF32, {3, 3}}}},
+      {"reflect",
+       {f32_2x3, TensorType{DType::kI64, {4}}},
+       {pads({1, 2, 1, 2})},
+       {{"mode", std::string("reflect")}},
+       {TensorType{DType::kF32, {4, 7}}}},
+      {"edge, last axis only",
+       {f32_2x3, TensorType{DType::kI64, {2}}, TensorType{DType::kF32, {}},
+        TensorType{DType::kI64, {1}}},
+       {pads({2, 1}), {3, Tensor::from_i64({1}, {-1})}},
+       {{"mode", std::string("edge")}},
+       {TensorType{DType::kF32, {2, 6}}}},
+  };
+  return def;
+}
+
+void register_pad_ops(OpRegistry& registry) {
+  registry.add(pad_op());
+  registry.add(pad_grad_op());
+}
+
+const OpRegistration kRegistration(&register_pad_ops);
+
+}  // namespace
+}  // namespace ampc::ops
