@@ -1,3 +1,5 @@
+// Pad and Tile, which lay input elements out again around or beside themselves.
+//
 // Pad (opset 11 on: pads, constant_value and, from 18, axes are inputs): widens (or, with
 // negative pads, crops) each axis. Modes constant (the value, default 0), reflect (mirrored
 // without repeating the edge) and edge (the edge repeated). `pads` (and `axes`) must be known at
@@ -212,9 +214,78 @@ OpDef pad_op() {
   return def;
 }
 
+// ---- Tile -------------------------------------------------------------------------------------
+
+// Tile(input, repeats): axis d repeated repeats[d] times; repeats must be known at compile time.
+absl::Status infer_tile(InferenceContext& ctx) {
+  const TensorType& in = ctx.input_type(0);
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> repeats, constant_ints(ctx, 1, "repeats"));
+  if (repeats.size() != in.shape.size()) {
+    return absl::InvalidArgumentError(
+        str_cat("repeats has ", repeats.size(), " values; the input has rank ", in.shape.size()));
+  }
+  Shape shape = in.shape;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (repeats[d] < 0) {
+      return absl::InvalidArgumentError(
+          str_cat("repeats[", d, "] is ", repeats[d], "; it must be >= 0"));
+    }
+    shape[d] *= repeats[d];
+  }
+  ctx.set_output(0, TensorType{in.dtype, std::move(shape)});
+  return absl::OkStatus();
+}
+
+// dY viewed as [repeats[0], n0, repeats[1], n1, ...] and summed over the repeat axes.
+absl::StatusOr<Grads> tile_grad(GradBuilder& b) {
+  const Tensor* repeats = b.node().operand(1)->initializer();
+  if (repeats == nullptr || !repeats->has_data()) {
+    return absl::UnimplementedError("Tile's gradient needs constant repeats");
+  }
+  const Shape& shape = b.input(0)->shape();
+  const std::vector<int64_t> r = repeats->to_i64_vector();
+  std::vector<int64_t> split;
+  std::vector<int64_t> axes;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    axes.push_back(static_cast<int64_t>(split.size()));
+    split.push_back(r[d]);
+    split.push_back(shape[d]);
+  }
+  Value* viewed = b.op("Reshape", {b.grad_of_output(0), b.int64s(split)});
+  Value* summed = b.op("ReduceSum", {viewed, b.int64s(axes)}, {{"keepdims", int64_t{0}}});
+  return Grads{b.op("Reshape", {summed, b.int64s(shape)}), nullptr};
+}
+
+OpDef tile_op() {
+  OpDef def;
+  def.name = "Tile";
+  def.since_opset = 6;
+  def.summary = "repeats the input repeats[d] times along each axis d";
+  def.inputs = {input("input"), input("repeats", kIndexTypes)};
+  def.outputs = {input("output")};
+  def.infer = infer_tile;
+  def.gradient = tile_grad;
+  def.no_gradient_inputs = {1};
+  def.autocast.category = AutocastCategory::kClear;  // copies elements
+  def.samples = {
+      {"both axes",
+       {TensorType{DType::kF32, {2, 3}}, TensorType{DType::kI64, {2}}},
+       {{1, Tensor::from_i64({2}, {2, 3})}},
+       {},
+       {TensorType{DType::kF32, {4, 9}}}},
+      {"one axis of three",
+       {TensorType{DType::kF32, {2, 1, 3}}, TensorType{DType::kI64, {3}}},
+       {{1, Tensor::from_i64({3}, {1, 4, 1})}},
+       {},
+       {TensorType{DType::kF32, {2, 4, 3}}}},
+  };
+  return def;
+}
+
 void register_pad_ops(OpRegistry& registry) {
   registry.add(pad_op());
   registry.add(pad_grad_op());
+  registry.add(tile_op());
 }
 
 const OpRegistration kRegistration(&register_pad_ops);

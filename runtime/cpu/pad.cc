@@ -1,4 +1,4 @@
-// CPU kernels for Pad and ampc.PadGrad (ops/pad.cc).
+// CPU kernels for Pad, ampc.PadGrad and Tile (ops/pad.cc).
 //
 // Each output element of Pad reads the input element its index maps to, axis by axis: index
 // o - begin, then, outside [0, n): constant mode writes the value (0 without one), reflect
@@ -57,9 +57,10 @@ int64_t source_index(int64_t o, int64_t begin, int64_t n, Mode mode) {
   return -1;
 }
 
-// The input offset of each output element (-1: the constant), row-major over the output.
-std::vector<int64_t> source_offsets(const Shape& in, const Shape& out,
-                                    const std::vector<int64_t>& pads, Mode mode) {
+// The input offset of each output element (-1: a constant), row-major over the output, where
+// index(d, o) is the input index that output index o of axis d reads (-1: none).
+template <typename IndexMap>
+std::vector<int64_t> source_offsets(const Shape& in, const Shape& out, IndexMap index) {
   const int64_t rank = static_cast<int64_t>(in.size());
   std::vector<int64_t> offsets = {0};
   int64_t stride = 1;
@@ -73,7 +74,7 @@ std::vector<int64_t> source_offsets(const Shape& in, const Shape& out,
     next.reserve(offsets.size() * out[d]);
     for (int64_t base : offsets) {
       for (int64_t o = 0; o < out[d]; ++o) {
-        const int64_t i = source_index(o, pads[d], in[d], mode);
+        const int64_t i = index(d, o);
         next.push_back(base < 0 || i < 0 ? -1 : base + i * in_strides[d]);
       }
     }
@@ -82,12 +83,18 @@ std::vector<int64_t> source_offsets(const Shape& in, const Shape& out,
   return offsets;
 }
 
+std::vector<int64_t> pad_offsets(const Shape& in, const Shape& out,
+                                 const std::vector<int64_t>& pads, Mode mode) {
+  return source_offsets(
+      in, out, [&](int64_t d, int64_t o) { return source_index(o, pads[d], in[d], mode); });
+}
+
 template <typename Word>
 absl::Status pad_kernel(const KernelContext& ctx) {
   const Shape& in_shape = ctx.input(0).shape();
   const std::vector<int64_t> pads = full_pads(ctx, static_cast<int64_t>(in_shape.size()));
   const std::vector<int64_t> offsets =
-      source_offsets(in_shape, ctx.output(0).shape(), pads, mode_of(ctx.node));
+      pad_offsets(in_shape, ctx.output(0).shape(), pads, mode_of(ctx.node));
   Word value{0};
   if (ctx.has_input(2)) std::memcpy(&value, ctx.input(2).in<Word>().data(), sizeof(Word));
   const Word* in = ctx.input(0).in<Word>().data();
@@ -102,7 +109,7 @@ absl::Status pad_grad_kernel(const KernelContext& ctx) {
   const std::span<const int64_t> pads_in = ctx.input(2).in<int64_t>();
   const std::vector<int64_t> pads(pads_in.begin(), pads_in.end());
   const std::vector<int64_t> offsets =
-      source_offsets(x_shape, ctx.input(0).shape(), pads, mode_of(ctx.node));
+      pad_offsets(x_shape, ctx.input(0).shape(), pads, mode_of(ctx.node));
   std::span<const T> dy = ctx.input(0).in<T>();
   std::span<T> dx = ctx.output(0).out<T>();
   std::vector<compute_t<T>> sums(dx.size(), compute_t<T>(0));
@@ -113,7 +120,21 @@ absl::Status pad_grad_kernel(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// Tile: output index o of an axis of size n reads input index o mod n; elements copied as bytes.
+template <typename Word>
+absl::Status tile_kernel(const KernelContext& ctx) {
+  const Shape& in_shape = ctx.input(0).shape();
+  const std::vector<int64_t> offsets = source_offsets(
+      in_shape, ctx.output(0).shape(), [&](int64_t d, int64_t o) { return o % in_shape[d]; });
+  const Word* in = ctx.input(0).in<Word>().data();
+  Word* out = ctx.output(0).out<Word>().data();
+  for (size_t k = 0; k < offsets.size(); ++k) out[k] = in[offsets[k]];
+  return absl::OkStatus();
+}
+
 void register_pad_kernels(KernelRegistry& r) {
+  add_kernels_by_element_size(r, kernel_def("Tile"),
+                              []<typename Word>() { return &tile_kernel<Word>; });
   add_kernels_by_element_size(r, kernel_def("Pad"),
                               []<typename Word>() { return &pad_kernel<Word>; });
   add_kernels<float, double, Float16, BFloat16>(r, ampc_kernel_def("PadGrad"),
