@@ -151,5 +151,77 @@ TEST(LossScalingTraining, AnUnderflowingLossTrainsOnlyWithLossScaling) {
 INSTANTIATE_TEST_SUITE_P(Models, MixedPrecisionTraining,
                          ::testing::Values("mlp", "cnn", "tiny_gpt"));
 
+// The layer mix of other exports: reflect Pad, Sin, Tile, CumSum and HardSwish around a MatMul,
+// trained at fp16 with dynamic loss scaling and at bf16: every decision is made, every step's
+// loss is finite, and the first step's loss and gradient norm agree with f32 within the low
+// dtype's rounding (the same weights, the same batch).
+TEST(MixedPrecisionTraining, OtherLayerMixesTrainInLowPrecision) {
+  constexpr std::string_view kModel = R"(
+    graph g(%x: f32[4,6]) opset(17) {
+      init %w: f32[8,5] = [0.1, -0.2, 0.3, 0.05, -0.1, 0.2, 0.1, -0.3, 0.25, 0.15, -0.05, 0.1, 0.2,
+                           -0.25, 0.3, 0.05, -0.15, 0.1, 0.2, -0.1, 0.3, 0.1, -0.2, 0.05, 0.15,
+                           -0.3, 0.25, 0.1, -0.05, 0.2, 0.1, 0.3, -0.1, 0.05, -0.2, 0.15, 0.25,
+                           -0.15, 0.1, 0.2]
+      init %pads: i64[4] = [0, 1, 0, 1]
+      init %repeats: i64[2] = [1, 2]
+      init %axis: i64[] = [1]
+      %p = Pad<mode="reflect">(%x, %pads) {name="pad"} : f32[4,8]
+      %h = MatMul(%p, %w) {name="mm"} : f32[4,5]
+      %s = Sin(%h) {name="sin"} : f32[4,5]
+      %t = Tile(%s, %repeats) {name="tile"} : f32[4,10]
+      %c = CumSum(%t, %axis) {name="cumsum"} : f32[4,10]
+      %a = HardSwish(%c) {name="hardswish"} : f32[4,10]
+      %sq = Mul(%a, %a) {name="square"} : f32[4,10]
+      %loss = ReduceMean<keepdims=0>(%sq) {name="mean"} : f32[]
+      return %loss
+    })";
+  std::vector<float> x(24);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
+  const std::map<std::string, Tensor> batch = {{"x", Tensor::from_f32({4, 6}, x)}};
+  std::map<DType, StepStats> first;
+  for (DType low : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(dtype_name(low));
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
+    ASSERT_NE(graph, nullptr);
+    CompileOptions options;
+    options.training = TrainingOptions{};
+    if (low != DType::kF32) {
+      options.mixed_precision = MixedPrecisionOptions{};
+      options.mixed_precision->policy.low = low;
+      options.mixed_precision->policy.low_source = "test";
+    }
+    if (low == DType::kF16) {
+      // Gradients near 4 times GradScaler's 65536 would overflow fp16 and skip step 1.
+      LossScaleOptions scaling;
+      scaling.init = 1024;
+      options.training->loss_scale = scaling;
+    }
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+    EXPECT_TRUE(diagnostics.warnings().empty()) << diagnostics.warnings()[0];
+    for (const auto& node : graph->training_step()->nodes()) {
+      EXPECT_FALSE(node->precision().reason.empty() && low != DType::kF32) << node->describe();
+    }
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        TrainingSession::create(std::move(graph));
+    ASSERT_TRUE(session.ok()) << session.status();
+    for (int step = 0; step < 20; ++step) {
+      absl::StatusOr<StepStats> stats = (*session)->step(batch, 0.05f);
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      ASSERT_TRUE(std::isfinite(stats->loss)) << "step " << step + 1;
+      EXPECT_FALSE(stats->found_inf) << "step " << step + 1;
+      if (step == 0) first[low] = *stats;
+    }
+  }
+  for (const auto& [low, tolerance] :
+       {std::pair{DType::kF16, 1e-2}, std::pair{DType::kBF16, 5e-2}}) {
+    EXPECT_NEAR(first[low].loss, first[DType::kF32].loss, tolerance * first[DType::kF32].loss)
+        << dtype_name(low);
+    EXPECT_NEAR(first[low].grad_norm, first[DType::kF32].grad_norm,
+                tolerance * first[DType::kF32].grad_norm)
+        << dtype_name(low);
+  }
+}
+
 }  // namespace
 }  // namespace ampc::runtime
