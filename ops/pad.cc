@@ -17,29 +17,38 @@ namespace {
 
 const std::vector<DType> kIndexTypes = {DType::kI64};
 
-// The pads per axis of the input, [begin..., end...] over all axes (axes absent from `axes` get
-// 0), checked against the input's shape.
-absl::StatusOr<std::vector<int64_t>> full_pads(const InferenceContext& ctx) {
-  const int64_t rank = static_cast<int64_t>(ctx.input_type(0).shape.size());
-  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, constant_ints(ctx, 1, "pads"));
-  std::vector<int64_t> axes;
-  if (ctx.has_input(3)) {
-    AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> given, constant_ints(ctx, 3, "axes"));
-    AMPC_ASSIGN_OR_RETURN(axes, normalize_axes(given, rank));
+// `pads` ([begin..., end...] over `axes`, or over every axis when `axes` is unset) spread over
+// every axis of a rank-`rank` input: [begin..., end...] with 0 for the axes not named.
+absl::StatusOr<std::vector<int64_t>> spread_pads(const std::vector<int64_t>& pads,
+                                                 const std::optional<std::vector<int64_t>>& axes,
+                                                 int64_t rank) {
+  std::vector<int64_t> padded;
+  if (axes) {
+    AMPC_ASSIGN_OR_RETURN(padded, normalize_axes(*axes, rank));
   } else {
-    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    for (int64_t d = 0; d < rank; ++d) padded.push_back(d);
   }
-  const int64_t n = static_cast<int64_t>(axes.size());
+  const int64_t n = static_cast<int64_t>(padded.size());
   if (static_cast<int64_t>(pads.size()) != 2 * n) {
     return absl::InvalidArgumentError(str_cat("pads has ", pads.size(), " values; expected ", 2 * n,
                                               " (a begin and an end per padded axis)"));
   }
   std::vector<int64_t> full(2 * rank, 0);
   for (int64_t k = 0; k < n; ++k) {
-    full[axes[k]] = pads[k];
-    full[rank + axes[k]] = pads[n + k];
+    full[padded[k]] = pads[k];
+    full[rank + padded[k]] = pads[n + k];
   }
   return full;
+}
+
+// The node's pads over every axis, from the values of its pads and axes inputs.
+absl::StatusOr<std::vector<int64_t>> full_pads(const InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, constant_ints(ctx, 1, "pads"));
+  std::optional<std::vector<int64_t>> axes;
+  if (ctx.has_input(3)) {
+    AMPC_ASSIGN_OR_RETURN(axes, constant_ints(ctx, 3, "axes"));
+  }
+  return spread_pads(pads, axes, static_cast<int64_t>(ctx.input_type(0).shape.size()));
 }
 
 absl::Status infer_pad(InferenceContext& ctx) {
@@ -82,31 +91,21 @@ absl::Status infer_pad(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
-// The pads over every axis, from the node's constant pads and axes.
+// The pads over every axis, from the node's constant pads and axes (for its gradient).
 absl::StatusOr<std::vector<int64_t>> node_pads(const Node& node) {
-  const int64_t rank = static_cast<int64_t>(node.operand(0)->shape().size());
-  const Tensor* pads = node.operand(1)->initializer();
-  if (pads == nullptr || !pads->has_data()) {
-    return absl::UnimplementedError("Pad's gradient needs constant pads");
-  }
-  const std::vector<int64_t> given = pads->to_i64_vector();
-  std::vector<int64_t> axes;
-  if (node.num_operands() > 3 && node.operand(3) != nullptr) {
-    const Tensor* value = node.operand(3)->initializer();
+  auto constant = [&](int i, std::string_view name) -> absl::StatusOr<std::vector<int64_t>> {
+    const Tensor* value = node.operand(i)->initializer();
     if (value == nullptr || !value->has_data()) {
-      return absl::UnimplementedError("Pad's gradient needs constant axes");
+      return absl::UnimplementedError(str_cat("Pad's gradient needs constant ", name));
     }
-    AMPC_ASSIGN_OR_RETURN(axes, normalize_axes(value->to_i64_vector(), rank));
-  } else {
-    for (int64_t d = 0; d < rank; ++d) axes.push_back(d);
+    return value->to_i64_vector();
+  };
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, constant(1, "pads"));
+  std::optional<std::vector<int64_t>> axes;
+  if (node.num_operands() > 3 && node.operand(3) != nullptr) {
+    AMPC_ASSIGN_OR_RETURN(axes, constant(3, "axes"));
   }
-  const size_t n = axes.size();
-  std::vector<int64_t> full(2 * rank, 0);
-  for (size_t k = 0; k < n && 2 * n == given.size(); ++k) {
-    full[axes[k]] = given[k];
-    full[rank + axes[k]] = given[n + k];
-  }
-  return full;
+  return spread_pads(pads, axes, static_cast<int64_t>(node.operand(0)->shape().size()));
 }
 
 absl::StatusOr<Grads> pad_grad(GradBuilder& b) {

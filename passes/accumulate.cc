@@ -20,8 +20,6 @@
 namespace ampc {
 namespace {
 
-constexpr std::string_view kGradSuffix = ".grad";
-
 class AccumulatePass final : public Pass {
  public:
   explicit AccumulatePass(int64_t steps) : steps_(steps) {}
@@ -77,7 +75,7 @@ class AccumulatePass final : public Pass {
         cast->set_name(str_cat(parameter, "/accumulate_in_f32"));
         grad = cast->output(0);
       }
-      Value* sum = graph.add_initializer(graph.unique_value_name(str_cat(name, "_sum")),
+      Value* sum = graph.add_initializer(graph.unique_value_name(str_cat(name, kSumSuffix)),
                                          Tensor(grad->type()));
       Value* added = node(graph, "Add", {sum, grad}, str_cat(parameter, "/accumulate"));
       add_update(graph, sum, where(graph, window_end, zero, added, str_cat(parameter, "/reset")));

@@ -75,7 +75,7 @@ class Walker {
     for (Value* value : trainable) {
       Value* grad = total_gradient(value);
       if (grad == nullptr) continue;  // cannot happen for a value that reaches the loss
-      AMPC_ASSIGN_OR_RETURN(grad, name_graph_output(grad, value->name() + ".grad"));
+      AMPC_ASSIGN_OR_RETURN(grad, name_graph_output(grad, str_cat(value->name(), kGradSuffix)));
       graph_.add_output(grad);
     }
     return true;

@@ -29,13 +29,14 @@
 // Assumes: autodiff ran; parameters are f32 (master weights), or f16/bf16 without them.
 // Numerics: the update ops follow PyTorch's single-tensor SGD, Adam and AdamW, operation by
 //   operation (ops/optimizer.cc); nothing else is rounded.
+#include <algorithm>
+
 #include "compiler/strings.h"
 #include "passes/passes.h"
 
 namespace ampc {
 namespace {
 
-constexpr std::string_view kGradSuffix = ".grad";
 constexpr std::string_view kNoMasterWeights =
     "optimizer: no master weights (O3): a low-precision parameter, updated in f32";
 
@@ -102,13 +103,13 @@ class OptimizerPass final : public Pass {
     }
     Value* norm = add_node(graph, "GlobalNorm", grads, {TensorType{DType::kF32, {}}}, {})[0];
     norm->set_name(graph.unique_value_name("grad_norm"));
-    // Clipping after unscaling: a non-finite norm (a sum of squares past f32's range, though
-    // every gradient is finite) is an overflow too.
-    if (found_inf != nullptr && options_.clip_grad_norm > 0) {
-      found_inf = where(graph, found_inf, found_inf, non_finite(graph, norm),
-                        "loss_scale/found_inf/or_norm");
-    }
     if (options_.clip_grad_norm > 0) {
+      // Clipping after unscaling: a non-finite norm (a sum of squares past f32's range, though
+      // every gradient is finite) is an overflow too.
+      if (found_inf != nullptr) {
+        found_inf = where(graph, found_inf, found_inf, non_finite(graph, norm),
+                          "loss_scale/found_inf/or_norm");
+      }
       Value* coefficient = add_node(graph, "ClipCoefficient", {norm}, {TensorType{DType::kF32, {}}},
                                     {{"max_norm", options_.clip_grad_norm}})[0];
       for (Value*& grad : grads) {
@@ -172,8 +173,9 @@ class OptimizerPass final : public Pass {
     // value: parameters, moments, the step counter.
     Value* hold = window_end == nullptr ? nullptr : logical_not(graph, window_end);
     Value* skip = found_inf;
-    if (hold != nullptr)
+    if (hold != nullptr) {
       skip = found_inf == nullptr ? hold : where(graph, window_end, found_inf, hold);
+    }
     if (skip != nullptr) {
       for (auto& [state, update] : state_updates) {
         update = where(graph, skip, state, update, str_cat(state->name(), "/skip_update"));
@@ -197,9 +199,9 @@ class OptimizerPass final : public Pass {
       graph.add_output(update);
       graph.add_state_update(state->name(), update->name());
     }
-    bool master_weights = true;
-    for (const auto& [parameter, index] : updates)
-      master_weights &= parameter->dtype() == DType::kF32;
+    const bool master_weights = std::all_of(updates.begin(), updates.end(), [](const auto& u) {
+      return u.first->dtype() == DType::kF32;
+    });
     describe_undecided_nodes(graph, master_weights ? "optimizer: fp32 master weights and state"
                                                    : "optimizer: fp32 arithmetic");
     return true;

@@ -67,6 +67,11 @@ struct LossScaleOptions {
   // Overflows in a row before a backoff (1: every overflow, as PyTorch; > 1 as Megatron-LM).
   int64_t hysteresis = 1;
 };
+// Autodiff names the gradient of a trainable value `p` as the graph output `p` + kGradSuffix,
+// which the accumulate and optimizer passes look for; the accumulate pass keeps its running sum
+// in the state `p` + kGradSuffix + kSumSuffix.
+inline constexpr std::string_view kGradSuffix = ".grad";
+inline constexpr std::string_view kSumSuffix = "_sum";
 // The state the loss-scale pass adds and the optimizer pass updates.
 inline constexpr std::string_view kLossScaleName = "loss_scale";
 // Gradient accumulation: the constant K, the state counting the runs of the current window, and

@@ -168,7 +168,7 @@ absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>
 
 absl::Status TrainingSession::abandon_window() {
   for (const std::string& name : state_names()) {
-    if (name != kMicroStepState && !name.ends_with(".grad_sum")) continue;
+    if (name != kMicroStepState && !name.ends_with(str_cat(kGradSuffix, kSumSuffix))) continue;
     AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(name));
     AMPC_RETURN_IF_ERROR(step_->set_initializer(name, Tensor(value.type())));
   }
