@@ -2,13 +2,14 @@
 // Rounding is to nearest, ties to even; overflow goes to infinity; NaN stays NaN.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+
+#include "compiler/host_device.h"
 
 namespace ampc {
 
-inline uint16_t f32_to_f16_bits(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
+AMPC_HD uint16_t f32_to_f16_bits(float value) {
+  const uint32_t bits = f32_bits(value);
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const uint32_t abs = bits & 0x7fffffffu;
   if (abs >= 0x7f800000u) {  // inf or NaN; a NaN keeps its top payload bits and stays quiet
@@ -33,22 +34,22 @@ inline uint16_t f32_to_f16_bits(float value) {
   return static_cast<uint16_t>(sign | half);
 }
 
-inline float f16_bits_to_f32(uint16_t h) {
+AMPC_HD float f16_bits_to_f32(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   const uint32_t exponent = (h >> 10) & 0x1fu;
   uint32_t mantissa = h & 0x3ffu;
-  if (exponent == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  if (exponent == 0x1f) return f32_from_bits(sign | 0x7f800000u | (mantissa << 13));
   if (exponent == 0) {
-    if (mantissa == 0) return std::bit_cast<float>(sign);
+    if (mantissa == 0) return f32_from_bits(sign);
     // Subnormal: value = mantissa * 2^-24, exact in f32.
     const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
     return sign ? -magnitude : magnitude;
   }
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  return f32_from_bits(sign | ((exponent + 112u) << 23) | (mantissa << 13));
 }
 
-inline uint16_t f32_to_bf16_bits(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
+AMPC_HD uint16_t f32_to_bf16_bits(float value) {
+  const uint32_t bits = f32_bits(value);
   if ((bits & 0x7fffffffu) > 0x7f800000u) {  // NaN: truncation could make it inf, so force quiet
     return static_cast<uint16_t>((bits >> 16) | 0x40u);
   }
@@ -56,8 +57,6 @@ inline uint16_t f32_to_bf16_bits(float value) {
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
 
-inline float bf16_bits_to_f32(uint16_t b) {
-  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
-}
+AMPC_HD float bf16_bits_to_f32(uint16_t b) { return f32_from_bits(static_cast<uint32_t>(b) << 16); }
 
 }  // namespace ampc

@@ -12,8 +12,9 @@
 // is a tie between 448 (even) and the unrepresentable 480, so it rounds to 448 in both modes.
 #pragma once
 
-#include <bit>
 #include <cstdint>
+
+#include "compiler/host_device.h"
 
 namespace ampc {
 
@@ -30,7 +31,7 @@ struct Format {
 
   // Rounds the finite f32 magnitude `abs` (f32 bits without sign) to the code of the nearest
   // value, ties to even. The code may exceed kMaxCode: the caller decides what overflow means.
-  static uint32_t round_magnitude(uint32_t abs) {
+  AMPC_HD static uint32_t round_magnitude(uint32_t abs) {
     const int biased = static_cast<int>(abs >> 23);
     if (biased == 0) return 0;  // f32 subnormals are far below half the smallest fp8 subnormal
     const uint32_t significand = (abs & 0x7fffffu) | 0x800000u;  // value = sig * 2^(e - 23)
@@ -49,8 +50,8 @@ struct Format {
     return (static_cast<uint32_t>(exponent + kBias - 1) << kMantissaBits) + kept;
   }
 
-  static uint8_t from_f32(float value, bool saturate) {
-    const uint32_t bits = std::bit_cast<uint32_t>(value);
+  AMPC_HD static uint8_t from_f32(float value, bool saturate) {
+    const uint32_t bits = f32_bits(value);
     const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
     const uint32_t abs = bits & 0x7fffffffu;
     if (abs > 0x7f800000u) return sign | kNaN;
@@ -59,19 +60,19 @@ struct Format {
     return static_cast<uint8_t>(sign | code);
   }
 
-  static float to_f32(uint8_t bits) {
+  AMPC_HD static float to_f32(uint8_t bits) {
     const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
     const uint32_t exponent_field = (bits & 0x7fu) >> kMantissaBits;
     const uint32_t mantissa = bits & ((1u << kMantissaBits) - 1);
     if (exponent_field == 0) {
       // Subnormal: mantissa * 2^(min normal exponent - M), exact in f32.
       const float magnitude =
-          static_cast<float>(mantissa) * std::bit_cast<float>(static_cast<uint32_t>(
-                                             (kMinNormalExponent - kMantissaBits + 127) << 23));
+          static_cast<float>(mantissa) *
+          f32_from_bits(static_cast<uint32_t>((kMinNormalExponent - kMantissaBits + 127) << 23));
       return sign ? -magnitude : magnitude;
     }
-    return std::bit_cast<float>(sign | ((exponent_field - kBias + 127) << 23) |
-                                (mantissa << (23 - kMantissaBits)));
+    return f32_from_bits(sign | ((exponent_field - kBias + 127) << 23) |
+                         (mantissa << (23 - kMantissaBits)));
   }
 };
 
@@ -80,26 +81,26 @@ using E5M2 = Format<5, 2, 0x7b, 0x7c>;    // overflow without saturation: inf
 
 }  // namespace float8_internal
 
-inline uint8_t f32_to_f8e4m3fn_bits(float value, bool saturate = true) {
+AMPC_HD uint8_t f32_to_f8e4m3fn_bits(float value, bool saturate = true) {
   return float8_internal::E4M3FN::from_f32(value, saturate);
 }
 
-inline float f8e4m3fn_bits_to_f32(uint8_t bits) {
+AMPC_HD float f8e4m3fn_bits_to_f32(uint8_t bits) {
   if ((bits & 0x7fu) == 0x7fu) {  // the only NaN; e4m3fn has no infinity
-    return std::bit_cast<float>(static_cast<uint32_t>(bits & 0x80u) << 24 | 0x7fc00000u);
+    return f32_from_bits((static_cast<uint32_t>(bits & 0x80u) << 24) | 0x7fc00000u);
   }
   return float8_internal::E4M3FN::to_f32(bits);
 }
 
-inline uint8_t f32_to_f8e5m2_bits(float value, bool saturate = true) {
+AMPC_HD uint8_t f32_to_f8e5m2_bits(float value, bool saturate = true) {
   return float8_internal::E5M2::from_f32(value, saturate);
 }
 
-inline float f8e5m2_bits_to_f32(uint8_t bits) {
+AMPC_HD float f8e5m2_bits_to_f32(uint8_t bits) {
   if ((bits & 0x7cu) == 0x7cu) {  // exponent all ones: inf (mantissa 0) or NaN, as in IEEE
     const uint32_t sign = static_cast<uint32_t>(bits & 0x80u) << 24;
     const uint32_t mantissa = bits & 0x3u;
-    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 21));
+    return f32_from_bits(sign | 0x7f800000u | (mantissa << 21));
   }
   return float8_internal::E5M2::to_f32(bits);
 }

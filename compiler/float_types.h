@@ -1,6 +1,7 @@
 // Storage types for the 16-bit float formats. A Float16 or BFloat16 holds the bits; arithmetic
 // happens in f32 after an explicit conversion, and a result is rounded once when it is stored
-// back (round to nearest, ties to even). This is the numeric contract of every backend.
+// back (round to nearest, ties to even). This is the numeric contract of every backend; the
+// types are usable in device code too.
 #pragma once
 
 #include <cstdint>
@@ -13,11 +14,11 @@ struct Float16 {
   uint16_t bits = 0;
 
   Float16() = default;
-  explicit Float16(float value) : bits(f32_to_f16_bits(value)) {}
+  AMPC_HD explicit Float16(float value) : bits(f32_to_f16_bits(value)) {}
   // Rounding a double through f32 to f16 would round twice; compute in f32 instead.
   explicit Float16(double value) = delete;
-  explicit operator float() const { return f16_bits_to_f32(bits); }
-  static Float16 from_bits(uint16_t b) {
+  AMPC_HD explicit operator float() const { return f16_bits_to_f32(bits); }
+  AMPC_HD static Float16 from_bits(uint16_t b) {
     Float16 h;
     h.bits = b;
     return h;
@@ -28,10 +29,10 @@ struct BFloat16 {
   uint16_t bits = 0;
 
   BFloat16() = default;
-  explicit BFloat16(float value) : bits(f32_to_bf16_bits(value)) {}
+  AMPC_HD explicit BFloat16(float value) : bits(f32_to_bf16_bits(value)) {}
   explicit BFloat16(double value) = delete;
-  explicit operator float() const { return bf16_bits_to_f32(bits); }
-  static BFloat16 from_bits(uint16_t b) {
+  AMPC_HD explicit operator float() const { return bf16_bits_to_f32(bits); }
+  AMPC_HD static BFloat16 from_bits(uint16_t b) {
     BFloat16 h;
     h.bits = b;
     return h;

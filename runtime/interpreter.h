@@ -1,6 +1,6 @@
-// Runs a graph node by node with one freshly allocated tensor per value: no plan, no memory
-// reuse. It is the baseline the planned executor is checked against, and the quickest way to run
-// one op in a test.
+// Runs a graph node by node with one fresh allocation per value: no plan, no memory reuse. It
+// is the baseline the planned executor is checked against, and the quickest way to run one op in
+// a test, on any backend.
 #pragma once
 
 #include <map>
@@ -9,6 +9,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/tensor.h"
+#include "runtime/backend.h"
 #include "runtime/kernel.h"
 
 namespace ampc::runtime {
@@ -18,5 +19,9 @@ namespace ampc::runtime {
 absl::StatusOr<std::vector<Tensor>> interpret_graph(const Graph& graph,
                                                     const std::vector<Tensor>& inputs,
                                                     Device device = Device::kCpu);
+// The same on a given backend.
+absl::StatusOr<std::vector<Tensor>> interpret_graph(const Graph& graph,
+                                                    const std::vector<Tensor>& inputs,
+                                                    Backend& backend);
 
 }  // namespace ampc::runtime

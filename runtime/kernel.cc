@@ -4,16 +4,6 @@
 
 namespace ampc::runtime {
 
-std::string_view device_name(Device device) {
-  switch (device) {
-    case Device::kCpu:
-      return "cpu";
-    case Device::kCuda:
-      return "cuda";
-  }
-  return "?";
-}
-
 KernelRegistry& KernelRegistry::global() {
   static KernelRegistry* registry = new KernelRegistry();
   return *registry;

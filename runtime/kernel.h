@@ -1,14 +1,19 @@
 // Kernels and their registry.
 //
-// A kernel is a plain function over the typed memory of one node's operands and outputs. Kernels
-// are registered per (domain, op, device, dtype) by runtime/<device>/<family>.cc at static
-// initialization, and the planner resolves each node's kernel once, at load. The dtype of the
-// key is the element type of one tensor the kernel names (`KernelDef::keyed_on`): operand 0 for
-// most ops, the data operand for Where, output 0 for ConstantOfShape.
+// A kernel is a plain function over the typed memory of one node's operands and outputs, on one
+// device: the CPU kernels compute before they return, the CUDA kernels launch on the backend's
+// stream. Kernels are registered per (domain, op, device, dtype) by runtime/<device>/<family>.cc
+// at static initialization, and the planner resolves each node's kernel once, at load.
+//
+// A kernel that needs per-node state (library descriptors, a chosen algorithm, launch shapes)
+// makes it once at load with KernelDef::init; the executor keeps it and hands it to every call. The
+// dtype of the key is the element type of one tensor the kernel names (`KernelDef::keyed_on`):
+// operand 0 for most ops, the data operand for Where, output 0 for ConstantOfShape.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -17,11 +22,9 @@
 #include "compiler/dtype.h"
 #include "compiler/ir.h"
 #include "compiler/status.h"
+#include "runtime/backend.h"
 
 namespace ampc::runtime {
-
-enum class Device { kCpu, kCuda };
-std::string_view device_name(Device device);
 
 // One operand or output of a kernel call: its type and where its elements live. An omitted
 // optional operand or output has no type and no data.
@@ -48,8 +51,16 @@ struct TensorArg {
   }
 };
 
-// What a kernel sees: the node (for attributes), its operands and outputs, and scratch memory
-// of the size its KernelDef asked for.
+// What a kernel's init made for its node; the executor owns it for the life of the plan.
+struct KernelState {
+  virtual ~KernelState() = default;
+  // Device scratch every call needs (a chosen convolution algorithm's), on top of what the
+  // KernelDef's workspace function asks for; the executor provides the larger of the two.
+  int64_t workspace_bytes = 0;
+};
+
+// What a kernel sees: the node (for attributes), its operands and outputs in the device's
+// memory, scratch memory of the size its KernelDef (or its state) asked for, and where it runs.
 struct KernelContext {
   const Node& node;
   std::vector<TensorArg> inputs;
@@ -58,7 +69,14 @@ struct KernelContext {
   // Which draw of the random ops (Dropout) this run makes: masks are a function of (seed,
   // random_stream, element index). A TrainingSession sets it to the step index, so every step
   // draws new masks and a resumed run draws the same ones; an InferenceSession keeps 0 unless told.
+  // (CUDA kernels read the same number from ExecutionContext::random_stream in device memory.)
   uint64_t random_stream = 0;
+  // The backend's execution context; null only for CPU kernels called directly by a test.
+  ExecutionContext* exec = nullptr;
+  // What KernelDef::init made for this node, or null.
+  KernelState* state = nullptr;
+  // The node's position in the plan, for the device error word.
+  int step = -1;
 
   const TensorArg& input(int i) const { return inputs.at(i); }
   const TensorArg& output(int i) const { return outputs.at(i); }
@@ -73,6 +91,9 @@ struct KernelContext {
 using KernelFn = absl::Status (*)(const KernelContext& ctx);
 // Scratch bytes a node needs while its kernel runs.
 using WorkspaceFn = int64_t (*)(const Node& node);
+// Makes a node's state once, at load: `ctx` is the context later calls get, without workspace.
+// A Status names what the device or library refused (no algorithm for this convolution).
+using KernelInitFn = absl::StatusOr<std::unique_ptr<KernelState>> (*)(const KernelContext& ctx);
 
 // Which tensor's element type selects the kernel.
 struct KeyedOn {
@@ -92,6 +113,8 @@ struct KernelDef {
   // and both have the same byte size (element-wise ops, reshapes). -1: never. The kernel must
   // then be correct when the two pointers are equal.
   int in_place_operand = -1;
+  // Optional: per-node state made once at load (see KernelInitFn).
+  KernelInitFn init = nullptr;
 };
 
 class KernelRegistry {

@@ -24,15 +24,24 @@
 #include "compiler/ir.h"
 #include "compiler/status.h"
 #include "compiler/tensor.h"
+#include "runtime/backend.h"
+#include "runtime/executor.h"
 #include "runtime/kernel.h"
 #include "runtime/plan.h"
 
 namespace ampc::runtime {
 
 struct SessionOptions {
+  // The backend the session runs on. A graph with a node that has no kernel on it fails to load,
+  // naming the node, the op and the dtype.
   Device device = Device::kCpu;
+  // Which GPU, for Device::kCuda.
+  int device_index = 0;
+  // f32 MatMul, Gemm and Conv may use TF32 tensor cores on CUDA (10 mantissa bits per product
+  // instead of 23); off by default, as in PyTorch. The CPU backend ignores it.
+  bool allow_tf32 = false;
   // Fixes symbolic input dimensions, as `--shape NAME:8x3x32x32` does for `ampc compile`.
-  std::map<std::string, Shape, std::less<>> shapes;
+  std::map<std::string, Shape, std::less<>> shapes = {};
   // Reuse activation memory between values whose lifetimes do not overlap (on by default; off
   // gives every value its own buffer, for debugging).
   bool reuse_memory = true;
@@ -56,9 +65,12 @@ class InferenceSession {
   // Imports and compiles an ONNX file, plans it and resolves its kernels.
   static absl::StatusOr<std::unique_ptr<InferenceSession>> load(const std::string& onnx_path,
                                                                 SessionOptions options = {});
-  // Same, for a graph already in memory (it is compiled in place first).
-  static absl::StatusOr<std::unique_ptr<InferenceSession>> create(std::unique_ptr<Graph> graph,
-                                                                  SessionOptions options = {});
+  // Same, for a graph already in memory (it is compiled in place first). Sessions given one
+  // `backend` share its device (a training step and its eval graph); without one, the session
+  // makes its own for options.device.
+  static absl::StatusOr<std::unique_ptr<InferenceSession>> create(
+      std::unique_ptr<Graph> graph, SessionOptions options = {},
+      std::shared_ptr<Backend> backend = nullptr);
   ~InferenceSession();
 
   std::vector<TensorInfo> inputs() const;
@@ -87,26 +99,18 @@ class InferenceSession {
 
   const Graph& graph() const { return *graph_; }
   const Plan& plan() const { return *plan_; }
+  Backend& backend() const { return executor_->backend(); }
+  const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
 
  private:
-  InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr<Plan> plan,
-                   SessionOptions options);
-
-  struct FreeAligned {
-    void operator()(std::byte* p) const;
-  };
-  using ArenaMemory = std::unique_ptr<std::byte[], FreeAligned>;
-  static ArenaMemory allocate_arena(int64_t bytes);
-  // Where `value` lives in the arenas.
-  std::byte* address(const Value* value) const;
+  InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr<Plan> plan, SessionOptions options,
+                   std::shared_ptr<Backend> backend);
 
   std::unique_ptr<Graph> graph_;
   std::unique_ptr<Plan> plan_;
   SessionOptions options_;
-  // One allocation per arena class (indexed by ArenaKind), sized from the plan.
-  std::vector<ArenaMemory> arenas_;
-  // Each step's kernel arguments, pointing into the arenas.
-  std::vector<KernelContext> contexts_;
+  std::shared_ptr<Backend> backend_;
+  std::unique_ptr<Executor> executor_;
   std::vector<bool> input_bound_;
   bool has_run_ = false;
   uint64_t random_stream_ = 0;

@@ -61,11 +61,17 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   if (auto it = metadata.find(kMetadataLr); it != metadata.end()) {
     session->default_lr_ = parse_double(it->second);
   }
+  // The step and the eval graph run on one backend (one device, one stream).
+  AMPC_ASSIGN_OR_RETURN(
+      std::shared_ptr<Backend> backend,
+      create_backend(options.device, BackendOptions{.device_index = options.device_index,
+                                                    .allow_tf32 = options.allow_tf32}));
   std::unique_ptr<Graph> step = graph->take_training_step();
   if (step == nullptr) {
     step = std::move(graph);  // a bare training step
   } else {
-    AMPC_ASSIGN_OR_RETURN(session->eval_, InferenceSession::create(std::move(graph), options));
+    AMPC_ASSIGN_OR_RETURN(session->eval_,
+                          InferenceSession::create(std::move(graph), options, backend));
   }
   if (step->state_updates().empty()) {
     return absl::InvalidArgumentError(
@@ -94,7 +100,8 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
     }
     session->accumulation_steps_ = k.element_as_i64(0);
   }
-  AMPC_ASSIGN_OR_RETURN(session->step_, InferenceSession::create(std::move(step), options));
+  AMPC_ASSIGN_OR_RETURN(session->step_,
+                        InferenceSession::create(std::move(step), options, backend));
   return session;
 }
 

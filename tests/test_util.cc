@@ -9,6 +9,7 @@
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
+#include "runtime/backend.h"
 
 namespace ampc::testing {
 
@@ -18,6 +19,11 @@ std::string source_path(std::string_view relative) {
 
 std::string onnx_test_data_path(std::string_view relative) {
   return (std::filesystem::path(AMPC_ONNX_TEST_DATA_DIR) / relative).string();
+}
+
+bool cuda_device_present() {
+  static const bool present = runtime::create_backend(runtime::Device::kCuda).ok();
+  return present;
 }
 
 ::testing::AssertionResult same_lines(std::string_view actual, std::string_view expected) {

@@ -21,6 +21,10 @@ namespace ampc::testing {
 std::string source_path(std::string_view relative);
 std::string onnx_test_data_path(std::string_view relative);
 
+// Whether the CUDA backend can start here (a CUDA build on a machine with a GPU and driver).
+// `gpu` tests skip when it cannot.
+bool cuda_device_present();
+
 // Parses and verifies text IR; fails the test (and returns null) when either fails.
 // (Inline, like the two below, so tests that do not use the text IR need not link it.)
 inline std::unique_ptr<Graph> parse_or_fail(std::string_view text) {

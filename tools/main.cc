@@ -1,4 +1,4 @@
-// The `ampc` command line: compile, inspect, run, train and compare.
+// The `ampc` command line: compile, inspect, run, train, compare and ops.
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "tools/compare_command.h"
+#include "tools/ops_command.h"
 #include "tools/precision_report.h"
 #include "tools/run_command.h"
 #include "tools/train_command.h"
@@ -467,6 +468,8 @@ int run(int argc, char** argv) {
   CLI::App* train_command = add_train_command(app, train_flags);
   CompareFlags compare_flags;
   CLI::App* compare_command = add_compare_command(app, compare_flags);
+  OpsFlags ops_flags;
+  CLI::App* ops_command = add_ops_command(app, ops_flags);
 
   try {
     app.parse(argc, argv);
@@ -479,6 +482,7 @@ int run(int argc, char** argv) {
   if (*run_command) return run_model_command(run_flags);
   if (*train_command) return run_train_command(train_flags);
   if (*compare_command) return run_compare_command(compare_flags);
+  if (*ops_command) return run_ops_command(ops_flags);
   return kExitUsage;
 }
 

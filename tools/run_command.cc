@@ -1,5 +1,5 @@
 // `ampc run`: binds a model's inputs from .npy files (or the arrays of an .npz, by input name),
-// runs it with the InferenceSession on the CPU and writes every output as an .npy file.
+// runs it with the InferenceSession on the chosen device and writes every output as an .npy file.
 #include "tools/run_command.h"
 
 #include <algorithm>
@@ -152,8 +152,8 @@ absl::Status write_outputs(const RunFlags& flags, const std::vector<runtime::Ten
 CLI::App* add_run_command(CLI::App& app, RunFlags& flags) {
   CLI::App* run = app.add_subcommand(
       "run",
-      "Run a model on the CPU with inputs from .npy/.npz files; write each output as "
-      "DIR/NAME.npy and print its name, type and path.");
+      "Run a model on the CPU (or a GPU) with inputs from .npy/.npz files; write each output "
+      "as DIR/NAME.npy and print its name, type and path.");
   run->add_option("model", flags.model, "The ONNX model to run")->required();
   run->add_option("--input", flags.inputs,
                   "Bind input NAME to the array in FILE.npy, as NAME=FILE.npy. Repeatable.")
@@ -174,11 +174,26 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& flags) {
   run->add_option("--shape", flags.shapes,
                   "Fix an input's shape, NAME:DIMxDIMx... (for inputs with dynamic dims). "
                   "Repeatable.");
+  run->add_option("--device", flags.device,
+                  "Where to run: cpu (the reference backend) or cuda (the first GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  run->add_flag("--allow-tf32", flags.allow_tf32,
+                "Let f32 MatMul, Gemm and Conv use TF32 tensor cores on cuda (faster, 10-bit "
+                "mantissa products; off by default, as in PyTorch)");
   return run;
 }
 
 int run_model_command(const RunFlags& flags) {
   runtime::SessionOptions options;
+  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
+  if (!device.ok()) return report_error(device.status());
+  if (flags.allow_tf32 && *device != runtime::Device::kCuda) {
+    return report_error(absl::InvalidArgumentError(
+        "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
+  }
+  options.device = *device;
+  options.allow_tf32 = flags.allow_tf32;
   for (const std::string& flag : flags.shapes) {
     if (absl::Status status = parse_shape_flag(flag, options.shapes); !status.ok()) {
       return report_error(status);

@@ -1,5 +1,6 @@
-// `ampc run MODEL.onnx --input NAME=FILE.npy ...`: runs a model on the CPU with inputs read from
-// .npy / .npz files and writes each output as DIR/<name>.npy. docs/cli.md describes the flags.
+// `ampc run MODEL.onnx --input NAME=FILE.npy ... [--device cpu|cuda]`: runs a model with inputs
+// read from .npy / .npz files and writes each output as DIR/<name>.npy. docs/cli.md describes the
+// flags.
 #pragma once
 
 #include <string>
@@ -17,6 +18,8 @@ struct RunFlags {
   std::string inputs_npz;
   std::string output_dir;
   std::vector<std::string> shapes;  // NAME:DIMxDIM...
+  std::string device = "cpu";
+  bool allow_tf32 = false;
 };
 
 // Adds the `run` subcommand to `app`; its flags are parsed into `flags`.

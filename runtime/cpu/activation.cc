@@ -2,9 +2,9 @@
 // Gelu (exact, and approximate="tanh"), Softplus, HardSigmoid, HardSwish, Sin, Cos.
 //
 // Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64.
-// Transcendental results are those of the C library's function for the compute type
-// (std::exp, std::tanh, std::erf on float for f32, f16 and bf16); the CUDA backend uses the same
-// f32 functions and the same formulas, in the order written here:
+// The formulas are runtime/numeric.h's, which the CUDA kernels share; transcendental results are
+// those of the C library's function for the compute type (std::exp, std::tanh, std::erf on float
+// for f32, f16 and bf16). The formulas, in the order they compute:
 //   Sigmoid(x) = 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) otherwise (no overflow
 //                and full relative precision far into the negative tail)
 //   Gelu(x)    = 0.5 * x * (1 + erf(x * (1/sqrt(2))))
@@ -19,6 +19,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -31,96 +32,62 @@ absl::Status activation(const KernelContext& ctx, Fn fn) {
 
 template <typename T>
 absl::Status relu(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  return activation<T>(ctx, [](X x) { return x < X{0} ? X{0} : x; });
+  return activation<T>(ctx, numeric::Relu{});
 }
 
 template <typename T>
 absl::Status leaky_relu(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  const X alpha = static_cast<X>(ctx.node.float_attr("alpha"));
-  return activation<T>(ctx, [alpha](X x) { return x < X{0} ? alpha * x : x; });
-}
-
-template <typename X>
-X sigmoid_of(X x) {
-  if (x >= X{0}) return X{1} / (X{1} + std::exp(-x));
-  const X e = std::exp(x);
-  return e / (X{1} + e);
+  return activation<T>(ctx, numeric::LeakyRelu{ctx.node.float_attr("alpha")});
 }
 
 template <typename T>
 absl::Status sigmoid(const KernelContext& ctx) {
-  return activation<T>(ctx, [](compute_t<T> x) { return sigmoid_of(x); });
+  return activation<T>(ctx, numeric::Sigmoid{});
 }
 
 template <typename T>
 absl::Status tanh_kernel(const KernelContext& ctx) {
-  return activation<T>(ctx, [](compute_t<T> x) { return std::tanh(x); });
+  return activation<T>(ctx, numeric::Tanh{});
 }
 
 template <typename T>
 absl::Status erf_kernel(const KernelContext& ctx) {
-  return activation<T>(ctx, [](compute_t<T> x) { return std::erf(x); });
+  return activation<T>(ctx, numeric::Erf{});
 }
 
 template <typename T>
 absl::Status gelu(const KernelContext& ctx) {
-  using X = compute_t<T>;
   const std::string& approximate = ctx.node.string_attr("approximate");
-  if (approximate == "none") {
-    constexpr X kInvSqrt2 = static_cast<X>(0.70710678118654752440);
-    return activation<T>(ctx, [](X x) { return X{0.5} * x * (X{1} + std::erf(x * kInvSqrt2)); });
-  }
-  if (approximate == "tanh") {
-    constexpr X kSqrt2OverPi = static_cast<X>(0.79788456080286535588);
-    constexpr X kCubic = static_cast<X>(0.044715);
-    return activation<T>(ctx, [](X x) {
-      return X{0.5} * x * (X{1} + std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x)));
-    });
-  }
+  if (approximate == "none") return activation<T>(ctx, numeric::GeluErf{});
+  if (approximate == "tanh") return activation<T>(ctx, numeric::GeluTanh{});
   return absl::InvalidArgumentError(
       str_cat("Gelu approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
 }
 
 template <typename T>
 absl::Status softplus(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  return activation<T>(
-      ctx, [](X x) { return (x > X{0} ? x : X{0}) + std::log1p(std::exp(-std::fabs(x))); });
-}
-
-template <typename X>
-X clamp01(X t) {
-  // NaN stays NaN: neither comparison holds.
-  if (t < X{0}) return X{0};
-  if (t > X{1}) return X{1};
-  return t;
+  return activation<T>(ctx, numeric::Softplus{});
 }
 
 template <typename T>
 absl::Status hard_sigmoid(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  const X alpha = static_cast<X>(ctx.node.float_attr("alpha"));
-  const X beta = static_cast<X>(ctx.node.float_attr("beta"));
-  return activation<T>(ctx, [alpha, beta](X x) { return clamp01(alpha * x + beta); });
+  return activation<T>(
+      ctx, numeric::HardSigmoid{ctx.node.float_attr("alpha"), ctx.node.float_attr("beta")});
 }
 
 template <typename T>
 absl::Status hard_swish(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  constexpr X kSixth = static_cast<X>(1.0 / 6.0);
-  return activation<T>(ctx, [](X x) { return x * clamp01(x * kSixth + X{0.5}); });
+  return activation<T>(ctx, numeric::HardSwish{});
 }
 
 template <typename T>
 absl::Status sin_kernel(const KernelContext& ctx) {
-  return activation<T>(ctx, [](compute_t<T> x) { return std::sin(x); });
+  return activation<T>(ctx, numeric::Sin{});
 }
 
 template <typename T>
 absl::Status cos_kernel(const KernelContext& ctx) {
-  return activation<T>(ctx, [](compute_t<T> x) { return std::cos(x); });
+  return activation<T>(ctx, numeric::Cos{});
 }
 
 template <typename Make>

@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/cast_math.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 
 namespace ampc::runtime::cpu {
@@ -176,19 +177,7 @@ void map_ternary(const TensorArg& a, const TensorArg& b, const TensorArg& c, con
   });
 }
 
-// A float truncated toward zero into integer type I, as a cast does. Out-of-range values
-// saturate and NaN becomes 0 (ONNX leaves both undefined; this is what CUDA's conversions do).
-template <typename I, typename F>
-I truncate_to_int(F value) {
-  static_assert(std::is_integral_v<I> && std::is_floating_point_v<F>);
-  if (std::isnan(value)) return 0;
-  // The limits as F: min is a power of two (exact); max + 1 is one too, and values at or above
-  // it saturate.
-  constexpr F kLow = static_cast<F>(std::numeric_limits<I>::min());
-  constexpr F kHighExclusive = static_cast<F>(std::numeric_limits<I>::max() / 2 + 1) * F(2);
-  if (value <= kLow) return std::numeric_limits<I>::min();
-  if (value >= kHighExclusive) return std::numeric_limits<I>::max();
-  return static_cast<I>(value);
-}
+// A float truncated toward zero into integer type I, as a cast does (runtime/cast_math.h).
+using cast_math::truncate_to_int;
 
 }  // namespace ampc::runtime::cpu

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "compiler/float_types.h"
+#include "runtime/element_types.h"
 #include "runtime/kernel.h"
 
 namespace ampc::runtime::cpu {
@@ -34,36 +35,11 @@ constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, bool>) return DType::kBool;
 }
 
-// The type a kernel computes in for elements of type T: f32 for f32, f16 and bf16; f64 for f64;
-// the type itself for integers and bool.
-template <typename T>
-struct ComputeType {
-  using type = T;
-};
-template <>
-struct ComputeType<Float16> {
-  using type = float;
-};
-template <>
-struct ComputeType<BFloat16> {
-  using type = float;
-};
-template <typename T>
-using compute_t = typename ComputeType<T>::type;
-
-// Reads an element into its compute type, and rounds a computed value once into storage.
-template <typename T>
-compute_t<T> load(T value) {
-  return static_cast<compute_t<T>>(value);
-}
-template <typename T>
-T store(compute_t<T> value) {
-  return T(value);
-}
-
-template <typename T>
-constexpr bool is_float_v =
-    std::is_floating_point_v<T> || std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>;
+// compute_t, load, store and is_float_v are runtime/element_types.h's, shared with CUDA.
+using ampc::compute_t;
+using ampc::is_float_v;
+using ampc::load;
+using ampc::store;
 
 // What a KernelDef may say besides its op; every field has a default, so the designated form
 // `{.in_place_operand = 0}` leaves the others out without -Wmissing-field-initializers (which

@@ -17,122 +17,24 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
 namespace {
 
-// ---- Scalar operations, over compute types ------------------------------------------------
-
-// Integer results wrap (without the undefined behaviour of signed overflow); narrow types were
-// promoted to int, and converting back keeps the low bits.
-template <typename X, typename Fn>
-X integer_op(X a, X b, Fn fn) {
-  using U = std::make_unsigned_t<X>;
-  return static_cast<X>(static_cast<U>(fn(static_cast<U>(a), static_cast<U>(b))));
-}
-
-struct AddOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_integral_v<X>) {
-      return integer_op(a, b, [](auto x, auto y) { return x + y; });
-    } else {
-      return a + b;
-    }
-  }
-};
-struct SubOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_integral_v<X>) {
-      return integer_op(a, b, [](auto x, auto y) { return x - y; });
-    } else {
-      return a - b;
-    }
-  }
-};
-struct MulOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_integral_v<X>) {
-      return integer_op(a, b, [](auto x, auto y) { return x * y; });
-    } else {
-      return a * b;
-    }
-  }
-};
-// The divisor is never zero for integers (checked before).
-struct DivOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_signed_v<X> && std::is_integral_v<X>) {
-      // MIN / -1 wraps to MIN instead of trapping.
-      if (b == -1) return integer_op(X{0}, a, [](auto x, auto y) { return x - y; });
-      return static_cast<X>(a / b);
-    } else {
-      return static_cast<X>(a / b);
-    }
-  }
-};
-
-// NaN wins: `b` replaces the running extremum `a` when it is NaN or beyond it.
-struct MinOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_floating_point_v<X>) return (std::isnan(b) || b < a) ? b : a;
-    return std::min(a, b);
-  }
-};
-struct MaxOp {
-  template <typename X>
-  X operator()(X a, X b) const {
-    if constexpr (std::is_floating_point_v<X>) return (std::isnan(b) || b > a) ? b : a;
-    return std::max(a, b);
-  }
-};
-
-struct SqrtOp {
-  template <typename X>
-  X operator()(X x) const {
-    return std::sqrt(x);
-  }
-};
-struct ExpOp {
-  template <typename X>
-  X operator()(X x) const {
-    return std::exp(x);
-  }
-};
-struct LogOp {
-  template <typename X>
-  X operator()(X x) const {
-    return std::log(x);
-  }
-};
-struct ReciprocalOp {
-  template <typename X>
-  X operator()(X x) const {
-    return X{1} / x;
-  }
-};
-struct NegOp {
-  template <typename X>
-  X operator()(X x) const {
-    if constexpr (std::is_integral_v<X>) {
-      return integer_op(X{0}, x, [](auto a, auto b) { return a - b; });
-    } else {
-      return -x;
-    }
-  }
-};
-struct AbsOp {
-  template <typename X>
-  X operator()(X x) const {
-    if constexpr (std::is_floating_point_v<X>) return std::fabs(x);
-    if constexpr (std::is_signed_v<X>) return x < 0 ? NegOp{}(x) : x;
-    return x;
-  }
-};
+// The scalar operations are runtime/numeric.h's, shared with the CUDA kernels.
+using numeric::Abs;
+using numeric::Add;
+using numeric::Div;
+using numeric::Exp;
+using numeric::Log;
+using numeric::Max;
+using numeric::Min;
+using numeric::Mul;
+using numeric::Neg;
+using numeric::Reciprocal;
+using numeric::Sqrt;
+using numeric::Sub;
 
 // ---- Kernels ------------------------------------------------------------------------------
 
@@ -156,7 +58,7 @@ absl::Status div_kernel(const KernelContext& ctx) {
       return absl::InvalidArgumentError("integer division by zero (operand 1 'B' has a zero)");
     }
   }
-  return binary_kernel<T, DivOp>(ctx);
+  return binary_kernel<T, Div>(ctx);
 }
 
 // base ^ exponent in integers, wrapping; a negative exponent truncates 1 / base^n toward zero.
@@ -177,8 +79,8 @@ X integer_pow(X base, int64_t exponent, std::atomic<bool>& undefined) {
   X result = 1;
   X factor = base;
   for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
-    if (e & 1) result = MulOp{}(result, factor);
-    factor = MulOp{}(factor, factor);
+    if (e & 1) result = Mul{}(result, factor);
+    factor = Mul{}(factor, factor);
   }
   return result;
 }
@@ -191,9 +93,8 @@ absl::Status pow_typed(const KernelContext& ctx) {
   const TensorArg& exponent = ctx.input(1);
   if constexpr (is_float_v<T>) {
     using X = compute_t<T>;
-    map_binary<T, T, E>(base, exponent, ctx.output(0), [](X x, compute_t<E> y) {
-      return static_cast<X>(std::pow(x, static_cast<X>(y)));
-    });
+    map_binary<T, T, E>(base, exponent, ctx.output(0),
+                        [](X x, compute_t<E> y) { return numeric::FloatPow{}(x, y); });
   } else if constexpr (is_float_v<E>) {
     map_binary<T, T, E>(base, exponent, ctx.output(0), [](T x, compute_t<E> y) {
       return truncate_to_int<T>(std::pow(static_cast<double>(x), static_cast<double>(y)));
@@ -255,13 +156,9 @@ absl::Status clip_kernel(const KernelContext& ctx) {
   using X = compute_t<T>;
   const bool has_low = ctx.has_input(1);
   const bool has_high = ctx.has_input(2);
-  const X low = has_low ? load(ctx.input(1).in<T>()[0]) : X{};
-  const X high = has_high ? load(ctx.input(2).in<T>()[0]) : X{};
-  map_unary<T, T>(ctx.input(0), ctx.output(0), [=](X x) {
-    if (has_low && x < low) x = low;
-    if (has_high && x > high) x = high;
-    return x;
-  });
+  const numeric::Clip<X> clip{has_low ? load(ctx.input(1).in<T>()[0]) : X{},
+                              has_high ? load(ctx.input(2).in<T>()[0]) : X{}, has_low, has_high};
+  map_unary<T, T>(ctx.input(0), ctx.output(0), clip);
   return absl::OkStatus();
 }
 
@@ -336,40 +233,37 @@ void add_where(KernelRegistry& r) {
 }
 
 void register_elementwise_kernels(KernelRegistry& r) {
-  add_numeric(r, in_place("Add"), []<typename T>() { return &binary_kernel<T, AddOp>; });
-  add_numeric(r, in_place("Sub"), []<typename T>() { return &binary_kernel<T, SubOp>; });
-  add_numeric(r, in_place("Mul"), []<typename T>() { return &binary_kernel<T, MulOp>; });
+  add_numeric(r, in_place("Add"), []<typename T>() { return &binary_kernel<T, Add>; });
+  add_numeric(r, in_place("Sub"), []<typename T>() { return &binary_kernel<T, Sub>; });
+  add_numeric(r, in_place("Mul"), []<typename T>() { return &binary_kernel<T, Mul>; });
   add_numeric(r, in_place("Div"), []<typename T>() { return &div_kernel<T>; });
   add_numeric(r, in_place("Pow"), []<typename T>() { return &pow_kernel<T>; });
 
-  add_unary_float<SqrtOp>(r, "Sqrt");
-  add_unary_float<ExpOp>(r, "Exp");
-  add_unary_float<LogOp>(r, "Log");
-  add_unary_float<ReciprocalOp>(r, "Reciprocal");
+  add_unary_float<Sqrt>(r, "Sqrt");
+  add_unary_float<Exp>(r, "Exp");
+  add_unary_float<Log>(r, "Log");
+  add_unary_float<Reciprocal>(r, "Reciprocal");
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t>(
-      r, in_place("Neg"), []<typename T>() { return &unary_kernel<T, NegOp>; });
-  add_numeric(r, in_place("Abs"), []<typename T>() { return &unary_kernel<T, AbsOp>; });
+      r, in_place("Neg"), []<typename T>() { return &unary_kernel<T, Neg>; });
+  add_numeric(r, in_place("Abs"), []<typename T>() { return &unary_kernel<T, Abs>; });
 
-  add_numeric(r, in_place("Min"), []<typename T>() { return &extremum_kernel<T, MinOp>; });
-  add_numeric(r, in_place("Max"), []<typename T>() { return &extremum_kernel<T, MaxOp>; });
+  add_numeric(r, in_place("Min"), []<typename T>() { return &extremum_kernel<T, Min>; });
+  add_numeric(r, in_place("Max"), []<typename T>() { return &extremum_kernel<T, Max>; });
   add_numeric(r, in_place("Clip"), []<typename T>() { return &clip_kernel<T>; });
   add_where(r);
 
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t, uint8_t, bool>(
-      r, in_place("Equal"), []<typename T>() { return &compare_kernel<T, std::equal_to<>>; });
-  add_numeric(r, in_place("Less"), []<typename T>() { return &compare_kernel<T, std::less<>>; });
+      r, in_place("Equal"), []<typename T>() { return &compare_kernel<T, numeric::Equal>; });
+  add_numeric(r, in_place("Less"), []<typename T>() { return &compare_kernel<T, numeric::Less>; });
   add_numeric(r, in_place("Greater"),
-              []<typename T>() { return &compare_kernel<T, std::greater<>>; });
+              []<typename T>() { return &compare_kernel<T, numeric::Greater>; });
   add_numeric(r, in_place("LessOrEqual"),
-              []<typename T>() { return &compare_kernel<T, std::less_equal<>>; });
+              []<typename T>() { return &compare_kernel<T, numeric::LessOrEqual>; });
   add_numeric(r, in_place("GreaterOrEqual"),
-              []<typename T>() { return &compare_kernel<T, std::greater_equal<>>; });
-  add_kernels<bool>(r, in_place("And"),
-                    []<typename T>() { return &logical_kernel<std::logical_and<>>; });
-  add_kernels<bool>(r, in_place("Or"),
-                    []<typename T>() { return &logical_kernel<std::logical_or<>>; });
-  add_kernels<bool>(r, in_place("Xor"),
-                    []<typename T>() { return &logical_kernel<std::not_equal_to<>>; });
+              []<typename T>() { return &compare_kernel<T, numeric::GreaterOrEqual>; });
+  add_kernels<bool>(r, in_place("And"), []<typename T>() { return &logical_kernel<numeric::And>; });
+  add_kernels<bool>(r, in_place("Or"), []<typename T>() { return &logical_kernel<numeric::Or>; });
+  add_kernels<bool>(r, in_place("Xor"), []<typename T>() { return &logical_kernel<numeric::Xor>; });
   KernelDef logical_not = in_place("Not");
   logical_not.dtypes = {DType::kBool};
   logical_not.fn = &not_kernel;

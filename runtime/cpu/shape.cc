@@ -5,8 +5,9 @@
 // planner gave output 0 the input's buffer). Expand moves elements as unsigned words of the
 // element size, so one kernel per size serves every dtype; no value is converted. Dropout is the
 // one op here that computes: in training it scales kept elements by 1/(1-ratio) in the compute
-// type (f32 for f16/bf16) and rounds once. Its mask is a hash of (seed, element index): the same
-// on any thread count and on every run, and not PyTorch's (nor numpy's) random stream. A node
+// type (f32 for f16/bf16) and rounds once. Its mask is a hash of (seed, random stream, element
+// index) (runtime/numeric.h, shared with CUDA): the same on any thread count, on every run and on
+// every device, and not PyTorch's (nor numpy's) random stream. A node
 // without a `seed` attribute uses a fixed default seed, so every run of it draws the same mask.
 //
 // Output shapes were inferred at load; the kernels read them instead of re-reading `shape` or
@@ -16,6 +17,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -84,23 +86,6 @@ absl::Status expand_kernel(const KernelContext& ctx) {
 // Used when the node has no `seed` attribute, so that runs are reproducible.
 constexpr uint64_t kDefaultDropoutSeed = 0;
 
-// SplitMix64's finalizer: a bijection of 64-bit words whose outputs look independent.
-uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// Whether element i is kept: a uniform draw in [0, 1) from (seed, random stream, i) alone, so
-// the mask does not depend on the thread count. It is not PyTorch's (or ONNX Runtime's) random
-// stream.
-bool dropout_keeps(uint64_t seed_key, int64_t i, double ratio) {
-  const double uniform =
-      static_cast<double>(mix64(seed_key + static_cast<uint64_t>(i)) >> 11) * 0x1p-53;
-  return uniform >= ratio;
-}
-
 // Inference (no training_mode, or false, or ratio 0): the identity, mask all true. Training:
 // element i is kept when dropout_keeps(seed, i), and output = x * (kept ? 1/(1-ratio) : 0) in
 // the compute type, rounded once (so, as in ONNX's reference and PyTorch, a dropped inf is NaN).
@@ -122,13 +107,13 @@ absl::Status dropout_kernel(const KernelContext& ctx) {
   const uint64_t seed = ctx.node.find_attr("seed")
                             ? static_cast<uint64_t>(ctx.node.int_attr("seed"))
                             : kDefaultDropoutSeed;
-  const uint64_t seed_key = mix64(seed + 0x9e3779b97f4a7c15ull * ctx.random_stream);
+  const uint64_t key = numeric::dropout_key(seed, ctx.random_stream);
   const compute_t<T> scale = static_cast<compute_t<T>>(1.0 / (1.0 - ratio));
   const T* in = ctx.input(0).in<T>().data();
   T* out = ctx.output(0).out<T>().data();
   parallel_for(n, kGrainElements, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const bool keep = dropout_keeps(seed_key, i, ratio);
+      const bool keep = numeric::dropout_keeps(key, i, ratio);
       out[i] = store<T>(load(in[i]) * (keep ? scale : compute_t<T>(0)));
       if (mask != nullptr) mask[i] = keep;
     }

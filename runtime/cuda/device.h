@@ -1,8 +1,11 @@
-// CUDA device discovery: the first piece of the CUDA backend, built when the toolkit is found.
+// CUDA device discovery.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
+
+#include "compiler/status.h"
 
 namespace ampc::cuda {
 
@@ -16,5 +19,9 @@ struct DeviceInfo {
 
 // The visible CUDA devices; empty (not an error) on a machine without a GPU or driver.
 std::vector<DeviceInfo> list_devices();
+
+// Why no CUDA device can be used, as the CUDA runtime says it ("no CUDA-capable device is
+// detected", "CUDA driver version is insufficient..."); OK when one can.
+absl::Status cuda_availability();
 
 }  // namespace ampc::cuda

@@ -159,6 +159,23 @@ TEST_F(RunCliTest, BadFlagsAreUsageErrors) {
   EXPECT_THAT(expect_error(mlp() + mlp_inputs() + " --shape x:8xfoo"), HasSubstr("x:8xfoo"));
 }
 
+// Without a usable GPU (this machine, CI), --device cuda names the CUDA reason, exits 1 and writes
+// nothing; with one it runs the mlp like the CPU (tests/gpu check the numbers).
+TEST_F(RunCliTest, DeviceCudaWithoutAGpuIsAClearError) {
+  if (testing::cuda_device_present()) GTEST_SKIP() << "a GPU is present";
+  const std::string err = expect_error(mlp() + mlp_inputs() + " --device cuda");
+  EXPECT_THAT(
+      err, ::testing::AnyOf(HasSubstr("no usable CUDA device"), HasSubstr("built without CUDA")));
+}
+
+TEST_F(RunCliTest, DeviceFlagsAreChecked) {
+  EXPECT_EQ(ampc(mlp() + mlp_inputs() + " --device tpu").exit_code, 2);
+  // TF32 only exists on the GPU: on the CPU the flag would do nothing.
+  EXPECT_THAT(expect_error(mlp() + mlp_inputs() + " --allow-tf32"), HasSubstr("--allow-tf32"));
+  CliResult cpu = ampc(mlp() + mlp_inputs() + " --device cpu --output-dir " + path("out"));
+  EXPECT_EQ(cpu.exit_code, 0) << cpu.err;
+}
+
 // A model whose outputs are Relu(in) under each of `output_names`.
 std::string relu_model(const std::vector<std::string>& output_names) {
   onnx::ModelProto model;

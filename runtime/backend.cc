@@ -1,0 +1,82 @@
+#include "runtime/backend.h"
+
+#include "compiler/strings.h"
+#include "runtime/cpu/cpu_backend.h"
+#if defined(AMPC_HAVE_CUDA)
+#include "runtime/cuda/cuda_backend.h"
+#endif
+
+namespace ampc::runtime {
+
+std::string_view device_name(Device device) {
+  switch (device) {
+    case Device::kCpu:
+      return "cpu";
+    case Device::kCuda:
+      return "cuda";
+  }
+  return "?";
+}
+
+absl::StatusOr<Device> parse_device(std::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return absl::InvalidArgumentError(str_cat("unknown device '", name, "': expected cpu or cuda"));
+}
+
+std::string describe_device_error(const DeviceError& error) {
+  switch (error.code) {
+    case kIndexOutOfRange:
+      return str_cat("index ", error.value, " (element ", error.element,
+                     " of the indices) is out of range [", -error.bound, ", ", error.bound, ")");
+    case kLabelOutOfRange:
+      return str_cat("label ", error.value, " (element ", error.element,
+                     " of the labels) is out of range [0, ", error.bound,
+                     ") and is not the ignore_index");
+    case kDivisionByZero:
+      return str_cat("integer division by zero (operand 1 'B' has a zero at element ",
+                     error.element, ")");
+    default:
+      return str_cat("unknown device error code ", error.code);
+  }
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
+  if (this != &other) {
+    reset();
+    backend_ = other.backend_;
+    data_ = other.data_;
+    bytes_ = other.bytes_;
+    other.backend_ = nullptr;
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceMemory::reset() {
+  if (backend_ != nullptr && data_ != nullptr) backend_->deallocate(data_);
+  backend_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+absl::StatusOr<std::shared_ptr<Backend>> create_backend(Device device,
+                                                        const BackendOptions& options) {
+  switch (device) {
+    case Device::kCpu:
+      return cpu::make_cpu_backend();
+    case Device::kCuda:
+#if defined(AMPC_HAVE_CUDA)
+      return cuda::make_cuda_backend(options);
+#else
+      (void)options;
+      return absl::UnavailableError(
+          "the cuda device is not available: this ampc was built without CUDA (no nvcc was "
+          "found, or AMPC_CUDA=OFF)");
+#endif
+  }
+  return absl::InvalidArgumentError("unknown device");
+}
+
+}  // namespace ampc::runtime

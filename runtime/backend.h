@@ -1,0 +1,122 @@
+// The backend seam: what a device gives the runtime.
+//
+// A Backend owns one device's memory (one allocation per arena class), the copies between host
+// and device memory, and the ExecutionContext every kernel receives. One executor
+// (runtime/executor.h) runs a plan on any backend; sessions never touch device memory except
+// through the backend's copies.
+//
+// Ordering: every operation a backend queues (copies, fills, kernels launched on its stream)
+// runs in the order it was queued. copy_to_device returns as soon as the source may be reused
+// (the CUDA backend stages it through pinned memory); copy_to_host returns when the bytes are on
+// the host. synchronize() waits for everything queued and reports what kernels recorded in the
+// device error word since the last call.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "compiler/status.h"
+#include "runtime/device_error.h"
+
+namespace ampc::runtime {
+
+enum class Device { kCpu, kCuda };
+std::string_view device_name(Device device);
+// "cpu" or "cuda" (case-sensitive, as the CLI spells them).
+absl::StatusOr<Device> parse_device(std::string_view name);
+
+class Backend;
+
+// What a recorded device error means, in words (without the node, which the caller names).
+std::string describe_device_error(const DeviceError& error);
+
+// One allocation on a backend. Move-only; returns its memory to the backend when destroyed.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  DeviceMemory(Backend* backend, std::byte* data, int64_t bytes)
+      : backend_(backend), data_(data), bytes_(bytes) {}
+  DeviceMemory(DeviceMemory&& other) noexcept { *this = std::move(other); }
+  DeviceMemory& operator=(DeviceMemory&& other) noexcept;
+  ~DeviceMemory() { reset(); }
+
+  std::byte* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+  void reset();
+
+ private:
+  Backend* backend_ = nullptr;
+  std::byte* data_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Where a kernel runs. The backend owns it; every KernelContext points at it. CUDA handles are
+// opaque here so that this header needs no CUDA include.
+struct ExecutionContext {
+  Device device = Device::kCpu;
+  void* stream = nullptr;    // cudaStream_t
+  void* cublaslt = nullptr;  // cublasLtHandle_t
+  void* cudnn = nullptr;     // cudnnHandle_t
+  // Library scratch (cuBLASLt, cuDNN) in device memory, shared by every node of every session
+  // on this backend: kernels on one stream never run at the same time.
+  std::byte* library_workspace = nullptr;
+  int64_t library_workspace_bytes = 0;
+  // Device memory where kernels record the first data-dependent failure (device_error.h).
+  DeviceError* error = nullptr;
+  // Device memory holding the random stream of the current run (what Dropout draws from), so
+  // that a replayed CUDA graph draws new masks when only this word changes.
+  const uint64_t* random_stream = nullptr;
+  // f32 GEMMs and convolutions may use TF32 tensor cores (`--allow-tf32`).
+  bool allow_tf32 = false;
+};
+
+struct BackendOptions {
+  int device_index = 0;  // which GPU
+  bool allow_tf32 = false;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  // For messages: "cpu", "cuda:0 (NVIDIA H100 80GB HBM3, sm_90, 79.1 GiB)".
+  virtual std::string describe() const = 0;
+
+  // One zero-filled allocation of at least `bytes` bytes, aligned for any element type and
+  // vector access. `what` names it in the error when the device cannot supply it ("activation
+  // arena"); the message gives the bytes asked for and, where the device knows, the bytes free.
+  virtual absl::StatusOr<DeviceMemory> allocate(int64_t bytes, std::string_view what) = 0;
+
+  virtual absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
+  virtual absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
+  // Copies between device regions; they may overlap.
+  virtual absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) = 0;
+  virtual absl::Status fill(std::byte* device, std::byte value, int64_t bytes) = 0;
+  // Makes `stream` the random stream the next kernels read (ExecutionContext::random_stream).
+  virtual absl::Status set_random_stream(uint64_t stream) = 0;
+
+  // Waits for everything queued. Returns the first data error a kernel recorded since the last
+  // call (DeviceError::code == kNone when there was none) and clears it; a Status for a device
+  // failure (a faulting kernel, a lost device).
+  virtual absl::StatusOr<DeviceError> synchronize() = 0;
+
+  ExecutionContext& context() { return context_; }
+
+ protected:
+  friend class DeviceMemory;
+  virtual void deallocate(std::byte* data) = 0;
+
+  ExecutionContext context_;
+};
+
+// The backend for `device`. Fails with the reason when the device cannot be used: no GPU, no
+// driver, or a build without CUDA.
+// Each call makes a new backend; sessions that share device memory share one backend.
+absl::StatusOr<std::shared_ptr<Backend>> create_backend(Device device,
+                                                        const BackendOptions& options = {});
+
+}  // namespace ampc::runtime

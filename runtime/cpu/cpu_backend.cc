@@ -1,0 +1,81 @@
+#include "runtime/cpu/cpu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "compiler/strings.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// Every arena starts at a multiple of this (the planner's offsets are multiples of it too).
+constexpr int64_t kAlignment = 64;
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend() {
+    context_.device = Device::kCpu;
+    context_.error = &error_;
+    context_.random_stream = &random_stream_;
+  }
+
+  Device device() const override { return Device::kCpu; }
+  std::string describe() const override { return "cpu"; }
+
+  absl::StatusOr<DeviceMemory> allocate(int64_t bytes, std::string_view what) override {
+    if (bytes < 0 || bytes > std::numeric_limits<int64_t>::max() - kAlignment) {
+      return absl::ResourceExhaustedError(
+          str_cat("cannot allocate ", bytes, " bytes for the ", what, ": not a valid size"));
+    }
+    // aligned_alloc wants a non-zero multiple of the alignment.
+    const int64_t rounded =
+        std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
+    void* memory = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+    if (memory == nullptr) {
+      return absl::ResourceExhaustedError(
+          str_cat("out of host memory: cannot allocate ", rounded, " bytes for the ", what));
+    }
+    std::memset(memory, 0, static_cast<size_t>(rounded));
+    return DeviceMemory(this, static_cast<std::byte*>(memory), rounded);
+  }
+
+  absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) override {
+    if (bytes > 0 && to != from) std::memmove(to, from, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status fill(std::byte* device, std::byte value, int64_t bytes) override {
+    if (bytes > 0) std::memset(device, static_cast<int>(value), static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::Status set_random_stream(uint64_t stream) override {
+    random_stream_ = stream;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DeviceError> synchronize() override {
+    const DeviceError recorded = error_;
+    error_ = DeviceError{};
+    return recorded;
+  }
+
+ protected:
+  void deallocate(std::byte* data) override { std::free(data); }
+
+ private:
+  DeviceError error_;
+  uint64_t random_stream_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_cpu_backend() { return std::make_shared<CpuBackend>(); }
+
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,266 @@
+// CUDA kernels of the element-wise ops (ops/elementwise.cc, ops/activation.cc), Cast, Dropout
+// and the views: registration and launch. The math is runtime/numeric.h's and
+// runtime/cast_math.h's, the same the CPU kernels run, so casts, comparisons, data movement and
+// the single-IEEE-operation ops are bit-exact against the CPU and transcendentals within the
+// contract's ulps. Broadcast layouts are computed once, at load (the kernel state).
+#include <array>
+
+#include "compiler/strings.h"
+#include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/layout.h"
+
+namespace ampc::runtime::cuda {
+namespace {
+
+const std::vector<DType> kNumericTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
+                                          DType::kI32};
+
+Elem elem(const TensorArg& arg) { return *elem_of(arg.dtype()); }
+
+absl::Status launched(cudaError_t code, const KernelContext& ctx) {
+  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
+}
+
+// ---- Unary -----------------------------------------------------------------------------------
+
+template <UnaryOp kOp>
+absl::Status unary(const KernelContext& ctx) {
+  UnaryParams params;
+  if constexpr (kOp == UnaryOp::kLeakyRelu) params.alpha = ctx.node.float_attr("alpha");
+  if constexpr (kOp == UnaryOp::kHardSigmoid) {
+    params.alpha = ctx.node.float_attr("alpha");
+    params.beta = ctx.node.float_attr("beta");
+  }
+  if constexpr (kOp == UnaryOp::kClip) {
+    if (ctx.has_input(1)) params.low = ctx.input(1).data;
+    if (ctx.has_input(2)) params.high = ctx.input(2).data;
+  }
+  return launched(launch_unary(kOp, elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data,
+                               ctx.output(0).num_elements(), params, stream_of(ctx)),
+                  ctx);
+}
+
+absl::Status gelu(const KernelContext& ctx) {
+  const std::string& approximate = ctx.node.string_attr("approximate");
+  if (approximate == "tanh") return unary<UnaryOp::kGeluTanh>(ctx);
+  if (approximate == "none") return unary<UnaryOp::kGeluErf>(ctx);
+  return absl::InvalidArgumentError(
+      str_cat("Gelu approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
+}
+
+// ---- Binary, with the layout made at load ----------------------------------------------------
+
+// One Layout per pairwise application: out = op(in0, in1), then out = op(out, in_k).
+struct BinaryState : KernelState {
+  std::vector<Layout<2>> layouts;
+};
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_binary(const KernelContext& ctx) {
+  auto state = std::make_unique<BinaryState>();
+  const Shape& out = ctx.output(0).shape();
+  for (size_t k = 1; k < ctx.inputs.size(); ++k) {
+    const Shape& a = k == 1 ? ctx.input(0).shape() : out;
+    AMPC_ASSIGN_OR_RETURN(Layout<2> layout,
+                          broadcast_layout<2>(out, {&a, &ctx.input(static_cast<int>(k)).shape()}));
+    state->layouts.push_back(layout);
+  }
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_pow(const KernelContext& ctx) {
+  const DType base = ctx.input(0).dtype();
+  const DType exponent = ctx.input(1).dtype();
+  if (exponent != base && exponent != DType::kF32) {
+    return absl::UnimplementedError(str_cat(
+        "no cuda kernel for Pow with a ", dtype_name(base), " base and a ", dtype_name(exponent),
+        " exponent (the exponent must be ", dtype_name(base), " or f32)"));
+  }
+  return init_binary(ctx);
+}
+
+template <BinaryOp kOp>
+absl::Status binary(const KernelContext& ctx) {
+  const auto& state = static_cast<const BinaryState&>(*ctx.state);
+  const ErrorSink sink{ctx.exec->error, ctx.step};
+  const Elem type = elem(ctx.input(0));
+  // Variadic Min and Max fold pairwise into the output.
+  const void* a = ctx.input(0).data;
+  for (size_t k = 1; k < ctx.inputs.size(); ++k) {
+    AMPC_RETURN_IF_ERROR(
+        launched(launch_binary(kOp, type, elem(ctx.input(static_cast<int>(k))), a,
+                               ctx.input(static_cast<int>(k)).data, ctx.output(0).data,
+                               state.layouts[k - 1], sink, stream_of(ctx)),
+                 ctx));
+    a = ctx.output(0).data;
+  }
+  return absl::OkStatus();
+}
+
+// Min or Max of one operand: a copy.
+template <BinaryOp kOp>
+absl::Status extremum(const KernelContext& ctx) {
+  if (ctx.inputs.size() == 1) {
+    if (ctx.input(0).data == ctx.output(0).data) return absl::OkStatus();
+    return cuda_status(
+        cudaMemcpyAsync(ctx.output(0).data, ctx.input(0).data, ctx.output(0).byte_size(),
+                        cudaMemcpyDeviceToDevice, stream_of(ctx)),
+        str_cat("cudaMemcpyAsync for ", ctx.node.op_type()));
+  }
+  return binary<kOp>(ctx);
+}
+
+struct WhereState : KernelState {
+  Layout<3> layout;
+};
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_where(const KernelContext& ctx) {
+  auto state = std::make_unique<WhereState>();
+  AMPC_ASSIGN_OR_RETURN(
+      state->layout,
+      broadcast_layout<3>(ctx.output(0).shape(),
+                          {&ctx.input(0).shape(), &ctx.input(1).shape(), &ctx.input(2).shape()}));
+  return state;
+}
+
+absl::Status where(const KernelContext& ctx) {
+  const auto& state = static_cast<const WhereState&>(*ctx.state);
+  return launched(launch_where(dtype_size(ctx.output(0).dtype()),
+                               static_cast<const bool*>(ctx.input(0).data), ctx.input(1).data,
+                               ctx.input(2).data, ctx.output(0).data, state.layout, stream_of(ctx)),
+                  ctx);
+}
+
+// ---- Cast, Dropout, views, constants ---------------------------------------------------------
+
+absl::Status cast(const KernelContext& ctx) {
+  const bool saturate = ctx.node.int_attr("saturate") != 0;
+  return launched(
+      launch_cast(elem(ctx.input(0)), elem(ctx.output(0)), ctx.input(0).data, ctx.output(0).data,
+                  ctx.output(0).num_elements(), saturate, stream_of(ctx)),
+      ctx);
+}
+
+absl::Status copy_input(const KernelContext& ctx) {
+  if (ctx.output(0).data == ctx.input(0).data || ctx.output(0).byte_size() == 0) {
+    return absl::OkStatus();
+  }
+  return cuda_status(
+      cudaMemcpyAsync(ctx.output(0).data, ctx.input(0).data, ctx.output(0).byte_size(),
+                      cudaMemcpyDeviceToDevice, stream_of(ctx)),
+      str_cat("cudaMemcpyAsync for ", ctx.node.op_type()));
+}
+
+// Dropout's ratio and training_mode are inputs; graphs carry them as initializers, which the
+// kernel reads once at load (a Dropout whose ratio is computed on the device is not supported).
+struct DropoutState : KernelState {
+  double ratio = 0.5;
+  bool training = false;
+};
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_dropout(const KernelContext& ctx) {
+  auto state = std::make_unique<DropoutState>();
+  state->ratio = ctx.node.float_attr("ratio");
+  const Node& node = ctx.node;
+  if (ctx.has_input(1)) {
+    const Value* ratio = node.operand(1);
+    if (ratio->initializer() == nullptr) {
+      return absl::UnimplementedError(
+          "the cuda Dropout kernel needs its ratio as an initializer (a constant)");
+    }
+    state->ratio = ratio->initializer()->element_as_double(0);
+  }
+  if (ctx.has_input(2)) {
+    const Value* training = node.operand(2);
+    if (training->initializer() == nullptr) {
+      return absl::UnimplementedError(
+          "the cuda Dropout kernel needs training_mode as an initializer (a constant)");
+    }
+    state->training = training->initializer()->element_as_i64(0) != 0;
+  }
+  if (state->training && !(state->ratio >= 0 && state->ratio < 1)) {
+    return absl::InvalidArgumentError(str_cat("ratio ", state->ratio, " is not in [0, 1)"));
+  }
+  return state;
+}
+
+absl::Status dropout(const KernelContext& ctx) {
+  const auto& state = static_cast<const DropoutState&>(*ctx.state);
+  bool* mask = ctx.has_output(1) ? static_cast<bool*>(ctx.output(1).data) : nullptr;
+  const int64_t n = ctx.output(0).num_elements();
+  if (!state.training || state.ratio == 0) {
+    AMPC_RETURN_IF_ERROR(copy_input(ctx));
+    if (mask == nullptr) return absl::OkStatus();
+    return launched(launch_fill(mask, n, 1, 1, stream_of(ctx)), ctx);
+  }
+  const uint64_t seed =
+      ctx.node.find_attr("seed") ? static_cast<uint64_t>(ctx.node.int_attr("seed")) : 0;
+  return launched(launch_dropout(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data, mask, n,
+                                 state.ratio, seed, ctx.exec->random_stream, stream_of(ctx)),
+                  ctx);
+}
+
+// ---- Registration ----------------------------------------------------------------------------
+
+void add(KernelRegistry& r, std::string op, std::vector<DType> dtypes, KernelFn fn,
+         int in_place_operand = 0, KernelInitFn init = nullptr) {
+  KernelDef def = cuda_kernel_def(std::move(op), std::move(dtypes), fn, in_place_operand);
+  def.init = init;
+  r.add(std::move(def));
+}
+
+void register_cuda_elementwise_kernels(KernelRegistry& r) {
+  add(r, "Relu", kCudaFloatTypes, &unary<UnaryOp::kRelu>);
+  add(r, "LeakyRelu", kCudaFloatTypes, &unary<UnaryOp::kLeakyRelu>);
+  add(r, "Sigmoid", kCudaFloatTypes, &unary<UnaryOp::kSigmoid>);
+  add(r, "Tanh", kCudaFloatTypes, &unary<UnaryOp::kTanh>);
+  add(r, "Erf", kCudaFloatTypes, &unary<UnaryOp::kErf>);
+  add(r, "Gelu", kCudaFloatTypes, &gelu);
+  add(r, "Softplus", kCudaFloatTypes, &unary<UnaryOp::kSoftplus>);
+  add(r, "HardSigmoid", kCudaFloatTypes, &unary<UnaryOp::kHardSigmoid>);
+  add(r, "HardSwish", kCudaFloatTypes, &unary<UnaryOp::kHardSwish>);
+  add(r, "Sin", kCudaFloatTypes, &unary<UnaryOp::kSin>);
+  add(r, "Cos", kCudaFloatTypes, &unary<UnaryOp::kCos>);
+  add(r, "Sqrt", kCudaFloatTypes, &unary<UnaryOp::kSqrt>);
+  add(r, "Exp", kCudaFloatTypes, &unary<UnaryOp::kExp>);
+  add(r, "Log", kCudaFloatTypes, &unary<UnaryOp::kLog>);
+  add(r, "Reciprocal", kCudaFloatTypes, &unary<UnaryOp::kReciprocal>);
+  add(r, "Neg", kNumericTypes, &unary<UnaryOp::kNeg>);
+  add(r, "Abs", kNumericTypes, &unary<UnaryOp::kAbs>);
+  add(r, "Not", {DType::kBool}, &unary<UnaryOp::kNot>);
+  add(r, "Clip", kNumericTypes, &unary<UnaryOp::kClip>);
+
+  add(r, "Add", kNumericTypes, &binary<BinaryOp::kAdd>, 0, &init_binary);
+  add(r, "Sub", kNumericTypes, &binary<BinaryOp::kSub>, 0, &init_binary);
+  add(r, "Mul", kNumericTypes, &binary<BinaryOp::kMul>, 0, &init_binary);
+  add(r, "Div", kNumericTypes, &binary<BinaryOp::kDiv>, 0, &init_binary);
+  add(r, "Pow", kCudaFloatTypes, &binary<BinaryOp::kPow>, 0, &init_pow);
+  add(r, "Min", kNumericTypes, &extremum<BinaryOp::kMin>, 0, &init_binary);
+  add(r, "Max", kNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);
+  std::vector<DType> equal_types = kNumericTypes;
+  equal_types.push_back(DType::kBool);
+  // Comparisons write bool: in place only over a bool operand (the planner checks the sizes).
+  add(r, "Equal", equal_types, &binary<BinaryOp::kEqual>, 0, &init_binary);
+  add(r, "Less", kNumericTypes, &binary<BinaryOp::kLess>, 0, &init_binary);
+  add(r, "Greater", kNumericTypes, &binary<BinaryOp::kGreater>, 0, &init_binary);
+  add(r, "LessOrEqual", kNumericTypes, &binary<BinaryOp::kLessOrEqual>, 0, &init_binary);
+  add(r, "GreaterOrEqual", kNumericTypes, &binary<BinaryOp::kGreaterOrEqual>, 0, &init_binary);
+  add(r, "And", {DType::kBool}, &binary<BinaryOp::kAnd>, 0, &init_binary);
+  add(r, "Or", {DType::kBool}, &binary<BinaryOp::kOr>, 0, &init_binary);
+  add(r, "Xor", {DType::kBool}, &binary<BinaryOp::kXor>, 0, &init_binary);
+
+  std::vector<DType> all_types(std::begin(kAllDTypes), std::end(kAllDTypes));
+  KernelDef where_def = cuda_kernel_def("Where", all_types, &where, 1);
+  where_def.keyed_on = {.index = 1};
+  where_def.init = &init_where;
+  r.add(std::move(where_def));
+  add(r, "Cast", all_types, &cast);
+  add(r, "Dropout", kCudaFloatTypes, &dropout, 0, &init_dropout);
+  for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
+    add(r, op, all_types, &copy_input);
+  }
+}
+
+static KernelRegistration kRegistration(&register_cuda_elementwise_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cuda

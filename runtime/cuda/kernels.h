@@ -1,0 +1,148 @@
+// The launchers of the CUDA kernels: the boundary between the host code (registration, shapes,
+// descriptors; C++20, compiled by the host compiler) and the *_kernels.cu files (compiled by
+// nvcc as C++17). Everything here is plain data: element types, index layouts, device pointers
+// and the stream. Every launcher queues its kernels on `stream` and returns cudaGetLastError().
+//
+// The element math is runtime/numeric.h's, shared with the CPU kernels, so each op's formula is
+// written once; this header only says how to walk the tensors.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/device_error.h"
+
+namespace ampc::runtime::cuda {
+
+// Element types of the CUDA kernels: the storage types of DType (fp8 for Cast only).
+enum class Elem : uint8_t {
+  kF32,
+  kF16,
+  kBF16,
+  kF64,
+  kI64,
+  kI32,
+  kI8,
+  kU8,
+  kBool,
+  kF8E4M3FN,
+  kF8E5M2
+};
+
+inline int elem_size(Elem elem) {
+  switch (elem) {
+    case Elem::kF64:
+    case Elem::kI64:
+      return 8;
+    case Elem::kF32:
+    case Elem::kI32:
+      return 4;
+    case Elem::kF16:
+    case Elem::kBF16:
+      return 2;
+    default:
+      return 1;
+  }
+}
+
+// Dims an element-wise layout holds after collapsing (neighbouring dims merge wherever every
+// operand is contiguous across them, and size-1 dims drop, so real graphs need few).
+inline constexpr int kMaxRank = 8;
+
+// The index space of an element-wise op with N operands: `size` output elements (row-major over
+// `dims`); operand k reads element sum_d index_d * strides[k][d] (0 where it is broadcast).
+// `contiguous`: every operand has the output's shape, so element i reads element i everywhere.
+template <int N>
+struct Layout {
+  int rank = 0;
+  int64_t size = 0;
+  bool contiguous = false;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[N][kMaxRank] = {};
+};
+
+// Where a kernel reports data errors (device_error.h) and which plan step it is.
+struct ErrorSink {
+  DeviceError* error = nullptr;
+  int32_t step = -1;
+};
+
+// ---- Element-wise (elementwise_kernels.cu) -------------------------------------------------
+
+enum class UnaryOp : uint8_t {
+  kRelu,
+  kLeakyRelu,  // alpha
+  kSigmoid,
+  kTanh,
+  kErf,
+  kGeluErf,
+  kGeluTanh,
+  kSoftplus,
+  kHardSigmoid,  // alpha, beta
+  kHardSwish,
+  kSin,
+  kCos,
+  kSqrt,
+  kExp,
+  kLog,
+  kReciprocal,
+  kNeg,
+  kAbs,
+  kNot,   // bool
+  kClip,  // low, high: device pointers to one element of the input's type, or null
+};
+
+struct UnaryParams {
+  float alpha = 0;
+  float beta = 0;
+  const void* low = nullptr;
+  const void* high = nullptr;
+};
+
+// y[i] = op(x[i]) over n elements of `type` (x and y may be the same buffer).
+cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t n,
+                         const UnaryParams& params, cudaStream_t stream);
+
+enum class BinaryOp : uint8_t {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,  // integer division by zero is reported through the error sink
+  kPow,  // b of `b_type`
+  kMin,
+  kMax,
+  kEqual,  // bool results from here on
+  kLess,
+  kGreater,
+  kLessOrEqual,
+  kGreaterOrEqual,
+  kAnd,  // bool operands
+  kOr,
+  kXor,
+};
+
+// out = op(a, b) over the broadcast `layout`; a (and b, but for Pow) of `type`; out of `type`,
+// or bool for comparisons and logic. `out` may be `a`'s buffer when a has out's shape.
+cudaError_t launch_binary(BinaryOp op, Elem type, Elem b_type, const void* a, const void* b,
+                          void* out, const Layout<2>& layout, ErrorSink sink, cudaStream_t stream);
+
+// out = cond ? x : y over the broadcast `layout`, moving elements of `element_bytes` bytes.
+cudaError_t launch_where(int element_bytes, const bool* cond, const void* x, const void* y,
+                         void* out, const Layout<3>& layout, cudaStream_t stream);
+
+// y[i] = x[i] converted from `from` to `to` (runtime/cast_math.h), n elements; `saturate` is
+// Cast's attribute for fp8 targets.
+cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, bool saturate,
+                        cudaStream_t stream);
+
+// Dropout in training: y[i] = x[i] * (kept ? scale : 0), mask[i] = kept (mask may be null), the
+// draw keyed by (seed, *random_stream) as numeric::dropout_key; `random_stream` is device memory.
+cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n, double ratio,
+                           uint64_t seed, const uint64_t* random_stream, cudaStream_t stream);
+
+// Fills n elements of `element_bytes` bytes with the bytes of `value` (at most 8).
+cudaError_t launch_fill(void* out, int64_t n, int element_bytes, uint64_t value,
+                        cudaStream_t stream);
+
+}  // namespace ampc::runtime::cuda

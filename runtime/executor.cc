@@ -1,0 +1,200 @@
+#include "runtime/executor.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "compiler/strings.h"
+
+namespace ampc::runtime {
+namespace {
+
+// Every byte 0xff: a NaN in each float type, -1 in each signed integer type.
+constexpr std::byte kPoison{0xff};
+
+// "[min, max]" of the finite elements, and how many are not finite.
+std::string value_range(const Tensor& tensor) {
+  double low = INFINITY;
+  double high = -INFINITY;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < tensor.num_elements(); ++i) {
+    const double x = tensor.element_as_double(i);
+    if (!std::isfinite(x)) {
+      ++bad;
+      continue;
+    }
+    low = std::min(low, x);
+    high = std::max(high, x);
+  }
+  std::string text = low <= high ? fmt::format("in [{:g}, {:g}]", low, high) : "no finite value";
+  if (bad > 0) text += str_cat(", ", bad, " not finite");
+  return text;
+}
+
+bool is_checked_float(const TensorArg& arg) {
+  return arg.present() && is_arithmetic_float(arg.dtype());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::create(const Graph& graph, const Plan& plan,
+                                                           std::shared_ptr<Backend> backend,
+                                                           ExecutorOptions options) {
+  AMPC_CHECK(backend != nullptr);
+  std::unique_ptr<Executor> executor(
+      new Executor(graph, plan, std::move(backend), std::move(options)));
+  AMPC_RETURN_IF_ERROR(executor->allocate_and_bind());
+  return executor;
+}
+
+Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend> backend,
+                   ExecutorOptions options)
+    : graph_(graph), plan_(plan), backend_(std::move(backend)), options_(std::move(options)) {}
+
+// States may hold library objects made on the device; they go before the memory they describe.
+Executor::~Executor() { states_.clear(); }
+
+absl::Status Executor::allocate_and_bind() {
+  for (ArenaKind arena : {ArenaKind::kParameters, ArenaKind::kActivations}) {
+    AMPC_ASSIGN_OR_RETURN(
+        arenas_[static_cast<int>(arena)],
+        backend_->allocate(plan_.arena_bytes(arena), str_cat(arena_name(arena), " arena")));
+  }
+  for (const Value* init : graph_.initializers()) {
+    const std::span<const uint8_t> bytes = init->initializer()->bytes();
+    AMPC_RETURN_IF_ERROR(
+        backend_->copy_to_device(address(init), bytes.data(), static_cast<int64_t>(bytes.size())));
+  }
+  ExecutionContext* exec = &backend_->context();
+  const std::vector<PlanStep>& steps = plan_.steps();
+  int64_t workspace_bytes = plan_.arena_bytes(ArenaKind::kWorkspace);
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    const Node& node = *steps[s].node;
+    KernelContext ctx{.node = node, .inputs = {}, .outputs = {}, .workspace = {}};
+    ctx.exec = exec;
+    ctx.step = s;
+    for (const Value* operand : node.operands()) {
+      ctx.inputs.push_back(operand ? TensorArg{&operand->type(), address(operand)} : TensorArg{});
+    }
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      const Value* output = node.has_output(i) ? node.output(i) : nullptr;
+      ctx.outputs.push_back(output ? TensorArg{&output->type(), address(output)} : TensorArg{});
+    }
+    std::unique_ptr<KernelState> state;
+    if (steps[s].kernel->init != nullptr) {
+      absl::StatusOr<std::unique_ptr<KernelState>> made = steps[s].kernel->init(ctx);
+      if (!made.ok()) {
+        return absl::Status(made.status().code(),
+                            str_cat(node.describe(), ": ", made.status().message()));
+      }
+      state = *std::move(made);
+      if (state != nullptr) workspace_bytes = std::max(workspace_bytes, state->workspace_bytes);
+    }
+    ctx.state = state.get();
+    states_.push_back(std::move(state));
+    contexts_.push_back(std::move(ctx));
+  }
+  const int workspace = static_cast<int>(ArenaKind::kWorkspace);
+  AMPC_ASSIGN_OR_RETURN(arenas_[workspace], backend_->allocate(workspace_bytes, "workspace arena"));
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    int64_t bytes = steps[s].workspace_bytes;
+    if (states_[s] != nullptr) bytes = std::max(bytes, states_[s]->workspace_bytes);
+    contexts_[s].workspace = std::span<std::byte>(arenas_[workspace].data(), bytes);
+  }
+  return absl::OkStatus();
+}
+
+int64_t Executor::arena_bytes(ArenaKind arena) const {
+  return arenas_[static_cast<int>(arena)].bytes();
+}
+
+std::byte* Executor::address(const Value* value) const {
+  const int b = plan_.buffer_of(value);
+  AMPC_CHECK(b >= 0);
+  const Buffer& buffer = plan_.buffers()[b];
+  return arenas_[static_cast<int>(buffer.arena)].data() + buffer.offset;
+}
+
+absl::Status Executor::write(const Value* value, std::span<const uint8_t> bytes) {
+  AMPC_CHECK(static_cast<int64_t>(bytes.size()) == value->type().byte_size());
+  return backend_->copy_to_device(address(value), bytes.data(), static_cast<int64_t>(bytes.size()));
+}
+
+absl::StatusOr<Tensor> Executor::read(const Value* value) const {
+  Tensor tensor(value->type());
+  const std::span<uint8_t> bytes = tensor.mutable_bytes();
+  AMPC_RETURN_IF_ERROR(
+      backend_->copy_to_host(bytes.data(), address(value), static_cast<int64_t>(bytes.size())));
+  return tensor;
+}
+
+absl::Status Executor::copy(const Value* from, const Value* to) {
+  AMPC_CHECK(from->type().byte_size() == to->type().byte_size());
+  return backend_->copy_on_device(address(to), address(from), to->type().byte_size());
+}
+
+absl::Status Executor::run(uint64_t random_stream) {
+  if (!random_stream_set_ || random_stream != random_stream_) {
+    AMPC_RETURN_IF_ERROR(backend_->set_random_stream(random_stream));
+    random_stream_ = random_stream;
+    random_stream_set_ = true;
+  }
+  const std::vector<PlanStep>& steps = plan_.steps();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    contexts_[s].random_stream = random_stream;
+    absl::Status status = steps[s].kernel->fn(contexts_[s]);
+    if (!status.ok()) {
+      // Work queued before the failure must not outlive this call unreported.
+      (void)backend_->synchronize();
+      return absl::Status(status.code(),
+                          str_cat(steps[s].node->describe(), ": ", status.message()));
+    }
+    if (options_.check_numerics) AMPC_RETURN_IF_ERROR(check_numerics(static_cast<int>(s)));
+    if (options_.poison_freed_buffers) {
+      for (int b : steps[s].freed_buffers) {
+        const Buffer& buffer = plan_.buffers()[b];
+        AMPC_RETURN_IF_ERROR(backend_->fill(
+            arenas_[static_cast<int>(buffer.arena)].data() + buffer.offset, kPoison, buffer.bytes));
+      }
+    }
+  }
+  AMPC_ASSIGN_OR_RETURN(const DeviceError error, backend_->synchronize());
+  if (error.code != kNoDeviceError) return data_error(error);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::data_error(const DeviceError& error) const {
+  const std::vector<PlanStep>& steps = plan_.steps();
+  const std::string where = error.step >= 0 && error.step < static_cast<int>(steps.size())
+                                ? steps[error.step].node->describe()
+                                : std::string("a kernel");
+  return absl::InvalidArgumentError(str_cat(where, ": ", describe_device_error(error)));
+}
+
+// The first inf or NaN among a step's float outputs, described with its inputs' ranges.
+absl::Status Executor::check_numerics(int step) const {
+  const KernelContext& ctx = contexts_[step];
+  const Node& node = ctx.node;
+  for (int o = 0; o < static_cast<int>(ctx.outputs.size()); ++o) {
+    if (!is_checked_float(ctx.outputs[o])) continue;
+    AMPC_ASSIGN_OR_RETURN(const Tensor out, read(node.output(o)));
+    for (int64_t i = 0; i < out.num_elements(); ++i) {
+      const double x = out.element_as_double(i);
+      if (std::isfinite(x)) continue;
+      std::vector<std::string> inputs;
+      for (int k = 0; k < static_cast<int>(ctx.inputs.size()); ++k) {
+        if (!is_checked_float(ctx.inputs[k])) continue;
+        AMPC_ASSIGN_OR_RETURN(const Tensor in, read(node.operand(k)));
+        inputs.push_back(str_cat("%", node.operand(k)->name(), " ", type_to_string(in.type()), " ",
+                                 value_range(in)));
+      }
+      return absl::OutOfRangeError(
+          str_cat("--check-numerics: ", node.describe(), " wrote ", std::isnan(x) ? "NaN" : "inf",
+                  " to output ", o, " %", node.output(o)->name(), " (", type_to_string(out.type()),
+                  ") at element ", i,
+                  "; its float inputs: ", inputs.empty() ? "none" : str_join(inputs, "; ")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ampc::runtime

@@ -1,0 +1,73 @@
+// The executor: runs a Plan on any Backend.
+//
+// It allocates one region per arena class on the backend, copies the initializers in, builds
+// every step's KernelContext once (the arenas never move), makes the state of stateful kernels
+// (KernelDef::init) and sizes the workspace arena for the largest need. A run launches the steps
+// in plan order, then waits for the backend once and turns what a kernel recorded in the device
+// error word into a Status naming the node. Everything the sessions read or write goes through
+// the backend's copies.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/tensor.h"
+#include "runtime/backend.h"
+#include "runtime/kernel.h"
+#include "runtime/plan.h"
+
+namespace ampc::runtime {
+
+struct ExecutorOptions {
+  // After each step, fill the buffers of values no later step reads with 0xff bytes (NaN in each
+  // float type), so a planning error shows up as wrong results. For tests.
+  bool poison_freed_buffers = false;
+  // After each step, check its float outputs for inf and NaN (SessionOptions::check_numerics).
+  bool check_numerics = false;
+};
+
+class Executor {
+ public:
+  // `graph` and `plan` must outlive the executor.
+  static absl::StatusOr<std::unique_ptr<Executor>> create(const Graph& graph, const Plan& plan,
+                                                          std::shared_ptr<Backend> backend,
+                                                          ExecutorOptions options = {});
+  ~Executor();
+
+  // Runs every step on the values bound so far, drawing random ops from `random_stream`.
+  absl::Status run(uint64_t random_stream);
+
+  // Copies host bytes (exactly the value's size) into the buffer of `value`.
+  absl::Status write(const Value* value, std::span<const uint8_t> bytes);
+  // A host copy of the buffer of `value`.
+  absl::StatusOr<Tensor> read(const Value* value) const;
+  // Copies the buffer of `from` over the buffer of `to` (same byte size), on the device.
+  absl::Status copy(const Value* from, const Value* to);
+
+  Backend& backend() const { return *backend_; }
+  // Bytes allocated on the device for each arena class.
+  int64_t arena_bytes(ArenaKind arena) const;
+
+ private:
+  Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend> backend,
+           ExecutorOptions options);
+  absl::Status allocate_and_bind();
+  std::byte* address(const Value* value) const;
+  absl::Status check_numerics(int step) const;
+  absl::Status data_error(const DeviceError& error) const;
+
+  const Graph& graph_;
+  const Plan& plan_;
+  std::shared_ptr<Backend> backend_;
+  ExecutorOptions options_;
+  DeviceMemory arenas_[kNumArenas];
+  std::vector<KernelContext> contexts_;
+  std::vector<std::unique_ptr<KernelState>> states_;
+  bool random_stream_set_ = false;
+  uint64_t random_stream_ = 0;
+};
+
+}  // namespace ampc::runtime

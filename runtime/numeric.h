@@ -1,0 +1,411 @@
+// The per-element math of the runtime, written once for every backend: the CPU kernels call
+// these functions on the host, the CUDA kernels on the device (AMPC_HD). What is here is the
+// numeric contract of docs/architecture.md made code:
+//   - X is the compute type: f32 for f32, f16 and bf16 elements (each converted exactly on load
+//     and rounded once on store), f64 for f64, the type itself for integers;
+//   - every + - * / is its own IEEE operation, in the order written (the CUDA sources are built
+//     with --fmad=false, so no product and sum are fused where the CPU rounds twice);
+//   - transcendentals are the math library's function of X (glibc on the host, CUDA's libdevice
+//     on the device, both within 2 ulp in f32);
+//   - integer arithmetic wraps (two's complement) without undefined behaviour.
+// C++17, host and device; nothing from the IR.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "compiler/host_device.h"
+
+namespace ampc::numeric {
+
+// ---- The math library of X -----------------------------------------------------------------
+
+#if defined(__CUDA_ARCH__)
+#define AMPC_MATH_FN(name)                             \
+  AMPC_HD float name(float x) { return ::name##f(x); } \
+  AMPC_HD double name(double x) { return ::name(x); }
+#else
+#define AMPC_MATH_FN(name)                             \
+  AMPC_HD float name(float x) { return std::name(x); } \
+  AMPC_HD double name(double x) { return std::name(x); }
+#endif
+AMPC_MATH_FN(exp)
+AMPC_MATH_FN(log)
+AMPC_MATH_FN(log1p)
+AMPC_MATH_FN(tanh)
+AMPC_MATH_FN(erf)
+AMPC_MATH_FN(sqrt)
+AMPC_MATH_FN(sin)
+AMPC_MATH_FN(cos)
+AMPC_MATH_FN(fabs)
+#undef AMPC_MATH_FN
+
+#if defined(__CUDA_ARCH__)
+AMPC_HD float pow(float x, float y) { return ::powf(x, y); }
+AMPC_HD double pow(double x, double y) { return ::pow(x, y); }
+#else
+AMPC_HD float pow(float x, float y) { return std::pow(x, y); }
+AMPC_HD double pow(double x, double y) { return std::pow(x, y); }
+#endif
+
+template <typename X>
+AMPC_HD bool is_nan(X x) {
+  if constexpr (std::is_floating_point_v<X>) {
+    return x != x;
+  } else {
+    return false;
+  }
+}
+
+template <typename X>
+AMPC_HD bool is_finite(X x) {
+  return x - x == x - x;  // inf - inf and NaN - NaN are NaN
+}
+
+// ---- Integer arithmetic that wraps ---------------------------------------------------------
+
+// Narrow types were promoted to int, and converting back keeps the low bits.
+template <typename X>
+AMPC_HD X wrapping_add(X a, X b) {
+  using U = std::make_unsigned_t<X>;
+  return static_cast<X>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+}
+template <typename X>
+AMPC_HD X wrapping_sub(X a, X b) {
+  using U = std::make_unsigned_t<X>;
+  return static_cast<X>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
+}
+template <typename X>
+AMPC_HD X wrapping_mul(X a, X b) {
+  using U = std::make_unsigned_t<X>;
+  return static_cast<X>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+}
+
+// ---- Binary arithmetic ---------------------------------------------------------------------
+
+struct Add {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return wrapping_add(a, b);
+    } else {
+      return a + b;
+    }
+  }
+};
+struct Sub {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return wrapping_sub(a, b);
+    } else {
+      return a - b;
+    }
+  }
+};
+struct Mul {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      return wrapping_mul(a, b);
+    } else {
+      return a * b;
+    }
+  }
+};
+// The divisor is never zero for integers (the kernels check first); MIN / -1 wraps to MIN.
+struct Div {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X> && std::is_signed_v<X>) {
+      if (b == X(-1)) return wrapping_sub(X(0), a);
+    }
+    return static_cast<X>(a / b);
+  }
+};
+// NaN wins: `b` replaces the running extremum `a` when it is NaN or beyond it (numpy's minimum
+// and maximum, which the ONNX reference uses).
+struct Min {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    return (is_nan(b) || b < a) ? b : a;
+  }
+};
+struct Max {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    return (is_nan(b) || b > a) ? b : a;
+  }
+};
+// A float base in its compute type, the exponent converted to it.
+struct FloatPow {
+  template <typename X, typename Y>
+  AMPC_HD X operator()(X x, Y y) const {
+    return static_cast<X>(pow(x, static_cast<X>(y)));
+  }
+};
+
+// ---- Comparisons and logic (bool results) --------------------------------------------------
+
+struct Equal {
+  template <typename X>
+  AMPC_HD bool operator()(X a, X b) const {
+    return a == b;
+  }
+};
+struct Less {
+  template <typename X>
+  AMPC_HD bool operator()(X a, X b) const {
+    return a < b;
+  }
+};
+struct Greater {
+  template <typename X>
+  AMPC_HD bool operator()(X a, X b) const {
+    return a > b;
+  }
+};
+struct LessOrEqual {
+  template <typename X>
+  AMPC_HD bool operator()(X a, X b) const {
+    return a <= b;
+  }
+};
+struct GreaterOrEqual {
+  template <typename X>
+  AMPC_HD bool operator()(X a, X b) const {
+    return a >= b;
+  }
+};
+struct And {
+  AMPC_HD bool operator()(bool a, bool b) const { return a && b; }
+};
+struct Or {
+  AMPC_HD bool operator()(bool a, bool b) const { return a || b; }
+};
+struct Xor {
+  AMPC_HD bool operator()(bool a, bool b) const { return a != b; }
+};
+struct Not {
+  AMPC_HD bool operator()(bool a) const { return !a; }
+};
+
+// ---- Unary arithmetic ----------------------------------------------------------------------
+
+struct Sqrt {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return sqrt(x);
+  }
+};
+struct Exp {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return exp(x);
+  }
+};
+struct Log {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return log(x);
+  }
+};
+struct Reciprocal {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return X(1) / x;
+  }
+};
+struct Neg {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    if constexpr (std::is_integral_v<X>) {
+      return wrapping_sub(X(0), x);
+    } else {
+      return -x;
+    }
+  }
+};
+struct Abs {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    if constexpr (std::is_floating_point_v<X>) {
+      return fabs(x);
+    } else if constexpr (std::is_signed_v<X>) {
+      return x < X(0) ? wrapping_sub(X(0), x) : x;
+    } else {
+      return x;
+    }
+  }
+};
+// min(max(x, low), high): an absent bound does not clip, low > high gives high, NaN stays NaN.
+template <typename X>
+struct Clip {
+  X low;
+  X high;
+  bool has_low;
+  bool has_high;
+  AMPC_HD X operator()(X x) const {
+    if (has_low && x < low) x = low;
+    if (has_high && x > high) x = high;
+    return x;
+  }
+};
+
+// ---- Activations ---------------------------------------------------------------------------
+// Constants are rounded to the compute type.
+
+// Relu keeps NaN a NaN.
+struct Relu {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return x < X(0) ? X(0) : x;
+  }
+};
+struct LeakyRelu {
+  float alpha;
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return x < X(0) ? static_cast<X>(alpha) * x : x;
+  }
+};
+// 1 / (1 + exp(-x)) for x >= 0, exp(x) / (1 + exp(x)) otherwise: no overflow, and full relative
+// precision far into the negative tail.
+struct Sigmoid {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    if (x >= X(0)) return X(1) / (X(1) + exp(-x));
+    const X e = exp(x);
+    return e / (X(1) + e);
+  }
+};
+struct Tanh {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return tanh(x);
+  }
+};
+struct Erf {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return erf(x);
+  }
+};
+// 0.5 * x * (1 + erf(x * (1/sqrt(2))))
+struct GeluErf {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    const X inv_sqrt2 = static_cast<X>(0.70710678118654752440);
+    return X(0.5) * x * (X(1) + erf(x * inv_sqrt2));
+  }
+};
+// 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))
+struct GeluTanh {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    const X sqrt_2_over_pi = static_cast<X>(0.79788456080286535588);
+    const X cubic = static_cast<X>(0.044715);
+    return X(0.5) * x * (X(1) + tanh(sqrt_2_over_pi * (x + cubic * x * x * x)));
+  }
+};
+// max(x, 0) + log1p(exp(-|x|)): ln(exp(x) + 1) without overflow.
+struct Softplus {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return (x > X(0) ? x : X(0)) + log1p(exp(-fabs(x)));
+  }
+};
+// Clamps to [0, 1]; NaN stays NaN (neither comparison holds).
+template <typename X>
+AMPC_HD X clamp01(X t) {
+  if (t < X(0)) return X(0);
+  if (t > X(1)) return X(1);
+  return t;
+}
+// max(0, min(1, alpha * x + beta))
+struct HardSigmoid {
+  float alpha;
+  float beta;
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return clamp01(static_cast<X>(alpha) * x + static_cast<X>(beta));
+  }
+};
+// x * max(0, min(1, x * (1/6) + 1/2))
+struct HardSwish {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    const X sixth = static_cast<X>(1.0 / 6.0);
+    return x * clamp01(x * sixth + X(0.5));
+  }
+};
+struct Sin {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return sin(x);
+  }
+};
+struct Cos {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return cos(x);
+  }
+};
+
+// ---- Dropout -------------------------------------------------------------------------------
+
+// SplitMix64's finalizer: a bijection of 64-bit words whose outputs look independent.
+AMPC_HD uint64_t mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// The key of one Dropout node's draw: its seed and the run's random stream.
+AMPC_HD uint64_t dropout_key(uint64_t seed, uint64_t random_stream) {
+  return mix64(seed + 0x9e3779b97f4a7c15ull * random_stream);
+}
+
+// Whether element i is kept: a uniform draw in [0, 1) from (key, i) alone, so the mask depends
+// on neither the thread count nor the device. It is not PyTorch's (or ONNX Runtime's) stream.
+AMPC_HD bool dropout_keeps(uint64_t key, int64_t i, double ratio) {
+  const double uniform = static_cast<double>(mix64(key + static_cast<uint64_t>(i)) >> 11) *
+                         (1.0 / 9007199254740992.0);  // 2^-53
+  return uniform >= ratio;
+}
+
+// ---- Dynamic loss scaling ------------------------------------------------------------------
+
+// torch._amp_update_scale_ (and, with hysteresis > 1, Megatron-LM's DynamicGradScaler): the
+// factors are doubles (Python floats), the scale a float, so `scale * factor` is computed in
+// double and rounded once; growth that gives inf is not applied.
+struct LossScaleRule {
+  double growth_factor;
+  double backoff_factor;
+  double min_scale;
+  int64_t growth_interval;
+  int64_t hysteresis;  // overflows in a row before backing off (1: every one, as PyTorch)
+
+  // Updates (scale, growth tracker, hysteresis left) after a step that did or did not overflow.
+  AMPC_HD void update(bool found_inf, float& scale, int64_t& tracker, int64_t& left) const {
+    if (found_inf) {
+      tracker = 0;
+      if (--left <= 0) {
+        scale = static_cast<float>(scale * backoff_factor);
+        const float floor = static_cast<float>(min_scale);
+        if (scale < floor) scale = floor;
+      }
+    } else if (tracker + 1 == growth_interval) {
+      const float grown = static_cast<float>(scale * growth_factor);
+      if (is_finite(grown)) scale = grown;
+      tracker = 0;
+      left = hysteresis;
+    } else {
+      tracker = tracker + 1;
+    }
+  }
+};
+
+}  // namespace ampc::numeric

@@ -1,0 +1,215 @@
+// The CUDA backend against the CPU reference, op by op (label `gpu`; skipped without a GPU).
+//
+// Every sample of every ONNX op (ops/*.cc) becomes a one-node graph, in each of f32, f16 and bf16
+// (the sample's f32 operands turned into the dtype, but for the operands the op keeps in f32, such
+// as BatchNormalization's statistics), with the same random inputs on both backends. The outputs
+// are compared under the numeric contract (docs/architecture.md):
+//   - bit-exact: casts, data movement, comparisons and element-wise ops made of single IEEE
+//     operations (NaN equals NaN);
+//   - transcendentals: within 4 ulp of f32 in f32 (2 ulp for the function, the rest for the few
+//     roundings around it), and 1 unit of the dtype after rounding to f16 or bf16;
+//   - reductions, GEMMs, convolutions, normalizations and losses: within sqrt(K) * 4 * 2^-24 of
+//     the output's scale (K the longest input, a bound on the reduction length), plus one unit of
+//     the output dtype.
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "compiler/op_def.h"
+#include "compiler/shape_inference.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "runtime/interpreter.h"
+#include "runtime/kernel.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+enum class Contract { kExact, kTranscendental, kAccumulating };
+
+Contract contract_of(const std::string& op) {
+  static const std::set<std::string> transcendental = {
+      "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Sin", "Cos", "Pow"};
+  static const std::set<std::string> accumulating = {"MatMul",
+                                                     "Gemm",
+                                                     "Conv",
+                                                     "BatchNormalization",
+                                                     "ReduceSum",
+                                                     "ReduceMean",
+                                                     "GlobalAveragePool",
+                                                     "AveragePool",
+                                                     "CumSum",
+                                                     "Softmax",
+                                                     "LogSoftmax",
+                                                     "LayerNormalization",
+                                                     "SoftmaxCrossEntropyLoss",
+                                                     "NegativeLogLikelihoodLoss"};
+  if (transcendental.contains(op)) return Contract::kTranscendental;
+  if (accumulating.contains(op)) return Contract::kAccumulating;
+  return Contract::kExact;
+}
+
+// Inputs inside each op's domain: positive for Log, Sqrt, Reciprocal and a Pow base; divisors away
+// from 0; everything else in [-2, 2]. Indices and labels 0 or 1 (valid for any axis of size 2).
+Tensor random_input(const TensorType& type, const std::string& op, int input, std::mt19937& rng) {
+  Tensor t(type);
+  if (type.dtype == DType::kBool) {
+    std::bernoulli_distribution coin(0.5);
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.set_element_i64(i, coin(rng));
+    return t;
+  }
+  if (!is_float(type.dtype)) {
+    std::uniform_int_distribution<int> pick(0, 1);
+    for (int64_t i = 0; i < t.num_elements(); ++i) t.set_element_i64(i, pick(rng));
+    return t;
+  }
+  static const std::set<std::string> positive = {"Log", "Sqrt", "Reciprocal", "Pow"};
+  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
+  std::uniform_real_distribution<double> magnitude(0.5, 2.0);
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    double x = uniform(rng);
+    if (positive.contains(op) && input == 0) x = magnitude(rng);
+    if (op == "Div" && input == 1) x = std::copysign(magnitude(rng), x);
+    t.set_element(i, x);  // rounds to the dtype
+  }
+  return t;
+}
+
+struct Built {
+  std::unique_ptr<Graph> graph;
+  std::vector<Tensor> inputs;
+};
+
+// The sample as a one-node graph whose f32 operands are `dtype` (but the op's fp32 operands);
+// null graph when the op does not take those types.
+Built build(const OpDef& def, const OpSample& sample, DType dtype, std::mt19937& rng) {
+  Built built{std::make_unique<Graph>("parity"), {}};
+  Graph& graph = *built.graph;
+  graph.set_opset("", std::max<int64_t>(def.since_opset, kDefaultOnnxOpset));
+  const std::vector<int>& pinned = def.autocast.fp32_operands;
+  std::vector<Value*> operands;
+  for (size_t i = 0; i < sample.inputs.size(); ++i) {
+    const bool keep_f32 =
+        std::find(pinned.begin(), pinned.end(), static_cast<int>(i)) != pinned.end();
+    const Tensor* constant = nullptr;
+    for (const auto& [index, value] : sample.constant_inputs) {
+      if (index == static_cast<int>(i)) constant = &value;
+    }
+    if (constant != nullptr) {
+      Tensor value = *constant;
+      if (value.dtype() == DType::kF32 && !keep_f32) {
+        value = Tensor::from_doubles(dtype, value.shape(), value.to_double_vector());
+      }
+      operands.push_back(graph.add_initializer(str_cat("const", i), value));
+      continue;
+    }
+    TensorType type = sample.inputs[i];
+    if (type.dtype == DType::kF32 && !keep_f32) type.dtype = dtype;
+    operands.push_back(graph.add_input(str_cat("in", i), type));
+    built.inputs.push_back(random_input(type, def.name, static_cast<int>(i), rng));
+  }
+  // The stated types as placeholders; inference rewrites them for the dtype.
+  std::vector<std::optional<TensorType>> outputs(sample.outputs.begin(), sample.outputs.end());
+  Node* node = graph.create_node(def.domain, def.name, operands, outputs, sample.attrs);
+  if (!infer_graph_types(graph).ok()) {
+    built.graph = nullptr;
+    return built;
+  }
+  for (int k = 0; k < node->num_outputs(); ++k) {
+    if (node->has_output(k)) graph.add_output(node->output(k));
+  }
+  return built;
+}
+
+// One unit in the last place of `dtype` at |x|.
+double ulp(DType dtype, double x) {
+  const int mantissa = dtype == DType::kF16 ? 10 : dtype == DType::kBF16 ? 7 : 23;
+  const int min_exponent = dtype == DType::kF16 ? -14 : -126;
+  int exponent = 0;
+  std::frexp(x, &exponent);
+  return std::ldexp(1.0, std::max(exponent - 1, min_exponent) - mantissa);
+}
+
+// Empty when `got` (CUDA) agrees with `want` (CPU) under `contract`; else what differs.
+std::string compare(const Tensor& got, const Tensor& want, Contract contract, int64_t k) {
+  if (got.type() != want.type()) {
+    return str_cat("type ", type_to_string(got.type()), " vs ", type_to_string(want.type()));
+  }
+  const DType dtype = want.dtype();
+  if (!is_float(dtype) || contract == Contract::kExact) {
+    return got == want ? std::string() : std::string("bits differ");
+  }
+  double scale = 0;
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double w = want.element_as_double(i);
+    if (std::isfinite(w)) scale = std::max(scale, std::abs(w));
+  }
+  for (int64_t i = 0; i < want.num_elements(); ++i) {
+    const double g = got.element_as_double(i);
+    const double w = want.element_as_double(i);
+    if (std::isnan(w) || std::isinf(w)) {
+      if (!(std::isnan(w) ? std::isnan(g) : g == w))
+        return str_cat("element ", i, ": ", g, " vs ", w);
+      continue;
+    }
+    double tolerance;
+    if (contract == Contract::kTranscendental) {
+      tolerance = dtype == DType::kF32 ? 4 * ulp(DType::kF32, w) + 1e-7 : ulp(dtype, w);
+    } else {
+      tolerance = std::sqrt(static_cast<double>(k)) * 4 * 0x1p-24 * (scale + 1) +
+                  (dtype == DType::kF32 ? 0 : ulp(dtype, w));
+    }
+    if (!(std::abs(g - w) <= tolerance)) {
+      return str_cat("element ", i, ": cuda ", g, ", cpu ", w, " (tolerance ", tolerance, ")");
+    }
+  }
+  return "";
+}
+
+TEST(BackendParity, EveryOpSampleRunsOnCudaAsOnTheCpu) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  std::shared_ptr<runtime::Backend> cpu = *runtime::create_backend(runtime::Device::kCpu);
+  std::shared_ptr<runtime::Backend> cuda = *runtime::create_backend(runtime::Device::kCuda);
+  std::mt19937 rng(20261125);
+  int compared = 0;
+  std::vector<std::string> failures;
+  for (const OpDef* def : OpRegistry::global().all()) {
+    if (def->domain != kOnnxDomain) continue;
+    for (const OpSample& sample : def->samples) {
+      for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+        const std::string what =
+            str_cat(def->name, " sample '", sample.name, "' in ", dtype_name(dtype));
+        Built built = build(*def, sample, dtype, rng);
+        if (built.graph == nullptr) continue;
+        const Node& node = *built.graph->nodes().front();
+        if (!runtime::KernelRegistry::global().resolve(node, runtime::Device::kCpu).ok()) {
+          continue;  // the dtype has no CPU kernel either
+        }
+        absl::StatusOr<std::vector<Tensor>> want =
+            runtime::interpret_graph(*built.graph, built.inputs, *cpu);
+        absl::StatusOr<std::vector<Tensor>> got =
+            runtime::interpret_graph(*built.graph, built.inputs, *cuda);
+        if (!want.ok()) continue;  // a sample the CPU rejects on these values
+        if (!got.ok()) {
+          failures.push_back(str_cat(what, ": ", got.status().message()));
+          continue;
+        }
+        int64_t k = 1;
+        for (const Tensor& input : built.inputs) k = std::max(k, input.num_elements());
+        for (size_t o = 0; o < want->size(); ++o) {
+          const std::string difference = compare((*got)[o], (*want)[o], contract_of(def->name), k);
+          if (!difference.empty())
+            failures.push_back(str_cat(what, " output ", o, ": ", difference));
+        }
+        ++compared;
+      }
+    }
+  }
+  std::printf("compared %d samples on cuda and cpu\n", compared);
+  EXPECT_GT(compared, 200);
+  EXPECT_TRUE(failures.empty()) << failures.size() << " differ:\n" << str_join(failures, "\n");
+}
+
+}  // namespace
+}  // namespace ampc
