@@ -11,7 +11,6 @@
 #include "ops/op_util.h"
 
 namespace ampc::ops {
-namespace {
 
 // ---- Constant ---------------------------------------------------------------------------------
 
@@ -45,6 +44,8 @@ absl::StatusOr<Tensor> constant_value(const Node& node) {
   return absl::UnimplementedError(
       str_cat("attribute '", name, "': string tensors are not supported by ampc"));
 }
+
+namespace {
 
 absl::Status infer_constant(InferenceContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(const Tensor value, constant_value(ctx.node()));

@@ -97,4 +97,9 @@ absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t ran
 // index may have more leading dims than the shape).
 int64_t broadcast_offset(const std::vector<int64_t>& index, const Shape& shape);
 
+// A Constant node's value from whichever of value, value_float(s), value_int(s) it has; an error
+// unless it has exactly one (strings have no ampc dtype). Its fold and every backend's kernel
+// read it here.
+absl::StatusOr<Tensor> constant_value(const Node& node);
+
 }  // namespace ampc::ops

@@ -34,8 +34,10 @@ std::string describe_device_error(const DeviceError& error) {
                      " of the labels) is out of range [0, ", error.bound,
                      ") and is not the ignore_index");
     case kDivisionByZero:
-      return str_cat("integer division by zero (operand 1 'B' has a zero at element ",
-                     error.element, ")");
+      return str_cat("integer division by zero (operand 1 'B' has a zero) at output element ",
+                     error.element);
+    case kInvalidDropoutRatio:
+      return "the Dropout ratio is not in [0, 1)";
     default:
       return str_cat("unknown device error code ", error.code);
   }

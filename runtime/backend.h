@@ -93,9 +93,11 @@ class Backend {
 
   virtual absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
   virtual absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
-  // Copies between device regions; they may overlap.
+  // Copies between device regions, which must not overlap unless they are the same region.
   virtual absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) = 0;
   virtual absl::Status fill(std::byte* device, std::byte value, int64_t bytes) = 0;
+  // Makes this backend's device the calling thread's current one (CUDA), before kernels launch.
+  virtual absl::Status make_current() { return absl::OkStatus(); }
   // Makes `stream` the random stream the next kernels read (ExecutionContext::random_stream).
   virtual absl::Status set_random_stream(uint64_t stream) = 0;
 

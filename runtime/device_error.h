@@ -17,8 +17,10 @@ enum DeviceErrorCode : int32_t {
   kIndexOutOfRange = 1,
   // A class label `value` at `element` is outside [0, bound) and is not the ignore_index.
   kLabelOutOfRange = 2,
-  // An integer divisor `value` (zero) at `element` of operand 1.
+  // An integer division by zero, writing output element `element`.
   kDivisionByZero = 3,
+  // Dropout in training with a ratio outside [0, 1).
+  kInvalidDropoutRatio = 4,
 };
 
 struct DeviceError {

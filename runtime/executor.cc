@@ -133,6 +133,7 @@ absl::Status Executor::copy(const Value* from, const Value* to) {
 }
 
 absl::Status Executor::run(uint64_t random_stream) {
+  AMPC_RETURN_IF_ERROR(backend_->make_current());
   if (!random_stream_set_ || random_stream != random_stream_) {
     AMPC_RETURN_IF_ERROR(backend_->set_random_stream(random_stream));
     random_stream_ = random_stream;

@@ -43,6 +43,7 @@ absl::StatusOr<std::vector<Tensor>> interpret_graph(const Graph& graph,
     AMPC_RETURN_IF_ERROR(upload(init, *init->initializer()));
   }
 
+  AMPC_RETURN_IF_ERROR(backend.make_current());
   AMPC_RETURN_IF_ERROR(backend.set_random_stream(0));
   std::vector<const Node*> order;
   // Kernel states and workspaces stay alive until the backend has finished with them.

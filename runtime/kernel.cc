@@ -1,5 +1,8 @@
 #include "runtime/kernel.h"
 
+#include <array>
+#include <charconv>
+
 #include "compiler/strings.h"
 
 namespace ampc::runtime {
@@ -37,6 +40,20 @@ std::vector<DType> KernelRegistry::dtypes(std::string_view domain, std::string_v
       result.insert(result.end(), def.dtypes.begin(), def.dtypes.end());
     }
   }
+  return result;
+}
+
+int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
+  const AttrValue* value = node.find_attr(name);
+  return value != nullptr ? std::get<int64_t>(*value) : fallback;
+}
+
+double decimal_attr(const Node& node, std::string_view name) {
+  const float value = node.float_attr(name);
+  std::array<char, 32> text;
+  const auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
+  double result = value;
+  if (error == std::errc()) std::from_chars(text.data(), end, result);
   return result;
 }
 

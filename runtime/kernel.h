@@ -145,6 +145,13 @@ struct KernelRegistration {
   }
 };
 
+// Attribute readers every backend's kernels use.
+// The integer attribute `name` of `node`, or `fallback` when the node does not have it.
+int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback);
+// A float attribute as the double its shortest decimal spelling names: 0.9f as Python's 0.9.
+// (That decimal rounds back to the float, so rounding the result to float gives the attribute.)
+double decimal_attr(const Node& node, std::string_view name);
+
 // The tensor whose element type keys `node`'s kernel under `keyed_on`, or null when absent.
 const TensorType* key_type(const Node& node, KeyedOn keyed_on);
 

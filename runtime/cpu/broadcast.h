@@ -17,6 +17,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/broadcast_dims.h"
 #include "runtime/cast_math.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 
@@ -33,39 +34,9 @@ class BroadcastWalk {
   // `operands` broadcast to `out` (validated by shape inference).
   BroadcastWalk(const Shape& out, const std::array<const Shape*, N>& operands)
       : size_(num_elements(out)) {
-    std::array<std::vector<int64_t>, N> contiguous;
-    for (size_t k = 0; k < N; ++k) {
-      const Shape& shape = *operands[k];
-      AMPC_CHECK(shape.size() <= out.size());
-      contiguous[k].assign(shape.size(), 1);
-      for (size_t d = shape.size(); d-- > 1;) contiguous[k][d - 1] = contiguous[k][d] * shape[d];
-    }
-    for (size_t d = 0; d < out.size(); ++d) {
-      if (out[d] == 1) continue;
-      Offsets strides{};
-      for (size_t k = 0; k < N; ++k) {
-        const Shape& shape = *operands[k];
-        const size_t lead = out.size() - shape.size();
-        strides[k] = (d < lead || shape[d - lead] == 1) ? 0 : contiguous[k][d - lead];
-      }
-      // Index (i, j) of neighbours (previous, this) is i * out[d] + j of the merged dimension
-      // when every operand's previous stride is out[d] times this one.
-      bool mergeable = !dims_.empty();
-      for (size_t k = 0; mergeable && k < N; ++k) {
-        mergeable = strides_.back()[k] == strides[k] * out[d];
-      }
-      if (mergeable) {
-        dims_.back() *= out[d];
-        strides_.back() = strides;
-      } else {
-        dims_.push_back(out[d]);
-        strides_.push_back(strides);
-      }
-    }
-    if (dims_.empty()) {  // a single element
-      dims_.push_back(1);
-      strides_.push_back(Offsets{});
-    }
+    BroadcastDims<N> collapsed = collapse_broadcast<N>(out, operands);
+    dims_ = std::move(collapsed.dims);
+    strides_ = std::move(collapsed.strides);
   }
 
   int64_t size() const { return size_; }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 
 namespace ampc::runtime::cpu {
@@ -19,22 +20,7 @@ constexpr int64_t kGrainElements = 1 << 16;
 
 // ---- Constant ---------------------------------------------------------------------------------
 
-// The node's value from whichever of value, value_float(s), value_int(s) it has (the OpDef's
-// inference has checked there is exactly one, and that it is not a string).
-absl::StatusOr<Tensor> constant_value(const Node& node) {
-  if (node.find_attr("value")) return node.tensor_attr("value");
-  if (node.find_attr("value_float")) return Tensor::from_f32({}, {node.float_attr("value_float")});
-  if (node.find_attr("value_int")) return Tensor::from_i64({}, {node.int_attr("value_int")});
-  if (node.find_attr("value_floats")) {
-    const std::vector<float>& values = node.floats_attr("value_floats");
-    return Tensor::from_f32({static_cast<int64_t>(values.size())}, values);
-  }
-  if (node.find_attr("value_ints")) {
-    const std::vector<int64_t>& values = node.ints_attr("value_ints");
-    return Tensor::from_i64({static_cast<int64_t>(values.size())}, values);
-  }
-  return absl::UnimplementedError("no value attribute ampc supports (string tensors are not)");
-}
+using ops::constant_value;
 
 absl::Status constant_kernel(const KernelContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(const Tensor value, constant_value(ctx.node));

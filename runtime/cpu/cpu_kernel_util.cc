@@ -40,11 +40,6 @@ void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelF
   registry.add(std::move(base));
 }
 
-int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
-  const AttrValue* value = node.find_attr(name);
-  return value != nullptr ? std::get<int64_t>(*value) : fallback;
-}
-
 int cpu_threads() {
   const int configured = configured_threads.load();
   return configured > 0 ? configured : std::max(1, omp_get_num_procs());
@@ -65,15 +60,6 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
   for (int64_t chunk = 0; chunk < chunks; ++chunk) {
     body(n * chunk / chunks, n * (chunk + 1) / chunks);
   }
-}
-
-double decimal_attr(const Node& node, std::string_view name) {
-  const float value = node.float_attr(name);
-  std::array<char, 32> text;
-  const auto [end, error] = std::to_chars(text.data(), text.data() + text.size(), value);
-  double result = value;
-  if (error == std::errc()) std::from_chars(text.data(), end, result);
-  return result;
 }
 
 }  // namespace ampc::runtime::cpu

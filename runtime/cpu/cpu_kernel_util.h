@@ -56,9 +56,9 @@ KernelDef kernel_def(std::string op, KernelOptions options = {});
 // The same for an internal op of the ampc domain (gradients, optimizer updates).
 KernelDef ampc_kernel_def(std::string op, KernelOptions options = {});
 
-// A float attribute as the double its shortest decimal spelling names: 0.9f as Python's 0.9.
-// (That decimal rounds back to the float, so rounding the result to float gives the attribute.)
-double decimal_attr(const Node& node, std::string_view name);
+// decimal_attr and int_attr_or are runtime/kernel.h's, shared with CUDA.
+using runtime::decimal_attr;
+using runtime::int_attr_or;
 
 // Element i of a float operand of any float element type, in the compute type C: for kernels
 // whose operands may differ in dtype (f16 activations with f32 statistics).
@@ -148,9 +148,6 @@ void add_kernels_by_element_size(KernelRegistry& registry, const KernelDef& base
 
 // Registers `base` with the kernel `fn` for every DType: kernels that never look at elements.
 void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelFn fn);
-
-// The integer attribute `name` of `node`, or `fallback` when the node does not have it.
-int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback);
 
 // Calls body(begin, end) on disjoint ranges covering [0, n), in parallel when n is at least
 // `grain` per thread. Each index is handled by exactly one call and nothing is combined across

@@ -153,6 +153,11 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status make_current() override {
+    AMPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(index_));
+    return absl::OkStatus();
+  }
+
   absl::Status set_random_stream(uint64_t stream) override {
     return copy_to_device(reinterpret_cast<std::byte*>(random_stream_word()), &stream,
                           sizeof stream);

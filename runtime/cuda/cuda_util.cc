@@ -37,6 +37,20 @@ absl::Status launch_status(std::string_view kernels) {
   return cuda_status(cudaGetLastError(), str_cat("launching ", kernels));
 }
 
+absl::Status launched(cudaError_t code, const KernelContext& ctx) {
+  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
+}
+
+absl::StatusOr<const Tensor*> constant_operand(const KernelContext& ctx, int index,
+                                               std::string_view what) {
+  const Tensor* value = ctx.node.operand(index)->initializer();
+  if (value == nullptr || !value->has_data()) {
+    return absl::UnimplementedError(str_cat("the cuda ", ctx.node.op_type(), " kernel needs its ",
+                                            what, " as an initializer (a constant)"));
+  }
+  return value;
+}
+
 std::optional<Elem> elem_of(DType dtype) {
   switch (dtype) {
     case DType::kF32:

@@ -41,7 +41,20 @@ inline cudaStream_t stream_of(const KernelContext& ctx) {
 KernelDef cuda_kernel_def(std::string op, std::vector<DType> dtypes, KernelFn fn,
                           int in_place_operand = -1);
 
-// The element types the CUDA kernels cover for float ops.
+// The element types the CUDA kernels cover for float ops, and for ops on numbers.
 inline const std::vector<DType> kCudaFloatTypes = {DType::kF32, DType::kF16, DType::kBF16};
+inline const std::vector<DType> kCudaNumericTypes = {DType::kF32, DType::kF16, DType::kBF16,
+                                                     DType::kI64, DType::kI32};
+
+// The kernels' element type of a tensor (every DType has one).
+inline Elem elem(const TensorArg& arg) { return *elem_of(arg.dtype()); }
+
+// The launch status of `ctx`'s kernels, naming the op.
+absl::Status launched(cudaError_t code, const KernelContext& ctx);
+
+// The value of operand `index`, which the CUDA kernel reads once, at load: it must be an
+// initializer (a constant); Unimplemented naming `what` otherwise.
+absl::StatusOr<const Tensor*> constant_operand(const KernelContext& ctx, int index,
+                                               std::string_view what);
 
 }  // namespace ampc::runtime::cuda

@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/slicing.h"
 #include "runtime/cuda/cuda_util.h"
 #include "runtime/cuda/data_movement_kernels.h"
@@ -23,10 +24,6 @@ namespace ampc::runtime::cuda {
 namespace {
 
 using cpu::normalized_axis;
-
-absl::Status launched(cudaError_t code, const KernelContext& ctx) {
-  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
-}
 
 int64_t product(const Shape& shape, size_t begin, size_t end) {
   int64_t result = 1;
@@ -463,22 +460,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_shape(const KernelContext& ctx
   return host_bytes_state(dims.data(), ctx.output(0).byte_size());
 }
 
-// The node's value from whichever of value, value_float(s), value_int(s) it has, as
-// runtime/cpu/constant.cc reads it.
-absl::StatusOr<Tensor> constant_value(const Node& node) {
-  if (node.find_attr("value")) return node.tensor_attr("value");
-  if (node.find_attr("value_float")) return Tensor::from_f32({}, {node.float_attr("value_float")});
-  if (node.find_attr("value_int")) return Tensor::from_i64({}, {node.int_attr("value_int")});
-  if (node.find_attr("value_floats")) {
-    const std::vector<float>& values = node.floats_attr("value_floats");
-    return Tensor::from_f32({static_cast<int64_t>(values.size())}, values);
-  }
-  if (node.find_attr("value_ints")) {
-    const std::vector<int64_t>& values = node.ints_attr("value_ints");
-    return Tensor::from_i64({static_cast<int64_t>(values.size())}, values);
-  }
-  return absl::UnimplementedError("no value attribute ampc supports (string tensors are not)");
-}
+using ops::constant_value;
 
 absl::StatusOr<std::unique_ptr<KernelState>> init_constant(const KernelContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(const Tensor value, constant_value(ctx.node));

@@ -12,15 +12,6 @@
 namespace ampc::runtime::cuda {
 namespace {
 
-const std::vector<DType> kNumericTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
-                                          DType::kI32};
-
-Elem elem(const TensorArg& arg) { return *elem_of(arg.dtype()); }
-
-absl::Status launched(cudaError_t code, const KernelContext& ctx) {
-  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
-}
-
 // ---- Unary -----------------------------------------------------------------------------------
 
 template <UnaryOp kOp>
@@ -70,10 +61,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_binary(const KernelContext& ct
 absl::StatusOr<std::unique_ptr<KernelState>> init_pow(const KernelContext& ctx) {
   const DType base = ctx.input(0).dtype();
   const DType exponent = ctx.input(1).dtype();
-  if (exponent != base && exponent != DType::kF32) {
-    return absl::UnimplementedError(str_cat(
-        "no cuda kernel for Pow with a ", dtype_name(base), " base and a ", dtype_name(exponent),
-        " exponent (the exponent must be ", dtype_name(base), " or f32)"));
+  if (exponent != base && exponent != DType::kF32 && exponent != DType::kI64 &&
+      exponent != DType::kI32) {
+    return absl::UnimplementedError(
+        str_cat("no cuda kernel for Pow with a ", dtype_name(base), " base and a ",
+                dtype_name(exponent), " exponent (it takes the base's type, f32, i64 or i32)"));
   }
   return init_binary(ctx);
 }
@@ -150,52 +142,22 @@ absl::Status copy_input(const KernelContext& ctx) {
       str_cat("cudaMemcpyAsync for ", ctx.node.op_type()));
 }
 
-// Dropout's ratio and training_mode are inputs; graphs carry them as initializers, which the
-// kernel reads once at load (a Dropout whose ratio is computed on the device is not supported).
-struct DropoutState : KernelState {
-  double ratio = 0.5;
-  bool training = false;
-};
-
-absl::StatusOr<std::unique_ptr<KernelState>> init_dropout(const KernelContext& ctx) {
-  auto state = std::make_unique<DropoutState>();
-  state->ratio = ctx.node.float_attr("ratio");
-  const Node& node = ctx.node;
-  if (ctx.has_input(1)) {
-    const Value* ratio = node.operand(1);
-    if (ratio->initializer() == nullptr) {
-      return absl::UnimplementedError(
-          "the cuda Dropout kernel needs its ratio as an initializer (a constant)");
-    }
-    state->ratio = ratio->initializer()->element_as_double(0);
-  }
-  if (ctx.has_input(2)) {
-    const Value* training = node.operand(2);
-    if (training->initializer() == nullptr) {
-      return absl::UnimplementedError(
-          "the cuda Dropout kernel needs training_mode as an initializer (a constant)");
-    }
-    state->training = training->initializer()->element_as_i64(0) != 0;
-  }
-  if (state->training && !(state->ratio >= 0 && state->ratio < 1)) {
-    return absl::InvalidArgumentError(str_cat("ratio ", state->ratio, " is not in [0, 1)"));
-  }
-  return state;
-}
-
+// Dropout reads its ratio and training_mode operands on the device, so they may be graph inputs
+// that change between runs, as on the CPU.
 absl::Status dropout(const KernelContext& ctx) {
-  const auto& state = static_cast<const DropoutState&>(*ctx.state);
-  bool* mask = ctx.has_output(1) ? static_cast<bool*>(ctx.output(1).data) : nullptr;
-  const int64_t n = ctx.output(0).num_elements();
-  if (!state.training || state.ratio == 0) {
-    AMPC_RETURN_IF_ERROR(copy_input(ctx));
-    if (mask == nullptr) return absl::OkStatus();
-    return launched(launch_fill(mask, n, 1, 1, stream_of(ctx)), ctx);
+  DropoutArgs args;
+  args.default_ratio = ctx.node.float_attr("ratio");
+  if (ctx.has_input(1)) {
+    args.ratio = ctx.input(1).data;
+    args.ratio_type = elem(ctx.input(1));
   }
-  const uint64_t seed =
-      ctx.node.find_attr("seed") ? static_cast<uint64_t>(ctx.node.int_attr("seed")) : 0;
-  return launched(launch_dropout(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data, mask, n,
-                                 state.ratio, seed, ctx.exec->random_stream, stream_of(ctx)),
+  if (ctx.has_input(2)) args.training = static_cast<const bool*>(ctx.input(2).data);
+  args.seed = ctx.node.find_attr("seed") ? static_cast<uint64_t>(ctx.node.int_attr("seed")) : 0;
+  args.random_stream = ctx.exec->random_stream;
+  bool* mask = ctx.has_output(1) ? static_cast<bool*>(ctx.output(1).data) : nullptr;
+  return launched(launch_dropout(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data, mask,
+                                 ctx.output(0).num_elements(), args,
+                                 ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
                   ctx);
 }
 
@@ -224,26 +186,26 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Exp", kCudaFloatTypes, &unary<UnaryOp::kExp>);
   add(r, "Log", kCudaFloatTypes, &unary<UnaryOp::kLog>);
   add(r, "Reciprocal", kCudaFloatTypes, &unary<UnaryOp::kReciprocal>);
-  add(r, "Neg", kNumericTypes, &unary<UnaryOp::kNeg>);
-  add(r, "Abs", kNumericTypes, &unary<UnaryOp::kAbs>);
+  add(r, "Neg", kCudaNumericTypes, &unary<UnaryOp::kNeg>);
+  add(r, "Abs", kCudaNumericTypes, &unary<UnaryOp::kAbs>);
   add(r, "Not", {DType::kBool}, &unary<UnaryOp::kNot>);
-  add(r, "Clip", kNumericTypes, &unary<UnaryOp::kClip>);
+  add(r, "Clip", kCudaNumericTypes, &unary<UnaryOp::kClip>);
 
-  add(r, "Add", kNumericTypes, &binary<BinaryOp::kAdd>, 0, &init_binary);
-  add(r, "Sub", kNumericTypes, &binary<BinaryOp::kSub>, 0, &init_binary);
-  add(r, "Mul", kNumericTypes, &binary<BinaryOp::kMul>, 0, &init_binary);
-  add(r, "Div", kNumericTypes, &binary<BinaryOp::kDiv>, 0, &init_binary);
+  add(r, "Add", kCudaNumericTypes, &binary<BinaryOp::kAdd>, 0, &init_binary);
+  add(r, "Sub", kCudaNumericTypes, &binary<BinaryOp::kSub>, 0, &init_binary);
+  add(r, "Mul", kCudaNumericTypes, &binary<BinaryOp::kMul>, 0, &init_binary);
+  add(r, "Div", kCudaNumericTypes, &binary<BinaryOp::kDiv>, 0, &init_binary);
   add(r, "Pow", kCudaFloatTypes, &binary<BinaryOp::kPow>, 0, &init_pow);
-  add(r, "Min", kNumericTypes, &extremum<BinaryOp::kMin>, 0, &init_binary);
-  add(r, "Max", kNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);
-  std::vector<DType> equal_types = kNumericTypes;
+  add(r, "Min", kCudaNumericTypes, &extremum<BinaryOp::kMin>, 0, &init_binary);
+  add(r, "Max", kCudaNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);
+  std::vector<DType> equal_types = kCudaNumericTypes;
   equal_types.push_back(DType::kBool);
   // Comparisons write bool: in place only over a bool operand (the planner checks the sizes).
   add(r, "Equal", equal_types, &binary<BinaryOp::kEqual>, 0, &init_binary);
-  add(r, "Less", kNumericTypes, &binary<BinaryOp::kLess>, 0, &init_binary);
-  add(r, "Greater", kNumericTypes, &binary<BinaryOp::kGreater>, 0, &init_binary);
-  add(r, "LessOrEqual", kNumericTypes, &binary<BinaryOp::kLessOrEqual>, 0, &init_binary);
-  add(r, "GreaterOrEqual", kNumericTypes, &binary<BinaryOp::kGreaterOrEqual>, 0, &init_binary);
+  add(r, "Less", kCudaNumericTypes, &binary<BinaryOp::kLess>, 0, &init_binary);
+  add(r, "Greater", kCudaNumericTypes, &binary<BinaryOp::kGreater>, 0, &init_binary);
+  add(r, "LessOrEqual", kCudaNumericTypes, &binary<BinaryOp::kLessOrEqual>, 0, &init_binary);
+  add(r, "GreaterOrEqual", kCudaNumericTypes, &binary<BinaryOp::kGreaterOrEqual>, 0, &init_binary);
   add(r, "And", {DType::kBool}, &binary<BinaryOp::kAnd>, 0, &init_binary);
   add(r, "Or", {DType::kBool}, &binary<BinaryOp::kOr>, 0, &init_binary);
   add(r, "Xor", {DType::kBool}, &binary<BinaryOp::kXor>, 0, &init_binary);
@@ -254,7 +216,7 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   where_def.init = &init_where;
   r.add(std::move(where_def));
   add(r, "Cast", all_types, &cast);
-  add(r, "Dropout", kCudaFloatTypes, &dropout, 0, &init_dropout);
+  add(r, "Dropout", kCudaFloatTypes, &dropout);
   for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
     add(r, op, all_types, &copy_input);
   }

@@ -210,18 +210,28 @@ cudaError_t divide(Elem type, const void* a, const void* b, void* out, const Lay
   }
 }
 
-// A float base; the exponent of the base's type or f32.
+// A float base; the exponent of the base's type, f32, i64 or i32 (converted to the base's compute
+// type, as on the CPU).
 cudaError_t power(Elem type, Elem b_type, const void* a, const void* b, void* out,
                   const Layout<2>& layout, cudaStream_t stream) {
   return visit_float_elem(type, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
-    if (b_type == Elem::kF32) {
-      return launch_map2<T, float, T>(a, b, out, layout,
-                                      BinaryStore<numeric::FloatPow, T, float, T>{}, stream);
+    auto with_exponent = [&](auto exponent_tag) {
+      using E = typename decltype(exponent_tag)::type;
+      return launch_map2<T, E, T>(a, b, out, layout, BinaryStore<numeric::FloatPow, T, E, T>{},
+                                  stream);
+    };
+    switch (b_type) {
+      case Elem::kF32:
+        return with_exponent(Tag<float>{});
+      case Elem::kI64:
+        return with_exponent(Tag<int64_t>{});
+      case Elem::kI32:
+        return with_exponent(Tag<int32_t>{});
+      default:
+        if (b_type != type) return cudaErrorInvalidValue;
+        return with_exponent(Tag<T>{});
     }
-    if (b_type != type) return cudaErrorInvalidValue;
-    return launch_map2<T, T, T>(a, b, out, layout, BinaryStore<numeric::FloatPow, T, T, T>{},
-                                stream);
   });
 }
 
@@ -401,6 +411,7 @@ cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, b
                         cudaStream_t stream) {
   if (n == 0) return cudaGetLastError();
   if (from == to) {
+    if (x == y) return cudaGetLastError();  // in place: nothing to move
     return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * elem_size(from), cudaMemcpyDeviceToDevice,
                            stream);
   }
@@ -416,10 +427,41 @@ cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, b
 
 namespace {
 
+// The ratio operand, of any float type, as the double the CPU reads.
+__device__ double read_ratio(const DropoutArgs& args) {
+  if (args.ratio == nullptr) return args.default_ratio;
+  switch (args.ratio_type) {
+    case Elem::kF16:
+      return static_cast<float>(*static_cast<const Float16*>(args.ratio));
+    case Elem::kBF16:
+      return static_cast<float>(*static_cast<const BFloat16*>(args.ratio));
+    case Elem::kF64:
+      return *static_cast<const double*>(args.ratio);
+    default:
+      return *static_cast<const float*>(args.ratio);
+  }
+}
+
 template <typename T>
-__global__ void dropout_kernel(const T* x, T* y, bool* mask, int64_t n, double ratio, float scale,
-                               uint64_t seed, const uint64_t* random_stream) {
-  const uint64_t key = numeric::dropout_key(seed, *random_stream);
+__global__ void dropout_kernel(const T* x, T* y, bool* mask, int64_t n, DropoutArgs args,
+                               ErrorSink sink) {
+  const double ratio = read_ratio(args);
+  const bool training = args.training != nullptr && *args.training;
+  if (!training || ratio == 0) {
+    for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+      y[i] = x[i];
+      if (mask != nullptr) mask[i] = true;
+    }
+    return;
+  }
+  if (!(ratio > 0 && ratio < 1)) {
+    if (global_thread() == 0)
+      record_device_error(sink.error, kInvalidDropoutRatio, sink.step, 0, 0, 0);
+    return;
+  }
+  // The scale in the compute type (f32), as the CPU kernel rounds it.
+  const float scale = static_cast<float>(1.0 / (1.0 - ratio));
+  const uint64_t key = numeric::dropout_key(args.seed, *args.random_stream);
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const bool keep = numeric::dropout_keeps(key, i, ratio);
     y[i] = store<T>(load(x[i]) * (keep ? scale : 0.0f));
@@ -434,15 +476,13 @@ __global__ void fill_kernel(W* out, int64_t n, W value) {
 
 }  // namespace
 
-cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n, double ratio,
-                           uint64_t seed, const uint64_t* random_stream, cudaStream_t stream) {
+cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n,
+                           const DropoutArgs& args, ErrorSink sink, cudaStream_t stream) {
   if (n == 0) return cudaGetLastError();
-  // The scale in the compute type (f32), as the CPU kernel rounds it.
-  const float scale = static_cast<float>(1.0 / (1.0 - ratio));
   return visit_float_elem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), static_cast<T*>(y), mask, n, ratio, scale, seed, random_stream);
+    dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
+                                                           static_cast<T*>(y), mask, n, args, sink);
     return cudaGetLastError();
   });
 }

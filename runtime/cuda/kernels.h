@@ -109,7 +109,7 @@ enum class BinaryOp : uint8_t {
   kSub,
   kMul,
   kDiv,  // integer division by zero is reported through the error sink
-  kPow,  // b of `b_type`
+  kPow,  // float a; b of `b_type`: a's type, f32, i64 or i32
   kMin,
   kMax,
   kEqual,  // bool results from here on
@@ -136,10 +136,22 @@ cudaError_t launch_where(int element_bytes, const bool* cond, const void* x, con
 cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, bool saturate,
                         cudaStream_t stream);
 
-// Dropout in training: y[i] = x[i] * (kept ? scale : 0), mask[i] = kept (mask may be null), the
-// draw keyed by (seed, *random_stream) as numeric::dropout_key; `random_stream` is device memory.
-cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n, double ratio,
-                           uint64_t seed, const uint64_t* random_stream, cudaStream_t stream);
+// Dropout: in training, y[i] = x[i] * (kept ? 1/(1-ratio) : 0) with the draw keyed by
+// (seed, *random_stream) as numeric::dropout_key; otherwise (no training flag, a false one, or
+// ratio 0) y = x and every mask element true. `ratio` (one element of `ratio_type`, or null for
+// `default_ratio`), `training` (one bool, or null: inference) and `random_stream` are device
+// memory, read by the kernel, so they may change between runs. A ratio outside [0, 1) in
+// training is recorded in the error sink. `mask` may be null.
+struct DropoutArgs {
+  const void* ratio = nullptr;
+  Elem ratio_type = Elem::kF32;
+  double default_ratio = 0.5;
+  const bool* training = nullptr;
+  uint64_t seed = 0;
+  const uint64_t* random_stream = nullptr;
+};
+cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n,
+                           const DropoutArgs& args, ErrorSink sink, cudaStream_t stream);
 
 // Fills n elements of `element_bytes` bytes with the bytes of `value` (at most 8).
 cudaError_t launch_fill(void* out, int64_t n, int element_bytes, uint64_t value,

@@ -52,10 +52,6 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_average_pool(const KernelConte
   return state;
 }
 
-absl::Status launched(cudaError_t code, const KernelContext& ctx) {
-  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
-}
-
 absl::Status max_pool(const KernelContext& ctx) {
   const auto& state = static_cast<const PoolState&>(*ctx.state);
   int64_t* indices = ctx.has_output(1) ? static_cast<int64_t*>(ctx.output(1).data) : nullptr;

@@ -15,32 +15,6 @@
 namespace ampc::runtime::cuda {
 namespace {
 
-const std::vector<DType> kNumericTypes = {DType::kF32, DType::kF16, DType::kBF16, DType::kI64,
-                                          DType::kI32};
-
-Elem elem(const TensorArg& arg) { return *elem_of(arg.dtype()); }
-
-absl::Status launched(cudaError_t code, const KernelContext& ctx) {
-  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
-}
-
-int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback) {
-  const AttrValue* value = node.find_attr(name);
-  return value == nullptr ? fallback : std::get<int64_t>(*value);
-}
-
-// The values of operand `index`, which must be an initializer (read once, at load).
-absl::StatusOr<const Tensor*> constant_operand(const KernelContext& ctx, int index,
-                                               std::string_view what) {
-  const Value* operand = ctx.node.operand(index);
-  const Tensor* value = operand->initializer();
-  if (value == nullptr || !value->has_data()) {
-    return absl::UnimplementedError(str_cat("the cuda ", ctx.node.op_type(), " kernel needs its ",
-                                            what, " as an initializer (a constant)"));
-  }
-  return value;
-}
-
 absl::Status axis_out_of_range(int64_t axis, int64_t rank) {
   return absl::InvalidArgumentError(str_cat("axis ", axis, " is out of range for rank ", rank,
                                             " (expected [", -rank, ", ", rank - 1, "])"));
@@ -235,13 +209,13 @@ void add(KernelRegistry& r, std::string op, std::vector<DType> dtypes, KernelFn 
 }
 
 void register_cuda_reduce_kernels(KernelRegistry& r) {
-  add(r, "ReduceSum", kNumericTypes, &reduce<ReduceOp::kSum>, &init_reduce);
-  add(r, "ReduceMean", kNumericTypes, &reduce<ReduceOp::kMean>, &init_reduce);
-  add(r, "ReduceMax", kNumericTypes, &reduce<ReduceOp::kMax>, &init_reduce);
+  add(r, "ReduceSum", kCudaNumericTypes, &reduce<ReduceOp::kSum>, &init_reduce);
+  add(r, "ReduceMean", kCudaNumericTypes, &reduce<ReduceOp::kMean>, &init_reduce);
+  add(r, "ReduceMax", kCudaNumericTypes, &reduce<ReduceOp::kMax>, &init_reduce);
   add(r, "GlobalAveragePool", kCudaFloatTypes, &reduce<ReduceOp::kMean>, &init_global_average_pool);
-  add(r, "ArgMax", kNumericTypes, &arg_reduce<true>, &init_arg_reduce);
-  add(r, "ArgMin", kNumericTypes, &arg_reduce<false>, &init_arg_reduce);
-  add(r, "CumSum", kNumericTypes, &cumsum, &init_cumsum);
+  add(r, "ArgMax", kCudaNumericTypes, &arg_reduce<true>, &init_arg_reduce);
+  add(r, "ArgMin", kCudaNumericTypes, &arg_reduce<false>, &init_arg_reduce);
+  add(r, "CumSum", kCudaNumericTypes, &cumsum, &init_cumsum);
 }
 
 static KernelRegistration kRegistration(&register_cuda_reduce_kernels);

@@ -13,12 +13,6 @@
 namespace ampc::runtime::cuda {
 namespace {
 
-Elem elem(const TensorArg& arg) { return *elem_of(arg.dtype()); }
-
-absl::Status launched(cudaError_t code, const KernelContext& ctx) {
-  return cuda_status(code, str_cat("launching the ", ctx.node.op_type(), " kernel"));
-}
-
 // ---- Softmax, LogSoftmax -------------------------------------------------------------------
 
 struct SoftmaxState : KernelState {

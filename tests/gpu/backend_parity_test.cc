@@ -12,15 +12,14 @@
 //     the output's scale (K the longest input, a bound on the reduction length), plus one unit of
 //     the output dtype.
 #include <cmath>
-#include <random>
 #include <set>
 
 #include "compiler/op_def.h"
-#include "compiler/shape_inference.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/interpreter.h"
 #include "runtime/kernel.h"
+#include "tests/op_sample_graph.h"
 #include "tests/test_util.h"
 
 namespace ampc {
@@ -48,78 +47,6 @@ Contract contract_of(const std::string& op) {
   if (transcendental.contains(op)) return Contract::kTranscendental;
   if (accumulating.contains(op)) return Contract::kAccumulating;
   return Contract::kExact;
-}
-
-// Inputs inside each op's domain: positive for Log, Sqrt, Reciprocal and a Pow base; divisors away
-// from 0; everything else in [-2, 2]. Indices and labels 0 or 1 (valid for any axis of size 2).
-Tensor random_input(const TensorType& type, const std::string& op, int input, std::mt19937& rng) {
-  Tensor t(type);
-  if (type.dtype == DType::kBool) {
-    std::bernoulli_distribution coin(0.5);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.set_element_i64(i, coin(rng));
-    return t;
-  }
-  if (!is_float(type.dtype)) {
-    std::uniform_int_distribution<int> pick(0, 1);
-    for (int64_t i = 0; i < t.num_elements(); ++i) t.set_element_i64(i, pick(rng));
-    return t;
-  }
-  static const std::set<std::string> positive = {"Log", "Sqrt", "Reciprocal", "Pow"};
-  std::uniform_real_distribution<double> uniform(-2.0, 2.0);
-  std::uniform_real_distribution<double> magnitude(0.5, 2.0);
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    double x = uniform(rng);
-    if (positive.contains(op) && input == 0) x = magnitude(rng);
-    if (op == "Div" && input == 1) x = std::copysign(magnitude(rng), x);
-    t.set_element(i, x);  // rounds to the dtype
-  }
-  return t;
-}
-
-struct Built {
-  std::unique_ptr<Graph> graph;
-  std::vector<Tensor> inputs;
-};
-
-// The sample as a one-node graph whose f32 operands are `dtype` (but the op's fp32 operands);
-// null graph when the op does not take those types.
-Built build(const OpDef& def, const OpSample& sample, DType dtype, std::mt19937& rng) {
-  Built built{std::make_unique<Graph>("parity"), {}};
-  Graph& graph = *built.graph;
-  graph.set_opset("", std::max<int64_t>(def.since_opset, kDefaultOnnxOpset));
-  const std::vector<int>& pinned = def.autocast.fp32_operands;
-  std::vector<Value*> operands;
-  for (size_t i = 0; i < sample.inputs.size(); ++i) {
-    const bool keep_f32 =
-        std::find(pinned.begin(), pinned.end(), static_cast<int>(i)) != pinned.end();
-    const Tensor* constant = nullptr;
-    for (const auto& [index, value] : sample.constant_inputs) {
-      if (index == static_cast<int>(i)) constant = &value;
-    }
-    if (constant != nullptr) {
-      Tensor value = *constant;
-      if (value.dtype() == DType::kF32 && !keep_f32) {
-        value = Tensor::from_doubles(dtype, value.shape(), value.to_double_vector());
-      }
-      operands.push_back(graph.add_initializer(str_cat("const", i), value));
-      continue;
-    }
-    TensorType type = sample.inputs[i];
-    if (type.dtype == DType::kF32 && !keep_f32) type.dtype = dtype;
-    operands.push_back(graph.add_input(str_cat("in", i), type));
-    built.inputs.push_back(random_input(type, def.name, static_cast<int>(i), rng));
-  }
-  // The stated types as placeholders; inference rewrites them for the dtype.
-  std::vector<std::optional<TensorType>> outputs(sample.outputs.begin(), sample.outputs.end());
-  Node* node = graph.create_node(def.domain, def.name, operands, outputs, sample.attrs);
-  if (!infer_graph_types(graph).ok()) {
-    built.graph = nullptr;
-    return built;
-  }
-  for (int k = 0; k < node->num_outputs(); ++k) {
-    if (node->has_output(k)) graph.add_output(node->output(k));
-  }
-  return built;
 }
 
 // One unit in the last place of `dtype` at |x|.
@@ -180,7 +107,7 @@ TEST(BackendParity, EveryOpSampleRunsOnCudaAsOnTheCpu) {
       for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
         const std::string what =
             str_cat(def->name, " sample '", sample.name, "' in ", dtype_name(dtype));
-        Built built = build(*def, sample, dtype, rng);
+        testing::SampleGraph built = testing::sample_graph(*def, sample, dtype, rng);
         if (built.graph == nullptr) continue;
         const Node& node = *built.graph->nodes().front();
         if (!runtime::KernelRegistry::global().resolve(node, runtime::Device::kCpu).ok()) {
