@@ -2,6 +2,7 @@
 // a model whether every op it uses runs on the device they want, and in which element types.
 #include "tools/ops_command.h"
 
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <set>
@@ -135,6 +136,11 @@ CLI::App* add_ops_command(CLI::App& app, OpsFlags& flags) {
 int run_ops_command(const OpsFlags& flags) {
   std::vector<runtime::Device> devices = {runtime::Device::kCpu, runtime::Device::kCuda};
   if (!flags.device.empty()) devices = {*runtime::parse_device(flags.device)};
+#if !defined(AMPC_HAVE_CUDA)
+  if (std::find(devices.begin(), devices.end(), runtime::Device::kCuda) != devices.end()) {
+    std::cerr << "ampc: warning: this ampc was built without CUDA: it has no cuda kernels\n";
+  }
+#endif
   const std::vector<OpRow> rows = collect(devices);
   if (flags.format == "json") {
     print_json(rows);
