@@ -17,7 +17,8 @@
 
 namespace ampc::testing {
 
-// The repository root and ONNX's node test data folder.
+// The repository root and ONNX's node test data folder (the environment variable
+// AMPC_ONNX_TEST_DATA_DIR, when set, replaces the folder found at configure time).
 std::string source_path(std::string_view relative);
 std::string onnx_test_data_path(std::string_view relative);
 

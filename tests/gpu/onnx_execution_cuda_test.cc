@@ -12,6 +12,10 @@ namespace fs = std::filesystem;
 
 TEST(OnnxExecutionCuda, CasesThatPassOnTheCpuPassOnCuda) {
   if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  ASSERT_TRUE(fs::is_directory(testing::onnx_test_data_path("node")))
+      << "no ONNX node test data at " << testing::onnx_test_data_path("node")
+      << ": set AMPC_ONNX_TEST_DATA_DIR to a copy of Debian's libonnx-testdata folder "
+         "(/usr/include/onnx/backend/test/data)";
   const std::set<std::string> expected =
       testing::read_case_list("tests/onnx_execution_expected.txt");
   const std::set<std::string> known_failures =
