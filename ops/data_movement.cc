@@ -13,7 +13,6 @@
 #include "ops/op_util.h"
 
 namespace ampc::ops {
-namespace {
 
 // ---- Transpose --------------------------------------------------------------------------------
 
@@ -37,6 +36,8 @@ absl::StatusOr<std::vector<int64_t>> permutation(const Node& node, size_t rank) 
   }
   return perm;
 }
+
+namespace {
 
 absl::Status infer_transpose(InferenceContext& ctx) {
   const Shape& in = ctx.input_type(0).shape;

@@ -97,6 +97,14 @@ absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t ran
 // index may have more leading dims than the shape).
 int64_t broadcast_offset(const std::vector<int64_t>& index, const Shape& shape);
 
+// A Transpose node's permutation (the default reverses the dims); an error naming `perm` when it
+// is not a permutation of `rank` dims.
+absl::StatusOr<std::vector<int64_t>> permutation(const Node& node, size_t rank);
+
+// The [start, end) range of dims a Shape node reports (opset 15 attributes; absent before, which
+// reads as the whole shape): negative values count from the back, then both clamp to [0, rank].
+std::pair<int64_t, int64_t> shape_range(const Node& node, int64_t rank);
+
 // A Constant node's value from whichever of value, value_float(s), value_int(s) it has; an error
 // unless it has exactly one (strings have no ampc dtype). Its fold and every backend's kernel
 // read it here.

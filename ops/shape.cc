@@ -15,6 +15,18 @@
 #include "ops/op_util.h"
 
 namespace ampc::ops {
+
+// The [start, end) range of dims Shape reports (opset 15 attributes; absent before, which reads
+// as the whole shape): negative values count from the back, then both clamp to [0, rank].
+std::pair<int64_t, int64_t> shape_range(const Node& node, int64_t rank) {
+  auto clamp = [rank](int64_t axis) {
+    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
+  };
+  const int64_t start = clamp(node.int_attr("start"));
+  const int64_t end = node.find_attr("end") ? clamp(node.int_attr("end")) : rank;
+  return {start, std::max(start, end)};
+}
+
 namespace {
 
 absl::Status expect_rank(const InferenceContext& ctx, int i, std::string_view name, size_t rank) {
@@ -35,17 +47,6 @@ absl::StatusOr<std::vector<Tensor>> fold_view(const FoldContext& ctx) {
 }
 
 // ---- Shape ------------------------------------------------------------------------------------
-
-// The [start, end) range of dims Shape reports (opset 15 attributes; absent before, which reads
-// as the whole shape): negative values count from the back, then both clamp to [0, rank].
-std::pair<int64_t, int64_t> shape_range(const Node& node, int64_t rank) {
-  auto clamp = [rank](int64_t axis) {
-    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
-  };
-  const int64_t start = clamp(node.int_attr("start"));
-  const int64_t end = node.find_attr("end") ? clamp(node.int_attr("end")) : rank;
-  return {start, std::max(start, end)};
-}
 
 absl::Status infer_shape(InferenceContext& ctx) {
   const auto [start, end] = shape_range(ctx.node(), ctx.input_type(0).shape.size());

@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
 
@@ -212,18 +213,13 @@ void tiled_transpose(const Word* in, const std::vector<int64_t>& in_strides, con
   });
 }
 
-// Output dim d walks input dim perm[d] (default: the dims reversed).
+// Output dim d walks input dim perm[d] (ops::permutation: default the dims reversed).
 template <typename Word>
 absl::Status transpose_kernel(const KernelContext& ctx) {
   const Shape& in_shape = ctx.input(0).shape();
   const Shape& out_shape = ctx.output(0).shape();
   const int rank = static_cast<int>(in_shape.size());
-  std::vector<int64_t> perm(rank);
-  if (ctx.node.find_attr("perm")) {
-    perm = ctx.node.ints_attr("perm");
-  } else {
-    for (int d = 0; d < rank; ++d) perm[d] = rank - 1 - d;
-  }
+  AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> perm, ops::permutation(ctx.node, rank));
   const std::vector<int64_t> strides = strides_of(in_shape);
   std::vector<int64_t> in_strides(rank);
   for (int d = 0; d < rank; ++d) in_strides[d] = strides[perm[d]];

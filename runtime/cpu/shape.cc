@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/numeric.h"
 
@@ -45,18 +46,12 @@ absl::Status view_kernel(const KernelContext& ctx) {
 
 // ---- Shape ------------------------------------------------------------------------------------
 
-// Dims [start, end) of the input's shape (opset 15; absent attributes mean the whole shape);
-// negative values count from the back, then both clamp to [0, rank], as inference does.
+// Dims [start, end) of the input's shape, as inference reads them (ops::shape_range).
 absl::Status shape_kernel(const KernelContext& ctx) {
   const Shape& shape = ctx.input(0).shape();
-  const int64_t rank = shape.size();
-  auto clamp = [rank](int64_t axis) {
-    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
-  };
-  const int64_t start = clamp(ctx.node.int_attr("start"));
-  const int64_t end = ctx.node.find_attr("end") ? clamp(ctx.node.int_attr("end")) : rank;
+  const auto [start, end] = ops::shape_range(ctx.node, static_cast<int64_t>(shape.size()));
   std::span<int64_t> out = ctx.output(0).out<int64_t>();
-  AMPC_CHECK(static_cast<int64_t>(out.size()) == std::max<int64_t>(end - start, 0));
+  AMPC_CHECK(static_cast<int64_t>(out.size()) == end - start);
   std::copy(shape.begin() + start, shape.begin() + start + out.size(), out.begin());
   return absl::OkStatus();
 }

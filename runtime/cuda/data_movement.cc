@@ -162,16 +162,11 @@ absl::Status run_moves(const KernelContext& ctx) {
 
 // ---- Transpose, Slice, Expand, Tile, Pad ------------------------------------------------------
 
-// Output dim d walks input dim perm[d] (default: the dims reversed).
+// Output dim d walks input dim perm[d] (ops::permutation: default the dims reversed).
 absl::StatusOr<std::unique_ptr<KernelState>> init_transpose(const KernelContext& ctx) {
   const Shape& in_shape = ctx.input(0).shape();
   const int rank = static_cast<int>(in_shape.size());
-  std::vector<int64_t> perm(rank);
-  if (ctx.node.find_attr("perm")) {
-    perm = ctx.node.ints_attr("perm");
-  } else {
-    for (int d = 0; d < rank; ++d) perm[d] = rank - 1 - d;
-  }
+  AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> perm, ops::permutation(ctx.node, rank));
   const std::vector<int64_t> strides = row_major_strides(in_shape);
   std::vector<int64_t> in_strides(rank);
   for (int d = 0; d < rank; ++d) in_strides[d] = strides[perm[d]];
@@ -445,17 +440,11 @@ absl::Status copy_host_bytes(const KernelContext& ctx) {
                      str_cat("cudaMemcpyAsync for ", ctx.node.op_type()));
 }
 
-// Dims [start, end) of the input's static shape; negative values count from the back, then
-// both clamp to [0, rank], as runtime/cpu/shape.cc does.
+// Dims [start, end) of the input's static shape, as inference reads them (ops::shape_range).
 absl::StatusOr<std::unique_ptr<KernelState>> init_shape(const KernelContext& ctx) {
   const Shape& shape = ctx.input(0).shape();
-  const int64_t rank = shape.size();
-  auto clamp = [rank](int64_t axis) {
-    return std::clamp<int64_t>(axis < 0 ? axis + rank : axis, 0, rank);
-  };
-  const int64_t start = clamp(ctx.node.int_attr("start"));
-  const int64_t end = ctx.node.find_attr("end") ? clamp(ctx.node.int_attr("end")) : rank;
-  const std::vector<int64_t> dims(shape.begin() + start, shape.begin() + std::max(start, end));
+  const auto [start, end] = ops::shape_range(ctx.node, static_cast<int64_t>(shape.size()));
+  const std::vector<int64_t> dims(shape.begin() + start, shape.begin() + end);
   AMPC_CHECK(static_cast<int64_t>(dims.size()) == ctx.output(0).num_elements());
   return host_bytes_state(dims.data(), ctx.output(0).byte_size());
 }
