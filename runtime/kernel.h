@@ -110,8 +110,8 @@ struct KernelDef {
   KernelFn fn = nullptr;
   WorkspaceFn workspace_bytes = nullptr;
   // An operand whose buffer output 0 may take over when the node is that operand's last reader
-  // and both have the same byte size (element-wise ops, reshapes). -1: never. The kernel must
-  // then be correct when the two pointers are equal.
+  // and both have the same element count and byte size (element-wise ops, reshapes). -1: never.
+  // The kernel must then be correct when the two pointers are equal.
   int in_place_operand = -1;
   // Optional: per-node state made once at load (see KernelInitFn).
   KernelInitFn init = nullptr;

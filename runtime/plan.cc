@@ -92,10 +92,15 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
       int b = -1;
       if (i == 0 && options.reuse_memory && kernel->in_place_operand >= 0 &&
           node->has_operand(kernel->in_place_operand)) {
-        const int candidate = plan->buffer_of(node->operand(kernel->in_place_operand));
+        const Value* operand = node->operand(kernel->in_place_operand);
+        const int candidate = plan->buffer_of(operand);
         const Buffer& reused = plan->buffers_[candidate];
+        // Element i of the output may replace element i of the operand only: a broadcast operand
+        // of the output's byte size (f32[3,1,5] under bool[3,4,5]) would be overwritten before it
+        // is read, so the element counts must agree too.
         if (reused.arena == ArenaKind::kActivations && reused.last_step == step &&
-            reused.first_step >= 0 && reused.bytes == output->type().byte_size()) {
+            reused.first_step >= 0 && reused.bytes == output->type().byte_size() &&
+            operand->type().num_elements() == output->type().num_elements()) {
           b = candidate;
           plan->buffers_[b].values.push_back(output);
           plan->buffer_of_[output] = b;

@@ -200,7 +200,8 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Max", kCudaNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);
   std::vector<DType> equal_types = kCudaNumericTypes;
   equal_types.push_back(DType::kBool);
-  // Comparisons write bool: in place only over a bool operand (the planner checks the sizes).
+  // Comparisons write bool: in place only over a bool operand of the output's shape (the
+  // planner requires equal element counts and byte sizes).
   add(r, "Equal", equal_types, &binary<BinaryOp::kEqual>, 0, &init_binary);
   add(r, "Less", kCudaNumericTypes, &binary<BinaryOp::kLess>, 0, &init_binary);
   add(r, "Greater", kCudaNumericTypes, &binary<BinaryOp::kGreater>, 0, &init_binary);

@@ -3,6 +3,7 @@
 
 #include "compiler/op_def.h"
 #include "gtest/gtest.h"
+#include "runtime/interpreter.h"
 #include "runtime/npy.h"
 #include "runtime/session.h"
 #include "tests/test_util.h"
@@ -60,6 +61,39 @@ TEST(Plan, ElementwiseNodeWritesOverTheOperandItLastReads) {
   EXPECT_EQ(plan->buffer_of(value("c")), plan->buffer_of(value("d")));
   EXPECT_NE(plan->buffer_of(value("b")), plan->buffer_of(value("c")));
   EXPECT_TRUE(live_buffers_are_disjoint(*plan));
+}
+
+// Less(f32[3,1,5], f32[3,4,5]) writes bool[3,4,5]: 60 bytes, like its broadcast operand 0. Taking
+// that operand's buffer would overwrite elements later output elements still read; the planner
+// must not, and the planned run equals the unplanned one.
+TEST(Plan, ABroadcastOperandOfTheOutputsByteSizeIsNotOverwritten) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+graph g(%x: f32[3,1,5], %y: f32[3,4,5]) {
+  %r = Relu(%x) : f32[3,1,5]
+  %c = Less(%r, %y) : bool[3,4,5]
+  return %c
+})");
+  ASSERT_NE(graph, nullptr);
+  std::unique_ptr<Plan> plan = plan_for(*graph);
+  ASSERT_NE(plan, nullptr);
+  const Node& relu = *graph->nodes().front();
+  const Node& less = *graph->nodes().back();
+  EXPECT_NE(plan->buffer_of(relu.output(0)), plan->buffer_of(less.output(0)));
+
+  std::vector<float> x(15), y(60);
+  for (int i = 0; i < 15; ++i) x[i] = static_cast<float>(i % 4) - 1.5f;
+  for (int i = 0; i < 60; ++i) y[i] = static_cast<float>(i % 7) * 0.5f - 1.0f;
+  const std::vector<Tensor> inputs = {Tensor::from_f32({3, 1, 5}, x),
+                                      Tensor::from_f32({3, 4, 5}, y)};
+  absl::StatusOr<std::vector<Tensor>> want = interpret_graph(*graph, inputs);
+  ASSERT_TRUE(want.ok()) << want.status();
+  absl::StatusOr<std::unique_ptr<InferenceSession>> session =
+      InferenceSession::create(graph->clone());
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<std::map<std::string, Tensor>> got =
+      (*session)->run({{"x", inputs[0]}, {"y", inputs[1]}});
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->at("c"), (*want)[0]);
 }
 
 TEST(Plan, BuffersWithDisjointLifetimesShareMemory) {
