@@ -74,7 +74,7 @@ std::string onnx_dtype_name(int onnx_code) {
       "UNDEFINED",      "FLOAT",      "UINT8",          "INT8",       "UINT16",   "INT16",
       "INT32",          "INT64",      "STRING",         "BOOL",       "FLOAT16",  "DOUBLE",
       "UINT32",         "UINT64",     "COMPLEX64",      "COMPLEX128", "BFLOAT16", "FLOAT8E4M3FN",
-      "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",      "INT4"};
+      "FLOAT8E4M3FNUZ", "FLOAT8E5M2", "FLOAT8E5M2FNUZ", "UINT4",      "INT4",     "FLOAT4E2M1"};
   if (onnx_code >= 0 && onnx_code < static_cast<int>(std::size(kNames))) {
     return std::string(kNames[onnx_code]);
   }

@@ -4,17 +4,21 @@
 // attribute, wrong data size, dangling name, dynamic dim) becomes a Status that names the file
 // and the node or value, never a check failure. Output types come from the ops' inference, run
 // node by node with one TypePropagator so that shape arithmetic resolves as nodes arrive.
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
+#include "compiler/onnx_lowering.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
@@ -57,6 +61,47 @@ std::string opset_ranges(const std::vector<const OpDef*>& defs) {
 }
 
 // The ONNX attribute type of `attr`; very old files leave `type` unset and only fill a field.
+// Edit distance between `a` and `b`, ignoring case, less half their common prefix: ops of one
+// family share a prefix (ReduceLogSumExp, ReduceSum).
+double name_distance(std::string_view a, std::string_view b) {
+  const auto lower = [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  };
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min(
+          {row[j] + 1, row[j - 1] + 1, diagonal + (lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  size_t prefix = 0;
+  while (prefix < a.size() && prefix < b.size() && lower(a[prefix]) == lower(b[prefix])) ++prefix;
+  return static_cast<double>(row[b.size()]) - 0.5 * static_cast<double>(prefix);
+}
+
+// The five ops of `domain` ampc supports (registered or lowered at import) whose names are
+// nearest to `op_type`, nearest first.
+std::vector<std::string> nearest_op_names(const std::string& domain, const std::string& op_type) {
+  std::set<std::string> names;
+  for (const OpDef* def : OpRegistry::global().all()) {
+    if (def->domain == domain) names.insert(def->name);
+  }
+  if (domain.empty()) {
+    for (std::string& name : onnx_io::ops_lowered_at_import()) names.insert(std::move(name));
+  }
+  std::vector<std::pair<double, std::string>> ranked;
+  for (const std::string& name : names) ranked.emplace_back(name_distance(op_type, name), name);
+  std::sort(ranked.begin(), ranked.end());
+  std::vector<std::string> nearest;
+  for (size_t i = 0; i < ranked.size() && i < 5; ++i) nearest.push_back(ranked[i].second);
+  return nearest;
+}
+
 onnx::AttributeProto::AttributeType onnx_attr_type(const onnx::AttributeProto& attr) {
   if (attr.type() != onnx::AttributeProto::UNDEFINED) return attr.type();
   if (attr.has_f()) return onnx::AttributeProto::FLOAT;
@@ -114,7 +159,7 @@ std::string shape_flag_hint(const std::string& name, const std::vector<InputDim>
 // Written by the exporter on initializers that are program constants (Value::is_constant).
 constexpr std::string_view kConstantDoc = "ampc: constant";
 
-class Importer {
+class Importer : public onnx_io::ImportSink {
  public:
   // `outer`: the graph whose initializers this one may read by name (the eval graph, when
   // importing the training step); each one read is copied in, so the result stands alone.
@@ -131,7 +176,15 @@ class Importer {
     AMPC_RETURN_IF_ERROR(import_opsets(model));
     AMPC_RETURN_IF_ERROR(import_initializers(graph));
     AMPC_RETURN_IF_ERROR(import_inputs(graph));
-    for (const onnx::NodeProto& node : graph.node()) AMPC_RETURN_IF_ERROR(import_node(node));
+    if (model.functions_size() == 0) {
+      for (const onnx::NodeProto& node : graph.node()) AMPC_RETURN_IF_ERROR(import_node(node));
+    } else {
+      std::map<std::string, int64_t, std::less<>> opsets = graph_->opset_imports();
+      AMPC_ASSIGN_OR_RETURN(std::vector<onnx::NodeProto> nodes,
+                            onnx_io::inline_functions(model, graph, opsets));
+      for (const auto& [domain, version] : opsets) graph_->set_opset(domain, version);
+      for (const onnx::NodeProto& node : nodes) AMPC_RETURN_IF_ERROR(import_node(node));
+    }
     AMPC_RETURN_IF_ERROR(import_outputs(graph));
     AMPC_RETURN_IF_ERROR(verify(*graph_));
     return std::move(graph_);
@@ -308,7 +361,9 @@ class Importer {
           str_cat(what, "; ampc has no ops in domain '", domain_label(domain),
                   "' (ai.onnx ops: ", registry.supported_names(""), ")"));
     }
-    return absl::UnimplementedError(str_cat(what, "; supported ops: ", supported));
+    const std::vector<std::string> nearest = nearest_op_names(domain, proto.op_type());
+    return absl::UnimplementedError(str_cat(what, "; the nearest ops ampc supports: ",
+                                            str_join(nearest, ", "), " (`ampc ops` lists all)"));
   }
 
   absl::StatusOr<AttrValue> attr_value(const onnx::AttributeProto& attr, const AttrSpec& spec,
@@ -388,6 +443,12 @@ class Importer {
         continue;
       }
       Value* value = find_value(name);
+      if (value == nullptr && lowering_.is_sequence(name)) {
+        return absl::UnimplementedError(
+            str_cat(label, " reads sequence '", name, "' (defined by ", lowering_.defined_by(name),
+                    "); ampc lowers sequences to tensors at import, so only ",
+                    str_join(onnx_io::ops_lowered_at_import(), ", "), " may read one"));
+      }
       if (value == nullptr) {
         return invalid(str_cat(label, " reads value '", name,
                                "', which is not defined before it (ONNX requires nodes in "
@@ -403,30 +464,48 @@ class Importer {
   absl::Status import_node(const onnx::NodeProto& proto) {
     const std::string label = describe_proto(proto);
     const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
+    if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
+      return lowering_.lower(proto, label, *this);
+    }
     AMPC_ASSIGN_OR_RETURN(const OpDef* def, find_def(proto, domain, label));
     AMPC_ASSIGN_OR_RETURN(Attributes attrs, import_attrs(proto, *def, label));
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));
-    int num_outputs = proto.output_size();
-    while (num_outputs > 0 && proto.output(num_outputs - 1).empty()) --num_outputs;
+    std::vector<std::string> output_names(proto.output().begin(), proto.output().end());
+    std::string doc = proto.doc_string();
+    std::optional<PrecisionDecision> decision = onnx_io::take_precision_line(doc);
+    AMPC_ASSIGN_OR_RETURN(Node * node,
+                          add_node(domain, proto.op_type(), std::move(operands), std::move(attrs),
+                                   output_names, proto.name(), label));
+    AMPC_CHECK(node->def() == def);
+    if (decision) node->mutable_precision() = *std::move(decision);
+    node->set_doc_string(std::move(doc));
+    return absl::OkStatus();
+  }
+
+  bool domain_listed(const std::string& domain) const {
+    return graph_->opset_imports().contains(domain);
+  }
+
+  // Creates a node and binds its outputs to `output_names` ("" for an output not produced),
+  // then infers their types.
+  absl::StatusOr<Node*> add_node(const std::string& domain, std::string_view op_type,
+                                 std::vector<Value*> operands, Attributes attrs,
+                                 const std::vector<std::string>& output_names,
+                                 const std::string& node_name, const std::string& label) {
+    int num_outputs = static_cast<int>(output_names.size());
+    while (num_outputs > 0 && output_names[num_outputs - 1].empty()) --num_outputs;
     // Placeholder types: the real ones come from inference once the node exists.
     std::vector<std::optional<TensorType>> placeholders;
     for (int i = 0; i < num_outputs; ++i) {
-      placeholders.push_back(proto.output(i).empty() ? std::nullopt
+      placeholders.push_back(output_names[i].empty() ? std::nullopt
                                                      : std::optional<TensorType>(TensorType{}));
     }
-    Node* node =
-        graph_->create_node(domain, proto.op_type(), operands, placeholders, std::move(attrs));
-    AMPC_CHECK(node->def() == def);
-    node->set_name(proto.name());
-    std::string doc = proto.doc_string();
-    if (std::optional<PrecisionDecision> decision = onnx_io::take_precision_line(doc)) {
-      node->mutable_precision() = *std::move(decision);
-    }
-    node->set_doc_string(std::move(doc));
+    Node* node = graph_->create_node(domain, op_type, operands, placeholders, std::move(attrs));
+    node->set_name(node_name);
     for (int i = 0; i < num_outputs; ++i) {
       if (!node->has_output(i)) continue;
-      node->output(i)->set_name(proto.output(i));
-      AMPC_RETURN_IF_ERROR(define(proto.output(i), node->output(i), label));
+      node->output(i)->set_name(output_names[i]);
+      AMPC_RETURN_IF_ERROR(define(output_names[i], node->output(i), label));
     }
     AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator_.visit(*node));
     for (int i = 0; i < num_outputs; ++i) {
@@ -434,13 +513,46 @@ class Importer {
       // Shapes computed from values in the file (Expand, ConstantOfShape) can be absurd; later
       // stages multiply dims, so their sizes must not overflow.
       if (!onnx_io::checked_num_elements(types[i]->shape)) {
-        return invalid(str_cat(label, ": output ", i, " ('", proto.output(i),
+        return invalid(str_cat(label, ": output ", i, " ('", output_names[i],
                                "') would have shape ", shape_to_string(types[i]->shape),
                                ", which is too large"));
       }
       node->output(i)->set_type(*types[i]);
     }
-    return absl::OkStatus();
+    return node;
+  }
+
+  // ---- onnx_io::ImportSink, for the ops lowered at import ----
+
+  Value* tensor(const std::string& name) override { return find_value(name); }
+
+  const Tensor* known_value(const Value* value) override {
+    if (value->kind() == Value::Kind::kInitializer) return value->initializer();
+    return propagator_.known_value(value);
+  }
+
+  absl::StatusOr<std::vector<Value*>> emit(std::string_view op_type, std::vector<Value*> operands,
+                                           Attributes attrs,
+                                           const std::vector<std::string>& output_names,
+                                           const std::string& node_name) override {
+    const std::string label = str_cat("node '", node_name, "' (lowered to ", op_type, ")");
+    if (OpRegistry::global().find("", op_type, graph_->opset("")) == nullptr) {
+      return absl::UnimplementedError(
+          str_cat(label, ": ", op_type, " is not supported at opset ", graph_->opset("")));
+    }
+    AMPC_ASSIGN_OR_RETURN(Node * node, add_node("", op_type, std::move(operands), std::move(attrs),
+                                                output_names, node_name, label));
+    std::vector<Value*> outputs;
+    for (int i = 0; i < node->num_outputs(); ++i) outputs.push_back(node->output(i));
+    return outputs;
+  }
+
+  std::string fresh_name(std::string_view hint) override {
+    std::string name(hint);
+    for (int n = 1; values_.contains(name) || lowering_.is_sequence(name); ++n) {
+      name = str_cat(hint, "_", n);
+    }
+    return name;
   }
 
   absl::Status import_outputs(const onnx::GraphProto& graph) {
@@ -448,6 +560,11 @@ class Importer {
       const std::string& name = graph.output(i).name();
       if (name.empty()) return invalid(str_cat("graph output #", i, " has no name"));
       Value* value = find_value(name);
+      if (value == nullptr && lowering_.is_sequence(name)) {
+        return absl::UnimplementedError(str_cat("graph output '", name, "' is a sequence (from ",
+                                                lowering_.defined_by(name),
+                                                "); ampc supports tensor outputs only"));
+      }
       if (value == nullptr) {
         return invalid(
             str_cat("graph output '", name, "' is not produced by any node, input or initializer"));
@@ -483,6 +600,7 @@ class Importer {
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
+  onnx_io::SequenceLowering lowering_;
 };
 
 absl::Status not_a_model(std::string_view source, std::string_view why) {
@@ -547,6 +665,7 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
   }
   if (model.ir_version() <= 0)
     return not_a_model(source, str_cat("ir_version ", model.ir_version()));
+
   if (!model.has_graph()) return not_a_model(source, "no graph");
   if (model.opset_import_size() == 0) return not_a_model(source, "no opset_import");
   Importer importer(options, base_dir.string());

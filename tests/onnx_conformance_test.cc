@@ -114,7 +114,9 @@ absl::Status check_case(const fs::path& dir, const onnx::ModelProto& model, bool
   } catch (const std::exception& e) {
     return absl::InternalError(str_cat("ONNX checker rejects the export: ", e.what()));
   }
-  absl::StatusOr<std::unique_ptr<Graph>> reimported = import_onnx_bytes(bytes, "export", options);
+  // A case compiled for its input values has no data inputs left to fix shapes of.
+  absl::StatusOr<std::unique_ptr<Graph>> reimported =
+      import_onnx_bytes(bytes, "export", *bound ? ImportOptions{} : options);
   if (!reimported.ok()) {
     return absl::InternalError(str_cat("export does not import: ", reimported.status().message()));
   }
@@ -138,7 +140,7 @@ TEST(OnnxConformance, NodeTestCasesOfSupportedOpsImportRoundTripAndInferExpected
     onnx::ModelProto model;
     if (!bytes || !model.ParseFromString(*bytes) || !all_ops_registered(model)) continue;
     ++checked;
-    const std::string name = dir.filename().string();
+    const std::string name = testing::case_name(dir);
     bool bound = false;
     absl::Status status = check_case(dir, model, &bound);
     bound_cases += bound;

@@ -24,7 +24,7 @@ TEST(OnnxExecution, NodeTestCasesOfSupportedOpsRunOnCpuAndMatchExpectedOutputs) 
     std::optional<std::string> bytes = testing::read_bytes(dir / "model.onnx");
     onnx::ModelProto model;
     if (!bytes || !model.ParseFromString(*bytes) || !testing::all_ops_registered(model)) continue;
-    const std::string name = dir.filename().string();
+    const std::string name = testing::case_name(dir);
     absl::Status status = testing::run_case(dir, model);
     if (status.ok()) {
       passed.push_back(name);

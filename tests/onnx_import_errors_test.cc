@@ -86,16 +86,34 @@ TEST(OnnxImportErrors, ParsedMessagesWithoutModelPartsAreNotModels) {
   expect_import_error("", {"bad.onnx is not an ONNX model (ir_version 0)"});
 }
 
-TEST(OnnxImportErrors, UnsupportedOpNamesNodeOpDomainOpsetAndSupportedOps) {
+TEST(OnnxImportErrors, UnsupportedOpNamesNodeOpDomainOpsetAndTheNearestSupportedOps) {
   ModelBuilder m;
   m.input("x", onnx::TensorProto::FLOAT, {"2"});
   m.node("Foo", {"x"}, {"y"}, "foo1");
   m.output("y");
   expect_import_error(m.bytes(),
                       {"bad.onnx: node 'foo1' (Foo): op 'Foo' (domain 'ai.onnx', opset 17) is not "
-                       "supported by ampc; supported ops: ",
-                       "MatMul", "Relu", "Softmax"},
+                       "supported by ampc; the nearest ops ampc supports: ",
+                       "(`ampc ops` lists all)"},
                       {}, absl::StatusCode::kUnimplemented);
+  // Nearest by name: one letter away, or of the same family.
+  ModelBuilder typo;
+  typo.input("x", onnx::TensorProto::FLOAT, {"2"});
+  typo.node("Rellu", {"x"}, {"y"}, "r");
+  typo.output("y");
+  expect_import_error(typo.bytes(), {"the nearest ops ampc supports: Relu, "});
+  ModelBuilder family;
+  family.input("x", onnx::TensorProto::FLOAT, {"2"});
+  family.node("ReduceProd", {"x"}, {"y"}, "r");
+  family.output("y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      import_onnx_bytes(family.bytes(), "bad.onnx", ImportOptions{});
+  ASSERT_FALSE(graph.ok());
+  const std::string message(graph.status().message());
+  const std::string nearest = message.substr(message.find("supports: "));
+  EXPECT_TRUE(absl::StrContains(nearest, "ReduceMax") && absl::StrContains(nearest, "ReduceSum") &&
+              absl::StrContains(nearest, "ReduceMean"))
+      << message;
 }
 
 TEST(OnnxImportErrors, OpAtAnUnsupportedOpsetSaysWhichOpsetsAreSupported) {

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
+#include "compiler/onnx_lowering.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
@@ -53,11 +54,13 @@ inline int64_t model_opset(const onnx::ModelProto& model, std::string_view domai
   return -1;
 }
 
-// True when every node's op is registered at the model's opset of its domain.
+// True when every node's op is registered at the model's opset of its domain, or lowered at
+// import.
 inline bool all_ops_registered(const onnx::ModelProto& model) {
   for (const onnx::NodeProto& node : model.graph().node()) {
     const std::string domain = node.domain() == "ai.onnx" ? "" : node.domain();
-    if (!OpRegistry::global().find(domain, node.op_type(), model_opset(model, domain))) {
+    if (!OpRegistry::global().find(domain, node.op_type(), model_opset(model, domain)) &&
+        !onnx_io::lowered_at_import(domain, node.op_type())) {
       return false;
     }
   }
@@ -127,17 +130,28 @@ inline absl::StatusOr<std::unique_ptr<Graph>> import_case(const fs::path& dir,
   AMPC_ASSIGN_OR_RETURN(std::string bound_model,
                         bind_inputs_as_constants(model, dir / "test_data_set_0"));
   *bound = true;
-  return import_onnx_bytes(bound_model, (dir / "model.onnx (inputs bound)").string(), options);
+  // Every data input is now an initializer, so no --shape applies.
+  return import_onnx_bytes(bound_model, (dir / "model.onnx (inputs bound)").string(),
+                           ImportOptions{});
 }
 
-// The case folders (those holding a model.onnx) under the node tests, sorted.
+// The case folders (those holding a model.onnx) of the node tests and of the small model tests
+// in simple/ (sequences, Expand chains), sorted.
 inline std::vector<fs::path> node_case_dirs() {
   std::vector<fs::path> dirs;
-  for (const auto& entry : fs::directory_iterator(onnx_test_data_path("node"))) {
-    if (fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
+  for (const char* suite : {"node", "simple"}) {
+    for (const auto& entry : fs::directory_iterator(onnx_test_data_path(suite))) {
+      if (fs::exists(entry.path() / "model.onnx")) dirs.push_back(entry.path());
+    }
   }
   std::sort(dirs.begin(), dirs.end());
   return dirs;
+}
+
+// A case's name in the case lists: the folder's name, prefixed with "simple/" for those tests.
+inline std::string case_name(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  return dir.parent_path().filename() == "simple" ? "simple/" + name : name;
 }
 
 }  // namespace ampc::testing

@@ -24,7 +24,7 @@ TEST(OnnxExecutionCuda, CasesThatPassOnTheCpuPassOnCuda) {
   std::vector<std::string> uncovered;
   std::vector<std::string> failures;
   for (const fs::path& dir : testing::node_case_dirs()) {
-    const std::string name = dir.filename().string();
+    const std::string name = testing::case_name(dir);
     if (!expected.contains(name)) continue;
     std::optional<std::string> bytes = testing::read_bytes(dir / "model.onnx");
     onnx::ModelProto model;

@@ -1,0 +1,87 @@
+// ONNX constructs that ampc's IR has no form for, rewritten at import into the ops it has.
+//
+// - Model-local functions (ModelProto.functions, which exporters use for decompositions) are
+//   inlined: each call becomes the function's nodes, with its values renamed under the call
+//   and its attribute references resolved against the call's attributes and the function's
+//   defaults. This happens on the protos, before any node is imported.
+// - CastLike becomes Cast to the target's element type, which the IR always knows statically.
+// - Sequences (SplitToSequence, SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,
+//   SequenceEmpty, SequenceLength, ConcatFromSequence) of a length known at import become the
+//   tensors they hold: a sequence is a list of values while the graph is imported, each
+//   position a compile-time constant, and only the tensor ops that read them (Split, Squeeze,
+//   Unsqueeze, Concat, Identity, Constant) reach the IR.
+#pragma once
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "compiler/status.h"
+#include "onnx/onnx_pb.h"
+
+namespace ampc::onnx_io {
+
+// ---- Model-local functions -----------------------------------------------------------------
+
+// The nodes of `graph` with every call of a function of `model` replaced by the function's
+// body, recursively. `opsets` (domain -> version, "" for ai.onnx) is the model's opset_import;
+// domains only the functions import are added to it. A function whose opset of a domain differs
+// from the model's may be inlined only where each of its ops means the same at both versions;
+// otherwise the error names the function, the op and both versions.
+absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
+    const onnx::ModelProto& model, const onnx::GraphProto& graph,
+    std::map<std::string, int64_t, std::less<>>& opsets);
+
+// ---- Ops lowered while importing -----------------------------------------------------------
+
+// True for the standard-domain ops SequenceLowering rewrites (CastLike and the sequence ops).
+bool lowered_at_import(std::string_view domain, std::string_view op_type);
+// Their names, for messages and `ampc ops`.
+std::vector<std::string> ops_lowered_at_import();
+
+// What a lowering sees of the importer.
+class ImportSink {
+ public:
+  virtual ~ImportSink() = default;
+  // The tensor value bound to `name`, or null.
+  virtual Value* tensor(const std::string& name) = 0;
+  // The value of `value` when known at compile time, or null.
+  virtual const Tensor* known_value(const Value* value) = 0;
+  // Adds a standard-domain node and binds its outputs to `output_names` (each non-empty).
+  virtual absl::StatusOr<std::vector<Value*>> emit(std::string_view op_type,
+                                                   std::vector<Value*> operands, Attributes attrs,
+                                                   const std::vector<std::string>& output_names,
+                                                   const std::string& node_name) = 0;
+  // A value name not used in the model yet, made from `hint`.
+  virtual std::string fresh_name(std::string_view hint) = 0;
+};
+
+// Lowers CastLike and the sequence ops of one graph, node by node, in order.
+class SequenceLowering {
+ public:
+  // Lowers `proto` (for which lowered_at_import holds); `label` names it in errors.
+  absl::Status lower(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
+  // Whether `name` is a sequence defined so far, and which node defined it (for messages).
+  bool is_sequence(const std::string& name) const { return sequences_.contains(name); }
+  const std::string& defined_by(const std::string& name) const {
+    return sequences_.at(name).definer;
+  }
+
+ private:
+  struct Sequence {
+    std::vector<Value*> tensors;
+    DType dtype = DType::kF32;
+    std::string definer;
+  };
+
+  absl::StatusOr<const Sequence*> sequence(const onnx::NodeProto& proto, int input,
+                                           const std::string& label) const;
+  absl::Status define(const onnx::NodeProto& proto, Sequence sequence, const std::string& label);
+
+  std::map<std::string, Sequence, std::less<>> sequences_;
+};
+
+}  // namespace ampc::onnx_io

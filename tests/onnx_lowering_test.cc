@@ -1,0 +1,432 @@
+// What the importer rewrites (compiler/onnx_lowering.h): model-local functions inlined, CastLike
+// to Cast, sequences to the tensors they hold. Results are checked by running the imported graph
+// on the CPU against values worked out by hand (data movement and IEEE casts: bit-exact).
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "compiler/onnx_io.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/interpreter.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using testing::add_int_attr;
+using testing::ModelBuilder;
+
+std::unique_ptr<Graph> import_ok(const ModelBuilder& m) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? *std::move(graph) : nullptr;
+}
+
+void expect_import_error(const ModelBuilder& m, const std::vector<std::string>& fragments) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
+  ASSERT_FALSE(graph.ok()) << "import succeeded";
+  for (const std::string& fragment : fragments) {
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), fragment))
+        << "message: " << graph.status().message() << "\nmissing: " << fragment;
+  }
+}
+
+std::vector<Tensor> run(const Graph& graph, const std::vector<Tensor>& inputs) {
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(graph, inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
+}
+
+std::vector<float> floats(const Tensor& t) {
+  std::span<const float> data = t.data<float>();
+  return {data.begin(), data.end()};
+}
+
+// 0, 1, ..., 11 as f32[3,4].
+Tensor iota_3x4() {
+  std::vector<float> values(12);
+  for (int i = 0; i < 12; ++i) values[i] = static_cast<float>(i);
+  return Tensor::from_f32({3, 4}, values);
+}
+
+onnx::NodeProto& constant_i64(ModelBuilder& m, const std::string& name,
+                              const std::vector<int64_t>& dims,
+                              const std::vector<int64_t>& values) {
+  onnx::NodeProto& node = m.node("Constant", {}, {name}, name);
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  onnx::TensorProto* t = attr->mutable_t();
+  t->set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : dims) t->add_dims(d);
+  for (int64_t v : values) t->add_int64_data(v);
+  return node;
+}
+
+int count_ops(const Graph& graph, std::string_view op_type) {
+  int n = 0;
+  for (const auto& node : graph.nodes()) n += node->op_type() == op_type;
+  return n;
+}
+
+// ---- CastLike ----------------------------------------------------------------------------
+
+TEST(CastLike, BecomesACastToTheTargetsTypeAndRoundsAsIeeeSays) {
+  ModelBuilder m(20);
+  m.input("x", onnx::TensorProto::FLOAT, {"4"});
+  m.input("like", onnx::TensorProto::FLOAT16, {"1"});
+  m.node("CastLike", {"x", "like"}, {"y"}, "cast_like");
+  m.output("y");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  ASSERT_EQ(count_ops(*graph, "Cast"), 1);
+  EXPECT_EQ(count_ops(*graph, "CastLike"), 0);
+  EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF16, {4}}));
+  EXPECT_EQ(graph->outputs()[0]->name(), "y");
+
+  // 65504 is f16's largest finite value; 65520 is the midpoint to the next power of two, which
+  // rounds to even: infinity. 1/3 in f32 (0x3EAAAAAB) rounds to 0x3555.
+  const Tensor x = Tensor::from_f32({4}, {1.0f, 65504.0f, 65520.0f, 1.0f / 3.0f});
+  Tensor like(TensorType{DType::kF16, {1}});
+  std::vector<Tensor> out = run(*graph, {x, like});
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].bytes().size(), 8u);
+  uint16_t y[4];
+  std::memcpy(y, out[0].bytes().data(), sizeof(y));
+  EXPECT_EQ(y[0], 0x3C00);
+  EXPECT_EQ(y[1], 0x7BFF);
+  EXPECT_EQ(y[2], 0x7C00);
+  EXPECT_EQ(y[3], 0x3555);
+}
+
+TEST(CastLike, ChecksItsAttributes) {
+  ModelBuilder m(20);
+  m.input("x", onnx::TensorProto::FLOAT, {"4"});
+  m.input("like", onnx::TensorProto::INT64, {"1"});
+  add_int_attr(m.node("CastLike", {"x", "like"}, {"y"}, "c"), "axis", 1);
+  m.output("y");
+  expect_import_error(m, {"node 'c' (CastLike)", "'axis' is not an attribute of CastLike"});
+}
+
+// ---- Sequences ---------------------------------------------------------------------------
+
+TEST(Sequences, SplitToSequenceWithoutSplitGivesSlicesAndConcatFromSequenceStacksThem) {
+  ModelBuilder m(18);
+  m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+  onnx::NodeProto& split = m.node("SplitToSequence", {"x"}, {"columns"}, "split");
+  add_int_attr(split, "axis", 1);
+  add_int_attr(split, "keepdims", 0);
+  constant_i64(m, "last", {}, {-1});
+  m.node("SequenceAt", {"columns", "last"}, {"column3"}, "at");
+  m.node("SequenceLength", {"columns"}, {"count"}, "length");
+  onnx::NodeProto& concat = m.node("ConcatFromSequence", {"columns"}, {"xt"}, "stack");
+  add_int_attr(concat, "axis", 0);
+  add_int_attr(concat, "new_axis", 1);
+  m.output("column3");
+  m.output("count");
+  m.output("xt");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF32, {3}}));
+  EXPECT_EQ(graph->outputs()[1]->type(), (TensorType{DType::kI64, {}}));
+  EXPECT_EQ(graph->outputs()[2]->type(), (TensorType{DType::kF32, {4, 3}}));
+
+  std::vector<Tensor> out = run(*graph, {iota_3x4()});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{3, 7, 11}));
+  EXPECT_EQ(out[1].element_as_i64(0), 4);
+  EXPECT_EQ(floats(out[2]), (std::vector<float>{0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11}));
+}
+
+TEST(Sequences, SplitToSequenceWithAScalarSplitLeavesTheRemainderLast) {
+  ModelBuilder m(18);
+  m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+  constant_i64(m, "three", {}, {3});
+  onnx::NodeProto& split = m.node("SplitToSequence", {"x", "three"}, {"parts"}, "split");
+  add_int_attr(split, "axis", 1);
+  add_int_attr(split, "keepdims", 0);  // ignored when split is given
+  constant_i64(m, "one", {}, {1});
+  m.node("SequenceAt", {"parts", "one"}, {"rest"}, "at");
+  m.output("rest");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF32, {3, 1}}));
+  std::vector<Tensor> out = run(*graph, {iota_3x4()});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{3, 7, 11}));
+}
+
+TEST(Sequences, ConstructInsertEraseAndConcatenate) {
+  ModelBuilder m(18);
+  m.input("a", onnx::TensorProto::FLOAT, {"1", "2"});
+  m.input("b", onnx::TensorProto::FLOAT, {"1", "2"});
+  m.input("c", onnx::TensorProto::FLOAT, {"2", "2"});
+  m.node("SequenceConstruct", {"a", "b"}, {"ab"}, "construct");
+  constant_i64(m, "one", {}, {1});
+  m.node("SequenceInsert", {"ab", "c", "one"}, {"acb"}, "insert");
+  constant_i64(m, "first", {}, {0});
+  m.node("SequenceErase", {"acb", "first"}, {"cb"}, "erase");
+  m.node("SequenceEmpty", {}, {"empty"}, "empty");
+  m.node("SequenceInsert", {"empty", "a"}, {"just_a"}, "append");
+  add_int_attr(m.node("ConcatFromSequence", {"cb"}, {"y"}, "concat"), "axis", 0);
+  add_int_attr(m.node("ConcatFromSequence", {"just_a"}, {"z"}, "concat_a"), "axis", -1);
+  m.output("y");
+  m.output("z");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF32, {3, 2}}));
+  std::vector<Tensor> out =
+      run(*graph, {Tensor::from_f32({1, 2}, {1, 2}), Tensor::from_f32({1, 2}, {3, 4}),
+                   Tensor::from_f32({2, 2}, {5, 6, 7, 8})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{5, 6, 7, 8, 3, 4}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{1, 2}));
+}
+
+TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
+  {  // a position only known at run time
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    m.input("i", onnx::TensorProto::INT64, {});
+    m.node("SplitToSequence", {"x"}, {"rows"}, "split");
+    m.node("SequenceAt", {"rows", "i"}, {"y"}, "pick");
+    m.output("y");
+    expect_import_error(m, {"node 'pick' (SequenceAt)", "position 'i'", "known at compile time"});
+  }
+  {  // out of range
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    m.node("SplitToSequence", {"x"}, {"rows"}, "split");
+    constant_i64(m, "three", {}, {3});
+    m.node("SequenceAt", {"rows", "three"}, {"y"}, "pick");
+    m.output("y");
+    expect_import_error(m, {"node 'pick' (SequenceAt)", "position 3 is out of range",
+                            "sequence of 3 tensors", "-3 to 2"});
+  }
+  {  // a sequence as a graph output
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    m.node("SplitToSequence", {"x"}, {"rows"}, "split");
+    m.output("rows");
+    expect_import_error(m, {"graph output 'rows' is a sequence", "node 'split'"});
+  }
+  {  // a sequence read by a tensor op
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    m.node("SplitToSequence", {"x"}, {"rows"}, "split");
+    m.node("Relu", {"rows"}, {"y"}, "relu");
+    m.output("y");
+    expect_import_error(m, {"node 'relu' (Relu) reads sequence 'rows'", "SequenceAt"});
+  }
+  {  // split sizes that do not cover the dim
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+    constant_i64(m, "sizes", {2}, {1, 1});
+    m.node("SplitToSequence", {"x", "sizes"}, {"rows"}, "split");
+    constant_i64(m, "zero", {}, {0});
+    m.node("SequenceAt", {"rows", "zero"}, {"y"}, "pick");
+    m.output("y");
+    expect_import_error(m, {"node 'split' (SplitToSequence)", "[1,1] does not add up", "(3)"});
+  }
+  {  // mixed element types
+    ModelBuilder m(18);
+    m.input("a", onnx::TensorProto::FLOAT, {"2"});
+    m.input("b", onnx::TensorProto::INT64, {"2"});
+    m.node("SequenceConstruct", {"a", "b"}, {"ab"}, "construct");
+    add_int_attr(m.node("ConcatFromSequence", {"ab"}, {"y"}, "concat"), "axis", 0);
+    m.output("y");
+    expect_import_error(
+        m, {"node 'construct' (SequenceConstruct)", "input 1 ('b') is i64", "one element type"});
+  }
+  {  // nothing to concatenate
+    ModelBuilder m(18);
+    m.node("SequenceEmpty", {}, {"none"}, "empty");
+    add_int_attr(m.node("ConcatFromSequence", {"none"}, {"y"}, "concat"), "axis", 0);
+    m.output("y");
+    expect_import_error(m, {"node 'concat' (ConcatFromSequence)", "empty sequence"});
+  }
+}
+
+// ---- Model-local functions ---------------------------------------------------------------
+
+// Appends `attr` to the function as a default (FunctionProto.attribute_proto, field 11, which
+// ONNX's headers of the build may not know: written as the raw field).
+void add_attribute_default(onnx::FunctionProto& function, const onnx::AttributeProto& attr) {
+  std::string bytes = function.SerializeAsString();
+  const std::string field = attr.SerializeAsString();
+  bytes.push_back(static_cast<char>(11 << 3 | 2));
+  for (uint64_t n = field.size();; n >>= 7) {
+    if (n < 0x80) {
+      bytes.push_back(static_cast<char>(n));
+      break;
+    }
+    bytes.push_back(static_cast<char>((n & 0x7F) | 0x80));
+  }
+  bytes += field;
+  ASSERT_TRUE(function.ParseFromString(bytes));
+}
+
+onnx::FunctionProto& add_function(ModelBuilder& m, const std::string& name,
+                                  const std::vector<std::string>& inputs,
+                                  const std::vector<std::string>& outputs, int64_t opset = 18) {
+  onnx::FunctionProto* f = m.model().add_functions();
+  f->set_domain("local");
+  f->set_name(name);
+  for (const std::string& input : inputs) f->add_input(input);
+  for (const std::string& output : outputs) f->add_output(output);
+  onnx::OperatorSetIdProto* id = f->add_opset_import();
+  id->set_domain("");
+  id->set_version(opset);
+  return *f;
+}
+
+onnx::NodeProto& add_function_node(onnx::FunctionProto& f, const std::string& op_type,
+                                   const std::vector<std::string>& inputs,
+                                   const std::vector<std::string>& outputs,
+                                   const std::string& domain = "") {
+  onnx::NodeProto* node = f.add_node();
+  node->set_op_type(op_type);
+  node->set_domain(domain);
+  node->set_name(str_cat(op_type, "_", f.node_size()));
+  for (const std::string& input : inputs) node->add_input(input);
+  for (const std::string& output : outputs) node->add_output(output);
+  return *node;
+}
+
+onnx::AttributeProto float_attr(const std::string& name, float value) {
+  onnx::AttributeProto attr;
+  attr.set_name(name);
+  attr.set_type(onnx::AttributeProto::FLOAT);
+  attr.set_f(value);
+  return attr;
+}
+
+// local.Scale(X) = X * alpha, alpha an attribute with default 2.
+void add_scale_function(ModelBuilder& m) {
+  onnx::FunctionProto& f = add_function(m, "Scale", {"X"}, {"Y"});
+  onnx::NodeProto& constant = add_function_node(f, "Constant", {}, {"alpha_value"});
+  onnx::AttributeProto* ref = constant.add_attribute();
+  ref->set_name("value_float");
+  ref->set_type(onnx::AttributeProto::FLOAT);
+  ref->set_ref_attr_name("alpha");
+  add_function_node(f, "Mul", {"X", "alpha_value"}, {"Y"});
+  add_attribute_default(f, float_attr("alpha", 2.0f));
+}
+
+ModelBuilder model_with_functions() {
+  ModelBuilder m(18);
+  onnx::OperatorSetIdProto* local = m.model().add_opset_import();
+  local->set_domain("local");
+  local->set_version(1);
+  m.model().set_ir_version(11);
+  add_scale_function(m);
+  return m;
+}
+
+TEST(ModelLocalFunctions, CallsAreInlinedWithAttributesAndDefaults) {
+  ModelBuilder m = model_with_functions();
+  m.input("x", onnx::TensorProto::FLOAT, {"3"});
+  onnx::NodeProto& by3 = m.node("Scale", {"x"}, {"y"}, "times3");
+  by3.set_domain("local");
+  *by3.add_attribute() = float_attr("alpha", 3.0f);
+  m.node("Scale", {"x"}, {"z"}, "times2").set_domain("local");
+  m.output("y");
+  m.output("z");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(count_ops(*graph, "Mul"), 2);
+  bool named_under_call = false;
+  for (const auto& node : graph->nodes()) named_under_call |= node->name() == "times3/Mul_2";
+  EXPECT_TRUE(named_under_call) << "inlined nodes are named under their call";
+  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({3}, {1, -2, 0.5})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{3, -6, 1.5}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{2, -4, 1}));
+}
+
+TEST(ModelLocalFunctions, NestedCallsAndPassThroughOutputs) {
+  ModelBuilder m = model_with_functions();
+  // local.Twice(A) -> (B, A): B = Scale(Scale(A)), and A itself passed through.
+  onnx::FunctionProto& twice = add_function(m, "Twice", {"A"}, {"B", "Same"});
+  add_function_node(twice, "Scale", {"A"}, {"t"}, "local");
+  add_function_node(twice, "Scale", {"t"}, {"B"}, "local");
+  twice.set_output(1, "A");
+  onnx::OperatorSetIdProto* id = twice.add_opset_import();
+  id->set_domain("local");
+  id->set_version(1);
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.node("Twice", {"x"}, {"y", "x_again"}, "twice").set_domain("local");
+  m.output("y");
+  m.output("x_again");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({2}, {1, 3})});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{4, 12}));
+  EXPECT_EQ(floats(out[1]), (std::vector<float>{1, 3}));
+}
+
+TEST(ModelLocalFunctions, ErrorsNameTheCallAndTheFunction) {
+  {  // recursion
+    ModelBuilder m = model_with_functions();
+    onnx::FunctionProto& loop = add_function(m, "Loop", {"A"}, {"B"});
+    add_function_node(loop, "Loop", {"A"}, {"B"}, "local");
+    m.input("x", onnx::TensorProto::FLOAT, {"2"});
+    m.node("Loop", {"x"}, {"y"}, "call").set_domain("local");
+    m.output("y");
+    expect_import_error(
+        m, {"node 'call/Loop_1' (local.Loop)", "function 'local.Loop'", "calls itself"});
+  }
+  {  // an attribute the function does not declare
+    ModelBuilder m = model_with_functions();
+    m.input("x", onnx::TensorProto::FLOAT, {"2"});
+    onnx::NodeProto& call = m.node("Scale", {"x"}, {"y"}, "call");
+    call.set_domain("local");
+    *call.add_attribute() = float_attr("beta", 1.0f);
+    m.output("y");
+    expect_import_error(m,
+                        {"node 'call' (local.Scale)", "'beta' is not an attribute of it", "alpha"});
+  }
+  {  // a body that reads a name it does not have
+    ModelBuilder m = model_with_functions();
+    onnx::FunctionProto& f = add_function(m, "Leaky", {"A"}, {"B"});
+    add_function_node(f, "Add", {"A", "outer"}, {"B"});
+    m.input("x", onnx::TensorProto::FLOAT, {"2"});
+    m.input("outer", onnx::TensorProto::FLOAT, {"2"});
+    m.node("Leaky", {"x"}, {"y"}, "call").set_domain("local");
+    m.output("y");
+    expect_import_error(m, {"function 'local.Leaky'", "reads 'outer'",
+                            "neither an input of the function nor defined before it"});
+  }
+  {  // an op whose meaning differs between the function's opset and the model's
+    ModelBuilder m = model_with_functions();
+    onnx::FunctionProto& f = add_function(m, "Pool", {"A"}, {"B"}, /*opset=*/11);
+    onnx::NodeProto& pool =
+        add_function_node(f, "BatchNormalization", {"A", "A", "A", "A", "A"}, {"B"});
+    (void)pool;
+    m.input("x", onnx::TensorProto::FLOAT, {"2"});
+    m.node("Pool", {"x"}, {"y"}, "call").set_domain("local");
+    m.output("y");
+    expect_import_error(m, {"function 'local.Pool'", "opset 11", "opset 18",
+                            "BatchNormalization differs between them"});
+  }
+}
+
+TEST(ModelLocalFunctions, OpsThatMeanTheSameAtBothOpsetsAreInlined) {
+  ModelBuilder m = model_with_functions();
+  onnx::FunctionProto& f = add_function(m, "Act", {"A"}, {"B"}, /*opset=*/14);
+  add_function_node(f, "Relu", {"A"}, {"B"});
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.node("Act", {"x"}, {"y"}, "call").set_domain("local");
+  m.output("y");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({2}, {-1, 2})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(floats(out[0]), (std::vector<float>{0, 2}));
+}
+
+}  // namespace
+}  // namespace ampc
