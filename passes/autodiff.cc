@@ -1,7 +1,9 @@
 // autodiff: appends the backward graph, from the scalar loss to every trainable value.
 //
 // Rewrites: for each trainable value p (by default every float initializer the loss depends on
-//   that is not a program constant such as a folded Constant node, Value::is_constant),
+//   that is not a program constant such as a folded Constant node, Value::is_constant, holds no
+//   inf or NaN: an exporter's folded attention mask is data, and is not a scalar (rank 0): a
+//   lifted exponent or epsilon is a constant; --trainable names either kind to train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -13,6 +15,7 @@
 // Numerics: the seed is 1 in the loss's dtype; each gradient has its value's dtype. The forward
 //   graph is unchanged.
 #include <algorithm>
+#include <cmath>
 #include <regex>
 #include <unordered_map>
 #include <unordered_set>
@@ -54,6 +57,17 @@ class Walker {
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> candidates, trainable_candidates());
     mark_active(candidates);
     mark_reaching(loss);
+    std::vector<std::string> held;
+    for (const std::string& name : held_constant_) {
+      const auto it = std::find_if(graph_.initializers().begin(), graph_.initializers().end(),
+                                   [&](const Value* v) { return v->name() == name; });
+      if (it != graph_.initializers().end() && reaches_loss_.contains(*it)) held.push_back(name);
+    }
+    if (!held.empty()) {
+      context_.warn(str_cat("scalar initializers ", str_join(held, ", "),
+                            " are taken as constants and not trained (name them in --trainable "
+                            "to train them)"));
+    }
     std::vector<Value*> trainable;
     for (Value* candidate : candidates) {
       if (reaches_loss_.contains(candidate) && active_.contains(candidate)) {
@@ -115,13 +129,43 @@ class Walker {
       if (freeze && std::regex_search(value->name(), *freeze)) return;
       candidates.push_back(value);
     };
+    std::vector<std::string> scalars;
     for (Value* init : graph_.initializers()) {
-      if (!init->is_constant() && !only_read_without_gradient(*init)) consider(init);
+      if (init->is_constant() || only_read_without_gradient(*init)) continue;
+      // A rank-0 float initializer is a constant an exporter lifted out of the graph (an
+      // exponent, an epsilon) far more often than a parameter: trained only by name.
+      const bool named = trainable && std::regex_search(init->name(), *trainable);
+      if (is_float_value(init) && init->type().shape.empty() && !named &&
+          (!freeze || !std::regex_search(init->name(), *freeze))) {
+        scalars.push_back(init->name());
+        continue;
+      }
+      if (holds_non_finite(*init)) {
+        // An additive attention mask an exporter folded into an initializer (0 and -inf) is
+        // data: a step would turn its infinities into NaN.
+        if (named) {
+          context_.warn(str_cat("'", init->name(),
+                                "' holds inf or NaN values, so it is data (a mask), not a "
+                                "parameter; it stays frozen"));
+        }
+        continue;
+      }
+      consider(init);
     }
     if (options_.include_graph_inputs) {
       for (Value* input : graph_.inputs()) consider(input);
     }
+    held_constant_ = std::move(scalars);
     return candidates;
+  }
+
+  static bool holds_non_finite(const Value& value) {
+    const Tensor* data = value.initializer();
+    if (data == nullptr || !data->has_data() || !is_arithmetic_float(data->dtype())) return false;
+    for (int64_t i = 0; i < data->num_elements(); ++i) {
+      if (!std::isfinite(data->element_as_double(i))) return true;
+    }
+    return false;
   }
 
   // An initializer every reader takes through an operand that has no gradient (BatchNorm's
@@ -311,6 +355,8 @@ class Walker {
   const PassContext& context_;
   std::unordered_set<const Value*> active_;
   std::unordered_set<const Value*> reaches_loss_;
+  // Scalar (rank-0) initializers left out of the default trainable set.
+  std::vector<std::string> held_constant_;
   std::unordered_map<const Value*, std::vector<Value*>> contributions_;
 };
 

@@ -93,12 +93,57 @@ TEST(Autodiff, BuffersWithoutADifferentiablePathAreNotParametersAndNotReported) 
   EXPECT_EQ(outputs, (std::vector<std::string>{"loss", "keep", "scale.grad", "bias.grad"}));
 }
 
+// What exporters lift into initializers without being parameters: a Pow exponent (training it
+// takes log of negative bases), and an additive mask of -inf (a step turns it into NaN). Neither
+// is trained by default; --trainable names the scalar to train it.
+TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
+  const char* text = R"(
+    graph g(%x: f32[2]) {
+      init %w: f32[2] = [1.0, 2.0]
+      init %two: f32[] = [2.0]
+      init %mask: f32[2] = [0.0, -inf]
+      %h = Mul(%x, %w) : f32[2]
+      %sq = Pow(%h, %two) : f32[2]
+      %masked = Add(%sq, %mask) : f32[2]
+      %e = Exp(%masked) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%e) : f32[]
+      return %loss
+    })";
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  absl::StatusOr<bool> result = run_autodiff(*graph, diagnostics);
+  ASSERT_TRUE(result.ok()) << result.status();
+  std::vector<std::string> grads;
+  for (const Value* output : graph->outputs()) grads.push_back(output->name());
+  EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad"}));
+  ASSERT_EQ(diagnostics.warnings().size(), 1u);
+  EXPECT_NE(diagnostics.warnings()[0].find("scalar initializers two are taken as constants"),
+            std::string::npos)
+      << diagnostics.warnings()[0];
+
+  std::unique_ptr<Graph> named = testing::parse_or_fail(text);
+  ASSERT_NE(named, nullptr);
+  Diagnostics named_diagnostics;
+  AutodiffOptions options;
+  options.trainable = "^(w|two|mask)$";
+  result = run_autodiff(*named, named_diagnostics, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  grads.clear();
+  for (const Value* output : named->outputs()) grads.push_back(output->name());
+  EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad", "two.grad"}));
+  ASSERT_EQ(named_diagnostics.warnings().size(), 1u);
+  EXPECT_NE(named_diagnostics.warnings()[0].find("'mask' holds inf or NaN"), std::string::npos)
+      << named_diagnostics.warnings()[0];
+}
+
 TEST(Autodiff, OpWithoutAGradientRuleOnThePathIsAnErrorNamingTheNode) {
   testing::register_passthrough_op("AutodiffTestOpaque");
   std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
     graph g() opset(17, ampc:1) {
-      init %w: f32[] = [2.0]
-      %loss = ampc.AutodiffTestOpaque(%w) : f32[]
+      init %w: f32[2] = [2.0, 3.0]
+      %y = ampc.AutodiffTestOpaque(%w) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%y) : f32[]
       return %loss
     })");
   ASSERT_NE(graph, nullptr);
