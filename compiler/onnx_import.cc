@@ -547,6 +547,8 @@ class Importer : public onnx_io::ImportSink {
     return outputs;
   }
 
+  int64_t opset() override { return graph_->opset(""); }
+
   std::string fresh_name(std::string_view hint) override {
     std::string name(hint);
     for (int n = 1; values_.contains(name) || lowering_.is_sequence(name); ++n) {

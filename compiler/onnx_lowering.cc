@@ -7,11 +7,16 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/onnx_lowering_internal.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "google/protobuf/io/coded_stream.h"
 
 namespace ampc::onnx_io {
+
+using lowering::has_input;
+using lowering::tensor_input;
+
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -290,8 +295,9 @@ class Inliner {
 // ---- Lowered ops ---------------------------------------------------------------------------
 
 constexpr std::string_view kLoweredOps[] = {
-    "CastLike",      "ConcatFromSequence", "SequenceAt",     "SequenceConstruct", "SequenceEmpty",
-    "SequenceErase", "SequenceInsert",     "SequenceLength", "SplitToSequence",
+    "Attention",      "CastLike",          "ConcatFromSequence", "RMSNormalization",
+    "SequenceAt",     "SequenceConstruct", "SequenceEmpty",      "SequenceErase",
+    "SequenceInsert", "SequenceLength",    "SplitToSequence",
 };
 
 // The node's int attributes, each known to the op (`known`: name and default; nullopt when the
@@ -332,24 +338,6 @@ absl::StatusOr<std::map<std::string, int64_t, std::less<>>> int_attributes(
   return values;
 }
 
-// Input `i` of `proto` as a tensor.
-absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const std::string& label,
-                                    ImportSink& sink) {
-  if (i >= proto.input_size() || proto.input(i).empty()) {
-    return invalid(str_cat(label, ": input ", i, " is missing"));
-  }
-  Value* value = sink.tensor(proto.input(i));
-  if (value == nullptr) {
-    return invalid(str_cat(label, " reads value '", proto.input(i),
-                           "', which is not a tensor defined before it"));
-  }
-  return value;
-}
-
-bool has_input(const onnx::NodeProto& proto, int i) {
-  return i < proto.input_size() && !proto.input(i).empty();
-}
-
 // A position operand's value: an integer scalar known at import.
 absl::StatusOr<int64_t> position(const onnx::NodeProto& proto, int i, const std::string& label,
                                  ImportSink& sink) {
@@ -371,6 +359,70 @@ absl::StatusOr<int64_t> position(const onnx::NodeProto& proto, int i, const std:
 }
 
 }  // namespace
+
+namespace lowering {
+
+absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const std::string& label,
+                                    ImportSink& sink) {
+  if (i >= proto.input_size() || proto.input(i).empty()) {
+    return invalid(str_cat(label, ": input ", i, " is missing"));
+  }
+  Value* value = sink.tensor(proto.input(i));
+  if (value == nullptr) {
+    return invalid(str_cat(label, " reads value '", proto.input(i),
+                           "', which is not a tensor defined before it"));
+  }
+  return value;
+}
+
+bool has_input(const onnx::NodeProto& proto, int i) {
+  return i < proto.input_size() && !proto.input(i).empty();
+}
+
+int64_t NodeAttributes::i(std::string_view name, int64_t fallback) const {
+  auto it = ints.find(name);
+  return it == ints.end() ? fallback : it->second;
+}
+
+float NodeAttributes::f(std::string_view name, float fallback) const {
+  auto it = floats.find(name);
+  return it == floats.end() ? fallback : it->second;
+}
+
+absl::StatusOr<NodeAttributes> read_attributes(
+    const onnx::NodeProto& proto, const std::string& label,
+    const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known) {
+  NodeAttributes attrs;
+  for (const onnx::AttributeProto& attr : proto.attribute()) {
+    const std::string where = str_cat(label, ": attribute '", attr.name(), "'");
+    auto spec = known.find(attr.name());
+    if (spec == known.end()) {
+      std::vector<std::string> names;
+      for (const auto& [name, type] : known) names.push_back(name);
+      return invalid(str_cat(where, " is not an attribute of ", proto.op_type(), " (it has ",
+                             names.empty() ? "none" : str_join(names, ", "), ")"));
+    }
+    const bool is_int = attr.type() == onnx::AttributeProto::INT ||
+                        (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_i());
+    const bool is_float = attr.type() == onnx::AttributeProto::FLOAT ||
+                          (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_f());
+    if ((spec->second == onnx::AttributeProto::INT && !is_int) ||
+        (spec->second == onnx::AttributeProto::FLOAT && !is_float)) {
+      return invalid(str_cat(where, " is ", onnx::AttributeProto::AttributeType_Name(attr.type()),
+                             "; the op takes ",
+                             onnx::AttributeProto::AttributeType_Name(spec->second)));
+    }
+    if (attrs.has(attr.name())) return invalid(str_cat(where, " is set twice"));
+    if (is_int) {
+      attrs.ints.emplace(attr.name(), attr.i());
+    } else {
+      attrs.floats.emplace(attr.name(), attr.f());
+    }
+  }
+  return attrs;
+}
+
+}  // namespace lowering
 
 absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
     const onnx::ModelProto& model, const onnx::GraphProto& graph,
@@ -416,7 +468,17 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
                                      ImportSink& sink) {
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
-  // Every lowered op has one output; one not asked for defines nothing.
+  if (op == "RMSNormalization" || op == "Attention") {
+    if (sink.opset() < 23) {
+      return absl::UnimplementedError(str_cat(label, ": ", op,
+                                              " is defined from opset 23; the "
+                                              "model imports opset ",
+                                              sink.opset()));
+    }
+    return op == "Attention" ? lowering::lower_attention(proto, label, sink)
+                             : lowering::lower_rms_normalization(proto, label, sink);
+  }
+  // Every other lowered op has one output; one not asked for defines nothing.
   if (proto.output_size() > 1) {
     return invalid(str_cat(label, " has ", proto.output_size(), " outputs; ", op, " has one"));
   }

@@ -5,6 +5,8 @@
 //   and its attribute references resolved against the call's attributes and the function's
 //   defaults. This happens on the protos, before any node is imported.
 // - CastLike becomes Cast to the target's element type, which the IR always knows statically.
+// - RMSNormalization and Attention (opset 23), which ONNX defines as functions, become the ops
+//   their definitions are made of (compiler/onnx_function_ops.cc); their gradients follow.
 // - Sequences (SplitToSequence, SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,
 //   SequenceEmpty, SequenceLength, ConcatFromSequence) of a length known at import become the
 //   tensors they hold: a sequence is a list of values while the graph is imported, each
@@ -36,7 +38,8 @@ absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
 
 // ---- Ops lowered while importing -----------------------------------------------------------
 
-// True for the standard-domain ops SequenceLowering rewrites (CastLike and the sequence ops).
+// True for the standard-domain ops SequenceLowering rewrites (CastLike, the sequence ops and
+// the function ops above).
 bool lowered_at_import(std::string_view domain, std::string_view op_type);
 // Their names, for messages and `ampc ops`.
 std::vector<std::string> ops_lowered_at_import();
@@ -56,6 +59,8 @@ class ImportSink {
                                                    const std::string& node_name) = 0;
   // A value name not used in the model yet, made from `hint`.
   virtual std::string fresh_name(std::string_view hint) = 0;
+  // The model's opset of the standard domain.
+  virtual int64_t opset() = 0;
 };
 
 // Lowers CastLike and the sequence ops of one graph, node by node, in order.

@@ -17,6 +17,8 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
       - dynamo_raw:  the same with optimize=False and opset_version=20: the exporter's graph
                      before its own optimizer (CastLike, SplitToSequence/SequenceAt, shape
                      arithmetic), as older exporter versions wrote it
+      - dynamo_opset23: the same at opset 23, where attention and RMSNorm are exported as
+                     the Attention and RMSNormalization ops (transformers only)
     Graph inputs are named by the model's forward() arguments; outputs are `loss` (a scalar)
     then `logits`. mlp_wide keeps its weights in an external `.onnx.data` file.
   * <model>.train_ref.npz: `batch.<input>` [4, ...] (step i trains on batch i % 4; image
@@ -332,12 +334,13 @@ def flat_batch(g, b=8, classes=10):
 
 # name -> (model factory, batch factory, exporters to try)
 ALL_EXPORTERS = ("torchscript", "dynamo", "dynamo_raw")
+TRANSFORMER_EXPORTERS = ALL_EXPORTERS + ("dynamo_opset23",)
 VISION_EXPORTERS = ("torchscript", "dynamo")
 ZOO = {
-    "gpt_block": (GptBlockModel, lm_batch, ALL_EXPORTERS),
-    "gpt2": (Gpt2, lm_batch, ALL_EXPORTERS),
-    "llama": (Llama, lm_batch, ALL_EXPORTERS),
-    "bert_mlm": (BertMlm, mlm_batch, ALL_EXPORTERS),
+    "gpt_block": (GptBlockModel, lm_batch, TRANSFORMER_EXPORTERS),
+    "gpt2": (Gpt2, lm_batch, TRANSFORMER_EXPORTERS),
+    "llama": (Llama, lm_batch, TRANSFORMER_EXPORTERS),
+    "bert_mlm": (BertMlm, mlm_batch, TRANSFORMER_EXPORTERS),
     "res_cnn": (ResCnn, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
     "resnet18": (resnet18_narrow, lambda g: normal_image_batch(g, 8, 3, 40, 40),
                  VISION_EXPORTERS),
@@ -364,7 +367,8 @@ def export(model, args, names, path, exporter, external_data):
     elif exporter == "dynamo":
         torch.onnx.export(model, args, path, dynamo=True, external_data=external_data, **kwargs)
     else:
-        torch.onnx.export(model, args, path, dynamo=True, optimize=False, opset_version=20,
+        opset = 23 if exporter == "dynamo_opset23" else 20
+        torch.onnx.export(model, args, path, dynamo=True, optimize=False, opset_version=opset,
                           external_data=external_data, **kwargs)
 
 

@@ -1,0 +1,315 @@
+// RMSNormalization and Attention (opset 23), expanded at import into the ops ONNX defines them
+// with, so that every backend runs them and autodiff differentiates them with no new kernels or
+// gradient rules. Fused kernels for them belong to the optimizing passes, not to import.
+#include <cmath>
+#include <limits>
+
+#include "compiler/onnx_lowering_internal.h"
+#include "compiler/strings.h"
+
+namespace ampc::onnx_io::lowering {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// Emits nodes for one lowered node: names its intermediate values after the node.
+class Emitter {
+ public:
+  Emitter(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink)
+      : proto_(proto), label_(label), sink_(sink) {
+    hint_ = proto.name().empty() ? (proto.output_size() > 0 ? proto.output(0) : proto.op_type())
+                                 : proto.name();
+  }
+
+  // A node with one output; `output` names it, or a fresh name is made.
+  absl::StatusOr<Value*> op(std::string_view op_type, std::vector<Value*> operands,
+                            Attributes attrs = {}, std::string output = "") {
+    if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
+                          sink_.emit(op_type, std::move(operands), std::move(attrs), {output},
+                                     str_cat(hint_, "/", op_type, "_", ++count_)));
+    return outputs.at(0);
+  }
+
+  absl::StatusOr<Value*> constant(Tensor value) {
+    return op("Constant", {}, {{"value", AttrValue(std::move(value))}});
+  }
+
+  absl::StatusOr<Value*> scalar(double value, DType dtype) {
+    return constant(Tensor::from_doubles(dtype, {}, {value}));
+  }
+
+  absl::StatusOr<Value*> cast(Value* value, DType to) {
+    if (value->dtype() == to) return value;
+    return op("Cast", {value}, {{"to", AttrValue(to)}});
+  }
+
+  absl::StatusOr<Value*> reshape(Value* value, const Shape& shape) {
+    AMPC_ASSIGN_OR_RETURN(Value * target,
+                          constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
+    return op("Reshape", {value, target});
+  }
+
+  absl::StatusOr<Value*> transpose(Value* value, std::vector<int64_t> perm) {
+    return op("Transpose", {value}, {{"perm", AttrValue(std::move(perm))}});
+  }
+
+  // The name of output `i` of the lowered node, or "" when it is not asked for.
+  std::string output(int i) const {
+    return i < proto_.output_size() ? proto_.output(i) : std::string();
+  }
+
+  const std::string& label() const { return label_; }
+
+ private:
+  const onnx::NodeProto& proto_;
+  const std::string& label_;
+  ImportSink& sink_;
+  std::string hint_;
+  int count_ = 0;
+};
+
+absl::StatusOr<DType> float_type_attr(int64_t code, const std::string& what) {
+  absl::StatusOr<DType> dtype = from_onnx_dtype(static_cast<int>(code));
+  if (!dtype.ok() || !is_arithmetic_float(*dtype)) {
+    return invalid(str_cat(what, " is ", onnx_dtype_name(static_cast<int>(code)),
+                           "; it must be a float type"));
+  }
+  return *dtype;
+}
+
+}  // namespace
+
+// Y = X / sqrt(mean(X^2 over dims axis..r-1) + epsilon) * scale, stage one in stash_type.
+absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                     ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"axis", onnx::AttributeProto::INT},
+                                         {"epsilon", onnx::AttributeProto::FLOAT},
+                                         {"stash_type", onnx::AttributeProto::INT}}));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * scale, tensor_input(proto, 1, label, sink));
+  if (proto.output_size() > 1) {
+    return invalid(str_cat(label, " has ", proto.output_size(),
+                           " outputs; RMSNormalization "
+                           "has one"));
+  }
+  if (!is_arithmetic_float(x->dtype())) {
+    return invalid(str_cat(label, ": X is ", dtype_name(x->dtype()), "; it must be float"));
+  }
+  const auto rank = static_cast<int64_t>(x->type().shape.size());
+  int64_t axis = attrs.i("axis", -1);
+  if (axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for X of rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  AMPC_ASSIGN_OR_RETURN(DType stash,
+                        float_type_attr(attrs.i("stash_type", 1), str_cat(label, ": stash_type")));
+  std::vector<int64_t> axes;
+  for (int64_t d = axis; d < rank; ++d) axes.push_back(d);
+
+  Emitter e(proto, label, sink);
+  AMPC_ASSIGN_OR_RETURN(Value * xs, e.cast(x, stash));
+  AMPC_ASSIGN_OR_RETURN(Value * squared, e.op("Mul", {xs, xs}));
+  AMPC_ASSIGN_OR_RETURN(Value * mean,
+                        e.op("ReduceMean", {squared},
+                             {{"axes", AttrValue(axes)}, {"keepdims", AttrValue(int64_t{1})}}));
+  AMPC_ASSIGN_OR_RETURN(Value * epsilon, e.scalar(attrs.f("epsilon", 1e-5f), stash));
+  AMPC_ASSIGN_OR_RETURN(Value * shifted, e.op("Add", {mean, epsilon}));
+  AMPC_ASSIGN_OR_RETURN(Value * rms, e.op("Sqrt", {shifted}));
+  AMPC_ASSIGN_OR_RETURN(Value * normalized, e.op("Div", {xs, rms}));
+  AMPC_ASSIGN_OR_RETURN(normalized, e.cast(normalized, x->dtype()));
+  if (e.output(0).empty()) return absl::OkStatus();
+  return e.op("Mul", {normalized, scale}, {}, e.output(0)).status();
+}
+
+// Y = softmax(softcap(Q K^T * scale) + causal bias + mask) V over Q, K, V of shape
+// [B, heads, S, H] (or [B, S, heads * H] with q_num_heads and kv_num_heads), K and V heads
+// repeated for grouped-query attention, past_key/past_value concatenated in front of K and V.
+absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& label,
+                             ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"is_causal", onnx::AttributeProto::INT},
+                                         {"kv_num_heads", onnx::AttributeProto::INT},
+                                         {"q_num_heads", onnx::AttributeProto::INT},
+                                         {"qk_matmul_output_mode", onnx::AttributeProto::INT},
+                                         {"scale", onnx::AttributeProto::FLOAT},
+                                         {"softcap", onnx::AttributeProto::FLOAT},
+                                         {"softmax_precision", onnx::AttributeProto::INT}}));
+  if (proto.input_size() > 6 && !proto.input(6).empty()) {
+    return absl::UnimplementedError(
+        str_cat(label, ": input 6 (nonpad_kv_seqlen) is not supported"));
+  }
+  if (proto.output_size() > 3 && !proto.output(3).empty()) {
+    return absl::UnimplementedError(
+        str_cat(label,
+                ": output 3 (qk_matmul_output) is not supported; it is a debugging "
+                "output"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * q, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * k, tensor_input(proto, 1, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * v, tensor_input(proto, 2, label, sink));
+  const DType dtype = q->dtype();
+  if (!is_arithmetic_float(dtype) || k->dtype() != dtype || v->dtype() != dtype) {
+    return invalid(str_cat(label, ": Q, K and V must share one float type, got ",
+                           type_to_string(q->type()), ", ", type_to_string(k->type()), " and ",
+                           type_to_string(v->type())));
+  }
+  const size_t rank = q->type().shape.size();
+  if ((rank != 3 && rank != 4) || k->type().shape.size() != rank ||
+      v->type().shape.size() != rank) {
+    return invalid(str_cat(label, ": Q, K and V must all be 3-D or all 4-D, got ",
+                           type_to_string(q->type()), ", ", type_to_string(k->type()), " and ",
+                           type_to_string(v->type())));
+  }
+  Emitter e(proto, label, sink);
+
+  // To [B, heads, S, H].
+  const bool flat = rank == 3;
+  const int64_t batch = q->type().shape[0];
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  if (flat) {
+    q_heads = attrs.i("q_num_heads", 0);
+    kv_heads = attrs.i("kv_num_heads", 0);
+    if (q_heads <= 0 || kv_heads <= 0) {
+      return invalid(str_cat(label, ": 3-D Q, K and V need q_num_heads and kv_num_heads"));
+    }
+    const auto split_heads = [&](Value* t, int64_t heads) -> absl::StatusOr<Value*> {
+      const Shape& s = t->type().shape;
+      if (s[2] % heads != 0) {
+        return invalid(str_cat(label, ": ", type_to_string(t->type()), " does not split into ",
+                               heads, " heads"));
+      }
+      AMPC_ASSIGN_OR_RETURN(Value * r, e.reshape(t, {s[0], s[1], heads, s[2] / heads}));
+      return e.transpose(r, {0, 2, 1, 3});
+    };
+    AMPC_ASSIGN_OR_RETURN(q, split_heads(q, q_heads));
+    AMPC_ASSIGN_OR_RETURN(k, split_heads(k, kv_heads));
+    AMPC_ASSIGN_OR_RETURN(v, split_heads(v, kv_heads));
+  } else {
+    q_heads = q->type().shape[1];
+    kv_heads = k->type().shape[1];
+  }
+  if (v->type().shape[1] != kv_heads || kv_heads <= 0 || q_heads % kv_heads != 0) {
+    return invalid(str_cat(label, ": ", q_heads, " query heads cannot be grouped over ", kv_heads,
+                           " key and ", v->type().shape[1], " value heads"));
+  }
+  const int64_t head_size = q->type().shape[3];
+  if (k->type().shape[3] != head_size || k->type().shape[0] != batch ||
+      v->type().shape[0] != batch || k->type().shape[2] != v->type().shape[2]) {
+    return invalid(str_cat(label, ": K ", type_to_string(k->type()), " and V ",
+                           type_to_string(v->type()), " do not fit Q ", type_to_string(q->type())));
+  }
+
+  // Cached keys and values come first; present_key/present_value are the concatenations.
+  int64_t past = 0;
+  if (has_input(proto, 4) != has_input(proto, 5)) {
+    return invalid(str_cat(label, ": past_key and past_value go together"));
+  }
+  if (has_input(proto, 4)) {
+    AMPC_ASSIGN_OR_RETURN(Value * past_key, tensor_input(proto, 4, label, sink));
+    AMPC_ASSIGN_OR_RETURN(Value * past_value, tensor_input(proto, 5, label, sink));
+    past = past_key->type().shape.size() == 4 ? past_key->type().shape[2] : 0;
+    AMPC_ASSIGN_OR_RETURN(k, e.op("Concat", {past_key, k}, {{"axis", AttrValue(int64_t{2})}}));
+    AMPC_ASSIGN_OR_RETURN(v, e.op("Concat", {past_value, v}, {{"axis", AttrValue(int64_t{2})}}));
+  }
+  for (int i : {1, 2}) {
+    if (e.output(i).empty()) continue;
+    AMPC_RETURN_IF_ERROR(e.op("Identity", {i == 1 ? k : v}, {}, e.output(i)).status());
+  }
+  const int64_t q_len = q->type().shape[2];
+  const int64_t kv_len = k->type().shape[2];
+
+  // Grouped-query attention: key/value head h serves query heads h*g .. h*g+g-1.
+  if (kv_heads != q_heads) {
+    const int64_t group = q_heads / kv_heads;
+    const auto repeat = [&](Value* t) -> absl::StatusOr<Value*> {
+      const Shape& s = t->type().shape;
+      AMPC_ASSIGN_OR_RETURN(Value * u,
+                            e.op("Unsqueeze", {t}, {{"axes", AttrValue(std::vector<int64_t>{2})}}));
+      AMPC_ASSIGN_OR_RETURN(Value * to,
+                            e.constant(Tensor::from_i64({5}, {s[0], s[1], group, s[2], s[3]})));
+      AMPC_ASSIGN_OR_RETURN(Value * expanded, e.op("Expand", {u, to}));
+      return e.reshape(expanded, {s[0], q_heads, s[2], s[3]});
+    };
+    AMPC_ASSIGN_OR_RETURN(k, repeat(k));
+    AMPC_ASSIGN_OR_RETURN(v, repeat(v));
+  }
+
+  // Scores: Q and K^T each scaled by sqrt(scale), as the definition does against overflow.
+  const double scale =
+      attrs.has("scale") ? attrs.f("scale", 0) : 1.0 / std::sqrt(static_cast<double>(head_size));
+  AMPC_ASSIGN_OR_RETURN(Value * root, e.scalar(std::sqrt(scale), dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * qs, e.op("Mul", {q, root}));
+  AMPC_ASSIGN_OR_RETURN(Value * kt, e.transpose(k, {0, 1, 3, 2}));
+  AMPC_ASSIGN_OR_RETURN(Value * kts, e.op("Mul", {kt, root}));
+  AMPC_ASSIGN_OR_RETURN(Value * scores, e.op("MatMul", {qs, kts}));
+  if (const float softcap = attrs.f("softcap", 0); softcap > 0) {
+    AMPC_ASSIGN_OR_RETURN(Value * cap, e.scalar(softcap, dtype));
+    AMPC_ASSIGN_OR_RETURN(Value * ratio, e.op("Div", {scores, cap}));
+    AMPC_ASSIGN_OR_RETURN(Value * bounded, e.op("Tanh", {ratio}));
+    AMPC_ASSIGN_OR_RETURN(scores, e.op("Mul", {bounded, cap}));
+  }
+
+  // Biases: causal (bottom-right aligned: query i sees keys j <= i + past), then the mask.
+  const double neg_inf = -std::numeric_limits<double>::infinity();
+  Value* allowed = nullptr;  // bool [.., S, L] when some row may be masked out entirely
+  if (attrs.i("is_causal", 0) != 0) {
+    std::vector<double> bias(q_len * kv_len, 0.0);
+    for (int64_t i = 0; i < q_len; ++i) {
+      for (int64_t j = i + past + 1; j < kv_len; ++j) bias[i * kv_len + j] = neg_inf;
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * causal,
+                          e.constant(Tensor::from_doubles(dtype, {q_len, kv_len}, bias)));
+    AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, causal}));
+  }
+  if (has_input(proto, 3)) {
+    AMPC_ASSIGN_OR_RETURN(Value * mask, tensor_input(proto, 3, label, sink));
+    if (mask->dtype() == DType::kBool) {
+      AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+      AMPC_ASSIGN_OR_RETURN(Value * blocked, e.scalar(neg_inf, dtype));
+      AMPC_ASSIGN_OR_RETURN(Value * bias, e.op("Where", {mask, zero, blocked}));
+      AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, bias}));
+      // A query row with no key left would be NaN; the definition makes it zero. Its scores
+      // are zeroed first, so that neither the softmax nor its gradient sees -inf - -inf.
+      // (A causal row always keeps key 0, so only the mask can empty one.)
+      AMPC_ASSIGN_OR_RETURN(allowed, e.op("ReduceMax", {mask},
+                                          {{"axes", AttrValue(std::vector<int64_t>{-1})},
+                                           {"keepdims", AttrValue(int64_t{1})}}));
+      AMPC_ASSIGN_OR_RETURN(scores, e.op("Where", {allowed, scores, zero}));
+    } else if (mask->dtype() == dtype) {
+      AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, mask}));
+    } else {
+      return invalid(str_cat(label, ": attn_mask is ", dtype_name(mask->dtype()),
+                             "; it must be bool or ", dtype_name(dtype), " like Q"));
+    }
+  }
+
+  // Softmax over the keys, in softmax_precision when given.
+  DType softmax_type = dtype;
+  if (attrs.has("softmax_precision")) {
+    AMPC_ASSIGN_OR_RETURN(softmax_type, float_type_attr(attrs.i("softmax_precision", 1),
+                                                        str_cat(label, ": softmax_precision")));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * wide, e.cast(scores, softmax_type));
+  AMPC_ASSIGN_OR_RETURN(Value * probs, e.op("Softmax", {wide}, {{"axis", AttrValue(int64_t{-1})}}));
+  AMPC_ASSIGN_OR_RETURN(probs, e.cast(probs, dtype));
+  if (allowed != nullptr) {
+    AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+    AMPC_ASSIGN_OR_RETURN(probs, e.op("Where", {allowed, probs, zero}));
+  }
+
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (!flat) return e.op("MatMul", {probs, v}, {}, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * y, e.op("MatMul", {probs, v}));
+  AMPC_ASSIGN_OR_RETURN(Value * y_t, e.transpose(y, {0, 2, 1, 3}));
+  const int64_t v_size = v->type().shape[3];
+  AMPC_ASSIGN_OR_RETURN(Value * shape,
+                        e.constant(Tensor::from_i64({3}, {batch, q_len, q_heads * v_size})));
+  return e.op("Reshape", {y_t, shape}, {}, e.output(0)).status();
+}
+
+}  // namespace ampc::onnx_io::lowering
