@@ -1,0 +1,158 @@
+// ONNX's function ops that the importer expands (Attention, RMSNormalization; opset 23):
+// outputs against references recorded from onnx's reference evaluator and checked against
+// PyTorch (tests/data/function_ops/make_refs.py), and gradients against central differences in
+// f64. The expansions are sums of at most a few dozen products, so f32 outputs are compared
+// within 1e-5 (relative, plus 1e-6 absolute) and f16 ones within one f16 ulp.
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "compiler/onnx_io.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/interpreter.h"
+#include "runtime/npy.h"
+#include "tests/gradient_check.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> case_names() {
+  std::vector<std::string> names;
+  for (const auto& entry :
+       fs::directory_iterator(testing::source_path("tests/data/function_ops"))) {
+    if (entry.path().extension() == ".onnx") names.push_back(entry.path().stem().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+class FunctionOpReference : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FunctionOpReference, MatchesTheRecordedOutputs) {
+  const std::string base = testing::source_path("tests/data/function_ops/" + GetParam());
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(base + ".onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<std::map<std::string, Tensor>> arrays = runtime::read_npz(base + ".npz");
+  ASSERT_TRUE(arrays.ok()) << arrays.status();
+  std::vector<Tensor> inputs;
+  for (const Value* input : (*graph)->inputs()) inputs.push_back(arrays->at(input->name()));
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(**graph, inputs);
+  ASSERT_TRUE(outputs.ok()) << outputs.status();
+  for (size_t i = 0; i < outputs->size(); ++i) {
+    const std::string name = (*graph)->outputs()[i]->name();
+    const Tensor& want = arrays->at("output." + name);
+    const Tensor& got = (*outputs)[i];
+    ASSERT_EQ(got.type(), want.type()) << name;
+    const bool f16 = want.dtype() == DType::kF16;
+    for (int64_t j = 0; j < want.num_elements(); ++j) {
+      const double w = want.element_as_double(j);
+      const double tolerance = f16 ? std::ldexp(std::abs(w), -10) : 1e-5 * std::abs(w) + 1e-6;
+      ASSERT_NEAR(got.element_as_double(j), w, tolerance) << name << " element " << j;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FunctionOpReference, ::testing::ValuesIn(case_names()),
+                         [](const auto& info) { return info.param; });
+
+// loss = sum(Attention(Q, K, V) * W) in f64, for the gradient checks.
+testing::ModelBuilder attention_loss_model(const std::vector<std::string>& q,
+                                           const std::vector<std::string>& kv,
+                                           const std::vector<std::string>& y) {
+  testing::ModelBuilder m(23);
+  m.input("Q", onnx::TensorProto::DOUBLE, q);
+  m.input("K", onnx::TensorProto::DOUBLE, kv);
+  m.input("V", onnx::TensorProto::DOUBLE, kv);
+  m.input("W", onnx::TensorProto::DOUBLE, y);
+  return m;
+}
+
+void expect_gradients_match(const testing::ModelBuilder& m, const std::string& wrt) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "attention");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(3);
+  std::vector<Tensor> inputs;
+  for (const Value* input : (*graph)->inputs()) {
+    inputs.push_back(testing::random_tensor(input->type(), rng, -1.5, 1.5));
+  }
+  absl::StatusOr<testing::GradientCheck> check = testing::check_gradients(**graph, inputs, wrt);
+  ASSERT_TRUE(check.ok()) << check.status();
+  EXPECT_GE(check->inputs_checked, 2);
+  EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;
+}
+
+TEST(FunctionOpGradients, CausalGroupedQueryAttentionOn3dInputs) {
+  testing::ModelBuilder m = attention_loss_model({"2", "4", "8"}, {"2", "4", "4"}, {"2", "4", "8"});
+  onnx::NodeProto& attention = m.node("Attention", {"Q", "K", "V"}, {"Y"}, "attention");
+  testing::add_int_attr(attention, "is_causal", 1);
+  testing::add_int_attr(attention, "q_num_heads", 4);
+  testing::add_int_attr(attention, "kv_num_heads", 2);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  expect_gradients_match(m, "^(Q|K|V)$");
+}
+
+TEST(FunctionOpGradients, BooleanMaskWithAnEmptyRowGivesItNoGradient) {
+  testing::ModelBuilder m =
+      attention_loss_model({"1", "2", "3", "2"}, {"1", "2", "3", "2"}, {"1", "2", "3", "2"});
+  // Row 1 sees no key: its output is zero and nothing flows back through it.
+  onnx::TensorProto& mask = m.initializer("mask", onnx::TensorProto::BOOL, {1, 1, 3, 3});
+  for (int allowed : {1, 1, 0, 0, 0, 0, 1, 0, 1}) mask.add_int32_data(allowed);
+  m.node("Attention", {"Q", "K", "V", "mask"}, {"Y"}, "attention");
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  expect_gradients_match(m, "^(Q|K|V)$");
+}
+
+TEST(FunctionOpGradients, RmsNormalization) {
+  testing::ModelBuilder m(23);
+  m.input("X", onnx::TensorProto::DOUBLE, {"3", "5"});
+  m.input("scale", onnx::TensorProto::DOUBLE, {"5"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"3", "5"});
+  // Stage one in f64 too (stash_type defaults to f32, which central differences cannot see
+  // through).
+  testing::add_int_attr(m.node("RMSNormalization", {"X", "scale"}, {"Y"}, "norm"), "stash_type",
+                        onnx::TensorProto::DOUBLE);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  expect_gradients_match(m, "^(X|scale)$");
+}
+
+TEST(FunctionOps, ErrorsNameTheNode) {
+  testing::ModelBuilder m(20);
+  m.input("X", onnx::TensorProto::FLOAT, {"3", "5"});
+  m.input("scale", onnx::TensorProto::FLOAT, {"5"});
+  m.node("RMSNormalization", {"X", "scale"}, {"Y"}, "norm");
+  m.output("Y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "old.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'norm' (RMSNormalization): RMSNormalization is "
+                                          "defined from opset 23"),
+            std::string::npos)
+      << graph.status();
+
+  testing::ModelBuilder a(23);
+  a.input("Q", onnx::TensorProto::FLOAT, {"1", "4", "6"});
+  a.input("K", onnx::TensorProto::FLOAT, {"1", "4", "6"});
+  a.input("V", onnx::TensorProto::FLOAT, {"1", "4", "6"});
+  testing::add_int_attr(a.node("Attention", {"Q", "K", "V"}, {"Y"}, "attn"), "q_num_heads", 4);
+  a.output("Y");
+  graph = import_onnx_bytes(a.bytes(), "attn.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'attn' (Attention): 3-D Q, K and V need "
+                                          "q_num_heads and kv_num_heads"),
+            std::string::npos)
+      << graph.status();
+}
+
+}  // namespace
+}  // namespace ampc
