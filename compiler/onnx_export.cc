@@ -3,8 +3,11 @@
 // Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
 // (OpDef::attrs_as_inputs) are written as initializers. Every node's precision decision
-// goes into its doc_string, where import finds it again.
+// goes into its doc_string, where import finds it again. Large initializers may go to a data
+// file beside the model (ONNX external data), as PyTorch writes models over 2 GiB.
+#include <filesystem>
 #include <map>
+#include <span>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -24,11 +27,44 @@ constexpr int64_t kExportIrVersion = 8;
 // doc_string, so a re-imported model does not train it.
 constexpr std::string_view kConstantDoc = "ampc: constant";
 
+// The weights an export writes beside the model (ONNX external data): the tensors' bytes in
+// order, each at an offset aligned to kAlignment, all in one file.
+struct ExternalData {
+  static constexpr uint64_t kAlignment = 64;
+  std::string location;  // the data file's name, relative to the model's folder
+  std::vector<std::span<const uint8_t>> pieces;
+  uint64_t size = 0;
+
+  void add(const Tensor& tensor, onnx::TensorProto* proto) {
+    static constexpr uint8_t kZeros[kAlignment] = {};
+    if (const uint64_t pad = (kAlignment - size % kAlignment) % kAlignment; pad > 0) {
+      pieces.emplace_back(kZeros, pad);
+      size += pad;
+    }
+    for (int64_t dim : tensor.shape()) proto->add_dims(dim);
+    proto->set_data_type(to_onnx_dtype(tensor.dtype()));
+    proto->set_data_location(onnx::TensorProto::EXTERNAL);
+    const auto entry = [&](const char* key, std::string value) {
+      onnx::StringStringEntryProto* e = proto->add_external_data();
+      e->set_key(key);
+      e->set_value(std::move(value));
+    };
+    entry("location", location);
+    entry("offset", std::to_string(size));
+    entry("length", std::to_string(tensor.bytes().size()));
+    pieces.push_back(tensor.bytes());
+    size += tensor.bytes().size();
+  }
+};
+
 class Exporter {
  public:
   // `outer`: the graph whose initializers this one may read by name (the eval graph, for the
   // training step); shared initializers are written there only.
   explicit Exporter(const Graph* outer = nullptr) : outer_(outer) {}
+
+  // Initializers of kExternalDataMinBytes or more go to `data` instead of the model.
+  void set_external(ExternalData* data) { external_ = data; }
 
   absl::StatusOr<std::string> run(const Graph& graph) {
     onnx::ModelProto model;
@@ -47,6 +83,7 @@ class Exporter {
       // The step must not reuse a name the eval graph's file defines (the initializers export
       // invents for attributes taken as inputs included): it would shadow it.
       Exporter step_exporter(&graph);
+      step_exporter.external_ = external_;
       step_exporter.reserved_.insert(taken_.begin(), taken_.end());
       AMPC_RETURN_IF_ERROR(step_exporter.write_graph(*step, *training->mutable_algorithm()));
       AMPC_RETURN_IF_ERROR(step_exporter.write_update_binding(*step, *training));
@@ -78,7 +115,11 @@ class Exporter {
       onnx::TensorProto* tensor = proto.add_initializer();
       tensor->set_name(names_.at(init));
       if (init->is_constant()) tensor->set_doc_string(std::string(kConstantDoc));
-      onnx_io::tensor_to_proto(*data, tensor);
+      if (external_ != nullptr && data->type().byte_size() >= kExternalDataMinBytes) {
+        external_->add(*data, tensor);
+      } else {
+        onnx_io::tensor_to_proto(*data, tensor);
+      }
     }
     for (const auto& node : graph.nodes()) AMPC_RETURN_IF_ERROR(write_node(*node, proto));
     for (const Value* output : graph.outputs()) write_value_info(output, proto.add_output());
@@ -284,6 +325,7 @@ class Exporter {
   }
 
   const Graph* outer_;
+  ExternalData* external_ = nullptr;  // set: large initializers go there
   std::unordered_map<const Value*, std::string> names_;
   std::unordered_set<std::string> reserved_;  // every name the graph uses
   std::unordered_set<std::string> taken_;     // names given out so far
@@ -296,9 +338,40 @@ absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph) {
   return exporter.run(graph);
 }
 
-absl::Status export_onnx_file(const Graph& graph, const std::string& path) {
-  AMPC_ASSIGN_OR_RETURN(std::string bytes, export_onnx_bytes(graph));
-  return write_file_atomically(path, bytes);
+namespace {
+
+int64_t initializer_bytes(const Graph& graph) {
+  int64_t total = 0;
+  for (const Value* init : graph.initializers()) total += init->type().byte_size();
+  if (const Graph* step = graph.training_step()) total += initializer_bytes(*step);
+  return total;
+}
+
+}  // namespace
+
+absl::Status export_onnx_file(const Graph& graph, const std::string& path,
+                              const ExportOptions& options) {
+  const bool external = options.external_data == ExportOptions::ExternalData::kAlways ||
+                        (options.external_data == ExportOptions::ExternalData::kAuto &&
+                         initializer_bytes(graph) > options.auto_threshold_bytes);
+  if (!external) {
+    AMPC_ASSIGN_OR_RETURN(std::string bytes, export_onnx_bytes(graph));
+    return write_file_atomically(path, bytes);
+  }
+  const std::string data_path = path + ".data";
+  ExternalData data;
+  data.location = std::filesystem::path(data_path).filename().string();
+  Exporter exporter;
+  exporter.set_external(&data);
+  AMPC_ASSIGN_OR_RETURN(std::string bytes, exporter.run(graph));
+  // The weights first: a model file never refers to data that is not there.
+  AMPC_RETURN_IF_ERROR(write_file_atomically(data_path, data.pieces));
+  if (absl::Status status = write_file_atomically(path, bytes); !status.ok()) {
+    std::error_code ignored;
+    std::filesystem::remove(data_path, ignored);
+    return status;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ampc

@@ -29,8 +29,20 @@ absl::StatusOr<std::unique_ptr<Graph>> import_onnx_bytes(std::string_view bytes,
 // Serializes the graph as an ONNX ModelProto (names made unique, attributes in the form the
 // graph's opset expects).
 absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph);
-// Writes the model to `path` through a temporary file and a rename, so a failure never leaves a
-// half-written file.
-absl::Status export_onnx_file(const Graph& graph, const std::string& path);
+struct ExportOptions {
+  // Where initializers go. kAuto: beside the model when they total more than
+  // auto_threshold_bytes (a ModelProto cannot exceed 2 GiB); kAlways: every initializer of
+  // kExternalDataMinBytes or more goes to `<path>.data`, as PyTorch's exporter writes it;
+  // kNever: one file.
+  enum class ExternalData { kAuto, kAlways, kNever };
+  ExternalData external_data = ExternalData::kAuto;
+  int64_t auto_threshold_bytes = int64_t{1792} << 20;  // 1.75 GiB
+};
+inline constexpr int64_t kExternalDataMinBytes = 1024;
+
+// Writes the model to `path` (and its weights to `path` + ".data" when external) through
+// temporary files and renames, so a failure never leaves a half-written file.
+absl::Status export_onnx_file(const Graph& graph, const std::string& path,
+                              const ExportOptions& options = {});
 
 }  // namespace ampc

@@ -361,7 +361,8 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
   return absl::OkStatus();
 }
 
-absl::Status TrainingSession::export_inference_model(const std::string& path) const {
+absl::Status TrainingSession::export_inference_model(const std::string& path,
+                                                     const ExportOptions& options) const {
   if (eval_ == nullptr) {
     return absl::FailedPreconditionError(
         "this session holds a bare training step, without an eval graph to export");
@@ -399,7 +400,7 @@ absl::Status TrainingSession::export_inference_model(const std::string& path) co
        {kMetadataLoss, kMetadataLr, kMetadataOptimizer, kMetadataPrecisionBaseline}) {
     graph->erase_metadata(key);
   }
-  return export_onnx_file(*graph, path);
+  return export_onnx_file(*graph, path, options);
 }
 
 }  // namespace ampc::runtime

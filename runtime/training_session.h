@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "compiler/ir.h"
+#include "compiler/onnx_io.h"
 #include "runtime/session.h"
 
 namespace ampc::runtime {
@@ -89,7 +90,9 @@ class TrainingSession {
 
   // Writes the eval graph with the current parameters as an inference model: no training step,
   // and without the loss output and the inputs only it reads (labels) when other outputs remain.
-  absl::Status export_inference_model(const std::string& path) const;
+  // `options` says whether the weights go to a data file beside it.
+  absl::Status export_inference_model(const std::string& path,
+                                      const ExportOptions& options = {}) const;
 
   // The learning rate the model was compiled with (`ampc compile --lr`), if it says.
   std::optional<double> default_lr() const { return default_lr_; }

@@ -340,3 +340,89 @@ TEST(OnnxExport, FileIsReplacedWholeAndFailuresLeaveNothing) {
 
 }  // namespace
 }  // namespace ampc
+
+namespace ampc {
+namespace {
+
+// A graph with one large initializer (4 KiB) and one small (8 bytes).
+std::unique_ptr<Graph> weights_graph() {
+  std::string text = "graph g(%x: f32[1024]) {\n  init %big: f32[1024] = [";
+  for (int i = 0; i < 1024; ++i) text += str_cat(i == 0 ? "" : ", ", 0.25 * i - 7);
+  text += "]\n  init %small: f32[2] = [1.5, -2.0]\n";
+  text += "  %y = Mul(%x, %big) : f32[1024]\n  %z = Add(%y, %y) : f32[1024]\n";
+  text += "  %s = ReduceSum<keepdims=0>(%small) : f32[]\n  return %z, %s\n}";
+  return testing::parse_or_fail(text);
+}
+
+onnx::ModelProto read_model(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromIstream(&in)) << path;
+  return model;
+}
+
+TEST(OnnxExport, ExternalDataPutsLargeInitializersInADataFileBesideTheModel) {
+  std::unique_ptr<Graph> graph = weights_graph();
+  ASSERT_NE(graph, nullptr);
+  const std::string dir = ::testing::TempDir() + "/external_data";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/model.onnx";
+  ExportOptions options;
+  options.external_data = ExportOptions::ExternalData::kAlways;
+  ASSERT_TRUE(export_onnx_file(*graph, path, options).ok());
+  ASSERT_TRUE(std::filesystem::exists(path + ".data"));
+  EXPECT_GE(std::filesystem::file_size(path + ".data"), 4096u);
+
+  const onnx::ModelProto model = read_model(path);
+  for (const onnx::TensorProto& init : model.graph().initializer()) {
+    const bool external = init.data_location() == onnx::TensorProto::EXTERNAL;
+    EXPECT_EQ(external, init.name() == "big") << init.name();
+    if (external) {
+      std::map<std::string, std::string> entries;
+      for (const auto& e : init.external_data()) entries[e.key()] = e.value();
+      EXPECT_EQ(entries["location"], "model.onnx.data");
+      EXPECT_EQ(entries["length"], "4096");
+      EXPECT_FALSE(init.has_raw_data());
+    }
+  }
+  EXPECT_NO_THROW(onnx::checker::check_model(path));
+
+  // The same model, read back from the two files, has the same weights.
+  absl::StatusOr<std::unique_ptr<Graph>> back = import_onnx_file(path);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(print_graph(**back), print_graph(*graph));
+}
+
+TEST(OnnxExport, ExternalDataIsAutomaticOverTheThresholdAndNeverWhenRefused) {
+  std::unique_ptr<Graph> graph = weights_graph();
+  ASSERT_NE(graph, nullptr);
+  const std::string dir = ::testing::TempDir() + "/external_data_auto";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ExportOptions options;  // kAuto
+  options.auto_threshold_bytes = 4000;
+  ASSERT_TRUE(export_onnx_file(*graph, dir + "/over.onnx", options).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir + "/over.onnx.data"));
+  options.auto_threshold_bytes = 5000;
+  ASSERT_TRUE(export_onnx_file(*graph, dir + "/under.onnx", options).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/under.onnx.data"));
+  options.external_data = ExportOptions::ExternalData::kNever;
+  options.auto_threshold_bytes = 0;
+  ASSERT_TRUE(export_onnx_file(*graph, dir + "/never.onnx", options).ok());
+  EXPECT_FALSE(std::filesystem::exists(dir + "/never.onnx.data"));
+}
+
+TEST(OnnxExport, AFailedExternalDataWriteLeavesNoFiles) {
+  std::unique_ptr<Graph> graph = weights_graph();
+  ASSERT_NE(graph, nullptr);
+  ExportOptions options;
+  options.external_data = ExportOptions::ExternalData::kAlways;
+  const std::string path = ::testing::TempDir() + "/no/such/dir/model.onnx";
+  absl::Status status = export_onnx_file(*graph, path, options);
+  ASSERT_FALSE(status.ok());
+  EXPECT_TRUE(absl::StrContains(status.message(), "model.onnx.data")) << status;
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+}  // namespace
+}  // namespace ampc

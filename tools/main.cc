@@ -61,6 +61,7 @@ std::function<void(std::string_view, const Graph&)> make_dumper(const std::strin
 }
 
 struct CompileFlags {
+  bool external_data = false;  // weights to OUTPUT.data
   std::string input;
   std::string output;
   std::vector<std::string> shapes;
@@ -248,7 +249,9 @@ int run_compile(const CompileFlags& flags) {
   print_warnings(diagnostics);
   if (!graph.ok()) return report_error(graph.status());
   if (options.mixed_precision) record_o0_baseline(flags.input, options, **graph);
-  if (absl::Status status = export_onnx_file(**graph, flags.output); !status.ok()) {
+  ExportOptions export_options;
+  if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
+  if (absl::Status status = export_onnx_file(**graph, flags.output, export_options); !status.ok()) {
     return report_error(status);
   }
   if (const Graph* step = (*graph)->training_step()) {
@@ -433,6 +436,9 @@ int run(int argc, char** argv) {
   compile->add_option("input", compile_flags.input, "The ONNX model to compile")->required();
   compile->add_option("-o,--output", compile_flags.output, "Where to write the compiled model")
       ->required();
+  compile->add_flag("--external-data", compile_flags.external_data,
+                    "Write the weights to OUTPUT.data beside the model (ONNX external data, as "
+                    "PyTorch does; automatic over 1.75 GiB of weights)");
   compile->add_option("--shape", compile_flags.shapes,
                       "Fix an input's shape, NAME:DIMxDIMx... (e.g. x:8x3x32x32); needed for "
                       "every input with a dynamic dim. Repeatable.");

@@ -306,7 +306,10 @@ int train(const TrainFlags& flags) {
     }
   }
   if (!flags.export_path.empty()) {
-    if (absl::Status status = session.export_inference_model(flags.export_path); !status.ok()) {
+    ExportOptions export_options;
+    if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
+    if (absl::Status status = session.export_inference_model(flags.export_path, export_options);
+        !status.ok()) {
       return report_error(status);
     }
     std::cerr << "ampc: wrote the trained inference model " << flags.export_path << "\n";
@@ -368,8 +371,14 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   train->add_option("--eval-data", flags.eval_data,
                     "After training, report the eval graph's mean scalar outputs (the loss) over "
                     "the batches of this .npz (same layout as --data)");
-  train->add_option("--export", flags.export_path,
-                    "After training, write the trained model as an inference ONNX file");
+  CLI::Option* export_option =
+      train->add_option("--export", flags.export_path,
+                        "After training, write the trained model as an inference ONNX file");
+  train
+      ->add_flag("--external-data", flags.external_data,
+                 "Write the --export model's weights to FILE.data beside it (ONNX external "
+                 "data, as PyTorch does; automatic over 1.75 GiB of weights)")
+      ->needs(export_option);
   train->add_flag("--check-numerics", flags.check_numerics,
                   "Check every node's outputs for inf and NaN; stop at the first with the node, "
                   "its op, the output's dtype and its inputs' ranges");

@@ -27,6 +27,7 @@ struct TrainFlags {
   bool resume = false;
   std::string eval_data;
   std::string export_path;
+  bool external_data = false;  // --export writes its weights to a .data file beside it
   std::string progress = "auto";
   bool check_numerics = false;
 };

@@ -238,3 +238,31 @@ TEST_F(CliTest, UnwritableOutputIsAnErrorAndLeavesNothing) {
 
 }  // namespace
 }  // namespace ampc
+
+namespace ampc {
+namespace {
+
+// A model exported by PyTorch with external data compiles to a model with external data when
+// asked, and both run alike; --external-data without a file to apply it to is an error.
+TEST_F(CliTest, ExternalDataInAndOut) {
+  const std::string zoo = testing::source_path("models/zoo/mlp_wide.dynamo.onnx");
+  CliResult r = ampc("compile " + zoo + " -o " + path("one.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(fs::exists(path("one.onnx.data")));
+  r = ampc("compile " + zoo + " --external-data -o " + path("split.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ASSERT_TRUE(fs::exists(path("split.onnx.data")));
+  EXPECT_LT(fs::file_size(path("split.onnx")), 16u * 1024);
+  EXPECT_GT(fs::file_size(path("split.onnx.data")), 400u * 1024);
+  r = ampc("inspect " + path("split.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CliResult one = ampc("inspect " + path("one.onnx"));
+  EXPECT_EQ(r.out, one.out);
+
+  r = ampc("train " + path("split.onnx") + " --data x.npz --steps 1 --external-data");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("--external-data requires --export"));
+}
+
+}  // namespace
+}  // namespace ampc
