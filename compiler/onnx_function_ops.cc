@@ -1,5 +1,6 @@
-// RMSNormalization and Attention (opset 23), expanded at import into the ops ONNX defines them
-// with, so that every backend runs them and autodiff differentiates them with no new kernels or
+// Ops expanded at import into the ops ONNX defines them with: RMSNormalization and Attention
+// (opset 23), GroupNormalization (18, and 21 with per-channel scale) and InstanceNormalization,
+// so that every backend runs them and autodiff differentiates them with no new kernels or
 // gradient rules. Fused kernels for them belong to the optimizing passes, not to import.
 #include <cmath>
 #include <limits>
@@ -122,6 +123,126 @@ absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::st
   AMPC_ASSIGN_OR_RETURN(normalized, e.cast(normalized, x->dtype()));
   if (e.output(0).empty()) return absl::OkStatus();
   return e.op("Mul", {normalized, scale}, {}, e.output(0)).status();
+}
+
+namespace {
+
+// [C] -> [C, 1, ..., 1] with `trailing` ones: a per-channel operand of an N, C, D1, ... input.
+absl::StatusOr<Value*> per_channel(Emitter& e, Value* v, int64_t trailing) {
+  Shape shape = v->type().shape;
+  shape.insert(shape.end(), trailing, 1);
+  return e.reshape(v, shape);
+}
+
+// (x - mean) / sqrt(var + epsilon) over `axes` (population variance), in x's type.
+absl::StatusOr<Value*> standardize(Emitter& e, Value* x, const std::vector<int64_t>& axes,
+                                   float epsilon) {
+  const Attributes reduce = {{"axes", AttrValue(axes)}, {"keepdims", AttrValue(int64_t{1})}};
+  AMPC_ASSIGN_OR_RETURN(Value * mean, e.op("ReduceMean", {x}, reduce));
+  AMPC_ASSIGN_OR_RETURN(Value * centered, e.op("Sub", {x, mean}));
+  AMPC_ASSIGN_OR_RETURN(Value * squared, e.op("Mul", {centered, centered}));
+  AMPC_ASSIGN_OR_RETURN(Value * variance, e.op("ReduceMean", {squared}, reduce));
+  AMPC_ASSIGN_OR_RETURN(Value * eps, e.scalar(epsilon, x->dtype()));
+  AMPC_ASSIGN_OR_RETURN(Value * shifted, e.op("Add", {variance, eps}));
+  AMPC_ASSIGN_OR_RETURN(Value * deviation, e.op("Sqrt", {shifted}));
+  return e.op("Div", {centered, deviation});
+}
+
+absl::Status check_channels(Value* x, Value* per_channel, const std::string& what, int64_t count,
+                            const std::string& label) {
+  if (per_channel->type().shape != Shape{count}) {
+    return invalid(str_cat(label, ": ", what, " is ", type_to_string(per_channel->type()),
+                           "; it must have shape [", count, "] for X ", type_to_string(x->type())));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+// Y = scale * (X - mean) / sqrt(var + epsilon) + B, statistics over D1, ... per (n, c).
+absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                          ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label, {{"epsilon", onnx::AttributeProto::FLOAT}}));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * scale, tensor_input(proto, 1, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * bias, tensor_input(proto, 2, label, sink));
+  const auto rank = static_cast<int64_t>(x->type().shape.size());
+  if (!is_arithmetic_float(x->dtype()) || rank < 3) {
+    return invalid(str_cat(label, ": X is ", type_to_string(x->type()),
+                           "; it must be float of rank 3 or more (N, C, D1, ...)"));
+  }
+  const int64_t channels = x->type().shape[1];
+  AMPC_RETURN_IF_ERROR(check_channels(x, scale, "scale", channels, label));
+  AMPC_RETURN_IF_ERROR(check_channels(x, bias, "B", channels, label));
+  std::vector<int64_t> axes;
+  for (int64_t d = 2; d < rank; ++d) axes.push_back(d);
+  Emitter e(proto, label, sink);
+  AMPC_ASSIGN_OR_RETURN(Value * normalized, standardize(e, x, axes, attrs.f("epsilon", 1e-5f)));
+  AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, rank - 2));
+  AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, rank - 2));
+  AMPC_ASSIGN_OR_RETURN(Value * scaled, e.op("Mul", {normalized, s}));
+  if (e.output(0).empty()) return absl::OkStatus();
+  return e.op("Add", {scaled, b}, {}, e.output(0)).status();
+}
+
+// Channels in num_groups groups, each standardized over its channels and D1, ...; then scale and
+// bias per channel (opset 21) or per group (opset 18).
+absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                       ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"epsilon", onnx::AttributeProto::FLOAT},
+                                         {"num_groups", onnx::AttributeProto::INT},
+                                         {"stash_type", onnx::AttributeProto::INT}}));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * scale, tensor_input(proto, 1, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * bias, tensor_input(proto, 2, label, sink));
+  const Shape& shape = x->type().shape;
+  const auto rank = static_cast<int64_t>(shape.size());
+  if (!is_arithmetic_float(x->dtype()) || rank < 3) {
+    return invalid(str_cat(label, ": X is ", type_to_string(x->type()),
+                           "; it must be float of rank 3 or more (N, C, D1, ...)"));
+  }
+  if (!attrs.has("num_groups")) {
+    return invalid(str_cat(label, ": required attribute 'num_groups' is missing"));
+  }
+  const int64_t groups = attrs.i("num_groups", 1);
+  const int64_t channels = shape[1];
+  if (groups <= 0 || channels % groups != 0) {
+    return invalid(str_cat(label, ": num_groups ", groups, " does not divide the ", channels,
+                           " channels of X ", type_to_string(x->type())));
+  }
+  const bool per_group = sink.opset() < 21;
+  AMPC_RETURN_IF_ERROR(check_channels(x, scale, "scale", per_group ? groups : channels, label));
+  AMPC_RETURN_IF_ERROR(check_channels(x, bias, "bias", per_group ? groups : channels, label));
+  DType stash = x->dtype();
+  if (!per_group) {
+    AMPC_ASSIGN_OR_RETURN(
+        stash, float_type_attr(attrs.i("stash_type", 1), str_cat(label, ": stash_type")));
+  }
+  Emitter e(proto, label, sink);
+  AMPC_ASSIGN_OR_RETURN(Value * wide, e.cast(x, stash));
+  AMPC_ASSIGN_OR_RETURN(Value * grouped, e.reshape(wide, {shape[0], groups, -1}));
+  AMPC_ASSIGN_OR_RETURN(Value * normalized,
+                        standardize(e, grouped, {2}, attrs.f("epsilon", 1e-5f)));
+  AMPC_ASSIGN_OR_RETURN(normalized, e.cast(normalized, x->dtype()));
+  Value* scaled = nullptr;
+  if (per_group) {
+    AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, 1));
+    AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, 1));
+    AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {normalized, s}));
+    AMPC_ASSIGN_OR_RETURN(scaled, e.op("Add", {mul, b}));
+    if (e.output(0).empty()) return absl::OkStatus();
+    AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({rank}, shape)));
+    return e.op("Reshape", {scaled, to}, {}, e.output(0)).status();
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * restored, e.reshape(normalized, shape));
+  AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, rank - 2));
+  AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, rank - 2));
+  AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {restored, s}));
+  if (e.output(0).empty()) return absl::OkStatus();
+  return e.op("Add", {mul, b}, {}, e.output(0)).status();
 }
 
 // Y = softmax(softcap(Q K^T * scale) + causal bias + mask) V over Q, K, V of shape

@@ -16,6 +16,7 @@ namespace ampc::onnx_io {
 
 using lowering::has_input;
 using lowering::tensor_input;
+using LowerFn = absl::Status (*)(const onnx::NodeProto&, const std::string&, ImportSink&);
 
 namespace {
 
@@ -295,9 +296,19 @@ class Inliner {
 // ---- Lowered ops ---------------------------------------------------------------------------
 
 constexpr std::string_view kLoweredOps[] = {
-    "Attention",      "CastLike",          "ConcatFromSequence", "RMSNormalization",
-    "SequenceAt",     "SequenceConstruct", "SequenceEmpty",      "SequenceErase",
-    "SequenceInsert", "SequenceLength",    "SplitToSequence",
+    "Attention",
+    "CastLike",
+    "ConcatFromSequence",
+    "GroupNormalization",
+    "InstanceNormalization",
+    "RMSNormalization",
+    "SequenceAt",
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceErase",
+    "SequenceInsert",
+    "SequenceLength",
+    "SplitToSequence",
 };
 
 // The node's int attributes, each known to the op (`known`: name and default; nullopt when the
@@ -468,15 +479,22 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
                                      ImportSink& sink) {
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
-  if (op == "RMSNormalization" || op == "Attention") {
-    if (sink.opset() < 23) {
-      return absl::UnimplementedError(str_cat(label, ": ", op,
-                                              " is defined from opset 23; the "
-                                              "model imports opset ",
-                                              sink.opset()));
+  // The ops expanded into their definitions, and the opsets from which ampc expands them: those
+  // of the definitions, and 11 for InstanceNormalization (its expansion needs ReduceMean with
+  // negative axes, as ampc has it).
+  static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
+      {"Attention", {23, &lowering::lower_attention}},
+      {"GroupNormalization", {18, &lowering::lower_group_normalization}},
+      {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
+      {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
+  };
+  if (auto it = kExpanded.find(op); it != kExpanded.end()) {
+    const auto [since, lower_fn] = it->second;
+    if (sink.opset() < since) {
+      return absl::UnimplementedError(str_cat(label, ": ampc implements ", op, " from opset ",
+                                              since, "; the model imports opset ", sink.opset()));
     }
-    return op == "Attention" ? lowering::lower_attention(proto, label, sink)
-                             : lowering::lower_rms_normalization(proto, label, sink);
+    return lower_fn(proto, label, sink);
   }
   // Every other lowered op has one output; one not asked for defines nothing.
   if (proto.output_size() > 1) {

@@ -25,10 +25,14 @@ absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known);
 
-// ONNX's function ops, expanded into the ops they are defined by (compiler/onnx_function_ops.cc).
+// Ops expanded into the ops they are defined by (compiler/onnx_function_ops.cc).
 absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,
                                      ImportSink& sink);
 absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& label,
                              ImportSink& sink);
+absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                          ImportSink& sink);
+absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                       ImportSink& sink);
 
 }  // namespace ampc::onnx_io::lowering

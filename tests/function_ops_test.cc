@@ -1,4 +1,5 @@
-// ONNX's function ops that the importer expands (Attention, RMSNormalization; opset 23):
+// The ops the importer expands into the ops ONNX defines them with (Attention, RMSNormalization,
+// GroupNormalization, InstanceNormalization):
 // outputs against references recorded from onnx's reference evaluator and checked against
 // PyTorch (tests/data/function_ops/make_refs.py), and gradients against central differences in
 // f64. The expansions are sums of at most a few dozen products, so f32 outputs are compared
@@ -127,6 +128,21 @@ TEST(FunctionOpGradients, RmsNormalization) {
   expect_gradients_match(m, "^(X|scale)$");
 }
 
+TEST(FunctionOpGradients, GroupNormalization) {
+  testing::ModelBuilder m(21);
+  m.input("X", onnx::TensorProto::DOUBLE, {"2", "4", "3"});
+  m.input("scale", onnx::TensorProto::DOUBLE, {"4"});
+  m.input("bias", onnx::TensorProto::DOUBLE, {"4"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"2", "4", "3"});
+  onnx::NodeProto& norm = m.node("GroupNormalization", {"X", "scale", "bias"}, {"Y"}, "norm");
+  testing::add_int_attr(norm, "num_groups", 2);
+  testing::add_int_attr(norm, "stash_type", onnx::TensorProto::DOUBLE);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  expect_gradients_match(m, "^(X|scale|bias)$");
+}
+
 TEST(FunctionOps, ErrorsNameTheNode) {
   testing::ModelBuilder m(20);
   m.input("X", onnx::TensorProto::FLOAT, {"3", "5"});
@@ -135,8 +151,8 @@ TEST(FunctionOps, ErrorsNameTheNode) {
   m.output("Y");
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "old.onnx");
   ASSERT_FALSE(graph.ok());
-  EXPECT_NE(graph.status().message().find("node 'norm' (RMSNormalization): RMSNormalization is "
-                                          "defined from opset 23"),
+  EXPECT_NE(graph.status().message().find(
+                "node 'norm' (RMSNormalization): ampc implements RMSNormalization from opset 23"),
             std::string::npos)
       << graph.status();
 
