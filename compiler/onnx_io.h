@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/ir.h"
 #include "compiler/status.h"
@@ -29,6 +30,13 @@ absl::StatusOr<std::unique_ptr<Graph>> import_onnx_bytes(std::string_view bytes,
 // Serializes the graph as an ONNX ModelProto (names made unique, attributes in the form the
 // graph's opset expects).
 absl::StatusOr<std::string> export_onnx_bytes(const Graph& graph);
+namespace onnx_io {
+// The standard-domain ops import rewrites into others (CastLike, the sequence ops, and ops
+// expanded into their ONNX definitions: Attention, GroupNormalization, ...), sorted; they have no
+// kernels of their own (compiler/onnx_lowering.h).
+std::vector<std::string> ops_lowered_at_import();
+}  // namespace onnx_io
+
 struct ExportOptions {
   // Where initializers go. kAuto: beside the model when they total more than
   // auto_threshold_bytes (a ModelProto cannot exceed 2 GiB); kAlways: every initializer of

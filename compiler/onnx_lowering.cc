@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering_internal.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"

@@ -41,8 +41,7 @@ absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
 // True for the standard-domain ops SequenceLowering rewrites (CastLike, the sequence ops and
 // the function ops above).
 bool lowered_at_import(std::string_view domain, std::string_view op_type);
-// Their names, for messages and `ampc ops`.
-std::vector<std::string> ops_lowered_at_import();
+// (Their names: ops_lowered_at_import in compiler/onnx_io.h.)
 
 // What a lowering sees of the importer.
 class ImportSink {

@@ -1,12 +1,14 @@
-// Activations: Relu, LeakyRelu, Sigmoid, Tanh, Erf, Gelu, Softplus, HardSigmoid, HardSwish,
-// and the trigonometric Sin and Cos (rotary position embeddings). Shape-preserving, float only.
+// Activations: Relu, LeakyRelu, PRelu, Sigmoid, Tanh, Erf, Gelu, Softplus, Softsign, HardSigmoid,
+// HardSwish, Elu, Selu, Celu, Mish, and the trigonometric Sin and Cos (rotary position
+// embeddings). Shape-preserving, float only (PRelu's slope broadcasts to X).
 //
 // Their gradients, and the ampc-domain ops ReluGrad, LeakyReluGrad and GeluGrad that the
-// gradients of Relu, LeakyRelu and Gelu are made of (one fused element-wise pass each; Sigmoid,
-// Tanh, Erf, Softplus, HardSigmoid, HardSwish, Sin and Cos compose standard ops). Conventions at
-// the kinks are PyTorch's: Relu passes no gradient where y <= 0, LeakyRelu passes alpha * dy
-// where x <= 0, HardSigmoid passes alpha * dy only strictly inside its linear part, HardSwish
-// passes 0 below -3, dy * (x/3 + 1/2) on [-3, 3] and dy above.
+// gradients of Relu, LeakyRelu and Gelu are made of (one fused element-wise pass each; the others
+// compose standard ops). Conventions at the kinks are PyTorch's: Relu passes no gradient where
+// y <= 0, LeakyRelu passes alpha * dy where x <= 0, PRelu passes slope * dy to X and x * dy to
+// the slope only where x <= 0, HardSigmoid passes alpha * dy only strictly inside its linear
+// part, HardSwish passes 0 below -3, dy * (x/3 + 1/2) on [-3, 3] and dy above, and Elu, Selu and
+// Celu take their exponential side at x = 0.
 #include <cmath>
 
 #include "compiler/grad_builder.h"
@@ -34,6 +36,20 @@ OpDef activation(std::string name, int since_opset, AutocastCategory category,
        {TensorType{DType::kBF16, {2, 3}}}},
   };
   return def;
+}
+
+// PRelu: Y has X's type; the slope, of X's element type, broadcasts to X unidirectionally.
+absl::Status infer_prelu(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(expect_same_dtype(ctx, 0, 1));
+  const Shape& x = ctx.input_type(0).shape;
+  const Shape& slope = ctx.input_type(1).shape;
+  if (!broadcasts_to(slope, x)) {
+    return absl::InvalidArgumentError(str_cat("slope of shape ", shape_to_string(slope),
+                                              " does not broadcast to X of shape ",
+                                              shape_to_string(x)));
+  }
+  ctx.set_output(0, ctx.input_type(0));
+  return absl::OkStatus();
 }
 
 // ---- Gradient rules -----------------------------------------------------------------------
@@ -98,6 +114,66 @@ absl::StatusOr<Grads> hard_swish_grad(GradBuilder& b) {
   Value* upper =
       b.op("Where", {b.op("Greater", {x, b.scalar(3, dtype)}), dy, b.op("Mul", {dy, slope})});
   return Grads{b.op("Where", {b.op("Less", {x, b.scalar(-3, dtype)}), b.scalar(0, dtype), upper})};
+}
+
+// d/dx prelu(x, s) = dy where x > 0, s * dy elsewhere; d/ds = x * dy where x <= 0, else 0
+// (PyTorch's _prelu_kernel_backward). The slope's gradient is X-shaped: the walker sums it over
+// the dims the slope was broadcast along.
+absl::StatusOr<Grads> prelu_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* dy = b.grad_of_output(0);
+  Value* zero = b.scalar(0, x->dtype());
+  Value* positive = b.op("Greater", {x, zero});
+  Grads grads(2, nullptr);
+  if (b.needs_grad(0)) grads[0] = b.op("Where", {positive, dy, b.op("Mul", {dy, b.input(1)})});
+  if (b.needs_grad(1)) grads[1] = b.op("Mul", {dy, b.op("Where", {positive, zero, x})});
+  return grads;
+}
+
+// The gradient of scale * (x > 0 ? x : alpha * (exp(input_scale * x) - 1)), which is Elu
+// (scale = input_scale = 1), Selu (scale = gamma) and Celu (input_scale = 1 / alpha): dy * scale
+// where x > 0, else dy * input_scale * (y + alpha * scale), from the output as PyTorch's
+// elu_backward does. y > 0 exactly where x > 0 when scale > 0 and alpha * input_scale >= 0; the
+// rule then reads y alone, else x for the branch.
+Value* elu_family_grad(GradBuilder& b, double alpha, double scale, double input_scale) {
+  Value* y = b.output(0);
+  Value* dy = b.grad_of_output(0);
+  const DType dtype = y->dtype();
+  Value* positive = scale == 1 ? dy : b.op("Mul", {dy, b.scalar(scale, dtype)});
+  Value* slope = b.op("Add", {y, b.scalar(alpha * scale, dtype)});
+  if (input_scale != 1) slope = b.op("Mul", {slope, b.scalar(input_scale, dtype)});
+  Value* negative = b.op("Mul", {dy, slope});
+  Value* branch_on = scale > 0 && alpha * input_scale >= 0 ? y : b.input(0);
+  Value* x_positive = b.op("Greater", {branch_on, b.scalar(0, dtype)});
+  return b.op("Where", {x_positive, positive, negative});
+}
+
+absl::StatusOr<Grads> elu_grad(GradBuilder& b) {
+  return Grads{elu_family_grad(b, b.node().float_attr("alpha"), 1, 1)};
+}
+absl::StatusOr<Grads> selu_grad(GradBuilder& b) {
+  return Grads{elu_family_grad(b, b.node().float_attr("alpha"), b.node().float_attr("gamma"), 1)};
+}
+absl::StatusOr<Grads> celu_grad(GradBuilder& b) {
+  const double alpha = b.node().float_attr("alpha");  // not 0: inference rejects it
+  return Grads{elu_family_grad(b, alpha, 1, 1 / alpha)};
+}
+
+// d/dx mish(x) = dy * (t + x * sigmoid(x) * (1 - t^2)), t = tanh(softplus(x)) (PyTorch's
+// mish_backward).
+absl::StatusOr<Grads> mish_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* t = b.op("Tanh", {b.op("Softplus", {x})});
+  Value* sech2 = b.op("Sub", {b.scalar(1, x->dtype()), b.op("Mul", {t, t})});
+  Value* slope = b.op("Add", {t, b.op("Mul", {b.op("Mul", {x, b.op("Sigmoid", {x})}), sech2})});
+  return Grads{b.op("Mul", {b.grad_of_output(0), slope})};
+}
+
+// d/dx softsign(x) = dy / (1 + |x|)^2.
+absl::StatusOr<Grads> softsign_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* denominator = b.op("Add", {b.scalar(1, x->dtype()), b.op("Abs", {x})});
+  return Grads{b.op("Div", {b.grad_of_output(0), b.op("Mul", {denominator, denominator})})};
 }
 
 // d/dx sin(x) = dy * cos(x); d/dx cos(x) = -dy * sin(x).
@@ -206,6 +282,24 @@ void register_activation_ops(OpRegistry& registry) {
                            {TensorType{DType::kF32, {2, 4}}}});
   registry.add(std::move(leaky));
 
+  // Opset 7 made the slope broadcast unidirectionally; 9 and 16 only added element types.
+  OpDef prelu = activation("PRelu", 7, AutocastCategory::kFollow, "x < 0 ? slope * x : x");
+  prelu.inputs = {input("X", kFloatTypes), input("slope", kFloatTypes)};
+  prelu.infer = infer_prelu;
+  prelu.gradient = prelu_grad;
+  const TensorType f32_2x3x4{DType::kF32, {2, 3, 4}};
+  prelu.samples = {
+      {"per-channel slope", {f32_2x3x4, TensorType{DType::kF32, {3, 1}}}, {}, {}, {f32_2x3x4}},
+      {"slope of X's shape", {f32_2x3x4, f32_2x3x4}, {}, {}, {f32_2x3x4}},
+      {"scalar slope", {f32_2x3x4, TensorType{DType::kF32, {}}}, {}, {}, {f32_2x3x4}},
+      {"bf16 trailing slope",
+       {TensorType{DType::kBF16, {2, 3}}, TensorType{DType::kBF16, {3}}},
+       {},
+       {},
+       {TensorType{DType::kBF16, {2, 3}}}},
+  };
+  registry.add(std::move(prelu));
+
   OpDef sigmoid = activation("Sigmoid", 6, AutocastCategory::kFollow, "1 / (1 + exp(-x))");
   sigmoid.gradient = sigmoid_grad;
   registry.add(std::move(sigmoid));
@@ -234,6 +328,11 @@ void register_activation_ops(OpRegistry& registry) {
   softplus.gradient = softplus_grad;
   registry.add(std::move(softplus));
 
+  // x / (1 + |x|): single IEEE operations, fine in low precision.
+  OpDef softsign = activation("Softsign", 1, AutocastCategory::kFollow, "x / (1 + |x|)");
+  softsign.gradient = softsign_grad;
+  registry.add(std::move(softsign));
+
   OpDef hard_sigmoid =
       activation("HardSigmoid", 6, AutocastCategory::kFollow, "max(0, min(1, alpha * x + beta))");
   hard_sigmoid.attrs = {attr("alpha", 0.2f), attr("beta", 0.5f)};
@@ -249,6 +348,51 @@ void register_activation_ops(OpRegistry& registry) {
       activation("HardSwish", 14, AutocastCategory::kFollow, "x * max(0, min(1, x/6 + 1/2))");
   hard_swish.gradient = hard_swish_grad;
   registry.add(std::move(hard_swish));
+
+  // The exponential ones are bounded below and grow like x above: like Gelu, they follow (not in
+  // PyTorch's fp32 autocast list, unlike Softplus).
+  OpDef elu = activation("Elu", 6, AutocastCategory::kFollow, "x > 0 ? x : alpha * (exp(x) - 1)");
+  elu.attrs = {attr("alpha", 1.0f)};
+  elu.gradient = elu_grad;
+  elu.samples.push_back({"alpha 0.5",
+                         {TensorType{DType::kF32, {2, 4}}},
+                         {},
+                         {{"alpha", 0.5f}},
+                         {TensorType{DType::kF32, {2, 4}}}});
+  registry.add(std::move(elu));
+
+  OpDef selu = activation("Selu", 6, AutocastCategory::kFollow,
+                          "gamma * (x > 0 ? x : alpha * (exp(x) - 1))");
+  selu.attrs = {attr("alpha", 1.67326319217681884765625f),
+                attr("gamma", 1.05070102214813232421875f)};
+  selu.gradient = selu_grad;
+  selu.samples.push_back({"alpha 2, gamma 3",
+                          {TensorType{DType::kF32, {2, 4}}},
+                          {},
+                          {{"alpha", 2.0f}, {"gamma", 3.0f}},
+                          {TensorType{DType::kF32, {2, 4}}}});
+  registry.add(std::move(selu));
+
+  OpDef celu = activation("Celu", 12, AutocastCategory::kFollow,
+                          "max(0, x) + min(0, alpha * (exp(x / alpha) - 1))");
+  celu.attrs = {attr("alpha", 1.0f)};
+  celu.infer = [](InferenceContext& ctx) -> absl::Status {
+    if (ctx.float_attr("alpha") == 0) {
+      return absl::InvalidArgumentError("alpha must not be 0 (Celu divides by it)");
+    }
+    return infer_same_as_input(ctx);
+  };
+  celu.gradient = celu_grad;
+  celu.samples.push_back({"alpha 2",
+                          {TensorType{DType::kF32, {2, 4}}},
+                          {},
+                          {{"alpha", 2.0f}},
+                          {TensorType{DType::kF32, {2, 4}}}});
+  registry.add(std::move(celu));
+
+  OpDef mish = activation("Mish", 18, AutocastCategory::kFollow, "x * tanh(softplus(x))");
+  mish.gradient = mish_grad;
+  registry.add(std::move(mish));
 
   OpDef sin = activation("Sin", 7, AutocastCategory::kFollow, "sin(x)");
   sin.gradient = sin_grad;

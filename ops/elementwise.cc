@@ -1,7 +1,7 @@
 // Element-wise ops: arithmetic (Add, Sub, Mul, Div, Pow), unary math (Sqrt, Exp, Log, Neg, Abs,
 // Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less, Greater,
-// LessOrEqual and GreaterOrEqual, and the logical And, Or, Xor and Not. Operands broadcast
-// numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
+// LessOrEqual and GreaterOrEqual, the logical And, Or, Xor and Not, and the float tests IsNaN and
+// IsInf. Operands broadcast numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
 //
 // The ops that take part in shape arithmetic fold. Integer and bool operands are combined in
 // int64 (wrapping on overflow, integer division truncating toward zero as ONNX Runtime does), so
@@ -455,12 +455,43 @@ void register_logic(OpRegistry& registry) {
   registry.add(std::move(logical_not));
 }
 
+// ---- IsNaN, IsInf -------------------------------------------------------------------------
+
+// A float test: bool of X's shape. Exact in every float type, nothing differentiates through it.
+OpDef float_test(std::string name, int since_opset, std::string summary) {
+  OpDef def = make_def(std::move(name), since_opset, std::move(summary), {input("X", kFloatTypes)},
+                       AutocastCategory::kClear);
+  def.outputs = {input("Y")};
+  def.infer = [](InferenceContext& ctx) -> absl::Status {
+    ctx.set_output(0, TensorType{DType::kBool, ctx.input_type(0).shape});
+    return absl::OkStatus();
+  };
+  def.samples = {
+      {"vector", {f32({5})}, {}, {}, {boolean({5})}},
+      {"bf16 matrix", {TensorType{DType::kBF16, {2, 3}}}, {}, {}, {boolean({2, 3})}},
+  };
+  return def;
+}
+
+void register_float_tests(OpRegistry& registry) {
+  // Opsets 13 and 20 only added element types (bf16, then float8).
+  registry.add(float_test("IsNaN", 9, "x is NaN"));
+
+  // Opset 20 only added element types.
+  OpDef is_inf = float_test("IsInf", 10, "x is an infinity of a sign the attributes select");
+  is_inf.attrs = {attr("detect_negative", int64_t{1}), attr("detect_positive", int64_t{1})};
+  is_inf.samples.push_back(
+      {"negative only", {f32({2, 3})}, {}, {{"detect_positive", int64_t{0}}}, {boolean({2, 3})}});
+  registry.add(std::move(is_inf));
+}
+
 void register_elementwise_ops(OpRegistry& registry) {
   register_arithmetic(registry);
   register_unary(registry);
   register_extrema(registry);
   register_where(registry);
   register_logic(registry);
+  register_float_tests(registry);
 }
 
 const OpRegistration kRegistration(&register_elementwise_ops);

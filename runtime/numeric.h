@@ -31,6 +31,7 @@ namespace ampc::numeric {
   AMPC_HD double name(double x) { return std::name(x); }
 #endif
 AMPC_MATH_FN(exp)
+AMPC_MATH_FN(expm1)
 AMPC_MATH_FN(log)
 AMPC_MATH_FN(log1p)
 AMPC_MATH_FN(tanh)
@@ -65,6 +66,11 @@ AMPC_HD bool is_nan(X x) {
 template <typename X>
 AMPC_HD bool is_finite(X x) {
   return x - x == x - x;  // inf - inf and NaN - NaN are NaN
+}
+
+template <typename X>
+AMPC_HD bool is_inf(X x) {
+  return !is_finite(x) && !is_nan(x);
 }
 
 // ---- Integer arithmetic that wraps ---------------------------------------------------------
@@ -344,6 +350,54 @@ struct HardSwish {
     return x * clamp01(x * sixth + X(0.5));
   }
 };
+// x > 0 ? x : alpha * expm1(x): expm1 keeps the relative precision of small negative x.
+struct Elu {
+  float alpha;
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return x > X(0) ? x : static_cast<X>(alpha) * expm1(x);
+  }
+};
+// gamma * (x > 0 ? x : alpha * expm1(x))
+struct Selu {
+  float alpha;
+  float gamma;
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    const X inner = x > X(0) ? x : static_cast<X>(alpha) * expm1(x);
+    return static_cast<X>(gamma) * inner;
+  }
+};
+// x > 0 ? x : alpha * expm1(x / alpha), which is max(0, x) + min(0, alpha * (exp(x/alpha) - 1)).
+struct Celu {
+  float alpha;
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    const X a = static_cast<X>(alpha);
+    return x > X(0) ? x : a * expm1(x / a);
+  }
+};
+// x * tanh(softplus(x)), with Softplus's overflow-free form.
+struct Mish {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return x * tanh(Softplus{}(x));
+  }
+};
+// x / (1 + |x|)
+struct Softsign {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return x / (X(1) + fabs(x));
+  }
+};
+// x < 0 ? slope * x : x, the slope broadcast to x; NaN stays NaN.
+struct PRelu {
+  template <typename X>
+  AMPC_HD X operator()(X x, X slope) const {
+    return x < X(0) ? slope * x : x;
+  }
+};
 struct Sin {
   template <typename X>
   AMPC_HD X operator()(X x) const {
@@ -354,6 +408,25 @@ struct Cos {
   template <typename X>
   AMPC_HD X operator()(X x) const {
     return cos(x);
+  }
+};
+
+// ---- Float classification (bool results) --------------------------------------------------
+
+struct IsNaN {
+  template <typename X>
+  AMPC_HD bool operator()(X x) const {
+    return is_nan(x);
+  }
+};
+// An infinity of a sign the op detects.
+struct IsInf {
+  bool detect_positive;
+  bool detect_negative;
+  template <typename X>
+  AMPC_HD bool operator()(X x) const {
+    if (!is_inf(x)) return false;
+    return x > X(0) ? detect_positive : detect_negative;
   }
 };
 

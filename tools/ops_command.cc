@@ -8,6 +8,7 @@
 #include <set>
 
 #include "CLI/CLI.hpp"
+#include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
@@ -92,6 +93,8 @@ void print_text(const std::vector<OpRow>& rows, const std::vector<runtime::Devic
     }
     std::cout << trim_right(line) << "\n";
   }
+  std::cout << "\nrewritten at import into the ops above (no kernels of their own): "
+            << str_join(onnx_io::ops_lowered_at_import(), ", ") << "\n";
 }
 
 void print_json(const std::vector<OpRow>& rows) {
@@ -115,6 +118,7 @@ void print_json(const std::vector<OpRow>& rows) {
   nlohmann::ordered_json document;
   document["schema"] = "ampc.ops/1";
   document["ops"] = std::move(ops);
+  document["lowered_at_import"] = onnx_io::ops_lowered_at_import();
   std::cout << document.dump(2) << "\n";
 }
 

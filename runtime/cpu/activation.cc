@@ -1,5 +1,6 @@
-// CPU kernels for the activations of ops/activation.cc: Relu, LeakyRelu, Sigmoid, Tanh, Erf,
-// Gelu (exact, and approximate="tanh"), Softplus, HardSigmoid, HardSwish, Sin, Cos.
+// CPU kernels for the activations of ops/activation.cc: Relu, LeakyRelu, PRelu, Sigmoid, Tanh,
+// Erf, Gelu (exact, and approximate="tanh"), Softplus, Softsign, HardSigmoid, HardSwish, Elu,
+// Selu, Celu, Mish, Sin, Cos.
 //
 // Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64.
 // The formulas are runtime/numeric.h's, which the CUDA kernels share; transcendental results are
@@ -12,8 +13,14 @@
 //   Softplus(x) = max(x, 0) + log1p(exp(-|x|))   (ln(exp(x) + 1) without overflow)
 //   HardSigmoid(x) = max(0, min(1, alpha * x + beta))
 //   HardSwish(x)   = x * max(0, min(1, x * (1/6) + 1/2))
+//   Softsign(x)    = x / (1 + |x|)
+//   Elu(x)  = x > 0 ? x : alpha * expm1(x)
+//   Selu(x) = gamma * (x > 0 ? x : alpha * expm1(x))
+//   Celu(x) = x > 0 ? x : alpha * expm1(x / alpha)
+//   Mish(x) = x * tanh(Softplus(x))
+//   PRelu(x, slope) = x < 0 ? slope * x : x   (slope broadcast to x)
 //   Sin, Cos       = std::sin, std::cos
-// with the constants rounded to the compute type. Relu and LeakyRelu keep NaN a NaN.
+// with the constants rounded to the compute type. Relu, LeakyRelu and PRelu keep NaN a NaN.
 #include <cmath>
 #include <string>
 
@@ -81,6 +88,38 @@ absl::Status hard_swish(const KernelContext& ctx) {
 }
 
 template <typename T>
+absl::Status softsign(const KernelContext& ctx) {
+  return activation<T>(ctx, numeric::Softsign{});
+}
+
+template <typename T>
+absl::Status elu(const KernelContext& ctx) {
+  return activation<T>(ctx, numeric::Elu{ctx.node.float_attr("alpha")});
+}
+
+template <typename T>
+absl::Status selu(const KernelContext& ctx) {
+  return activation<T>(ctx,
+                       numeric::Selu{ctx.node.float_attr("alpha"), ctx.node.float_attr("gamma")});
+}
+
+template <typename T>
+absl::Status celu(const KernelContext& ctx) {
+  return activation<T>(ctx, numeric::Celu{ctx.node.float_attr("alpha")});
+}
+
+template <typename T>
+absl::Status mish(const KernelContext& ctx) {
+  return activation<T>(ctx, numeric::Mish{});
+}
+
+template <typename T>
+absl::Status prelu(const KernelContext& ctx) {
+  map_binary<T, T, T>(ctx.input(0), ctx.input(1), ctx.output(0), numeric::PRelu{});
+  return absl::OkStatus();
+}
+
+template <typename T>
 absl::Status sin_kernel(const KernelContext& ctx) {
   return activation<T>(ctx, numeric::Sin{});
 }
@@ -107,6 +146,13 @@ void register_activation_kernels(KernelRegistry& r) {
   add_activation(r, "Softplus", []<typename T>() { return &softplus<T>; });
   add_activation(r, "HardSigmoid", []<typename T>() { return &hard_sigmoid<T>; });
   add_activation(r, "HardSwish", []<typename T>() { return &hard_swish<T>; });
+  add_activation(r, "Softsign", []<typename T>() { return &softsign<T>; });
+  add_activation(r, "Elu", []<typename T>() { return &elu<T>; });
+  add_activation(r, "Selu", []<typename T>() { return &selu<T>; });
+  add_activation(r, "Celu", []<typename T>() { return &celu<T>; });
+  add_activation(r, "Mish", []<typename T>() { return &mish<T>; });
+  // Y has X's shape, so it may take over X's buffer; the slope is read where it lies.
+  add_activation(r, "PRelu", []<typename T>() { return &prelu<T>; });
   add_activation(r, "Sin", []<typename T>() { return &sin_kernel<T>; });
   add_activation(r, "Cos", []<typename T>() { return &cos_kernel<T>; });
 }

@@ -1,6 +1,6 @@
 // CPU kernels for the element-wise ops of ops/elementwise.cc: Add, Sub, Mul, Div, Pow, Sqrt,
 // Exp, Log, Neg, Abs, Reciprocal, variadic Min and Max, Clip, Where, Equal, Less, Greater,
-// LessOrEqual, GreaterOrEqual, And, Or, Xor, Not.
+// LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf.
 //
 // Numerics: f16 and bf16 elements are computed in f32 and rounded once on store, f32 in f32,
 // f64 in f64. Transcendental results (Exp, Log, Sqrt, float Pow) are those of the C library's
@@ -188,6 +188,20 @@ absl::Status not_kernel(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status is_nan_kernel(const KernelContext& ctx) {
+  map_unary<bool, T>(ctx.input(0), ctx.output(0), numeric::IsNaN{});
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status is_inf_kernel(const KernelContext& ctx) {
+  const numeric::IsInf is_inf{ctx.node.int_attr("detect_positive") != 0,
+                              ctx.node.int_attr("detect_negative") != 0};
+  map_unary<bool, T>(ctx.input(0), ctx.output(0), is_inf);
+  return absl::OkStatus();
+}
+
 // ---- Registration -------------------------------------------------------------------------
 
 // Every kernel here may write its output over operand 0 (Where: operand 1) of the same size:
@@ -264,6 +278,8 @@ void register_elementwise_kernels(KernelRegistry& r) {
   add_kernels<bool>(r, in_place("And"), []<typename T>() { return &logical_kernel<numeric::And>; });
   add_kernels<bool>(r, in_place("Or"), []<typename T>() { return &logical_kernel<numeric::Or>; });
   add_kernels<bool>(r, in_place("Xor"), []<typename T>() { return &logical_kernel<numeric::Xor>; });
+  add_float(r, in_place("IsNaN"), []<typename T>() { return &is_nan_kernel<T>; });
+  add_float(r, in_place("IsInf"), []<typename T>() { return &is_inf_kernel<T>; });
   KernelDef logical_not = in_place("Not");
   logical_not.dtypes = {DType::kBool};
   logical_not.fn = &not_kernel;

@@ -17,10 +17,20 @@ namespace {
 template <UnaryOp kOp>
 absl::Status unary(const KernelContext& ctx) {
   UnaryParams params;
-  if constexpr (kOp == UnaryOp::kLeakyRelu) params.alpha = ctx.node.float_attr("alpha");
+  if constexpr (kOp == UnaryOp::kLeakyRelu || kOp == UnaryOp::kElu || kOp == UnaryOp::kCelu) {
+    params.alpha = ctx.node.float_attr("alpha");
+  }
   if constexpr (kOp == UnaryOp::kHardSigmoid) {
     params.alpha = ctx.node.float_attr("alpha");
     params.beta = ctx.node.float_attr("beta");
+  }
+  if constexpr (kOp == UnaryOp::kSelu) {
+    params.alpha = ctx.node.float_attr("alpha");
+    params.gamma = ctx.node.float_attr("gamma");
+  }
+  if constexpr (kOp == UnaryOp::kIsInf) {
+    params.detect_positive = ctx.node.int_attr("detect_positive") != 0;
+    params.detect_negative = ctx.node.int_attr("detect_negative") != 0;
   }
   if constexpr (kOp == UnaryOp::kClip) {
     if (ctx.has_input(1)) params.low = ctx.input(1).data;
@@ -180,6 +190,12 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Softplus", kCudaFloatTypes, &unary<UnaryOp::kSoftplus>);
   add(r, "HardSigmoid", kCudaFloatTypes, &unary<UnaryOp::kHardSigmoid>);
   add(r, "HardSwish", kCudaFloatTypes, &unary<UnaryOp::kHardSwish>);
+  add(r, "Softsign", kCudaFloatTypes, &unary<UnaryOp::kSoftsign>);
+  add(r, "Elu", kCudaFloatTypes, &unary<UnaryOp::kElu>);
+  add(r, "Selu", kCudaFloatTypes, &unary<UnaryOp::kSelu>);
+  add(r, "Celu", kCudaFloatTypes, &unary<UnaryOp::kCelu>);
+  add(r, "Mish", kCudaFloatTypes, &unary<UnaryOp::kMish>);
+  add(r, "PRelu", kCudaFloatTypes, &binary<BinaryOp::kPRelu>, 0, &init_binary);
   add(r, "Sin", kCudaFloatTypes, &unary<UnaryOp::kSin>);
   add(r, "Cos", kCudaFloatTypes, &unary<UnaryOp::kCos>);
   add(r, "Sqrt", kCudaFloatTypes, &unary<UnaryOp::kSqrt>);
@@ -190,6 +206,9 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Abs", kCudaNumericTypes, &unary<UnaryOp::kAbs>);
   add(r, "Not", {DType::kBool}, &unary<UnaryOp::kNot>);
   add(r, "Clip", kCudaNumericTypes, &unary<UnaryOp::kClip>);
+  // Bool results: in place only over an operand of one byte per element, which these never have.
+  add(r, "IsNaN", kCudaFloatTypes, &unary<UnaryOp::kIsNaN>);
+  add(r, "IsInf", kCudaFloatTypes, &unary<UnaryOp::kIsInf>);
 
   add(r, "Add", kCudaNumericTypes, &binary<BinaryOp::kAdd>, 0, &init_binary);
   add(r, "Sub", kCudaNumericTypes, &binary<BinaryOp::kSub>, 0, &init_binary);

@@ -143,6 +143,16 @@ cudaError_t float_unary(Elem type, const void* x, void* y, int64_t n, Fn fn, cud
   });
 }
 
+// A float test: bool results.
+template <typename Fn>
+cudaError_t float_predicate(Elem type, const void* x, void* y, int64_t n, Fn fn,
+                            cudaStream_t stream) {
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return launch_map<T, bool>(x, y, n, UnaryStore<Fn, T, bool>{fn}, stream);
+  });
+}
+
 template <typename Fn>
 cudaError_t numeric_unary(Elem type, const void* x, void* y, int64_t n, Fn fn,
                           cudaStream_t stream) {
@@ -260,6 +270,16 @@ cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t 
       return float_unary(type, x, y, n, numeric::HardSigmoid{params.alpha, params.beta}, stream);
     case UnaryOp::kHardSwish:
       return float_unary(type, x, y, n, numeric::HardSwish{}, stream);
+    case UnaryOp::kSoftsign:
+      return float_unary(type, x, y, n, numeric::Softsign{}, stream);
+    case UnaryOp::kElu:
+      return float_unary(type, x, y, n, numeric::Elu{params.alpha}, stream);
+    case UnaryOp::kSelu:
+      return float_unary(type, x, y, n, numeric::Selu{params.alpha, params.gamma}, stream);
+    case UnaryOp::kCelu:
+      return float_unary(type, x, y, n, numeric::Celu{params.alpha}, stream);
+    case UnaryOp::kMish:
+      return float_unary(type, x, y, n, numeric::Mish{}, stream);
     case UnaryOp::kSin:
       return float_unary(type, x, y, n, numeric::Sin{}, stream);
     case UnaryOp::kCos:
@@ -282,6 +302,11 @@ cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t 
       return visit_numeric_elem(type, [&](auto tag) {
         return clip<typename decltype(tag)::type>(x, y, n, params, stream);
       });
+    case UnaryOp::kIsNaN:
+      return float_predicate(type, x, y, n, numeric::IsNaN{}, stream);
+    case UnaryOp::kIsInf:
+      return float_predicate(
+          type, x, y, n, numeric::IsInf{params.detect_positive, params.detect_negative}, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -303,6 +328,12 @@ cudaError_t launch_binary(BinaryOp op, Elem type, Elem b_type, const void* a, co
       return arithmetic(type, a, b, out, layout, sink, numeric::Min{}, stream);
     case BinaryOp::kMax:
       return arithmetic(type, a, b, out, layout, sink, numeric::Max{}, stream);
+    case BinaryOp::kPRelu:
+      return visit_float_elem(type, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return launch_map2<T, T, T>(a, b, out, layout,
+                                    BinaryStore<numeric::PRelu, T, T, T>{{}, sink}, stream);
+      });
     case BinaryOp::kEqual:
       return comparison(type, a, b, out, layout, numeric::Equal{}, stream);
     case BinaryOp::kLess:

@@ -81,6 +81,11 @@ enum class UnaryOp : uint8_t {
   kSoftplus,
   kHardSigmoid,  // alpha, beta
   kHardSwish,
+  kSoftsign,
+  kElu,   // alpha
+  kSelu,  // alpha, gamma
+  kCelu,  // alpha
+  kMish,
   kSin,
   kCos,
   kSqrt,
@@ -89,18 +94,24 @@ enum class UnaryOp : uint8_t {
   kReciprocal,
   kNeg,
   kAbs,
-  kNot,   // bool
-  kClip,  // low, high: device pointers to one element of the input's type, or null
+  kNot,    // bool
+  kClip,   // low, high: device pointers to one element of the input's type, or null
+  kIsNaN,  // bool output
+  kIsInf,  // bool output; detect_positive, detect_negative
 };
 
 struct UnaryParams {
   float alpha = 0;
   float beta = 0;
+  float gamma = 0;
+  bool detect_positive = true;
+  bool detect_negative = true;
   const void* low = nullptr;
   const void* high = nullptr;
 };
 
-// y[i] = op(x[i]) over n elements of `type` (x and y may be the same buffer).
+// y[i] = op(x[i]) over n elements of `type`, y of `type` or bool (x and y may be the same
+// buffer when they have one element size).
 cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t n,
                          const UnaryParams& params, cudaStream_t stream);
 
@@ -112,6 +123,7 @@ enum class BinaryOp : uint8_t {
   kPow,  // float a; b of `b_type`: a's type, f32, i64 or i32
   kMin,
   kMax,
+  kPRelu,  // float; b (the slope) broadcast to a
   kEqual,  // bool results from here on
   kLess,
   kGreater,

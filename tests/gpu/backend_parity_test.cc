@@ -29,7 +29,8 @@ enum class Contract { kExact, kTranscendental, kAccumulating };
 
 Contract contract_of(const std::string& op) {
   static const std::set<std::string> transcendental = {
-      "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Sin", "Cos", "Pow"};
+      "Exp", "Log",  "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus",
+      "Elu", "Selu", "Celu", "Mish",    "Sin", "Cos",  "Pow"};
   static const std::set<std::string> accumulating = {"MatMul",
                                                      "Gemm",
                                                      "Conv",

@@ -2,6 +2,7 @@
 // defined (kinks, ties, bounds, 0 * inf), which central differences cannot check: each is
 // PyTorch's, since training runs are compared with PyTorch's. The expected values are what
 // PyTorch's autograd gives for the same inputs.
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -113,6 +114,67 @@ TEST(ElementwiseGradConventions, KinksAtZero) {
   EXPECT_EQ(grads["r.grad"], (std::vector<double>{0, 0, 1}));
   EXPECT_EQ(grads["l.grad"], (std::vector<double>{0.25, 0.25, 1}));
   EXPECT_EQ(grads["a.grad"], (std::vector<double>{-1, 0, 1}));
+}
+
+TEST(ElementwiseGradConventions, EluSeluAndCeluTakeTheExponentialSideAtZero) {
+  // elu'(0) = alpha, selu'(0) = gamma * alpha, celu'(0) = 1: torch's elu_backward uses x <= 0.
+  auto grads = gradients(R"(
+    graph g(%e: f32[3], %s: f32[3], %c: f32[3]) {
+      %elu = Elu<alpha=0.5>(%e) : f32[3]
+      %selu = Selu(%s) : f32[3]
+      %celu = Celu<alpha=2.0>(%c) : f32[3]
+      %s1 = ReduceSum<keepdims=0>(%elu) : f32[]
+      %s2 = ReduceSum<keepdims=0>(%selu) : f32[]
+      %s3 = ReduceSum<keepdims=0>(%celu) : f32[]
+      %s12 = Add(%s1, %s2) : f32[]
+      %loss = Add(%s12, %s3) : f32[]
+      return %loss
+    })",
+                         {f32({-1, 0, 2}), f32({-1, 0, 2}), f32({-1, 0, 2})});
+  const double alpha = 1.67326319217681884765625, gamma = 1.05070102214813232421875;
+  ASSERT_EQ(grads["e.grad"].size(), 3u);
+  EXPECT_FLOAT_EQ(grads["e.grad"][0], 0.5 * std::exp(-1.0));
+  EXPECT_EQ(grads["e.grad"][1], 0.5);
+  EXPECT_EQ(grads["e.grad"][2], 1);
+  ASSERT_EQ(grads["s.grad"].size(), 3u);
+  EXPECT_FLOAT_EQ(grads["s.grad"][0], gamma * alpha * std::exp(-1.0));
+  EXPECT_FLOAT_EQ(grads["s.grad"][1], gamma * alpha);
+  EXPECT_FLOAT_EQ(grads["s.grad"][2], gamma);
+  ASSERT_EQ(grads["c.grad"].size(), 3u);
+  EXPECT_FLOAT_EQ(grads["c.grad"][0], std::exp(-0.5));
+  EXPECT_EQ(grads["c.grad"][1], 1);
+  EXPECT_EQ(grads["c.grad"][2], 1);
+}
+
+TEST(ElementwiseGradConventions, PReluSlopeGetsNothingAtZeroAndSumsOverBroadcastDims) {
+  // torch's _prelu_kernel_backward: dx = x > 0 ? dy : slope * dy, dslope = x > 0 ? 0 : x * dy,
+  // the slope's gradient summed over the rows it was broadcast along.
+  auto grads = gradients(R"(
+    graph g(%x: f32[2,3], %slope: f32[3]) {
+      %y = PRelu(%x, %slope) : f32[2,3]
+      %loss = ReduceSum<keepdims=0>(%y) : f32[]
+      return %loss
+    })",
+                         {Tensor::from_f32({2, 3}, {-1, 0, 2, -3, 4, 0}), f32({0.25f, -1, 3})});
+  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0.25, -1, 1, 0.25, 1, 3}));
+  EXPECT_EQ(grads["slope.grad"], (std::vector<double>{-4, 0, 0}));
+}
+
+TEST(ElementwiseGradConventions, SoftsignAndMishAtZero) {
+  // softsign'(0) = 1; mish'(0) = tanh(ln 2) = 0.6.
+  auto grads = gradients(R"(
+    graph g(%a: f32[1], %m: f32[1]) opset(18) {
+      %soft = Softsign(%a) : f32[1]
+      %mish = Mish(%m) : f32[1]
+      %s1 = ReduceSum<keepdims=0>(%soft) : f32[]
+      %s2 = ReduceSum<keepdims=0>(%mish) : f32[]
+      %loss = Add(%s1, %s2) : f32[]
+      return %loss
+    })",
+                         {f32({0}), f32({0})});
+  EXPECT_EQ(grads["a.grad"], (std::vector<double>{1}));
+  ASSERT_EQ(grads["m.grad"].size(), 1u);
+  EXPECT_FLOAT_EQ(grads["m.grad"][0], 0.6);
 }
 
 TEST(ElementwiseGradConventions, PowAtAZeroBaseOrExponentGivesZeroNotNaN) {

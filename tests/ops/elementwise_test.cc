@@ -195,6 +195,23 @@ TEST(ElementwiseInference, NotTakesOnlyBool) {
   EXPECT_FALSE(infer("Not", {i64({2})}).ok());
 }
 
+TEST(ElementwiseInference, IsNaNAndIsInfGiveBoolOfXsShape) {
+  for (const char* op : {"IsNaN", "IsInf"}) {
+    for (const TensorType& x : {f32({2, 3}), f16({4}), bf16({}), TensorType{DType::kF64, {1}}}) {
+      auto out = infer(op, {x});
+      ASSERT_TRUE(out.ok()) << op << ": " << out.status();
+      EXPECT_EQ(out->at(0), boolean(x.shape)) << op;
+    }
+    EXPECT_FALSE(infer(op, {i64({2})}).ok()) << op;
+  }
+  EXPECT_TRUE(infer("IsInf", {f32({2})}, {{"detect_negative", int64_t{0}}}).ok());
+  // IsNaN came with opset 9, IsInf with opset 10.
+  EXPECT_EQ(OpRegistry::global().find("", "IsNaN", 8), nullptr);
+  EXPECT_NE(OpRegistry::global().find("", "IsNaN", 9), nullptr);
+  EXPECT_EQ(OpRegistry::global().find("", "IsInf", 9), nullptr);
+  EXPECT_NE(OpRegistry::global().find("", "IsInf", 10), nullptr);
+}
+
 // ---- Folding ------------------------------------------------------------------------------
 
 TEST(ElementwiseFold, IntegerArithmeticIsExactBeyond2To53) {
@@ -325,6 +342,7 @@ TEST(ElementwiseRegistry, AutocastCategoriesFollowTheDesign) {
       {"Reciprocal", AutocastCategory::kDeny}, {"Min", AutocastCategory::kClear},
       {"Max", AutocastCategory::kClear},       {"Where", AutocastCategory::kClear},
       {"Equal", AutocastCategory::kClear},     {"Not", AutocastCategory::kClear},
+      {"IsNaN", AutocastCategory::kClear},     {"IsInf", AutocastCategory::kClear},
   };
   for (const auto& [op, category] : expected) {
     const OpDef* def = OpRegistry::global().find("", op, 17);

@@ -7,6 +7,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/batch_data.h"
 #include "runtime/training_session.h"
@@ -151,37 +152,18 @@ TEST(LossScalingTraining, AnUnderflowingLossTrainsOnlyWithLossScaling) {
 INSTANTIATE_TEST_SUITE_P(Models, MixedPrecisionTraining,
                          ::testing::Values("mlp", "cnn", "tiny_gpt"));
 
-// The layer mix of other exports: reflect Pad, Sin, Tile, CumSum and HardSwish around a MatMul,
-// trained at fp16 with dynamic loss scaling and at bf16: every decision is made, every step's
-// loss is finite, and the first step's loss and gradient norm agree with f32 within the low
-// dtype's rounding (the same weights, the same batch).
-TEST(MixedPrecisionTraining, OtherLayerMixesTrainInLowPrecision) {
-  constexpr std::string_view kModel = R"(
-    graph g(%x: f32[4,6]) opset(17) {
-      init %w: f32[8,5] = [0.1, -0.2, 0.3, 0.05, -0.1, 0.2, 0.1, -0.3, 0.25, 0.15, -0.05, 0.1, 0.2,
-                           -0.25, 0.3, 0.05, -0.15, 0.1, 0.2, -0.1, 0.3, 0.1, -0.2, 0.05, 0.15,
-                           -0.3, 0.25, 0.1, -0.05, 0.2, 0.1, 0.3, -0.1, 0.05, -0.2, 0.15, 0.25,
-                           -0.15, 0.1, 0.2]
-      init %pads: i64[4] = [0, 1, 0, 1]
-      init %repeats: i64[2] = [1, 2]
-      init %axis: i64[] = [1]
-      %p = Pad<mode="reflect">(%x, %pads) {name="pad"} : f32[4,8]
-      %h = MatMul(%p, %w) {name="mm"} : f32[4,5]
-      %s = Sin(%h) {name="sin"} : f32[4,5]
-      %t = Tile(%s, %repeats) {name="tile"} : f32[4,10]
-      %c = CumSum(%t, %axis) {name="cumsum"} : f32[4,10]
-      %a = HardSwish(%c) {name="hardswish"} : f32[4,10]
-      %sq = Mul(%a, %a) {name="square"} : f32[4,10]
-      %loss = ReduceMean<keepdims=0>(%sq) {name="mean"} : f32[]
-      return %loss
-    })";
+// Trains `model` (input %x: f32[4,6], output the loss) for 20 steps at fp16 with dynamic loss
+// scaling and at bf16: every decision is made, every step's loss is finite, and the first step's
+// loss and gradient norm agree with f32 within the low dtype's rounding (the same weights, the
+// same batch).
+void expect_trains_in_low_precision(std::string_view model) {
   std::vector<float> x(24);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.7f * static_cast<float>(i));
   const std::map<std::string, Tensor> batch = {{"x", Tensor::from_f32({4, 6}, x)}};
   std::map<DType, StepStats> first;
   for (DType low : {DType::kF32, DType::kF16, DType::kBF16}) {
     SCOPED_TRACE(dtype_name(low));
-    std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(model);
     ASSERT_NE(graph, nullptr);
     CompileOptions options;
     options.training = TrainingOptions{};
@@ -221,6 +203,54 @@ TEST(MixedPrecisionTraining, OtherLayerMixesTrainInLowPrecision) {
                 tolerance * first[DType::kF32].grad_norm)
         << dtype_name(low);
   }
+}
+
+constexpr std::string_view kWeights8x5 =
+    "[0.1, -0.2, 0.3, 0.05, -0.1, 0.2, 0.1, -0.3, 0.25, 0.15, -0.05, 0.1, 0.2, -0.25, 0.3, 0.05, "
+    "-0.15, 0.1, 0.2, -0.1, 0.3, 0.1, -0.2, 0.05, 0.15, -0.3, 0.25, 0.1, -0.05, 0.2, 0.1, 0.3, "
+    "-0.1, 0.05, -0.2, 0.15, 0.25, -0.15, 0.1, 0.2]";
+
+// The layer mix of other exports: reflect Pad, Sin, Tile, CumSum and HardSwish around a MatMul.
+TEST(MixedPrecisionTraining, OtherLayerMixesTrainInLowPrecision) {
+  expect_trains_in_low_precision(str_cat(R"(
+    graph g(%x: f32[4,6]) opset(17) {
+      init %w: f32[8,5] = )",
+                                         kWeights8x5, R"(
+      init %pads: i64[4] = [0, 1, 0, 1]
+      init %repeats: i64[2] = [1, 2]
+      init %axis: i64[] = [1]
+      %p = Pad<mode="reflect">(%x, %pads) {name="pad"} : f32[4,8]
+      %h = MatMul(%p, %w) {name="mm"} : f32[4,5]
+      %s = Sin(%h) {name="sin"} : f32[4,5]
+      %t = Tile(%s, %repeats) {name="tile"} : f32[4,10]
+      %c = CumSum(%t, %axis) {name="cumsum"} : f32[4,10]
+      %a = HardSwish(%c) {name="hardswish"} : f32[4,10]
+      %sq = Mul(%a, %a) {name="square"} : f32[4,10]
+      %loss = ReduceMean<keepdims=0>(%sq) {name="mean"} : f32[]
+      return %loss
+    })"));
+}
+
+// The ELU family, Mish, Softsign and a PRelu with a trained per-feature slope.
+TEST(MixedPrecisionTraining, ExponentialActivationsAndPReluTrainInLowPrecision) {
+  expect_trains_in_low_precision(str_cat(R"(
+    graph g(%x: f32[4,6]) opset(18) {
+      init %w: f32[8,5] = )",
+                                         kWeights8x5, R"(
+      init %slope: f32[5] = [0.25, 0.1, -0.1, 0.2, 0.3]
+      init %pads: i64[4] = [0, 1, 0, 1]
+      %p = Pad<mode="reflect">(%x, %pads) {name="pad"} : f32[4,8]
+      %h = MatMul(%p, %w) {name="mm"} : f32[4,5]
+      %r = PRelu(%h, %slope) {name="prelu"} : f32[4,5]
+      %e = Elu<alpha=0.5>(%r) {name="elu"} : f32[4,5]
+      %s = Selu(%e) {name="selu"} : f32[4,5]
+      %c = Celu<alpha=2.0>(%s) {name="celu"} : f32[4,5]
+      %m = Mish(%c) {name="mish"} : f32[4,5]
+      %a = Softsign(%m) {name="softsign"} : f32[4,5]
+      %sq = Mul(%a, %a) {name="square"} : f32[4,5]
+      %loss = ReduceMean<keepdims=0>(%sq) {name="mean"} : f32[]
+      return %loss
+    })"));
 }
 
 }  // namespace

@@ -111,6 +111,70 @@ TEST(ActivationKernels, NewerActivationsMatchF64Reference) {
   EXPECT_EQ(y, (std::vector<float>{0.0f, 0.0f, 0.5f, 1.0f, 1.0f}));
 }
 
+// Elu, Selu, Celu, Mish and Softsign against their ONNX definitions in f64.
+constexpr double kSeluAlpha = 1.67326319217681884765625;
+constexpr double kSeluGamma = 1.05070102214813232421875;
+double elu_ref(double x, double alpha) { return x >= 0 ? x : alpha * (std::exp(x) - 1); }
+double selu_ref(double x, double alpha, double gamma) {
+  return x > 0 ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
+}
+double celu_ref(double x, double alpha) {
+  return std::max(0.0, x) + std::min(0.0, alpha * (std::exp(x / alpha) - 1));
+}
+double mish_ref(double x) { return x * std::tanh(std::log1p(std::exp(x))); }
+double softsign_ref(double x) { return x / (1 + std::fabs(x)); }
+
+TEST(ActivationKernels, ExponentialFamilyAndSoftsignMatchF64Reference) {
+  const std::vector<float> x = sweep(-9.0f, 9.0f, 121);
+  const Tensor t = Tensor::from_f32({static_cast<int64_t>(x.size())}, x);
+  expect_close("Elu", x, elements<float>(activation("Elu", t)),
+               [](double v) { return elu_ref(v, 1.0); });
+  expect_close("Elu alpha 0.5", x, elements<float>(activation("Elu", t, "alpha=0.5")),
+               [](double v) { return elu_ref(v, 0.5); });
+  expect_close("Selu", x, elements<float>(activation("Selu", t)),
+               [](double v) { return selu_ref(v, kSeluAlpha, kSeluGamma); });
+  expect_close("Selu 2, 3", x, elements<float>(activation("Selu", t, "alpha=2.0, gamma=3.0")),
+               [](double v) { return selu_ref(v, 2.0, 3.0); });
+  expect_close("Celu", x, elements<float>(activation("Celu", t)),
+               [](double v) { return celu_ref(v, 1.0); });
+  expect_close("Celu alpha 2", x, elements<float>(activation("Celu", t, "alpha=2.0")),
+               [](double v) { return celu_ref(v, 2.0); });
+  expect_close("Mish", x, elements<float>(activation("Mish", t)), mish_ref, 1.0);
+  expect_close("Softsign", x, elements<float>(activation("Softsign", t)), softsign_ref);
+}
+
+// expm1 keeps Elu's relative precision just below 0, where exp(x) - 1 cancels; Mish neither
+// overflows for large x nor loses its tiny negative tail.
+TEST(ActivationKernels, EluAndMishAreAccurateInTheirTails) {
+  const std::vector<float> small = {-1e-6f, -1e-3f};
+  const std::vector<float> elu = elements<float>(activation("Elu", Tensor::from_f32({2}, small)));
+  EXPECT_NEAR(elu[0], std::expm1(-1e-6), 1e-7 * 1e-6);
+  EXPECT_NEAR(elu[1], std::expm1(-1e-3), 1e-7 * 1e-3);
+  const std::vector<float> x = {-30.0f, 100.0f, 1000.0f};
+  const std::vector<float> mish = elements<float>(activation("Mish", Tensor::from_f32({3}, x)));
+  EXPECT_NEAR(mish[0], mish_ref(-30.0), 1e-6 * std::fabs(mish_ref(-30.0)));
+  EXPECT_EQ(mish[1], 100.0f);
+  EXPECT_EQ(mish[2], 1000.0f);
+}
+
+// PRelu's slope broadcasts to X; the products are single IEEE multiplications.
+TEST(ActivationKernels, PReluBroadcastsTheSlopeAndIsExact) {
+  const Tensor x =
+      Tensor::from_f32({2, 3, 2}, {-1, 2, -3, 4, -5, 6, -0.5f, 0, -0.0f, kNaN, -2, 1e-30f});
+  const Tensor slope = Tensor::from_f32({3, 1}, {0.25f, -1, 3});
+  const std::vector<float> y =
+      elements<float>(testing::run_op("PRelu", "", {x, slope}, x.type(), kOpset));
+  ASSERT_EQ(y.size(), 12u);
+  const std::vector<float> expected = {-0.25f, 2, 3, 4, -15, 6, -0.125f, 0, 0, kNaN, -6, 1e-30f};
+  for (size_t i = 0; i < y.size(); ++i) {
+    if (std::isnan(expected[i])) {
+      EXPECT_TRUE(std::isnan(y[i])) << i;
+    } else {
+      EXPECT_EQ(y[i], expected[i]) << i;
+    }
+  }
+}
+
 // ln(exp(x) + 1) overflows f32's exp for x > 88; the kernel's form does not, and keeps the
 // relative precision of the tiny values far into the negative tail.
 TEST(ActivationKernels, SoftplusIsAccurateFarIntoBothTails) {
@@ -157,6 +221,7 @@ float sigmoid_f32(float x) {
   return e / (1.0f + e);
 }
 float gelu_f32(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
+float softplus_f32(float v) { return (v > 0.0f ? v : 0.0f) + std::log1p(std::exp(-std::fabs(v))); }
 float gelu_tanh_f32(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.79788456080286535588f * (x + 0.044715f * x * x * x)));
 }
@@ -181,8 +246,17 @@ void expect_rounded_once(DType dtype) {
       {"Erf", "", [](float v) { return std::erf(v); }},
       {"Relu", "", [](float v) { return v < 0.0f ? 0.0f : v; }},
       {"LeakyRelu", "", [](float v) { return v < 0.0f ? 0.01f * v : v; }},
-      {"Softplus", "",
-       [](float v) { return (v > 0.0f ? v : 0.0f) + std::log1p(std::exp(-std::fabs(v))); }},
+      {"Softplus", "", softplus_f32},
+      {"Softsign", "", [](float v) { return v / (1.0f + std::fabs(v)); }},
+      {"Elu", "", [](float v) { return v > 0.0f ? v : 1.0f * std::expm1(v); }},
+      {"Elu", "alpha=0.3", [](float v) { return v > 0.0f ? v : 0.3f * std::expm1(v); }},
+      {"Selu", "",
+       [](float v) {
+         const float inner = v > 0.0f ? v : static_cast<float>(kSeluAlpha) * std::expm1(v);
+         return static_cast<float>(kSeluGamma) * inner;
+       }},
+      {"Celu", "alpha=2.0", [](float v) { return v > 0.0f ? v : 2.0f * std::expm1(v / 2.0f); }},
+      {"Mish", "", [](float v) { return v * std::tanh(softplus_f32(v)); }},
       {"HardSigmoid", "", [](float v) { return std::max(0.0f, std::min(1.0f, 0.2f * v + 0.5f)); }},
       {"HardSwish", "",
        [](float v) {

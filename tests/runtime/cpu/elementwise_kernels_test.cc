@@ -409,6 +409,35 @@ TEST(ElementwiseKernels, ComparisonsProduceBoolAndNaNComparesFalse) {
             (std::vector<bool>{false, true}));
 }
 
+TEST(ElementwiseKernels, IsNaNAndIsInfClassifyEveryFloatType) {
+  const std::vector<float> values = {1.0f, kNaN, kInf, -kInf, -0.0f, 3e38f};
+  const TensorType out{DType::kBool, {6}};
+  const Tensor x = Tensor::from_f32({6}, values);
+  EXPECT_EQ(elements<bool>(run_op("IsNaN", {&x}, out)),
+            (std::vector<bool>{false, true, false, false, false, false}));
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&x}, out)),
+            (std::vector<bool>{false, false, true, true, false, false}));
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&x}, out, "detect_negative=0")),
+            (std::vector<bool>{false, false, true, false, false, false}));
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&x}, out, "detect_positive=0")),
+            (std::vector<bool>{false, false, false, true, false, false}));
+  // f32's largest values overflow f16 to infinity when converted; bf16 holds them.
+  const Tensor h = f16({6}, values);
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&h}, out)),
+            (std::vector<bool>{false, false, true, true, false, true}));
+  EXPECT_EQ(elements<bool>(run_op("IsNaN", {&h}, out)),
+            (std::vector<bool>{false, true, false, false, false, false}));
+  std::vector<BFloat16> brain;
+  for (float v : values) brain.push_back(BFloat16(v));
+  const Tensor b = typed_tensor<BFloat16>(DType::kBF16, brain);
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&b}, out)),
+            (std::vector<bool>{false, false, true, true, false, false}));
+  const Tensor d =
+      Tensor::from_doubles(DType::kF64, {2}, {1e300, -std::numeric_limits<double>::infinity()});
+  EXPECT_EQ(elements<bool>(run_op("IsInf", {&d}, {DType::kBool, {2}})),
+            (std::vector<bool>{false, true}));
+}
+
 // ---- Threads and aliasing -----------------------------------------------------------------
 
 TEST(ElementwiseKernels, LargeBroadcastAddIsIndependentOfThreadCount) {
