@@ -85,7 +85,9 @@ TEST(Zoo, ManifestListsEveryFileAndNamesWhyAnExportIsNotTrained) {
     const std::string status = entry.at("status");
     if (status == "export failed") continue;
     EXPECT_TRUE(fs::exists(zoo_path(entry.at("file").get<std::string>()))) << entry.at("file");
-    if (status != "ok") EXPECT_FALSE(entry.at("reason").get<std::string>().empty());
+    if (status != "ok") {
+      EXPECT_FALSE(entry.at("reason").get<std::string>().empty()) << entry.at("file");
+    }
   }
   EXPECT_GE(faithful_runs().size(), 6u * 8);
 }
