@@ -1,9 +1,11 @@
 // Ops expanded at import into the ops ONNX defines them with: RMSNormalization and Attention
-// (opset 23), GroupNormalization (18, and 21 with per-channel scale) and InstanceNormalization,
+// (opset 23), GroupNormalization (18, and 21 with per-channel scale), InstanceNormalization and
+// ReduceLogSumExp (max-shifted, as PyTorch's logsumexp),
 // so that every backend runs them and autodiff differentiates them with no new kernels or
 // gradient rules. Fused kernels for them belong to the optimizing passes, not to import.
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "compiler/onnx_lowering_internal.h"
 #include "compiler/strings.h"
@@ -243,6 +245,60 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
   AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {restored, s}));
   if (e.output(0).empty()) return absl::OkStatus();
   return e.op("Add", {mul, b}, {}, e.output(0)).status();
+}
+
+// log(sum(exp(x))) over `axes` as m + log(sum(exp(x - m))), m the maximum (0 where it is
+// infinite, so an all -inf slice gives -inf, not NaN), as PyTorch's logsumexp computes it.
+absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
+                                      ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"axes", onnx::AttributeProto::INTS},
+                                         {"keepdims", onnx::AttributeProto::INT},
+                                         {"noop_with_empty_axes", onnx::AttributeProto::INT}}));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  if (!is_arithmetic_float(x->dtype())) {
+    return invalid(str_cat(label, ": data is ", dtype_name(x->dtype()), "; it must be float"));
+  }
+  std::optional<std::vector<int64_t>> axes;
+  if (auto it = attrs.int_lists.find("axes"); it != attrs.int_lists.end()) axes = it->second;
+  if (has_input(proto, 1)) {
+    AMPC_ASSIGN_OR_RETURN(Value * axes_value, tensor_input(proto, 1, label, sink));
+    const Tensor* known = sink.known_value(axes_value);
+    if (known == nullptr) {
+      return absl::UnimplementedError(
+          str_cat(label, ": axes '", proto.input(1), "' must be known at compile time"));
+    }
+    axes = known->to_i64_vector();
+  }
+  if (axes && axes->empty()) axes.reset();
+  const bool keepdims = attrs.i("keepdims", 1) != 0;
+  Emitter e(proto, label, sink);
+  if (!axes && attrs.i("noop_with_empty_axes", 0) != 0) {
+    if (e.output(0).empty()) return absl::OkStatus();
+    return e.op("Identity", {x}, {}, e.output(0)).status();
+  }
+  Attributes reduce = {{"keepdims", AttrValue(int64_t{1})}};
+  if (axes) reduce.emplace("axes", AttrValue(*axes));
+  AMPC_ASSIGN_OR_RETURN(Value * max, e.op("ReduceMax", {x}, reduce));
+  AMPC_ASSIGN_OR_RETURN(Value * infinite, e.op("IsInf", {max}));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, x->dtype()));
+  AMPC_ASSIGN_OR_RETURN(Value * shift, e.op("Where", {infinite, zero, max}));
+  AMPC_ASSIGN_OR_RETURN(Value * shifted, e.op("Sub", {x, shift}));
+  AMPC_ASSIGN_OR_RETURN(Value * exp, e.op("Exp", {shifted}));
+  AMPC_ASSIGN_OR_RETURN(Value * sum, e.op("ReduceSum", {exp}, reduce));
+  AMPC_ASSIGN_OR_RETURN(Value * log, e.op("Log", {sum}));
+  if (keepdims) {
+    if (e.output(0).empty()) return absl::OkStatus();
+    return e.op("Add", {log, shift}, {}, e.output(0)).status();
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * kept, e.op("Add", {log, shift}));
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (!axes) {
+    AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({0}, {})));
+    return e.op("Reshape", {kept, to}, {}, e.output(0)).status();
+  }
+  return e.op("Squeeze", {kept}, {{"axes", AttrValue(*axes)}}, e.output(0)).status();
 }
 
 // Y = softmax(softcap(Q K^T * scale) + causal bias + mask) V over Q, K, V of shape

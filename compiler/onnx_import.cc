@@ -536,9 +536,29 @@ class Importer : public onnx_io::ImportSink {
                                            const std::vector<std::string>& output_names,
                                            const std::string& node_name) override {
     const std::string label = str_cat("node '", node_name, "' (lowered to ", op_type, ")");
-    if (OpRegistry::global().find("", op_type, graph_->opset("")) == nullptr) {
+    const int64_t opset = graph_->opset("");
+    const OpDef* def = OpRegistry::global().find("", op_type, opset);
+    if (def == nullptr) {
       return absl::UnimplementedError(
-          str_cat(label, ": ", op_type, " is not supported at opset ", graph_->opset("")));
+          str_cat(label, ": ", op_type, " is not supported at opset ", opset));
+    }
+    // Integer attributes this opset takes as inputs become constant initializers read as
+    // inputs, so the node reads as a file of that opset would have written it.
+    for (const AttrAsInput& form : def->attrs_as_inputs) {
+      auto it = attrs.find(form.attr);
+      if (opset < form.since_opset || it == attrs.end() ||
+          attr_kind(it->second) != AttrKind::kInts) {
+        continue;
+      }
+      const auto& values = std::get<std::vector<int64_t>>(it->second);
+      const std::string name = fresh_name(str_cat(node_name, "/", form.attr));
+      Value* constant = graph_->add_initializer(
+          name, Tensor::from_i64({static_cast<int64_t>(values.size())}, values));
+      constant->set_constant(true);
+      AMPC_RETURN_IF_ERROR(define(name, constant, label));
+      if (static_cast<int>(operands.size()) <= form.input) operands.resize(form.input + 1);
+      operands[form.input] = constant;
+      attrs.erase(it);
     }
     AMPC_ASSIGN_OR_RETURN(Node * node, add_node("", op_type, std::move(operands), std::move(attrs),
                                                 output_names, node_name, label));

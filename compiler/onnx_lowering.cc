@@ -303,6 +303,7 @@ constexpr std::string_view kLoweredOps[] = {
     "GroupNormalization",
     "InstanceNormalization",
     "RMSNormalization",
+    "ReduceLogSumExp",
     "SequenceAt",
     "SequenceConstruct",
     "SequenceEmpty",
@@ -418,14 +419,20 @@ absl::StatusOr<NodeAttributes> read_attributes(
                         (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_i());
     const bool is_float = attr.type() == onnx::AttributeProto::FLOAT ||
                           (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_f());
+    const bool is_ints = attr.type() == onnx::AttributeProto::INTS ||
+                         (attr.type() == onnx::AttributeProto::UNDEFINED && attr.ints_size() > 0);
     if ((spec->second == onnx::AttributeProto::INT && !is_int) ||
-        (spec->second == onnx::AttributeProto::FLOAT && !is_float)) {
+        (spec->second == onnx::AttributeProto::FLOAT && !is_float) ||
+        (spec->second == onnx::AttributeProto::INTS && !is_ints)) {
       return invalid(str_cat(where, " is ", onnx::AttributeProto::AttributeType_Name(attr.type()),
                              "; the op takes ",
                              onnx::AttributeProto::AttributeType_Name(spec->second)));
     }
     if (attrs.has(attr.name())) return invalid(str_cat(where, " is set twice"));
-    if (is_int) {
+    if (spec->second == onnx::AttributeProto::INTS) {
+      attrs.int_lists.emplace(attr.name(),
+                              std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
+    } else if (is_int) {
       attrs.ints.emplace(attr.name(), attr.i());
     } else {
       attrs.floats.emplace(attr.name(), attr.f());
@@ -481,12 +488,13 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those
-  // of the definitions, and 11 for InstanceNormalization (its expansion needs ReduceMean with
-  // negative axes, as ampc has it).
+  // of the definitions, and 11 for InstanceNormalization and ReduceLogSumExp (their expansions
+  // need reductions with negative axes, as ampc has them).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
+      {"ReduceLogSumExp", {11, &lowering::lower_reduce_log_sum_exp}},
       {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
   };
   if (auto it = kExpanded.find(op); it != kExpanded.end()) {

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "compiler/onnx_lowering.h"
 
@@ -17,9 +18,12 @@ bool has_input(const onnx::NodeProto& proto, int i);
 struct NodeAttributes {
   std::map<std::string, int64_t, std::less<>> ints;
   std::map<std::string, float, std::less<>> floats;
+  std::map<std::string, std::vector<int64_t>, std::less<>> int_lists;
   int64_t i(std::string_view name, int64_t fallback) const;
   float f(std::string_view name, float fallback) const;
-  bool has(std::string_view name) const { return ints.contains(name) || floats.contains(name); }
+  bool has(std::string_view name) const {
+    return ints.contains(name) || floats.contains(name) || int_lists.contains(name);
+  }
 };
 absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
@@ -34,5 +38,7 @@ absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const st
                                           ImportSink& sink);
 absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
                                        ImportSink& sink);
+absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
+                                      ImportSink& sink);
 
 }  // namespace ampc::onnx_io::lowering
