@@ -229,22 +229,20 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
   AMPC_ASSIGN_OR_RETURN(Value * normalized,
                         standardize(e, grouped, {2}, attrs.f("epsilon", 1e-5f)));
   AMPC_ASSIGN_OR_RETURN(normalized, e.cast(normalized, x->dtype()));
-  Value* scaled = nullptr;
-  if (per_group) {
-    AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, 1));
-    AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, 1));
-    AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {normalized, s}));
-    AMPC_ASSIGN_OR_RETURN(scaled, e.op("Add", {mul, b}));
-    if (e.output(0).empty()) return absl::OkStatus();
-    AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({rank}, shape)));
-    return e.op("Reshape", {scaled, to}, {}, e.output(0)).status();
+  // Per group: scale and bias broadcast over [N, G, -1], then back to X's shape. Per channel:
+  // back to X's shape first, then scale and bias broadcast over D1, ...
+  if (!per_group) {
+    AMPC_ASSIGN_OR_RETURN(normalized, e.reshape(normalized, shape));
   }
-  AMPC_ASSIGN_OR_RETURN(Value * restored, e.reshape(normalized, shape));
-  AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, rank - 2));
-  AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, rank - 2));
-  AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {restored, s}));
+  const int64_t trailing = per_group ? 1 : rank - 2;
+  AMPC_ASSIGN_OR_RETURN(Value * s, per_channel(e, scale, trailing));
+  AMPC_ASSIGN_OR_RETURN(Value * b, per_channel(e, bias, trailing));
+  AMPC_ASSIGN_OR_RETURN(Value * mul, e.op("Mul", {normalized, s}));
   if (e.output(0).empty()) return absl::OkStatus();
-  return e.op("Add", {mul, b}, {}, e.output(0)).status();
+  if (!per_group) return e.op("Add", {mul, b}, {}, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * added, e.op("Add", {mul, b}));
+  AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({rank}, shape)));
+  return e.op("Reshape", {added, to}, {}, e.output(0)).status();
 }
 
 // log(sum(exp(x))) over `axes` as m + log(sum(exp(x - m))), m the maximum (0 where it is
