@@ -13,65 +13,6 @@
 namespace ampc::onnx_io::lowering {
 namespace {
 
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-// Emits nodes for one lowered node: names its intermediate values after the node.
-class Emitter {
- public:
-  Emitter(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink)
-      : proto_(proto), label_(label), sink_(sink) {
-    hint_ = proto.name().empty() ? (proto.output_size() > 0 ? proto.output(0) : proto.op_type())
-                                 : proto.name();
-  }
-
-  // A node with one output; `output` names it, or a fresh name is made.
-  absl::StatusOr<Value*> op(std::string_view op_type, std::vector<Value*> operands,
-                            Attributes attrs = {}, std::string output = "") {
-    if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
-    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
-                          sink_.emit(op_type, std::move(operands), std::move(attrs), {output},
-                                     str_cat(hint_, "/", op_type, "_", ++count_)));
-    return outputs.at(0);
-  }
-
-  absl::StatusOr<Value*> constant(Tensor value) {
-    return op("Constant", {}, {{"value", AttrValue(std::move(value))}});
-  }
-
-  absl::StatusOr<Value*> scalar(double value, DType dtype) {
-    return constant(Tensor::from_doubles(dtype, {}, {value}));
-  }
-
-  absl::StatusOr<Value*> cast(Value* value, DType to) {
-    if (value->dtype() == to) return value;
-    return op("Cast", {value}, {{"to", AttrValue(to)}});
-  }
-
-  absl::StatusOr<Value*> reshape(Value* value, const Shape& shape) {
-    AMPC_ASSIGN_OR_RETURN(Value * target,
-                          constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
-    return op("Reshape", {value, target});
-  }
-
-  absl::StatusOr<Value*> transpose(Value* value, std::vector<int64_t> perm) {
-    return op("Transpose", {value}, {{"perm", AttrValue(std::move(perm))}});
-  }
-
-  // The name of output `i` of the lowered node, or "" when it is not asked for.
-  std::string output(int i) const {
-    return i < proto_.output_size() ? proto_.output(i) : std::string();
-  }
-
-  const std::string& label() const { return label_; }
-
- private:
-  const onnx::NodeProto& proto_;
-  const std::string& label_;
-  ImportSink& sink_;
-  std::string hint_;
-  int count_ = 0;
-};
-
 absl::StatusOr<DType> float_type_attr(int64_t code, const std::string& what) {
   absl::StatusOr<DType> dtype = from_onnx_dtype(static_cast<int>(code));
   if (!dtype.ok() || !is_arithmetic_float(*dtype)) {

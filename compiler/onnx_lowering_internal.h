@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compiler/onnx_lowering.h"
+#include "compiler/strings.h"
 
 namespace ampc::onnx_io::lowering {
 
@@ -28,6 +29,68 @@ struct NodeAttributes {
 absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known);
+
+// An InvalidArgument error.
+inline absl::Status invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+// Emits nodes for one lowered node: names its intermediate values after the node.
+class Emitter {
+ public:
+  Emitter(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink)
+      : proto_(proto), label_(label), sink_(sink) {
+    hint_ = proto.name().empty() ? (proto.output_size() > 0 ? proto.output(0) : proto.op_type())
+                                 : proto.name();
+  }
+
+  // A node with one output; `output` names it, or a fresh name is made.
+  absl::StatusOr<Value*> op(std::string_view op_type, std::vector<Value*> operands,
+                            Attributes attrs = {}, std::string output = "") {
+    if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
+                          sink_.emit(op_type, std::move(operands), std::move(attrs), {output},
+                                     str_cat(hint_, "/", op_type, "_", ++count_)));
+    return outputs.at(0);
+  }
+
+  absl::StatusOr<Value*> constant(Tensor value) {
+    return op("Constant", {}, {{"value", AttrValue(std::move(value))}});
+  }
+
+  absl::StatusOr<Value*> scalar(double value, DType dtype) {
+    return constant(Tensor::from_doubles(dtype, {}, {value}));
+  }
+
+  absl::StatusOr<Value*> cast(Value* value, DType to) {
+    if (value->dtype() == to) return value;
+    return op("Cast", {value}, {{"to", AttrValue(to)}});
+  }
+
+  absl::StatusOr<Value*> reshape(Value* value, const Shape& shape) {
+    AMPC_ASSIGN_OR_RETURN(Value * target,
+                          constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
+    return op("Reshape", {value, target});
+  }
+
+  absl::StatusOr<Value*> transpose(Value* value, std::vector<int64_t> perm) {
+    return op("Transpose", {value}, {{"perm", AttrValue(std::move(perm))}});
+  }
+
+  // The name of output `i` of the lowered node, or "" when it is not asked for.
+  std::string output(int i) const {
+    return i < proto_.output_size() ? proto_.output(i) : std::string();
+  }
+
+  const std::string& label() const { return label_; }
+
+ private:
+  const onnx::NodeProto& proto_;
+  const std::string& label_;
+  ImportSink& sink_;
+  std::string hint_;
+  int count_ = 0;
+};
 
 // Ops expanded into the ops they are defined by (compiler/onnx_function_ops.cc).
 absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,
