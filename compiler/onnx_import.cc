@@ -531,13 +531,17 @@ class Importer : public onnx_io::ImportSink {
     return propagator_.known_value(value);
   }
 
-  absl::StatusOr<std::vector<Value*>> emit(std::string_view op_type, std::vector<Value*> operands,
-                                           Attributes attrs,
-                                           const std::vector<std::string>& output_names,
-                                           const std::string& node_name) override {
-    const std::string label = str_cat("node '", node_name, "' (lowered to ", op_type, ")");
-    const int64_t opset = graph_->opset("");
-    const OpDef* def = OpRegistry::global().find("", op_type, opset);
+  absl::StatusOr<std::vector<Value*>> emit_in(std::string_view domain, std::string_view op_type,
+                                              std::vector<Value*> operands, Attributes attrs,
+                                              const std::vector<std::string>& output_names,
+                                              const std::string& node_name) override {
+    const std::string label = str_cat("node '", node_name, "' (lowered to ",
+                                      domain.empty() ? "" : str_cat(domain, "."), op_type, ")");
+    if (!domain.empty() && !graph_->opset_imports().contains(domain)) {
+      graph_->set_opset(std::string(domain), 1);
+    }
+    const int64_t opset = graph_->opset(domain);
+    const OpDef* def = OpRegistry::global().find(domain, op_type, opset);
     if (def == nullptr) {
       return absl::UnimplementedError(
           str_cat(label, ": ", op_type, " is not supported at opset ", opset));
@@ -560,8 +564,8 @@ class Importer : public onnx_io::ImportSink {
       operands[form.input] = constant;
       attrs.erase(it);
     }
-    AMPC_ASSIGN_OR_RETURN(Node * node, add_node("", op_type, std::move(operands), std::move(attrs),
-                                                output_names, node_name, label));
+    AMPC_ASSIGN_OR_RETURN(Node * node, add_node(std::string(domain), op_type, std::move(operands),
+                                                std::move(attrs), output_names, node_name, label));
     std::vector<Value*> outputs;
     for (int i = 0; i < node->num_outputs(); ++i) outputs.push_back(node->output(i));
     return outputs;

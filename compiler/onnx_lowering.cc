@@ -402,6 +402,11 @@ float NodeAttributes::f(std::string_view name, float fallback) const {
   return it == floats.end() ? fallback : it->second;
 }
 
+std::string NodeAttributes::s(std::string_view name, std::string_view fallback) const {
+  auto it = strings.find(name);
+  return it == strings.end() ? std::string(fallback) : it->second;
+}
+
 absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known) {
@@ -421,15 +426,20 @@ absl::StatusOr<NodeAttributes> read_attributes(
                           (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_f());
     const bool is_ints = attr.type() == onnx::AttributeProto::INTS ||
                          (attr.type() == onnx::AttributeProto::UNDEFINED && attr.ints_size() > 0);
+    const bool is_string = attr.type() == onnx::AttributeProto::STRING ||
+                           (attr.type() == onnx::AttributeProto::UNDEFINED && attr.has_s());
     if ((spec->second == onnx::AttributeProto::INT && !is_int) ||
         (spec->second == onnx::AttributeProto::FLOAT && !is_float) ||
-        (spec->second == onnx::AttributeProto::INTS && !is_ints)) {
+        (spec->second == onnx::AttributeProto::INTS && !is_ints) ||
+        (spec->second == onnx::AttributeProto::STRING && !is_string)) {
       return invalid(str_cat(where, " is ", onnx::AttributeProto::AttributeType_Name(attr.type()),
                              "; the op takes ",
                              onnx::AttributeProto::AttributeType_Name(spec->second)));
     }
     if (attrs.has(attr.name())) return invalid(str_cat(where, " is set twice"));
-    if (spec->second == onnx::AttributeProto::INTS) {
+    if (spec->second == onnx::AttributeProto::STRING) {
+      attrs.strings.emplace(attr.name(), attr.s());
+    } else if (spec->second == onnx::AttributeProto::INTS) {
       attrs.int_lists.emplace(attr.name(),
                               std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
     } else if (is_int) {

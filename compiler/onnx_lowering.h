@@ -51,11 +51,21 @@ class ImportSink {
   virtual Value* tensor(const std::string& name) = 0;
   // The value of `value` when known at compile time, or null.
   virtual const Tensor* known_value(const Value* value) = 0;
-  // Adds a standard-domain node and binds its outputs to `output_names` (each non-empty).
-  virtual absl::StatusOr<std::vector<Value*>> emit(std::string_view op_type,
-                                                   std::vector<Value*> operands, Attributes attrs,
-                                                   const std::vector<std::string>& output_names,
-                                                   const std::string& node_name) = 0;
+  // Adds a node of `domain` ("" for ai.onnx, or the ampc domain) and binds its outputs to
+  // `output_names` (each non-empty).
+  virtual absl::StatusOr<std::vector<Value*>> emit_in(std::string_view domain,
+                                                      std::string_view op_type,
+                                                      std::vector<Value*> operands,
+                                                      Attributes attrs,
+                                                      const std::vector<std::string>& output_names,
+                                                      const std::string& node_name) = 0;
+  // The same for a standard-domain node.
+  absl::StatusOr<std::vector<Value*>> emit(std::string_view op_type, std::vector<Value*> operands,
+                                           Attributes attrs,
+                                           const std::vector<std::string>& output_names,
+                                           const std::string& node_name) {
+    return emit_in("", op_type, std::move(operands), std::move(attrs), output_names, node_name);
+  }
   // A value name not used in the model yet, made from `hint`.
   virtual std::string fresh_name(std::string_view hint) = 0;
   // The model's opset of the standard domain.

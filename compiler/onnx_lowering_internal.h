@@ -15,15 +15,19 @@ absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const s
                                     ImportSink& sink);
 bool has_input(const onnx::NodeProto& proto, int i);
 
-// A node's int and float attributes, each checked against the op's (`known`: name -> type).
+// A node's int, float, ints and string attributes, each checked against the op's (`known`: name ->
+// type).
 struct NodeAttributes {
   std::map<std::string, int64_t, std::less<>> ints;
   std::map<std::string, float, std::less<>> floats;
   std::map<std::string, std::vector<int64_t>, std::less<>> int_lists;
+  std::map<std::string, std::string, std::less<>> strings;
   int64_t i(std::string_view name, int64_t fallback) const;
   float f(std::string_view name, float fallback) const;
+  std::string s(std::string_view name, std::string_view fallback) const;
   bool has(std::string_view name) const {
-    return ints.contains(name) || floats.contains(name) || int_lists.contains(name);
+    return ints.contains(name) || floats.contains(name) || int_lists.contains(name) ||
+           strings.contains(name);
   }
 };
 absl::StatusOr<NodeAttributes> read_attributes(
@@ -47,11 +51,13 @@ class Emitter {
   // A node with one output; `output` names it, or a fresh name is made.
   absl::StatusOr<Value*> op(std::string_view op_type, std::vector<Value*> operands,
                             Attributes attrs = {}, std::string output = "") {
-    if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
-    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
-                          sink_.emit(op_type, std::move(operands), std::move(attrs), {output},
-                                     str_cat(hint_, "/", op_type, "_", ++count_)));
-    return outputs.at(0);
+    return op_in("", op_type, std::move(operands), std::move(attrs), std::move(output));
+  }
+
+  // The same for an op of the ampc domain.
+  absl::StatusOr<Value*> ampc_op(std::string_view op_type, std::vector<Value*> operands,
+                                 Attributes attrs = {}, std::string output = "") {
+    return op_in(kAmpcDomain, op_type, std::move(operands), std::move(attrs), std::move(output));
   }
 
   absl::StatusOr<Value*> constant(Tensor value) {
@@ -85,6 +91,15 @@ class Emitter {
   const std::string& label() const { return label_; }
 
  private:
+  absl::StatusOr<Value*> op_in(std::string_view domain, std::string_view op_type,
+                               std::vector<Value*> operands, Attributes attrs, std::string output) {
+    if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
+                          sink_.emit_in(domain, op_type, std::move(operands), std::move(attrs),
+                                        {output}, str_cat(hint_, "/", op_type, "_", ++count_)));
+    return outputs.at(0);
+  }
+
   const onnx::NodeProto& proto_;
   const std::string& label_;
   ImportSink& sink_;
