@@ -297,20 +297,12 @@ class Inliner {
 // ---- Lowered ops ---------------------------------------------------------------------------
 
 constexpr std::string_view kLoweredOps[] = {
-    "Attention",
-    "CastLike",
-    "ConcatFromSequence",
-    "GroupNormalization",
-    "InstanceNormalization",
-    "RMSNormalization",
-    "ReduceLogSumExp",
-    "SequenceAt",
-    "SequenceConstruct",
-    "SequenceEmpty",
-    "SequenceErase",
-    "SequenceInsert",
-    "SequenceLength",
-    "SplitToSequence",
+    "Attention",        "CastLike",           "ConcatFromSequence",
+    "ConvTranspose",    "GroupNormalization", "InstanceNormalization",
+    "RMSNormalization", "ReduceLogSumExp",    "Resize",
+    "SequenceAt",       "SequenceConstruct",  "SequenceEmpty",
+    "SequenceErase",    "SequenceInsert",     "SequenceLength",
+    "SplitToSequence",  "Upsample",
 };
 
 // The node's int attributes, each known to the op (`known`: name and default; nullopt when the
@@ -502,10 +494,13 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
   // need reductions with negative axes, as ampc has them).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
+      {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
       {"ReduceLogSumExp", {11, &lowering::lower_reduce_log_sum_exp}},
       {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
+      {"Resize", {10, &lowering::lower_resize}},
+      {"Upsample", {9, &lowering::lower_resize}},
   };
   if (auto it = kExpanded.find(op); it != kExpanded.end()) {
     const auto [since, lower_fn] = it->second;

@@ -119,4 +119,9 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
 absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
                                       ImportSink& sink);
 
+// ConvTranspose, Resize and Upsample (compiler/onnx_spatial_ops.cc).
+absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
+                                  ImportSink& sink);
+absl::Status lower_resize(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
 }  // namespace ampc::onnx_io::lowering
