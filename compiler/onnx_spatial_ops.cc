@@ -184,8 +184,18 @@ absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::strin
       pad_all[i + 2] = extra[i];
       pad_all[i + 2 + n + 2] = extra[i + n];
     }
+    // Pad takes its pads as an input from opset 11, as an attribute before.
+    std::vector<Value*> operands = {y};
+    Attributes pad_attrs;
+    if (sink.opset() >= 11) {
+      AMPC_ASSIGN_OR_RETURN(Value * amounts, e.constant(Tensor::from_i64(
+                                                 {static_cast<int64_t>(pad_all.size())}, pad_all)));
+      operands.push_back(amounts);
+    } else {
+      pad_attrs.emplace("pads", AttrValue(pad_all));
+    }
     AMPC_ASSIGN_OR_RETURN(
-        y, e.op("Pad", {y}, {{"pads", AttrValue(pad_all)}}, has_bias ? "" : e.output(0)));
+        y, e.op("Pad", std::move(operands), std::move(pad_attrs), has_bias ? "" : e.output(0)));
   }
   if (has_bias) {
     Shape per_channel(n + 1, 1);

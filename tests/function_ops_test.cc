@@ -1,6 +1,8 @@
 // The ops the importer expands into the ops ONNX defines them with (Attention, RMSNormalization,
 // GroupNormalization, InstanceNormalization, ReduceLogSumExp; the last is checked against ONNX's
-// test data by the conformance suites):
+// test data by the conformance suites), and ConvTranspose and Resize, which it lowers onto
+// ConvGradData and Gather/Mul/Add (ONNX's test data checks them too; the references here add the
+// modes PyTorch uses and those newer than the test data):
 // outputs against references recorded from onnx's reference evaluator and checked against
 // PyTorch (tests/data/function_ops/make_refs.py), and gradients against central differences in
 // f64. The expansions are sums of at most a few dozen products, so f32 outputs are compared
@@ -155,6 +157,111 @@ TEST(FunctionOpGradients, ReduceLogSumExp) {
   testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
   m.output("loss");
   expect_gradients_match(m, "^X$");
+}
+
+TEST(SpatialOpGradients, ConvTransposeGroupedWithOutputPaddingAndBias) {
+  testing::ModelBuilder m(17);
+  m.input("X", onnx::TensorProto::DOUBLE, {"1", "4", "2", "3"});
+  m.input("Wt", onnx::TensorProto::DOUBLE, {"4", "1", "3", "2"});
+  m.input("B", onnx::TensorProto::DOUBLE, {"2"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"1", "2", "4", "6"});
+  onnx::NodeProto& conv = m.node("ConvTranspose", {"X", "Wt", "B"}, {"Y"}, "up");
+  testing::add_int_attr(conv, "group", 2);
+  testing::add_ints_attr(conv, "strides", {2, 2});
+  testing::add_ints_attr(conv, "pads", {1, 0, 1, 0});
+  testing::add_ints_attr(conv, "output_padding", {1, 0});
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  expect_gradients_match(m, "^(X|Wt|B)$");
+}
+
+// Resize of a [1, 2, 3, 4] X to [1, 2, 5, 7] (sizes) in `mode`, weighted and summed.
+testing::ModelBuilder resize_loss_model(const std::string& mode, const std::string& coordinates) {
+  testing::ModelBuilder m(18);
+  m.input("X", onnx::TensorProto::DOUBLE, {"1", "2", "3", "4"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"1", "2", "5", "7"});
+  onnx::TensorProto& sizes = m.initializer("sizes", onnx::TensorProto::INT64, {2});
+  sizes.add_int64_data(5);
+  sizes.add_int64_data(7);
+  onnx::NodeProto& resize = m.node("Resize", {"X", "", "", "sizes"}, {"Y"}, "resize");
+  testing::add_string_attr(resize, "mode", mode);
+  testing::add_string_attr(resize, "coordinate_transformation_mode", coordinates);
+  testing::add_ints_attr(resize, "axes", {2, 3});
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  return m;
+}
+
+TEST(SpatialOpGradients, ResizeNearestLinearAndCubic) {
+  expect_gradients_match(resize_loss_model("nearest", "asymmetric"), "^X$");
+  expect_gradients_match(resize_loss_model("linear", "half_pixel"), "^X$");
+  expect_gradients_match(resize_loss_model("linear", "align_corners"), "^X$");
+  expect_gradients_match(resize_loss_model("cubic", "pytorch_half_pixel"), "^X$");
+}
+
+TEST(SpatialOps, ErrorsNameTheNodeAndTheAttribute) {
+  auto import_error = [](const testing::ModelBuilder& m) {
+    absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "spatial.onnx");
+    return graph.ok() ? std::string("imported") : std::string(graph.status().message());
+  };
+  {
+    testing::ModelBuilder m(18);
+    m.input("X", onnx::TensorProto::FLOAT, {"1", "2", "3", "4"});
+    m.input("scales", onnx::TensorProto::FLOAT, {"4"});
+    m.node("Resize", {"X", "", "scales"}, {"Y"}, "resize");
+    m.output("Y");
+    EXPECT_NE(import_error(m).find("node 'resize' (Resize): input 2 ('scales') must be known at "
+                                   "compile time"),
+              std::string::npos)
+        << import_error(m);
+  }
+  {
+    testing::ModelBuilder m(18);
+    m.input("X", onnx::TensorProto::FLOAT, {"1", "2", "3", "4"});
+    m.initializer_f32("scales", {4}, {1, 1, 2, 2});
+    testing::add_string_attr(m.node("Resize", {"X", "", "scales"}, {"Y"}, "resize"),
+                             "coordinate_transformation_mode", "tf_crop_and_resize");
+    m.output("Y");
+    EXPECT_NE(import_error(m).find("node 'resize' (Resize): ampc does not implement "
+                                   "coordinate_transformation_mode 'tf_crop_and_resize'"),
+              std::string::npos)
+        << import_error(m);
+  }
+  {
+    testing::ModelBuilder m(18);
+    m.input("X", onnx::TensorProto::FLOAT, {"1", "2", "3", "4"});
+    m.initializer_f32("scales", {3}, {1, 2, 2});
+    testing::add_string_attr(m.node("Resize", {"X", "", "scales"}, {"Y"}, "resize"), "mode",
+                             "bilinear");
+    m.output("Y");
+    EXPECT_NE(import_error(m).find("node 'resize' (Resize): mode 'bilinear' is not one of "
+                                   "nearest, linear, cubic"),
+              std::string::npos)
+        << import_error(m);
+  }
+  {
+    testing::ModelBuilder m(17);
+    m.input("X", onnx::TensorProto::FLOAT, {"1", "4", "3", "3"});
+    m.input("W", onnx::TensorProto::FLOAT, {"3", "2", "3", "3"});
+    m.node("ConvTranspose", {"X", "W"}, {"Y"}, "up");
+    m.output("Y");
+    EXPECT_NE(import_error(m).find("node 'up' (ConvTranspose): W [3,2,3,3] does not fit X "
+                                   "[1,4,3,3] with group 1"),
+              std::string::npos)
+        << import_error(m);
+  }
+  {
+    testing::ModelBuilder m(17);
+    m.input("X", onnx::TensorProto::FLOAT, {"1", "4", "3", "3"});
+    m.input("W", onnx::TensorProto::FLOAT, {"4", "2", "3", "3"});
+    testing::add_ints_attr(m.node("ConvTranspose", {"X", "W"}, {"Y"}, "up"), "pads", {4, 4, 4, 4});
+    m.output("Y");
+    EXPECT_NE(import_error(m).find("node 'up' (ConvTranspose): spatial axis 0 has no output"),
+              std::string::npos)
+        << import_error(m);
+  }
 }
 
 TEST(FunctionOps, ErrorsNameTheNode) {

@@ -16,6 +16,7 @@ import os
 import numpy as np
 import onnx
 import onnx.helper as h
+import onnx.numpy_helper
 import onnx.reference
 import torch
 import torch.nn.functional as F
@@ -29,16 +30,23 @@ def normal(*shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
 
 
-def write(name, op, inputs, outputs, attrs, torch_check=None, opset=23):
-    """inputs: [(name, array)] ('' for an omitted optional input); outputs: names."""
+def write(name, op, inputs, outputs, attrs, torch_check=None, opset=23, constants=(),
+          torch_only=False):
+    """inputs: [(name, array)] ('' for an omitted optional input); outputs: names; constants:
+    the inputs that are initializers (Resize's scales and sizes must be known when compiling);
+    torch_only: PyTorch is the reference (onnx's evaluator cannot run the case)."""
     feeds = {n: a for n, a in inputs if n}
     infos = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
-             for n, a in inputs if n]
+             for n, a in inputs if n and n not in constants]
+    inits = [onnx.numpy_helper.from_array(a, n) for n, a in inputs if n in constants]
     node = h.make_node(op, [n for n, _ in inputs], outputs, name=name, **attrs)
     out_infos = [h.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outputs if n]
-    graph = h.make_graph([node], name, infos, out_infos)
+    graph = h.make_graph([node], name, infos, out_infos, initializer=inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=10)
-    results = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    if torch_only:
+        results = [torch_check({n: torch.from_numpy(a) for n, a in feeds.items()}).numpy()]
+    else:
+        results = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
     # Declare the outputs' types and shapes, as an exporter does.
     model.graph.ClearField("output")
     for n, r in zip([o for o in outputs if o], results):
@@ -51,7 +59,7 @@ def write(name, op, inputs, outputs, attrs, torch_check=None, opset=23):
         np.testing.assert_allclose(results[0], want.numpy(), rtol=1e-5, atol=1e-6,
                                    err_msg=f"{name}: onnx's reference and PyTorch differ")
     onnx.save(model, os.path.join(HERE, f"{name}.onnx"))
-    arrays = dict(feeds)
+    arrays = {n: a for n, a in feeds.items() if n not in constants}
     for n, r in zip([o for o in outputs if o], results):
         arrays[f"output.{n}"] = r
     np.savez(os.path.join(HERE, f"{name}.npz"), **arrays)
@@ -122,6 +130,63 @@ def normalizations():
           opset=18)
 
 
+def spatial():
+    """ConvTranspose and Resize, which ampc lowers onto ConvGradData and Gather/Mul/Add."""
+    x = normal(2, 4, 3, 3)
+    w, b = normal(4, 3, 3, 3), normal(6)
+    write("conv_transpose_grouped", "ConvTranspose", [("X", x), ("W", w), ("B", b)], ["Y"],
+          dict(group=2, strides=[2, 2], pads=[1, 1, 1, 1], output_padding=[1, 1]),
+          lambda t: F.conv_transpose2d(t["X"], t["W"], t["B"], stride=2, padding=1,
+                                       output_padding=1, groups=2), opset=17,
+          torch_only=True)  # onnx's evaluator cannot run grouped ConvTranspose
+    # output_shape past the full transposed convolution (extent 3 * 3 + 5 = 14): ONNX's rule
+    # gives pads -1 and -2, zeros before and after.
+    write("conv_transpose_1d_output_shape", "ConvTranspose",
+          [("X", normal(1, 2, 4)), ("W", normal(2, 3, 3))], ["Y"],
+          dict(strides=[3], dilations=[2], output_shape=[17]),
+          lambda t: F.pad(F.conv_transpose1d(t["X"], t["W"], stride=3, dilation=2), (1, 2)),
+          opset=17, torch_only=True)  # onnx's evaluator rejects negative pads
+
+    img = normal(1, 2, 3, 5)
+    resize = lambda *vals: np.array(vals, dtype=np.float32)
+    sizes = lambda *vals: np.array(vals, dtype=np.int64)
+    write("resize_linear_pytorch_half_pixel", "Resize",
+          [("X", img), ("", None), ("scales", resize(1, 1, 2, 1.6))], ["Y"],
+          dict(mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+          lambda t: F.interpolate(t["X"], scale_factor=(2, 1.6), mode="bilinear",
+                                  align_corners=False), opset=17, constants=("scales",))
+    write("resize_linear_align_corners_sizes", "Resize",
+          [("X", img), ("", None), ("", None), ("sizes", sizes(1, 2, 7, 9))], ["Y"],
+          dict(mode="linear", coordinate_transformation_mode="align_corners"),
+          lambda t: F.interpolate(t["X"], size=(7, 9), mode="bilinear", align_corners=True),
+          opset=17, constants=("sizes",))
+    write("resize_nearest_floor_sizes", "Resize",
+          [("X", img), ("", None), ("", None), ("sizes", sizes(1, 2, 5, 7))], ["Y"],
+          dict(mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+          lambda t: F.interpolate(t["X"], size=(5, 7), mode="nearest"), opset=17,
+          constants=("sizes",))
+    write("resize_cubic_pytorch", "Resize",
+          [("X", img), ("", None), ("scales", resize(1, 1, 2, 2))], ["Y"],
+          dict(mode="cubic", coordinate_transformation_mode="pytorch_half_pixel"),
+          lambda t: F.interpolate(t["X"], scale_factor=2, mode="bicubic", align_corners=False),
+          opset=17, constants=("scales",))
+    big = normal(1, 2, 8, 10)
+    write("resize_linear_antialias", "Resize",
+          [("X", big), ("", None), ("", None), ("sizes", sizes(3, 4))], ["Y"],
+          dict(mode="linear", antialias=1, axes=[2, 3], exclude_outside=1),
+          lambda t: F.interpolate(t["X"], size=(3, 4), mode="bilinear", antialias=True,
+                                  align_corners=False), opset=18, constants=("sizes",))
+    write("resize_nearest_not_larger", "Resize",
+          [("X", img), ("", None), ("", None), ("sizes", sizes(7, 8))], ["Y"],
+          dict(mode="nearest", axes=[2, 3], keep_aspect_ratio_policy="not_larger"), opset=18,
+          constants=("sizes",))
+    write("resize_linear_half_pixel_symmetric", "Resize",
+          [("X", img), ("", None), ("scales", resize(1, 1, 1.7, 0.7))], ["Y"],
+          dict(mode="linear", coordinate_transformation_mode="half_pixel_symmetric"), opset=19,
+          constants=("scales",))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
+    spatial()
