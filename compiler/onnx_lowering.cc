@@ -296,14 +296,30 @@ class Inliner {
 
 // ---- Lowered ops ---------------------------------------------------------------------------
 
+// clang-format off
 constexpr std::string_view kLoweredOps[] = {
-    "Attention",        "CastLike",           "ConcatFromSequence",
-    "ConvTranspose",    "GroupNormalization", "InstanceNormalization",
-    "RMSNormalization", "ReduceLogSumExp",    "Resize",
-    "SequenceAt",       "SequenceConstruct",  "SequenceEmpty",
-    "SequenceErase",    "SequenceInsert",     "SequenceLength",
-    "SplitToSequence",  "Upsample",
+    "Attention",
+    "CastLike",
+    "ConcatFromSequence",
+    "ConvTranspose",
+    "GroupNormalization",
+    "InstanceNormalization",
+    "LpNormalization",
+    "OneHot",
+    "RMSNormalization",
+    "ReduceLogSumExp",
+    "Resize",
+    "RotaryEmbedding",
+    "SequenceAt",
+    "SequenceConstruct",
+    "SequenceEmpty",
+    "SequenceErase",
+    "SequenceInsert",
+    "SequenceLength",
+    "SplitToSequence",
+    "Upsample",
 };
+// clang-format on
 
 // The node's int attributes, each known to the op (`known`: name and default; nullopt when the
 // attribute is required).
@@ -497,9 +513,12 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
+      {"LpNormalization", {1, &lowering::lower_lp_normalization}},
+      {"OneHot", {9, &lowering::lower_one_hot}},
       {"ReduceLogSumExp", {11, &lowering::lower_reduce_log_sum_exp}},
       {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
       {"Resize", {10, &lowering::lower_resize}},
+      {"RotaryEmbedding", {23, &lowering::lower_rotary_embedding}},
       {"Upsample", {9, &lowering::lower_resize}},
   };
   if (auto it = kExpanded.find(op); it != kExpanded.end()) {

@@ -1,6 +1,7 @@
 // The ops the importer expands into the ops ONNX defines them with (Attention, RMSNormalization,
-// GroupNormalization, InstanceNormalization, ReduceLogSumExp; the last is checked against ONNX's
-// test data by the conformance suites), and ConvTranspose and Resize, which it lowers onto
+// GroupNormalization, InstanceNormalization, ReduceLogSumExp, LpNormalization, RotaryEmbedding,
+// OneHot; ReduceLogSumExp and OneHot are checked against ONNX's test data by the conformance
+// suites), and ConvTranspose and Resize, which it lowers onto
 // ConvGradData and Gather/Mul/Add (ONNX's test data checks them too; the references here add the
 // modes PyTorch uses and those newer than the test data):
 // outputs against references recorded from onnx's reference evaluator and checked against
@@ -201,6 +202,41 @@ TEST(SpatialOpGradients, ResizeNearestLinearAndCubic) {
   expect_gradients_match(resize_loss_model("cubic", "pytorch_half_pixel"), "^X$");
 }
 
+TEST(FunctionOpGradients, LpNormalization) {
+  for (int64_t p : {1, 2}) {
+    testing::ModelBuilder m(17);
+    m.input("X", onnx::TensorProto::DOUBLE, {"3", "4"});
+    m.input("W", onnx::TensorProto::DOUBLE, {"3", "4"});
+    onnx::NodeProto& norm = m.node("LpNormalization", {"X"}, {"Y"}, "norm");
+    testing::add_int_attr(norm, "p", p);
+    testing::add_int_attr(norm, "axis", 0);
+    m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+    testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+    m.output("loss");
+    expect_gradients_match(m, "^X$");
+  }
+}
+
+TEST(FunctionOpGradients, RotaryEmbeddingOfQueriesAndCaches) {
+  for (int64_t interleaved : {0, 1}) {
+    testing::ModelBuilder m(23);
+    m.input("X", onnx::TensorProto::DOUBLE, {"1", "4", "12"});
+    m.input("cos", onnx::TensorProto::DOUBLE, {"6", "3"});
+    m.input("sin", onnx::TensorProto::DOUBLE, {"6", "3"});
+    m.input("W", onnx::TensorProto::DOUBLE, {"1", "4", "12"});
+    onnx::TensorProto& positions = m.initializer("positions", onnx::TensorProto::INT64, {1, 4});
+    for (int64_t at : {5, 0, 2, 2}) positions.add_int64_data(at);
+    onnx::NodeProto& rope =
+        m.node("RotaryEmbedding", {"X", "cos", "sin", "positions"}, {"Y"}, "rope");
+    testing::add_int_attr(rope, "num_heads", 2);
+    testing::add_int_attr(rope, "interleaved", interleaved);
+    m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+    testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+    m.output("loss");
+    expect_gradients_match(m, "^(X|cos|sin)$");
+  }
+}
+
 TEST(SpatialOps, ErrorsNameTheNodeAndTheAttribute) {
   auto import_error = [](const testing::ModelBuilder& m) {
     absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "spatial.onnx");
@@ -262,6 +298,21 @@ TEST(SpatialOps, ErrorsNameTheNodeAndTheAttribute) {
               std::string::npos)
         << import_error(m);
   }
+}
+
+TEST(FunctionOps, OneHotNeedsItsDepthAtCompileTime) {
+  testing::ModelBuilder m(11);
+  m.input("indices", onnx::TensorProto::INT64, {"4"});
+  m.input("depth", onnx::TensorProto::INT64, {"1"});
+  m.initializer_f32("values", {2}, {0, 1});
+  m.node("OneHot", {"indices", "depth", "values"}, {"Y"}, "hot");
+  m.output("Y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "hot.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'hot' (OneHot): depth 'depth' must be one value "
+                                          "known at compile time"),
+            std::string::npos)
+      << graph.status();
 }
 
 TEST(FunctionOps, ErrorsNameTheNode) {

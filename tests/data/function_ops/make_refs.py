@@ -186,7 +186,60 @@ def spatial():
           constants=("scales",))
 
 
+def rotary(x, cos, sin, interleaved=False):
+    """PyTorch's rotation of the pairs (halves, or neighbours when interleaved) of x's last
+    axis, cos and sin broadcast over heads."""
+    if interleaved:
+        x1, x2 = x[..., 0::2], x[..., 1::2]
+        return torch.stack((cos * x1 - sin * x2, sin * x1 + cos * x2), dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def more_ops():
+    """LpNormalization and RotaryEmbedding (opset 23), which ampc expands at import."""
+    x = normal(3, 4, 5)
+    write("lp_normalization_l2", "LpNormalization", [("X", x)], ["Y"], dict(axis=1),
+          lambda t: F.normalize(t["X"], p=2.0, dim=1, eps=0.0), opset=17)
+    # onnx's evaluator sums x, not |x|, for p = 1: PyTorch is the reference.
+    write("lp_normalization_l1", "LpNormalization", [("X", x)], ["Y"], dict(axis=-1, p=1),
+          lambda t: F.normalize(t["X"], p=1.0, dim=-1, eps=0.0), opset=17, torch_only=True)
+    # A slice of zeros normalizes to zeros (onnx's evaluator; PyTorch's eps does the same).
+    z = x.copy()
+    z[1, :, 2] = 0
+    write("lp_normalization_zero_slice", "LpNormalization", [("X", z)], ["Y"], dict(axis=1),
+          lambda t: F.normalize(t["X"], p=2.0, dim=1, eps=1e-30), opset=17)
+
+    batch, heads, seq, head = 2, 3, 5, 8
+    angles = rng.uniform(-3, 3, size=(batch, seq, head // 2)).astype(np.float32)
+    cos, sin = np.cos(angles), np.sin(angles)
+    q = normal(batch, heads, seq, head)
+    write("rotary_embedding", "RotaryEmbedding", [("X", q), ("cos", cos), ("sin", sin)], ["Y"],
+          {}, lambda t: rotary(t["X"], t["cos"][:, None], t["sin"][:, None]))
+    write("rotary_embedding_interleaved", "RotaryEmbedding",
+          [("X", q), ("cos", cos), ("sin", sin)], ["Y"], dict(interleaved=1),
+          lambda t: rotary(t["X"], t["cos"][:, None], t["sin"][:, None], interleaved=True))
+    # 3-D input with num_heads, half the head rotated, caches indexed by position_ids.
+    table = rng.uniform(-3, 3, size=(16, 2)).astype(np.float32)
+    positions = rng.integers(0, 16, size=(batch, seq)).astype(np.int64)
+    q3 = normal(batch, seq, heads * head)
+
+    def partial(t):
+        x = t["X"].reshape(batch, seq, heads, head)
+        c = torch.cos(t["table"])[t["position_ids"]][:, :, None]
+        s = torch.sin(t["table"])[t["position_ids"]][:, :, None]
+        rotated = rotary(x[..., :4], c, s)
+        return torch.cat((rotated, x[..., 4:]), dim=-1).reshape(batch, seq, heads * head)
+
+    write("rotary_embedding_3d_partial", "RotaryEmbedding",
+          [("X", q3), ("cos", np.cos(table)), ("sin", np.sin(table)),
+           ("position_ids", positions)], ["Y"], dict(num_heads=heads, rotary_embedding_dim=4),
+          lambda t: partial({**t, "table": torch.from_numpy(table)}))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
     spatial()
+    more_ops()
