@@ -1,5 +1,5 @@
-// Element-wise ops: arithmetic (Add, Sub, Mul, Div, Pow), unary math (Sqrt, Exp, Log, Neg, Abs,
-// Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less, Greater,
+// Element-wise ops: arithmetic (Add, Sub, Mul, Div, Mod, Pow), unary math (Sqrt, Exp, Log, Neg,
+// Abs, Reciprocal), variadic Min and Max, Clip, Where, the comparisons Equal, Less, Greater,
 // LessOrEqual and GreaterOrEqual, the logical And, Or, Xor and Not, and the float tests IsNaN and
 // IsInf. Operands broadcast numpy-style. Their gradient rules are in ops/elementwise_grad.cc.
 //
@@ -141,6 +141,54 @@ void register_arithmetic(OpRegistry& registry) {
   registry.add(binary(
       "Div", "a / b (integers truncate toward zero)", AutocastCategory::kFollow,
       [](Ints a) { return int_div(a[0], a[1]); }, [](Reals a) { return a[0] / a[1]; }));
+
+  // Mod: fmod = 1 truncates (the dividend's sign, C's fmod and %), fmod = 0 floors (the
+  // divisor's sign, Python's %; ONNX asks fmod = 1 of floats, whose fmod = 0 follows numpy).
+  OpDef mod =
+      make_def("Mod", 10, "a mod b: the dividend's sign with fmod = 1, the divisor's with 0",
+               {input("A", kNumericTypes), input("B", kNumericTypes)}, AutocastCategory::kFollow);
+  mod.attrs = {attr("fmod", int64_t{0})};
+  mod.infer = [](InferenceContext& ctx) -> absl::Status {
+    const int64_t fmod = ctx.int_attr("fmod");
+    if (fmod != 0 && fmod != 1) {
+      return absl::InvalidArgumentError(
+          str_cat("attribute 'fmod' is ", fmod, "; it must be 0 or 1"));
+    }
+    return infer_broadcast(ctx);
+  };
+  mod.fold = [](const FoldContext& ctx) {
+    if (ctx.node.int_attr("fmod") != 0) {
+      return fold_map(
+          ctx,
+          [](Ints a) -> absl::StatusOr<int64_t> {
+            if (a[1] == 0) return absl::InvalidArgumentError("integer Mod by zero");
+            return a[1] == -1 ? 0 : a[0] % a[1];
+          },
+          [](Reals a) { return std::fmod(a[0], a[1]); });
+    }
+    return fold_map(
+        ctx,
+        [](Ints a) -> absl::StatusOr<int64_t> {
+          if (a[1] == 0) return absl::InvalidArgumentError("integer Mod by zero");
+          const int64_t r = a[1] == -1 ? 0 : a[0] % a[1];
+          return r != 0 && (r < 0) != (a[1] < 0) ? r + a[1] : r;
+        },
+        [](Reals a) {
+          const double r = std::fmod(a[0], a[1]);
+          if (r == 0) return std::copysign(0.0, a[1]);
+          return (r < 0) != (a[1] < 0) ? r + a[1] : r;
+        });
+  };
+  mod.samples = {
+      {"row broadcast", {f32({2, 3}), f32({3})}, {}, {{"fmod", int64_t{1}}}, {f32({2, 3})}},
+      {"i64 floored", {i64({4}), i64({})}, {}, {}, {i64({4})}},
+      {"bf16 truncated",
+       {TensorType{DType::kBF16, {2, 2}}, TensorType{DType::kBF16, {2, 2}}},
+       {},
+       {{"fmod", int64_t{1}}},
+       {TensorType{DType::kBF16, {2, 2}}}},
+  };
+  registry.add(std::move(mod));
 
   // Pow keeps the base's type whatever the exponent's (mixed types from opset 12).
   OpDef pow =

@@ -51,6 +51,19 @@ absl::StatusOr<Grads> div_grad(GradBuilder& b) {
   return grads;
 }
 
+// y = a - q b with q the truncated (fmod = 1) or floored quotient, constant almost everywhere,
+// as PyTorch differentiates fmod and remainder: d/da = dy, d/db = -dy * q. q is taken as
+// (a - y) / b, the integer within a few ulps.
+absl::StatusOr<Grads> mod_grad(GradBuilder& b) {
+  Value* dy = b.grad_of_output(0);
+  Grads grads = {dy, nullptr};
+  if (b.needs_grad(1)) {
+    Value* quotient = b.op("Div", {b.op("Sub", {b.input(0), b.output(0)}), b.input(1)});
+    grads[1] = b.op("Neg", {b.reduce_to_shape(b.op("Mul", {dy, quotient}), b.input(1)->shape())});
+  }
+  return grads;
+}
+
 // The exponent's value when it is a constant scalar nothing trains (a literal 2, 0.5, -1...).
 const Tensor* constant_scalar_exponent(const GradBuilder& b) {
   const Tensor* value = b.input(1)->initializer();
@@ -194,20 +207,11 @@ absl::StatusOr<Grads> where_grad(GradBuilder& b) {
 
 GradFn elementwise_gradient(std::string_view op_type) {
   static const std::map<std::string, GradFn, std::less<>> kRules = {
-      {"Add", add_grad},
-      {"Sub", sub_grad},
-      {"Mul", mul_grad},
-      {"Div", div_grad},
-      {"Pow", pow_grad},
-      {"Sqrt", sqrt_grad},
-      {"Exp", exp_grad},
-      {"Log", log_grad},
-      {"Neg", neg_grad},
-      {"Abs", abs_grad},
-      {"Reciprocal", reciprocal_grad},
-      {"Min", extremum_grad},
-      {"Max", extremum_grad},
-      {"Clip", clip_grad},
+      {"Add", add_grad},      {"Sub", sub_grad},      {"Mul", mul_grad},
+      {"Div", div_grad},      {"Mod", mod_grad},      {"Pow", pow_grad},
+      {"Sqrt", sqrt_grad},    {"Exp", exp_grad},      {"Log", log_grad},
+      {"Neg", neg_grad},      {"Abs", abs_grad},      {"Reciprocal", reciprocal_grad},
+      {"Min", extremum_grad}, {"Max", extremum_grad}, {"Clip", clip_grad},
       {"Where", where_grad},
   };
   auto it = kRules.find(op_type);

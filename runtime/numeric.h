@@ -42,6 +42,19 @@ AMPC_MATH_FN(cos)
 AMPC_MATH_FN(fabs)
 #undef AMPC_MATH_FN
 
+// fmod is exact (the remainder is representable), so host and device agree bit for bit.
+#if defined(__CUDA_ARCH__)
+AMPC_HD float fmod(float x, float y) { return ::fmodf(x, y); }
+AMPC_HD double fmod(double x, double y) { return ::fmod(x, y); }
+AMPC_HD float copysign(float x, float y) { return ::copysignf(x, y); }
+AMPC_HD double copysign(double x, double y) { return ::copysign(x, y); }
+#else
+AMPC_HD float fmod(float x, float y) { return std::fmod(x, y); }
+AMPC_HD double fmod(double x, double y) { return std::fmod(x, y); }
+AMPC_HD float copysign(float x, float y) { return std::copysign(x, y); }
+AMPC_HD double copysign(double x, double y) { return std::copysign(x, y); }
+#endif
+
 #if defined(__CUDA_ARCH__)
 // CUDA's powf may be 4 ulp off, past the contract's 2: f32 powers go through f64 (within 1 ulp
 // of f64, so correctly rounded to f32 but for rare near-ties).
@@ -132,6 +145,38 @@ struct Div {
       if (b == X(-1)) return wrapping_sub(X(0), a);
     }
     return static_cast<X>(a / b);
+  }
+};
+// ONNX's Mod with fmod = 1: the remainder of truncated division, with the dividend's sign (C's
+// fmod and %). An integer divisor is never zero (the kernels check first); MIN % -1 is 0.
+struct Fmod {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    if constexpr (std::is_integral_v<X>) {
+      if constexpr (std::is_signed_v<X>) {
+        if (b == X(-1)) return X(0);
+      }
+      return static_cast<X>(a % b);
+    } else {
+      return fmod(a, b);
+    }
+  }
+};
+// Mod with fmod = 0: the remainder of floored division, with the divisor's sign (Python's and
+// numpy's %, which ONNX's reference uses); a zero float remainder takes the divisor's sign too.
+struct FloorMod {
+  template <typename X>
+  AMPC_HD X operator()(X a, X b) const {
+    const X r = Fmod{}(a, b);
+    if constexpr (std::is_integral_v<X>) {
+      if constexpr (std::is_signed_v<X>) {
+        if (r != 0 && ((r < 0) != (b < 0))) return wrapping_add(r, b);
+      }
+      return r;
+    } else {
+      if (r == 0) return copysign(X(0), b);
+      return (r < 0) != (b < 0) ? r + b : r;
+    }
   }
 };
 // NaN wins: `b` replaces the running extremum `a` when it is NaN or beyond it (numpy's minimum

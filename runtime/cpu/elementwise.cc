@@ -1,4 +1,4 @@
-// CPU kernels for the element-wise ops of ops/elementwise.cc: Add, Sub, Mul, Div, Pow, Sqrt,
+// CPU kernels for the element-wise ops of ops/elementwise.cc: Add, Sub, Mul, Div, Mod, Pow, Sqrt,
 // Exp, Log, Neg, Abs, Reciprocal, variadic Min and Max, Clip, Where, Equal, Less, Greater,
 // LessOrEqual, GreaterOrEqual, And, Or, Xor, Not, IsNaN, IsInf.
 //
@@ -59,6 +59,20 @@ absl::Status div_kernel(const KernelContext& ctx) {
     }
   }
   return binary_kernel<T, Div>(ctx);
+}
+
+// Mod: fmod = 1 truncates, fmod = 0 floors (runtime/numeric.h); an integer zero divisor is an
+// error, as for Div.
+template <typename T>
+absl::Status mod_kernel(const KernelContext& ctx) {
+  if constexpr (std::is_integral_v<T>) {
+    const std::span<const T> divisor = ctx.input(1).in<T>();
+    if (std::find(divisor.begin(), divisor.end(), T{0}) != divisor.end()) {
+      return absl::InvalidArgumentError("integer Mod by zero (operand 1 'B' has a zero)");
+    }
+  }
+  if (ctx.node.int_attr("fmod") != 0) return binary_kernel<T, numeric::Fmod>(ctx);
+  return binary_kernel<T, numeric::FloorMod>(ctx);
 }
 
 // base ^ exponent in integers, wrapping; a negative exponent truncates 1 / base^n toward zero.
@@ -251,6 +265,7 @@ void register_elementwise_kernels(KernelRegistry& r) {
   add_numeric(r, in_place("Sub"), []<typename T>() { return &binary_kernel<T, Sub>; });
   add_numeric(r, in_place("Mul"), []<typename T>() { return &binary_kernel<T, Mul>; });
   add_numeric(r, in_place("Div"), []<typename T>() { return &div_kernel<T>; });
+  add_numeric(r, in_place("Mod"), []<typename T>() { return &mod_kernel<T>; });
   add_numeric(r, in_place("Pow"), []<typename T>() { return &pow_kernel<T>; });
 
   add_unary_float<Sqrt>(r, "Sqrt");

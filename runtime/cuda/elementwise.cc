@@ -98,6 +98,12 @@ absl::Status binary(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// Mod: fmod picks truncated or floored remainders.
+absl::Status mod(const KernelContext& ctx) {
+  if (ctx.node.int_attr("fmod") != 0) return binary<BinaryOp::kFmod>(ctx);
+  return binary<BinaryOp::kFloorMod>(ctx);
+}
+
 // Min or Max of one operand: a copy.
 template <BinaryOp kOp>
 absl::Status extremum(const KernelContext& ctx) {
@@ -214,6 +220,7 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Sub", kCudaNumericTypes, &binary<BinaryOp::kSub>, 0, &init_binary);
   add(r, "Mul", kCudaNumericTypes, &binary<BinaryOp::kMul>, 0, &init_binary);
   add(r, "Div", kCudaNumericTypes, &binary<BinaryOp::kDiv>, 0, &init_binary);
+  add(r, "Mod", kCudaNumericTypes, &mod, 0, &init_binary);
   add(r, "Pow", kCudaFloatTypes, &binary<BinaryOp::kPow>, 0, &init_pow);
   add(r, "Min", kCudaNumericTypes, &extremum<BinaryOp::kMin>, 0, &init_binary);
   add(r, "Max", kCudaNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);

@@ -26,10 +26,10 @@ struct BinaryStore {
   __device__ Out operator()(A a, B b, int64_t) const { return store<Out>(fn(load(a), load(b))); }
 };
 
-// Integer division: a zero divisor is recorded (the first one wins) and gives 0.
-template <typename I>
+// Integer division and Mod: a zero divisor is recorded (the first one wins) and gives 0.
+template <typename I, typename Fn>
 struct IntegerDivide {
-  numeric::Div fn;
+  Fn fn;
   ErrorSink sink;
   __device__ I operator()(I a, I b, int64_t i) const {
     if (b == I(0)) {
@@ -206,17 +206,19 @@ cudaError_t comparison(Elem type, const void* a, const void* b, void* out, const
   });
 }
 
+// Div, Fmod or FloorMod (`Fn`), integers checked for a zero divisor.
+template <typename Fn>
 cudaError_t divide(Elem type, const void* a, const void* b, void* out, const Layout<2>& layout,
                    ErrorSink sink, cudaStream_t stream) {
   switch (type) {
     case Elem::kI64:
       return launch_map2<int64_t, int64_t, int64_t>(a, b, out, layout,
-                                                    IntegerDivide<int64_t>{{}, sink}, stream);
+                                                    IntegerDivide<int64_t, Fn>{{}, sink}, stream);
     case Elem::kI32:
       return launch_map2<int32_t, int32_t, int32_t>(a, b, out, layout,
-                                                    IntegerDivide<int32_t>{{}, sink}, stream);
+                                                    IntegerDivide<int32_t, Fn>{{}, sink}, stream);
     default:
-      return arithmetic(type, a, b, out, layout, sink, numeric::Div{}, stream);
+      return arithmetic(type, a, b, out, layout, sink, Fn{}, stream);
   }
 }
 
@@ -321,7 +323,11 @@ cudaError_t launch_binary(BinaryOp op, Elem type, Elem b_type, const void* a, co
     case BinaryOp::kMul:
       return arithmetic(type, a, b, out, layout, sink, numeric::Mul{}, stream);
     case BinaryOp::kDiv:
-      return divide(type, a, b, out, layout, sink, stream);
+      return divide<numeric::Div>(type, a, b, out, layout, sink, stream);
+    case BinaryOp::kFmod:
+      return divide<numeric::Fmod>(type, a, b, out, layout, sink, stream);
+    case BinaryOp::kFloorMod:
+      return divide<numeric::FloorMod>(type, a, b, out, layout, sink, stream);
     case BinaryOp::kPow:
       return power(type, b_type, a, b, out, layout, stream);
     case BinaryOp::kMin:

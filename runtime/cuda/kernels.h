@@ -119,8 +119,10 @@ enum class BinaryOp : uint8_t {
   kAdd,
   kSub,
   kMul,
-  kDiv,  // integer division by zero is reported through the error sink
-  kPow,  // float a; b of `b_type`: a's type, f32, i64 or i32
+  kDiv,       // integer division by zero is reported through the error sink
+  kFmod,      // Mod with fmod = 1 (integer zero divisors reported as for kDiv)
+  kFloorMod,  // Mod with fmod = 0
+  kPow,       // float a; b of `b_type`: a's type, f32, i64 or i32
   kMin,
   kMax,
   kPRelu,  // float; b (the slope) broadcast to a

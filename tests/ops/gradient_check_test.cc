@@ -25,6 +25,9 @@ Range input_range(const std::string& op, int input) {
   static const std::set<std::string> positive = {"Log", "Sqrt", "Reciprocal", "Pow"};
   if (positive.contains(op) && input == 0) return {0.5, 1.5, false};
   if (op == "Div" && input == 1) return {0.5, 1.5, true};
+  // |a / b| < 1 everywhere: Mod is smooth there (its quotient is 0, or -1 when floored and the
+  // signs differ).
+  if (op == "Mod" && input == 1) return {1.5, 2.0, true};
   if (op == "Pow" && input == 1) return {0.5, 2.0, true};
   return {0.2, 1.0, true};
 }

@@ -265,6 +265,51 @@ TEST(ElementwiseKernels, IntegerDivisionByZeroIsAnError) {
   EXPECT_TRUE(try_op("Div", {&x, &zero}, {DType::kF32, {1}}).ok());
 }
 
+// ONNX's Mod: fmod = 1 keeps the dividend's sign (C's fmod and %), fmod = 0 the divisor's
+// (Python's %); values worked out by hand.
+TEST(ElementwiseKernels, ModTruncatesOrFloorsAsFmodSays) {
+  const Tensor a = Tensor::from_i64({6}, {7, -7, 7, -7, 6, std::numeric_limits<int64_t>::min()});
+  const Tensor b = Tensor::from_i64({6}, {3, 3, -3, -3, 3, -1});
+  EXPECT_EQ(run_op("Mod", {&a, &b}, {DType::kI64, {6}}).to_i64_vector(),
+            (std::vector<int64_t>{1, 2, -2, -1, 0, 0}));
+  EXPECT_EQ(run_op("Mod", {&a, &b}, {DType::kI64, {6}}, "fmod=1").to_i64_vector(),
+            (std::vector<int64_t>{1, -1, 1, -1, 0, 0}));
+  const Tensor c = typed_tensor<int8_t>(DType::kI8, {2}, {-128, 100});
+  const Tensor d = typed_tensor<int8_t>(DType::kI8, {}, {-7});
+  EXPECT_EQ(elements<int8_t>(run_op("Mod", {&c, &d}, {DType::kI8, {2}})),
+            (std::vector<int8_t>{-2, -5}));
+
+  // Floats: fmod is exact; floored remainders add the divisor once; a zero remainder takes the
+  // divisor's sign under fmod = 0 and the dividend's under fmod = 1.
+  const Tensor x = Tensor::from_f32({5}, {5.5f, -5.5f, 6.0f, -6.0f, 1.0f});
+  const Tensor y = Tensor::from_f32({5}, {2.0f, 2.0f, -3.0f, 3.0f, kInf});
+  const std::vector<float> floored = elements<float>(run_op("Mod", {&x, &y}, {DType::kF32, {5}}));
+  EXPECT_EQ(floored[0], 1.5f);
+  EXPECT_EQ(floored[1], 0.5f);
+  EXPECT_TRUE(floored[2] == 0.0f && std::signbit(floored[2]));
+  EXPECT_TRUE(floored[3] == 0.0f && !std::signbit(floored[3]));
+  EXPECT_EQ(floored[4], 1.0f);
+  const std::vector<float> truncated =
+      elements<float>(run_op("Mod", {&x, &y}, {DType::kF32, {5}}, "fmod=1"));
+  EXPECT_EQ(truncated[0], 1.5f);
+  EXPECT_EQ(truncated[1], -1.5f);
+  EXPECT_TRUE(truncated[2] == 0.0f && !std::signbit(truncated[2]));
+  EXPECT_TRUE(truncated[3] == 0.0f && std::signbit(truncated[3]));
+  EXPECT_EQ(truncated[4], 1.0f);
+  // 0.1f mod 0.03f: fmod's exact remainder of the two f32 values, as f64 computes it.
+  const Tensor p = Tensor::from_f32({1}, {0.1f});
+  const Tensor q = Tensor::from_f32({1}, {0.03f});
+  EXPECT_EQ(elements<float>(run_op("Mod", {&p, &q}, {DType::kF32, {1}}, "fmod=1"))[0],
+            static_cast<float>(std::fmod(static_cast<double>(0.1f), static_cast<double>(0.03f))));
+
+  const Tensor zero = typed_tensor<int32_t>(DType::kI32, {2}, {3, 0});
+  const Tensor ones = typed_tensor<int32_t>(DType::kI32, {2}, {1, 1});
+  absl::StatusOr<Tensor> by_zero = try_op("Mod", {&ones, &zero}, {DType::kI32, {2}});
+  ASSERT_FALSE(by_zero.ok());
+  EXPECT_NE(by_zero.status().message().find("Mod by zero"), std::string_view::npos)
+      << by_zero.status();
+}
+
 TEST(ElementwiseKernels, IntegerArithmeticWrapsOnOverflow) {
   const Tensor a = typed_tensor<int8_t>(DType::kI8, {3}, {100, -100, 16});
   const Tensor b = typed_tensor<int8_t>(DType::kI8, {3}, {100, 100, 16});
