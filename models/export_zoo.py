@@ -296,6 +296,44 @@ def mobilenet_v3_small(classes=10):
     return WithLoss(build(num_classes=classes, width_mult=0.25, dropout=0.0))
 
 
+class UNet(nn.Module):
+    """A U-Net-style segmentation net: GroupNorm and SiLU throughout, a stride-2 and a max-pool
+    downsampling, a transposed convolution and a nearest resize upsampling, a bilinear resize
+    of the bottleneck added to the output, and a Dice + cross-entropy loss on one-hot masks."""
+
+    def __init__(self, classes=3, width=8):
+        super().__init__()
+        w = width
+
+        def block(cin, cout, stride=1):
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1),
+                                 nn.GroupNorm(4, cout), nn.SiLU())
+
+        self.classes = classes
+        self.enc1, self.enc2 = block(3, w), block(w, 2 * w, stride=2)
+        self.mid = block(2 * w, 2 * w)
+        self.dec2 = block(4 * w, 2 * w)
+        self.up1 = nn.ConvTranspose2d(2 * w, w, 2, stride=2)
+        self.dec1 = block(2 * w, w)
+        self.side = nn.Conv2d(2 * w, classes, 1)
+        self.head = nn.Conv2d(w, classes, 1)
+
+    def forward(self, x, y):
+        e1 = self.enc1(x)                                   # w    x H
+        e2 = self.enc2(e1)                                  # 2w   x H/2
+        m = self.mid(F.max_pool2d(e2, 2))                   # 2w   x H/4
+        d2 = self.dec2(torch.cat([F.interpolate(m, scale_factor=2.0, mode="nearest"), e2], 1))
+        d1 = self.dec1(torch.cat([self.up1(d2), e1], 1))    # w    x H
+        side = F.interpolate(self.side(m), scale_factor=4.0, mode="bilinear", align_corners=False)
+        logits = self.head(d1) + side
+        probs = logits.softmax(1)
+        target = F.one_hot(y, self.classes).permute(0, 3, 1, 2).to(probs.dtype)
+        overlap = (probs * target).sum((0, 2, 3))
+        total = probs.sum((0, 2, 3)) + target.sum((0, 2, 3))
+        dice = 1 - ((2 * overlap + 1) / (total + 1)).mean()
+        return F.cross_entropy(logits, y) + dice, logits
+
+
 # ----------------------------------------------------------------------------- batches
 
 
@@ -328,6 +366,11 @@ def image_batch(g, b, c, h, w, classes=10):
     return {"x": x, "y": torch.randint(0, classes, (b,), generator=g)}
 
 
+def mask_batch(g, b=4, h=16, w=16, classes=3):
+    x = torch.randint(-16, 16, (b, 3, h, w), generator=g).float() / 16
+    return {"x": x, "y": torch.randint(0, classes, (b, h, w), generator=g)}
+
+
 def flat_batch(g, b=8, classes=10):
     return {"x": torch.rand((b, 784), generator=g), "y": torch.randint(0, classes, (b,), generator=g)}
 
@@ -347,6 +390,7 @@ ZOO = {
     "mobilenet_v3_small": (mobilenet_v3_small, lambda g: image_batch(g, 16, 3, 64, 64),
                            VISION_EXPORTERS),
     "mlp_wide": (MlpWide, flat_batch, ("dynamo",)),
+    "unet": (UNet, mask_batch, ALL_EXPORTERS),
 }
 
 
