@@ -25,7 +25,9 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
     batches are int8 multiples of `batch.<input>.scale`, 1/16, to keep the files small) and the
     losses of 10 f32 PyTorch steps from the initial weights: `sgd.loss` (SGD, momentum 0.9,
     weight decay 1e-4) and `adamw.loss` (AdamW, weight decay 0.01), at the learning rates
-    `sgd.lr` (0.05 unless LEARNING_RATES says) and `adamw.lr` (2e-3).
+    `sgd.lr` (0.05 unless LEARNING_RATES says) and `adamw.lr` (2e-3); `eval.<input>`, a
+    held-out batch, and `<opt>.eval_loss`, the trained model's loss on it in eval mode
+    (BatchNorm on its running statistics).
   * manifest.json: one entry per (model, exporter): the file, and whether the export is
     faithful to the training model (and `parameters`, the initializers that are PyTorch
     parameters: what to train, since float buffers are initializers too): its loss under
@@ -37,6 +39,11 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
     compared with PyTorch's. The default exporter's optimizer (optimize=True) writes inference
     graphs: it folds weights into transposed constants and merges equal initializers (two
     LayerNorm weights that both start at ones become one), so train from optimize=False.
+    A faithful entry's `eval_loss` ({"sgd": .., "adamw": ..}) is `<opt>.eval_loss` from the
+    state the file holds: the TorchScript exporter runs the model once in training mode while
+    tracing, so its BatchNorm running statistics already include batch 0
+    (`buffers_from_export` names them). The trained model ampc exports must give it, where
+    `eval_f32_vs_f64` (the same in f64) says the comparison can tell an error from rounding.
 """
 
 import argparse
@@ -49,6 +56,7 @@ import warnings
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import onnx.reference
 import torch
 import torch.nn as nn
@@ -455,7 +463,8 @@ def unfaithful_because(model, path):
     return "; ".join(reasons)
 
 
-def train(model, batches, names, make_optimizer, lr):
+def train(model, batches, names, make_optimizer, lr, eval_batch=None):
+    """The losses of N_STEPS steps, and the trained model's eval-mode loss on `eval_batch`."""
     model = copy.deepcopy(model).train()
     params = list(model.parameters())
     optimizer = make_optimizer(params, lr)
@@ -466,7 +475,53 @@ def train(model, batches, names, make_optimizer, lr):
         loss.backward()
         losses.append(loss.item())
         optimizer.step()
-    return losses
+    if eval_batch is None:
+        return losses, None
+    with torch.no_grad():
+        return losses, model.eval()(*[eval_batch[n] for n in names])[0].item()
+
+
+def with_file_buffers(model, path):
+    """The model with the buffers (BatchNorm running statistics) the file holds: the TorchScript
+    exporter runs the model once in training mode while tracing, so its file's running
+    statistics already include the example batch. Also returns the names of those that differ."""
+    graph = onnx.load(path, load_external_data=False).graph
+    stored = {i.name: i for i in graph.initializer}
+    model = copy.deepcopy(model)
+    changed = []
+    for name, buffer in model.named_buffers():
+        if name not in stored or not buffer.is_floating_point():
+            continue
+        value = torch.from_numpy(onnx.numpy_helper.to_array(stored[name]).copy())
+        if value.shape == buffer.shape and not torch.equal(value, buffer):
+            buffer.copy_(value)
+            changed.append(name)
+    return model, changed
+
+
+def as_f64(arrays):
+    return {n: b.double() if b.is_floating_point() else b for n, b in arrays.items()}
+
+
+def eval_losses(model, batches, names, eval_batch, path):
+    """{optimizer: the eval-mode loss on `eval_batch` after N_STEPS steps}, from the state the
+    exported file holds; the relative gap of the same in f64 (Adam turns the rounding noise of
+    gradients that are zero in exact arithmetic, such as a bias before BatchNorm, into full-size
+    steps that training-mode losses do not see but eval-mode ones do); the buffers the file
+    changed."""
+    model, changed = with_file_buffers(model, path)
+    model64 = copy.deepcopy(model).double()
+    losses, spreads = {}, {}
+    for key, make_optimizer in (("sgd", sgd), ("adamw", adamw)):
+        lr = LEARNING_RATES.get(model_name(path), {}).get(key, DEFAULT_LR[key])
+        losses[key] = train(model, batches, names, make_optimizer, lr, eval_batch)[1]
+        loss64 = train(model64, as_f64(batches), names, make_optimizer, lr, as_f64(eval_batch))[1]
+        spreads[key] = float(f"{abs(losses[key] - loss64) / abs(loss64):.3g}")
+    return losses, spreads, changed
+
+
+def model_name(path):
+    return os.path.basename(path).split(".")[0]
 
 
 def first_line(error):
@@ -474,7 +529,15 @@ def first_line(error):
     return f"{type(error).__name__}: {text[0] if text else ''}"[:300]
 
 
-def build(name, out_dir):
+def add_eval_losses(entry, model, batches, names, eval_batch, path):
+    losses, spreads, changed = eval_losses(model, batches, names, eval_batch, path)
+    entry["eval_loss"] = losses
+    entry["eval_f32_vs_f64"] = spreads
+    if changed:
+        entry["buffers_from_export"] = changed
+
+
+def build(name, out_dir, refs_only=False, manifest_entries=()):
     factory, make_batch, exporters = ZOO[name]
     torch.manual_seed(0)
     model = factory().train()
@@ -482,12 +545,14 @@ def build(name, out_dir):
     raw = [make_batch(g) for _ in range(N_BATCHES)]
     names = list(raw[0])
     batches = {n: torch.stack([b[n] for b in raw]) for n in names}
+    # A held-out batch, drawn after the training batches (which it leaves as they were).
+    eval_batch = make_batch(g)
     args = tuple(batches[n][0] for n in names)
     with torch.no_grad():
         want = copy.deepcopy(model).train()(*args)[0].item()
 
     entries = []
-    for exporter in exporters:
+    for exporter in exporters if not refs_only else ():
         file = f"{name}.{exporter}.onnx"
         path = os.path.join(out_dir, file)
         for stale in (path, path + ".data"):
@@ -518,21 +583,29 @@ def build(name, out_dir):
             faithful, reason = False, f"onnx's reference evaluator fails: {first_line(e)}"
         entry.update(status="ok" if faithful else "unfaithful", reason=reason,
                      parameters=parameter_initializers(model, path))
+        if faithful:
+            add_eval_losses(entry, model, batches, names, eval_batch, path)
         ops = sorted({n.op_type for n in onnx.load(path, load_external_data=False).graph.node})
         entry["ops"] = ops
         size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
         print(f"  {file}: {entry['status']} {reason} ({size / 1024:.0f} KiB, {len(ops)} op types)")
         entries.append(entry)
 
+    for entry in manifest_entries:
+        if entry["model"] == name and entry["status"] == "ok":
+            add_eval_losses(entry, model, batches, names, eval_batch,
+                            os.path.join(out_dir, entry["file"]))
     ref = {}
-    for n in names:
-        b = batches[n].numpy()
-        if b.dtype == np.float32 and np.array_equal(np.round(b * 16), b * 16) and np.abs(b).max() <= 1:
-            # Grid pixels are stored as int8 multiples of `.scale`: a quarter of the bytes.
-            ref[f"batch.{n}"] = (b * 16).astype(np.int8)
-            ref[f"batch.{n}.scale"] = np.float32(1 / 16)
-        else:
-            ref[f"batch.{n}"] = b
+    for prefix, arrays in (("batch", batches), ("eval", eval_batch)):
+        for n in names:
+            b = arrays[n].numpy()
+            if (b.dtype == np.float32 and np.array_equal(np.round(b * 16), b * 16)
+                    and np.abs(b).max() <= 1):
+                # Grid pixels are stored as int8 multiples of `.scale`: a quarter of the bytes.
+                ref[f"{prefix}.{n}"] = (b * 16).astype(np.int8)
+                ref[f"{prefix}.{n}.scale"] = np.float32(1 / 16)
+            else:
+                ref[f"{prefix}.{n}"] = b
     # The same runs in f64 say how far two correct f32 runs may drift apart (`<opt>.f32_vs_f64`,
     # the largest relative gap of a step's loss): where that is not well below the test's bar,
     # the run is too chaotic to tell an error from rounding, and the test says so instead of
@@ -544,8 +617,10 @@ def build(name, out_dir):
     for key, make_optimizer in (("sgd", sgd), ("adamw", adamw)):
         lr = LEARNING_RATES.get(name, {}).get(key, DEFAULT_LR[key])
         ref[f"{key}.lr"] = np.float64(lr)
-        losses = np.array(train(model, batches, names, make_optimizer, lr), dtype=np.float64)
-        losses64 = np.array(train(model64, batches64, names, make_optimizer, lr))
+        losses, eval_loss = train(model, batches, names, make_optimizer, lr, eval_batch)
+        losses = np.array(losses, dtype=np.float64)
+        losses64 = np.array(train(model64, batches64, names, make_optimizer, lr)[0])
+        ref[f"{key}.eval_loss"] = np.float64(eval_loss)
         spread_key = float(np.max(np.abs(losses - losses64) / np.abs(losses64)))
         print(f"  {key} at lr {lr}: f32 vs f64 {spread_key:.2e}")
         spread = max(spread, spread_key)
@@ -561,6 +636,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.path.join(HERE, "zoo"))
     parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--refs-only", action="store_true",
+                        help="rewrite only the <model>.train_ref.npz files, not the exports")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -571,12 +648,17 @@ def main():
             sys.exit(f"unknown model {n!r} (models: {', '.join(ZOO)})")
     manifest_path = os.path.join(args.out, "manifest.json")
     entries = []
-    if os.path.exists(manifest_path) and args.only:
+    if os.path.exists(manifest_path) and (args.only or args.refs_only):
         with open(manifest_path) as f:
-            entries = [e for e in json.load(f)["entries"] if e["model"] not in names]
+            entries = json.load(f)["entries"]
+        if not args.refs_only:
+            entries = [e for e in entries if e["model"] not in names]
     for n in names:
         print(n)
-        entries += build(n, args.out)
+        if args.refs_only:
+            build(n, args.out, refs_only=True, manifest_entries=entries)
+        else:
+            entries += build(n, args.out)
     entries.sort(key=lambda e: (e["model"], e["exporter"]))
     with open(manifest_path, "w") as f:
         json.dump({"torch": torch.__version__, "onnx": onnx.__version__, "steps": N_STEPS,

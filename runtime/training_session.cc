@@ -362,7 +362,8 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
 }
 
 absl::Status TrainingSession::export_inference_model(const std::string& path,
-                                                     const ExportOptions& options) const {
+                                                     const ExportOptions& options,
+                                                     ExportedLoss loss) const {
   if (eval_ == nullptr) {
     return absl::FailedPreconditionError(
         "this session holds a bare training step, without an eval graph to export");
@@ -376,7 +377,7 @@ absl::Status TrainingSession::export_inference_model(const std::string& path,
     graph->set_initializer_data(init, std::move(value));
   }
   // Without its loss the model needs no labels: drop the loss, then what only it read.
-  if (graph->outputs().size() > 1) {
+  if (loss == ExportedLoss::kDropped && graph->outputs().size() > 1) {
     for (int i = 0; i < static_cast<int>(graph->outputs().size()); ++i) {
       if (graph->outputs()[i]->name() == loss_) graph->erase_output(i--);
     }

@@ -89,10 +89,12 @@ class TrainingSession {
   absl::Status load_checkpoint(const std::string& path);
 
   // Writes the eval graph with the current parameters as an inference model: no training step,
-  // and without the loss output and the inputs only it reads (labels) when other outputs remain.
-  // `options` says whether the weights go to a data file beside it.
-  absl::Status export_inference_model(const std::string& path,
-                                      const ExportOptions& options = {}) const;
+  // and (kDropped) without the loss output and the inputs only it reads (labels) when other
+  // outputs remain; kKept keeps them, so running the file evaluates the loss. `options` says
+  // whether the weights go to a data file beside it.
+  enum class ExportedLoss { kDropped, kKept };
+  absl::Status export_inference_model(const std::string& path, const ExportOptions& options = {},
+                                      ExportedLoss loss = ExportedLoss::kDropped) const;
 
   // The learning rate the model was compiled with (`ampc compile --lr`), if it says.
   std::optional<double> default_lr() const { return default_lr_; }

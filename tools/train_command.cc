@@ -308,7 +308,10 @@ int train(const TrainFlags& flags) {
   if (!flags.export_path.empty()) {
     ExportOptions export_options;
     if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
-    if (absl::Status status = session.export_inference_model(flags.export_path, export_options);
+    const auto loss = flags.export_loss ? runtime::TrainingSession::ExportedLoss::kKept
+                                        : runtime::TrainingSession::ExportedLoss::kDropped;
+    if (absl::Status status =
+            session.export_inference_model(flags.export_path, export_options, loss);
         !status.ok()) {
       return report_error(status);
     }
@@ -378,6 +381,11 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
       ->add_flag("--external-data", flags.external_data,
                  "Write the --export model's weights to FILE.data beside it (ONNX external "
                  "data, as PyTorch does; automatic over 1.75 GiB of weights)")
+      ->needs(export_option);
+  train
+      ->add_flag("--export-loss", flags.export_loss,
+                 "Keep the loss output and the label inputs in the --export model, so that "
+                 "`ampc run` evaluates the trained model's loss")
       ->needs(export_option);
   train->add_flag("--check-numerics", flags.check_numerics,
                   "Check every node's outputs for inf and NaN; stop at the first with the node, "

@@ -28,6 +28,7 @@ struct TrainFlags {
   std::string eval_data;
   std::string export_path;
   bool external_data = false;  // --export writes its weights to a .data file beside it
+  bool export_loss = false;    // --export keeps the loss output and the labels
   std::string progress = "auto";
   bool check_numerics = false;
 };

@@ -290,6 +290,40 @@ TEST_F(TrainCliTest, ExportedModelRunsWithoutLabelsAndGivesTheOutputsOfEvaluate)
   EXPECT_NE(*logits, *untrained);
 }
 
+// --export-loss keeps the loss and the labels, so `ampc run` evaluates the trained model's loss:
+// the value TrainingSession::evaluate gives with the trained state, bit for bit (the zoo's tests
+// compare it with PyTorch's trained models).
+TEST_F(TrainCliTest, ExportLossKeepsTheLossForAmpcRun) {
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.01");
+  const std::string exported = path("mlp.with_loss.onnx");
+  CliResult r = train(trained, mlp_data() + " --steps 5 --export " + exported +
+                                   " --export-loss --checkpoint " + path("ck"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  absl::StatusOr<std::map<std::string, Tensor>> eval = runtime::read_npz(data("mlp.eval.npz"));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  const std::map<std::string, Tensor> batch = {{"x", batch_of(eval->at("x"), 0)},
+                                               {"label", batch_of(eval->at("label"), 0)}};
+  save_npz("xl.npz", batch);
+  r = testing::run_ampc("run " + exported + " --inputs " + path("xl.npz") + " --output-dir " +
+                        path("out"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  absl::StatusOr<Tensor> loss = runtime::read_npy(path("out/loss.npy"));
+  ASSERT_TRUE(loss.ok()) << loss.status();
+
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::load(trained);
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->load_checkpoint(path("ck/checkpoint.safetensors")).ok());
+  absl::StatusOr<std::map<std::string, Tensor>> evaluated = (*session)->evaluate(batch);
+  ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+  EXPECT_EQ(*loss, evaluated->at("loss"));
+
+  r = train(trained, mlp_data() + " --steps 1 --export-loss");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--export-loss requires --export"));
+}
+
 // --eval-data reports the mean loss and, for an output of class scores [N, C] with an integer
 // label input [N], the accuracy over every held-out sample.
 TEST_F(TrainCliTest, EvalDataReportsLossAndAccuracy) {
