@@ -119,4 +119,8 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
 absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
                                       ImportSink& sink);
 
+// Einsum (opset 12) as Transpose, Reshape, Slice, ReduceSum, Mul and MatMul
+// (compiler/onnx_einsum.cc).
+absl::Status lower_einsum(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
 }  // namespace ampc::onnx_io::lowering

@@ -89,4 +89,13 @@ inline onnx::AttributeProto& add_int_attr(onnx::NodeProto& node, const std::stri
   return *attr;
 }
 
+inline onnx::AttributeProto& add_string_attr(onnx::NodeProto& node, const std::string& name,
+                                             const std::string& value) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::STRING);
+  attr->set_s(value);
+  return *attr;
+}
+
 }  // namespace ampc::testing
