@@ -398,6 +398,11 @@ absl::Status lower_einsum(const onnx::NodeProto& proto, const std::string& label
       const int l = x.labels[d];
       const int64_t size = x.shape[d];
       const std::string at = str_cat("dim ", d, " of input ", i, " ('", proto.input(i), "')");
+      if (size == 0) {
+        // Reshape reads a 0 in its target as "keep this dim" before opset 14.
+        return absl::UnimplementedError(
+            str_cat(label, ": ", at, " is empty; ampc's Einsum takes no empty dims"));
+      }
       auto [it, first] = sizes.emplace(l, size);
       if (first) {
         size_from[l] = at;

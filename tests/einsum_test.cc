@@ -404,6 +404,7 @@ TEST(Einsum, ErrorsNameTheNodeAndTheEquation) {
        "the dims '...' stands for do not broadcast: '...' dim 0 is 2 at dim 0 of input 0 ('x0') "
        "but 4 at dim 0 of input 1"},
       {"...i->i", {{2, 3}}, "'...' stands for 1 dims of the inputs but the output has no '...'"},
+      {"ij,jk", {{2, 0}, {0, 3}}, "dim 1 of input 0 ('x0') is empty"},
       {"ij->ij",
        {{2, 3}},
        "input 0 ('x0') is i8; ampc's Einsum takes f32, f16, bf16, f64, i64 and i32",
