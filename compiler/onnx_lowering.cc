@@ -302,6 +302,7 @@ constexpr std::string_view kLoweredOps[] = {
     "CastLike",
     "ConcatFromSequence",
     "ConvTranspose",
+    "Einsum",
     "GroupNormalization",
     "InstanceNormalization",
     "LpNormalization",
@@ -506,11 +507,12 @@ absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::st
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those
-  // of the definitions, and 11 for InstanceNormalization and ReduceLogSumExp (their expansions
-  // need reductions with negative axes, as ampc has them).
+  // of the definitions, 12 for Einsum (its first), and 11 for InstanceNormalization and
+  // ReduceLogSumExp (their expansions need reductions with negative axes, as ampc has them).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
+      {"Einsum", {12, &lowering::lower_einsum}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
       {"LpNormalization", {1, &lowering::lower_lp_normalization}},

@@ -7,6 +7,8 @@
 // - CastLike becomes Cast to the target's element type, which the IR always knows statically.
 // - RMSNormalization and Attention (opset 23), which ONNX defines as functions, become the ops
 //   their definitions are made of (compiler/onnx_function_ops.cc); their gradients follow.
+// - Einsum becomes Transposes, Reshapes, strided Slices (diagonals), ReduceSums and one MatMul
+//   or Mul per pair of operands (compiler/onnx_einsum.cc).
 // - Sequences (SplitToSequence, SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,
 //   SequenceEmpty, SequenceLength, ConcatFromSequence) of a length known at import become the
 //   tensors they hold: a sequence is a list of values while the graph is imported, each

@@ -132,4 +132,8 @@ absl::Status lower_lp_normalization(const onnx::NodeProto& proto, const std::str
 absl::Status lower_rotary_embedding(const onnx::NodeProto& proto, const std::string& label,
                                     ImportSink& sink);
 
+// Einsum (opset 12) as Transpose, Reshape, Slice, ReduceSum, Mul and MatMul
+// (compiler/onnx_einsum.cc).
+absl::Status lower_einsum(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
 }  // namespace ampc::onnx_io::lowering
