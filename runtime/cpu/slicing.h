@@ -12,7 +12,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/kernel.h"
-#include "runtime/numeric.h"
+#include "runtime/scatter_math.h"
 
 namespace ampc::runtime::cpu {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/kernels.h"
-#include "runtime/numeric.h"
+#include "runtime/scatter_math.h"
 
 namespace ampc::runtime::cuda {
 
