@@ -1,6 +1,6 @@
-// What the Slice, Gather and Split kernels and their gradients share: index operands, negative
-// axes, and how Slice's starts/ends/axes/steps (operands 1-4) select a region (ONNX Slice-13's
-// clamping, as ops/slice_gather.cc infers it).
+// What the Slice, Gather, Split and scatter kernels and their gradients share: index operands,
+// negative axes, and how Slice's starts/ends/axes/steps (operands 1-4) select a region (ONNX
+// Slice-13's clamping, as ops/slice_gather.cc infers it).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/kernel.h"
+#include "runtime/scatter_math.h"
 
 namespace ampc::runtime::cpu {
 
@@ -44,6 +45,17 @@ inline absl::StatusOr<std::vector<int64_t>> gather_indices(const TensorArg& arg,
     if (indices[j] < 0) indices[j] += dim;
   }
   return indices;
+}
+
+// A ScatterElements or ScatterND node's `reduction` (none where the opset has no attribute).
+inline numeric::ScatterReduction scatter_reduction(const Node& node) {
+  if (node.find_attr("reduction") == nullptr) return numeric::ScatterReduction::kNone;
+  const std::string& name = node.string_attr("reduction");
+  if (name == "add") return numeric::ScatterReduction::kAdd;
+  if (name == "mul") return numeric::ScatterReduction::kMul;
+  if (name == "max") return numeric::ScatterReduction::kMax;
+  if (name == "min") return numeric::ScatterReduction::kMin;
+  return numeric::ScatterReduction::kNone;  // inference admits no other value
 }
 
 // Where one dim's slice starts in the full tensor, its step and its size.

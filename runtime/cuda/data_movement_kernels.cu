@@ -1,5 +1,6 @@
 // The data-movement kernels: one index-map kernel (with a shared-memory tiled variant for maps
-// that transpose the input's contiguous dim), Gather, Trilu and Range. Elements move as
+// that transpose the input's contiguous dim), Gather, GatherElements, ScatterElements, GatherND,
+// ScatterND, Trilu and Range. Elements move as
 // unsigned words of their size, or as wider words (up to 16 bytes) where the innermost dim is
 // contiguous on both sides and the addresses allow, so every dtype moves bit-exactly. Each output
 // element is written once, from its own input elements.
@@ -265,6 +266,209 @@ cudaError_t launch_gather(int element_bytes, const void* data, const void* indic
     } else {
       gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
           from, static_cast<const int32_t*>(indices), to, total, count, dim, words, sink);
+    }
+    return cudaGetLastError();
+  });
+}
+
+// ---- GatherElements, ScatterElements ---------------------------------------------------------
+
+namespace {
+
+// The data offset of index element `i` whose value is `index` (already wrapped), skipping the
+// axis coordinate of `i` itself.
+__device__ __forceinline__ int64_t element_offset(const ElementsMap& map, int64_t i,
+                                                  int64_t index) {
+  int64_t offset = index * map.data_strides[map.axis];
+  for (int d = map.rank - 1; d >= 0; --d) {
+    const int64_t coord = i % map.dims[d];
+    i /= map.dims[d];
+    if (d != map.axis) offset += coord * map.data_strides[d];
+  }
+  return offset;
+}
+
+template <typename Word, typename Index>
+__global__ void gather_elements_kernel(const Word* data, const Index* indices, Word* out,
+                                       ElementsMap map, ErrorSink sink) {
+  for (int64_t i = global_thread(); i < map.total; i += grid_threads()) {
+    int64_t index = static_cast<int64_t>(indices[i]);
+    if (index < -map.axis_dim || index >= map.axis_dim) {
+      record_device_error(sink.error, kIndexOutOfRange, sink.step, i, index, map.axis_dim);
+      out[i] = Word{};
+      continue;
+    }
+    if (index < 0) index += map.axis_dim;
+    out[i] = data[element_offset(map, i, index)];
+  }
+}
+
+// One thread per line of the indices along the axis: the lines own disjoint data elements, and
+// each walks its updates in order.
+template <typename T, typename Index>
+__global__ void scatter_elements_kernel(numeric::ScatterReduction reduction, const Index* indices,
+                                        const T* updates, T* out, ElementsMap map, int64_t lines,
+                                        int64_t inner, ErrorSink sink) {
+  const int64_t along = map.dims[map.axis];
+  for (int64_t line = global_thread(); line < lines; line += grid_threads()) {
+    // Lines are (outer, inner) pairs around the axis of the row-major indices.
+    const int64_t first = (line / inner) * along * inner + line % inner;
+    for (int64_t a = 0; a < along; ++a) {
+      const int64_t i = first + a * inner;
+      int64_t index = static_cast<int64_t>(indices[i]);
+      if (index < -map.axis_dim || index >= map.axis_dim) {
+        record_device_error(sink.error, kIndexOutOfRange, sink.step, i, index, map.axis_dim);
+        continue;
+      }
+      if (index < 0) index += map.axis_dim;
+      T& to = out[element_offset(map, i, index)];
+      if (reduction == numeric::ScatterReduction::kNone) {
+        to = updates[i];
+      } else {
+        to = store<T>(numeric::scatter_combine(reduction, load(to), load(updates[i])));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_gather_elements(int element_bytes, const void* data, const void* indices,
+                                   bool indices_i64, void* out, const ElementsMap& map,
+                                   ErrorSink sink, cudaStream_t stream) {
+  if (map.total == 0) return cudaGetLastError();
+  if (element_bytes > 8) return cudaErrorInvalidValue;
+  return visit_word(element_bytes, [&](auto tag) {
+    using Word = typename decltype(tag)::type;
+    const Word* from = static_cast<const Word*>(data);
+    Word* to = static_cast<Word*>(out);
+    if (indices_i64) {
+      gather_elements_kernel<<<blocks_for(map.total), kThreads, 0, stream>>>(
+          from, static_cast<const int64_t*>(indices), to, map, sink);
+    } else {
+      gather_elements_kernel<<<blocks_for(map.total), kThreads, 0, stream>>>(
+          from, static_cast<const int32_t*>(indices), to, map, sink);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_scatter_elements(Elem type, numeric::ScatterReduction reduction,
+                                    const void* indices, bool indices_i64, const void* updates,
+                                    void* out, const ElementsMap& map, ErrorSink sink,
+                                    cudaStream_t stream) {
+  if (map.total == 0) return cudaGetLastError();
+  int64_t inner = 1;
+  for (int d = map.axis + 1; d < map.rank; ++d) inner *= map.dims[d];
+  const int64_t lines = map.total / map.dims[map.axis];
+  return visit_numeric_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* from = static_cast<const T*>(updates);
+    T* to = static_cast<T*>(out);
+    if (indices_i64) {
+      scatter_elements_kernel<<<blocks_for(lines), kThreads, 0, stream>>>(
+          reduction, static_cast<const int64_t*>(indices), from, to, map, lines, inner, sink);
+    } else {
+      scatter_elements_kernel<<<blocks_for(lines), kThreads, 0, stream>>>(
+          reduction, static_cast<const int32_t*>(indices), from, to, map, lines, inner, sink);
+    }
+    return cudaGetLastError();
+  });
+}
+
+// ---- GatherND, ScatterND ---------------------------------------------------------------------
+
+namespace {
+
+// The data offset of tuple j's slice, or -1 after recording its first bad index (when `record`).
+template <typename Index>
+__device__ __forceinline__ int64_t tuple_offset(const TupleMap& map, const Index* indices,
+                                                int64_t j, bool record, ErrorSink sink) {
+  int64_t offset = (j / map.per_batch) * map.batch_stride;
+  for (int t = 0; t < map.k; ++t) {
+    int64_t index = static_cast<int64_t>(indices[j * map.k + t]);
+    if (index < -map.dims[t] || index >= map.dims[t]) {
+      if (record) {
+        record_device_error(sink.error, kIndexOutOfRange, sink.step, j * map.k + t, index,
+                            map.dims[t]);
+      }
+      return -1;
+    }
+    if (index < 0) index += map.dims[t];
+    offset += index * map.strides[t];
+  }
+  return offset;
+}
+
+template <typename Word, typename Index>
+__global__ void gather_nd_kernel(const Word* data, const Index* indices, Word* out, TupleMap map,
+                                 ErrorSink sink) {
+  const int64_t total = map.tuples * map.slice;
+  for (int64_t i = global_thread(); i < total; i += grid_threads()) {
+    const int64_t j = i / map.slice;
+    const int64_t e = i % map.slice;
+    const int64_t offset = tuple_offset(map, indices, j, e == 0, sink);
+    out[i] = offset < 0 ? Word{} : data[offset + e];
+  }
+}
+
+// One thread per slice element, walking the tuples in order: the threads own disjoint data
+// elements (element e of every slice), and duplicates apply in index order.
+template <typename T, typename Index>
+__global__ void scatter_nd_kernel(numeric::ScatterReduction reduction, const Index* indices,
+                                  const T* updates, T* out, TupleMap map, ErrorSink sink) {
+  for (int64_t e = global_thread(); e < map.slice; e += grid_threads()) {
+    for (int64_t j = 0; j < map.tuples; ++j) {
+      const int64_t offset = tuple_offset(map, indices, j, e == 0, sink);
+      if (offset < 0) continue;
+      T& to = out[offset + e];
+      const T update = updates[j * map.slice + e];
+      if (reduction == numeric::ScatterReduction::kNone) {
+        to = update;
+      } else {
+        to = store<T>(numeric::scatter_combine(reduction, load(to), load(update)));
+      }
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_gather_nd(int element_bytes, const void* data, const void* indices,
+                             bool indices_i64, void* out, const TupleMap& map, ErrorSink sink,
+                             cudaStream_t stream) {
+  const int64_t total = map.tuples * map.slice;
+  if (total == 0) return cudaGetLastError();
+  if (element_bytes > 8) return cudaErrorInvalidValue;
+  return visit_word(element_bytes, [&](auto tag) {
+    using Word = typename decltype(tag)::type;
+    const Word* from = static_cast<const Word*>(data);
+    Word* to = static_cast<Word*>(out);
+    if (indices_i64) {
+      gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+          from, static_cast<const int64_t*>(indices), to, map, sink);
+    } else {
+      gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
+          from, static_cast<const int32_t*>(indices), to, map, sink);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_scatter_nd(Elem type, numeric::ScatterReduction reduction, const void* indices,
+                              bool indices_i64, const void* updates, void* out, const TupleMap& map,
+                              ErrorSink sink, cudaStream_t stream) {
+  if (map.tuples * map.slice == 0) return cudaGetLastError();
+  return visit_numeric_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* from = static_cast<const T*>(updates);
+    T* to = static_cast<T*>(out);
+    if (indices_i64) {
+      scatter_nd_kernel<<<blocks_for(map.slice), kThreads, 0, stream>>>(
+          reduction, static_cast<const int64_t*>(indices), from, to, map, sink);
+    } else {
+      scatter_nd_kernel<<<blocks_for(map.slice), kThreads, 0, stream>>>(
+          reduction, static_cast<const int32_t*>(indices), from, to, map, sink);
     }
     return cudaGetLastError();
   });

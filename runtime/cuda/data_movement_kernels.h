@@ -1,5 +1,6 @@
 // Launchers of the data-movement kernels (data_movement_kernels.cu): Transpose, Concat, Split,
-// Slice, Expand, Tile and Pad as one index map, plus Gather, Trilu and Range. Elements move as
+// Slice, Expand, Tile and Pad as one index map, plus Gather, GatherElements, ScatterElements,
+// GatherND, ScatterND, Trilu and Range. Elements move as
 // unsigned words of their byte size (wider words where a contiguous run allows), so one kernel
 // per size serves every dtype and no value is converted. Plain data only (C++17, no IR).
 #pragma once
@@ -9,6 +10,7 @@
 #include <cstdint>
 
 #include "runtime/cuda/kernels.h"
+#include "runtime/scatter_math.h"
 
 namespace ampc::runtime::cuda {
 
@@ -49,6 +51,59 @@ cudaError_t launch_move(const MoveMap& map, int element_bytes, const void* in, v
 cudaError_t launch_gather(int element_bytes, const void* data, const void* indices,
                           bool indices_i64, void* out, int64_t outer, int64_t count, int64_t dim,
                           int64_t inner, ErrorSink sink, cudaStream_t stream);
+
+// The element-wise index ops (GatherElements, ScatterElements): indices of `rank` dims `dims`
+// (`total` elements) address data of row-major `data_strides`; an index element's data offset
+// is its own multi-index with coordinate `axis` replaced by its value, of data dim `axis_dim`.
+struct ElementsMap {
+  int rank = 0;
+  int axis = 0;
+  int64_t axis_dim = 0;
+  int64_t total = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t data_strides[kMaxRank] = {};
+};
+
+// out[i] = data[offset of index element i]; indices are i64 (or i32), negative ones counted from
+// the back. One outside [-axis_dim, axis_dim) is recorded as kIndexOutOfRange and its output
+// element is 0.
+cudaError_t launch_gather_elements(int element_bytes, const void* data, const void* indices,
+                                   bool indices_i64, void* out, const ElementsMap& map,
+                                   ErrorSink sink, cudaStream_t stream);
+
+// `out` holds the data; each update i is combined into out[offset of index element i], one
+// thread per line along the axis walking it in index order, so duplicates apply in the CPU's
+// order. `type` is f32, f16, bf16, i64 or i32; a bad index is recorded and its update skipped.
+cudaError_t launch_scatter_elements(Elem type, numeric::ScatterReduction reduction,
+                                    const void* indices, bool indices_i64, const void* updates,
+                                    void* out, const ElementsMap& map, ErrorSink sink,
+                                    cudaStream_t stream);
+
+// The tuple index ops (GatherND, ScatterND): `tuples` tuples of `k` indices, `per_batch` to a
+// batch whose data starts `batch_stride` elements after the last; index t of a tuple addresses
+// a dim of size dims[t] and stride strides[t]; each tuple addresses `slice` contiguous elements.
+struct TupleMap {
+  int k = 0;
+  int64_t tuples = 0;
+  int64_t per_batch = 1;
+  int64_t batch_stride = 0;
+  int64_t slice = 1;
+  int64_t dims[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+};
+
+// out[j, e] = data[offset of tuple j + e]; a bad index is recorded (element j * k + t) and its
+// slice is 0.
+cudaError_t launch_gather_nd(int element_bytes, const void* data, const void* indices,
+                             bool indices_i64, void* out, const TupleMap& map, ErrorSink sink,
+                             cudaStream_t stream);
+
+// `out` holds the data; update slice j is combined into the slice of tuple j, one thread per
+// slice element walking the tuples in order (duplicates apply in the CPU's order). Types as
+// launch_scatter_elements'.
+cudaError_t launch_scatter_nd(Elem type, numeric::ScatterReduction reduction, const void* indices,
+                              bool indices_i64, const void* updates, void* out, const TupleMap& map,
+                              ErrorSink sink, cudaStream_t stream);
 
 // Trilu over `total` elements of [..., rows, cols] matrices: element (i, j) is kept where
 // j - i >= k (upper) or j - i <= k (lower), else 0. `k` is a device pointer to one i64, or null

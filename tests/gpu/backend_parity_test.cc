@@ -12,6 +12,7 @@
 //     the output's scale (K the longest input, a bound on the reduction length), plus one unit of
 //     the output dtype.
 #include <cmath>
+#include <random>
 #include <set>
 
 #include "compiler/op_def.h"
@@ -137,6 +138,88 @@ TEST(BackendParity, EveryOpSampleRunsOnCudaAsOnTheCpu) {
   std::printf("compared %d samples on cuda and cpu\n", compared);
   EXPECT_GT(compared, 200);
   EXPECT_TRUE(failures.empty()) << failures.size() << " differ:\n" << str_join(failures, "\n");
+}
+
+// The scatters apply duplicate indices in index order on both backends, so even without a
+// reduction (the last one wins) and with f16 rounding each update, CUDA gives the CPU's bits.
+TEST(BackendParity, ScattersWithDuplicateIndicesMatchTheCpuBitForBit) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  std::shared_ptr<runtime::Backend> cpu = *runtime::create_backend(runtime::Device::kCpu);
+  std::shared_ptr<runtime::Backend> cuda = *runtime::create_backend(runtime::Device::kCuda);
+  std::mt19937 rng(20261202);
+  std::uniform_int_distribution<int> pick(-3, 2);
+  std::uniform_real_distribution<double> value(-2, 2);
+  for (const char* reduction : {"none", "add", "mul", "max", "min"}) {
+    for (const char* dtype : {"f32", "f16", "bf16"}) {
+      SCOPED_TRACE(str_cat(reduction, " ", dtype));
+      std::unique_ptr<Graph> graph = testing::parse_or_fail(
+          str_cat("graph g(%x: ", dtype, "[3,64], %i: i64[6,64], %u: ", dtype,
+                  "[6,64], %t: i64[40,1], %v: ", dtype,
+                  "[40,64]) opset(18) {\n  %a = ScatterElements<reduction=\"", reduction,
+                  "\">(%x, %i, %u) : ", dtype, "[3,64]\n  %b = ScatterND<reduction=\"", reduction,
+                  "\">(%x, %t, %v) : ", dtype, "[3,64]\n  return %a, %b\n}"));
+      ASSERT_NE(graph, nullptr);
+      std::vector<Tensor> inputs;
+      for (const Value* input : graph->inputs()) {
+        Tensor t(input->type());
+        for (int64_t k = 0; k < t.num_elements(); ++k) {
+          if (is_float(t.dtype())) {
+            t.set_element(k, value(rng));
+          } else {
+            t.set_element_i64(k, pick(rng));  // a row of 3, often repeated
+          }
+        }
+        inputs.push_back(std::move(t));
+      }
+      absl::StatusOr<std::vector<Tensor>> want = runtime::interpret_graph(*graph, inputs, *cpu);
+      absl::StatusOr<std::vector<Tensor>> got = runtime::interpret_graph(*graph, inputs, *cuda);
+      ASSERT_TRUE(want.ok()) << want.status();
+      ASSERT_TRUE(got.ok()) << got.status();
+      for (size_t o = 0; o < want->size(); ++o) {
+        EXPECT_EQ(compare((*got)[o], (*want)[o], Contract::kExact, 1), "") << "output " << o;
+      }
+    }
+  }
+}
+
+// A bad index is reported through the device error word, naming the node, as on the CPU.
+TEST(BackendParity, OutOfRangeIndicesAreErrorsOnCuda) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  std::shared_ptr<runtime::Backend> cuda = *runtime::create_backend(runtime::Device::kCuda);
+  const char* const graphs[] = {
+      R"(graph g(%x: f32[2,3], %i: i64[2,2]) {
+        %y = GatherElements<axis=1>(%x, %i) : f32[2,2]
+        return %y
+      })",
+      R"(graph g(%x: f32[2,3], %i: i64[2,2]) {
+        %y = GatherND(%x, %i) : f32[2]
+        return %y
+      })",
+  };
+  for (const char* text : graphs) {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+    ASSERT_NE(graph, nullptr);
+    const Tensor data = Tensor::from_f32({2, 3}, {0, 1, 2, 3, 4, 5});
+    absl::StatusOr<std::vector<Tensor>> out =
+        runtime::interpret_graph(*graph, {data, Tensor::from_i64({2, 2}, {0, 1, 1, 3})}, *cuda);
+    ASSERT_FALSE(out.ok()) << text;
+    EXPECT_NE(out.status().message().find("index 3 (element 3 of the indices) is out of range"),
+              std::string::npos)
+        << out.status();
+  }
+  std::unique_ptr<Graph> scatter =
+      testing::parse_or_fail(R"(graph g(%x: f32[4], %i: i64[2,1], %u: f32[2]) {
+    %y = ScatterND(%x, %i, %u) : f32[4]
+    return %y
+  })");
+  ASSERT_NE(scatter, nullptr);
+  absl::StatusOr<std::vector<Tensor>> out =
+      runtime::interpret_graph(*scatter,
+                               {Tensor::from_f32({4}, {0, 1, 2, 3}),
+                                Tensor::from_i64({2, 1}, {-5, 0}), Tensor::from_f32({2}, {1, 2})},
+                               *cuda);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("ScatterND"), std::string::npos) << out.status();
 }
 
 }  // namespace

@@ -1,0 +1,149 @@
+// CUDA kernels of ops/scatter_gather.cc's forward ops: GatherElements, ScatterElements (and
+// Scatter), GatherND and ScatterND; registration and the host side.
+//
+// The index maps (ElementsMap, TupleMap) are made at load from the static shapes; the indices
+// stay on the device and are checked there, into the device error word. The gathers move words
+// of the element size (every dtype); the scatters copy the data into the output (unless they run
+// in place), then apply the updates in the CPU's order (data_movement_kernels.h), so the results
+// agree bit for bit with runtime/cpu/scatter_gather.cc.
+#include "compiler/strings.h"
+#include "runtime/cpu/slicing.h"
+#include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/data_movement_kernels.h"
+
+namespace ampc::runtime::cuda {
+namespace {
+
+absl::Status check_rank(const KernelContext& ctx, size_t rank) {
+  if (rank > static_cast<size_t>(kMaxRank)) {
+    return absl::UnimplementedError(str_cat("the cuda ", ctx.node.op_type(),
+                                            " kernel handles rank ", kMaxRank,
+                                            " or less, got rank ", rank));
+  }
+  return absl::OkStatus();
+}
+
+struct ElementsState : KernelState {
+  ElementsMap map;
+};
+
+struct TupleState : KernelState {
+  TupleMap map;
+};
+
+// The indices (input 1) against data of shape `data` along the `axis` attribute.
+absl::StatusOr<std::unique_ptr<KernelState>> init_elements(const KernelContext& ctx) {
+  const Shape& data = ctx.input(0).shape();
+  const Shape& indices = ctx.input(1).shape();
+  AMPC_RETURN_IF_ERROR(check_rank(ctx, data.size()));
+  auto state = std::make_unique<ElementsState>();
+  ElementsMap& map = state->map;
+  map.rank = static_cast<int>(data.size());
+  map.axis = static_cast<int>(cpu::normalized_axis(ctx.node.int_attr("axis"), data.size()));
+  map.axis_dim = data[map.axis];
+  map.total = num_elements(indices);
+  int64_t stride = 1;
+  for (int d = map.rank - 1; d >= 0; --d) {
+    map.dims[d] = indices[d];
+    map.data_strides[d] = stride;
+    stride *= data[d];
+  }
+  return state;
+}
+
+// The tuples of indices [batch..., m..., k] into data [batch..., d_1..d_k, rest...].
+absl::StatusOr<std::unique_ptr<KernelState>> init_tuples(const KernelContext& ctx) {
+  const Shape& data = ctx.input(0).shape();
+  const Shape& indices = ctx.input(1).shape();
+  AMPC_RETURN_IF_ERROR(check_rank(ctx, data.size()));
+  const int64_t batch_dims =
+      ctx.node.find_attr("batch_dims") ? ctx.node.int_attr("batch_dims") : int64_t{0};
+  auto state = std::make_unique<TupleState>();
+  TupleMap& map = state->map;
+  map.k = static_cast<int>(indices.back());
+  map.tuples = num_elements(indices) / map.k;
+  for (size_t d = batch_dims; d + 1 < indices.size(); ++d) map.per_batch *= indices[d];
+  std::vector<int64_t> strides(data.size(), 1);
+  for (size_t d = data.size() - 1; d-- > 0;) strides[d] = strides[d + 1] * data[d + 1];
+  map.batch_stride = batch_dims == 0 ? 0 : strides[batch_dims - 1];
+  for (int t = 0; t < map.k; ++t) {
+    map.dims[t] = data[batch_dims + t];
+    map.strides[t] = strides[batch_dims + t];
+  }
+  for (size_t d = batch_dims + map.k; d < data.size(); ++d) map.slice *= data[d];
+  return state;
+}
+
+absl::Status gather_elements(const KernelContext& ctx) {
+  const auto& state = static_cast<const ElementsState&>(*ctx.state);
+  const TensorArg& indices = ctx.input(1);
+  return launched(
+      launch_gather_elements(dtype_size(ctx.input(0).dtype()), ctx.input(0).data, indices.data,
+                             indices.dtype() == DType::kI64, ctx.output(0).data, state.map,
+                             ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
+      ctx);
+}
+
+absl::Status gather_nd(const KernelContext& ctx) {
+  const auto& state = static_cast<const TupleState&>(*ctx.state);
+  const TensorArg& indices = ctx.input(1);
+  return launched(launch_gather_nd(dtype_size(ctx.input(0).dtype()), ctx.input(0).data,
+                                   indices.data, indices.dtype() == DType::kI64, ctx.output(0).data,
+                                   state.map, ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
+                  ctx);
+}
+
+// The output starts as the data (nothing to copy when the node runs in place).
+absl::Status copy_data(const KernelContext& ctx) {
+  const TensorArg& out = ctx.output(0);
+  if (out.data == ctx.input(0).data || out.byte_size() == 0) return absl::OkStatus();
+  return cuda_status(cudaMemcpyAsync(out.data, ctx.input(0).data, out.byte_size(),
+                                     cudaMemcpyDeviceToDevice, stream_of(ctx)),
+                     str_cat("cudaMemcpyAsync for ", ctx.node.op_type()));
+}
+
+absl::Status scatter_elements(const KernelContext& ctx) {
+  const auto& state = static_cast<const ElementsState&>(*ctx.state);
+  AMPC_RETURN_IF_ERROR(copy_data(ctx));
+  const TensorArg& indices = ctx.input(1);
+  return launched(
+      launch_scatter_elements(elem(ctx.input(0)), cpu::scatter_reduction(ctx.node), indices.data,
+                              indices.dtype() == DType::kI64, ctx.input(2).data, ctx.output(0).data,
+                              state.map, ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
+      ctx);
+}
+
+absl::Status scatter_nd(const KernelContext& ctx) {
+  const auto& state = static_cast<const TupleState&>(*ctx.state);
+  AMPC_RETURN_IF_ERROR(copy_data(ctx));
+  const TensorArg& indices = ctx.input(1);
+  return launched(
+      launch_scatter_nd(elem(ctx.input(0)), cpu::scatter_reduction(ctx.node), indices.data,
+                        indices.dtype() == DType::kI64, ctx.input(2).data, ctx.output(0).data,
+                        state.map, ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
+      ctx);
+}
+
+void add(KernelRegistry& r, std::string op, std::vector<DType> dtypes, KernelFn fn,
+         KernelInitFn init, int in_place_operand = -1) {
+  KernelDef def = cuda_kernel_def(std::move(op), std::move(dtypes), fn, in_place_operand);
+  def.init = init;
+  r.add(std::move(def));
+}
+
+void register_cuda_scatter_gather_kernels(KernelRegistry& r) {
+  // The gathers move words of up to 8 bytes: every dtype.
+  const std::vector<DType> all(std::begin(kAllDTypes), std::end(kAllDTypes));
+  add(r, "GatherElements", all, &gather_elements, &init_elements);
+  add(r, "GatherND", all, &gather_nd, &init_tuples);
+  // The scatters combine values: the numeric types the CUDA arithmetic is instantiated for. Each
+  // output element reads only itself, so they may run in place.
+  add(r, "Scatter", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
+  add(r, "ScatterElements", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
+  add(r, "ScatterND", kCudaNumericTypes, &scatter_nd, &init_tuples, 0);
+}
+
+static KernelRegistration kRegistration(&register_cuda_scatter_gather_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cuda
