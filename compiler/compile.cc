@@ -65,6 +65,7 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     pipeline.add(on_training_step(make_optimizer_pass(optimizer)));
     pipeline.add(on_training_step(make_dce_pass()));
   }
+  if (options.mixed_precision) pipeline.add(make_legalize_opset_pass());
   return pipeline;
 }
 

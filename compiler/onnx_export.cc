@@ -207,7 +207,9 @@ class Exporter {
     for (const Graph* g : {&graph, graph.training_step()}) {
       if (g == nullptr) continue;
       for (const auto& [domain, version] : g->opset_imports()) opsets.emplace(domain, version);
-      for (const auto& node : g->nodes()) opsets.emplace(node->domain(), g->opset(node->domain()));
+      for (const auto& node : g->nodes()) {
+        if (!is_conv_grad_data(*node)) opsets.emplace(node->domain(), g->opset(node->domain()));
+      }
     }
     for (const auto& [domain, version] : opsets) {
       onnx::OperatorSetIdProto* opset = model.add_opset_import();
@@ -221,10 +223,44 @@ class Exporter {
     onnx_io::type_to_proto(value->type(), info->mutable_type());
   }
 
+  // ampc.ConvGradData(dY, W) is ONNX's ConvTranspose(dY, W) exactly: the same strides, pads,
+  // dilations and group, and output_padding making its output the input_shape attribute (less
+  // than a stride, since input_shape's convolution gives dY). Written so, a file runs anywhere
+  // and reads back (import lowers ConvTranspose to ConvGradData) as it was.
+  static bool is_conv_grad_data(const Node& node) {
+    return node.domain() == kAmpcDomain && node.op_type() == "ConvGradData";
+  }
+
+  static void write_conv_transpose_attrs(const Node& node, onnx::NodeProto& proto) {
+    const Shape& dy = node.operand(0)->shape();
+    const Shape& w = node.operand(1)->shape();
+    const std::vector<int64_t>& x = node.ints_attr("input_shape");
+    const size_t n = dy.size() - 2;
+    auto per_axis = [&](std::string_view name, int64_t fill) {
+      const AttrValue* value = node.find_attr(name);
+      return value != nullptr ? std::get<std::vector<int64_t>>(*value)
+                              : std::vector<int64_t>(name == "pads" ? 2 * n : n, fill);
+    };
+    const std::vector<int64_t> strides = per_axis("strides", 1);
+    const std::vector<int64_t> dilations = per_axis("dilations", 1);
+    const std::vector<int64_t> pads = per_axis("pads", 0);
+    std::vector<int64_t> output_padding(n);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t full = strides[i] * (dy[i + 2] - 1) + (w[i + 2] - 1) * dilations[i] + 1;
+      output_padding[i] = x[i + 2] - (full - pads[i] - pads[i + n]);
+    }
+    write_attr("strides", AttrValue(strides), proto.add_attribute());
+    write_attr("pads", AttrValue(pads), proto.add_attribute());
+    write_attr("dilations", AttrValue(dilations), proto.add_attribute());
+    write_attr("group", AttrValue(node.int_attr("group")), proto.add_attribute());
+    write_attr("output_padding", AttrValue(output_padding), proto.add_attribute());
+  }
+
   absl::Status write_node(const Node& node, onnx::GraphProto& graph) {
     onnx::NodeProto* proto = graph.add_node();
-    proto->set_op_type(node.op_type());
-    proto->set_domain(node.domain());
+    const bool conv_transpose = is_conv_grad_data(node);
+    proto->set_op_type(conv_transpose ? "ConvTranspose" : node.op_type());
+    proto->set_domain(conv_transpose ? "" : node.domain());
     proto->set_name(node.name());
     std::string doc = node.doc_string();
     if (!node.precision().empty()) {
@@ -240,6 +276,10 @@ class Exporter {
     for (const std::string& input : inputs) proto->add_input(input);
     for (int i = 0; i < node.num_outputs(); ++i) {
       proto->add_output(node.has_output(i) ? names_.at(node.output(i)) : "");
+    }
+    if (conv_transpose) {
+      write_conv_transpose_attrs(node, *proto);
+      return absl::OkStatus();
     }
     for (const auto& [name, value] : node.attrs()) {
       if (!as_inputs.contains(name)) write_attr(name, value, proto->add_attribute());

@@ -54,10 +54,13 @@ class Emitter {
     return op_in("", op_type, std::move(operands), std::move(attrs), std::move(output));
   }
 
-  // The same for an op of the ampc domain.
+  // The same for an op of the ampc domain; `node_name`, when given, names the node (a lowering
+  // to one node keeps the node's name, so an export that writes it back re-imports the same).
   absl::StatusOr<Value*> ampc_op(std::string_view op_type, std::vector<Value*> operands,
-                                 Attributes attrs = {}, std::string output = "") {
-    return op_in(kAmpcDomain, op_type, std::move(operands), std::move(attrs), std::move(output));
+                                 Attributes attrs = {}, std::string output = "",
+                                 std::string node_name = "") {
+    return op_in(kAmpcDomain, op_type, std::move(operands), std::move(attrs), std::move(output),
+                 std::move(node_name));
   }
 
   absl::StatusOr<Value*> constant(Tensor value) {
@@ -92,11 +95,14 @@ class Emitter {
 
  private:
   absl::StatusOr<Value*> op_in(std::string_view domain, std::string_view op_type,
-                               std::vector<Value*> operands, Attributes attrs, std::string output) {
+                               std::vector<Value*> operands, Attributes attrs, std::string output,
+                               std::string node_name = "") {
     if (output.empty()) output = sink_.fresh_name(str_cat(hint_, "/", op_type));
-    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> outputs,
-                          sink_.emit_in(domain, op_type, std::move(operands), std::move(attrs),
-                                        {output}, str_cat(hint_, "/", op_type, "_", ++count_)));
+    ++count_;
+    if (node_name.empty()) node_name = str_cat(hint_, "/", op_type, "_", count_);
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> outputs,
+        sink_.emit_in(domain, op_type, std::move(operands), std::move(attrs), {output}, node_name));
     return outputs.at(0);
   }
 

@@ -176,8 +176,9 @@ absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::strin
                      {"pads", AttrValue(crop)},
                      {"dilations", AttrValue(dilations)}};
   const bool last_is_conv = !needs_pad && !has_bias;
-  AMPC_ASSIGN_OR_RETURN(Value * y, e.ampc_op("ConvGradData", {x, w}, std::move(conv),
-                                             last_is_conv ? e.output(0) : ""));
+  AMPC_ASSIGN_OR_RETURN(
+      Value * y, e.ampc_op("ConvGradData", {x, w}, std::move(conv), last_is_conv ? e.output(0) : "",
+                           last_is_conv ? proto.name() : ""));
   if (needs_pad) {
     std::vector<int64_t> pad_all(2 * (n + 2), 0);
     for (size_t i = 0; i < n; ++i) {

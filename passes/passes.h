@@ -41,6 +41,11 @@ std::unique_ptr<Pass> make_insert_casts_pass(bool low_precision_weights = false)
 // point; value-changing round trips only with `allow_excess_precision`.
 std::unique_ptr<Pass> make_eliminate_casts_pass(bool allow_excess_precision = false);
 
+// legalize-opset: raises the graph's (and its training step's) opset to the lowest where every
+// node's f16/bf16 operands are legal ONNX (bf16 Conv and pooling: 22), when ampc defines every
+// op of the graph there (passes/legalize_opset.cc).
+std::unique_ptr<Pass> make_legalize_opset_pass();
+
 struct AutodiffOptions {
   // The graph output to differentiate: a float scalar.
   std::string loss = "loss";
