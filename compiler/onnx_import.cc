@@ -465,7 +465,10 @@ class Importer : public onnx_io::ImportSink {
     const std::string label = describe_proto(proto);
     const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
     if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
-      return lowering_.lower(proto, label, *this);
+      lowered_ = &proto;
+      absl::Status lowered = lowering_.lower(proto, label, *this);
+      lowered_ = nullptr;
+      return lowered;
     }
     AMPC_ASSIGN_OR_RETURN(const OpDef* def, find_def(proto, domain, label));
     AMPC_ASSIGN_OR_RETURN(Attributes attrs, import_attrs(proto, *def, label));
@@ -566,6 +569,15 @@ class Importer : public onnx_io::ImportSink {
     }
     AMPC_ASSIGN_OR_RETURN(Node * node, add_node(std::string(domain), op_type, std::move(operands),
                                                 std::move(attrs), output_names, node_name, label));
+    // A lowering to one node names it as the lowered node: it keeps that node's doc_string and
+    // precision decision too (ConvTranspose written back from ConvGradData).
+    if (lowered_ != nullptr && !node_name.empty() && node_name == lowered_->name()) {
+      std::string doc = lowered_->doc_string();
+      if (std::optional<PrecisionDecision> decision = onnx_io::take_precision_line(doc)) {
+        node->mutable_precision() = *std::move(decision);
+      }
+      node->set_doc_string(std::move(doc));
+    }
     std::vector<Value*> outputs;
     for (int i = 0; i < node->num_outputs(); ++i) outputs.push_back(node->output(i));
     return outputs;
@@ -627,6 +639,8 @@ class Importer : public onnx_io::ImportSink {
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
   onnx_io::SequenceLowering lowering_;
+  // The node being lowered (import_node), while its lowering emits nodes.
+  const onnx::NodeProto* lowered_ = nullptr;
 };
 
 absl::Status not_a_model(std::string_view source, std::string_view why) {

@@ -3,9 +3,10 @@
 // Mixed precision puts f16 and bf16 on ops whose ONNX definitions admitted those types only in
 // later opsets: bf16 Conv, pooling, Elu, Sin and others from 22, IsInf from 20, bf16
 // comparisons and Where from 16. A graph at an older opset with such a node is raised to the
-// lowest opset that admits every node's types, when ampc defines each op of the graph there
-// (ampc's ops keep their meaning across the versions it registers them for; attributes that
-// later opsets take as inputs are written in that form on export). A node whose type no opset
+// lowest opset that admits every node's types (silently: the file's opset says so), when ampc
+// defines each op of the graph there (ampc's ops keep their meaning across the versions it
+// registers them for; attributes that later opsets take as inputs are written in that form on
+// export). A node whose type no opset
 // admits (Celu and Range take neither f16 nor bf16) is left as it is, with a warning.
 //
 // Runs on the eval graph and the training step together: one file has one opset.
@@ -108,8 +109,7 @@ class LegalizeOpsetPass final : public Pass {
           never.insert(node->op_type());
         } else if (needed > target) {
           target = needed;
-          reason = str_cat(node->op_type(), " on ", dtype_name(node->output(0)->dtype()),
-                           " (node '", node->name(), "')");
+          reason = str_cat(node->op_type(), " (node '", node->name(), "')");
         }
       }
     }
@@ -133,8 +133,6 @@ class LegalizeOpsetPass final : public Pass {
       }
     }
     for (Graph* g : graphs) g->set_opset("", target);
-    context.warn(str_cat("the file is written at opset ", target, " (the model's is ", current,
-                         "): ", reason, " is legal ONNX from opset ", target));
     return true;
   }
 };
