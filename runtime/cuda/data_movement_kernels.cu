@@ -239,6 +239,18 @@ __global__ void gather_kernel(const Word* data, const Index* indices, Word* out,
   }
 }
 
+// Calls `launch` with `indices` as the const int64_t* or const int32_t* it is, then returns
+// the launch's error.
+template <typename Launch>
+cudaError_t with_indices(const void* indices, bool indices_i64, Launch&& launch) {
+  if (indices_i64) {
+    launch(static_cast<const int64_t*>(indices));
+  } else {
+    launch(static_cast<const int32_t*>(indices));
+  }
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t launch_gather(int element_bytes, const void* data, const void* indices,
@@ -260,14 +272,10 @@ cudaError_t launch_gather(int element_bytes, const void* data, const void* indic
     using Word = typename decltype(tag)::type;
     const Word* from = static_cast<const Word*>(data);
     Word* to = static_cast<Word*>(out);
-    if (indices_i64) {
-      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-          from, static_cast<const int64_t*>(indices), to, total, count, dim, words, sink);
-    } else {
-      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-          from, static_cast<const int32_t*>(indices), to, total, count, dim, words, sink);
-    }
-    return cudaGetLastError();
+    return with_indices(indices, indices_i64, [&](auto index) {
+      gather_kernel<<<blocks_for(total), kThreads, 0, stream>>>(from, index, to, total, count, dim,
+                                                                words, sink);
+    });
   });
 }
 
@@ -342,14 +350,10 @@ cudaError_t launch_gather_elements(int element_bytes, const void* data, const vo
     using Word = typename decltype(tag)::type;
     const Word* from = static_cast<const Word*>(data);
     Word* to = static_cast<Word*>(out);
-    if (indices_i64) {
-      gather_elements_kernel<<<blocks_for(map.total), kThreads, 0, stream>>>(
-          from, static_cast<const int64_t*>(indices), to, map, sink);
-    } else {
-      gather_elements_kernel<<<blocks_for(map.total), kThreads, 0, stream>>>(
-          from, static_cast<const int32_t*>(indices), to, map, sink);
-    }
-    return cudaGetLastError();
+    return with_indices(indices, indices_i64, [&](auto index) {
+      gather_elements_kernel<<<blocks_for(map.total), kThreads, 0, stream>>>(from, index, to, map,
+                                                                             sink);
+    });
   });
 }
 
@@ -365,14 +369,10 @@ cudaError_t launch_scatter_elements(Elem type, numeric::ScatterReduction reducti
     using T = typename decltype(tag)::type;
     const T* from = static_cast<const T*>(updates);
     T* to = static_cast<T*>(out);
-    if (indices_i64) {
+    return with_indices(indices, indices_i64, [&](auto index) {
       scatter_elements_kernel<<<blocks_for(lines), kThreads, 0, stream>>>(
-          reduction, static_cast<const int64_t*>(indices), from, to, map, lines, inner, sink);
-    } else {
-      scatter_elements_kernel<<<blocks_for(lines), kThreads, 0, stream>>>(
-          reduction, static_cast<const int32_t*>(indices), from, to, map, lines, inner, sink);
-    }
-    return cudaGetLastError();
+          reduction, index, from, to, map, lines, inner, sink);
+    });
   });
 }
 
@@ -444,14 +444,9 @@ cudaError_t launch_gather_nd(int element_bytes, const void* data, const void* in
     using Word = typename decltype(tag)::type;
     const Word* from = static_cast<const Word*>(data);
     Word* to = static_cast<Word*>(out);
-    if (indices_i64) {
-      gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-          from, static_cast<const int64_t*>(indices), to, map, sink);
-    } else {
-      gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
-          from, static_cast<const int32_t*>(indices), to, map, sink);
-    }
-    return cudaGetLastError();
+    return with_indices(indices, indices_i64, [&](auto index) {
+      gather_nd_kernel<<<blocks_for(total), kThreads, 0, stream>>>(from, index, to, map, sink);
+    });
   });
 }
 
@@ -463,14 +458,10 @@ cudaError_t launch_scatter_nd(Elem type, numeric::ScatterReduction reduction, co
     using T = typename decltype(tag)::type;
     const T* from = static_cast<const T*>(updates);
     T* to = static_cast<T*>(out);
-    if (indices_i64) {
-      scatter_nd_kernel<<<blocks_for(map.slice), kThreads, 0, stream>>>(
-          reduction, static_cast<const int64_t*>(indices), from, to, map, sink);
-    } else {
-      scatter_nd_kernel<<<blocks_for(map.slice), kThreads, 0, stream>>>(
-          reduction, static_cast<const int32_t*>(indices), from, to, map, sink);
-    }
-    return cudaGetLastError();
+    return with_indices(indices, indices_i64, [&](auto index) {
+      scatter_nd_kernel<<<blocks_for(map.slice), kThreads, 0, stream>>>(reduction, index, from, to,
+                                                                        map, sink);
+    });
   });
 }
 

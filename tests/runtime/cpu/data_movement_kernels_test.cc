@@ -14,22 +14,14 @@
 namespace ampc {
 namespace {
 
+using testing::i64s;
 using testing::on_cpu_threads;
 using testing::patterned;
 using testing::run;
+using testing::run1;
 using testing::same_tensor;
 using testing::try_run;
 using testing::type_text;
-
-// The only output of a graph.
-Tensor run1(std::string_view text, const std::vector<Tensor>& inputs = {}) {
-  std::vector<Tensor> outputs = run(text, inputs);
-  return outputs.size() == 1 ? outputs[0] : Tensor();
-}
-
-Tensor i64s(Shape shape, const std::vector<int64_t>& values) {
-  return Tensor::from_i64(std::move(shape), values);
-}
 
 // 0, 1, 2, ... as i64: an element's value is its position in the input.
 Tensor iota(Shape shape) {

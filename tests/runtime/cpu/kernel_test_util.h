@@ -42,6 +42,16 @@ inline std::vector<Tensor> run(std::string_view text, const std::vector<Tensor>&
   return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
 }
 
+// The only output of a graph.
+inline Tensor run1(std::string_view text, const std::vector<Tensor>& inputs = {}) {
+  std::vector<Tensor> outputs = run(text, inputs);
+  return outputs.size() == 1 ? outputs[0] : Tensor();
+}
+
+inline Tensor i64s(Shape shape, const std::vector<int64_t>& values) {
+  return Tensor::from_i64(std::move(shape), values);
+}
+
 // The text IR of a graph of the one node `%y0, ... = op<attrs>(%x0, ...) : outputs...` at
 // `opset`, whose operands are graph inputs of types `inputs` (nullopt: an omitted operand `_`).
 inline std::string one_node_graph(std::string_view op, std::string_view attrs,

@@ -14,19 +14,12 @@
 namespace ampc {
 namespace {
 
+using testing::i64s;
 using testing::patterned;
 using testing::run;
+using testing::run1;
 using testing::same_tensor;
 using testing::try_run;
-
-Tensor run1(std::string_view text, const std::vector<Tensor>& inputs = {}) {
-  std::vector<Tensor> outputs = run(text, inputs);
-  return outputs.size() == 1 ? outputs[0] : Tensor();
-}
-
-Tensor i64s(Shape shape, const std::vector<int64_t>& values) {
-  return Tensor::from_i64(std::move(shape), values);
-}
 
 Tensor i32s(Shape shape, const std::vector<double>& values) {
   return Tensor::from_doubles(DType::kI32, std::move(shape), values);
