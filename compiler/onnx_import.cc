@@ -638,7 +638,7 @@ class Importer : public onnx_io::ImportSink {
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
-  onnx_io::SequenceLowering lowering_;
+  onnx_io::ImportLowering lowering_;
   // The node being lowered (import_node), while its lowering emits nodes.
   const onnx::NodeProto* lowered_ = nullptr;
 };

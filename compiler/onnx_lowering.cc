@@ -478,7 +478,7 @@ std::vector<std::string> ops_lowered_at_import() {
   return {std::begin(kLoweredOps), std::end(kLoweredOps)};
 }
 
-absl::StatusOr<const SequenceLowering::Sequence*> SequenceLowering::sequence(
+absl::StatusOr<const ImportLowering::Sequence*> ImportLowering::sequence(
     const onnx::NodeProto& proto, int input, const std::string& label) const {
   if (input >= proto.input_size() || proto.input(input).empty()) {
     return invalid(str_cat(label, ": input ", input, " (a sequence) is missing"));
@@ -491,8 +491,8 @@ absl::StatusOr<const SequenceLowering::Sequence*> SequenceLowering::sequence(
   return &it->second;
 }
 
-absl::Status SequenceLowering::define(const onnx::NodeProto& proto, Sequence sequence,
-                                      const std::string& label) {
+absl::Status ImportLowering::define(const onnx::NodeProto& proto, Sequence sequence,
+                                    const std::string& label) {
   if (proto.output_size() < 1 || proto.output(0).empty()) return absl::OkStatus();
   sequence.definer = label;
   if (!sequences_.emplace(proto.output(0), std::move(sequence)).second) {
@@ -502,8 +502,8 @@ absl::Status SequenceLowering::define(const onnx::NodeProto& proto, Sequence seq
   return absl::OkStatus();
 }
 
-absl::Status SequenceLowering::lower(const onnx::NodeProto& proto, const std::string& label,
-                                     ImportSink& sink) {
+absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::string& label,
+                                   ImportSink& sink) {
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those

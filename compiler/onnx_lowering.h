@@ -5,8 +5,12 @@
 //   and its attribute references resolved against the call's attributes and the function's
 //   defaults. This happens on the protos, before any node is imported.
 // - CastLike becomes Cast to the target's element type, which the IR always knows statically.
-// - RMSNormalization and Attention (opset 23), which ONNX defines as functions, become the ops
-//   their definitions are made of (compiler/onnx_function_ops.cc); their gradients follow.
+// - RMSNormalization, Attention and RotaryEmbedding (opset 23), GroupNormalization,
+//   InstanceNormalization, ReduceLogSumExp, LpNormalization and OneHot become the ops their
+//   definitions are made of (compiler/onnx_function_ops.cc); their gradients follow.
+// - ConvTranspose becomes ampc.ConvGradData (the input gradient of Conv, which it is), and
+//   Resize and Upsample a Gather per tap and axis, weighted and summed
+//   (compiler/onnx_spatial_ops.cc).
 // - Einsum becomes Transposes, Reshapes, strided Slices (diagonals), ReduceSums and one MatMul
 //   or Mul per pair of operands (compiler/onnx_einsum.cc).
 // - Sequences (SplitToSequence, SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,
@@ -40,8 +44,8 @@ absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
 
 // ---- Ops lowered while importing -----------------------------------------------------------
 
-// True for the standard-domain ops SequenceLowering rewrites (CastLike, the sequence ops and
-// the function ops above).
+// True for the standard-domain ops ImportLowering rewrites (CastLike, the sequence ops and the
+// expanded ops above).
 bool lowered_at_import(std::string_view domain, std::string_view op_type);
 // (Their names: ops_lowered_at_import in compiler/onnx_io.h.)
 
@@ -74,8 +78,8 @@ class ImportSink {
   virtual int64_t opset() = 0;
 };
 
-// Lowers CastLike and the sequence ops of one graph, node by node, in order.
-class SequenceLowering {
+// Lowers the ops above in one graph, node by node, in order; holds the graph's sequences.
+class ImportLowering {
  public:
   // Lowers `proto` (for which lowered_at_import holds); `label` names it in errors.
   absl::Status lower(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
