@@ -5,9 +5,10 @@
 //   and its attribute references resolved against the call's attributes and the function's
 //   defaults. This happens on the protos, before any node is imported.
 // - CastLike becomes Cast to the target's element type, which the IR always knows statically.
-// - RMSNormalization, Attention and RotaryEmbedding (opset 23), GroupNormalization,
-//   InstanceNormalization, ReduceLogSumExp, LpNormalization and OneHot become the ops their
-//   definitions are made of (compiler/onnx_function_ops.cc); their gradients follow.
+// - RMSNormalization and Attention (opset 23), GroupNormalization, InstanceNormalization,
+//   ReduceLogSumExp and LpNormalization (compiler/onnx_function_ops.cc), RotaryEmbedding (23)
+//   and OneHot (compiler/onnx_encoding_ops.cc) become the ops their definitions are made of;
+//   their gradients follow.
 // - ConvTranspose becomes ampc.ConvGradData (the input gradient of Conv, which it is), and
 //   Resize and Upsample a Gather per tap and axis, weighted and summed
 //   (compiler/onnx_spatial_ops.cc).

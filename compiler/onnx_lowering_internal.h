@@ -130,7 +130,8 @@ absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::strin
                                   ImportSink& sink);
 absl::Status lower_resize(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
-// OneHot, LpNormalization and RotaryEmbedding (compiler/onnx_function_ops.cc).
+// LpNormalization (compiler/onnx_function_ops.cc), OneHot and RotaryEmbedding
+// (compiler/onnx_encoding_ops.cc).
 absl::Status lower_one_hot(const onnx::NodeProto& proto, const std::string& label,
                            ImportSink& sink);
 absl::Status lower_lp_normalization(const onnx::NodeProto& proto, const std::string& label,
