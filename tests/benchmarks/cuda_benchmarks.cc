@@ -29,8 +29,16 @@ bool have_gpu() {
   return present;
 }
 
-// A session on CUDA for `text`, with every input bound to zeros; null (and the benchmark skipped)
-// when it cannot load.
+// The benchmarks' data: small nonzero values, 1/64 in every float type, no overflow in any op
+// (zeros would run faster than real data on the matrix units).
+Tensor pattern(const TensorType& type) {
+  Tensor value(type);
+  for (int64_t i = 0; i < value.num_elements(); ++i) value.set_element(i, (i % 7 - 3) / 64.0);
+  return value;
+}
+
+// A session on CUDA for `text`, with every input bound to `pattern`; null (and the benchmark
+// skipped) when it cannot load.
 std::unique_ptr<InferenceSession> cuda_session(benchmark::State& state, const std::string& text) {
   if (!have_gpu()) {
     state.SkipWithError("no usable CUDA device");
@@ -48,10 +56,7 @@ std::unique_ptr<InferenceSession> cuda_session(benchmark::State& state, const st
     return nullptr;
   }
   for (const TensorInfo& input : (*session)->inputs()) {
-    Tensor value(input.type);
-    // Small nonzero values: 1/64 in every float type, no overflow in any op.
-    for (int64_t i = 0; i < value.num_elements(); ++i) value.set_element(i, (i % 7 - 3) / 64.0);
-    (void)(*session)->set_input(input.name, value);
+    (void)(*session)->set_input(input.name, pattern(input.type));
   }
   return *std::move(session);
 }
@@ -84,16 +89,25 @@ void gemm(benchmark::State& state, DType dtype) {
       benchmark::Counter(2.0 * n * n * n * kRunsPerIteration * 1e-12 * state.iterations(),
                          benchmark::Counter::kIsRate);
 }
-BENCHMARK_CAPTURE(gemm, f16, DType::kF16)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(gemm, bf16, DType::kBF16)
+BENCHMARK_CAPTURE(gemm, f16, DType::kF16)
     ->Arg(4096)
+    ->Arg(8192)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(gemm, f32, DType::kF32)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(gemm, bf16, DType::kBF16)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(gemm, f32, DType::kF32)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // cuBLAS's own GEMM on the same shape and types, timed the same way (wall clock around
 // kRunsPerIteration calls and a synchronization).
-void cublas(benchmark::State& state, cudaDataType type) {
+void cublas(benchmark::State& state, cudaDataType type, DType dtype) {
   if (!have_gpu()) {
     state.SkipWithError("no usable CUDA device");
     return;
@@ -110,8 +124,10 @@ void cublas(benchmark::State& state, cudaDataType type) {
     state.SkipWithError("cannot set up cuBLAS");
     return;
   }
-  cudaMemset(a, 0, bytes);
-  cudaMemset(b, 0, bytes);
+  // The sessions' inputs.
+  const Tensor data = pattern(TensorType{dtype, Shape{state.range(0), state.range(0)}});
+  cudaMemcpy(a, data.bytes().data(), bytes, cudaMemcpyHostToDevice);
+  cudaMemcpy(b, data.bytes().data(), bytes, cudaMemcpyHostToDevice);
   const float alpha = 1;
   const float beta = 0;
   auto call = [&] {
@@ -132,12 +148,21 @@ void cublas(benchmark::State& state, cudaDataType type) {
   cudaFree(b);
   cudaFree(c);
 }
-BENCHMARK_CAPTURE(cublas, f16, CUDA_R_16F)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(cublas, bf16, CUDA_R_16BF)
+BENCHMARK_CAPTURE(cublas, f16, CUDA_R_16F, DType::kF16)
     ->Arg(4096)
+    ->Arg(8192)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
-BENCHMARK_CAPTURE(cublas, f32, CUDA_R_32F)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(cublas, bf16, CUDA_R_16BF, DType::kBF16)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(cublas, f32, CUDA_R_32F, DType::kF32)
+    ->Arg(4096)
+    ->Arg(8192)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 constexpr int64_t kElements = int64_t{1} << 26;
 

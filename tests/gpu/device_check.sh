@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Every GPU check of a lent device session, in one call (docs/device-runs/README.md):
+#   here:           ../shared/tools/device-bundle.sh && tests/gpu/device_check.sh --pack
+#   on the GPU:     tests/gpu/device_check.sh          (device tool: carry [".device"])
+# On the GPU it runs, each phase under its own time limit so one slow phase cannot eat the rest:
+# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
+# compute-sanitizer memcheck over the forward and parity tests, and racecheck over the kernels
+# that use shared memory. Logs go to $OUT; the last lines printed are a summary.
+#   AMPC_CHECK_PHASES="tests bench torch memcheck racecheck"   the phases to run (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "${1:-}" = --pack ]; then
+  # The GPU machine has no Debian packages: carry ONNX's node test data for the conformance test.
+  tar -C /usr/include/onnx/backend/test/data -czf .device/onnx-node.tgz node
+  du -sh .device
+  exit 0
+fi
+
+export OUT=${OUT:-/tmp/ampc-device-check}
+out=$OUT
+mkdir -p "$out"
+export PATH="/usr/local/cuda/bin:$PATH"  # compute-sanitizer
+phases=${AMPC_CHECK_PHASES:-tests bench torch memcheck racecheck}
+summary=()
+note() { summary+=("$1"); }
+want() { [[ " $phases " == *" $1 "* ]]; }
+# Runs a phase under `timeout`; 124 means it ran out of time (what it logged still comes back).
+phase() {
+  local name=$1 limit=$2
+  shift 2
+  local start=$SECONDS
+  timeout --kill-after=5 "$limit" "$@"
+  local rc=$?
+  note "$name: exit $rc in $((SECONDS - start)) s$([ $rc = 124 ] && echo ' (time limit)')"
+}
+
+mkdir -p /tmp/onnx && tar -C /tmp/onnx -xzf .device/onnx-node.tgz
+export AMPC_ONNX_TEST_DATA_DIR=/tmp/onnx
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+
+if want tests; then
+  phase gpu-tests "${AMPC_TESTS_S:-180}" .device/run.sh gpu-tests >/dev/null 2>&1
+  note "$(grep -cE '^\[       OK \]' "$out/gpu-tests.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu-tests.log") failed lines, $(grep -cE '^\[  SKIPPED \]' "$out/gpu-tests.log") skipped"
+fi
+if want bench; then
+  phase benchmarks "${AMPC_BENCH_S:-120}" .device/run.sh bin/ampc_cuda_benchmarks \
+    --benchmark_min_time=0.2 --benchmark_repetitions=3 --benchmark_report_aggregates_only=true \
+    >"$out/benchmarks.txt" 2>&1
+fi
+if want torch; then  # PyTorch on the same workloads, for side-by-side figures
+  phase torch "${AMPC_TORCH_S:-60}" python3 tools/torch_op_bench.py >"$out/torch.txt" 2>&1
+fi
+if want memcheck; then
+  for t in cuda_forward_test backend_parity_test; do
+    phase "memcheck $t" "${AMPC_MEMCHECK_S:-120}" .device/run.sh compute-sanitizer --tool memcheck \
+      --error-exitcode 1 --print-limit 20 .device/bin/$t >"$out/memcheck-$t.log" 2>&1
+  done
+fi
+if want racecheck; then
+  AMPC_PARITY_OPS=${AMPC_RACECHECK_OPS:-ReduceSum,ReduceMean,ReduceMax,ReduceL2,ArgMax,CumSum,Softmax,LogSoftmax,LayerNormalization,BatchNormalization,GlobalAveragePool,SoftmaxCrossEntropyLoss,Transpose} \
+    phase racecheck "${AMPC_RACECHECK_S:-90}" .device/run.sh compute-sanitizer --tool racecheck \
+    --error-exitcode 1 --print-limit 20 .device/bin/backend_parity_test \
+    --gtest_filter='BackendParity.EveryOp*' >"$out/racecheck.log" 2>&1
+fi
+
+echo "==== failures"
+grep -hE '^\[  FAILED  \]|FAILED$|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]' "$out"/*.log 2>/dev/null | head -40
+echo "==== benchmarks"
+grep -E '_median|^-|^Benchmark' "$out/benchmarks.txt" 2>/dev/null
+cat "$out/torch.txt" 2>/dev/null
+echo "==== summary"
+printf '%s\n' "${summary[@]}"
