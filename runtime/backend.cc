@@ -36,6 +36,8 @@ std::string describe_device_error(const DeviceError& error) {
     case kDivisionByZero:
       return str_cat("integer division by zero (operand 1 'B' has a zero) at output element ",
                      error.element);
+    case kZeroToNegativePower:
+      return str_cat("integer Pow of 0 to a negative power at output element ", error.element);
     case kInvalidDropoutRatio:
       return "the Dropout ratio is not in [0, 1)";
     default:

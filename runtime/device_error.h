@@ -21,6 +21,8 @@ enum DeviceErrorCode : int32_t {
   kDivisionByZero = 3,
   // Dropout in training with a ratio outside [0, 1).
   kInvalidDropoutRatio = 4,
+  // An integer Pow of 0 to a negative power, writing output element `element`.
+  kZeroToNegativePower = 5,
 };
 
 struct DeviceError {

@@ -200,6 +200,28 @@ struct FloatPow {
     return static_cast<X>(pow(x, static_cast<X>(y)));
   }
 };
+// An integer base to an integer power, wrapping; a negative exponent truncates 1 / base^n toward
+// zero. 0 to a negative power is undefined: it sets `undefined` and gives 0.
+struct IntegerPow {
+  template <typename X>
+  AMPC_HD X operator()(X base, int64_t exponent, bool& undefined) const {
+    if (exponent < 0) {
+      if (base == 0) undefined = true;
+      if (base == 1) return 1;
+      if constexpr (std::is_signed_v<X>) {
+        if (base == -1) return exponent % 2 == 0 ? 1 : -1;
+      }
+      return 0;
+    }
+    X result = 1;
+    X factor = base;
+    for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
+      if (e & 1) result = Mul{}(result, factor);
+      factor = Mul{}(factor, factor);
+    }
+    return result;
+  }
+};
 
 // ---- Comparisons and logic (bool results) --------------------------------------------------
 

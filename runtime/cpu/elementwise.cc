@@ -75,30 +75,6 @@ absl::Status mod_kernel(const KernelContext& ctx) {
   return binary_kernel<T, numeric::FloorMod>(ctx);
 }
 
-// base ^ exponent in integers, wrapping; a negative exponent truncates 1 / base^n toward zero.
-// Sets `undefined` for 0 to a negative power.
-template <typename X>
-X integer_pow(X base, int64_t exponent, std::atomic<bool>& undefined) {
-  if (exponent < 0) {
-    if (base == 0) {
-      undefined.store(true, std::memory_order_relaxed);
-      return 0;
-    }
-    if (base == 1) return 1;
-    if constexpr (std::is_signed_v<X>) {
-      if (base == -1) return exponent % 2 == 0 ? 1 : -1;
-    }
-    return 0;
-  }
-  X result = 1;
-  X factor = base;
-  for (uint64_t e = static_cast<uint64_t>(exponent); e != 0; e >>= 1) {
-    if (e & 1) result = Mul{}(result, factor);
-    factor = Mul{}(factor, factor);
-  }
-  return result;
-}
-
 // Pow with base type T and exponent type E: float bases compute in their compute type (the
 // exponent converted to it); integer bases with float exponents in f64, truncated back.
 template <typename T, typename E>
@@ -116,7 +92,10 @@ absl::Status pow_typed(const KernelContext& ctx) {
   } else {
     std::atomic<bool> undefined = false;
     map_binary<T, T, E>(base, exponent, ctx.output(0), [&undefined](T x, E y) {
-      return integer_pow<T>(x, static_cast<int64_t>(y), undefined);
+      bool zero_to_negative = false;
+      const T result = numeric::IntegerPow{}(x, static_cast<int64_t>(y), zero_to_negative);
+      if (zero_to_negative) undefined.store(true, std::memory_order_relaxed);
+      return result;
     });
     if (undefined.load()) return absl::InvalidArgumentError("integer Pow of 0 to a negative power");
   }

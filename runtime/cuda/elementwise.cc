@@ -3,6 +3,7 @@
 // runtime/cast_math.h's, the same the CPU kernels run, so casts, comparisons, data movement and
 // the single-IEEE-operation ops are bit-exact against the CPU and transcendentals within the
 // contract's ulps. Broadcast layouts are computed once, at load (the kernel state).
+#include <algorithm>
 #include <array>
 
 #include "compiler/strings.h"
@@ -71,11 +72,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_binary(const KernelContext& ct
 absl::StatusOr<std::unique_ptr<KernelState>> init_pow(const KernelContext& ctx) {
   const DType base = ctx.input(0).dtype();
   const DType exponent = ctx.input(1).dtype();
-  if (exponent != base && exponent != DType::kF32 && exponent != DType::kI64 &&
-      exponent != DType::kI32) {
-    return absl::UnimplementedError(
-        str_cat("no cuda kernel for Pow with a ", dtype_name(base), " base and a ",
-                dtype_name(exponent), " exponent (it takes the base's type, f32, i64 or i32)"));
+  if (std::find(kCudaNumericTypes.begin(), kCudaNumericTypes.end(), exponent) ==
+      kCudaNumericTypes.end()) {
+    return absl::UnimplementedError(str_cat("no cuda kernel for Pow with a ", dtype_name(base),
+                                            " base and a ", dtype_name(exponent),
+                                            " exponent (it takes f32, f16, bf16, i64 or i32)"));
   }
   return init_binary(ctx);
 }
@@ -221,7 +222,7 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Mul", kCudaNumericTypes, &binary<BinaryOp::kMul>, 0, &init_binary);
   add(r, "Div", kCudaNumericTypes, &binary<BinaryOp::kDiv>, 0, &init_binary);
   add(r, "Mod", kCudaNumericTypes, &mod, 0, &init_binary);
-  add(r, "Pow", kCudaFloatTypes, &binary<BinaryOp::kPow>, 0, &init_pow);
+  add(r, "Pow", kCudaNumericTypes, &binary<BinaryOp::kPow>, 0, &init_pow);
   add(r, "Min", kCudaNumericTypes, &extremum<BinaryOp::kMin>, 0, &init_binary);
   add(r, "Max", kCudaNumericTypes, &extremum<BinaryOp::kMax>, 0, &init_binary);
   std::vector<DType> equal_types = kCudaNumericTypes;

@@ -222,10 +222,63 @@ cudaError_t divide(Elem type, const void* a, const void* b, void* out, const Lay
   }
 }
 
-// A float base; the exponent of the base's type, f32, i64 or i32 (converted to the base's compute
-// type, as on the CPU).
+// An integer base to an integer power, wrapping; 0 to a negative power is recorded and gives 0.
+template <typename I, typename E>
+struct IntegerPower {
+  ErrorSink sink;
+  __device__ I operator()(I base, E exponent, int64_t i) const {
+    bool undefined = false;
+    const I result = numeric::IntegerPow{}(base, static_cast<int64_t>(exponent), undefined);
+    if (undefined) record_device_error(sink.error, kZeroToNegativePower, sink.step, i, 0, 0);
+    return result;
+  }
+};
+
+// An integer base to a float power: in f64, truncated back (as on the CPU).
+template <typename I, typename E>
+struct IntegerBaseFloatPower {
+  __device__ I operator()(I base, E exponent, int64_t) const {
+    return cast_math::truncate_to_int<I>(
+        numeric::pow(static_cast<double>(base), static_cast<double>(load(exponent))));
+  }
+};
+
+cudaError_t integer_power(Elem type, Elem b_type, const void* a, const void* b, void* out,
+                          const Layout<2>& layout, ErrorSink sink, cudaStream_t stream) {
+  auto with_base = [&](auto base_tag) -> cudaError_t {
+    using I = typename decltype(base_tag)::type;
+    switch (b_type) {
+      case Elem::kF32:
+        return launch_map2<I, float, I>(a, b, out, layout, IntegerBaseFloatPower<I, float>{},
+                                        stream);
+      case Elem::kF16:
+        return launch_map2<I, Float16, I>(a, b, out, layout, IntegerBaseFloatPower<I, Float16>{},
+                                          stream);
+      case Elem::kBF16:
+        return launch_map2<I, BFloat16, I>(a, b, out, layout, IntegerBaseFloatPower<I, BFloat16>{},
+                                           stream);
+      case Elem::kI64:
+        return launch_map2<I, int64_t, I>(a, b, out, layout, IntegerPower<I, int64_t>{sink},
+                                          stream);
+      case Elem::kI32:
+        return launch_map2<I, int32_t, I>(a, b, out, layout, IntegerPower<I, int32_t>{sink},
+                                          stream);
+      default:
+        return cudaErrorInvalidValue;
+    }
+  };
+  if (type == Elem::kI64) return with_base(Tag<int64_t>{});
+  if (type == Elem::kI32) return with_base(Tag<int32_t>{});
+  return cudaErrorInvalidValue;
+}
+
+// The exponent f32, f16, bf16, i64 or i32. A float base computes in its compute type (the
+// exponent converted to it), as on the CPU.
 cudaError_t power(Elem type, Elem b_type, const void* a, const void* b, void* out,
-                  const Layout<2>& layout, cudaStream_t stream) {
+                  const Layout<2>& layout, ErrorSink sink, cudaStream_t stream) {
+  if (type == Elem::kI64 || type == Elem::kI32) {
+    return integer_power(type, b_type, a, b, out, layout, sink, stream);
+  }
   return visit_float_elem(type, [&](auto tag) -> cudaError_t {
     using T = typename decltype(tag)::type;
     auto with_exponent = [&](auto exponent_tag) {
@@ -236,6 +289,10 @@ cudaError_t power(Elem type, Elem b_type, const void* a, const void* b, void* ou
     switch (b_type) {
       case Elem::kF32:
         return with_exponent(Tag<float>{});
+      case Elem::kF16:
+        return with_exponent(Tag<Float16>{});
+      case Elem::kBF16:
+        return with_exponent(Tag<BFloat16>{});
       case Elem::kI64:
         return with_exponent(Tag<int64_t>{});
       case Elem::kI32:
@@ -329,7 +386,7 @@ cudaError_t launch_binary(BinaryOp op, Elem type, Elem b_type, const void* a, co
     case BinaryOp::kFloorMod:
       return divide<numeric::FloorMod>(type, a, b, out, layout, sink, stream);
     case BinaryOp::kPow:
-      return power(type, b_type, a, b, out, layout, stream);
+      return power(type, b_type, a, b, out, layout, sink, stream);
     case BinaryOp::kMin:
       return arithmetic(type, a, b, out, layout, sink, numeric::Min{}, stream);
     case BinaryOp::kMax:
@@ -442,6 +499,12 @@ __global__ void cast_kernel(const From* x, void* y, int64_t n, Elem to, bool sat
   }
 }
 
+template <typename From, typename To>
+struct CastTo {
+  bool saturate;
+  __device__ To operator()(From v, int64_t) const { return cast_math::cast<From, To>(v, saturate); }
+};
+
 }  // namespace
 
 cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, bool saturate,
@@ -451,6 +514,20 @@ cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, b
     if (x == y) return cudaGetLastError();  // in place: nothing to move
     return cudaMemcpyAsync(y, x, static_cast<size_t>(n) * elem_size(from), cudaMemcpyDeviceToDevice,
                            stream);
+  }
+  // The casts mixed precision inserts (between f32, f16 and bf16) get the vectorized launcher;
+  // the rest share one kernel per source type.
+  auto compute_float = [](Elem e) {
+    return e == Elem::kF32 || e == Elem::kF16 || e == Elem::kBF16;
+  };
+  if (compute_float(from) && compute_float(to)) {
+    return visit_float_elem(from, [&](auto from_tag) {
+      return visit_float_elem(to, [&](auto to_tag) {
+        using From = typename decltype(from_tag)::type;
+        using To = typename decltype(to_tag)::type;
+        return launch_map<From, To>(x, y, n, CastTo<From, To>{saturate}, stream);
+      });
+    });
   }
   return visit_elem(from, [&](auto tag) {
     using From = typename decltype(tag)::type;

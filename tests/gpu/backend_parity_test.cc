@@ -107,6 +107,15 @@ std::set<std::string> selected_ops() {
   return {ops.begin(), ops.end()};
 }
 
+// f64 is outside the CUDA backend's types (f32, f16, bf16 and the integers, docs/architecture.md):
+// a sample that keeps an f64 operand is listed, not compared.
+bool has_f64_operand(const Node& node) {
+  for (const Value* operand : node.operands()) {
+    if (operand != nullptr && operand->type().dtype == DType::kF64) return true;
+  }
+  return false;
+}
+
 TEST(BackendParity, EveryOpSampleRunsOnCudaAsOnTheCpu) {
   if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
   const std::set<std::string> only = selected_ops();
@@ -126,6 +135,10 @@ TEST(BackendParity, EveryOpSampleRunsOnCudaAsOnTheCpu) {
         const Node& node = *built.graph->nodes().front();
         if (!runtime::KernelRegistry::global().resolve(node, runtime::Device::kCpu).ok()) {
           continue;  // the dtype has no CPU kernel either
+        }
+        if (has_f64_operand(node)) {
+          std::printf("not compared (f64): %s\n", what.c_str());
+          continue;
         }
         absl::StatusOr<std::vector<Tensor>> want =
             runtime::interpret_graph(*built.graph, built.inputs, *cpu);

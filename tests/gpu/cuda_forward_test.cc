@@ -111,7 +111,7 @@ TEST(CudaDropout, MasksAndOutputsAreTheCpusBitForBit) {
     const std::string type = str_cat(dtype_name(dtype), "[100003]");
     const std::string text =
         str_cat("graph g(%x: ", type, ") {\n", "  init %ratio: f32[] = [0.3]\n",
-                "  init %training: bool[] = [1]\n",
+                "  init %training: bool[] = [true]\n",
                 "  %y, %mask = Dropout<seed=7>(%x, %ratio, %training) : ", type, ", bool[100003]\n",
                 "  return %y, %mask\n}\n");
     std::vector<double> values(100003);

@@ -4,15 +4,17 @@
 #   on the GPU:     tests/gpu/device_check.sh          (device tool: carry [".device"])
 # On the GPU it runs, each phase under its own time limit so one slow phase cannot eat the rest:
 # the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
-# compute-sanitizer memcheck over the forward and parity tests, and racecheck over the kernels
+# compute-sanitizer memcheck over the forward, parity and conformance tests, and racecheck over the kernels
 # that use shared memory. Logs go to $OUT; the last lines printed are a summary.
 #   AMPC_CHECK_PHASES="tests bench torch memcheck racecheck"   the phases to run (default: all)
+#   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
+#                                       empty: every op)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
 if [ "${1:-}" = --pack ]; then
   # The GPU machine has no Debian packages: carry ONNX's node test data for the conformance test.
-  tar -C /usr/include/onnx/backend/test/data -czf .device/onnx-node.tgz node
+  tar -C /usr/include/onnx/backend/test/data -czf .device/onnx-node.tgz node simple
   du -sh .device
   exit 0
 fi
@@ -52,13 +54,13 @@ if want torch; then  # PyTorch on the same workloads, for side-by-side figures
   phase torch "${AMPC_TORCH_S:-60}" python3 tools/torch_op_bench.py >"$out/torch.txt" 2>&1
 fi
 if want memcheck; then
-  for t in cuda_forward_test backend_parity_test; do
+  for t in cuda_forward_test backend_parity_test onnx_execution_cuda_test; do
     phase "memcheck $t" "${AMPC_MEMCHECK_S:-120}" .device/run.sh compute-sanitizer --tool memcheck \
       --error-exitcode 1 --print-limit 20 .device/bin/$t >"$out/memcheck-$t.log" 2>&1
   done
 fi
 if want racecheck; then
-  AMPC_PARITY_OPS=${AMPC_RACECHECK_OPS:-ReduceSum,ReduceMean,ReduceMax,ReduceL2,ArgMax,CumSum,Softmax,LogSoftmax,LayerNormalization,BatchNormalization,GlobalAveragePool,SoftmaxCrossEntropyLoss,Transpose} \
+  AMPC_PARITY_OPS=${AMPC_RACECHECK_OPS-ReduceSum,ReduceMean,ReduceMax,ReduceL2,ArgMax,CumSum,Softmax,LogSoftmax,LayerNormalization,BatchNormalization,GlobalAveragePool,SoftmaxCrossEntropyLoss,Transpose} \
     phase racecheck "${AMPC_RACECHECK_S:-90}" .device/run.sh compute-sanitizer --tool racecheck \
     --error-exitcode 1 --print-limit 20 .device/bin/backend_parity_test \
     --gtest_filter='BackendParity.EveryOp*' >"$out/racecheck.log" 2>&1
