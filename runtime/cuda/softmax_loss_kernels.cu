@@ -9,6 +9,7 @@
 //
 // The losses are deterministic: per-sample losses and weights go to the workspace, and one block
 // adds them in a fixed order (no float atomics), dividing once for "mean".
+#include <initializer_list>
 #include <limits>
 #include <type_traits>
 
@@ -65,11 +66,137 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   }
 }
 
-// A warp or block per contiguous line; column teams for strided lines.
+// ---- Rows held in registers ------------------------------------------------------------------
+//
+// The common case, contiguous rows of at most kMaxPacksPerLane * 32 16-byte packs (2048 f16 or
+// bf16, 1024 f32) whose length is a whole number of packs: one warp per row reads the row once,
+// in 16-byte packs, keeps it in registers (kPacks per lane) and writes each result once, so the
+// row crosses memory twice (in and out) instead of three or four times, in wide accesses. The
+// arithmetic is the teams' (the same operations per element; only the order of the f32 sums
+// differs, within the contract's tolerance for reductions).
+
+inline constexpr int kMaxPacksPerLane = 8;
+
+template <typename T>
+inline constexpr int kRowPack = 16 / sizeof(T);
+
+// Packs per lane for rows of `packs` packs: the fewest of 1, 2, 4 or 8 that hold the row; 0 when
+// none does.
+inline int packs_per_lane(int64_t packs) {
+  for (int per_lane = 1; per_lane <= kMaxPacksPerLane; per_lane *= 2) {
+    if (packs <= per_lane * kWarp) return per_lane;
+  }
+  return 0;
+}
+
+// Whether rows of `length` contiguous elements at x and y (and the other operands, null allowed)
+// can be held in registers.
+template <typename T>
+bool rows_fit_registers(int64_t length, std::initializer_list<const void*> pointers) {
+  if (length % kRowPack<T> != 0 || packs_per_lane(length / kRowPack<T>) == 0) return false;
+  for (const void* p : pointers) {
+    if (p != nullptr && !aligned16(p)) return false;
+  }
+  return true;
+}
+
+// Lane `lane`'s packs of a row of `packs` packs into `v` (as f32); pack p of the lane is the
+// row's pack p * 32 + lane.
+template <int kPacks, typename T>
+__device__ __forceinline__ void load_row(const T* row, int packs, int lane,
+                                         float (&v)[kPacks][kRowPack<T>]) {
+  using P = Pack<T, kRowPack<T>>;
+#pragma unroll
+  for (int p = 0; p < kPacks; ++p) {
+    const int k = p * kWarp + lane;
+    if (k < packs) {
+      const P pack = reinterpret_cast<const P*>(row)[k];
+#pragma unroll
+      for (int j = 0; j < kRowPack<T>; ++j) v[p][j] = load(pack.v[j]);
+    }
+  }
+}
+
+template <int kPacks, typename T, bool kLog>
+__global__ void __launch_bounds__(kThreads)
+    softmax_rows_kernel(const T* x, T* y, int64_t rows, int packs) {
+  constexpr int V = kRowPack<T>;
+  using P = Pack<T, V>;
+  const int lane = threadIdx.x % kWarp;
+  for (int64_t row = global_thread() / kWarp; row < rows; row += grid_threads() / kWarp) {
+    const int64_t first = row * packs * V;
+    float v[kPacks][V];
+    load_row<kPacks>(x + first, packs, lane, v);
+    float max = -std::numeric_limits<float>::infinity();
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (p * kWarp + lane >= packs) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j) max = MaxSkipNan{}(max, v[p][j]);
+    }
+    max = warp_all_reduce(max, MaxSkipNan{});
+    float sum = 0;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      if (p * kWarp + lane >= packs) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v[p][j] -= max;  // the shifted value, exactly as the teams compute it
+        if constexpr (kLog) {
+          sum += numeric::exp(v[p][j]);
+        } else {
+          v[p][j] = numeric::exp(v[p][j]);  // kept: Softmax divides it by the sum
+          sum += v[p][j];
+        }
+      }
+    }
+    sum = warp_all_reduce(sum, Plus{});
+    const float log_sum = kLog ? numeric::log(sum) : 0.0f;
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      const int k = p * kWarp + lane;
+      if (k >= packs) continue;
+      P out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        out.v[j] = store<T>(kLog ? v[p][j] - log_sum : v[p][j] / sum);
+      }
+      reinterpret_cast<P*>(y + first)[k] = out;
+    }
+  }
+}
+
+// Calls launch(Int<kPacks>) with the kPacks for rows of `packs` packs (packs_per_lane).
+template <int N>
+struct Int {
+  static constexpr int value = N;
+};
+template <typename Launch>
+void with_packs_per_lane(int64_t packs, Launch&& launch) {
+  switch (packs_per_lane(packs)) {
+    case 1:
+      return launch(Int<1>{});
+    case 2:
+      return launch(Int<2>{});
+    case 4:
+      return launch(Int<4>{});
+    default:
+      return launch(Int<kMaxPacksPerLane>{});
+  }
+}
+
+// A warp or block per contiguous line (held in registers where it fits); column teams for
+// strided lines.
 template <typename T, bool kLog>
 void launch_softmax_teams(const T* x, T* y, const AxisLines& lines, cudaStream_t stream) {
   const int64_t count = lines.outer * lines.inner;
-  if (lines.inner > 1) {
+  if (lines.inner == 1 && rows_fit_registers<T>(lines.length, {x, y})) {
+    const int packs = static_cast<int>(lines.length / kRowPack<T>);
+    with_packs_per_lane(packs, [&](auto per_lane) {
+      softmax_rows_kernel<decltype(per_lane)::value, T, kLog>
+          <<<warp_team_blocks(count), kThreads, 0, stream>>>(x, y, count, packs);
+    });
+  } else if (lines.inner > 1) {
     softmax_kernel<ColumnTeam, T, kLog>
         <<<column_team_blocks(count), column_team_threads(count, lines.length), 0, stream>>>(x, y,
                                                                                              lines);
@@ -133,10 +260,73 @@ __global__ void layer_norm_kernel(const T* x, const T* scale, const T* bias, T* 
   }
 }
 
+// The team kernel's arithmetic on a row held in registers, for scale and bias of one row's
+// length (the usual [n] parameters).
+template <int kPacks, typename T, typename S>
+__global__ void __launch_bounds__(kThreads)
+    layer_norm_rows_kernel(const T* x, const T* scale, const T* bias, T* y, void* mean_out,
+                           void* inv_std_out, LayerNormParams p) {
+  constexpr int V = kRowPack<T>;
+  using P = Pack<T, V>;
+  const int lane = threadIdx.x % kWarp;
+  const int packs = static_cast<int>(p.n / V);
+  const float n = static_cast<float>(p.n);
+  for (int64_t row = global_thread() / kWarp; row < p.rows; row += grid_threads() / kWarp) {
+    float v[kPacks][V];
+    load_row<kPacks>(x + row * p.n, packs, lane, v);
+    float sum = 0;
+#pragma unroll
+    for (int q = 0; q < kPacks; ++q) {
+      if (q * kWarp + lane >= packs) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j) sum += v[q][j];
+    }
+    const float mean = warp_all_reduce(sum, Plus{}) / n;
+    float square_sum = 0;
+#pragma unroll
+    for (int q = 0; q < kPacks; ++q) {
+      if (q * kWarp + lane >= packs) continue;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        v[q][j] -= mean;
+        square_sum += v[q][j] * v[q][j];
+      }
+    }
+    const float var = warp_all_reduce(square_sum, Plus{}) / n;
+    const float inv_std = 1.0f / numeric::sqrt(var + p.epsilon);
+#pragma unroll
+    for (int q = 0; q < kPacks; ++q) {
+      const int k = q * kWarp + lane;
+      if (k >= packs) continue;
+      const P scale_pack = reinterpret_cast<const P*>(scale)[k];
+      P bias_pack{};
+      if (bias != nullptr) bias_pack = reinterpret_cast<const P*>(bias)[k];
+      P out;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        float value = v[q][j] * inv_std * load(scale_pack.v[j]);
+        if (bias != nullptr) value += load(bias_pack.v[j]);
+        out.v[j] = store<T>(value);
+      }
+      reinterpret_cast<P*>(y + row * p.n)[k] = out;
+    }
+    if (lane == 0) {
+      store_stat<S>(mean_out, row, mean);
+      store_stat<S>(inv_std_out, row, inv_std);
+    }
+  }
+}
+
 template <typename T, typename S>
 void launch_layer_norm_teams(const T* x, const T* scale, const T* bias, T* y, void* mean,
                              void* inv_std, const LayerNormParams& p, cudaStream_t stream) {
-  if (block_team_for(p.rows, p.n)) {
+  const bool row_parameters = p.scale_period == p.n && (bias == nullptr || p.bias_period == p.n);
+  if (row_parameters && rows_fit_registers<T>(p.n, {x, y, scale, bias})) {
+    with_packs_per_lane(p.n / kRowPack<T>, [&](auto per_lane) {
+      layer_norm_rows_kernel<decltype(per_lane)::value, T, S>
+          <<<warp_team_blocks(p.rows), kThreads, 0, stream>>>(x, scale, bias, y, mean, inv_std, p);
+    });
+  } else if (block_team_for(p.rows, p.n)) {
     layer_norm_kernel<BlockTeam, T, S>
         <<<grid_for(p.rows), kBlockTeamThreads, 0, stream>>>(x, scale, bias, y, mean, inv_std, p);
   } else {

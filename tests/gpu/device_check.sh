@@ -3,10 +3,11 @@
 #   here:           ../shared/tools/device-bundle.sh && tests/gpu/device_check.sh --pack
 #   on the GPU:     tests/gpu/device_check.sh          (device tool: carry [".device"])
 # On the GPU it runs, each phase under its own time limit so one slow phase cannot eat the rest:
-# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
-# compute-sanitizer memcheck over the forward, parity and conformance tests, and racecheck over the kernels
-# that use shared memory. Logs go to $OUT; the last lines printed are a summary.
-#   AMPC_CHECK_PHASES="tests bench torch memcheck racecheck"   the phases to run (default: all)
+# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads, Nsight
+# Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
+# parity and conformance tests, and racecheck over the kernels that use shared memory. Logs go to
+# $OUT (at most 8 files: the device tool returns no more); the last lines printed are a summary.
+#   AMPC_CHECK_PHASES="tests bench torch profile memcheck racecheck"   the phases (default: all)
 #   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
 #                                       empty: every op)
 set -uo pipefail
@@ -23,7 +24,7 @@ export OUT=${OUT:-/tmp/ampc-device-check}
 out=$OUT
 mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH"  # compute-sanitizer
-phases=${AMPC_CHECK_PHASES:-tests bench torch memcheck racecheck}
+phases=${AMPC_CHECK_PHASES:-tests bench torch profile memcheck racecheck}
 summary=()
 note() { summary+=("$1"); }
 want() { [[ " $phases " == *" $1 "* ]]; }
@@ -53,10 +54,18 @@ fi
 if want torch; then  # PyTorch on the same workloads, for side-by-side figures
   phase torch "${AMPC_TORCH_S:-60}" python3 tools/torch_op_bench.py >"$out/torch.txt" 2>&1
 fi
+if want profile; then  # Nsight Compute on one launch of each bandwidth benchmark's kernel
+  for b in cast_f32_to_f16 add_f16 gelu_bf16 softmax_f16 layer_norm_f16; do
+    phase "profile $b" "${AMPC_PROFILE_S:-40}" .device/run.sh ncu --clock-control none \
+      --launch-skip 4 --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section LaunchStats .device/bin/ampc_cuda_benchmarks --benchmark_filter="^$b" \
+      --benchmark_min_time=0.01 --benchmark_repetitions=1 >>"$out/profile.txt" 2>&1
+  done
+fi
 if want memcheck; then
   for t in cuda_forward_test backend_parity_test onnx_execution_cuda_test; do
     phase "memcheck $t" "${AMPC_MEMCHECK_S:-120}" .device/run.sh compute-sanitizer --tool memcheck \
-      --error-exitcode 1 --print-limit 20 .device/bin/$t >"$out/memcheck-$t.log" 2>&1
+      --error-exitcode 1 --print-limit 20 .device/bin/$t >>"$out/memcheck.log" 2>&1
   done
 fi
 if want racecheck; then
@@ -71,5 +80,8 @@ grep -hE '^\[  FAILED  \]|FAILED$|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]'
 echo "==== benchmarks"
 grep -E '_median|^-|^Benchmark' "$out/benchmarks.txt" 2>/dev/null
 cat "$out/torch.txt" 2>/dev/null
+echo "==== profiles"
+grep -E '^  [a-z_]+<|^  void |Duration|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Block Limit Registers|Grid Size' \
+  "$out/profile.txt" 2>/dev/null | sed 's/(int, [^)]*)//' | cut -c1-110
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
