@@ -247,5 +247,23 @@ TEST(BackendParity, OutOfRangeIndicesAreErrorsOnCuda) {
   EXPECT_NE(out.status().message().find("ScatterND"), std::string::npos) << out.status();
 }
 
+// Integer Pow of 0 to a negative power: an error on both backends, through the device error word
+// on CUDA.
+TEST(BackendParity, IntegerPowOfZeroToANegativePowerIsAnErrorOnCuda) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  std::shared_ptr<runtime::Backend> cuda = *runtime::create_backend(runtime::Device::kCuda);
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(graph g(%x: i64[3], %e: i64[3]) {
+    %y = Pow(%x, %e) : i64[3]
+    return %y
+  })");
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
+      *graph, {Tensor::from_i64({3}, {2, 0, 5}), Tensor::from_i64({3}, {3, -2, 1})}, *cuda);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("Pow of 0 to a negative power at output element 1"),
+            std::string::npos)
+      << out.status();
+}
+
 }  // namespace
 }  // namespace ampc

@@ -182,6 +182,21 @@ TEST(ElementwiseKernels, PowFloatBaseWithAnyExponentType) {
             (std::vector<float>{8.0f, 27.0f, 0.125f, 1000.0f, 3.375f, 64.0f}));
 }
 
+// Integer powers wrap like repeated multiplication; a negative power truncates 1 / base^n toward
+// zero; 0 to a negative power is an error (values worked out by hand; 3^40 mod 2^64 by Python).
+TEST(ElementwiseKernels, IntegerPowWrapsAndZeroToANegativePowerIsAnError) {
+  const Tensor base = Tensor::from_i64({7}, {2, -3, 2, 1, -1, -1, 3});
+  const Tensor exponent = Tensor::from_i64({7}, {10, 3, -1, -5, -3, -2, 40});
+  EXPECT_EQ(run_op("Pow", {&base, &exponent}, {DType::kI64, {7}}).to_i64_vector(),
+            (std::vector<int64_t>{1024, -27, 0, 1, -1, 1, -6289078614652622815}));
+  const Tensor zero = Tensor::from_i64({2}, {3, 0});
+  const Tensor negative = Tensor::from_i64({2}, {2, -1});
+  absl::StatusOr<Tensor> result = try_op("Pow", {&zero, &negative}, {DType::kI64, {2}});
+  ASSERT_FALSE(result.ok());
+  EXPECT_NE(result.status().message().find("Pow of 0 to a negative power"), std::string_view::npos)
+      << result.status();
+}
+
 // ---- f16 / bf16: upcast, compute in f32, round once -----------------------------------------
 
 template <typename T>
