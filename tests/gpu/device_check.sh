@@ -58,6 +58,7 @@ if want profile; then  # Nsight Compute on one launch of each bandwidth benchmar
   for b in cast_f32_to_f16 add_f16 gelu_bf16 softmax_f16 layer_norm_f16; do
     phase "profile $b" "${AMPC_PROFILE_S:-40}" .device/run.sh ncu --clock-control none \
       --launch-skip 4 --launch-count 1 --section SpeedOfLight --section Occupancy \
+      --section WarpStateStats --section SchedulerStats \
       --section LaunchStats .device/bin/ampc_cuda_benchmarks --benchmark_filter="^$b" \
       --benchmark_min_time=0.01 --benchmark_repetitions=1 >>"$out/profile.txt" 2>&1
   done
@@ -81,7 +82,7 @@ echo "==== benchmarks"
 grep -E '_median|^-|^Benchmark' "$out/benchmarks.txt" 2>/dev/null
 cat "$out/torch.txt" 2>/dev/null
 echo "==== profiles"
-grep -E '^  [a-z_]+<|^  void |Duration|DRAM Throughput|Registers Per Thread|Achieved Occupancy|Block Limit Registers|Grid Size' \
+grep -E '^  void |Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued|No Eligible' \
   "$out/profile.txt" 2>/dev/null | sed 's/(int, [^)]*)//' | cut -c1-110
 echo "==== summary"
 printf '%s\n' "${summary[@]}"
