@@ -97,6 +97,25 @@ int64_t num_elements(const Shape& shape) {
   return n;
 }
 
+absl::StatusOr<int64_t> checked_byte_size(const TensorType& type) {
+  bool empty = false;
+  for (int64_t dim : type.shape) {
+    if (dim < 0) {
+      return absl::InvalidArgumentError(str_cat(type_to_string(type), " has a negative dimension"));
+    }
+    empty = empty || dim == 0;
+  }
+  if (empty) return 0;
+  int64_t bytes = dtype_size(type.dtype);
+  for (int64_t dim : type.shape) {
+    if (__builtin_mul_overflow(bytes, dim, &bytes)) {
+      return absl::InvalidArgumentError(
+          str_cat(type_to_string(type), " would take more than 2^63 bytes"));
+    }
+  }
+  return bytes;
+}
+
 std::string shape_to_string(const Shape& shape) { return str_cat("[", str_join(shape, ","), "]"); }
 
 std::string type_to_string(const TensorType& type) {

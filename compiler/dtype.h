@@ -67,4 +67,9 @@ struct TensorType {
 
 std::string type_to_string(const TensorType& type);  // "f32[8,16]"
 
+// The bytes a tensor of `type` occupies, or an error naming the type when a dimension is
+// negative or the byte size does not fit in int64 (no tensor can exist then; byte_size() would
+// overflow).
+absl::StatusOr<int64_t> checked_byte_size(const TensorType& type);
+
 }  // namespace ampc

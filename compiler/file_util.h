@@ -1,4 +1,5 @@
-// Writing files so that a reader never sees a partial one.
+// Reading and writing whole files: reads of regular files only (a device such as /dev/zero would
+// never end), writes that a reader never sees partial and that never replace a special file.
 #pragma once
 
 #include <cstdint>
@@ -10,9 +11,14 @@
 
 namespace ampc {
 
+// The contents of the regular file `path` (through symbolic links). A missing file is NotFound; a
+// folder, device, pipe or socket, or a file too large for memory, is an error naming the path.
+absl::StatusOr<std::string> read_regular_file(const std::string& path);
+
 // Writes `bytes` to `path` through a temporary file in the same folder that is synced and then
-// renamed into place (the file is 0644). On failure nothing is left behind and the status names
-// the path and the reason.
+// renamed into place (the file is 0644). `path` must be new or a regular file (a symbolic link to
+// one is written through); a folder, device, pipe or socket is refused untouched. On failure
+// nothing is left behind and the status names the path and the reason.
 absl::Status write_file_atomically(const std::string& path, std::string_view bytes);
 
 // The same for bytes given as pieces, written one after another (so large pieces are not copied

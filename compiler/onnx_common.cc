@@ -1,5 +1,6 @@
 #include "compiler/onnx_common.h"
 
+#include <algorithm>
 #include <bit>
 #include <charconv>
 #include <filesystem>
@@ -69,7 +70,25 @@ absl::StatusOr<std::vector<uint8_t>> read_external_data(const onnx::TensorProto&
   }
   const std::filesystem::path file = std::filesystem::path(base_dir) / relative;
   std::error_code ec;
-  const uintmax_t file_size = std::filesystem::file_size(file, ec);
+  // Symbolic links are followed, and must end inside the model's folder too (a link to
+  // /etc/passwd would otherwise be read and copied into a compiled model's data).
+  const std::filesystem::path resolved = std::filesystem::canonical(file, ec);
+  const std::filesystem::path folder =
+      ec ? std::filesystem::path() : std::filesystem::canonical(base_dir, ec);
+  if (ec) {
+    return tensor_error(
+        what, str_cat("cannot read external data file '", file.string(), "': ", ec.message()));
+  }
+  if (std::mismatch(folder.begin(), folder.end(), resolved.begin(), resolved.end()).first !=
+      folder.end()) {
+    return tensor_error(what, str_cat("external data location '", location, "' resolves to '",
+                                      resolved.string(), "', outside the model's folder"));
+  }
+  if (!std::filesystem::is_regular_file(resolved, ec)) {
+    return tensor_error(what,
+                        str_cat("external data file '", file.string(), "' is not a regular file"));
+  }
+  const uintmax_t file_size = std::filesystem::file_size(resolved, ec);
   if (ec) {
     return tensor_error(
         what, str_cat("cannot read external data file '", file.string(), "': ", ec.message()));
@@ -81,7 +100,7 @@ absl::StatusOr<std::vector<uint8_t>> read_external_data(const onnx::TensorProto&
                                 " bytes; the tensor needs ", byte_size, " from offset ", offset));
   }
   std::vector<uint8_t> bytes(static_cast<size_t>(byte_size));
-  std::ifstream in(file, std::ios::binary);
+  std::ifstream in(resolved, std::ios::binary);
   in.seekg(offset);
   in.read(reinterpret_cast<char*>(bytes.data()), byte_size);
   if (!in) {

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering.h"
@@ -201,6 +202,12 @@ class Importer : public onnx_io::ImportSink {
       if (opset.version() < 1) {
         return invalid(str_cat("opset_import gives domain '", domain_label(domain), "' version ",
                                opset.version(), "; versions start at 1"));
+      }
+      if (domain.empty() && opset.version() > kNewestOnnxOpset) {
+        return invalid(str_cat("opset_import gives ai.onnx version ", opset.version(),
+                               "; ampc implements ai.onnx up to opset ", kNewestOnnxOpset,
+                               " (export the model again at opset ", kNewestOnnxOpset,
+                               " or lower)"));
       }
       graph_->set_opset(domain, opset.version());
     }
@@ -724,28 +731,11 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
   return graph;
 }
 
-absl::StatusOr<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return invalid(str_cat("cannot read '", path, "': it is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    const std::string message = str_cat("cannot read '", path, "': ", std::strerror(error));
-    return error == ENOENT ? absl::NotFoundError(message) : invalid(message);
-  }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) return invalid(str_cat("reading '", path, "' failed"));
-  return std::move(contents).str();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Graph>> import_onnx_file(const std::string& path,
                                                         const ImportOptions& options) {
-  AMPC_ASSIGN_OR_RETURN(std::string bytes, read_file(path));
+  AMPC_ASSIGN_OR_RETURN(std::string bytes, read_regular_file(path));
   // External data is found relative to the model's folder.
   const std::filesystem::path dir = std::filesystem::path(path).parent_path();
   return import_bytes(bytes, path, options, dir.empty() ? std::filesystem::path(".") : dir);

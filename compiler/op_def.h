@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "compiler/attribute.h"
@@ -24,6 +25,9 @@ class InferenceContext;
 class GradBuilder;
 
 inline constexpr int kLatestOpset = INT_MAX;
+// The newest ai.onnx opset whose definitions ampc implements; a model importing a later one is
+// refused rather than run with semantics ampc does not know.
+inline constexpr int kNewestOnnxOpset = 23;
 
 struct OperandSpec {
   enum class Arity { kSingle, kOptional, kVariadic };
@@ -40,6 +44,9 @@ struct AttrSpec {
   // default (the op's inference decides) unless `required`.
   std::optional<AttrValue> default_value;
   bool required = false;
+  // For an int attribute, the values ONNX defines ({0, 1} for a flag such as transB); a node
+  // with another value is an error naming the node and the attribute.
+  std::optional<std::pair<int64_t, int64_t>> int_range;
 };
 
 // An attribute that later opsets pass as an input (ReduceSum's axes from opset 13, Squeeze's

@@ -54,14 +54,15 @@ absl::StatusOr<bool> PassPipeline::run_pass(Pass& pass, Graph& graph,
   }
   if (options_.verify_each) {
     if (absl::Status status = verify(graph); !status.ok()) {
-      if (options_.dump) options_.dump(pass.name(), graph);
+      // The dump is for debugging this failure; the failure is what gets reported.
+      if (options_.dump) (void)options_.dump(pass.name(), graph);
       return absl::InternalError(
           str_cat("the IR is invalid after pass ", pass.name(), ": ", status.message()));
     }
   }
   const bool dump =
       options_.dump_after.contains("all") || options_.dump_after.contains(pass.name());
-  if (dump && options_.dump) options_.dump(pass.name(), graph);
+  if (dump && options_.dump) AMPC_RETURN_IF_ERROR(options_.dump(pass.name(), graph));
   return *changed;
 }
 

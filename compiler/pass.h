@@ -46,8 +46,9 @@ class Pass {
 struct PipelineOptions {
   std::set<std::string, std::less<>> disabled;    // pass names
   std::set<std::string, std::less<>> dump_after;  // pass names, or "all"
-  // Receives the graph after each pass named in dump_after (and whenever the verifier fails).
-  std::function<void(std::string_view pass_name, const Graph& graph)> dump;
+  // Receives the graph after each pass named in dump_after (and whenever the verifier fails); a
+  // failure to write it stops the pipeline.
+  std::function<absl::Status(std::string_view pass_name, const Graph& graph)> dump;
   bool verify_each = true;
 };
 

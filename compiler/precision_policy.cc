@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "compiler/file_util.h"
 #include "compiler/float16.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
@@ -78,12 +79,9 @@ absl::Status add_op_entry(PrecisionPolicy& policy, std::string_view op, Autocast
 }
 
 absl::Status read_policy_file(const std::string& path, PrecisionPolicy& policy) {
-  std::ifstream in(path);
-  if (!in) return absl::InvalidArgumentError(str_cat("cannot read --policy file '", path, "'"));
-  std::stringstream text;
-  text << in.rdbuf();
-  const nlohmann::json json =
-      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = read_regular_file(path);
+  if (!text.ok()) return absl::InvalidArgumentError(str_cat("--policy: ", text.status().message()));
+  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded() || !json.is_object()) {
     return absl::InvalidArgumentError(str_cat(path, ": not a JSON object"));
   }

@@ -44,6 +44,24 @@ absl::Status check_arity(const Node& node) {
   return absl::OkStatus();
 }
 
+// Int attributes within the values their op defines (AttrSpec::int_range).
+absl::Status check_attribute_ranges(const Node& node) {
+  for (const AttrSpec& spec : node.def()->attrs) {
+    if (!spec.int_range) continue;
+    const AttrValue* value = node.find_attr(spec.name);
+    const int64_t* number = value != nullptr ? std::get_if<int64_t>(value) : nullptr;
+    if (number == nullptr) continue;
+    const auto [low, high] = *spec.int_range;
+    if (*number < low || *number > high) {
+      return absl::InvalidArgumentError(str_cat("attribute ", spec.name, " = ", *number,
+                                                " is not one of the values ",
+                                                node.def()->qualified_name(), " defines (", low,
+                                                high == low + 1 ? " or " : " to ", high, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<std::vector<Tensor>>> try_fold(
@@ -74,6 +92,9 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
                                             node.graph()->opset(node.domain())));
   }
   if (absl::Status arity = check_arity(node); !arity.ok()) return with_node(node, arity);
+  if (absl::Status ranges = check_attribute_ranges(node); !ranges.ok()) {
+    return with_node(node, ranges);
+  }
   std::vector<const TensorType*> types;
   std::vector<const Tensor*> values;
   for (Value* operand : node.operands()) {
@@ -83,9 +104,16 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
   InferenceContext ctx(node, types, values);
   if (absl::Status status = node.def()->infer(ctx); !status.ok()) return with_node(node, status);
   for (int i = 0; i < node.num_outputs(); ++i) {
-    if (node.has_output(i) && !ctx.output_types()[i]) {
+    if (!node.has_output(i)) continue;
+    if (!ctx.output_types()[i]) {
       return absl::InternalError(
           str_cat(node.describe(), ": inference gave no type for output ", i));
+    }
+    // Shapes computed from values (Range, Expand, ConstantOfShape, Tile) can be absurd; nothing
+    // downstream (folding, planning) may multiply them unchecked.
+    if (absl::StatusOr<int64_t> bytes = checked_byte_size(*ctx.output_types()[i]); !bytes.ok()) {
+      return with_node(
+          node, absl::InvalidArgumentError(str_cat("output ", i, " ", bytes.status().message())));
     }
   }
   AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> folded,

@@ -91,13 +91,8 @@ absl::StatusOr<Window> read_window(const InferenceContext& ctx, std::vector<int6
     return absl::InvalidArgumentError(
         str_cat("pads cannot be used together with auto_pad=", ctx.string_attr("auto_pad")));
   }
-  if (ctx.has_attr("ceil_mode")) {
-    const int64_t ceil_mode = ctx.int_attr("ceil_mode");
-    if (ceil_mode != 0 && ceil_mode != 1) {
-      return absl::InvalidArgumentError(str_cat("ceil_mode must be 0 or 1, got ", ceil_mode));
-    }
-    w.ceil_mode = ceil_mode == 1;
-  }
+  // 0 or 1: checked with every flag attribute (AttrSpec::int_range).
+  if (ctx.has_attr("ceil_mode")) w.ceil_mode = ctx.int_attr("ceil_mode") == 1;
   return w;
 }
 
@@ -133,14 +128,6 @@ absl::StatusOr<Shape> window_output_shape(const Window& w, const Shape& x, int64
     out.push_back(size);
   }
   return out;
-}
-
-absl::Status expect_flag(const InferenceContext& ctx, std::string_view name) {
-  const int64_t value = ctx.int_attr(name);
-  if (value != 0 && value != 1) {
-    return absl::InvalidArgumentError(str_cat(name, " must be 0 or 1, got ", value));
-  }
-  return absl::OkStatus();
 }
 
 // ---- Conv ----------------------------------------------------------------------------------
@@ -211,7 +198,6 @@ absl::StatusOr<Window> read_pool_window(const InferenceContext& ctx) {
 }
 
 absl::Status infer_max_pool(InferenceContext& ctx) {
-  AMPC_RETURN_IF_ERROR(expect_flag(ctx, "storage_order"));
   AMPC_ASSIGN_OR_RETURN(Window window, read_pool_window(ctx));
   const TensorType& x = ctx.input_type(0);
   AMPC_ASSIGN_OR_RETURN(Shape out, window_output_shape(window, x.shape, x.shape[1]));
@@ -221,7 +207,6 @@ absl::Status infer_max_pool(InferenceContext& ctx) {
 }
 
 absl::Status infer_average_pool(InferenceContext& ctx) {
-  AMPC_RETURN_IF_ERROR(expect_flag(ctx, "count_include_pad"));
   AMPC_ASSIGN_OR_RETURN(Window window, read_pool_window(ctx));
   const TensorType& x = ctx.input_type(0);
   AMPC_ASSIGN_OR_RETURN(Shape out, window_output_shape(window, x.shape, x.shape[1]));
@@ -337,8 +322,8 @@ OpDef max_pool_def() {
   def.outputs = {input("Y"), optional_input("Indices")};
   def.attrs = window_attrs();
   def.attrs.push_back(optional_attr("dilations", AttrKind::kInts));
-  def.attrs.push_back(attr("ceil_mode", int64_t{0}));
-  def.attrs.push_back(attr("storage_order", int64_t{0}));
+  def.attrs.push_back(flag_attr("ceil_mode", 0));
+  def.attrs.push_back(flag_attr("storage_order", 0));
   def.infer = infer_max_pool;
   // Max selects one of its inputs: exact in any dtype.
   def.autocast.category = AutocastCategory::kClear;
@@ -390,8 +375,8 @@ OpDef average_pool_def(int since_opset, int until_opset, bool with_dilations) {
   def.inputs = {input("X", kFloatTypes)};
   def.outputs = {input("Y")};
   def.attrs = window_attrs();
-  def.attrs.push_back(attr("ceil_mode", int64_t{0}));
-  def.attrs.push_back(attr("count_include_pad", int64_t{0}));
+  def.attrs.push_back(flag_attr("ceil_mode", 0));
+  def.attrs.push_back(flag_attr("count_include_pad", 0));
   if (with_dilations) def.attrs.push_back(optional_attr("dilations", AttrKind::kInts));
   def.infer = infer_average_pool;
   def.autocast.category = AutocastCategory::kFollow;

@@ -434,7 +434,7 @@ OpDef max_pool_grad_def() {
   OpDef def = grad_op("MaxPoolGrad", "the gradient of MaxPool with respect to X");
   def.inputs = {input("dY", kFloatTypes), input("X", kFloatTypes)};
   def.attrs.push_back(required_attr("kernel_shape", AttrKind::kInts));
-  def.attrs.push_back(attr("ceil_mode", int64_t{0}));
+  def.attrs.push_back(flag_attr("ceil_mode", 0));
   def.infer = infer_max_pool_grad;
   def.gradient = max_pool_grad_gradient;
   // The argmax is piecewise constant in X: no gradient flows into it.
@@ -462,8 +462,8 @@ OpDef average_pool_grad_def() {
   def.inputs = {input("dY", kFloatTypes)};
   def.attrs.push_back(required_attr("input_shape", AttrKind::kInts));
   def.attrs.push_back(required_attr("kernel_shape", AttrKind::kInts));
-  def.attrs.push_back(attr("ceil_mode", int64_t{0}));
-  def.attrs.push_back(attr("count_include_pad", int64_t{0}));
+  def.attrs.push_back(flag_attr("ceil_mode", 0));
+  def.attrs.push_back(flag_attr("count_include_pad", 0));
   def.infer = infer_average_pool_grad;
   def.gradient = average_pool_grad_gradient;
   def.samples = {

@@ -375,7 +375,7 @@ OpDef trilu_op() {
   def.summary = "keeps the upper (or lower) triangle of the last two dims from diagonal k";
   def.inputs = {input("input"), optional_input("k", {DType::kI64})};
   def.outputs = {input("output")};
-  def.attrs = {attr("upper", int64_t{1})};
+  def.attrs = {flag_attr("upper", 1)};
   def.infer = infer_trilu;
   def.gradient = trilu_grad;
   def.autocast.category = AutocastCategory::kClear;

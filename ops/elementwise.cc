@@ -147,15 +147,9 @@ void register_arithmetic(OpRegistry& registry) {
   OpDef mod =
       make_def("Mod", 10, "a mod b: the dividend's sign with fmod = 1, the divisor's with 0",
                {input("A", kNumericTypes), input("B", kNumericTypes)}, AutocastCategory::kFollow);
-  mod.attrs = {attr("fmod", int64_t{0})};
-  mod.infer = [](InferenceContext& ctx) -> absl::Status {
-    const int64_t fmod = ctx.int_attr("fmod");
-    if (fmod != 0 && fmod != 1) {
-      return absl::InvalidArgumentError(
-          str_cat("attribute 'fmod' is ", fmod, "; it must be 0 or 1"));
-    }
-    return infer_broadcast(ctx);
-  };
+  mod.attrs = {flag_attr("fmod", 0)};
+  // fmod is 0 or 1 (AttrSpec::int_range).
+  mod.infer = [](InferenceContext& ctx) { return infer_broadcast(ctx); };
   mod.fold = [](const FoldContext& ctx) {
     if (ctx.node.int_attr("fmod") != 0) {
       return fold_map(
@@ -527,7 +521,7 @@ void register_float_tests(OpRegistry& registry) {
 
   // Opset 20 only added element types.
   OpDef is_inf = float_test("IsInf", 10, "x is an infinity of a sign the attributes select");
-  is_inf.attrs = {attr("detect_negative", int64_t{1}), attr("detect_positive", int64_t{1})};
+  is_inf.attrs = {flag_attr("detect_negative", 1), flag_attr("detect_positive", 1)};
   is_inf.samples.push_back(
       {"negative only", {f32({2, 3})}, {}, {{"detect_positive", int64_t{0}}}, {boolean({2, 3})}});
   registry.add(std::move(is_inf));

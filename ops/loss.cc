@@ -300,7 +300,7 @@ void register_loss_ops(OpRegistry& registry) {
             input("labels", kIndexTypes), optional_input("weights", kFloatTypes)});
   sce_grad.outputs = {input("dScores")};
   // from_scores=1: input 1 holds the raw scores (the forward had no log_prob output).
-  sce_grad.attrs.push_back(attr("from_scores", int64_t{0}));
+  sce_grad.attrs.push_back(flag_attr("from_scores", 0));
   sce_grad.infer = infer_softmax_cross_entropy_grad;
   sce_grad.gradient = softmax_cross_entropy_grad_grad;
   sce_grad.samples = {

@@ -212,8 +212,8 @@ OpDef gemm_def() {
   def.inputs = {input("A", kMatMulTypes), input("B", kMatMulTypes),
                 optional_input("C", kMatMulTypes)};
   def.outputs = {input("Y")};
-  def.attrs = {attr("alpha", 1.0f), attr("beta", 1.0f), attr("transA", int64_t{0}),
-               attr("transB", int64_t{0})};
+  def.attrs = {attr("alpha", 1.0f), attr("beta", 1.0f), flag_attr("transA", 0),
+               flag_attr("transB", 0)};
   def.infer = infer_gemm;
   def.autocast.category = AutocastCategory::kAllow;
   def.autocast.accumulate = DType::kF32;

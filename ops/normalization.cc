@@ -40,10 +40,7 @@ absl::StatusOr<int64_t> check_batch_norm_inputs(const InferenceContext& ctx) {
 // Opset 14+: outputs Y, and in training mode the optional running_mean and running_var.
 absl::Status infer_batch_norm(InferenceContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(int64_t channels, check_batch_norm_inputs(ctx));
-  const int64_t training_mode = ctx.int_attr("training_mode");
-  if (training_mode != 0 && training_mode != 1) {
-    return absl::InvalidArgumentError(str_cat("training_mode must be 0 or 1, got ", training_mode));
-  }
+  const int64_t training_mode = ctx.int_attr("training_mode");  // 0 or 1 (AttrSpec::int_range)
   if (training_mode == 0 && (ctx.has_output(1) || ctx.has_output(2))) {
     return absl::InvalidArgumentError(
         "running_mean and running_var are outputs of training mode only (training_mode=0)");
@@ -271,7 +268,7 @@ OpDef batch_norm_def() {
   def.since_opset = 14;
   def.summary = "per-channel normalization; batch statistics and running updates in training";
   def.outputs = {input("Y"), optional_input("running_mean"), optional_input("running_var")};
-  def.attrs = {attr("epsilon", 1e-5f), attr("momentum", 0.9f), attr("training_mode", int64_t{0})};
+  def.attrs = {attr("epsilon", 1e-5f), attr("momentum", 0.9f), flag_attr("training_mode", 0)};
   def.infer = infer_batch_norm;
   def.no_gradient_outputs = {1, 2};
   const Attributes training = {{"training_mode", int64_t{1}}};
@@ -313,7 +310,7 @@ OpDef batch_norm_grad_def() {
   def.inputs = {input("dY", kFloatTypes), input("X", kFloatTypes), input("scale", kFloatTypes),
                 input("mean", kFloatTypes), input("var", kFloatTypes)};
   def.outputs = {input("dX"), input("dScale"), input("dB")};
-  def.attrs = {attr("epsilon", 1e-5f), attr("training_mode", int64_t{0})};
+  def.attrs = {attr("epsilon", 1e-5f), flag_attr("training_mode", 0)};
   def.infer = infer_batch_norm_grad;
   const TensorType x = f32({2, 3, 2, 2}), c = f32({3});
   const TensorType h = f16({6, 2}), bf = TensorType{DType::kBF16, {4, 2, 3}};

@@ -33,13 +33,19 @@ inline OperandSpec variadic_input(std::string name, std::vector<DType> dtypes = 
 
 inline AttrSpec attr(std::string name, AttrValue default_value) {
   AttrKind kind = attr_kind(default_value);
-  return {std::move(name), kind, std::move(default_value), false};
+  return {std::move(name), kind, std::move(default_value), false, std::nullopt};
+}
+// An int attribute that is 0 or 1 (transA, keepdims, ...).
+inline AttrSpec flag_attr(std::string name, int64_t default_value) {
+  AttrSpec spec = attr(std::move(name), default_value);
+  spec.int_range = {0, 1};
+  return spec;
 }
 inline AttrSpec optional_attr(std::string name, AttrKind kind) {
-  return {std::move(name), kind, std::nullopt, false};
+  return {std::move(name), kind, std::nullopt, false, std::nullopt};
 }
 inline AttrSpec required_attr(std::string name, AttrKind kind) {
-  return {std::move(name), kind, std::nullopt, true};
+  return {std::move(name), kind, std::nullopt, true, std::nullopt};
 }
 
 // ONNX multidirectional (numpy) broadcasting. The error names both shapes.

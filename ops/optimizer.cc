@@ -79,8 +79,8 @@ OpSample update_sample(std::string name, Shape shape, int num_states, Attributes
 OpDef sgd() {
   OpDef def = update_op("SGD", "torch.optim.SGD: momentum, dampening, Nesterov, weight decay",
                         {"momentum_buffer"});
-  def.attrs = {attr("momentum", 0.0f), attr("dampening", 0.0f), attr("nesterov", int64_t{0}),
-               attr("weight_decay", 0.0f), attr("maximize", int64_t{0})};
+  def.attrs = {attr("momentum", 0.0f), attr("dampening", 0.0f), flag_attr("nesterov", 0),
+               attr("weight_decay", 0.0f), flag_attr("maximize", 0)};
   def.samples = {
       update_sample("plain", {5}, 1, {}),
       update_sample("nesterov with weight decay", {2, 3}, 1,
@@ -100,8 +100,8 @@ OpDef adam() {
                attr("beta2", 0.999f),
                attr("epsilon", 1e-8f),
                attr("weight_decay", 0.0f),
-               attr("decoupled_weight_decay", int64_t{0}),
-               attr("maximize", int64_t{0})};
+               flag_attr("decoupled_weight_decay", 0),
+               flag_attr("maximize", 0)};
   def.samples = {
       update_sample("adam", {6}, 2, {}),
       update_sample("adamw", {2, 3}, 2,

@@ -138,7 +138,7 @@ OpDef reduction(std::string name, std::string summary, int axes_input_since,
   def.summary = std::move(summary);
   def.inputs = {input("data", std::move(dtypes)), optional_input("axes", {DType::kI64})};
   def.outputs = {input("reduced")};
-  def.attrs = {attr("keepdims", int64_t{1}), attr("noop_with_empty_axes", int64_t{0}),
+  def.attrs = {flag_attr("keepdims", 1), flag_attr("noop_with_empty_axes", 0),
                optional_attr("axes", AttrKind::kInts)};
   def.attrs_as_inputs = {{"axes", 1, axes_input_since}};
   def.infer = infer_reduce;
@@ -203,8 +203,8 @@ OpDef arg_reduction(std::string name, std::string summary) {
   def.summary = std::move(summary);
   def.inputs = {input("data", kNumericTypes)};
   def.outputs = {input("reduced")};
-  def.attrs = {attr("axis", int64_t{0}), attr("keepdims", int64_t{1}),
-               attr("select_last_index", int64_t{0})};
+  def.attrs = {attr("axis", int64_t{0}), flag_attr("keepdims", 1),
+               flag_attr("select_last_index", 0)};
   def.infer = infer_arg_reduce;
   def.autocast.category = AutocastCategory::kClear;  // picks an index: exact in any dtype
   const TensorType indices{DType::kI64, {2, 1}};
@@ -258,7 +258,7 @@ OpDef cumsum() {
   def.summary = "running sums along axis";
   def.inputs = {input("x", kNumericTypes), input("axis", {DType::kI32, DType::kI64})};
   def.outputs = {input("y")};
-  def.attrs = {attr("exclusive", int64_t{0}), attr("reverse", int64_t{0})};
+  def.attrs = {flag_attr("exclusive", 0), flag_attr("reverse", 0)};
   def.infer = infer_cumsum;
   def.gradient = cumsum_grad;
   def.no_gradient_inputs = {1};

@@ -165,7 +165,7 @@ OpDef reshape_op() {
   def.summary = "the same elements under a new shape (-1 inferred, 0 copies the input dim)";
   def.inputs = {input("data"), input("shape", {DType::kI64})};
   def.outputs = {input("reshaped")};
-  def.attrs = {attr("allowzero", int64_t{0})};
+  def.attrs = {flag_attr("allowzero", 0)};
   def.infer = infer_reshape;
   def.fold = fold_view;
   def.gradient = view_grad;
@@ -475,7 +475,7 @@ OpDef cast_op() {
   def.summary = "converts the elements to the element type `to`";
   def.inputs = {input("input")};
   def.outputs = {input("output")};
-  def.attrs = {required_attr("to", AttrKind::kDType), attr("saturate", int64_t{1})};
+  def.attrs = {required_attr("to", AttrKind::kDType), flag_attr("saturate", 1)};
   def.infer = infer_cast;
   def.fold = fold_cast;
   def.gradient = cast_grad;

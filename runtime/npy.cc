@@ -398,14 +398,7 @@ std::string serialize_npy(const Tensor& tensor) {
 }
 
 absl::StatusOr<Tensor> read_npy(const std::string& path, const NpyReadOptions& options) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(str_cat("cannot read '", path, "': it is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "': ", errno_text()));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InvalidArgumentError(str_cat("cannot read '", path, "'"));
+  AMPC_ASSIGN_OR_RETURN(const std::string bytes, read_regular_file(path));
   return parse_npy(bytes, path, options);
 }
 

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <utility>
 
+#include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/npy.h"
 
@@ -368,14 +369,7 @@ absl::StatusOr<std::map<std::string, Tensor>> parse_npz(std::string_view bytes,
 
 absl::StatusOr<std::map<std::string, Tensor>> read_npz(const std::string& path,
                                                        const NpyReadOptions& options) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return absl::InvalidArgumentError(str_cat("cannot read '", path, "': it is a directory"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "': ", std::strerror(errno)));
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return absl::InvalidArgumentError(str_cat("cannot read '", path, "'"));
+  AMPC_ASSIGN_OR_RETURN(const std::string bytes, read_regular_file(path));
   return parse_npz(bytes, path, options);
 }
 

@@ -1,5 +1,6 @@
 // Bad input to the ONNX importer: each case gets a Status whose message names what is wrong
 // (the file, the node, the value, the attribute, the flag) and what was expected.
+#include <climits>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -260,6 +261,43 @@ TEST(OnnxImportErrors, InitializerDataOfTheWrongSizeNamesTheTensor) {
   ModelBuilder huge = relu_model();
   huge.initializer("w", onnx::TensorProto::FLOAT, {int64_t{1} << 40, int64_t{1} << 40});
   expect_import_error(huge.bytes(), {"initializer 'w': dims", "are not a valid shape"});
+}
+
+TEST(OnnxImportErrors, FlagAttributesOutsideZeroAndOneNameTheNodeAndAttribute) {
+  ModelBuilder m;
+  m.input("a", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.input("b", onnx::TensorProto::FLOAT, {"4", "3"});
+  add_int_attr(m.node("Gemm", {"a", "b"}, {"y"}, "gemm"), "transB", INT64_MIN);
+  m.output("y");
+  expect_import_error(m.bytes(),
+                      {"node 'gemm' (Gemm): attribute transB = -9223372036854775808 "
+                       "is not one of the values Gemm defines (0 or 1)"},
+                      {}, absl::StatusCode::kInvalidArgument);
+  // Read as truthy, 2 would have transposed B: it is refused too.
+  m.graph().mutable_node(0)->mutable_attribute(0)->set_i(2);
+  expect_import_error(m.bytes(), {"attribute transB = 2"});
+  m.graph().mutable_node(0)->mutable_attribute(0)->set_i(1);
+  EXPECT_TRUE(import_onnx_bytes(m.bytes(), "good.onnx").ok());
+}
+
+// Range(0, 2^62, 1) has 2^62 i64 elements, 2^65 bytes: folding it once overflowed a buffer.
+TEST(OnnxImportErrors, ShapesPastTwoToTheSixtyThreeBytesAreErrorsNotOverflows) {
+  ModelBuilder m;
+  for (auto [name, value] :
+       {std::pair<const char*, int64_t>{"start", 0}, {"limit", int64_t{1} << 62}, {"delta", 1}}) {
+    m.initializer(name, onnx::TensorProto::INT64, {}).add_int64_data(value);
+  }
+  m.node("Range", {"start", "limit", "delta"}, {"y"}, "range");
+  m.output("y");
+  expect_import_error(m.bytes(), {"node 'range' (Range): output 0 i64[4611686018427387904] would "
+                                  "take more than 2^63 bytes"});
+}
+
+TEST(OnnxImportErrors, OpsetsNewerThanAmpcImplementsAreRefused) {
+  ModelBuilder m = relu_model();
+  m.model().mutable_opset_import(0)->set_version(99);
+  expect_import_error(m.bytes(), {"opset_import gives ai.onnx version 99; ampc implements ai.onnx "
+                                  "up to opset 23"});
 }
 
 TEST(OnnxImportErrors, OpsetVersionsMustBePositiveAndUnique) {

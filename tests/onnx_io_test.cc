@@ -207,6 +207,26 @@ TEST(OnnxImport, ReadsExternalDataRelativeToTheModel) {
   graph = import_onnx_bytes(model_with("data/w.bin", "4"), "bytes");
   ASSERT_FALSE(graph.ok());
   EXPECT_TRUE(absl::StrContains(graph.status().message(), "external file 'data/w.bin'"));
+
+  // A link inside the folder to a file outside it is refused (it once copied /etc/passwd into a
+  // compiled model's data); a link that stays inside is followed.
+  std::ofstream(dir.parent_path() / "ampc_ext_secret.bin", std::ios::binary)
+      << std::string(28, 'S');
+  std::filesystem::remove(dir / "data" / "escape.bin");
+  std::filesystem::create_symlink(dir.parent_path() / "ampc_ext_secret.bin",
+                                  dir / "data" / "escape.bin");
+  model_with("data/escape.bin", "4");
+  graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_FALSE(graph.ok());
+  EXPECT_TRUE(absl::StrContains(graph.status().message(),
+                                "external data location 'data/escape.bin' resolves to"))
+      << graph.status();
+  EXPECT_TRUE(absl::StrContains(graph.status().message(), "outside the model's folder"));
+  std::filesystem::remove(dir / "data" / "inside.bin");
+  std::filesystem::create_symlink(dir / "data" / "w.bin", dir / "data" / "inside.bin");
+  model_with("data/inside.bin", "4");
+  graph = import_onnx_file((dir / "model.onnx").string());
+  ASSERT_TRUE(graph.ok()) << graph.status();
 }
 
 // ---- export -------------------------------------------------------------------------------------

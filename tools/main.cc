@@ -44,19 +44,24 @@ absl::StatusOr<std::map<std::string, Shape, std::less<>>> parse_shapes(
   return shapes;
 }
 
-// Where --dump-after sends text IR: files DIR/NN-PASS.txt, or stderr when no --dump-dir.
-std::function<void(std::string_view, const Graph&)> make_dumper(const std::string& dump_dir) {
+// Where --dump-after sends text IR: files DIR/NN-PASS.txt, or stderr when no --dump-dir. A file
+// that cannot be written stops the compile.
+std::function<absl::Status(std::string_view, const Graph&)> make_dumper(
+    const std::string& dump_dir) {
   auto counter = std::make_shared<int>(0);
-  return [dump_dir, counter](std::string_view pass_name, const Graph& graph) {
+  return [dump_dir, counter](std::string_view pass_name, const Graph& graph) -> absl::Status {
     const std::string text = print_graph(graph, PrintOptions{.max_constant_elements = 16});
     if (dump_dir.empty()) {
       std::cerr << "// ----- IR after " << pass_name << " -----\n" << text;
-      return;
+      return absl::OkStatus();
     }
-    std::filesystem::create_directories(dump_dir);
     const std::string file =
         fmt::format("{}/{:02}-{}.txt", dump_dir, ++*counter, std::string(pass_name));
-    std::ofstream(file) << text;
+    std::ofstream out(file);
+    out << text;
+    out.flush();
+    if (!out) return absl::UnavailableError(str_cat("--dump-dir: cannot write '", file, "'"));
+    return absl::OkStatus();
   };
 }
 
@@ -229,7 +234,28 @@ void record_o0_baseline(const std::string& input, CompileOptions options, Graph&
     graph.set_metadata(std::string(kMetadataPrecisionBaseline), precision_baseline(**o0));
 }
 
+// --dump-dir needs --dump-after to write anything, and must name a folder that exists or can be
+// made: both checked before the compile starts.
+absl::Status check_dump_dir(const CompileFlags& flags) {
+  if (flags.dump_dir.empty()) return absl::OkStatus();
+  if (flags.dump_after.empty()) {
+    return absl::InvalidArgumentError(
+        "--dump-dir does nothing without --dump-after PASS|all (which passes to dump)");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(flags.dump_dir, error);
+  if (!error && !std::filesystem::is_directory(flags.dump_dir, error)) {
+    error = std::make_error_code(std::errc::not_a_directory);
+  }
+  if (error) {
+    return absl::InvalidArgumentError(
+        str_cat("--dump-dir '", flags.dump_dir, "' cannot be used: ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
 int run_compile(const CompileFlags& flags) {
+  if (absl::Status dump_dir = check_dump_dir(flags); !dump_dir.ok()) return report_error(dump_dir);
   CompileOptions options;
   absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
   if (!training.ok()) return report_error(training.status());

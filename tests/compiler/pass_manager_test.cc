@@ -125,7 +125,10 @@ TEST(PassPipeline, DumpsAfterNamedPassesOrAll) {
   std::vector<std::string> dumped;
   PipelineOptions options;
   options.dump_after.insert("second");
-  options.dump = [&](std::string_view pass, const Graph&) { dumped.emplace_back(pass); };
+  options.dump = [&](std::string_view pass, const Graph&) {
+    dumped.emplace_back(pass);
+    return absl::OkStatus();
+  };
   {
     PassPipeline pipeline(options);
     pipeline.add(std::make_unique<Observer>("first"));
@@ -164,7 +167,10 @@ TEST(PassPipeline, VerifierRunsAfterEveryPass) {
   auto graph = relu_chain(2);
   std::vector<std::string> dumped;
   PipelineOptions options;
-  options.dump = [&](std::string_view pass, const Graph&) { dumped.emplace_back(pass); };
+  options.dump = [&](std::string_view pass, const Graph&) {
+    dumped.emplace_back(pass);
+    return absl::OkStatus();
+  };
   PassPipeline pipeline(options);
   pipeline.add(std::make_unique<BreaksTypes>());
   pipeline.add(std::make_unique<Observer>("never-reached"));

@@ -72,7 +72,8 @@ TEST(BatchNormalization, RunningStatisticsOutsideTrainingModeAreAnError) {
   EXPECT_THAT(error_of(batch_norm(f32({2, 3, 4, 5}), 3, {}, 3)),
               AllOf(HasSubstr("running_mean"), HasSubstr("training_mode=0")));
   EXPECT_THAT(error_of(batch_norm(f32({2, 3}), 3, {{"training_mode", int64_t{2}}})),
-              HasSubstr("training_mode must be 0 or 1, got 2"));
+              HasSubstr("attribute training_mode = 2 is not one of the values BatchNormalization "
+                        "defines (0 or 1)"));
 }
 
 TEST(BatchNormalization, ParametersMustBeOnePerChannel) {

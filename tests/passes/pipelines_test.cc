@@ -42,7 +42,10 @@ TEST(CanonicalizePipeline, MultiStepChainConvergesToCanonicalForm) {
   int fold_runs = 0;
   PipelineOptions options;
   options.dump_after = {"fold-constants"};
-  options.dump = [&](std::string_view, const Graph&) { ++fold_runs; };
+  options.dump = [&](std::string_view, const Graph&) {
+    ++fold_runs;
+    return absl::OkStatus();
+  };
   PassPipeline pipeline(options);
   add_canonicalize_pipeline(pipeline);
   Diagnostics diagnostics;

@@ -1,6 +1,9 @@
 // The `ampc` command line, end to end: the example models compile and inspect; bad input and bad
 // flags give a clear message and a non-zero exit, and write nothing.
+#include <sys/stat.h>
+
 #include <filesystem>
+#include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -137,6 +140,25 @@ TEST_F(CliTest, DumpAfterWritesTextIrPerPass) {
   EXPECT_THAT(r.err, HasSubstr("// ----- IR after dce -----"));
 }
 
+// A --dump-dir that cannot be a folder, or one that would receive nothing, is an error before
+// the compile starts: exit 1, the flag named, no output written.
+TEST_F(CliTest, DumpDirThatCannotBeUsedIsAnErrorBeforeCompiling) {
+  std::ofstream(path("a_file")) << "not a folder";
+  for (const std::string& dir : {path("a_file"), path("a_file/below")}) {
+    CliResult r = ampc("compile " + model("mlp") + " -o " + path("out.onnx") +
+                       " --dump-after all --dump-dir " + dir);
+    EXPECT_EQ(r.exit_code, 1) << dir << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: error: --dump-dir '" + dir + "' cannot be used: "));
+    EXPECT_FALSE(fs::exists(path("out.onnx")));
+  }
+  CliResult r =
+      ampc("compile " + model("mlp") + " -o " + path("out.onnx") + " --dump-dir " + path("dumps"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--dump-dir does nothing without --dump-after"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+  EXPECT_FALSE(fs::exists(path("dumps")));
+}
+
 TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
   const std::string out = path("out.onnx");
   CliResult r = ampc("compile " + model("tiny_gpt") + " -o " + out +
@@ -227,6 +249,34 @@ TEST_F(CliTest, BadFlagsAreUsageErrors) {
   r = ampc("frobnicate");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_FALSE(fs::exists(path("o.onnx")));
+}
+
+// An output path that exists as something other than a regular file (here a pipe; as root it
+// once was /dev/full) is refused and left as it was; a symbolic link is written through.
+TEST_F(CliTest, OutputsThatAreNotRegularFilesAreRefusedAndLinksWrittenThrough) {
+  ASSERT_EQ(mkfifo(path("pipe").c_str(), 0644), 0);
+  CliResult r = ampc("compile " + model("mlp") + " -o " + path("pipe"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot write '" + path("pipe") + "': it is a pipe"));
+  EXPECT_TRUE(fs::is_fifo(path("pipe")));
+  r = ampc("compile " + model("mlp") + " -o " + dir_.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("it is a directory"));
+
+  std::ofstream(path("target.onnx")) << "old";
+  fs::create_symlink(path("target.onnx"), path("link.onnx"));
+  r = ampc("compile " + model("mlp") + " -o " + path("link.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(path("link.onnx")));
+  EXPECT_GT(fs::file_size(path("target.onnx")), 1000u);
+}
+
+// Inputs that never end (/dev/zero) or are not files are refused, naming the path.
+TEST_F(CliTest, ModelsThatAreNotRegularFilesAreRefused) {
+  CliResult r = ampc("compile /dev/zero -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot read '/dev/zero': it is a device"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
 }
 
 TEST_F(CliTest, UnwritableOutputIsAnErrorAndLeavesNothing) {

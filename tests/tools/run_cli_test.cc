@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/npy.h"
+#include "tests/onnx_model_builder.h"
 #include "tests/test_util.h"
 #include "tests/tools/cli_test_util.h"
 
@@ -149,6 +150,29 @@ TEST_F(RunCliTest, MalformedOrMissingNpyNamesTheFile) {
   EXPECT_THAT(err, HasSubstr("nope.npy"));
   write("junk.npz", "not a zip");
   EXPECT_THAT(expect_error(mlp() + " --inputs " + path("junk.npz")), HasSubstr("junk.npz"));
+  // A device never ends: refused before any read (it once ran out of memory).
+  EXPECT_THAT(expect_error(mlp() + " --inputs /dev/zero"),
+              HasSubstr("cannot read '/dev/zero': it is a device"));
+  EXPECT_THAT(expect_error(mlp() + " --input label=" + path("label.npy") + " --input x=/dev/zero"),
+              HasSubstr("cannot read '/dev/zero': it is a device"));
+}
+
+// A plan whose memory cannot be had (an Expand to 2^40 f32, 4 TiB) is an error at load that
+// names the arena and the bytes, not an abort.
+TEST_F(RunCliTest, AnArenaThatCannotBeAllocatedIsNamedWithItsBytes) {
+  testing::ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"1"});
+  m.initializer("shape", onnx::TensorProto::INT64, {2}).add_int64_data(int64_t{1} << 20);
+  m.graph().mutable_initializer(0)->add_int64_data(int64_t{1} << 20);
+  m.node("Expand", {"x", "shape"}, {"y"}, "expand");
+  m.node("ReduceMax", {"y"}, {"z"}, "max");
+  m.output("z");
+  write("huge.onnx", m.bytes());
+  save("one.npy", Tensor::from_f32({1}, {1.0f}));
+  const std::string err = expect_error(path("huge.onnx") + " --input x=" + path("one.npy"));
+  // 2^42 bytes and what little the plan adds for x and z.
+  EXPECT_THAT(err, HasSubstr("cannot allocate 43980465"));
+  EXPECT_THAT(err, HasSubstr("bytes for the activations arena"));
 }
 
 TEST_F(RunCliTest, BadFlagsAreUsageErrors) {
