@@ -14,6 +14,7 @@
 
 #include "compiler/file_util.h"
 #include "compiler/strings.h"
+#include "runtime/checksum.h"
 #include "runtime/npy.h"
 
 namespace ampc::runtime {
@@ -150,15 +151,6 @@ absl::StatusOr<std::vector<Entry>> read_central_directory(std::string_view data)
     pos += kCentralHeaderSize + name_size + extra_size + comment_size;
   }
   return entries;
-}
-
-uint32_t crc32_of(std::span<const uint8_t> data, uint32_t crc = 0) {
-  uLong value = crc;
-  for (size_t pos = 0; pos < data.size(); pos += kZlibChunk) {
-    const size_t size = std::min(kZlibChunk, data.size() - pos);
-    value = crc32(value, data.data() + pos, static_cast<uInt>(size));
-  }
-  return static_cast<uint32_t>(value);
 }
 
 std::span<const uint8_t> as_span(std::string_view text) {

@@ -1,10 +1,12 @@
 // The `ampc` command line: compile, inspect, run, train, compare and ops.
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 #include "CLI/CLI.hpp"
@@ -65,6 +67,9 @@ std::function<absl::Status(std::string_view, const Graph&)> make_dumper(
   };
 }
 
+// The help group of the training flags; every flag in it needs --optimizer.
+constexpr std::string_view kTrainingGroup = "Training (with --optimizer)";
+
 struct CompileFlags {
   bool external_data = false;  // weights to OUTPUT.data
   std::string input;
@@ -73,6 +78,9 @@ struct CompileFlags {
   std::vector<std::string> dump_after;
   std::string dump_dir;
   std::vector<std::string> disabled;
+  // The training flags given on the command line (`--lr`, ...), to refuse those that would do
+  // nothing.
+  std::set<std::string> training_flags_given;
   // Training compile (--optimizer set).
   std::string optimizer;
   std::string loss = "loss";
@@ -146,18 +154,54 @@ absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
   return options;
 }
 
+// Fails naming the given flags among `names` that `reason` makes do nothing.
+absl::Status refuse_flags_without_effect(const CompileFlags& flags,
+                                         const std::vector<std::string_view>& names,
+                                         std::string_view reason) {
+  std::vector<std::string_view> given;
+  for (std::string_view name : names) {
+    if (flags.training_flags_given.contains(std::string(name))) given.push_back(name);
+  }
+  if (given.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      str_cat(str_join(given, ", "), given.size() == 1 ? " does" : " do", " nothing ", reason));
+}
+
+const std::vector<std::string_view> kScaleFlags = {"--scale-init",    "--scale-growth",
+                                                   "--scale-backoff", "--scale-growth-interval",
+                                                   "--scale-min",     "--scale-hysteresis"};
+
+// The training flags that do nothing with this optimizer and loss scaling.
+absl::Status check_training_flags_have_effect(const CompileFlags& flags) {
+  if (flags.optimizer == "sgd") {
+    AMPC_RETURN_IF_ERROR(refuse_flags_without_effect(flags, {"--beta1", "--beta2", "--eps"},
+                                                     "with --optimizer sgd (they are Adam's)"));
+  } else {
+    AMPC_RETURN_IF_ERROR(refuse_flags_without_effect(
+        flags, {"--momentum", "--dampening", "--nesterov"},
+        str_cat("with --optimizer ", flags.optimizer, " (they are SGD's)")));
+  }
+  if (flags.loss_scale == "none") {
+    return refuse_flags_without_effect(flags, kScaleFlags, "with --loss-scale none");
+  }
+  if (flags.loss_scale.starts_with("static:")) {
+    return refuse_flags_without_effect(flags, kScaleFlags,
+                                       "with --loss-scale static:S (the scale stays S)");
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFlags& flags) {
   if (flags.optimizer.empty()) {
-    if (flags.loss != "loss" || !flags.label_input.empty() || !flags.logits.empty()) {
+    if (!flags.training_flags_given.empty()) {
       return absl::InvalidArgumentError(
-          "--loss, --label-input and --logits belong to a training compile; add --optimizer");
-    }
-    if (flags.accumulate != 1) {
-      return absl::InvalidArgumentError(
-          "--accumulate belongs to a training compile; add --optimizer");
+          str_cat(str_join(flags.training_flags_given, ", "),
+                  flags.training_flags_given.size() == 1 ? " belongs" : " belong",
+                  " to a training compile; add --optimizer sgd|adam|adamw"));
     }
     return std::nullopt;
   }
+  AMPC_RETURN_IF_ERROR(check_training_flags_have_effect(flags));
   TrainingOptions options;
   options.lr = flags.lr;
   OptimizerOptions& o = options.optimizer;
@@ -193,9 +237,15 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
   } else {
     options.autodiff.loss = flags.loss;
   }
+  // --scale-* flags without --loss-scale shape the dynamic scaling fp16 gets by default
+  // (run_compile refuses them where the compile has none).
+  const bool scale_flags_given =
+      std::any_of(kScaleFlags.begin(), kScaleFlags.end(), [&](std::string_view name) {
+        return flags.training_flags_given.contains(std::string(name));
+      });
   if (flags.loss_scale == "none") {
     options.loss_scale_off = true;
-  } else if (!flags.loss_scale.empty()) {
+  } else if (!flags.loss_scale.empty() || scale_flags_given) {
     LossScaleOptions scaling;
     scaling.init = flags.scale_init;
     if (flags.loss_scale.starts_with("static:")) {
@@ -207,7 +257,7 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
         return absl::InvalidArgumentError(
             str_cat("--loss-scale '", flags.loss_scale, "': expected static:S with a number S"));
       }
-    } else if (flags.loss_scale != "dynamic") {
+    } else if (!flags.loss_scale.empty() && flags.loss_scale != "dynamic") {
       return absl::InvalidArgumentError(
           str_cat("unknown --loss-scale '", flags.loss_scale, "' (dynamic, static:S or none)"));
     }
@@ -263,6 +313,18 @@ int run_compile(const CompileFlags& flags) {
   absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed = mixed_precision_options(flags);
   if (!mixed.ok()) return report_error(mixed.status());
   options.mixed_precision = *std::move(mixed);
+  if (options.training && flags.loss_scale.empty() &&
+      !(options.mixed_precision && options.mixed_precision->policy.low == DType::kF16 &&
+        options.mixed_precision->policy.level != OptLevel::kO0)) {
+    // Without --loss-scale, scaling comes only with fp16 mixed precision.
+    if (absl::Status status = refuse_flags_without_effect(
+            flags, kScaleFlags,
+            "here: this compile has no loss scaling (fp16 mixed precision has it by default; "
+            "ask for it in other precisions with --loss-scale dynamic)");
+        !status.ok()) {
+      return report_error(status);
+    }
+  }
   absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
   if (!shapes.ok()) return report_error(shapes.status());
   options.import.input_shapes = *std::move(shapes);
@@ -347,7 +409,7 @@ void add_precision_flags(CLI::App& compile, CompileFlags& flags) {
 }
 
 void add_training_flags(CLI::App& compile, CompileFlags& flags) {
-  const std::string group = "Training (with --optimizer)";
+  const std::string group(kTrainingGroup);
   compile.add_option("--optimizer", flags.optimizer, "Build a training step with this optimizer")
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->group(group);
@@ -509,7 +571,15 @@ int run(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : kExitUsage;
   }
-  if (*compile) return run_compile(compile_flags);
+  if (*compile) {
+    for (const CLI::Option* option : compile->get_options()) {
+      if (option->get_group() == kTrainingGroup && option->count() > 0 &&
+          option->get_name() != "--optimizer") {
+        compile_flags.training_flags_given.insert(option->get_name());
+      }
+    }
+    return run_compile(compile_flags);
+  }
   if (*inspect) return run_inspect(inspect_flags);
   if (*run_command) return run_model_command(run_flags);
   if (*train_command) return run_train_command(train_flags);
