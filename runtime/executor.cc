@@ -34,6 +34,13 @@ bool is_checked_float(const TensorArg& arg) {
   return arg.present() && is_arithmetic_float(arg.dtype());
 }
 
+const Value* graph_output(const Graph& graph, std::string_view name) {
+  for (const Value* output : graph.outputs()) {
+    if (output != nullptr && output->name() == name) return output;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::create(const Graph& graph, const Plan& plan,
@@ -140,6 +147,8 @@ absl::Status Executor::run(uint64_t random_stream) {
     random_stream_set_ = true;
   }
   const std::vector<PlanStep>& steps = plan_.steps();
+  const Value* found_inf = graph_output(graph_, "found_inf");
+  absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
     contexts_[s].random_stream = random_stream;
     absl::Status status = steps[s].kernel->fn(contexts_[s]);
@@ -149,7 +158,11 @@ absl::Status Executor::run(uint64_t random_stream) {
       return absl::Status(status.code(),
                           str_cat(steps[s].node->describe(), ": ", status.message()));
     }
-    if (options_.check_numerics) AMPC_RETURN_IF_ERROR(check_numerics(static_cast<int>(s)));
+    if (options_.check_numerics && first_non_finite.ok()) {
+      absl::Status numerics = check_numerics(static_cast<int>(s));
+      if (found_inf == nullptr) AMPC_RETURN_IF_ERROR(numerics);
+      first_non_finite = std::move(numerics);
+    }
     if (options_.poison_freed_buffers) {
       for (int b : steps[s].freed_buffers) {
         const Buffer& buffer = plan_.buffers()[b];
@@ -160,6 +173,31 @@ absl::Status Executor::run(uint64_t random_stream) {
   }
   AMPC_ASSIGN_OR_RETURN(const DeviceError error, backend_->synchronize());
   if (error.code != kNoDeviceError) return data_error(error);
+  if (!first_non_finite.ok()) return settle_skipped_numerics(first_non_finite);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::settle_skipped_numerics(const absl::Status& first_non_finite) const {
+  AMPC_ASSIGN_OR_RETURN(const Tensor skipped, read(graph_output(graph_, "found_inf")));
+  if (skipped.element_as_double(0) == 0) {
+    return absl::Status(first_non_finite.code(), str_cat(first_non_finite.message(),
+                                                         " (the loss scaler did not skip the "
+                                                         "step: its gradients were finite)"));
+  }
+  for (const Graph::StateUpdate& update : graph_.state_updates()) {
+    const Value* value = graph_output(graph_, update.update);
+    if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
+    AMPC_ASSIGN_OR_RETURN(const Tensor next, read(value));
+    for (int64_t i = 0; i < next.num_elements(); ++i) {
+      if (std::isfinite(next.element_as_double(i))) continue;
+      return absl::OutOfRangeError(
+          str_cat("--check-numerics: the loss scaler skipped the step, but state '", update.state,
+                  "' would still become non-finite (element ", i,
+                  "), which skipping does not "
+                  "undo; it began with: ",
+                  first_non_finite.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

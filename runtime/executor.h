@@ -26,6 +26,9 @@ struct ExecutorOptions {
   // float type), so a planning error shows up as wrong results. For tests.
   bool poison_freed_buffers = false;
   // After each step, check its float outputs for inf and NaN (SessionOptions::check_numerics).
+  // In a training step with loss scaling (a `found_inf` output), a non-finite value fails the
+  // run only when the scaler did not handle it: when the step was not skipped, or when a state
+  // update (such as BatchNorm's running statistics) is non-finite even so.
   bool check_numerics = false;
 };
 
@@ -57,6 +60,9 @@ class Executor {
   absl::Status allocate_and_bind();
   std::byte* address(const Value* value) const;
   absl::Status check_numerics(int step) const;
+  // After a run of a loss-scaled step that met `first_non_finite`: OK when the step was skipped
+  // and every state update is finite.
+  absl::Status settle_skipped_numerics(const absl::Status& first_non_finite) const;
   absl::Status data_error(const DeviceError& error) const;
 
   const Graph& graph_;

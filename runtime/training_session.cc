@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <set>
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "passes/passes.h"
+#include "runtime/checksum.h"
 #include "runtime/safetensors.h"
 
 namespace ampc::runtime {
@@ -16,7 +18,19 @@ namespace {
 
 // Checkpoint metadata keys.
 constexpr std::string_view kCheckpointFormat = "ampc.checkpoint";
-constexpr std::string_view kCheckpointFormatVersion = "1";
+// 2: every tensor's CRC-32 in the metadata (ampc.crc32.<name>, 8 hex digits). 1 had none; such
+// checkpoints still load, with only their values checked.
+constexpr std::string_view kCheckpointFormatVersion = "2";
+constexpr std::string_view kCheckpointFormatWithoutChecksums = "1";
+constexpr std::string_view kCheckpointCrcPrefix = "ampc.crc32.";
+// The CRC-32 of the counts in the metadata ("<steps_done>/<accumulate>").
+constexpr std::string_view kCheckpointCountsCrc = "ampc.crc32";
+
+std::string counts_checksum(int64_t steps_done, int64_t accumulate) {
+  const std::string counts = str_cat(steps_done, "/", accumulate);
+  return fmt::format("{:08x}",
+                     crc32_of({reinterpret_cast<const uint8_t*>(counts.data()), counts.size()}));
+}
 constexpr std::string_view kCheckpointSteps = "ampc.steps_done";
 constexpr std::string_view kCheckpointAccumulate = "ampc.accumulate";
 
@@ -297,13 +311,37 @@ absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
   for (const std::string& name : state_names()) {
     AMPC_ASSIGN_OR_RETURN(tensors[name], step_->initializer(name));
   }
-  const std::map<std::string, std::string> metadata = {
+  std::map<std::string, std::string> metadata = {
       {std::string(kCheckpointFormat), std::string(kCheckpointFormatVersion)},
       {std::string(kCheckpointSteps), str_cat(steps_done_)},
       {std::string(kCheckpointAccumulate), str_cat(accumulation_steps_)},
   };
+  metadata[std::string(kCheckpointCountsCrc)] = counts_checksum(steps_done_, accumulation_steps_);
+  for (const auto& [name, tensor] : tensors) {
+    metadata[str_cat(kCheckpointCrcPrefix, name)] = fmt::format("{:08x}", crc32_of(tensor.bytes()));
+  }
   return write_safetensors(path, tensors, metadata);
 }
+
+namespace {
+
+// What a checkpoint's state may hold: finite floats; a positive loss scale; counters, second
+// moments and the step counter not below 0. Empty when `value` is fine, else why not.
+std::string implausible_state(std::string_view name, const Tensor& value) {
+  const bool non_negative = name == "optimizer.step" || name.ends_with(".exp_avg_sq") ||
+                            name == "loss_scale.growth_tracker" ||
+                            name == "loss_scale.skipped_steps" || name == kMicroStepState;
+  for (int64_t i = 0; i < value.num_elements(); ++i) {
+    const double x = is_float(value.dtype()) ? value.element_as_double(i)
+                                             : static_cast<double>(value.element_as_i64(i));
+    if (!std::isfinite(x)) return str_cat("element ", i, " is ", x);
+    if (non_negative && x < 0) return str_cat("element ", i, " is ", x, ", below 0");
+    if (name == "loss_scale" && !(x > 0)) return str_cat("it is ", x, "; a loss scale is > 0");
+  }
+  return "";
+}
+
+}  // namespace
 
 absl::Status TrainingSession::load_checkpoint(const std::string& path) {
   AMPC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path));
@@ -311,9 +349,12 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
     return absl::InvalidArgumentError(str_cat(path, ": ", why));
   };
   const auto format = file.metadata.find(std::string(kCheckpointFormat));
-  if (format == file.metadata.end() || format->second != kCheckpointFormatVersion) {
-    return bad("not an ampc checkpoint (no ampc.checkpoint = 1 in its metadata)");
+  if (format == file.metadata.end() || (format->second != kCheckpointFormatVersion &&
+                                        format->second != kCheckpointFormatWithoutChecksums)) {
+    return bad(str_cat("not an ampc checkpoint (no ampc.checkpoint = ", kCheckpointFormatVersion,
+                       " or ", kCheckpointFormatWithoutChecksums, " in its metadata)"));
   }
+  const bool checksums = format->second == kCheckpointFormatVersion;
   const auto steps = file.metadata.find(std::string(kCheckpointSteps));
   int64_t steps_done = -1;
   if (steps != file.metadata.end()) {
@@ -322,6 +363,16 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
     if (ec != std::errc() || ptr != text.data() + text.size()) steps_done = -1;
   }
   if (steps_done < 0) return bad("its ampc.steps_done is missing or not a count");
+  if (checksums) {
+    const auto crc = file.metadata.find(std::string(kCheckpointCountsCrc));
+    const auto k = file.metadata.find(std::string(kCheckpointAccumulate));
+    const int64_t accumulate = k == file.metadata.end() ? -1 : std::atoll(k->second.c_str());
+    if (crc == file.metadata.end() || crc->second != counts_checksum(steps_done, accumulate)) {
+      return bad(
+          "its ampc.steps_done and ampc.accumulate do not match their checksum: the file is "
+          "corrupt");
+    }
+  }
   // Step i reads batches iK .. iK + K - 1: resuming with another K would read other batches.
   if (const auto k = file.metadata.find(std::string(kCheckpointAccumulate));
       k != file.metadata.end() && k->second != str_cat(accumulation_steps_)) {
@@ -345,6 +396,22 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
       if (!known.contains(name)) {
         return bad(str_cat("it holds '", name, "', which is not state of this model"));
       }
+    }
+  }
+  // The file has the model's state; now its bytes and values.
+  for (const std::string& name : names) {
+    const Tensor& value = file.tensors.at(name);
+    if (checksums) {
+      const auto crc = file.metadata.find(str_cat(kCheckpointCrcPrefix, name));
+      const std::string actual = fmt::format("{:08x}", crc32_of(value.bytes()));
+      if (crc == file.metadata.end()) return bad(str_cat("it has no checksum for '", name, "'"));
+      if (crc->second != actual) {
+        return bad(str_cat("'", name, "' does not match its checksum (CRC-32 ", actual,
+                           ", recorded ", crc->second, "): the file is corrupt"));
+      }
+    }
+    if (const std::string why = implausible_state(name, value); !why.empty()) {
+      return bad(str_cat("'", name, "' cannot be resumed from: ", why));
     }
   }
   if (const auto counter = file.tensors.find(std::string(kMicroStepState));

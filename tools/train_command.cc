@@ -7,15 +7,18 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/batch_data.h"
 #include "runtime/lr_schedule.h"
@@ -25,12 +28,16 @@ namespace ampc {
 namespace {
 
 constexpr int kExitError = 1;
-constexpr int kExitInterrupted = 130;
 constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
+// With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
+// gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
+// scale has then been halved 50 times (from 65536 to below 6e-11).
+constexpr int64_t kMaxSkippedStepsInARow = 50;
 
-std::atomic<bool> interrupted{false};
+// The signal that asked training to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has.
+std::atomic<int> stop_signal{0};
 
-extern "C" void on_interrupt(int /*signal*/) { interrupted.store(true); }
+extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
 
 int report_error(const absl::Status& status) {
   std::cerr << "ampc: error: " << status.message() << "\n";
@@ -95,6 +102,96 @@ class Progress {
   Clock::time_point start_;
   Clock::time_point last_draw_{};
 };
+
+// Where --checkpoint, --export and --log write, checked before the first step so that a typo
+// costs no training: the checkpoint folder exists or is made, takes a file, has room for the
+// checkpoint, and holds no stale temporaries of an interrupted save (removed); outputs that
+// exist are regular files.
+absl::Status check_outputs(const runtime::TrainingSession& session,
+                           const std::string& checkpoint_dir, const std::string& export_path) {
+  std::error_code error;
+  auto refuse_special = [&](const std::string& flag, const std::filesystem::path& path) {
+    const std::filesystem::file_status status = std::filesystem::status(path, error);
+    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
+      return absl::InvalidArgumentError(
+          str_cat(flag, " '", path.string(), "' exists and is not a regular file"));
+    }
+    return absl::OkStatus();
+  };
+  if (!export_path.empty()) {
+    const std::filesystem::path path(export_path);
+    const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
+    if (!std::filesystem::is_directory(parent, error) || ::access(parent.c_str(), W_OK) != 0) {
+      return absl::InvalidArgumentError(str_cat("cannot write --export '", export_path,
+                                                "': its folder '", parent.string(),
+                                                "' does not exist or is not writable"));
+    }
+    AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
+  }
+  if (!checkpoint_dir.empty()) {
+    const std::filesystem::path dir(checkpoint_dir);
+    std::filesystem::create_directories(dir, error);
+    if (error || !std::filesystem::is_directory(dir)) {
+      return absl::InvalidArgumentError(str_cat("cannot use --checkpoint folder '", checkpoint_dir,
+                                                "': ", error ? error.message() : "not a folder"));
+    }
+    AMPC_RETURN_IF_ERROR(refuse_special("--checkpoint", dir / kCheckpointFile));
+    const std::string stale_prefix = str_cat(".", kCheckpointFile, ".");
+    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.starts_with(stale_prefix) && entry.is_regular_file()) {
+        std::filesystem::remove(entry.path(), error);
+        std::cerr << "ampc: removed " << entry.path().string()
+                  << ", left by a checkpoint save that was interrupted\n";
+      }
+    }
+    if (::access(dir.c_str(), W_OK) != 0) {
+      return absl::InvalidArgumentError(str_cat("cannot write into --checkpoint folder '",
+                                                checkpoint_dir, "': ", std::strerror(errno)));
+    }
+    int64_t bytes = 0;
+    for (const Value* value : session.graph().initializers()) {
+      if (session.has_state(value->name())) bytes += value->type().byte_size();
+    }
+    const std::filesystem::space_info space = std::filesystem::space(dir, error);
+    if (!error && space.available < static_cast<uintmax_t>(bytes)) {
+      return absl::ResourceExhaustedError(str_cat("--checkpoint folder '", checkpoint_dir, "' has ",
+                                                  space.available,
+                                                  " bytes free; a checkpoint takes about ", bytes));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// On --resume, the log keeps one record per step: records past the checkpoint's step (logged
+// before the run that wrote them was killed, and to be run again) are cut off.
+absl::Status cut_log_to_step(const std::string& log, int64_t steps_done) {
+  if (!std::filesystem::exists(log)) return absl::OkStatus();
+  AMPC_ASSIGN_OR_RETURN(const std::string text, read_regular_file(log));
+  constexpr std::string_view kPrefix = R"({"step": )";
+  size_t keep = 0;
+  for (size_t start = 0; start < text.size();) {
+    const size_t end = text.find('\n', start);
+    if (end == std::string::npos) break;  // a record cut short by the kill
+    int64_t step = 0;
+    const std::string_view line(text.data() + start, end - start);
+    if (!line.starts_with(kPrefix) ||
+        std::from_chars(line.data() + kPrefix.size(), line.data() + line.size(), step).ec !=
+            std::errc()) {
+      return absl::InvalidArgumentError(str_cat("--log '", log,
+                                                "' holds a line that is not a step "
+                                                "record: ",
+                                                line.substr(0, 80)));
+    }
+    if (step > steps_done) break;
+    keep = end + 1;
+    start = end + 1;
+  }
+  if (keep == text.size()) return absl::OkStatus();
+  std::cerr << "ampc: cut --log " << log << " back to step " << steps_done
+            << ", where the checkpoint was saved\n";
+  return write_file_atomically(log, std::string_view(text).substr(0, keep));
+}
 
 absl::Status save_checkpoint(const runtime::TrainingSession& session, const std::string& dir) {
   std::error_code ec;
@@ -230,22 +327,35 @@ int train(const TrainFlags& flags) {
               << "\n";
   }
 
+  if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path);
+      !status.ok()) {
+    return report_error(status);
+  }
   std::ofstream log;
   if (!flags.log.empty()) {
+    if (std::filesystem::exists(flags.log) && !std::filesystem::is_regular_file(flags.log)) {
+      return report_error(absl::InvalidArgumentError(
+          str_cat("--log '", flags.log, "' exists and is not a regular file")));
+    }
+    if (flags.resume) {
+      if (absl::Status status = cut_log_to_step(flags.log, session.steps_done()); !status.ok()) {
+        return report_error(status);
+      }
+    }
     log.open(flags.log, flags.resume ? std::ios::app : std::ios::trunc);
     if (!log) {
-      return report_error(
-          absl::InvalidArgumentError(str_cat("cannot write --log '", flags.log, "'")));
+      return report_error(absl::InvalidArgumentError(
+          str_cat("cannot write --log '", flags.log, "': ", std::strerror(errno))));
     }
   }
   const bool bar = flags.progress == "bar" || (flags.progress == "auto" && isatty(STDERR_FILENO));
   Progress progress(bar && flags.progress != "none", session.steps_done(), flags.steps);
   const bool show = flags.progress != "none";
-  std::signal(SIGINT, on_interrupt);
-  std::signal(SIGTERM, on_interrupt);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, on_stop_signal);
 
   std::optional<runtime::StepStats> last_stats;
-  while (session.steps_done() < flags.steps && !interrupted.load()) {
+  int64_t skipped_in_a_row = 0;
+  while (session.steps_done() < flags.steps && stop_signal.load() == 0) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
     // Batches iK .. iK + K - 1 (mod N), computed mod N first so nothing overflows.
@@ -270,8 +380,37 @@ int train(const TrainFlags& flags) {
       }
       log << line << "}\n";
       log.flush();
+      if (!log) {
+        if (show) progress.finish_line();
+        return report_error(absl::UnavailableError(str_cat(
+            "writing --log '", flags.log, "' failed at step ", stats->step, ": ",
+            std::strerror(errno), checkpoint.empty() ? "" : " (the last checkpoint is kept)")));
+      }
     }
     if (show) progress.update(*stats);
+    // A non-finite loss ends training before anything saves the weights it made: with loss
+    // scaling the step was skipped, so only a run of such steps stops it.
+    const bool scaled = !std::isnan(stats->loss_scale);
+    skipped_in_a_row = scaled && stats->found_inf ? skipped_in_a_row + 1 : 0;
+    if ((!scaled && !std::isfinite(stats->loss)) || skipped_in_a_row >= kMaxSkippedStepsInARow) {
+      if (show) progress.finish_line();
+      const std::string batches = k == 1 ? str_cat("batch ", first % data->num_batches())
+                                         : str_cat("batches ", first, " to ", first + k - 1,
+                                                   " (mod ", data->num_batches(), ")");
+      const std::string kept =
+          checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was");
+      return report_error(absl::InvalidArgumentError(
+          scaled
+              ? str_cat("steps ", stats->step - kMaxSkippedStepsInARow + 1, " to ", stats->step,
+                        " all overflowed (", kMaxSkippedStepsInARow, " in a row, the last on ",
+                        batches,
+                        "): the loss or its gradients are not finite at any loss scale"
+                        " (NaN or inf in the data, or a diverged model)",
+                        kept)
+              : str_cat("step ", stats->step, " (", batches, "): the loss is ",
+                        std::isnan(stats->loss) ? "NaN" : fmt::format("{}", stats->loss),
+                        " (NaN or inf in the data, or a diverged model); training stops", kept)));
+    }
     if (!checkpoint.empty() && flags.checkpoint_every > 0 &&
         stats->step % flags.checkpoint_every == 0 && stats->step < flags.steps) {
       if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
@@ -279,20 +418,20 @@ int train(const TrainFlags& flags) {
       }
     }
   }
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_DFL);
   if (!checkpoint.empty()) {
     if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
       return report_error(status);
     }
   }
-  if (interrupted.load()) {
+  if (const int signal = stop_signal.load(); signal != 0) {
     if (show) progress.finish_line();
-    std::cerr << "ampc: interrupted after step " << session.steps_done()
+    std::cerr << "ampc: interrupted by SIG" << sigabbrev_np(signal) << " after step "
+              << session.steps_done()
               << (checkpoint.empty() ? " (no --checkpoint: nothing saved)"
                                      : str_cat("; saved ", checkpoint, " (continue with --resume)"))
               << "\n";
-    return kExitInterrupted;
+    return 128 + signal;  // the shell's convention for a process ended by a signal
   }
   if (!checkpoint.empty()) std::cerr << "ampc: saved " << checkpoint << "\n";
   if (last_stats && !std::isnan(last_stats->loss_scale)) {

@@ -6,13 +6,17 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "compiler/compile.h"
+#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "onnx/checker.h"
 #include "runtime/batch_data.h"
+#include "runtime/checksum.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/safetensors.h"
 #include "tests/test_util.h"
@@ -41,6 +45,13 @@ BatchData load_data(const std::string& file, const std::vector<TensorInfo>& inpu
   absl::StatusOr<BatchData> data = BatchData::load(testing::source_path("models/" + file), inputs);
   EXPECT_TRUE(data.ok()) << data.status();
   return *std::move(data);
+}
+
+// The mlp with SGD and momentum (parameters and momentum buffers as state).
+std::unique_ptr<TrainingSession> mlp_with_sgd_momentum() {
+  OptimizerOptions sgd;
+  sgd.momentum = 0.9f;
+  return compile_and_open("mlp", sgd, 0.05f);
 }
 
 OptimizerOptions adamw() {
@@ -205,9 +216,7 @@ TEST_F(TrainingSessionTest, DropoutMasksChangePerStepAndResumeReproducesThem) {
 }
 
 TEST_F(TrainingSessionTest, BadCheckpointsAreErrorsThatChangeNothing) {
-  OptimizerOptions sgd;
-  sgd.momentum = 0.9f;
-  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", sgd, 0.05f);
+  std::unique_ptr<TrainingSession> session = mlp_with_sgd_momentum();
   ASSERT_TRUE(session);
   ASSERT_TRUE(session->save_checkpoint(path("good.safetensors")).ok());
   absl::StatusOr<SafetensorsFile> good = read_safetensors(path("good.safetensors"));
@@ -236,6 +245,64 @@ TEST_F(TrainingSessionTest, BadCheckpointsAreErrorsThatChangeNothing) {
   not_ours.metadata.clear();
   expect_rejected(not_ours, "not an ampc checkpoint");
   EXPECT_FALSE(session->load_checkpoint(path("absent.safetensors")).ok());
+
+  // A NaN weight, with a checksum that matches it: refused by the value checks.
+  SafetensorsFile nan_weight = *good;
+  nan_weight.tensors["fc1.weight"].set_element(7, std::nan(""));
+  nan_weight.metadata["ampc.crc32.fc1.weight"] =
+      fmt::format("{:08x}", crc32_of(nan_weight.tensors["fc1.weight"].bytes()));
+  expect_rejected(nan_weight, "'fc1.weight' cannot be resumed from: element 7 is nan");
+  SafetensorsFile no_checksum = *good;
+  no_checksum.metadata.erase("ampc.crc32.fc2.bias");
+  expect_rejected(no_checksum, "it has no checksum for 'fc2.bias'");
+  // A checkpoint of format 1 (before checksums) still loads.
+  SafetensorsFile version1 = *good;
+  for (auto it = version1.metadata.begin(); it != version1.metadata.end();) {
+    it = it->first.starts_with("ampc.crc32.") ? version1.metadata.erase(it) : std::next(it);
+  }
+  version1.metadata["ampc.checkpoint"] = "1";
+  ASSERT_TRUE(write_safetensors(path("v1.safetensors"), version1.tensors, version1.metadata).ok());
+  EXPECT_TRUE(session->load_checkpoint(path("v1.safetensors")).ok());
+}
+
+// A flipped bit anywhere in a checkpoint is refused with an error that changes nothing, or, where
+// it hits nothing that matters (a space in the JSON header), loads the very same state; in the
+// tensor data every flip is refused by the checksum of the tensor it hits.
+TEST_F(TrainingSessionTest, CorruptCheckpointBytesAreRefusedOrChangeNothing) {
+  std::unique_ptr<TrainingSession> session = mlp_with_sgd_momentum();
+  ASSERT_TRUE(session);
+  ASSERT_TRUE(session->save_checkpoint(path("good.safetensors")).ok());
+  std::ifstream in(path("good.safetensors"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::map<std::string, Tensor> state;
+  for (const std::string& name : session->state_names()) state[name] = *session->state(name);
+  // The tensor data follows the 8-byte header length and the JSON header.
+  uint64_t header = 0;
+  std::memcpy(&header, bytes.data(), sizeof header);
+  const size_t data_start = 8 + header;
+  ASSERT_LT(data_start, bytes.size());
+  std::mt19937 rng(20261126);
+  int data_flips = 0;
+  int caught_by_checksum = 0;
+  for (int trial = 0; trial < 400; ++trial) {
+    // Half the flips in the header, half in the data.
+    const size_t at =
+        trial % 2 == 0 ? rng() % data_start : data_start + rng() % (bytes.size() - data_start);
+    std::string corrupt = bytes;
+    corrupt[at] = static_cast<char>(corrupt[at] ^ (1 << (rng() % 8)));
+    std::ofstream(path("bad.safetensors"), std::ios::binary) << corrupt;
+    const absl::Status status = session->load_checkpoint(path("bad.safetensors"));
+    if (at >= data_start) {
+      ++data_flips;
+      caught_by_checksum +=
+          std::string(status.message()).find("does not match its checksum") != std::string::npos;
+    }
+    EXPECT_EQ(session->steps_done(), 0) << "byte " << at;
+    for (const auto& [name, value] : state) {
+      EXPECT_EQ(*session->state(name), value) << name << " after a flip of byte " << at;
+    }
+  }
+  EXPECT_EQ(caught_by_checksum, data_flips);
 }
 
 TEST_F(TrainingSessionTest, BadBatchesNameTheInput) {

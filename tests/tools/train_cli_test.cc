@@ -2,8 +2,10 @@
 // and every step is logged), a resumed or interrupted run continues bit for bit, the schedules
 // give the documented rates, the exported model runs without labels; bad data, flags and models
 // give exit 1 (2 for usage errors) with a message naming the problem, and write nothing.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <numbers>
 #include <regex>
@@ -344,15 +346,144 @@ TEST_F(TrainCliTest, EvalDataReportsLossAndAccuracy) {
 // inf or NaN and names it, with its inputs' ranges.
 TEST_F(TrainCliTest, CheckNumericsStopsAtTheFirstNonFiniteValue) {
   const std::string trained = compile("mlp", "--optimizer sgd --lr 1e6");
+  // Without it, the first non-finite loss stops training too, naming the step and batch.
   CliResult r = train(trained, mlp_data() + " --steps 20 --log " + path("plain.jsonl"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(read_file(path("plain.jsonl")), HasSubstr("\"loss\": null"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("ampc: error: step [0-9]+ \\(batch [0-9]+\\): the "
+                                              "loss is (NaN|inf|-inf) \\(NaN or inf in the data"));
   r = train(trained, mlp_data() + " --steps 20 --check-numerics");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, ::testing::ContainsRegex(
                          "ampc: error: step [0-9]+: --check-numerics: node '[^']+' \\([A-Za-z]+\\) "
                          "wrote (inf|NaN) to output [0-9]+ %"));
   EXPECT_THAT(r.err, HasSubstr("its float inputs: %"));
+}
+
+// --scale-* flags shape fp16's default dynamic scaling without --loss-scale dynamic: the first
+// logged step uses --scale-init.
+TEST_F(TrainCliTest, ScaleFlagsApplyToFp16sDefaultLossScaling) {
+  const std::string trained =
+      compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16 --scale-init 1024");
+  CliResult r = train(trained, mlp_data() + " --steps 1 --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(read_file(path("log.jsonl")), HasSubstr("\"loss_scale\": 1024"));
+}
+
+// With loss scaling, --check-numerics lets the scaler skip what it handles: a NaN batch is a
+// skipped step, logged as such, and training goes on.
+TEST_F(TrainCliTest, CheckNumericsLetsTheLossScalerSkipWhatItHandles) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16");
+  std::map<std::string, Tensor> arrays = small_mlp_data();
+  arrays.at("x").set_element(1 * 8 * 64 + 3, std::nan(""));  // batch 1: step 2
+  save_npz("nan.npz", arrays);
+  CliResult r = train(trained, " --data " + path("nan.npz") + " --steps 4 --check-numerics --log " +
+                                   path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: 1 steps skipped on overflow"));
+  std::istringstream log(read_file(path("log.jsonl")));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(log, line);) records.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[0]["found_inf"], false);
+  EXPECT_EQ(records[1]["found_inf"], true);
+  EXPECT_EQ(records[1]["skipped"], 1);
+  EXPECT_EQ(records[3]["found_inf"], false);
+}
+
+// NaN in f32 training data: the first step that reads it stops training (exit 1, the step and
+// batch named), and the checkpoint of the step before is kept, byte for byte.
+TEST_F(TrainCliTest, NonFiniteLossStopsTrainingAndKeepsTheLastGoodCheckpoint) {
+  const std::string trained = compile("mlp", "--optimizer adamw --lr 0.003");
+  std::map<std::string, Tensor> arrays = small_mlp_data();
+  Tensor& x = arrays.at("x");  // [4, 8, 64]: poison batch 2
+  x.set_element(2 * 8 * 64 + 5, std::nan(""));
+  save_npz("nan.npz", arrays);
+  CliResult r =
+      train(trained, " --data " + path("nan.npz") + " --steps 4 --checkpoint-every 1" +
+                         " --checkpoint " + path("ckpt") + " --export " + path("export.onnx"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: step 3 (batch 2): the loss is NaN"));
+  EXPECT_THAT(r.err, HasSubstr(path("ckpt/checkpoint.safetensors") + " is kept as it was"));
+  EXPECT_FALSE(fs::exists(path("export.onnx")));
+  // The same two steps without the poisoned batch end at the same checkpoint.
+  r = train(trained, " --data " + path("nan.npz") + " --steps 2 --checkpoint " + path("two"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(read_file(path("ckpt/checkpoint.safetensors")) ==
+              read_file(path("two/checkpoint.safetensors")));
+}
+
+// With fp16 loss scaling a non-finite step is skipped; 50 in a row stop training.
+TEST_F(TrainCliTest, FiftySkippedStepsInARowStopFp16Training) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16");
+  std::map<std::string, Tensor> arrays = small_mlp_data();
+  Tensor& x = arrays.at("x");
+  for (int64_t b = 0; b < 4; ++b) x.set_element(b * 8 * 64, std::nan(""));
+  save_npz("nan.npz", arrays);
+  CliResult r =
+      train(trained, " --data " + path("nan.npz") + " --steps 200 --log " + path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: steps 1 to 50 all overflowed (50 in a row, the last "
+                               "on batch 1): the loss or its gradients are not finite"));
+  const std::string log = read_file(path("log.jsonl"));
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 50);  // one record per step run
+}
+
+// Where training will write is checked before the first step: a checkpoint folder that cannot
+// be made, an export into a missing folder, a log that is a device; nothing is written.
+TEST_F(TrainCliTest, OutputPathsAreCheckedBeforeTheFirstStep) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  std::ofstream(path("a_file")) << "x";
+  CliResult r = train(trained, mlp_data() + " --steps 3 --checkpoint " + path("a_file/ckpt") +
+                                   " --log " + path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cannot use --checkpoint folder '" + path("a_file/ckpt") + "'"));
+  r = train(trained, mlp_data() + " --steps 3 --export " + path("missing/out.onnx") + " --log " +
+                         path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err,
+              HasSubstr("cannot write --export '" + path("missing/out.onnx") + "': its folder"));
+  r = train(trained, mlp_data() + " --steps 3 --log /dev/full");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--log '/dev/full' exists and is not a regular file"));
+  EXPECT_FALSE(fs::exists(path("log.jsonl")));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("step 1")));
+}
+
+// A run killed between checkpoints has logged steps past its checkpoint; the resume cuts the log
+// back to the checkpoint's step, so the log ends as a run never killed: one record per step.
+TEST_F(TrainCliTest, ResumeCutsTheLogBackToTheCheckpointsStep) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.05");
+  CliResult r = train(trained, mlp_data() + " --steps 6 --log " + path("straight.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(trained,
+            mlp_data() + " --steps 4 --checkpoint " + path("ckpt") + " --log " + path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // What a kill -9 after step 5 and in the middle of step 6's record leaves.
+  const std::string straight = read_file(path("straight.jsonl"));
+  std::vector<std::string> records;
+  std::istringstream lines(straight);
+  for (std::string line; std::getline(lines, line);) records.push_back(line);
+  ASSERT_EQ(records.size(), 6u);
+  std::ofstream(path("log.jsonl"), std::ios::app) << records[4] << "\n" << records[5].substr(0, 12);
+  r = train(trained, mlp_data() + " --steps 6 --resume --checkpoint " + path("ckpt") + " --log " +
+                         path("log.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("cut --log " + path("log.jsonl") + " back to step 4"));
+  EXPECT_EQ(read_file(path("log.jsonl")), straight);
+}
+
+// A save killed mid-write leaves .checkpoint.safetensors.XXXXXX; the next start removes it.
+TEST_F(TrainCliTest, StaleCheckpointTemporariesAreRemovedAtStart) {
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  fs::create_directories(path("ckpt"));
+  std::ofstream(path("ckpt/.checkpoint.safetensors.Ab12Cd")) << "half a checkpoint";
+  std::ofstream(path("ckpt/notes.txt")) << "the user's";
+  CliResult r = train(trained, mlp_data() + " --steps 2 --checkpoint " + path("ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("removed " + path("ckpt/.checkpoint.safetensors.Ab12Cd")));
+  EXPECT_FALSE(fs::exists(path("ckpt/.checkpoint.safetensors.Ab12Cd")));
+  EXPECT_TRUE(fs::exists(path("ckpt/notes.txt")));
+  EXPECT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
 }
 
 TEST_F(TrainCliTest, BadDataArraysAreNamedAndNothingIsWritten) {
@@ -465,6 +596,27 @@ TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
       {"--optimizer sgd --accumulate 65537", 1, {"--accumulate 65537", "[1, 65536]"}},
       {"--accumulate 2", 1, {"--accumulate", "--optimizer"}},
       {"--optimizer rmsprop", 2, {"rmsprop"}},
+      // Flags that would do nothing are errors.
+      {"--lr 0.1 --momentum 0.9", 1, {"--lr, --momentum belong to a training compile"}},
+      {"--optimizer sgd --beta1 0.8", 1, {"--beta1 does nothing with --optimizer sgd"}},
+      {"--optimizer adamw --momentum 0.9 --nesterov",
+       1,
+       {"--momentum, --nesterov do nothing with --optimizer adamw"}},
+      {"--optimizer sgd --scale-init 1024",
+       1,
+       {"--scale-init does nothing here: this compile has no loss scaling"}},
+      {"--optimizer sgd --precision bf16 --scale-growth 4", 1, {"--scale-growth does nothing"}},
+      {"--optimizer sgd --precision fp16 --loss-scale none --scale-min 1",
+       1,
+       {"--scale-min does nothing with --loss-scale none"}},
+      {"--optimizer sgd --precision fp16 --loss-scale static:128 --scale-backoff 0.25",
+       1,
+       {"--scale-backoff does nothing with --loss-scale static:S"}},
+      // ... and bad values of those that would act, fp16's default scaling included.
+      {"--optimizer sgd --precision fp16 --scale-init nan", 1, {"--scale-init nan"}},
+      {"--optimizer sgd --precision fp16 --scale-growth 1", 1, {"--scale-growth 1", "> 1"}},
+      {"--optimizer sgd --precision fp16 --scale-backoff 1", 1, {"--scale-backoff 1"}},
+      {"--optimizer sgd --precision fp16 --scale-init -4", 1, {"--scale-init -4"}},
   };
   const std::string out = path("out.onnx");
   for (const Case& c : cases) {
@@ -480,26 +632,43 @@ TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
 }
 
 // SIGINT stops training after the current step, saves a checkpoint and exits 130; resuming from
-// it ends where an uninterrupted run of as many steps ends, byte for byte.
+// it ends where an uninterrupted run of as many steps ends, byte for byte. SIGHUP (a closed
+// terminal) and SIGTERM do the same, exiting 128 + the signal's number.
 TEST_F(TrainCliTest, InterruptSavesACheckpointToResumeFrom) {
   const std::string trained = compile("mlp", "--optimizer adamw --lr 0.003");
+  // Starts training in the background (bounded by `timeout`), sends `signal` once its first step
+  // is logged (bounded too: 20 s) and returns its exit status; stderr goes to train.err.
+  auto interrupt_training = [&](const std::string& args, const std::string& log,
+                                const std::string& signal) {
+    const std::string script = "timeout -s KILL 60 " + std::string(AMPC_BINARY) + " train " +
+                               trained + args + " --steps 1000000 --progress none --log " + log +
+                               " 2>" + path("train.err") + " & pid=$!; i=0; while [ ! -s " + log +
+                               " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -" +
+                               signal + " $pid; wait $pid; echo $?";
+    std::string out, err;
+    EXPECT_EQ(testing::run_command("sh -c '" + script + "'", &out, &err), 0) << err;
+    return out;
+  };
+  for (const auto& [signal, status] :
+       {std::pair<std::string, std::string>{"HUP", "129\n"}, {"TERM", "143\n"}}) {
+    const std::string dir = path("ckpt_" + signal);
+    const std::string out =
+        interrupt_training(mlp_data() + " --checkpoint " + dir, path(signal + ".jsonl"), signal);
+    EXPECT_EQ(out, status) << read_file(path("train.err"));
+    EXPECT_THAT(read_file(path("train.err")), HasSubstr("interrupted by SIG" + signal));
+    EXPECT_TRUE(fs::exists(dir + "/checkpoint.safetensors")) << signal;
+  }
+
   const std::string log = path("log.jsonl");
-  // Started in the background (bounded by `timeout`), interrupted once its first step is logged
-  // (bounded too: 20 s), and its exit status printed.
-  const std::string script =
-      "timeout -s KILL 60 " + std::string(AMPC_BINARY) + " train " + trained + mlp_data() +
-      " --steps 1000000 --progress none --checkpoint " + path("ckpt") + " --log " + log + " 2>" +
-      path("train.err") + " & pid=$!; i=0; while [ ! -s " + log +
-      " ] && [ $i -lt 400 ]; do sleep 0.05; i=$((i+1)); done; kill -INT $pid; wait $pid; echo $?";
-  std::string out, err;
-  ASSERT_EQ(testing::run_command("sh -c '" + script + "'", &out, &err), 0) << err;
+  const std::string out =
+      interrupt_training(mlp_data() + " --checkpoint " + path("ckpt"), log, "INT");
   const std::string train_err = read_file(path("train.err"));
   ASSERT_EQ(out, "130\n") << train_err;
   const std::vector<LogLine> lines = read_log(log);
   ASSERT_GE(lines.size(), 1u);
   const int64_t done = static_cast<int64_t>(lines.size());
-  EXPECT_THAT(train_err, HasSubstr("interrupted after step " + std::to_string(done) + "; saved " +
-                                   path("ckpt/checkpoint.safetensors")));
+  EXPECT_THAT(train_err, HasSubstr("interrupted by SIGINT after step " + std::to_string(done) +
+                                   "; saved " + path("ckpt/checkpoint.safetensors")));
   ASSERT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
 
   const std::string total = std::to_string(done + 2);
