@@ -111,8 +111,8 @@ absl::Status validate_training_options(const TrainingOptions& options) {
                                      "--scale-backoff", s->backoff_factor, "it must be in (0, 1)"));
     AMPC_RETURN_IF_ERROR(check_range(s->growth_interval >= 1, "--scale-growth-interval",
                                      static_cast<float>(s->growth_interval), "it must be >= 1"));
-    AMPC_RETURN_IF_ERROR(check_range(s->min_scale >= 0 && s->min_scale <= s->init, "--scale-min",
-                                     s->min_scale, "it must be in [0, --scale-init]"));
+    AMPC_RETURN_IF_ERROR(check_range(s->min_scale > 0 && s->min_scale <= s->init, "--scale-min",
+                                     s->min_scale, "it must be in (0, --scale-init]"));
     AMPC_RETURN_IF_ERROR(check_range(s->hysteresis >= 1, "--scale-hysteresis",
                                      static_cast<float>(s->hysteresis), "it must be >= 1"));
   }

@@ -68,7 +68,10 @@ struct LossScaleOptions {
   float growth_factor = 2.0f;
   float backoff_factor = 0.5f;
   int64_t growth_interval = 2000;
-  float min_scale = 0;  // backoff stops here (0: no bound, as PyTorch)
+  // The backoff stops here, and an overflow at it stops ampc train: the smallest normal f32 by
+  // default, so the scale never reaches 0 (PyTorch's has no bound; no realistic run gets near
+  // this one).
+  float min_scale = 0x1p-126f;
   // Overflows in a row before a backoff (1: every overflow, as PyTorch; > 1 as Megatron-LM).
   int64_t hysteresis = 1;
 };

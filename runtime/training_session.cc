@@ -306,6 +306,15 @@ absl::Status TrainingSession::set_state(std::string_view name, const Tensor& val
   return absl::OkStatus();
 }
 
+std::optional<double> TrainingSession::min_loss_scale() const {
+  for (const auto& node : step_->graph().nodes()) {
+    if (node->domain() == kAmpcDomain && node->op_type() == "LossScaleUpdate") {
+      return node->float_attr("min_scale");
+    }
+  }
+  return std::nullopt;
+}
+
 absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
   std::map<std::string, Tensor> tensors;
   for (const std::string& name : state_names()) {

@@ -98,6 +98,9 @@ class TrainingSession {
 
   // The learning rate the model was compiled with (`ampc compile --lr`), if it says.
   std::optional<double> default_lr() const { return default_lr_; }
+  // The smallest scale the model's dynamic loss scaling backs off to (ampc compile --scale-min),
+  // or nullopt without dynamic scaling.
+  std::optional<double> min_loss_scale() const;
   const std::string& loss_name() const { return loss_; }
   const Graph& graph() const { return step_->graph(); }
   int64_t steps_done() const { return steps_done_; }

@@ -104,7 +104,7 @@ struct CompileFlags {
   float scale_growth = 2.0f;
   float scale_backoff = 0.5f;
   int64_t scale_growth_interval = 2000;
-  float scale_min = 0;
+  float scale_min = 0x1p-126f;  // the smallest normal f32
   int64_t scale_hysteresis = 1;
   // Mixed precision.
   std::string precision;
@@ -490,7 +490,8 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
       ->group(group);
   compile
       .add_option("--scale-min", flags.scale_min,
-                  "The scale never backs off below this (0: no bound)")
+                  "The scale never backs off below this, and an overflow at it stops ampc train "
+                  "(default: the smallest normal f32)")
       ->capture_default_str()
       ->group(group);
   compile

@@ -31,7 +31,7 @@ constexpr int kExitError = 1;
 constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
 // With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
 // gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
-// scale has then been halved 50 times (from 65536 to below 6e-11).
+// scale has then been halved 50 times (from 65536 to below 6e-11), unless --scale-min stopped it.
 constexpr int64_t kMaxSkippedStepsInARow = 50;
 
 // The signal that asked training to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has.
@@ -191,6 +191,32 @@ absl::Status cut_log_to_step(const std::string& log, int64_t steps_done) {
   std::cerr << "ampc: cut --log " << log << " back to step " << steps_done
             << ", where the checkpoint was saved\n";
   return write_file_atomically(log, std::string_view(text).substr(0, keep));
+}
+
+// Why training must stop after a step (empty: it goes on): a non-finite loss without loss
+// scaling; with dynamic scaling, which skips such steps, an overflow with the scale already at
+// its minimum, or kMaxSkippedStepsInARow skipped steps in a row.
+std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row,
+                       std::optional<double> min_scale) {
+  constexpr std::string_view kCause = "NaN or inf in the data, or a diverged model";
+  if (std::isnan(stats.loss_scale)) {
+    if (std::isfinite(stats.loss)) return "";
+    return str_cat("the loss is ", std::isnan(stats.loss) ? "NaN" : fmt::format("{}", stats.loss),
+                   " (", kCause, ")");
+  }
+  if (!stats.found_inf) return "";
+  if (min_scale && stats.loss_scale <= *min_scale) {
+    return str_cat("it overflowed with the loss scale already at its minimum (--scale-min ",
+                   *min_scale, "): its gradients are not finite at any allowed scale (", kCause,
+                   ")");
+  }
+  if (skipped_in_a_row >= kMaxSkippedStepsInARow) {
+    return str_cat("steps ", stats.step - kMaxSkippedStepsInARow + 1, " to ", stats.step,
+                   " all overflowed and were skipped: the loss or its gradients are not finite "
+                   "at any loss scale (",
+                   kCause, ")");
+  }
+  return "";
 }
 
 absl::Status save_checkpoint(const runtime::TrainingSession& session, const std::string& dir) {
@@ -355,6 +381,7 @@ int train(const TrainFlags& flags) {
 
   std::optional<runtime::StepStats> last_stats;
   int64_t skipped_in_a_row = 0;
+  const std::optional<double> min_scale = session.min_loss_scale();
   while (session.steps_done() < flags.steps && stop_signal.load() == 0) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
@@ -388,28 +415,16 @@ int train(const TrainFlags& flags) {
       }
     }
     if (show) progress.update(*stats);
-    // A non-finite loss ends training before anything saves the weights it made: with loss
-    // scaling the step was skipped, so only a run of such steps stops it.
-    const bool scaled = !std::isnan(stats->loss_scale);
-    skipped_in_a_row = scaled && stats->found_inf ? skipped_in_a_row + 1 : 0;
-    if ((!scaled && !std::isfinite(stats->loss)) || skipped_in_a_row >= kMaxSkippedStepsInARow) {
+    // A diverged step ends training before anything saves the weights it made.
+    skipped_in_a_row = stats->found_inf ? skipped_in_a_row + 1 : 0;
+    if (const std::string why = divergence(*stats, skipped_in_a_row, min_scale); !why.empty()) {
       if (show) progress.finish_line();
       const std::string batches = k == 1 ? str_cat("batch ", first % data->num_batches())
                                          : str_cat("batches ", first, " to ", first + k - 1,
                                                    " (mod ", data->num_batches(), ")");
-      const std::string kept =
-          checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was");
       return report_error(absl::InvalidArgumentError(
-          scaled
-              ? str_cat("steps ", stats->step - kMaxSkippedStepsInARow + 1, " to ", stats->step,
-                        " all overflowed (", kMaxSkippedStepsInARow, " in a row, the last on ",
-                        batches,
-                        "): the loss or its gradients are not finite at any loss scale"
-                        " (NaN or inf in the data, or a diverged model)",
-                        kept)
-              : str_cat("step ", stats->step, " (", batches, "): the loss is ",
-                        std::isnan(stats->loss) ? "NaN" : fmt::format("{}", stats->loss),
-                        " (NaN or inf in the data, or a diverged model); training stops", kept)));
+          str_cat("step ", stats->step, " (", batches, "): ", why, "; training stops",
+                  checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was"))));
     }
     if (!checkpoint.empty() && flags.checkpoint_every > 0 &&
         stats->step % flags.checkpoint_every == 0 && stats->step < flags.steps) {

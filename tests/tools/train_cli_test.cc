@@ -422,10 +422,26 @@ TEST_F(TrainCliTest, FiftySkippedStepsInARowStopFp16Training) {
   CliResult r =
       train(trained, " --data " + path("nan.npz") + " --steps 200 --log " + path("log.jsonl"));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("ampc: error: steps 1 to 50 all overflowed (50 in a row, the last "
-                               "on batch 1): the loss or its gradients are not finite"));
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: step 50 (batch 1): steps 1 to 50 all overflowed and "
+                               "were skipped: the loss or its gradients are not finite"));
   const std::string log = read_file(path("log.jsonl"));
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 50);  // one record per step run
+}
+
+// An overflow with the scale already at --scale-min stops training: 4 -> 2 -> 1, then step 3
+// overflows at 1.
+TEST_F(TrainCliTest, AnOverflowAtTheSmallestLossScaleStopsTraining) {
+  const std::string trained =
+      compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16 --scale-init 4 --scale-min 1");
+  std::map<std::string, Tensor> arrays = small_mlp_data();
+  for (int64_t b = 0; b < 4; ++b) arrays.at("x").set_element(b * 8 * 64, std::nan(""));
+  save_npz("nan.npz", arrays);
+  CliResult r =
+      train(trained, " --data " + path("nan.npz") + " --steps 20 --log " + path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: step 3 (batch 2): it overflowed with the loss scale "
+                               "already at its minimum (--scale-min 1)"));
+  EXPECT_THAT(read_file(path("log.jsonl")), HasSubstr("\"loss_scale\": 1, \"found_inf\": true"));
 }
 
 // Where training will write is checked before the first step: a checkpoint folder that cannot
