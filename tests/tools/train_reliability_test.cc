@@ -26,6 +26,12 @@ using testing::CliResult;
 using testing::read_file;
 using train_cli::TrainCliTest;
 
+// small_mlp_data()'s arrays with a NaN in every batch of x [4, 8, 64]: every step overflows.
+std::map<std::string, Tensor> with_nan_in_every_batch(std::map<std::string, Tensor> arrays) {
+  for (int64_t b = 0; b < 4; ++b) arrays.at("x").set_element(b * 8 * 64, std::nan(""));
+  return arrays;
+}
+
 // --scale-* flags shape fp16's default dynamic scaling without --loss-scale dynamic: the first
 // logged step uses --scale-init.
 TEST_F(TrainCliTest, ScaleFlagsApplyToFp16sDefaultLossScaling) {
@@ -82,10 +88,7 @@ TEST_F(TrainCliTest, NonFiniteLossStopsTrainingAndKeepsTheLastGoodCheckpoint) {
 // With fp16 loss scaling a non-finite step is skipped; 50 in a row stop training.
 TEST_F(TrainCliTest, FiftySkippedStepsInARowStopFp16Training) {
   const std::string trained = compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16");
-  std::map<std::string, Tensor> arrays = small_mlp_data();
-  Tensor& x = arrays.at("x");
-  for (int64_t b = 0; b < 4; ++b) x.set_element(b * 8 * 64, std::nan(""));
-  save_npz("nan.npz", arrays);
+  save_npz("nan.npz", with_nan_in_every_batch(small_mlp_data()));
   CliResult r =
       train(trained, " --data " + path("nan.npz") + " --steps 200 --log " + path("log.jsonl"));
   EXPECT_EQ(r.exit_code, 1) << r.err;
@@ -100,9 +103,7 @@ TEST_F(TrainCliTest, FiftySkippedStepsInARowStopFp16Training) {
 TEST_F(TrainCliTest, AnOverflowAtTheSmallestLossScaleStopsTraining) {
   const std::string trained =
       compile("mlp", "--optimizer sgd --lr 0.01 --precision fp16 --scale-init 4 --scale-min 1");
-  std::map<std::string, Tensor> arrays = small_mlp_data();
-  for (int64_t b = 0; b < 4; ++b) arrays.at("x").set_element(b * 8 * 64, std::nan(""));
-  save_npz("nan.npz", arrays);
+  save_npz("nan.npz", with_nan_in_every_batch(small_mlp_data()));
   CliResult r =
       train(trained, " --data " + path("nan.npz") + " --steps 20 --log " + path("log.jsonl"));
   EXPECT_EQ(r.exit_code, 1) << r.err;
