@@ -55,7 +55,11 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::create(const Graph& graph, c
 
 Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend> backend,
                    ExecutorOptions options)
-    : graph_(graph), plan_(plan), backend_(std::move(backend)), options_(std::move(options)) {}
+    : graph_(graph),
+      plan_(plan),
+      backend_(std::move(backend)),
+      options_(std::move(options)),
+      found_inf_(graph_output(graph, "found_inf")) {}
 
 // States may hold library objects made on the device; they go before the memory they describe.
 Executor::~Executor() { states_.clear(); }
@@ -147,7 +151,6 @@ absl::Status Executor::run(uint64_t random_stream) {
     random_stream_set_ = true;
   }
   const std::vector<PlanStep>& steps = plan_.steps();
-  const Value* found_inf = graph_output(graph_, "found_inf");
   absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
     contexts_[s].random_stream = random_stream;
@@ -160,7 +163,7 @@ absl::Status Executor::run(uint64_t random_stream) {
     }
     if (options_.check_numerics && first_non_finite.ok()) {
       absl::Status numerics = check_numerics(static_cast<int>(s));
-      if (found_inf == nullptr) AMPC_RETURN_IF_ERROR(numerics);
+      if (found_inf_ == nullptr) AMPC_RETURN_IF_ERROR(numerics);
       first_non_finite = std::move(numerics);
     }
     if (options_.poison_freed_buffers) {
@@ -178,7 +181,7 @@ absl::Status Executor::run(uint64_t random_stream) {
 }
 
 absl::Status Executor::settle_skipped_numerics(const absl::Status& first_non_finite) const {
-  AMPC_ASSIGN_OR_RETURN(const Tensor skipped, read(graph_output(graph_, "found_inf")));
+  AMPC_ASSIGN_OR_RETURN(const Tensor skipped, read(found_inf_));
   if (skipped.element_as_double(0) == 0) {
     return absl::Status(first_non_finite.code(), str_cat(first_non_finite.message(),
                                                          " (the loss scaler did not skip the "

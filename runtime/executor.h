@@ -69,6 +69,8 @@ class Executor {
   const Plan& plan_;
   std::shared_ptr<Backend> backend_;
   ExecutorOptions options_;
+  // A loss-scaled training step's overflow flag (skipped step), or null.
+  const Value* found_inf_;
   DeviceMemory arenas_[kNumArenas];
   std::vector<KernelContext> contexts_;
   std::vector<std::unique_ptr<KernelState>> states_;
