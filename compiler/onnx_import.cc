@@ -639,7 +639,7 @@ class Importer : public onnx_io::ImportSink {
     return copy;
   }
 
-  const ImportOptions& options_;
+  ImportOptions options_;  // a copy: callers pass temporaries
   std::string base_dir_;
   const Graph* outer_;
   std::unique_ptr<Graph> graph_;

@@ -103,6 +103,8 @@ class TrainingSession {
   std::optional<double> min_loss_scale() const;
   const std::string& loss_name() const { return loss_; }
   const Graph& graph() const { return step_->graph(); }
+  // The eval graph (what --export writes), or null for a bare training step.
+  const Graph* eval_graph() const { return eval_ ? &eval_->graph() : nullptr; }
   int64_t steps_done() const { return steps_done_; }
 
  private:

@@ -103,10 +103,30 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
+// The bytes of `graph`'s initializers: about what a checkpoint (of the step graph) or an export
+// (of the eval graph) writes.
+int64_t initializer_bytes(const Graph& graph) {
+  int64_t bytes = 0;
+  for (const Value* value : graph.initializers()) bytes += value->type().byte_size();
+  return bytes;
+}
+
+// Refuses a folder with less than `bytes` free for `what`.
+absl::Status check_free_space(const std::filesystem::path& dir, int64_t bytes,
+                              std::string_view what) {
+  std::error_code error;
+  const std::filesystem::space_info space = std::filesystem::space(dir, error);
+  if (!error && space.available < static_cast<uintmax_t>(bytes)) {
+    return absl::ResourceExhaustedError(str_cat(what, " '", dir.string(), "' has ", space.available,
+                                                " bytes free; it needs about ", bytes));
+  }
+  return absl::OkStatus();
+}
+
 // Where --checkpoint, --export and --log write, checked before the first step so that a typo
 // costs no training: the checkpoint folder exists or is made, takes a file, has room for the
-// checkpoint, and holds no stale temporaries of an interrupted save (removed); outputs that
-// exist are regular files.
+// checkpoint, and holds no stale temporaries of an interrupted save (removed); the export's
+// folder has room for the trained model; outputs that exist are regular files.
 absl::Status check_outputs(const runtime::TrainingSession& session,
                            const std::string& checkpoint_dir, const std::string& export_path) {
   std::error_code error;
@@ -127,6 +147,10 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
                                                 "' does not exist or is not writable"));
     }
     AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
+    if (const Graph* eval = session.eval_graph(); eval != nullptr) {
+      AMPC_RETURN_IF_ERROR(
+          check_free_space(parent, initializer_bytes(*eval), "the --export folder"));
+    }
   }
   if (!checkpoint_dir.empty()) {
     const std::filesystem::path dir(checkpoint_dir);
@@ -153,12 +177,7 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
     for (const Value* value : session.graph().initializers()) {
       if (session.has_state(value->name())) bytes += value->type().byte_size();
     }
-    const std::filesystem::space_info space = std::filesystem::space(dir, error);
-    if (!error && space.available < static_cast<uintmax_t>(bytes)) {
-      return absl::ResourceExhaustedError(str_cat("--checkpoint folder '", checkpoint_dir, "' has ",
-                                                  space.available,
-                                                  " bytes free; a checkpoint takes about ", bytes));
-    }
+    AMPC_RETURN_IF_ERROR(check_free_space(dir, bytes, "the --checkpoint folder"));
   }
   return absl::OkStatus();
 }

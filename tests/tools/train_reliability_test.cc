@@ -1,7 +1,9 @@
 // `ampc train` when things go wrong: a non-finite loss, a loss scale that cannot go lower, an
-// output path that cannot be used, a run killed between checkpoints or in a save; and the loss-
-// scaling flags and --check-numerics under loss scaling. Each case asserts the exit code, that
-// the message names the cause, and what was (not) written (docs/reliability.md).
+// output path that cannot be used, a full disk, a run killed between checkpoints or in a save;
+// and the loss-scaling flags and --check-numerics under loss scaling. Each case asserts the exit
+// code, that the message names the cause, and what was (not) written (docs/reliability.md).
+#include <sys/mount.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -168,6 +170,102 @@ TEST_F(TrainCliTest, StaleCheckpointTemporariesAreRemovedAtStart) {
   EXPECT_FALSE(fs::exists(path("ckpt/.checkpoint.safetensors.Ab12Cd")));
   EXPECT_TRUE(fs::exists(path("ckpt/notes.txt")));
   EXPECT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
+}
+
+// A small tmpfs (a full disk on demand) mounted for one test, or none where mounting is not
+// permitted (not root, or a container without the capability).
+class SmallDisk {
+ public:
+  SmallDisk(const fs::path& dir, int kib) : dir_(dir) {
+    fs::create_directories(dir);
+    const std::string size = "size=" + std::to_string(kib) + "k";
+    mounted_ = ::mount("tmpfs", dir.c_str(), "tmpfs", 0, size.c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount(dir_.c_str());
+  }
+  bool mounted() const { return mounted_; }
+
+ private:
+  fs::path dir_;
+  bool mounted_ = false;
+};
+
+// A log on a disk that fills up stops training at the step whose record could not be written,
+// keeping the last checkpoint and writing no export; a checkpoint or export folder without room
+// for what will be written there is refused before the first step.
+TEST_F(TrainCliTest, AFullDiskStopsTrainingAtTheStepOrBeforeTheFirst) {
+  SmallDisk disk(path("disk"), 32);
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::string trained = compile("mlp", "--optimizer adamw");
+  const std::string log = path("disk/log.jsonl");
+  CliResult r =
+      train(trained, mlp_data() + " --steps 5000 --log " + log + " --checkpoint " + path("ckpt") +
+                         " --checkpoint-every 10 --export " + path("export.onnx"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("writing --log '" + log + "' failed at step "));
+  EXPECT_THAT(r.err, HasSubstr("No space left on device (the last checkpoint is kept)"));
+  // The records before the failing one are whole (at least 300 of about 80 bytes in 32 KiB).
+  const std::string text = read_file(log);
+  const size_t last_newline = text.rfind('\n');
+  ASSERT_NE(last_newline, std::string::npos);
+  std::ofstream(path("whole.jsonl")) << text.substr(0, last_newline + 1);
+  EXPECT_GE(train_cli::read_log(path("whole.jsonl")).size(), 300u);
+  EXPECT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
+  EXPECT_FALSE(fs::exists(path("export.onnx")));
+  fs::remove(log);
+
+  // An AdamW checkpoint of the MLP (weights and two moments) needs more than 32 KiB.
+  r = train(trained, mlp_data() + " --steps 3 --checkpoint " + path("disk/ckpt") + " --log " +
+                         path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the --checkpoint folder '" + path("disk/ckpt") + "' has "));
+  EXPECT_THAT(r.err, HasSubstr("bytes free; it needs about "));
+  r = train(trained, mlp_data() + " --steps 3 --export " + path("disk/export.onnx") + " --log " +
+                         path("log.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the --export folder '" + path("disk") + "' has "));
+  EXPECT_FALSE(fs::exists(path("log.jsonl")));
+  EXPECT_FALSE(fs::exists(path("disk/export.onnx")));
+  EXPECT_FALSE(fs::exists(path("disk/ckpt/checkpoint.safetensors")));
+}
+
+// The same write failure where no disk can be mounted: a file-size limit (ulimit -f) makes the
+// log's writes fail past 16 KiB (EFBIG), and training stops at that step.
+TEST_F(TrainCliTest, ALogWriteThatFailsStopsTrainingAtThatStep) {
+  const std::string trained = compile("mlp", "--optimizer sgd");
+  const std::string log = path("log.jsonl");
+  std::string out, err;
+  const int exit_code = testing::run_command(
+      "bash -c \"trap '' XFSZ; ulimit -f 16; exec " + std::string(AMPC_BINARY) + " train " +
+          trained + " --progress none" + mlp_data() + " --steps 5000 --log " + log + " --export " +
+          path("export.onnx") + "\"",
+      &out, &err);
+  EXPECT_EQ(exit_code, 1) << err;
+  EXPECT_THAT(err, HasSubstr("writing --log '" + log + "' failed at step "));
+  EXPECT_THAT(err, HasSubstr("File too large"));
+  EXPECT_LE(fs::file_size(log), 16u * 1024);
+  EXPECT_FALSE(fs::exists(path("export.onnx")));
+}
+
+// Data larger than the memory ampc may use is an error naming the file and its bytes, before
+// anything is written. The limit is a 4 GB address space (ulimit -v) and the file a 16 GiB
+// sparse one; OpenBLAS runs on the calling thread, since its worker threads retry failed
+// allocations forever.
+TEST_F(TrainCliTest, DataTooLargeForMemoryIsAnErrorNamingItsBytes) {
+  const std::string trained = compile("mlp", "--optimizer sgd");
+  { std::ofstream big(path("big.npz")); }
+  fs::resize_file(path("big.npz"), int64_t{16} << 30);
+  std::string out, err;
+  const int exit_code = testing::run_command(
+      "bash -c \"ulimit -v 4000000; OPENBLAS_NUM_THREADS=1 exec " + std::string(AMPC_BINARY) +
+          " train " + trained + " --progress none --data " + path("big.npz") + " --steps 1 --log " +
+          path("log.jsonl") + "\"",
+      &out, &err);
+  EXPECT_EQ(exit_code, 1) << err;
+  EXPECT_THAT(err, HasSubstr("cannot read '" + path("big.npz") +
+                             "': its 17179869184 bytes do not fit in memory"));
+  EXPECT_FALSE(fs::exists(path("log.jsonl")));
 }
 
 }  // namespace
