@@ -7,7 +7,11 @@
 // and state in the state's types: master weights and moments are f32 (f64 too, for tests that
 // compare with f64 references). `lr` and `step` are one-element f32 (or f64) tensors; `step`
 // counts the updates completed before this one (0 on the first). Scalar hyperparameters are
-// float attributes, read by the kernels as the decimal they spell (0.9f as Python's 0.9).
+// float attributes, read by the kernels as the decimal they spell (0.9f as Python's 0.9). The
+// optional last input `skip` (one bool) leaves the parameter and state as they are when true: a
+// step the loss scaler skips, or a micro-step before the end of an accumulation window. The
+// decision stays on the device, and the kernels may write their outputs over the parameter and
+// state (runtime/plan.h): an update in place.
 //
 // The optimizer pass inserts these ops after autodiff, so nothing differentiates through SGD or
 // Adam (every input is in no_gradient_inputs). GlobalNorm and ClipCoefficient are ordinary
@@ -20,11 +24,13 @@ namespace {
 
 const std::vector<DType> kStateTypes = {DType::kF32, DType::kF64};
 
-// Inputs 1 .. n - 3 (grad and the states) must have param's type; `lr` and `step` (the last two)
-// one element each. Outputs take the types of param and of the states, that is param's.
-absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>& inputs) {
+// Inputs 1 .. 1 + num_states (grad and the states) must have param's type; `lr` and `step` one
+// element each, and `skip`, when given, one bool. Outputs take the types of param and of the
+// states, that is param's.
+absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>& inputs,
+                          int num_states) {
   const TensorType& param = ctx.input_type(0);
-  const int lr = ctx.num_inputs() - 2;
+  const int lr = 2 + num_states;
   for (int i = 1; i < lr; ++i) {
     const TensorType& type = ctx.input_type(i);
     if (type != param) {
@@ -33,7 +39,8 @@ absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>&
                                                 type_to_string(param)));
     }
   }
-  for (int i : {lr, lr + 1}) {
+  for (int i : {lr, lr + 1, lr + 2}) {
+    if (i == lr + 2 && !ctx.has_input(i)) continue;
     if (ctx.input_type(i).num_elements() != 1) {
       return absl::InvalidArgumentError(str_cat(inputs[i].name, " must hold one element, got ",
                                                 type_to_string(ctx.input_type(i))));
@@ -56,14 +63,17 @@ OpDef update_op(std::string name, std::string summary, std::vector<std::string> 
   }
   def.inputs.push_back(input("lr", kStateTypes));
   def.inputs.push_back(input("step", kStateTypes));
-  def.infer = [inputs = def.inputs](InferenceContext& ctx) { return infer_update(ctx, inputs); };
+  def.inputs.push_back(optional_input("skip", {DType::kBool}));
+  def.infer = [inputs = def.inputs, num_states = static_cast<int>(states.size())](
+                  InferenceContext& ctx) { return infer_update(ctx, inputs, num_states); };
   def.autocast.category = AutocastCategory::kDeny;  // master weights and state stay fp32
   for (int i = 0; i < static_cast<int>(def.inputs.size()); ++i) def.no_gradient_inputs.push_back(i);
   return def;
 }
 
-// A sample of an update op over `shape` with `num_states` states.
-OpSample update_sample(std::string name, Shape shape, int num_states, Attributes attrs) {
+// A sample of an update op over `shape` with `num_states` states (and a `skip` input).
+OpSample update_sample(std::string name, Shape shape, int num_states, Attributes attrs,
+                       bool with_skip = false) {
   const TensorType tensor{DType::kF32, std::move(shape)};
   const TensorType scalar{DType::kF32, {}};
   OpSample sample{std::move(name), {tensor, tensor}, {}, std::move(attrs), {tensor}};
@@ -73,6 +83,7 @@ OpSample update_sample(std::string name, Shape shape, int num_states, Attributes
   }
   sample.inputs.push_back(scalar);
   sample.inputs.push_back(scalar);
+  if (with_skip) sample.inputs.push_back(TensorType{DType::kBool, {}});
   return sample;
 }
 
@@ -87,6 +98,7 @@ OpDef sgd() {
                     {{"momentum", 0.9f}, {"nesterov", int64_t{1}}, {"weight_decay", 0.01f}}),
       update_sample("dampened, maximizing", {4}, 1,
                     {{"momentum", 0.5f}, {"dampening", 0.1f}, {"maximize", int64_t{1}}}),
+      update_sample("with skip", {4}, 1, {{"momentum", 0.9f}}, /*with_skip=*/true),
   };
   return def;
 }
@@ -108,6 +120,7 @@ OpDef adam() {
                     {{"weight_decay", 0.01f}, {"decoupled_weight_decay", int64_t{1}}}),
       update_sample("L2 decay, maximizing", {3}, 2,
                     {{"weight_decay", 0.1f}, {"maximize", int64_t{1}}, {"beta1", 0.8f}}),
+      update_sample("with skip", {5}, 2, {}, /*with_skip=*/true),
   };
   return def;
 }

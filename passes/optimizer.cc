@@ -13,8 +13,9 @@
 //   differentiated the scaled loss): one ampc.UnscaleGradients node reads every gradient (in
 //   its own dtype) and writes it times 1/scale in f32 (the reciprocal in double, as GradScaler),
 //   with `found_inf` (a bool output): whether any unscaled value is inf or NaN (with clipping,
-//   or whether the global norm is). On an overflow every optimizer state update (parameters,
-//   moments, step counter) keeps the old value (Where), the scale backs off and the
+//   or whether the global norm is). On an overflow every optimizer state update keeps the old
+//   value (parameters and moments: the update ops' `skip` input, so that the runtime can update
+//   them in place; the step counter: a Where), the scale backs off and the
 //   skipped-step count (`loss_scale.skipped_steps`) grows; otherwise the dynamic scale's growth
 //   tracker (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The
 //   decision stays in the graph: no value goes to the host in the middle of a step.
@@ -22,14 +23,15 @@
 //   the output `accumulate.window_end`): the gradients are the window's sums, used times 1/K
 //   (folded into the unscale factor), and every optimizer and loss-scale state update keeps the
 //   old value until the window ends, so the scale is the same for all K micro-steps and an
-//   overflow in any of them skips the update once. The update is computed on every run and
-//   discarded on K - 1 of them (elementwise work, small next to the forward and backward).
+//   overflow in any of them skips the update once (the update ops' `skip` is then "overflow or
+//   not the window's end").
 // Without master weights (O3: insert-casts stored the parameters low), a parameter and its
 //   moments are stored in its low dtype, read up to f32 for the update and rounded back.
 // Assumes: autodiff ran; parameters are f32 (master weights), or f16/bf16 without them.
 // Numerics: the update ops follow PyTorch's single-tensor SGD, Adam and AdamW, operation by
 //   operation (ops/optimizer.cc); nothing else is rounded.
 #include <algorithm>
+#include <set>
 
 #include "compiler/strings.h"
 #include "passes/passes.h"
@@ -120,6 +122,22 @@ class OptimizerPass final : public Pass {
       }
     }
 
+    // On an overflow, and before the window's end, every piece of optimizer state keeps its
+    // value: the update ops take `skip` and leave parameters and moments as they are (so they
+    // can update them in place); the step counter is held by a Where.
+    Value* hold = window_end == nullptr ? nullptr : logical_not(graph, window_end);
+    Value* skip = found_inf;
+    if (hold != nullptr) {
+      skip = found_inf == nullptr ? hold : where(graph, window_end, found_inf, hold);
+    }
+    std::vector<Value*> update_operands_tail = {lr, step};
+    if (skip != nullptr) update_operands_tail.push_back(skip);
+    auto operands = [&](std::vector<Value*> head) {
+      head.insert(head.end(), update_operands_tail.begin(), update_operands_tail.end());
+      return head;
+    };
+    std::set<Value*> held_by_the_update;
+
     for (size_t k = 0; k < updates.size(); ++k) {
       Value* parameter = updates[k].first;
       std::vector<Value*> state = {parameter};
@@ -139,14 +157,14 @@ class OptimizerPass final : public Pass {
       const TensorType type = wide[0]->type();
       std::vector<Value*> outputs;
       if (options_.kind == OptimizerOptions::Kind::kSgd) {
-        outputs = add_node(graph, "SGD", {wide[0], grads[k], wide[1], lr, step}, {type, type},
+        outputs = add_node(graph, "SGD", operands({wide[0], grads[k], wide[1]}), {type, type},
                            {{"momentum", options_.momentum},
                             {"dampening", options_.dampening},
                             {"nesterov", int64_t{options_.nesterov}},
                             {"weight_decay", options_.weight_decay}});
       } else {
         const bool decoupled = options_.kind == OptimizerOptions::Kind::kAdamW;
-        outputs = add_node(graph, "Adam", {wide[0], grads[k], wide[1], wide[2], lr, step},
+        outputs = add_node(graph, "Adam", operands({wide[0], grads[k], wide[1], wide[2]}),
                            {type, type, type},
                            {{"beta1", options_.beta1},
                             {"beta2", options_.beta2},
@@ -162,22 +180,19 @@ class OptimizerPass final : public Pass {
           outputs[s] = convert(graph, outputs[s], stored, kNoMasterWeights);
         }
       }
-      for (size_t s = 0; s < state.size(); ++s) state_updates.emplace_back(state[s], outputs[s]);
+      for (size_t s = 0; s < state.size(); ++s) {
+        state_updates.emplace_back(state[s], outputs[s]);
+        held_by_the_update.insert(outputs[s]);
+      }
     }
     Value* one = graph.add_initializer(graph.unique_value_name("optimizer.one"),
                                        Tensor::from_f32({}, {1.0f}));
     one->set_constant(true);
     Node* next_step = graph.create_node(kOnnxDomain, "Add", {step, one}, {step->type()});
     state_updates.emplace_back(step, next_step->output(0));
-    // On an overflow, and before the window's end, every piece of optimizer state keeps its
-    // value: parameters, moments, the step counter.
-    Value* hold = window_end == nullptr ? nullptr : logical_not(graph, window_end);
-    Value* skip = found_inf;
-    if (hold != nullptr) {
-      skip = found_inf == nullptr ? hold : where(graph, window_end, found_inf, hold);
-    }
     if (skip != nullptr) {
       for (auto& [state, update] : state_updates) {
+        if (held_by_the_update.contains(update)) continue;
         update = where(graph, skip, state, update, str_cat(state->name(), "/skip_update"));
         if (state->dtype() != DType::kF32) {
           update->producer()->mutable_precision() = {state->dtype(), std::nullopt,

@@ -113,6 +113,15 @@ struct KernelDef {
   // and both have the same element count and byte size (element-wise ops, reshapes). -1: never.
   // The kernel must then be correct when the two pointers are equal.
   int in_place_operand = -1;
+  // For nodes with several outputs that update state (an optimizer's parameter and moments):
+  // entry i is the operand output i may overwrite, -1 none; the kernel must read each element
+  // of every operand before it writes that element of any output. When empty, output 0 follows
+  // in_place_operand and the other outputs overwrite nothing.
+  std::vector<int> in_place_operands;
+  int in_place_operand_for(int output) const {
+    if (in_place_operands.empty()) return output == 0 ? in_place_operand : -1;
+    return output < static_cast<int>(in_place_operands.size()) ? in_place_operands[output] : -1;
+  }
   // Optional: per-node state made once at load (see KernelInitFn).
   KernelInitFn init = nullptr;
 };

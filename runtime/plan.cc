@@ -77,6 +77,25 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
     plan->unshared_activation_bytes_ += input->type().byte_size();
   }
 
+  // Each state update's output and the state initializer it replaces after the run.
+  std::unordered_map<const Value*, const Value*> state_of_update;
+  if (options.reuse_memory && options.update_state_in_place) {
+    for (const Graph::StateUpdate& update : graph.state_updates()) {
+      const Value* state = nullptr;
+      const Value* next = nullptr;
+      for (const Value* init : graph.initializers()) {
+        if (init->name() == update.state) state = init;
+      }
+      for (const Value* output : graph.outputs()) {
+        if (output->name() == update.update) next = output;
+      }
+      if (state != nullptr && next != nullptr && !state->is_graph_output() &&
+          state->type() == next->type()) {
+        state_of_update[next] = state;
+      }
+    }
+  }
+
   step = 0;
   for (const auto& node : graph.nodes()) {
     AMPC_ASSIGN_OR_RETURN(const KernelDef* kernel, KernelRegistry::global().resolve(*node, device));
@@ -104,6 +123,20 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
           b = candidate;
           plan->buffers_[b].values.push_back(output);
           plan->buffer_of_[output] = b;
+        }
+      }
+      // A state update over its state: the node may write that operand, and nothing after it
+      // reads the state (reading it at this step, element before element, is the update).
+      if (auto it = state_of_update.find(output); b < 0 && it != state_of_update.end()) {
+        const Value* state = it->second;
+        const int operand = kernel->in_place_operand_for(i);
+        auto reader = last_reader.find(state);
+        if (operand >= 0 && node->has_operand(operand) && node->operand(operand) == state &&
+            reader != last_reader.end() && reader->second == step) {
+          b = plan->buffer_of(state);
+          plan->buffers_[b].values.push_back(output);
+          plan->buffer_of_[output] = b;
+          plan->in_place_state_bytes_ += output->type().byte_size();
         }
       }
       if (b < 0) b = new_buffer(output, ArenaKind::kActivations, step);
@@ -177,6 +210,11 @@ void Plan::assign_offsets(bool reuse_memory) {
   }
 }
 
+bool Plan::updates_in_place(const Value* update) const {
+  const int b = buffer_of(update);
+  return b >= 0 && buffers_[b].arena == ArenaKind::kParameters;
+}
+
 std::string Plan::summary() const {
   std::string out;
   for (int a = 0; a < kNumArenas; ++a) {
@@ -185,7 +223,8 @@ std::string Plan::summary() const {
   int in_place = 0;
   for (const Buffer& buffer : buffers_) in_place += static_cast<int>(buffer.values.size()) - 1;
   out += str_cat("activations without sharing: ", unshared_activation_bytes_, " bytes; ",
-                 buffers_.size(), " buffers, ", in_place, " values written in place\n");
+                 buffers_.size(), " buffers, ", in_place, " values written in place (",
+                 in_place_state_bytes_, " bytes of state updated in place)\n");
   return out;
 }
 

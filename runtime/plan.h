@@ -7,7 +7,9 @@
 // overlap share memory (greedy by size: the largest buffer is placed first, each at the lowest
 // offset free for its lifetime). An element-wise or reshaping node may write its output over an
 // operand it is the last reader of (KernelDef::in_place_operand); the two values then share one
-// buffer.
+// buffer. So may a node that computes a state update over the state it updates (an optimizer's
+// parameter and moments, the loss scale), which is then updated in place in the parameters
+// arena (PlanOptions::update_state_in_place).
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,12 @@ struct PlanStep {
 struct PlanOptions {
   // false: every value gets its own activation region (no sharing, no in-place).
   bool reuse_memory = true;
+  // A state update (Graph::state_updates) is written over its state, when the node computing it
+  // may write over that operand (KernelDef::in_place_operand_for) and no later node reads the
+  // state: the update then needs neither memory of its own nor a copy after the run. false:
+  // every update is an output of its own, copied over the state after the run, so a run that
+  // stops early (--check-numerics) leaves the state as it was.
+  bool update_state_in_place = true;
 };
 
 class Plan {
@@ -76,6 +84,10 @@ class Plan {
   int64_t unshared_activation_bytes() const { return unshared_activation_bytes_; }
   // A few lines: arena sizes and the sharing achieved.
   std::string summary() const;
+  // Whether `update` (a state update's output) is stored over its state.
+  bool updates_in_place(const Value* update) const;
+  // The bytes of the state updates stored over their state.
+  int64_t in_place_state_bytes() const { return in_place_state_bytes_; }
 
  private:
   Plan() = default;
@@ -86,6 +98,7 @@ class Plan {
   std::unordered_map<const Value*, int> buffer_of_;
   int64_t arena_bytes_[kNumArenas] = {0, 0, 0};
   int64_t unshared_activation_bytes_ = 0;
+  int64_t in_place_state_bytes_ = 0;
 };
 
 }  // namespace ampc::runtime

@@ -45,7 +45,10 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
   options.device = backend->device();
   AMPC_ASSIGN_OR_RETURN(
       std::unique_ptr<Plan> plan,
-      Plan::build(*graph, options.device, PlanOptions{.reuse_memory = options.reuse_memory}));
+      Plan::build(*graph, options.device,
+                  PlanOptions{.reuse_memory = options.reuse_memory,
+                              .update_state_in_place =
+                                  options.update_state_in_place && !options.check_numerics}));
   std::unique_ptr<InferenceSession> session(new InferenceSession(
       std::move(graph), std::move(plan), std::move(options), std::move(backend)));
   AMPC_ASSIGN_OR_RETURN(

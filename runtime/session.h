@@ -50,8 +50,13 @@ struct SessionOptions {
   bool poison_freed_buffers = false;
   // After each node, check its float outputs for inf and NaN; the first one found fails run()
   // with the node's name and op, the output's dtype and the first bad element, and the range of
-  // each float input (`ampc train --check-numerics`). Costs a pass over every output.
+  // each float input (`ampc train --check-numerics`). Costs a pass over every output. State
+  // updates are then not written over their state (as with update_state_in_place false), so a
+  // run it stops leaves the state as it was.
   bool check_numerics = false;
+  // Write each state update over its state where the planner can (PlanOptions); false keeps
+  // every update apart and copies it over its state after the run (for tests and debugging).
+  bool update_state_in_place = true;
 };
 
 // A named graph input or output and its type.

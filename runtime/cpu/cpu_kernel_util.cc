@@ -24,6 +24,7 @@ KernelDef kernel_def(std::string op, KernelOptions options) {
   def.keyed_on = options.keyed_on;
   def.workspace_bytes = options.workspace_bytes;
   def.in_place_operand = options.in_place_operand;
+  def.in_place_operands = std::move(options.in_place_operands);
   return def;
 }
 

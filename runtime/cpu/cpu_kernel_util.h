@@ -48,6 +48,7 @@ struct KernelOptions {
   int in_place_operand = -1;  // as KernelDef documents
   WorkspaceFn workspace_bytes = nullptr;
   KeyedOn keyed_on = {};
+  std::vector<int> in_place_operands = {};  // as KernelDef documents
 };
 
 // A CPU KernelDef of the standard-domain op `op`; the registration helpers below fill in its

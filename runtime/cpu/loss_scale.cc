@@ -81,7 +81,8 @@ absl::Status unscale_gradients(const KernelContext& ctx) {
 void register_loss_scale_kernels(KernelRegistry& r) {
   add_kernels<float, double>(r, ampc_kernel_def("ScaleLoss"),
                              []<typename T>() { return &scale_loss<T>; });
-  add_kernels<float>(r, ampc_kernel_def("LossScaleUpdate"),
+  // Scale, tracker and hysteresis count over theirs: all are read before any is written.
+  add_kernels<float>(r, ampc_kernel_def("LossScaleUpdate", {.in_place_operands = {0, 1, 3}}),
                      []<typename T>() { return &loss_scale_update; });
   add_kernels<float, double>(r, ampc_kernel_def("UnscaleGradients"),
                              []<typename T>() { return &unscale_gradients<T>; });

@@ -42,8 +42,10 @@
 // max_norm / t is t.reciprocal() * max_norm; torch.clamp(max=1) keeps NaN).
 //
 // The update kernels are element-wise: each output element is written after its own operands
-// are read, so param_out may share param's buffer, and threads split elements without changing
-// any bit. GlobalNorm computes each tensor's norm on one thread (tensors spread over threads).
+// are read, so the outputs may share the parameter's and the state's buffers (the planner puts
+// them there: an update in place), and threads split elements without changing any bit. With
+// `skip` set, the outputs are the parameter and state as they came (nothing to do in place).
+// GlobalNorm computes each tensor's norm on one thread (tensors spread over threads).
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -70,8 +72,22 @@ double updates_including_this_one(const TensorArg& step) {
   return step.in<double>()[0] + 1.0;
 }
 
+// With the optional `skip` operand (at `index`) set, copies param and each state to its output
+// (nothing moves when the update is in place) and returns true.
+template <typename T>
+bool skipped(const KernelContext& ctx, int index, std::initializer_list<std::pair<int, int>> io) {
+  if (!ctx.has_input(index) || ctx.input(index).in<uint8_t>()[0] == 0) return false;
+  for (const std::pair<int, int>& pair : io) {
+    const std::span<const T> from = ctx.input(pair.first).in<T>();
+    const std::span<T> to = ctx.output(pair.second).out<T>();
+    if (from.data() != to.data()) std::copy(from.begin(), from.end(), to.begin());
+  }
+  return true;
+}
+
 template <typename T>
 absl::Status sgd(const KernelContext& ctx) {
+  if (skipped<T>(ctx, 5, {{0, 0}, {2, 1}})) return absl::OkStatus();
   const Node& node = ctx.node;
   const double momentum = decimal_attr(node, "momentum");
   const double dampening = decimal_attr(node, "dampening");
@@ -104,6 +120,7 @@ absl::Status sgd(const KernelContext& ctx) {
 
 template <typename T>
 absl::Status adam(const KernelContext& ctx) {
+  if (skipped<T>(ctx, 6, {{0, 0}, {2, 1}, {3, 2}})) return absl::OkStatus();
   const Node& node = ctx.node;
   const double beta1 = decimal_attr(node, "beta1");
   const double beta2 = decimal_attr(node, "beta2");
@@ -198,9 +215,11 @@ absl::Status clip_coefficient(const KernelContext& ctx) {
 }
 
 void register_optimizer_kernels(KernelRegistry& r) {
-  add_kernels<float, double>(r, ampc_kernel_def("SGD", {.in_place_operand = 0}),
+  // Parameter and buffer over theirs (operands 0 and 2); parameter, exp_avg and exp_avg_sq over
+  // theirs (0, 2, 3).
+  add_kernels<float, double>(r, ampc_kernel_def("SGD", {.in_place_operands = {0, 2}}),
                              []<typename T>() { return &sgd<T>; });
-  add_kernels<float, double>(r, ampc_kernel_def("Adam", {.in_place_operand = 0}),
+  add_kernels<float, double>(r, ampc_kernel_def("Adam", {.in_place_operands = {0, 2, 3}}),
                              []<typename T>() { return &adam<T>; });
   add_kernels<float, double>(r, ampc_kernel_def("GlobalNorm"),
                              []<typename T>() { return &global_norm<T>; });

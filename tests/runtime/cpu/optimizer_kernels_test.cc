@@ -6,6 +6,7 @@
 // torch.optim.SGD / Adam / AdamW with foreach=False on a 19-element parameter for three steps,
 // and torch.linalg.vector_norm / torch.nn.utils.get_total_norm / clip_grad_norm_'s coefficient,
 // on the `pattern` values below, each lr a Python float equal to the f32 lr given here.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -340,6 +341,35 @@ TEST(UpdateKernels, SameBitsOnAnyThreadCount) {
     };
     const std::vector<Tensor> one = run_on(1), four = run_on(4);
     for (size_t k = 0; k < one.size(); ++k) EXPECT_EQ(one[k], four[k]) << op << " output " << k;
+  }
+}
+
+// `skip` set: the parameter and state come out as they went in, bit for bit (NaN payloads and
+// -0 too); `skip` clear: the same update as without the input.
+TEST(UpdateKernels, SkipLeavesParameterAndStateAsTheyWere) {
+  const std::vector<float> p = {1.5f, -0.0f, std::nanf("7"), 3e38f}, g = {0.5f, 1, 2, -3},
+                           s = {0.25f, 0, -1, 2};
+  for (const std::string op : {"SGD", "Adam"}) {
+    const bool sgd = op == "SGD";
+    const std::vector<Tensor> states =
+        sgd ? std::vector<Tensor>{f32(s)} : std::vector<Tensor>{f32(s), f32(s)};
+    const std::string attrs = sgd ? "momentum=0.9" : "weight_decay=0.1";
+    std::vector<Tensor> inputs = {f32(p), f32(g)};
+    inputs.insert(inputs.end(), states.begin(), states.end());
+    inputs.push_back(scalar(DType::kF32, 0.1));
+    inputs.push_back(scalar(DType::kF32, 3));
+    const std::vector<Tensor> unskipped = update(op, attrs, f32(p), f32(g), states, 0.1, 3);
+    for (const bool skip : {true, false}) {
+      std::vector<Tensor> with_skip = inputs;
+      with_skip.push_back(Tensor(TensorType{DType::kBool, {}}, {uint8_t{skip}}));
+      const std::vector<Tensor> out =
+          run_node("ampc." + op, attrs, with_skip,
+                   std::vector<TensorType>(states.size() + 1, f32(p).type()));
+      for (size_t k = 0; k < out.size(); ++k) {
+        const Tensor& expected = skip ? (k == 0 ? inputs[0] : inputs[k + 1]) : unskipped[k];
+        EXPECT_TRUE(std::ranges::equal(out[k].bytes(), expected.bytes())) << op << " output " << k << " skip " << skip;
+      }
+    }
   }
 }
 
