@@ -59,7 +59,12 @@ Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend
       plan_(plan),
       backend_(std::move(backend)),
       options_(std::move(options)),
-      found_inf_(graph_output(graph, "found_inf")) {}
+      found_inf_(graph_output(graph, "found_inf")) {
+  for (const Value* init : graph_.initializers()) {
+    auto it = options_.shared_initializers.find(init->name());
+    if (it != options_.shared_initializers.end()) shared_[init] = it->second;
+  }
+}
 
 // States may hold library objects made on the device; they go before the memory they describe.
 Executor::~Executor() { states_.clear(); }
@@ -71,6 +76,7 @@ absl::Status Executor::allocate_and_bind() {
         backend_->allocate(plan_.arena_bytes(arena), str_cat(arena_name(arena), " arena")));
   }
   for (const Value* init : graph_.initializers()) {
+    if (shared_.contains(init)) continue;  // its owner holds the value
     const std::span<const uint8_t> bytes = init->initializer()->bytes();
     AMPC_RETURN_IF_ERROR(
         backend_->copy_to_device(address(init), bytes.data(), static_cast<int64_t>(bytes.size())));
@@ -119,6 +125,9 @@ int64_t Executor::arena_bytes(ArenaKind arena) const {
 }
 
 std::byte* Executor::address(const Value* value) const {
+  if (!shared_.empty()) {
+    if (auto it = shared_.find(value); it != shared_.end()) return it->second;
+  }
   const int b = plan_.buffer_of(value);
   AMPC_CHECK(b >= 0);
   const Buffer& buffer = plan_.buffers()[b];

@@ -9,8 +9,11 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "compiler/ir.h"
@@ -30,6 +33,9 @@ struct ExecutorOptions {
   // run only when the scaler did not handle it: when the step was not skipped, or when a state
   // update (such as BatchNorm's running statistics) is non-finite even so.
   bool check_numerics = false;
+  // Initializers that live in another executor's memory on the same backend, by name: read
+  // there, never copied in (Plan: PlanOptions::shared_initializers).
+  std::map<std::string, std::byte*, std::less<>> shared_initializers;
 };
 
 class Executor {
@@ -51,6 +57,8 @@ class Executor {
   absl::Status copy(const Value* from, const Value* to);
 
   Backend& backend() const { return *backend_; }
+  // Where `value` lives on the device.
+  std::byte* address_of(const Value* value) const { return address(value); }
   // Bytes allocated on the device for each arena class.
   int64_t arena_bytes(ArenaKind arena) const;
 
@@ -71,6 +79,7 @@ class Executor {
   ExecutorOptions options_;
   // A loss-scaled training step's overflow flag (skipped step), or null.
   const Value* found_inf_;
+  std::unordered_map<const Value*, std::byte*> shared_;
   DeviceMemory arenas_[kNumArenas];
   std::vector<KernelContext> contexts_;
   std::vector<std::unique_ptr<KernelState>> states_;

@@ -69,6 +69,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
   for (const Value* init : graph.initializers()) {
     const int b = new_buffer(init, ArenaKind::kParameters, -1);
     plan->buffers_[b].last_step = end_step;
+    plan->buffers_[b].shared = options.shared_initializers.contains(init->name());
   }
   for (const Value* input : graph.inputs()) {
     // Inputs stay bound across runs, so their memory is never shared.
@@ -169,6 +170,7 @@ void Plan::assign_offsets(bool reuse_memory) {
   std::vector<int> activations;
   for (int b = 0; b < static_cast<int>(buffers_.size()); ++b) {
     Buffer& buffer = buffers_[b];
+    if (buffer.shared) continue;
     if (buffer.arena == ArenaKind::kParameters) {
       buffer.offset = parameter_bytes;
       parameter_bytes += align_up(buffer.bytes);

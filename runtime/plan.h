@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,6 +45,9 @@ struct Buffer {
   int first_step = 0;
   int last_step = 0;
   std::vector<const Value*> values;
+  // An initializer whose memory another session owns (PlanOptions::shared_initializers): no
+  // room in this plan's arenas.
+  bool shared = false;
 };
 
 struct PlanStep {
@@ -63,6 +67,9 @@ struct PlanOptions {
   // every update is an output of its own, copied over the state after the run, so a run that
   // stops early (--check-numerics) leaves the state as it was.
   bool update_state_in_place = true;
+  // Initializers whose memory another session on the same backend owns and this one only reads
+  // (an eval graph's parameters, which are its training step's state).
+  std::set<std::string, std::less<>> shared_initializers;
 };
 
 class Plan {

@@ -21,6 +21,13 @@ std::string expected_inputs(const Graph& graph) {
   return str_join(parts, ", ");
 }
 
+const Value* find_named(const std::vector<Value*>& values, std::string_view name) {
+  for (const Value* value : values) {
+    if (value->name() == name) return value;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(
@@ -31,7 +38,8 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(
 }
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
-    std::unique_ptr<Graph> graph, SessionOptions options, std::shared_ptr<Backend> backend) {
+    std::unique_ptr<Graph> graph, SessionOptions options, std::shared_ptr<Backend> backend,
+    SharedInitializers shared) {
   Diagnostics diagnostics;
   AMPC_RETURN_IF_ERROR(compile_graph(*graph, CompileOptions{}, diagnostics));
   if (graph->outputs().empty()) {
@@ -43,12 +51,16 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
                                                                .allow_tf32 = options.allow_tf32}));
   }
   options.device = backend->device();
-  AMPC_ASSIGN_OR_RETURN(
-      std::unique_ptr<Plan> plan,
-      Plan::build(*graph, options.device,
-                  PlanOptions{.reuse_memory = options.reuse_memory,
-                              .update_state_in_place =
-                                  options.update_state_in_place && !options.check_numerics}));
+  std::erase_if(shared, [&](const auto& entry) {
+    const Value* init = find_named(graph->initializers(), entry.first);
+    return init == nullptr || entry.second == nullptr;
+  });
+  PlanOptions plan_options{
+      .reuse_memory = options.reuse_memory,
+      .update_state_in_place = options.update_state_in_place && !options.check_numerics};
+  for (const auto& [name, address] : shared) plan_options.shared_initializers.insert(name);
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Plan> plan,
+                        Plan::build(*graph, options.device, plan_options));
   std::unique_ptr<InferenceSession> session(new InferenceSession(
       std::move(graph), std::move(plan), std::move(options), std::move(backend)));
   AMPC_ASSIGN_OR_RETURN(
@@ -56,7 +68,8 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
       Executor::create(
           *session->graph_, *session->plan_, session->backend_,
           ExecutorOptions{.poison_freed_buffers = session->options_.poison_freed_buffers,
-                          .check_numerics = session->options_.check_numerics}));
+                          .check_numerics = session->options_.check_numerics,
+                          .shared_initializers = std::move(shared)}));
   return session;
 }
 
@@ -130,22 +143,18 @@ absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
       str_cat("the graph has no output '", name, "'; its outputs are ", str_join(names, ", ")));
 }
 
-namespace {
-
-const Value* find_named(const std::vector<Value*>& values, std::string_view name) {
-  for (const Value* value : values) {
-    if (value->name() == name) return value;
-  }
-  return nullptr;
-}
-
-}  // namespace
-
 absl::StatusOr<Tensor> InferenceSession::initializer(std::string_view name) const {
   const Value* init = find_named(graph_->initializers(), name);
   if (init == nullptr)
     return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
   return executor_->read(init);
+}
+
+absl::StatusOr<std::byte*> InferenceSession::initializer_address(std::string_view name) const {
+  const Value* init = find_named(graph_->initializers(), name);
+  if (init == nullptr)
+    return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
+  return executor_->address_of(init);
 }
 
 absl::Status InferenceSession::set_initializer(std::string_view name, const Tensor& value) {

@@ -73,9 +73,13 @@ class InferenceSession {
   // Same, for a graph already in memory (it is compiled in place first). Sessions given one
   // `backend` share its device (a training step and its eval graph); without one, the session
   // makes its own for options.device.
+  // `shared` binds initializers, by name, to memory of another session on `backend`
+  // (initializer_address), which this one reads and never writes; that memory must hold a value
+  // of the initializer's type. Names the graph has no initializer for are ignored.
+  using SharedInitializers = std::map<std::string, std::byte*, std::less<>>;
   static absl::StatusOr<std::unique_ptr<InferenceSession>> create(
       std::unique_ptr<Graph> graph, SessionOptions options = {},
-      std::shared_ptr<Backend> backend = nullptr);
+      std::shared_ptr<Backend> backend = nullptr, SharedInitializers shared = {});
   ~InferenceSession();
 
   std::vector<TensorInfo> inputs() const;
@@ -93,6 +97,9 @@ class InferenceSession {
   // replacement must have the initializer's type.
   absl::StatusOr<Tensor> initializer(std::string_view name) const;
   absl::Status set_initializer(std::string_view name, const Tensor& value);
+  // The device memory of initializer `name`, for a session on the same backend to read (see
+  // create); valid while this session lives. A training step's state is updated there.
+  absl::StatusOr<std::byte*> initializer_address(std::string_view name) const;
   // Copies graph output `output` (after a run) over initializer `state`; both have one type.
   absl::Status copy_output_to_initializer(std::string_view output, std::string_view state);
 

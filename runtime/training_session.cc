@@ -81,12 +81,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
       create_backend(options.device, BackendOptions{.device_index = options.device_index,
                                                     .allow_tf32 = options.allow_tf32}));
   std::unique_ptr<Graph> step = graph->take_training_step();
-  if (step == nullptr) {
-    step = std::move(graph);  // a bare training step
-  } else {
-    AMPC_ASSIGN_OR_RETURN(session->eval_,
-                          InferenceSession::create(std::move(graph), options, backend));
-  }
+  if (step == nullptr) step = std::move(graph);  // a bare training step
   if (step->state_updates().empty()) {
     return absl::InvalidArgumentError(
         str_cat("graph '", step->name(), "' is not a training step: it updates no state"));
@@ -116,6 +111,25 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   }
   AMPC_ASSIGN_OR_RETURN(session->step_,
                         InferenceSession::create(std::move(step), options, backend));
+  if (graph != nullptr) {
+    // The eval graph reads the step's state (parameters, running statistics) where the step
+    // updates it: no second copy, and nothing to copy between a step and an evaluation.
+    InferenceSession::SharedInitializers shared;
+    for (const Value* init : graph->initializers()) {
+      const Value* state = nullptr;
+      for (const Value* candidate : session->step_->graph().initializers()) {
+        if (candidate->name() == init->name()) state = candidate;
+      }
+      if (state == nullptr || state->type() != init->type() || !session->has_state(init->name())) {
+        continue;
+      }
+      AMPC_ASSIGN_OR_RETURN(shared[init->name()],
+                            session->step_->initializer_address(init->name()));
+      session->shared_with_eval_.insert(init->name());
+    }
+    AMPC_ASSIGN_OR_RETURN(session->eval_, InferenceSession::create(std::move(graph), options,
+                                                                   backend, std::move(shared)));
+  }
   return session;
 }
 
@@ -280,7 +294,7 @@ absl::Status TrainingSession::sync_eval() {
   const std::vector<std::string> names = state_names();
   const std::set<std::string> state(names.begin(), names.end());
   for (const Value* init : eval_->graph().initializers()) {
-    if (!state.contains(init->name())) continue;
+    if (!state.contains(init->name()) || shared_with_eval_.contains(init->name())) continue;
     AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(init->name()));
     AMPC_RETURN_IF_ERROR(eval_->set_initializer(init->name(), value));
   }

@@ -12,14 +12,16 @@
 // A training model (`ampc compile --optimizer ...`, docs/training-graph.md) is an eval graph with
 // a training step beside it. The step takes the batch and the learning rate `lr` as inputs,
 // outputs the loss, `grad_norm` and the new value of every piece of state, and says which output
-// replaces which initializer (Graph::state_updates). After each step the session writes the
-// updates over the state, so the next step sees the new parameters, moments, step counter and
-// running statistics. The eval graph reads the same parameters (copied over before evaluate).
+// replaces which initializer (Graph::state_updates). The step writes the updates over the state
+// (in place, where the planner can; else copied after the run), so the next step sees the new
+// parameters, moments, step counter and running statistics. The eval graph reads the parameters
+// and running statistics from the same memory: no copy of them is kept or made.
 #pragma once
 
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -105,11 +107,14 @@ class TrainingSession {
   const Graph& graph() const { return step_->graph(); }
   // The eval graph (what --export writes), or null for a bare training step.
   const Graph* eval_graph() const { return eval_ ? &eval_->graph() : nullptr; }
+  // The eval graph's plan, or null. Its parameters arena holds only what is not the step's
+  // state: the eval graph reads the parameters and running statistics where the step keeps them.
+  const Plan* eval_plan() const { return eval_ ? &eval_->plan() : nullptr; }
   int64_t steps_done() const { return steps_done_; }
 
  private:
   TrainingSession() = default;
-  // Copies the state the eval graph shares with the step into the eval session.
+  // Copies the state the eval graph holds a copy of (none, unless types differ) into it.
   absl::Status sync_eval();
   // The batch holds exactly the step's inputs but `lr`, each of its type.
   absl::Status check_batch(const std::map<std::string, Tensor>& batch) const;
@@ -126,6 +131,8 @@ class TrainingSession {
   int64_t accumulation_steps_ = 1;
   int64_t steps_done_ = 0;
   bool eval_stale_ = true;
+  // State the eval graph reads from the step's memory (all of it, unless types differ).
+  std::set<std::string, std::less<>> shared_with_eval_;
 };
 
 }  // namespace ampc::runtime

@@ -166,5 +166,52 @@ TEST_F(InPlaceUpdateTest, AnAdamWStepNeedsNoSecondCopyOfItsState) {
   }
 }
 
+// The eval graph reads the parameters and running statistics where the step updates them: its
+// own plan keeps no copy (the parameters arena holds only its constants), and evaluate() after
+// each step gives what the exported model (written from the step's state) gives when run on its
+// own, bit for bit.
+TEST_F(InPlaceUpdateTest, TheEvalGraphReadsTheStepsState) {
+  for (const std::string name : {"mlp", "cnn"}) {
+    SCOPED_TRACE(name);
+    const std::string model = compile(name, "--optimizer adamw --precision bf16");
+    std::unique_ptr<TrainingSession> session = open(model, true);
+    ASSERT_TRUE(session);
+    ASSERT_NE(session->eval_plan(), nullptr);
+    int64_t state_bytes = 0;
+    int64_t eval_initializer_bytes = 0;
+    for (const Value* init : session->eval_graph()->initializers()) {
+      eval_initializer_bytes += init->type().byte_size();
+      if (session->has_state(init->name())) state_bytes += init->type().byte_size();
+    }
+    EXPECT_GT(state_bytes, 0);
+    EXPECT_LE(session->eval_plan()->arena_bytes(runtime::ArenaKind::kParameters),
+              eval_initializer_bytes - state_bytes +
+                  64 * static_cast<int64_t>(session->eval_graph()->initializers().size()));
+    absl::StatusOr<BatchData> data = BatchData::load(
+        testing::source_path("models/" + name + ".train.npz"), session->batch_inputs());
+    ASSERT_TRUE(data.ok()) << data.status();
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_TRUE(session->step(data->batch(step), 0.01f).ok());
+      absl::StatusOr<std::map<std::string, Tensor>> evaluated = session->evaluate(data->batch(0));
+      ASSERT_TRUE(evaluated.ok()) << evaluated.status();
+      const std::string exported = path("exported.onnx");
+      ASSERT_TRUE(session
+                      ->export_inference_model(exported, ExportOptions{},
+                                               TrainingSession::ExportedLoss::kKept)
+                      .ok());
+      absl::StatusOr<std::unique_ptr<runtime::InferenceSession>> alone =
+          runtime::InferenceSession::load(exported);
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      absl::StatusOr<std::map<std::string, Tensor>> ran = (*alone)->run(data->batch(0));
+      ASSERT_TRUE(ran.ok()) << ran.status();
+      for (const auto& [output, value] : *ran) {
+        ASSERT_TRUE(evaluated->contains(output)) << output;
+        EXPECT_TRUE(std::ranges::equal(evaluated->at(output).bytes(), value.bytes()))
+            << output << " after step " << step + 1;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ampc
