@@ -57,6 +57,31 @@ double decimal_attr(const Node& node, std::string_view name) {
   return result;
 }
 
+numeric::SgdHyper sgd_hyper(const Node& node) {
+  return {.momentum = decimal_attr(node, "momentum"),
+          .dampening = decimal_attr(node, "dampening"),
+          .weight_decay = decimal_attr(node, "weight_decay"),
+          .nesterov = node.int_attr("nesterov") != 0,
+          .maximize = node.int_attr("maximize") != 0};
+}
+
+numeric::AdamHyper adam_hyper(const Node& node) {
+  return {.beta1 = decimal_attr(node, "beta1"),
+          .beta2 = decimal_attr(node, "beta2"),
+          .epsilon = decimal_attr(node, "epsilon"),
+          .weight_decay = decimal_attr(node, "weight_decay"),
+          .decoupled = node.int_attr("decoupled_weight_decay") != 0,
+          .maximize = node.int_attr("maximize") != 0};
+}
+
+numeric::LossScaleRule loss_scale_rule(const Node& node) {
+  return {.growth_factor = decimal_attr(node, "growth_factor"),
+          .backoff_factor = decimal_attr(node, "backoff_factor"),
+          .min_scale = decimal_attr(node, "min_scale"),
+          .growth_interval = node.int_attr("growth_interval"),
+          .hysteresis = node.int_attr("hysteresis")};
+}
+
 const TensorType* key_type(const Node& node, KeyedOn keyed_on) {
   if (keyed_on.output) {
     return node.has_output(keyed_on.index) ? &node.output(keyed_on.index)->type() : nullptr;

@@ -23,6 +23,7 @@
 #include "compiler/ir.h"
 #include "compiler/status.h"
 #include "runtime/backend.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime {
 
@@ -160,6 +161,10 @@ int64_t int_attr_or(const Node& node, std::string_view name, int64_t fallback);
 // A float attribute as the double its shortest decimal spelling names: 0.9f as Python's 0.9.
 // (That decimal rounds back to the float, so rounding the result to float gives the attribute.)
 double decimal_attr(const Node& node, std::string_view name);
+// The hyperparameters of ampc.SGD, ampc.Adam and ampc.LossScaleUpdate nodes, read so.
+numeric::SgdHyper sgd_hyper(const Node& node);
+numeric::AdamHyper adam_hyper(const Node& node);
+numeric::LossScaleRule loss_scale_rule(const Node& node);
 
 // The tensor whose element type keys `node`'s kernel under `keyed_on`, or null when absent.
 const TensorType* key_type(const Node& node, KeyedOn keyed_on);

@@ -288,8 +288,6 @@ std::string_view descr_of(DType dtype) {
   return "";
 }
 
-std::string errno_text() { return std::strerror(errno); }
-
 }  // namespace
 
 absl::StatusOr<Tensor> parse_npy(std::string_view bytes, std::string_view source,

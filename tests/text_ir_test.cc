@@ -31,11 +31,11 @@ void register_test_op(OpRegistry& registry) {
   def.inputs = {{"X", OperandSpec::Arity::kSingle, {}}};
   def.outputs = {{"Y", OperandSpec::Arity::kSingle, {}}};
   def.attrs = {
-      {"floats", AttrKind::kFloats, std::nullopt, false},
-      {"ints", AttrKind::kInts, std::nullopt, false},
-      {"scale", AttrKind::kFloat, AttrValue(1.0f), false},
-      {"strings", AttrKind::kStrings, std::nullopt, false},
-      {"to", AttrKind::kDType, std::nullopt, true},
+      {"floats", AttrKind::kFloats, std::nullopt, false, std::nullopt},
+      {"ints", AttrKind::kInts, std::nullopt, false, std::nullopt},
+      {"scale", AttrKind::kFloat, AttrValue(1.0f), false, std::nullopt},
+      {"strings", AttrKind::kStrings, std::nullopt, false, std::nullopt},
+      {"to", AttrKind::kDType, std::nullopt, true, std::nullopt},
   };
   def.infer = [](InferenceContext& ctx) {
     ctx.set_output(0, ctx.input_type(0));

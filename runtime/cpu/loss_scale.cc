@@ -18,11 +18,7 @@ absl::Status scale_loss(const KernelContext& ctx) {
 }
 
 absl::Status loss_scale_update(const KernelContext& ctx) {
-  const numeric::LossScaleRule rule{.growth_factor = decimal_attr(ctx.node, "growth_factor"),
-                                    .backoff_factor = decimal_attr(ctx.node, "backoff_factor"),
-                                    .min_scale = decimal_attr(ctx.node, "min_scale"),
-                                    .growth_interval = ctx.node.int_attr("growth_interval"),
-                                    .hysteresis = ctx.node.int_attr("hysteresis")};
+  const numeric::LossScaleRule rule = loss_scale_rule(ctx.node);
   float scale = ctx.input(0).in<float>()[0];
   int64_t tracker = ctx.input(1).in<int64_t>()[0];
   const bool found_inf = ctx.input(2).in<uint8_t>()[0] != 0;

@@ -41,11 +41,13 @@
 // ClipCoefficient: min((1 / (total_norm + [1e-6])) * [max_norm], 1), NaN kept (Python's
 // max_norm / t is t.reciprocal() * max_norm; torch.clamp(max=1) keeps NaN).
 //
-// The update kernels are element-wise: each output element is written after its own operands
-// are read, so the outputs may share the parameter's and the state's buffers (the planner puts
-// them there: an update in place), and threads split elements without changing any bit. With
-// `skip` set, the outputs are the parameter and state as they came (nothing to do in place).
-// GlobalNorm computes each tensor's norm on one thread (tensors spread over threads).
+// The per-element update is numeric::SgdUpdate and numeric::AdamUpdate (runtime/numeric.h),
+// which the CUDA kernels run too. The update kernels are element-wise: each output element is
+// written after its own operands are read, so the outputs may share the parameter's and the state's
+// buffers (the planner puts them there: an update in place), and threads split elements without
+// changing any bit. With `skip` set, the outputs are the parameter and state as they came (nothing
+// to do in place). GlobalNorm computes each tensor's norm on one thread (tensors spread over
+// threads).
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -55,6 +57,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -88,31 +91,14 @@ bool skipped(const KernelContext& ctx, int index, std::initializer_list<std::pai
 template <typename T>
 absl::Status sgd(const KernelContext& ctx) {
   if (skipped<T>(ctx, 5, {{0, 0}, {2, 1}})) return absl::OkStatus();
-  const Node& node = ctx.node;
-  const double momentum = decimal_attr(node, "momentum");
-  const double dampening = decimal_attr(node, "dampening");
-  const double weight_decay = decimal_attr(node, "weight_decay");
-  const bool nesterov = node.int_attr("nesterov") != 0;
-  const bool maximize = node.int_attr("maximize") != 0;
-  const double lr = read_scalar(ctx.input(3));
-  const bool first_update = read_scalar(ctx.input(4)) == 0;
-  const T decay = T(weight_decay), mom = T(momentum), undamped = T(1 - dampening), neg_lr = T(-lr);
-
+  const numeric::SgdUpdate<T> update(sgd_hyper(ctx.node), read_scalar(ctx.input(3)),
+                                     read_scalar(ctx.input(4)) == 0);
   std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
                      buffer = ctx.input(2).in<T>();
   std::span<T> param_out = ctx.output(0).out<T>(), buffer_out = ctx.output(1).out<T>();
   parallel_for(ctx.input(0).num_elements(), kUpdateGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      const T p = param[i];
-      T g = maximize ? -grad[i] : grad[i];
-      if (weight_decay != 0) g = std::fma(p, decay, g);
-      T b = buffer[i];
-      if (momentum != 0) {
-        b = first_update ? g : std::fma(g, undamped, b * mom);
-        g = nesterov ? std::fma(b, mom, g) : b;
-      }
-      buffer_out[i] = b;
-      param_out[i] = std::fma(g, neg_lr, p);
+      update(param[i], grad[i], buffer[i], param_out[i], buffer_out[i]);
     }
   });
   return absl::OkStatus();
@@ -121,52 +107,16 @@ absl::Status sgd(const KernelContext& ctx) {
 template <typename T>
 absl::Status adam(const KernelContext& ctx) {
   if (skipped<T>(ctx, 6, {{0, 0}, {2, 1}, {3, 2}})) return absl::OkStatus();
-  const Node& node = ctx.node;
-  const double beta1 = decimal_attr(node, "beta1");
-  const double beta2 = decimal_attr(node, "beta2");
-  const double epsilon = decimal_attr(node, "epsilon");
-  const double weight_decay = decimal_attr(node, "weight_decay");
-  const bool decoupled = node.int_attr("decoupled_weight_decay") != 0;
-  const bool maximize = node.int_attr("maximize") != 0;
-  const double lr = read_scalar(ctx.input(4));
-  const double t = updates_including_this_one(ctx.input(5));
-
-  // The Python-float part of the update, in double.
-  const double bias_correction1 = 1 - std::pow(beta1, t);
-  const double bias_correction2 = 1 - std::pow(beta2, t);
-  const double step_size = lr / bias_correction1;
-  const double bias_correction2_sqrt = std::pow(bias_correction2, 0.5);
-
-  // Each rounded once to T, as PyTorch's kernels receive them.
-  const T decay_factor = T(1 - lr * weight_decay), decay = T(weight_decay);
-  const T weight = T(1 - beta1);
-  const bool small_weight = std::abs(weight) < T(0.5);
-  const T lerp_coefficient = small_weight ? weight : weight - T(1);
-  const T b2 = T(beta2), one_minus_b2 = T(1 - beta2);
-  const T denom_divisor = T(bias_correction2_sqrt), eps = T(epsilon), neg_step = T(-step_size);
-
+  const numeric::AdamUpdate<T> update(adam_hyper(ctx.node), read_scalar(ctx.input(4)),
+                                      updates_including_this_one(ctx.input(5)));
   std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
                      exp_avg = ctx.input(2).in<T>(), exp_avg_sq = ctx.input(3).in<T>();
   std::span<T> param_out = ctx.output(0).out<T>(), exp_avg_out = ctx.output(1).out<T>(),
                exp_avg_sq_out = ctx.output(2).out<T>();
   parallel_for(ctx.input(0).num_elements(), kUpdateGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
-      T p = param[i];
-      T g = maximize ? -grad[i] : grad[i];
-      if (weight_decay != 0) {
-        if (decoupled) {
-          p = p * decay_factor;
-        } else {
-          g = std::fma(p, decay, g);
-        }
-      }
-      const T m0 = exp_avg[i];
-      const T m = std::fma(lerp_coefficient, g - m0, small_weight ? m0 : g);
-      const T v = std::fma(one_minus_b2 * g, g, exp_avg_sq[i] * b2);
-      const T denom = std::sqrt(v) / denom_divisor + eps;
-      exp_avg_out[i] = m;
-      exp_avg_sq_out[i] = v;
-      param_out[i] = p + neg_step * m / denom;
+      update(param[i], grad[i], exp_avg[i], exp_avg_sq[i], param_out[i], exp_avg_out[i],
+             exp_avg_sq_out[i]);
     }
   });
   return absl::OkStatus();

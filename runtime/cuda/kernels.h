@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "runtime/device_error.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cuda {
 
@@ -170,5 +171,59 @@ cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_
 // Fills n elements of `element_bytes` bytes with the bytes of `value` (at most 8).
 cudaError_t launch_fill(void* out, int64_t n, int element_bytes, uint64_t value,
                         cudaStream_t stream);
+
+// ---- The training step's optimizer and loss scaling (training_kernels.cu) ------------------
+// T is the parameter's type (f32, or f64 for tests); lr and step are one-element tensors on the
+// device of `scalar_type` (f32 or f64), read by the kernels, so a new learning rate or step
+// needs no new launch parameters; `skip` (null: none) is the update ops' bool input.
+
+struct UpdateScalars {
+  const void* lr = nullptr;
+  const void* step = nullptr;
+  Elem scalar_type = Elem::kF32;
+  const uint8_t* skip = nullptr;
+};
+
+cudaError_t launch_sgd(Elem type, int64_t n, const void* param, const void* grad,
+                       const void* buffer, void* param_out, void* buffer_out,
+                       const numeric::SgdHyper& hyper, const UpdateScalars& scalars,
+                       cudaStream_t stream);
+cudaError_t launch_adam(Elem type, int64_t n, const void* param, const void* grad,
+                        const void* exp_avg, const void* exp_avg_sq, void* param_out,
+                        void* exp_avg_out, void* exp_avg_sq_out, const numeric::AdamHyper& hyper,
+                        const UpdateScalars& scalars, cudaStream_t stream);
+
+// Tensors one launch of GlobalNorm or UnscaleGradients takes (passed by value).
+inline constexpr int kMaxTensorsPerLaunch = 64;
+struct TensorList {
+  int count = 0;
+  const void* data[kMaxTensorsPerLaunch] = {};
+  void* out[kMaxTensorsPerLaunch] = {};
+  Elem type[kMaxTensorsPerLaunch] = {};
+  int64_t size[kMaxTensorsPerLaunch] = {};
+};
+
+// norms[first + k] = the L2 norm of tensor k of `tensors` (type T: f32 or f64), one block per
+// tensor, in a fixed order (deterministic); then global_norm over `count` norms into `out`.
+cudaError_t launch_tensor_norms(Elem type, const TensorList& tensors, void* norms, int first,
+                                cudaStream_t stream);
+cudaError_t launch_norm_of_norms(Elem type, const void* norms, int count, void* out,
+                                 cudaStream_t stream);
+
+// out_k = C(in_k) * inverse (C: f32 or f64; in_k f16, bf16, f32 or f64); *found = 1 where any
+// out_k is not finite (*found must be zeroed first).
+cudaError_t launch_unscale(Elem compute, const void* inverse, const TensorList& tensors,
+                           uint8_t* found, cudaStream_t stream);
+
+// One-element ops: loss * scale; min(max_norm / (norm + 1e-6), 1) (NaN kept); the dynamic loss
+// scale's rule (numeric::LossScaleRule; `left` and `left_out` null without hysteresis).
+cudaError_t launch_scale_loss(Elem type, const void* loss, const void* scale, void* out,
+                              cudaStream_t stream);
+cudaError_t launch_clip_coefficient(Elem type, const void* norm, double max_norm, void* out,
+                                    cudaStream_t stream);
+cudaError_t launch_loss_scale_update(const numeric::LossScaleRule& rule, const float* scale,
+                                     const int64_t* tracker, const uint8_t* found_inf,
+                                     const int64_t* left, float* scale_out, int64_t* tracker_out,
+                                     int64_t* left_out, cudaStream_t stream);
 
 }  // namespace ampc::runtime::cuda

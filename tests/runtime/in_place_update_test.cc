@@ -100,7 +100,9 @@ TEST_F(InPlaceUpdateTest, TrainsBitForBitAsTheCopyingPath) {
             << name << " after step " << step + 1;
       }
     }
-    if (c.flags.find("1e30") != std::string::npos) EXPECT_GT(skipped, 0);
+    if (c.flags.find("1e30") != std::string::npos) {
+      EXPECT_GT(skipped, 0);
+    }
   }
 }
 
@@ -152,7 +154,9 @@ TEST_F(InPlaceUpdateTest, AnAdamWStepNeedsNoSecondCopyOfItsState) {
     const int64_t before = (*copying)->arena_bytes(runtime::ArenaKind::kActivations);
     const int64_t after = (*in_place)->arena_bytes(runtime::ArenaKind::kActivations);
     EXPECT_LE(after, before);
-    if (name == "mlp") EXPECT_GE(before - after, state_bytes / 2);
+    if (name == "mlp") {
+      EXPECT_GE(before - after, state_bytes / 2);
+    }
     // What `ampc inspect --precision` reports is this plan's figure.
     const testing::CliResult r = testing::run_ampc("inspect --precision --format json " + model);
     ASSERT_EQ(r.exit_code, 0) << r.err;
