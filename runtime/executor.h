@@ -35,7 +35,7 @@ struct ExecutorOptions {
   bool check_numerics = false;
   // Initializers that live in another executor's memory on the same backend, by name: read
   // there, never copied in (Plan: PlanOptions::shared_initializers).
-  std::map<std::string, std::byte*, std::less<>> shared_initializers;
+  std::map<std::string, std::byte*, std::less<>> shared_initializers = {};
 };
 
 class Executor {

@@ -69,7 +69,7 @@ struct PlanOptions {
   bool update_state_in_place = true;
   // Initializers whose memory another session on the same backend owns and this one only reads
   // (an eval graph's parameters, which are its training step's state).
-  std::set<std::string, std::less<>> shared_initializers;
+  std::set<std::string, std::less<>> shared_initializers = {};
 };
 
 class Plan {
