@@ -175,13 +175,16 @@ cudaError_t launch_fill(void* out, int64_t n, int element_bytes, uint64_t value,
 // ---- The training step's optimizer and loss scaling (training_kernels.cu) ------------------
 // T is the parameter's type (f32, or f64 for tests); lr and step are one-element tensors on the
 // device of `scalar_type` (f32 or f64), read by the kernels, so a new learning rate or step
-// needs no new launch parameters; `skip` (null: none) is the update ops' bool input.
+// needs no new launch parameters; `skip` (null: none) is the update ops' bool input. A data error
+// an earlier kernel of the run recorded in `error` skips the update too: it is found only after
+// the run, when an update in place would already have written the state from bad gradients.
 
 struct UpdateScalars {
   const void* lr = nullptr;
   const void* step = nullptr;
   Elem scalar_type = Elem::kF32;
   const uint8_t* skip = nullptr;
+  const DeviceError* error = nullptr;
 };
 
 cudaError_t launch_sgd(Elem type, int64_t n, const void* param, const void* grad,
@@ -216,7 +219,8 @@ cudaError_t launch_unscale(Elem compute, const void* inverse, const TensorList& 
                            uint8_t* found, cudaStream_t stream);
 
 // One-element ops: loss * scale; min(max_norm / (norm + 1e-6), 1) (NaN kept); the dynamic loss
-// scale's rule (numeric::LossScaleRule; `left` and `left_out` null without hysteresis).
+// scale's rule (numeric::LossScaleRule; `left` and `left_out` null without hysteresis), which
+// leaves the scale's state as it was after a data error in `error`, as the updates do.
 cudaError_t launch_scale_loss(Elem type, const void* loss, const void* scale, void* out,
                               cudaStream_t stream);
 cudaError_t launch_clip_coefficient(Elem type, const void* norm, double max_norm, void* out,
@@ -224,6 +228,7 @@ cudaError_t launch_clip_coefficient(Elem type, const void* norm, double max_norm
 cudaError_t launch_loss_scale_update(const numeric::LossScaleRule& rule, const float* scale,
                                      const int64_t* tracker, const uint8_t* found_inf,
                                      const int64_t* left, float* scale_out, int64_t* tracker_out,
-                                     int64_t* left_out, cudaStream_t stream);
+                                     int64_t* left_out, const DeviceError* error,
+                                     cudaStream_t stream);
 
 }  // namespace ampc::runtime::cuda

@@ -19,6 +19,7 @@ UpdateScalars update_scalars(const KernelContext& ctx, int lr_index) {
   if (ctx.has_input(lr_index + 2)) {
     scalars.skip = static_cast<const uint8_t*>(ctx.input(lr_index + 2).data);
   }
+  scalars.error = ctx.exec->error;
   return scalars;
 }
 
@@ -127,7 +128,8 @@ absl::Status loss_scale_update(const KernelContext& ctx) {
           static_cast<const uint8_t*>(ctx.input(2).data),
           hysteresis ? static_cast<const int64_t*>(ctx.input(3).data) : nullptr,
           static_cast<float*>(ctx.output(0).data), static_cast<int64_t*>(ctx.output(1).data),
-          hysteresis ? static_cast<int64_t*>(ctx.output(2).data) : nullptr, stream_of(ctx)),
+          hysteresis ? static_cast<int64_t*>(ctx.output(2).data) : nullptr, ctx.exec->error,
+          stream_of(ctx)),
       ctx);
 }
 

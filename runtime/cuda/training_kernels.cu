@@ -36,7 +36,8 @@ __device__ double updates_including_this_one(const void* step, Elem type) {
 }
 
 __device__ bool skipping(const UpdateScalars& scalars) {
-  return scalars.skip != nullptr && *scalars.skip != 0;
+  return (scalars.skip != nullptr && *scalars.skip != 0) ||
+         (scalars.error != nullptr && scalars.error->code != kNoDeviceError);
 }
 
 template <typename T>
@@ -177,11 +178,12 @@ __global__ void clip_coefficient_kernel(const T* norm, double max_norm, T* out) 
 __global__ void loss_scale_update_kernel(numeric::LossScaleRule rule, const float* scale,
                                          const int64_t* tracker, const uint8_t* found_inf,
                                          const int64_t* left, float* scale_out,
-                                         int64_t* tracker_out, int64_t* left_out) {
+                                         int64_t* tracker_out, int64_t* left_out,
+                                         const DeviceError* error) {
   float s = *scale;
   int64_t t = *tracker;
   int64_t l = left != nullptr ? *left : 1;
-  rule.update(*found_inf != 0, s, t, l);
+  if (error == nullptr || error->code == kNoDeviceError) rule.update(*found_inf != 0, s, t, l);
   *scale_out = s;
   *tracker_out = t;
   if (left_out != nullptr) *left_out = l;
@@ -300,9 +302,10 @@ cudaError_t launch_clip_coefficient(Elem type, const void* norm, double max_norm
 cudaError_t launch_loss_scale_update(const numeric::LossScaleRule& rule, const float* scale,
                                      const int64_t* tracker, const uint8_t* found_inf,
                                      const int64_t* left, float* scale_out, int64_t* tracker_out,
-                                     int64_t* left_out, cudaStream_t stream) {
+                                     int64_t* left_out, const DeviceError* error,
+                                     cudaStream_t stream) {
   loss_scale_update_kernel<<<1, 1, 0, stream>>>(rule, scale, tracker, found_inf, left, scale_out,
-                                                tracker_out, left_out);
+                                                tracker_out, left_out, error);
   return cudaGetLastError();
 }
 
