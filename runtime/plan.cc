@@ -80,19 +80,16 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
 
   // Each state update's output and the state initializer it replaces after the run.
   std::unordered_map<const Value*, const Value*> state_of_update;
-  if (options.reuse_memory && options.update_state_in_place) {
+  if (options.reuse_memory && options.update_state_in_place && !graph.state_updates().empty()) {
+    std::unordered_map<std::string_view, const Value*> initializers, outputs;
+    for (const Value* init : graph.initializers()) initializers.emplace(init->name(), init);
+    for (const Value* output : graph.outputs()) outputs.emplace(output->name(), output);
     for (const Graph::StateUpdate& update : graph.state_updates()) {
-      const Value* state = nullptr;
-      const Value* next = nullptr;
-      for (const Value* init : graph.initializers()) {
-        if (init->name() == update.state) state = init;
-      }
-      for (const Value* output : graph.outputs()) {
-        if (output->name() == update.update) next = output;
-      }
-      if (state != nullptr && next != nullptr && !state->is_graph_output() &&
-          state->type() == next->type()) {
-        state_of_update[next] = state;
+      auto state = initializers.find(update.state);
+      auto next = outputs.find(update.update);
+      if (state != initializers.end() && next != outputs.end() &&
+          !state->second->is_graph_output() && state->second->type() == next->second->type()) {
+        state_of_update[next->second] = state->second;
       }
     }
   }

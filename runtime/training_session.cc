@@ -114,13 +114,18 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   if (graph != nullptr) {
     // The eval graph reads the step's state (parameters, running statistics) where the step
     // updates it: no second copy, and nothing to copy between a step and an evaluation.
+    const Graph& step_graph = session->step_->graph();
+    std::map<std::string_view, const Value*> state;  // the step's state initializers, by name
+    for (const Graph::StateUpdate& update : step_graph.state_updates()) {
+      state[update.state] = nullptr;
+    }
+    for (const Value* init : step_graph.initializers()) {
+      if (auto it = state.find(init->name()); it != state.end()) it->second = init;
+    }
     InferenceSession::SharedInitializers shared;
     for (const Value* init : graph->initializers()) {
-      const Value* state = nullptr;
-      for (const Value* candidate : session->step_->graph().initializers()) {
-        if (candidate->name() == init->name()) state = candidate;
-      }
-      if (state == nullptr || state->type() != init->type() || !session->has_state(init->name())) {
+      auto it = state.find(init->name());
+      if (it == state.end() || it->second == nullptr || it->second->type() != init->type()) {
         continue;
       }
       AMPC_ASSIGN_OR_RETURN(shared[init->name()],

@@ -103,8 +103,7 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
-// The bytes of `graph`'s initializers: about what a checkpoint (of the step graph) or an export
-// (of the eval graph) writes.
+// The bytes of `graph`'s initializers: about what an export of the eval graph writes.
 int64_t initializer_bytes(const Graph& graph) {
   int64_t bytes = 0;
   for (const Value* value : graph.initializers()) bytes += value->type().byte_size();

@@ -2,7 +2,7 @@
 // ops/loss_scale.cc): registration and launch; the kernels are in training_kernels.cu. The
 // hyperparameters are read as the CPU kernels read them (decimal_attr), the per-step values
 // (learning rate, step count, loss scale, the skip flag) on the device.
-#include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "compiler/strings.h"
@@ -60,7 +60,12 @@ absl::Status adam(const KernelContext& ctx) {
 }
 
 // Tensors `first`, `first + 1`, ... of `ctx`'s inputs (and, with `outputs_from`, the outputs
-// from that index) in lists of at most kMaxTensorsPerLaunch.
+// from that index) in lists of at most kMaxTensorsPerLaunch. Made once, at load: the arenas
+// never move.
+struct TensorListsState : KernelState {
+  std::vector<TensorList> lists;
+};
+
 std::vector<TensorList> tensor_lists(const KernelContext& ctx, int first, int outputs_from = -1) {
   std::vector<TensorList> lists;
   for (int i = first; i < static_cast<int>(ctx.inputs.size()); ++i) {
@@ -75,6 +80,22 @@ std::vector<TensorList> tensor_lists(const KernelContext& ctx, int first, int ou
   return lists;
 }
 
+absl::StatusOr<std::unique_ptr<KernelState>> init_global_norm(const KernelContext& ctx) {
+  auto state = std::make_unique<TensorListsState>();
+  state->lists = tensor_lists(ctx, 0);
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_unscale(const KernelContext& ctx) {
+  auto state = std::make_unique<TensorListsState>();
+  state->lists = tensor_lists(ctx, 1, 1);
+  return state;
+}
+
+const std::vector<TensorList>& lists_of(const KernelContext& ctx) {
+  return static_cast<const TensorListsState&>(*ctx.state).lists;
+}
+
 // The norms of each input go to the workspace, then their norm to the output.
 int64_t global_norm_workspace(const Node& node) {
   return static_cast<int64_t>(node.num_operands()) * dtype_size(node.operand(0)->dtype());
@@ -83,7 +104,7 @@ int64_t global_norm_workspace(const Node& node) {
 absl::Status global_norm(const KernelContext& ctx) {
   const Elem type = elem(ctx.input(0));
   int first = 0;
-  for (const TensorList& list : tensor_lists(ctx, 0)) {
+  for (const TensorList& list : lists_of(ctx)) {
     AMPC_RETURN_IF_ERROR(launched(
         launch_tensor_norms(type, list, ctx.workspace.data(), first, stream_of(ctx)), ctx));
     first += list.count;
@@ -111,7 +132,7 @@ absl::Status unscale_gradients(const KernelContext& ctx) {
   auto* found = static_cast<uint8_t*>(ctx.output(0).data);
   AMPC_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(found, 0, 1, stream_of(ctx)),
                                    "cudaMemsetAsync for UnscaleGradients"));
-  for (const TensorList& list : tensor_lists(ctx, 1, 1)) {
+  for (const TensorList& list : lists_of(ctx)) {
     AMPC_RETURN_IF_ERROR(launched(
         launch_unscale(elem(ctx.input(0)), ctx.input(0).data, list, found, stream_of(ctx)), ctx));
   }
@@ -152,10 +173,13 @@ void register_cuda_training_kernels(KernelRegistry& r) {
   r.add(std::move(adam_def));
   KernelDef norm_def = ampc_def("GlobalNorm", state_types, &global_norm);
   norm_def.workspace_bytes = &global_norm_workspace;
+  norm_def.init = &init_global_norm;
   r.add(std::move(norm_def));
   r.add(ampc_def("ClipCoefficient", state_types, &clip_coefficient));
   r.add(ampc_def("ScaleLoss", state_types, &scale_loss));
-  r.add(ampc_def("UnscaleGradients", state_types, &unscale_gradients));
+  KernelDef unscale_def = ampc_def("UnscaleGradients", state_types, &unscale_gradients);
+  unscale_def.init = &init_unscale;
+  r.add(std::move(unscale_def));
   r.add(ampc_def("LossScaleUpdate", {DType::kF32}, &loss_scale_update, {0, 1, 3}));
 }
 

@@ -329,7 +329,7 @@ class CliFuzzTest : public ::testing::Test {
 
     // No temporary file is left behind, whatever happened; a failed run changed nothing there
     // was, and wrote no file but the records of steps it ran and their last checkpoint.
-    EXPECT_EQ(read_file((dir / "existing.txt").string()) == "precious" || r.exit_code == 0, true)
+    EXPECT_TRUE(r.exit_code == 0 || read_file((dir / "existing.txt").string()) == "precious")
         << "existing.txt changed by a failed run: " << shown;
     const bool ran_steps = fs::exists(dir / "log.jsonl") && fs::file_size(dir / "log.jsonl") > 0;
     for (const auto& entry : fs::recursive_directory_iterator(dir)) {

@@ -367,7 +367,8 @@ TEST(UpdateKernels, SkipLeavesParameterAndStateAsTheyWere) {
                    std::vector<TensorType>(states.size() + 1, f32(p).type()));
       for (size_t k = 0; k < out.size(); ++k) {
         const Tensor& expected = skip ? (k == 0 ? inputs[0] : inputs[k + 1]) : unskipped[k];
-        EXPECT_TRUE(std::ranges::equal(out[k].bytes(), expected.bytes())) << op << " output " << k << " skip " << skip;
+        EXPECT_TRUE(std::ranges::equal(out[k].bytes(), expected.bytes()))
+            << op << " output " << k << " skip " << skip;
       }
     }
   }
