@@ -24,6 +24,7 @@
 #include "compiler/status.h"
 #include "runtime/backend.h"
 #include "runtime/numeric.h"
+#include "runtime/optimizer_math.h"
 
 namespace ampc::runtime {
 

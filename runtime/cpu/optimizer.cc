@@ -41,7 +41,7 @@
 // ClipCoefficient: min((1 / (total_norm + [1e-6])) * [max_norm], 1), NaN kept (Python's
 // max_norm / t is t.reciprocal() * max_norm; torch.clamp(max=1) keeps NaN).
 //
-// The per-element update is numeric::SgdUpdate and numeric::AdamUpdate (runtime/numeric.h),
+// The per-element update is numeric::SgdUpdate and numeric::AdamUpdate (runtime/optimizer_math.h),
 // which the CUDA kernels run too. The update kernels are element-wise: each output element is
 // written after its own operands are read, so the outputs may share the parameter's and the state's
 // buffers (the planner puts them there: an update in place), and threads split elements without
@@ -57,7 +57,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
-#include "runtime/numeric.h"
+#include "runtime/optimizer_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {

@@ -13,6 +13,7 @@
 
 #include "runtime/device_error.h"
 #include "runtime/numeric.h"
+#include "runtime/optimizer_math.h"
 
 namespace ampc::runtime::cuda {
 

@@ -2,17 +2,18 @@
 // gradient norm and clipping coefficient, and loss scaling (ampc.ScaleLoss,
 // ampc.UnscaleGradients, ampc.LossScaleUpdate).
 //
-// The per-element math is runtime/numeric.h's (SgdUpdate, AdamUpdate, LossScaleRule), the code
-// the CPU kernels run, so an update is bit-exact against the CPU but for the Python-float bias
-// corrections (pow in f64: CUDA's is within 2 ulp of glibc's, which reaches a coefficient
-// rounded to f32 rarely). Every kernel reads the learning rate, the step count, the loss scale
-// and the skip flag from device memory: nothing goes to the host in a step, and a captured CUDA
-// graph replays with new values. Updates may write over their operands (in place), so no
-// pointer is __restrict__. Norms reduce in a fixed order (deterministic), not PyTorch's CPU order:
-// within the contract's reduction tolerance of the CPU's.
+// The per-element math is runtime/optimizer_math.h's and runtime/numeric.h's (SgdUpdate,
+// AdamUpdate, LossScaleRule), the code the CPU kernels run, so an update is bit-exact against
+// the CPU but for the Python-float bias corrections (pow in f64: CUDA's is within 2 ulp of
+// glibc's, which reaches a coefficient rounded to f32 rarely). Every kernel reads the learning
+// rate, the step count, the loss scale and the skip flag from device memory: nothing goes to the
+// host in a step, and a captured CUDA graph replays with new values. Updates may write over their
+// operands (in place), so no pointer is __restrict__. Norms reduce in a fixed order
+// (deterministic), not PyTorch's CPU order: within the contract's reduction tolerance of the
+// CPU's.
 #include "runtime/cast_math.h"
 #include "runtime/cuda/kernels.h"
-#include "runtime/numeric.h"
+#include "runtime/optimizer_math.h"
 
 namespace ampc::runtime::cuda {
 namespace {
