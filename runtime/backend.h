@@ -92,7 +92,12 @@ class Backend {
   virtual absl::StatusOr<DeviceMemory> allocate(int64_t bytes, std::string_view what) = 0;
 
   virtual absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
-  virtual absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
+  // Waits for the work queued before it, then copies. Counted (counters()).
+  absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) {
+    ++counters_.copies_to_host;
+    counters_.bytes_to_host += bytes;
+    return do_copy_to_host(host, device, bytes);
+  }
   // Copies between device regions, which must not overlap unless they are the same region.
   virtual absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) = 0;
   virtual absl::Status fill(std::byte* device, std::byte value, int64_t bytes) = 0;
@@ -103,16 +108,34 @@ class Backend {
 
   // Waits for everything queued. Returns the first data error a kernel recorded since the last
   // call (DeviceError::code == kNone when there was none) and clears it; a Status for a device
-  // failure (a faulting kernel, a lost device).
-  virtual absl::StatusOr<DeviceError> synchronize() = 0;
+  // failure (a faulting kernel, a lost device). Counted (counters()).
+  absl::StatusOr<DeviceError> synchronize() {
+    ++counters_.synchronizations;
+    return do_synchronize();
+  }
+
+  // What made the host wait for the device since the backend was made: each synchronize() and
+  // each copy_to_host() (which waits for the work queued before it). A training loop that reads
+  // its figures only at log points makes none between them (tests/runtime/step_log_test.cc).
+  struct Counters {
+    int64_t synchronizations = 0;
+    int64_t copies_to_host = 0;
+    int64_t bytes_to_host = 0;
+  };
+  const Counters& counters() const { return counters_; }
 
   ExecutionContext& context() { return context_; }
 
  protected:
   friend class DeviceMemory;
   virtual void deallocate(std::byte* data) = 0;
+  virtual absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
+  virtual absl::StatusOr<DeviceError> do_synchronize() = 0;
 
   ExecutionContext context_;
+
+ private:
+  Counters counters_;
 };
 
 // The backend for `device`. Fails with the reason when the device cannot be used: no GPU, no

@@ -154,6 +154,11 @@ absl::Status Executor::copy(const Value* from, const Value* to) {
 }
 
 absl::Status Executor::run(uint64_t random_stream) {
+  AMPC_RETURN_IF_ERROR(launch(random_stream));
+  return finish();
+}
+
+absl::Status Executor::launch(uint64_t random_stream) {
   AMPC_RETURN_IF_ERROR(backend_->make_current());
   if (!random_stream_set_ || random_stream != random_stream_) {
     AMPC_RETURN_IF_ERROR(backend_->set_random_stream(random_stream));
@@ -184,9 +189,16 @@ absl::Status Executor::run(uint64_t random_stream) {
       }
     }
   }
+  if (!options_.check_numerics) return absl::OkStatus();
+  // The numerics checks waited for every step already; a data error still comes first.
+  AMPC_RETURN_IF_ERROR(finish());
+  if (!first_non_finite.ok()) return settle_skipped_numerics(first_non_finite);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::finish() {
   AMPC_ASSIGN_OR_RETURN(const DeviceError error, backend_->synchronize());
   if (error.code != kNoDeviceError) return data_error(error);
-  if (!first_non_finite.ok()) return settle_skipped_numerics(first_non_finite);
   return absl::OkStatus();
 }
 

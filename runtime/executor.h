@@ -4,7 +4,8 @@
 // every step's KernelContext once (the arenas never move), makes the state of stateful kernels
 // (KernelDef::init) and sizes the workspace arena for the largest need. A run launches the steps
 // in plan order, then waits for the backend once and turns what a kernel recorded in the device
-// error word into a Status naming the node. Everything the sessions read or write goes through
+// error word into a Status naming the node (or leaves the waiting to a later finish(), so that
+// a training loop runs step after step without the host waiting). Everything the sessions read or write goes through
 // the backend's copies.
 #pragma once
 
@@ -46,8 +47,16 @@ class Executor {
                                                           ExecutorOptions options = {});
   ~Executor();
 
-  // Runs every step on the values bound so far, drawing random ops from `random_stream`.
+  // Runs every step on the values bound so far, drawing random ops from `random_stream`, and
+  // waits for them: launch() then finish().
   absl::Status run(uint64_t random_stream);
+  // Queues every step without waiting for the device (the CPU runs them before it returns). A
+  // kernel that fails when launched fails it; what kernels record in the device error word is
+  // reported by finish(). With check_numerics it waits, as run() does.
+  absl::Status launch(uint64_t random_stream);
+  // Waits for the work queued on the backend and turns the first data error recorded since the
+  // last wait into a Status naming the node.
+  absl::Status finish();
 
   // Copies host bytes (exactly the value's size) into the buffer of `value`.
   absl::Status write(const Value* value, std::span<const uint8_t> bytes);

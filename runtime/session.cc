@@ -115,6 +115,15 @@ absl::Status InferenceSession::set_input(std::string_view name, const Tensor& va
 }
 
 absl::Status InferenceSession::run() {
+  AMPC_RETURN_IF_ERROR(launch());
+  absl::Status finished = finish();
+  if (!finished.ok()) has_run_ = false;  // its outputs are not what the graph computes
+  return finished;
+}
+
+absl::Status InferenceSession::finish() { return executor_->finish(); }
+
+absl::Status InferenceSession::launch() {
   for (size_t i = 0; i < graph_->inputs().size(); ++i) {
     if (!input_bound_[i]) {
       return absl::FailedPreconditionError(str_cat("input '", graph_->inputs()[i]->name(),
@@ -123,7 +132,7 @@ absl::Status InferenceSession::run() {
     }
   }
   has_run_ = false;
-  AMPC_RETURN_IF_ERROR(executor_->run(random_stream_));
+  AMPC_RETURN_IF_ERROR(executor_->launch(random_stream_));
   has_run_ = true;
   return absl::OkStatus();
 }
@@ -141,6 +150,12 @@ absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
   for (const Value* output : graph_->outputs()) names.push_back(output->name());
   return absl::NotFoundError(
       str_cat("the graph has no output '", name, "'; its outputs are ", str_join(names, ", ")));
+}
+
+absl::StatusOr<std::byte*> InferenceSession::output_address(std::string_view name) const {
+  const Value* output = find_named(graph_->outputs(), name);
+  if (output == nullptr) return absl::NotFoundError(str_cat("the graph has no output '", name, "'"));
+  return executor_->address_of(output);
 }
 
 absl::StatusOr<Tensor> InferenceSession::initializer(std::string_view name) const {

@@ -90,6 +90,12 @@ class InferenceSession {
   // Runs the graph on the bound inputs. Every input must have been set (once; values stay bound
   // across runs).
   absl::Status run();
+  // run() without the wait: queues the graph on the backend and returns (the CPU runs it before
+  // it returns). Data errors the kernels record on the device (an index out of range) are
+  // reported by the next finish() or run(); reading an output or initializer waits for the run
+  // but does not report them.
+  absl::Status launch();
+  absl::Status finish();
   // A copy of output `name` after the last run.
   absl::StatusOr<Tensor> output(std::string_view name) const;
 
@@ -100,6 +106,8 @@ class InferenceSession {
   // The device memory of initializer `name`, for a session on the same backend to read (see
   // create); valid while this session lives. A training step's state is updated there.
   absl::StatusOr<std::byte*> initializer_address(std::string_view name) const;
+  // The device memory of output `name` (what the last run wrote there), for copies on the device.
+  absl::StatusOr<std::byte*> output_address(std::string_view name) const;
   // Copies graph output `output` (after a run) over initializer `state`; both have one type.
   absl::Status copy_output_to_initializer(std::string_view output, std::string_view state);
 

@@ -4,7 +4,9 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <set>
+#include <utility>
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
@@ -111,6 +113,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   }
   AMPC_ASSIGN_OR_RETURN(session->step_,
                         InferenceSession::create(std::move(step), options, backend));
+  AMPC_RETURN_IF_ERROR(session->make_stats_log());
   if (graph != nullptr) {
     // The eval graph reads the step's state (parameters, running statistics) where the step
     // updates it: no second copy, and nothing to copy between a step and an evaluation.
@@ -217,16 +220,60 @@ absl::Status TrainingSession::abandon_window() {
 
 absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
                                                 float lr) {
-  if (accumulation_steps_ > 1) {
-    return absl::InvalidArgumentError(
-        str_cat("this model accumulates gradients over ", accumulation_steps_,
-                " micro-batches (ampc compile --accumulate); a step takes that many batches"));
-  }
   return step(std::vector<std::map<std::string, Tensor>>{batch}, lr);
 }
 
 absl::StatusOr<StepStats> TrainingSession::step(
     const std::vector<std::map<std::string, Tensor>>& micro_batches, float lr) {
+  AMPC_RETURN_IF_ERROR(queue_step(micro_batches, lr));
+  AMPC_ASSIGN_OR_RETURN(std::vector<StepStats> stats, take_stats());
+  return stats.back();
+}
+
+absl::Status TrainingSession::queue_step(const std::map<std::string, Tensor>& batch, float lr) {
+  if (accumulation_steps_ > 1) {
+    return absl::InvalidArgumentError(
+        str_cat("this model accumulates gradients over ", accumulation_steps_,
+                " micro-batches (ampc compile --accumulate); a step takes that many batches"));
+  }
+  return queue_step(std::vector<std::map<std::string, Tensor>>{batch}, lr);
+}
+
+absl::Status TrainingSession::make_stats_log() {
+  StatsLog& log = stats_log_;
+  const Graph& graph = step_->graph();
+  std::map<std::string_view, const Value*> initializers;
+  for (const Value* init : graph.initializers()) initializers[init->name()] = init;
+  auto output = [&](StatsField& field, std::string_view name, int64_t count) -> absl::Status {
+    field.value = find_output(graph, name);
+    AMPC_ASSIGN_OR_RETURN(field.source, step_->output_address(name));
+    field.offset = log.slot_bytes;
+    log.slot_bytes += (field.bytes() * count + 7) / 8 * 8;
+    return absl::OkStatus();
+  };
+  auto state = [&](StatsField& field, std::string_view name) -> absl::Status {
+    field.value = initializers.at(name);
+    AMPC_ASSIGN_OR_RETURN(field.source, step_->initializer_address(name));
+    field.offset = log.slot_bytes;
+    log.slot_bytes += (field.bytes() + 7) / 8 * 8;
+    return absl::OkStatus();
+  };
+  AMPC_RETURN_IF_ERROR(output(log.loss, loss_, accumulation_steps_));
+  AMPC_RETURN_IF_ERROR(output(log.grad_norm, "grad_norm", 1));
+  if (find_output(graph, "found_inf") != nullptr && initializers.contains("loss_scale") &&
+      initializers.contains("loss_scale.skipped_steps")) {
+    AMPC_RETURN_IF_ERROR(output(log.found_inf, "found_inf", 1));
+    AMPC_RETURN_IF_ERROR(state(log.scale, "loss_scale"));
+    AMPC_RETURN_IF_ERROR(state(log.skipped, "loss_scale.skipped_steps"));
+  }
+  AMPC_ASSIGN_OR_RETURN(log.memory, step_->backend().allocate(log.slot_bytes * kStatsSlots,
+                                                              "step statistics log"));
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::queue_step(
+    const std::vector<std::map<std::string, Tensor>>& micro_batches, float lr) {
+  AMPC_RETURN_IF_ERROR(failed_);
   if (!(lr >= 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(str_cat("the learning rate must be >= 0, not ", lr));
   }
@@ -235,13 +282,14 @@ absl::StatusOr<StepStats> TrainingSession::step(
     return absl::InvalidArgumentError(
         str_cat("a step of this model takes ", k, " micro-batch(es), not ", micro_batches.size()));
   }
-  if (k > 1) {
+  if (k > 1 && counter_unchecked_) {
     AMPC_ASSIGN_OR_RETURN(Tensor counter, step_->initializer(kMicroStepState));
     if (counter.element_as_i64(0) != 0) {
       return absl::FailedPreconditionError(
           str_cat("the model's state is in the middle of an accumulation window (", kMicroStepState,
                   " = ", counter.element_as_i64(0), "); a step starts one"));
     }
+    counter_unchecked_ = false;
   }
   // Every micro-batch is checked before the first runs, so a bad one changes nothing.
   for (int64_t i = 0; i < k; ++i) {
@@ -252,12 +300,16 @@ absl::StatusOr<StepStats> TrainingSession::step(
                           str_cat("micro-batch ", i + 1, " of ", k, ": ", checked.message()));
     }
   }
-  const bool scaled = has_state("loss_scale.skipped_steps");
-  double scale_used = NAN;
-  if (absl::StatusOr<Tensor> scale = step_->initializer("loss_scale"); scale.ok() && scaled) {
-    scale_used = scale->element_as_double(0);
-  }
-  double loss_sum = 0;
+  if (static_cast<int64_t>(queued_.size()) == kStatsSlots) AMPC_RETURN_IF_ERROR(settle());
+  Backend& backend = step_->backend();
+  std::byte* slot =
+      stats_log_.memory.data() + static_cast<int64_t>(queued_.size()) * stats_log_.slot_bytes;
+  auto keep = [&](const StatsField& field, int64_t index = 0) {
+    return backend.copy_on_device(slot + field.offset + index * field.bytes(), field.source,
+                                  field.bytes());
+  };
+  // The scale this step uses: the state before the step updates it.
+  if (stats_log_.scale.value != nullptr) AMPC_RETURN_IF_ERROR(keep(stats_log_.scale));
   for (int64_t i = 0; i < k; ++i) {
     // Dropout's stream per run of the step graph (wrapping is harmless: it only names a draw).
     const uint64_t stream =
@@ -272,22 +324,67 @@ absl::StatusOr<StepStats> TrainingSession::step(
       return absl::Status(ran.code(), str_cat("micro-batch ", i + 1, " of ", k, ": ", ran.message(),
                                               " (this step's update was not applied)"));
     }
-    AMPC_ASSIGN_OR_RETURN(Tensor loss, step_->output(loss_));
-    loss_sum += loss.element_as_double(0);
+    AMPC_RETURN_IF_ERROR(keep(stats_log_.loss, i));
+  }
+  AMPC_RETURN_IF_ERROR(keep(stats_log_.grad_norm));
+  if (stats_log_.found_inf.value != nullptr) {
+    AMPC_RETURN_IF_ERROR(keep(stats_log_.found_inf));
+    AMPC_RETURN_IF_ERROR(keep(stats_log_.skipped));
   }
   ++steps_done_;
-  StepStats stats{
-      .step = steps_done_, .loss = loss_sum / static_cast<double>(k), .grad_norm = 0, .lr = lr};
-  AMPC_ASSIGN_OR_RETURN(Tensor norm, step_->output("grad_norm"));
-  stats.grad_norm = norm.element_as_double(0);
-  if (scaled) {
-    stats.loss_scale = scale_used;
-    AMPC_ASSIGN_OR_RETURN(Tensor found, step_->output("found_inf"));
-    stats.found_inf = found.element_as_double(0) != 0;
-    AMPC_ASSIGN_OR_RETURN(Tensor skipped, step_->initializer("loss_scale.skipped_steps"));
-    stats.skipped_steps = skipped.element_as_i64(0);
+  queued_.push_back({.step = steps_done_, .lr = lr});
+  return absl::OkStatus();
+}
+
+absl::Status TrainingSession::settle() const {
+  if (queued_.empty()) return failed_;
+  const int64_t first = queued_.front().step;
+  const int64_t last = queued_.back().step;
+  if (absl::Status finished = step_->finish(); !finished.ok()) {
+    queued_.clear();
+    failed_ = absl::Status(
+        finished.code(),
+        str_cat(first == last ? str_cat("step ", first) : str_cat("one of steps ", first, " to ", last),
+                ": ", finished.message(),
+                "; later steps ran on, so the state is no longer that of a finished step: load a "
+                "checkpoint to go on"));
+    return failed_;
   }
-  return stats;
+  const StatsLog& log = stats_log_;
+  std::vector<std::byte> host(queued_.size() * static_cast<size_t>(log.slot_bytes));
+  AMPC_RETURN_IF_ERROR(step_->backend().copy_to_host(host.data(), log.memory.data(),
+                                                     static_cast<int64_t>(host.size())));
+  for (size_t s = 0; s < queued_.size(); ++s) {
+    const std::byte* slot = host.data() + s * static_cast<size_t>(log.slot_bytes);
+    // A figure from its raw bytes, typed as the value it was copied from.
+    auto figure = [&](const StatsField& field, int64_t index = 0) {
+      Tensor tensor(field.value->type());
+      std::memcpy(tensor.mutable_bytes().data(), slot + field.offset + index * field.bytes(),
+                  static_cast<size_t>(field.bytes()));
+      return tensor;
+    };
+    double loss_sum = 0;
+    for (int64_t i = 0; i < accumulation_steps_; ++i) {
+      loss_sum += figure(log.loss, i).element_as_double(0);
+    }
+    StepStats stats{.step = queued_[s].step,
+                    .loss = loss_sum / static_cast<double>(accumulation_steps_),
+                    .grad_norm = figure(log.grad_norm).element_as_double(0),
+                    .lr = queued_[s].lr};
+    if (log.found_inf.value != nullptr) {
+      stats.loss_scale = figure(log.scale).element_as_double(0);
+      stats.found_inf = figure(log.found_inf).element_as_double(0) != 0;
+      stats.skipped_steps = figure(log.skipped).element_as_i64(0);
+    }
+    taken_.push_back(stats);
+  }
+  queued_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<StepStats>> TrainingSession::take_stats() {
+  AMPC_RETURN_IF_ERROR(settle());
+  return std::exchange(taken_, {});
 }
 
 absl::Status TrainingSession::sync_eval() {
@@ -309,6 +406,8 @@ absl::Status TrainingSession::sync_eval() {
 
 absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(
     const std::map<std::string, Tensor>& batch) {
+  // A data error of a queued step is reported as the step's, not as the eval graph's.
+  AMPC_RETURN_IF_ERROR(settle());
   AMPC_RETURN_IF_ERROR(sync_eval());
   for (const TensorInfo& input : eval_->inputs()) {
     if (!batch.contains(input.name)) {
@@ -322,6 +421,7 @@ absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(
 absl::Status TrainingSession::set_state(std::string_view name, const Tensor& value) {
   AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
   eval_stale_ = true;
+  counter_unchecked_ = true;
   return absl::OkStatus();
 }
 
@@ -335,6 +435,7 @@ std::optional<double> TrainingSession::min_loss_scale() const {
 }
 
 absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
+  AMPC_RETURN_IF_ERROR(settle());
   std::map<std::string, Tensor> tensors;
   for (const std::string& name : state_names()) {
     AMPC_ASSIGN_OR_RETURN(tensors[name], step_->initializer(name));
@@ -448,11 +549,16 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
                        " = ", counter->second.element_as_i64(0),
                        "); a checkpoint falls between steps"));
   }
+  // Queued steps finish first (their data errors are what this load clears); their stats go.
+  (void)settle();
   for (const std::string& name : names) {
     AMPC_RETURN_IF_ERROR(step_->set_initializer(name, file.tensors.at(name)));
   }
   steps_done_ = steps_done;
   eval_stale_ = true;
+  counter_unchecked_ = true;
+  taken_.clear();
+  failed_ = absl::OkStatus();
   return absl::OkStatus();
 }
 
@@ -463,6 +569,7 @@ absl::Status TrainingSession::export_inference_model(const std::string& path,
     return absl::FailedPreconditionError(
         "this session holds a bare training step, without an eval graph to export");
   }
+  AMPC_RETURN_IF_ERROR(settle());
   std::unique_ptr<Graph> graph = eval_->graph().clone();
   const std::vector<std::string> names = state_names();
   const std::set<std::string> state(names.begin(), names.end());

@@ -16,6 +16,10 @@
 // (in place, where the planner can; else copied after the run), so the next step sees the new
 // parameters, moments, step counter and running statistics. The eval graph reads the parameters
 // and running statistics from the same memory: no copy of them is kept or made.
+//
+// Steps need not wait for the device: queue_step() leaves a step's figures (loss, norm, scale,
+// overflow) in device memory and returns, and take_stats() reads those of every queued step at
+// once (`ampc train --log-every N`). step() is both for one step.
 #pragma once
 
 #include <cmath>
@@ -54,7 +58,8 @@ class TrainingSession {
   static absl::StatusOr<std::unique_ptr<TrainingSession>> create(std::unique_ptr<Graph> graph,
                                                                  SessionOptions options = {});
 
-  // One step on `batch` (every step input but `lr`, by name) at learning rate `lr` (>= 0).
+  // One step on `batch` (every step input but `lr`, by name) at learning rate `lr` (>= 0): the
+  // step queued and its stats taken (with those of steps queued before it, which are dropped).
   absl::StatusOr<StepStats> step(const std::map<std::string, Tensor>& batch, float lr);
   // One step of a model that accumulates gradients (`ampc compile --accumulate K`): K calls of
   // the step graph, one per micro-batch, and one update with the mean of their gradients. The
@@ -62,6 +67,23 @@ class TrainingSession {
   // update's. `micro_batches` must hold exactly accumulation_steps() batches.
   absl::StatusOr<StepStats> step(const std::vector<std::map<std::string, Tensor>>& micro_batches,
                                  float lr);
+  // Queues a step like step() without waiting for the device: nothing is read back, its stats
+  // wait in device memory for take_stats(). An error found while queuing (a bad batch, a kernel
+  // that fails at launch, any data error on the CPU) returns here, leaves the state as it was
+  // and counts no step. A data error a kernel records on the device (a label out of range on
+  // CUDA) is found by take_stats(); by then later steps may have moved the state, so the session
+  // refuses to go on, save or export until load_checkpoint() restores it.
+  absl::Status queue_step(const std::map<std::string, Tensor>& batch, float lr);
+  absl::Status queue_step(const std::vector<std::map<std::string, Tensor>>& micro_batches,
+                          float lr);
+  // Waits for the queued steps and returns their stats in step order: one wait for the device
+  // and one copy to the host for all of them (every 64 steps, queue_step reads them ahead).
+  absl::StatusOr<std::vector<StepStats>> take_stats();
+  // Steps queued whose stats take_stats() has not returned.
+  int64_t untaken_steps() const {
+    return static_cast<int64_t>(queued_.size() + taken_.size());
+  }
+
   // K for a model compiled with --accumulate K; 1 otherwise.
   int64_t accumulation_steps() const { return accumulation_steps_; }
 
@@ -84,10 +106,12 @@ class TrainingSession {
   absl::Status set_state(std::string_view name, const Tensor& value);
 
   // Writes every piece of state and the step count to a safetensors file, through a temporary
-  // file and a rename (a crash never leaves a half-written checkpoint).
+  // file and a rename (a crash never leaves a half-written checkpoint). It waits for the queued
+  // steps first and fails, writing nothing, when one of them met a data error.
   absl::Status save_checkpoint(const std::string& path) const;
   // Restores what save_checkpoint wrote. The file must hold exactly this model's state, each
-  // tensor with its type; on any error the session is unchanged.
+  // tensor with its type; on any error the session is unchanged. Restoring clears a data error
+  // found after its step (queue_step), and drops the stats of queued steps.
   absl::Status load_checkpoint(const std::string& path);
 
   // Writes the eval graph with the current parameters as an inference model: no training step,
@@ -118,6 +142,9 @@ class TrainingSession {
   absl::Status sync_eval();
   // The batch holds exactly the step's inputs but `lr`, each of its type.
   absl::Status check_batch(const std::map<std::string, Tensor>& batch) const;
+  // Waits for the queued steps and moves their stats from device memory to taken_; a data error
+  // recorded on the device becomes failed_. Changes nothing the model computes, hence const.
+  absl::Status settle() const;
   // Clears the gradient sums and the micro-step counter of an accumulation window.
   absl::Status abandon_window();
   // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.
@@ -133,6 +160,34 @@ class TrainingSession {
   bool eval_stale_ = true;
   // State the eval graph reads from the step's memory (all of it, unless types differ).
   std::set<std::string, std::less<>> shared_with_eval_;
+  // Whether the micro-step counter may be non-zero (state set from outside since it was read):
+  // read once before the next accumulating step, not every step.
+  bool counter_unchecked_ = true;
+
+  // The stats log: where each queued step's figures wait on the device. A slot holds the raw
+  // bytes of the K micro-batch losses, grad_norm and, with loss scaling, found_inf, the scale
+  // the step used and the skipped-step count after it, each at an offset a multiple of 8.
+  struct StatsField {
+    const Value* value = nullptr;  // the output or state logged; null: none
+    std::byte* source = nullptr;   // its device memory (fixed: the arenas never move)
+    int64_t offset = 0;            // in a slot
+    int64_t bytes() const { return value->type().byte_size(); }
+  };
+  struct StatsLog {
+    StatsField loss, grad_norm, found_inf, scale, skipped;
+    int64_t slot_bytes = 0;
+    DeviceMemory memory;  // kSlots slots
+  };
+  struct QueuedStep {
+    int64_t step = 0;
+    double lr = 0;
+  };
+  static constexpr int64_t kStatsSlots = 64;
+  absl::Status make_stats_log();
+  mutable std::vector<QueuedStep> queued_;  // in slot order
+  mutable std::vector<StepStats> taken_;    // read from the device, not yet returned
+  mutable absl::Status failed_;             // a data error found after its step
+  StatsLog stats_log_;  // last: its memory is freed before the backend the sessions hold
 };
 
 }  // namespace ampc::runtime

@@ -400,57 +400,81 @@ int train(const TrainFlags& flags) {
   std::optional<runtime::StepStats> last_stats;
   int64_t skipped_in_a_row = 0;
   const std::optional<double> min_scale = session.min_loss_scale();
+  const int64_t k = session.accumulation_steps();
+  // Step i (from 0) reads batches iK .. iK + K - 1 (mod N), computed mod N first so nothing
+  // overflows.
+  auto first_batch = [&](int64_t index) { return (index % data->num_batches()) * k; };
+  // Reads the figures of the steps queued since the last call (one wait for the device), logs
+  // and shows them, and stops at the first diverged step: the exit code, or nullopt to go on.
+  auto take_stats = [&]() -> std::optional<int> {
+    absl::StatusOr<std::vector<runtime::StepStats>> taken = session.take_stats();
+    if (!taken.ok()) {
+      if (show) progress.finish_line();
+      return report_error(taken.status());
+    }
+    for (const runtime::StepStats& stats : *taken) {
+      last_stats = stats;
+      if (log.is_open()) {
+        std::string line = fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {})",
+                                       stats.step, json_number(stats.loss),
+                                       json_number(stats.grad_norm), json_number(stats.lr));
+        if (!std::isnan(stats.loss_scale)) {
+          line += fmt::format(R"(, "loss_scale": {}, "found_inf": {}, "skipped": {})",
+                              json_number(stats.loss_scale), stats.found_inf, stats.skipped_steps);
+        }
+        log << line << "}\n";
+        log.flush();
+        if (!log) {
+          if (show) progress.finish_line();
+          return report_error(absl::UnavailableError(str_cat(
+              "writing --log '", flags.log, "' failed at step ", stats.step, ": ",
+              std::strerror(errno), checkpoint.empty() ? "" : " (the last checkpoint is kept)")));
+        }
+      }
+      if (show) progress.update(stats);
+      // A diverged step ends training before anything saves the weights it (or a step after
+      // it, queued before its figures were read) made.
+      skipped_in_a_row = stats.found_inf ? skipped_in_a_row + 1 : 0;
+      if (const std::string why = divergence(stats, skipped_in_a_row, min_scale); !why.empty()) {
+        if (show) progress.finish_line();
+        const int64_t first = first_batch(stats.step - 1);
+        const std::string batches = k == 1 ? str_cat("batch ", first % data->num_batches())
+                                           : str_cat("batches ", first, " to ", first + k - 1,
+                                                     " (mod ", data->num_batches(), ")");
+        return report_error(absl::InvalidArgumentError(
+            str_cat("step ", stats.step, " (", batches, "): ", why, "; training stops",
+                    checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was"))));
+      }
+    }
+    return std::nullopt;
+  };
   while (session.steps_done() < flags.steps && stop_signal.load() == 0) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
-    // Batches iK .. iK + K - 1 (mod N), computed mod N first so nothing overflows.
     std::vector<std::map<std::string, Tensor>> micro_batches;
-    const int64_t k = session.accumulation_steps();
-    const int64_t first = (index % data->num_batches()) * k;
-    for (int64_t i = 0; i < k; ++i) micro_batches.push_back(data->batch(first + i));
-    absl::StatusOr<runtime::StepStats> stats = session.step(micro_batches, static_cast<float>(lr));
-    if (!stats.ok()) {
+    for (int64_t i = 0; i < k; ++i) micro_batches.push_back(data->batch(first_batch(index) + i));
+    // Queued without waiting for the device; the figures are read every --log-every steps.
+    if (absl::Status queued = session.queue_step(micro_batches, static_cast<float>(lr));
+        !queued.ok()) {
+      if (std::optional<int> code = take_stats()) return *code;  // the steps before it first
       if (show) progress.finish_line();
-      return report_error(absl::Status(
-          stats.status().code(), str_cat("step ", index + 1, ": ", stats.status().message())));
+      return report_error(
+          absl::Status(queued.code(), str_cat("step ", index + 1, ": ", queued.message())));
     }
-    last_stats = *stats;
-    if (log.is_open()) {
-      std::string line = fmt::format(R"({{"step": {}, "loss": {}, "grad_norm": {}, "lr": {})",
-                                     stats->step, json_number(stats->loss),
-                                     json_number(stats->grad_norm), json_number(stats->lr));
-      if (!std::isnan(stats->loss_scale)) {
-        line += fmt::format(R"(, "loss_scale": {}, "found_inf": {}, "skipped": {})",
-                            json_number(stats->loss_scale), stats->found_inf, stats->skipped_steps);
-      }
-      log << line << "}\n";
-      log.flush();
-      if (!log) {
-        if (show) progress.finish_line();
-        return report_error(absl::UnavailableError(str_cat(
-            "writing --log '", flags.log, "' failed at step ", stats->step, ": ",
-            std::strerror(errno), checkpoint.empty() ? "" : " (the last checkpoint is kept)")));
-      }
+    const int64_t done = session.steps_done();
+    const bool save = !checkpoint.empty() && flags.checkpoint_every > 0 &&
+                      done % flags.checkpoint_every == 0 && done < flags.steps;
+    if (done % flags.log_every == 0 || save || done == flags.steps) {
+      if (std::optional<int> code = take_stats()) return *code;
     }
-    if (show) progress.update(*stats);
-    // A diverged step ends training before anything saves the weights it made.
-    skipped_in_a_row = stats->found_inf ? skipped_in_a_row + 1 : 0;
-    if (const std::string why = divergence(*stats, skipped_in_a_row, min_scale); !why.empty()) {
-      if (show) progress.finish_line();
-      const std::string batches = k == 1 ? str_cat("batch ", first % data->num_batches())
-                                         : str_cat("batches ", first, " to ", first + k - 1,
-                                                   " (mod ", data->num_batches(), ")");
-      return report_error(absl::InvalidArgumentError(
-          str_cat("step ", stats->step, " (", batches, "): ", why, "; training stops",
-                  checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was"))));
-    }
-    if (!checkpoint.empty() && flags.checkpoint_every > 0 &&
-        stats->step % flags.checkpoint_every == 0 && stats->step < flags.steps) {
+    if (save) {
       if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
         return report_error(status);
       }
     }
   }
+  // Interrupted: the steps queued before the signal are logged and checked like the others.
+  if (std::optional<int> code = take_stats()) return *code;
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_DFL);
   if (!checkpoint.empty()) {
     if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
@@ -532,8 +556,15 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                     "Linear warmup over this many steps (warmup, cosine)");
   train->add_option("--min-lr", flags.min_lr, "The rate cosine decays to (default 0)");
   train->add_option("--log", flags.log,
-                    "Write one JSON object per step (step, loss, grad_norm, lr) to this file "
-                    "(appended to with --resume)");
+                    "Write one JSON object per step (step, loss, grad_norm, lr) to this file, "
+                    "every --log-every steps (appended to with --resume)");
+  train
+      ->add_option("--log-every", flags.log_every,
+                   "Read the loss, grad_norm and loss scale from the device every N steps and at "
+                   "the end (steps run on without waiting between): the --log records, the "
+                   "progress line and the checks that stop a diverged run see them then")
+      ->check(at_least(1))
+      ->capture_default_str();
   train->add_option("--checkpoint", flags.checkpoint_dir,
                     "Save the training state to DIR/checkpoint.safetensors at the end, every "
                     "--checkpoint-every steps and on Ctrl-C");

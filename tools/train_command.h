@@ -22,6 +22,7 @@ struct TrainFlags {
   int64_t warmup_steps = 0;
   double min_lr = 0;
   std::string log;
+  int64_t log_every = 10;  // read the step figures from the device every N steps
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
   bool resume = false;

@@ -44,10 +44,6 @@ class CpuBackend final : public Backend {
     if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }
-  absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
-    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
-    return absl::OkStatus();
-  }
   absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) override {
     if (bytes > 0 && to != from) std::memmove(to, from, static_cast<size_t>(bytes));
     return absl::OkStatus();
@@ -60,14 +56,18 @@ class CpuBackend final : public Backend {
     random_stream_ = stream;
     return absl::OkStatus();
   }
-  absl::StatusOr<DeviceError> synchronize() override {
+
+ protected:
+  void deallocate(std::byte* data) override { std::free(data); }
+  absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
+    if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<DeviceError> do_synchronize() override {
     const DeviceError recorded = error_;
     error_ = DeviceError{};
     return recorded;
   }
-
- protected:
-  void deallocate(std::byte* data) override { std::free(data); }
 
  private:
   DeviceError error_;

@@ -125,21 +125,6 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
-  absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
-    auto* to = static_cast<std::byte*>(host);
-    for (int64_t done = 0; done < bytes;) {
-      const int64_t chunk = std::min(kStagingBytes, bytes - done);
-      AMPC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_done_[next_half_]));
-      std::byte* half = staging_ + next_half_ * kStagingBytes;
-      AMPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(half, device + done, static_cast<size_t>(chunk),
-                                                cudaMemcpyDeviceToHost, stream_));
-      AMPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-      std::memcpy(to + done, half, static_cast<size_t>(chunk));
-      done += chunk;
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status copy_on_device(std::byte* to, const std::byte* from, int64_t bytes) override {
     if (bytes == 0 || to == from) return absl::OkStatus();
     AMPC_CUDA_RETURN_IF_ERROR(
@@ -163,23 +148,38 @@ class CudaBackend final : public Backend {
                           sizeof stream);
   }
 
-  absl::StatusOr<DeviceError> synchronize() override {
-    AMPC_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "a kernel launch"));
-    AMPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-    DeviceError error;
-    AMPC_RETURN_IF_ERROR(
-        copy_to_host(&error, reinterpret_cast<const std::byte*>(error_word()), sizeof error));
-    if (error.code != kNoDeviceError) {
-      AMPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word(), 0, sizeof(DeviceError), stream_));
-    }
-    return error;
-  }
-
  protected:
   void deallocate(std::byte* data) override {
     // cudaFree waits for the device; kernels still reading the memory finish first.
     cudaSetDevice(index_);
     cudaFree(data);
+  }
+
+  absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
+    auto* to = static_cast<std::byte*>(host);
+    for (int64_t done = 0; done < bytes;) {
+      const int64_t chunk = std::min(kStagingBytes, bytes - done);
+      AMPC_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(staging_done_[next_half_]));
+      std::byte* half = staging_ + next_half_ * kStagingBytes;
+      AMPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(half, device + done, static_cast<size_t>(chunk),
+                                                cudaMemcpyDeviceToHost, stream_));
+      AMPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      std::memcpy(to + done, half, static_cast<size_t>(chunk));
+      done += chunk;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<DeviceError> do_synchronize() override {
+    AMPC_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "a kernel launch"));
+    AMPC_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+    DeviceError error;
+    AMPC_RETURN_IF_ERROR(
+        do_copy_to_host(&error, reinterpret_cast<const std::byte*>(error_word()), sizeof error));
+    if (error.code != kNoDeviceError) {
+      AMPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(error_word(), 0, sizeof(DeviceError), stream_));
+    }
+    return error;
   }
 
  private:
