@@ -5,8 +5,8 @@
 // (KernelDef::init) and sizes the workspace arena for the largest need. A run launches the steps
 // in plan order, then waits for the backend once and turns what a kernel recorded in the device
 // error word into a Status naming the node (or leaves the waiting to a later finish(), so that
-// a training loop runs step after step without the host waiting). Everything the sessions read or write goes through
-// the backend's copies.
+// a training loop runs step after step without the host waiting). Everything the sessions read or
+// write goes through the backend's copies.
 #pragma once
 
 #include <cstdint>

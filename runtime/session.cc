@@ -154,7 +154,8 @@ absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
 
 absl::StatusOr<std::byte*> InferenceSession::output_address(std::string_view name) const {
   const Value* output = find_named(graph_->outputs(), name);
-  if (output == nullptr) return absl::NotFoundError(str_cat("the graph has no output '", name, "'"));
+  if (output == nullptr)
+    return absl::NotFoundError(str_cat("the graph has no output '", name, "'"));
   return executor_->address_of(output);
 }
 

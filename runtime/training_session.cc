@@ -201,7 +201,7 @@ absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>
   for (const auto& [name, value] : batch) AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
   step_->set_random_stream(random_stream);  // new dropout masks each call
-  AMPC_RETURN_IF_ERROR(step_->run());
+  AMPC_RETURN_IF_ERROR(step_->launch());    // data errors recorded on the device: settle()
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
     AMPC_RETURN_IF_ERROR(step_->copy_output_to_initializer(update.update, update.state));
   }
@@ -266,8 +266,8 @@ absl::Status TrainingSession::make_stats_log() {
     AMPC_RETURN_IF_ERROR(state(log.scale, "loss_scale"));
     AMPC_RETURN_IF_ERROR(state(log.skipped, "loss_scale.skipped_steps"));
   }
-  AMPC_ASSIGN_OR_RETURN(log.memory, step_->backend().allocate(log.slot_bytes * kStatsSlots,
-                                                              "step statistics log"));
+  AMPC_ASSIGN_OR_RETURN(
+      log.memory, step_->backend().allocate(log.slot_bytes * kStatsSlots, "step statistics log"));
   return absl::OkStatus();
 }
 
@@ -344,10 +344,11 @@ absl::Status TrainingSession::settle() const {
     queued_.clear();
     failed_ = absl::Status(
         finished.code(),
-        str_cat(first == last ? str_cat("step ", first) : str_cat("one of steps ", first, " to ", last),
-                ": ", finished.message(),
-                "; later steps ran on, so the state is no longer that of a finished step: load a "
-                "checkpoint to go on"));
+        str_cat(
+            first == last ? str_cat("step ", first) : str_cat("one of steps ", first, " to ", last),
+            ": ", finished.message(),
+            "; later steps ran on, so the state is no longer that of a finished step: load a "
+            "checkpoint to go on"));
     return failed_;
   }
   const StatsLog& log = stats_log_;

@@ -80,9 +80,7 @@ class TrainingSession {
   // and one copy to the host for all of them (every 64 steps, queue_step reads them ahead).
   absl::StatusOr<std::vector<StepStats>> take_stats();
   // Steps queued whose stats take_stats() has not returned.
-  int64_t untaken_steps() const {
-    return static_cast<int64_t>(queued_.size() + taken_.size());
-  }
+  int64_t untaken_steps() const { return static_cast<int64_t>(queued_.size() + taken_.size()); }
 
   // K for a model compiled with --accumulate K; 1 otherwise.
   int64_t accumulation_steps() const { return accumulation_steps_; }
@@ -135,6 +133,8 @@ class TrainingSession {
   // state: the eval graph reads the parameters and running statistics where the step keeps them.
   const Plan* eval_plan() const { return eval_ ? &eval_->plan() : nullptr; }
   int64_t steps_done() const { return steps_done_; }
+  // The backend the step and the eval graph run on (its counters say when the host waited).
+  const Backend& backend() const { return step_->backend(); }
 
  private:
   TrainingSession() = default;

@@ -144,6 +144,7 @@ const std::vector<Flag>& train_flags() {
       {"--log", {"{case}/log.jsonl"}, kHostileOutputs},
       {"--checkpoint", {"{case}/ckpt"}, kHostileOutputs},
       {"--checkpoint-every", {"1", "2"}, kHostileInts},
+      {"--log-every", {"1", "3"}, kHostileInts},
       {"--resume", {}, {}, "--checkpoint"},
       {"--eval-data", {"{fx}/small.npz"}, {"{fx}/other.npz", "{fx}/garbage.bin", "/dev/zero"}},
       {"--export", {"{case}/export.onnx"}, kHostileOutputs},

@@ -293,6 +293,37 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
   expect_train_error(trained, mlp_data() + " --steps -3", 2);
   expect_train_error(trained, steps + " --schedule linear", 2);
   expect_train_error(trained, mlp_data(), 2);  // no --steps
+  expect_train_error(trained, steps + " --log-every 0", 2);
+}
+
+// --log-every N reads the step figures from the device every N steps: the log is the one reading
+// after every step writes, record for record, whatever N and wherever the reads fall (a
+// checkpoint and the last step read too). A diverged step still ends the run at that step.
+TEST_F(TrainCliTest, LogEveryReadsLessOftenAndLogsTheSameRecords) {
+  const std::string trained = compile("mlp", "--optimizer sgd --precision fp16 --lr 0.01");
+  CliResult r = train(trained, mlp_data() + " --steps 11 --log-every 1 --log " + path("one.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string every : {"4", "20"}) {
+    r = train(trained, mlp_data() + " --steps 11 --checkpoint-every 3 --checkpoint " +
+                           path("ckpt" + every) + " --log-every " + every + " --log " +
+                           path(every + ".jsonl"));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(read_file(path(every + ".jsonl")), read_file(path("one.jsonl"))) << every;
+  }
+  EXPECT_EQ(read_log(path("one.jsonl")).size(), 11u);
+
+  std::map<std::string, Tensor> arrays = small_mlp_data();
+  arrays.at("x").set_element(1 * 8 * 64 + 5, std::nan(""));  // batch 1: step 2
+  save_npz("nan.npz", arrays);
+  const std::string f32 = compile("mlp", "--optimizer adamw");
+  r = train(f32,
+            " --data " + path("nan.npz") + " --steps 9 --log-every 5 --log " + path("nan.jsonl"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: step 2 (batch 1): the loss is NaN"));
+  // Steps 1 and 2 are logged (2 with a null loss); 3 to 5 ran before it was read, unlogged.
+  const std::string log = read_file(path("nan.jsonl"));
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 2) << log;
+  EXPECT_THAT(log, HasSubstr(R"({"step": 2, "loss": null)"));
 }
 
 TEST_F(TrainCliTest, ResumeRejectsAnotherModelsCheckpoint) {
