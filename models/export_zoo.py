@@ -402,10 +402,13 @@ ZOO = {
 }
 
 
-# Learning rates other than the defaults, where the default makes PyTorch's own f32 and f64
-# runs part ways (a narrow ResNet under SGD at 0.05 is chaotic).
+# Learning rates other than the defaults, where the default makes two correct f32 runs part ways.
+# A narrow ResNet under SGD is chaotic at 0.05; at 0.01 one ReLU input in layer4 sits 1.5e-5 from
+# zero at step 7, so about 3% of equally valid f32 summation orders (PyTorch's own, with the
+# channels or the samples permuted) flip it and part by 1e-3 by step 9. At 0.005 none of 200
+# such orders parts by more than 1e-6 over the 10 steps.
 DEFAULT_LR = {"sgd": 0.05, "adamw": 2e-3}
-LEARNING_RATES = {"resnet18": {"sgd": 0.01}}
+LEARNING_RATES = {"resnet18": {"sgd": 0.005}}
 
 # ----------------------------------------------------------------------------- export
 
