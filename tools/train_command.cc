@@ -323,6 +323,14 @@ int train(const TrainFlags& flags) {
   }
   runtime::SessionOptions session_options;
   session_options.check_numerics = flags.check_numerics;
+  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
+  if (!device.ok()) return report_error(device.status());
+  if (flags.allow_tf32 && *device != runtime::Device::kCuda) {
+    return report_error(absl::InvalidArgumentError(
+        "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
+  }
+  session_options.device = *device;
+  session_options.allow_tf32 = flags.allow_tf32;
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
       runtime::TrainingSession::load(flags.model, session_options);
   if (!loaded.ok()) return report_error(loaded.status());
@@ -593,6 +601,15 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   train->add_flag("--check-numerics", flags.check_numerics,
                   "Check every node's outputs for inf and NaN; stop at the first with the node, "
                   "its op, the output's dtype and its inputs' ranges");
+  train
+      ->add_option("--device", flags.device,
+                   "Where to train: cpu (the reference backend) or cuda (the first GPU); "
+                   "checkpoints and --export files are the same on both")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  train->add_flag("--allow-tf32", flags.allow_tf32,
+                  "Let f32 MatMul, Gemm and Conv use TF32 tensor cores on cuda (faster, 10-bit "
+                  "mantissa products; off by default, as in PyTorch)");
   train
       ->add_option("--progress", flags.progress,
                    "auto: a bar on a terminal, plain lines otherwise; bar; lines; none")

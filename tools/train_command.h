@@ -32,6 +32,8 @@ struct TrainFlags {
   bool export_loss = false;    // --export keeps the loss output and the labels
   std::string progress = "auto";
   bool check_numerics = false;
+  std::string device = "cpu";
+  bool allow_tf32 = false;
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

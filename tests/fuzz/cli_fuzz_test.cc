@@ -152,6 +152,7 @@ const std::vector<Flag>& train_flags() {
       {"--export-loss", {}, {}, "--export"},
       {"--check-numerics", {}, {}},
       {"--progress", {"none", "lines"}, {"loud"}},
+      {"--device", {"cpu"}, {"tpu", "cuda"}},
   };
   return flags;
 }

@@ -294,6 +294,14 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
   expect_train_error(trained, steps + " --schedule linear", 2);
   expect_train_error(trained, mlp_data(), 2);  // no --steps
   expect_train_error(trained, steps + " --log-every 0", 2);
+  expect_train_error(trained, steps + " --device tpu", 2);
+  EXPECT_THAT(expect_train_error(trained, steps + " --allow-tf32"), HasSubstr("--allow-tf32"));
+  // Without a usable GPU (this machine, CI), --device cuda names the CUDA reason before any step.
+  if (!testing::cuda_device_present()) {
+    EXPECT_THAT(
+        expect_train_error(trained, steps + " --device cuda"),
+        ::testing::AnyOf(HasSubstr("no usable CUDA device"), HasSubstr("built without CUDA")));
+  }
 }
 
 // --log-every N reads the step figures from the device every N steps: the log is the one reading
