@@ -19,6 +19,7 @@ struct CompareFlags {
   std::string optimizer = "adamw";
   double lr = 1e-3;
   std::vector<std::string> precisions = {"fp32", "fp16", "bf16"};
+  std::string device = "cpu";
 };
 
 // Adds the `compare` subcommand to `app`; its flags are parsed into `flags`.
