@@ -127,6 +127,19 @@ int run_compare_command(const CompareFlags& flags) {
     std::cerr << "ampc: error: --lr " << flags.lr << " must be a finite number > 0\n";
     return 1;
   }
+  // The device first: without it nothing below can run.
+  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
+  if (device.ok()) {
+    if (absl::StatusOr<std::shared_ptr<runtime::Backend>> backend =
+            runtime::create_backend(*device);
+        !backend.ok()) {
+      device = backend.status();
+    }
+  }
+  if (!device.ok()) {
+    std::cerr << "ampc: error: " << device.status().message() << "\n";
+    return 1;
+  }
   std::vector<Row> rows;
   for (const std::string& precision : flags.precisions) {
     absl::StatusOr<Row> row = run_one(flags, precision);

@@ -218,6 +218,18 @@ TEST_F(PrecisionCliTest, CompareTrainsEachPrecisionAndPrintsOneTable) {
                         " --steps 2 --precisions fp32,fp8");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("not supported yet"));
+
+  const std::string two_steps = "compare " + testing::source_path("models/mlp.onnx") + " --data " +
+                                testing::source_path("models/mlp.train.npz") +
+                                " --steps 2 --device ";
+  EXPECT_EQ(testing::run_ampc(two_steps + "tpu").exit_code, 2);
+  if (!testing::cuda_device_present()) {
+    r = testing::run_ampc(two_steps + "cuda");
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("no usable CUDA device"),
+                                        HasSubstr("built without CUDA")));
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
