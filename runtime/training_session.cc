@@ -220,7 +220,9 @@ absl::Status TrainingSession::abandon_window() {
 
 absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
                                                 float lr) {
-  return step(std::vector<std::map<std::string, Tensor>>{batch}, lr);
+  AMPC_RETURN_IF_ERROR(queue_step(batch, lr));
+  AMPC_ASSIGN_OR_RETURN(std::vector<StepStats> stats, take_stats());
+  return stats.back();
 }
 
 absl::StatusOr<StepStats> TrainingSession::step(

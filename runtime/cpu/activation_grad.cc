@@ -3,7 +3,8 @@
 //
 // Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64,
 // with the C library's functions for the compute type and the constants rounded to it. The
-// formulas, in the order the CUDA backend follows too (x the forward input, y its output):
+// formulas (runtime/gradient_math.h, which the CUDA kernels run too; x the forward input, y its
+// output):
 //   ReluGrad      = y <= 0 ? 0 : dy                 (a NaN y passes dy, as in PyTorch)
 //   LeakyReluGrad = x > 0 ? dy : dy * alpha
 //   GeluGrad      = dy * (Phi + x * phi), Phi = 0.5 * (1 + erf(x * (1/sqrt(2)))),
@@ -16,6 +17,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/gradient_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -29,40 +31,19 @@ absl::Status activation_grad(const KernelContext& ctx, Fn fn) {
 
 template <typename T>
 absl::Status relu_grad(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  return activation_grad<T>(ctx, [](X dy, X y) { return y <= X{0} ? X{0} : dy; });
+  return activation_grad<T>(ctx, numeric::ReluGrad{});
 }
 
 template <typename T>
 absl::Status leaky_relu_grad(const KernelContext& ctx) {
-  using X = compute_t<T>;
-  const X alpha = static_cast<X>(ctx.node.float_attr("alpha"));
-  return activation_grad<T>(ctx, [alpha](X dy, X x) { return x > X{0} ? dy : dy * alpha; });
+  return activation_grad<T>(ctx, numeric::LeakyReluGrad{ctx.node.float_attr("alpha")});
 }
 
 template <typename T>
 absl::Status gelu_grad(const KernelContext& ctx) {
-  using X = compute_t<T>;
   const std::string& approximate = ctx.node.string_attr("approximate");
-  if (approximate == "none") {
-    constexpr X kInvSqrt2 = static_cast<X>(0.70710678118654752440);
-    constexpr X kInvSqrt2Pi = static_cast<X>(0.39894228040143267794);
-    return activation_grad<T>(ctx, [](X dy, X x) {
-      const X cdf = X{0.5} * (X{1} + std::erf(x * kInvSqrt2));
-      const X pdf = kInvSqrt2Pi * std::exp(X{-0.5} * x * x);
-      return dy * (cdf + x * pdf);
-    });
-  }
-  if (approximate == "tanh") {
-    constexpr X kSqrt2OverPi = static_cast<X>(0.79788456080286535588);
-    constexpr X kCubic = static_cast<X>(0.044715);
-    constexpr X kCubicSlope = static_cast<X>(3 * 0.044715);
-    return activation_grad<T>(ctx, [](X dy, X x) {
-      const X t = std::tanh(kSqrt2OverPi * (x + kCubic * x * x * x));
-      const X inner_slope = kSqrt2OverPi * (X{1} + kCubicSlope * x * x);
-      return dy * (X{0.5} * (X{1} + t) + X{0.5} * x * (X{1} - t * t) * inner_slope);
-    });
-  }
+  if (approximate == "none") return activation_grad<T>(ctx, numeric::GeluErfGrad{});
+  if (approximate == "tanh") return activation_grad<T>(ctx, numeric::GeluTanhGrad{});
   return absl::InvalidArgumentError(
       str_cat("GeluGrad approximate=\"", approximate, "\": expected \"none\" or \"tanh\""));
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/gradient_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -125,7 +126,8 @@ absl::Status layer_norm_grad(const KernelContext& ctx) {
         const int64_t i = first + j;
         const C xhat = (load(x[i]) - mean[row]) * inv_std[row];
         const C grad = load(dy[i]) * scale[j];
-        dx[i] = store<T>(inv_std[row] * (grad - grad_mean - xhat * grad_xhat_mean));
+        dx[i] =
+            store<T>(numeric::layer_norm_grad(grad, xhat, inv_std[row], grad_mean, grad_xhat_mean));
       }
     }
   });

@@ -26,6 +26,7 @@
 #include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
+#include "runtime/gradient_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -60,9 +61,8 @@ absl::Status softmax_grad(const KernelContext& ctx) {
       }
       for (int64_t k = 0; k < n; ++k) {
         const int64_t i = first + k * inner;
-        const C value =
-            kLog ? load(dy[i]) - std::exp(load(y[i])) * sum : load(y[i]) * (load(dy[i]) - sum);
-        dx[i] = store<T>(value);
+        dx[i] = store<T>(kLog ? numeric::log_softmax_grad(load(dy[i]), load(y[i]), sum)
+                              : numeric::softmax_grad(load(dy[i]), load(y[i]), sum));
       }
     }
   });
@@ -141,7 +141,7 @@ absl::Status softmax_cross_entropy_grad(const KernelContext& ctx) {
       for (int64_t c = 0; c < classes; ++c) {
         const int64_t i = first + c * spatial;
         const C log_prob = from_scores ? (load(in[i]) - shift) - log_sum : load(in[i]);
-        out[i] = store<T>(factor * (std::exp(log_prob) - (c == label ? C(1) : C(0))));
+        out[i] = store<T>(numeric::cross_entropy_grad(factor, log_prob, c == label));
       }
     }
   });

@@ -208,7 +208,8 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Sqrt", kCudaFloatTypes, &unary<UnaryOp::kSqrt>);
   add(r, "Exp", kCudaFloatTypes, &unary<UnaryOp::kExp>);
   add(r, "Log", kCudaFloatTypes, &unary<UnaryOp::kLog>);
-  add(r, "Reciprocal", kCudaFloatTypes, &unary<UnaryOp::kReciprocal>);
+  add(r, "Reciprocal", {DType::kF32, DType::kF16, DType::kBF16, DType::kF64},
+      &unary<UnaryOp::kReciprocal>);
   add(r, "Neg", kCudaNumericTypes, &unary<UnaryOp::kNeg>);
   add(r, "Abs", kCudaNumericTypes, &unary<UnaryOp::kAbs>);
   add(r, "Not", {DType::kBool}, &unary<UnaryOp::kNot>);

@@ -102,6 +102,19 @@ cudaError_t visit_float_elem(Elem elem, Fn&& fn) {
   }
 }
 
+// The index (and class label) types: i64 and i32.
+template <typename Fn>
+cudaError_t visit_index_elem(Elem elem, Fn&& fn) {
+  switch (elem) {
+    case Elem::kI64:
+      return fn(Tag<int64_t>{});
+    case Elem::kI32:
+      return fn(Tag<int32_t>{});
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
 // Float element types plus the integers arithmetic is instantiated for.
 template <typename Fn>
 cudaError_t visit_numeric_elem(Elem elem, Fn&& fn) {
@@ -112,6 +125,21 @@ cudaError_t visit_numeric_elem(Elem elem, Fn&& fn) {
       return fn(Tag<int32_t>{});
     default:
       return visit_float_elem(elem, fn);
+  }
+}
+
+// Dropout's ratio operand, of any float type, as the double the CPU reads (DropoutArgs).
+__device__ __forceinline__ double read_ratio(const DropoutArgs& args) {
+  if (args.ratio == nullptr) return args.default_ratio;
+  switch (args.ratio_type) {
+    case Elem::kF16:
+      return static_cast<float>(*static_cast<const Float16*>(args.ratio));
+    case Elem::kBF16:
+      return static_cast<float>(*static_cast<const BFloat16*>(args.ratio));
+    case Elem::kF64:
+      return *static_cast<const double*>(args.ratio);
+    default:
+      return *static_cast<const float*>(args.ratio);
   }
 }
 

@@ -350,6 +350,8 @@ cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t 
     case UnaryOp::kLog:
       return float_unary(type, x, y, n, numeric::Log{}, stream);
     case UnaryOp::kReciprocal:
+      // Also f64: the loss scaler's inverse scale is 1 / scale in f64, as GradScaler's.
+      if (type == Elem::kF64) return map_same<double>(x, y, n, numeric::Reciprocal{}, stream);
       return float_unary(type, x, y, n, numeric::Reciprocal{}, stream);
     case UnaryOp::kNeg:
       return numeric_unary(type, x, y, n, numeric::Neg{}, stream);
@@ -540,21 +542,6 @@ cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, b
 // ---- Dropout and fill ------------------------------------------------------------------------
 
 namespace {
-
-// The ratio operand, of any float type, as the double the CPU reads.
-__device__ double read_ratio(const DropoutArgs& args) {
-  if (args.ratio == nullptr) return args.default_ratio;
-  switch (args.ratio_type) {
-    case Elem::kF16:
-      return static_cast<float>(*static_cast<const Float16*>(args.ratio));
-    case Elem::kBF16:
-      return static_cast<float>(*static_cast<const BFloat16*>(args.ratio));
-    case Elem::kF64:
-      return *static_cast<const double*>(args.ratio);
-    default:
-      return *static_cast<const float*>(args.ratio);
-  }
-}
 
 template <typename T>
 __global__ void dropout_kernel(const T* x, T* y, bool* mask, int64_t n, DropoutArgs args,

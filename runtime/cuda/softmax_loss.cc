@@ -7,6 +7,7 @@
 // at the label's flat index) instead of returning the CPU's Status.
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
+#include "runtime/cuda/class_loss.h"
 #include "runtime/cuda/cuda_util.h"
 #include "runtime/cuda/reduce_kernels.h"
 
@@ -62,37 +63,9 @@ struct LossState : KernelState {
 };
 
 absl::StatusOr<std::unique_ptr<KernelState>> init_loss(const KernelContext& ctx) {
-  const Shape& scores = ctx.input(0).shape();
-  if (scores.size() < 2) {
-    return absl::InvalidArgumentError(
-        str_cat("scores ", shape_to_string(scores), " must be [N, C, ...]"));
-  }
-  const DType labels = ctx.input(1).dtype();
-  if (labels != DType::kI64 && labels != DType::kI32) {
-    return absl::InvalidArgumentError(
-        str_cat("labels must be i64 or i32, got ", dtype_name(labels)));
-  }
   auto state = std::make_unique<LossState>();
-  ClassLoss& shape = state->shape;
-  shape.batch = scores[0];
-  shape.classes = scores[1];
-  for (size_t d = 2; d < scores.size(); ++d) shape.spatial *= scores[d];
-  if (const AttrValue* ignored = ctx.node.find_attr("ignore_index")) {
-    shape.has_ignore_index = true;
-    shape.ignore_index = std::get<int64_t>(*ignored);
-  }
-  const std::string& reduction = ctx.node.string_attr("reduction");
-  if (reduction == "none") {
-    shape.reduction = LossReduction::kNone;
-  } else if (reduction == "sum") {
-    shape.reduction = LossReduction::kSum;
-  } else if (reduction == "mean") {
-    shape.reduction = LossReduction::kMean;
-  } else {
-    return absl::InvalidArgumentError(
-        str_cat("reduction '", reduction, "' is not one of 'none', 'sum', 'mean'"));
-  }
-  state->workspace_bytes = loss_workspace_bytes(shape);
+  AMPC_ASSIGN_OR_RETURN(state->shape, class_loss(ctx, ctx.input(0).shape(), 1));
+  state->workspace_bytes = loss_workspace_bytes(state->shape);
   return state;
 }
 
@@ -139,4 +112,37 @@ void register_cuda_softmax_loss_kernels(KernelRegistry& r) {
 static KernelRegistration kRegistration(&register_cuda_softmax_loss_kernels);
 
 }  // namespace
+
+absl::StatusOr<ClassLoss> class_loss(const KernelContext& ctx, const Shape& scores, int labels) {
+  if (scores.size() < 2) {
+    return absl::InvalidArgumentError(
+        str_cat("scores ", shape_to_string(scores), " must be [N, C, ...]"));
+  }
+  const DType label_type = ctx.input(labels).dtype();
+  if (label_type != DType::kI64 && label_type != DType::kI32) {
+    return absl::InvalidArgumentError(
+        str_cat("labels must be i64 or i32, got ", dtype_name(label_type)));
+  }
+  ClassLoss shape;
+  shape.batch = scores[0];
+  shape.classes = scores[1];
+  for (size_t d = 2; d < scores.size(); ++d) shape.spatial *= scores[d];
+  if (const AttrValue* ignored = ctx.node.find_attr("ignore_index")) {
+    shape.has_ignore_index = true;
+    shape.ignore_index = std::get<int64_t>(*ignored);
+  }
+  const std::string& reduction = ctx.node.string_attr("reduction");
+  if (reduction == "none") {
+    shape.reduction = LossReduction::kNone;
+  } else if (reduction == "sum") {
+    shape.reduction = LossReduction::kSum;
+  } else if (reduction == "mean") {
+    shape.reduction = LossReduction::kMean;
+  } else {
+    return absl::InvalidArgumentError(
+        str_cat("reduction '", reduction, "' is not one of 'none', 'sum', 'mean'"));
+  }
+  return shape;
+}
+
 }  // namespace ampc::runtime::cuda

@@ -464,18 +464,6 @@ LossSink<T> loss_sink(void* out, void* workspace, const ClassLoss& shape, ErrorS
           errors};
 }
 
-template <typename Fn>
-cudaError_t visit_label(Elem label_type, Fn&& fn) {
-  switch (label_type) {
-    case Elem::kI64:
-      return fn(Tag<int64_t>{});
-    case Elem::kI32:
-      return fn(Tag<int32_t>{});
-    default:
-      return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t launch_softmax(bool log_softmax, Elem type, const void* x, void* y,
@@ -516,7 +504,7 @@ cudaError_t launch_softmax_cross_entropy(Elem type, Elem label_type, const void*
                                          ErrorSink sink, cudaStream_t stream) {
   return visit_float_elem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return visit_label(label_type, [&](auto label_tag) {
+    return visit_index_elem(label_type, [&](auto label_tag) {
       using L = typename decltype(label_tag)::type;
       const LossSink<T> losses = loss_sink<T>(loss, workspace, shape, sink);
       const int64_t samples = shape.samples();
@@ -552,7 +540,7 @@ cudaError_t launch_negative_log_likelihood(Elem type, Elem label_type, const voi
                                            cudaStream_t stream) {
   return visit_float_elem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return visit_label(label_type, [&](auto label_tag) {
+    return visit_index_elem(label_type, [&](auto label_tag) {
       using L = typename decltype(label_tag)::type;
       const LossSink<T> losses = loss_sink<T>(loss, workspace, shape, sink);
       const int64_t samples = shape.samples();

@@ -1,6 +1,7 @@
 // The planner: arenas, lifetimes, sharing and in-place reuse, on small graphs and on the models.
 #include "runtime/plan.h"
 
+#include "compiler/compile.h"
 #include "compiler/op_def.h"
 #include "gtest/gtest.h"
 #include "runtime/interpreter.h"
@@ -219,6 +220,48 @@ TEST_P(ModelPlan, PoisoningFreedBuffersChangesNoOutputAndRunsRepeat) {
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelPlan, ::testing::Values("mlp", "cnn", "tiny_gpt"),
                          [](const auto& info) { return info.param; });
+
+// Every node of the MLP's and the tiny GPT's training steps (forward, backward, AdamW or SGD with
+// clipping, loss scaling) has a CUDA kernel in each precision, so the whole step plans on CUDA
+// (kernels resolve without a GPU); the CNN's still names an op that has none.
+#if defined(AMPC_HAVE_CUDA)
+TEST(Plan, TheMlpAndGptTrainingStepsHaveEveryKernelOnCuda) {
+  auto training_step = [](const std::string& model, const std::string& precision,
+                          OptimizerOptions::Kind kind) -> std::unique_ptr<Graph> {
+    CompileOptions options;
+    options.training = TrainingOptions{};
+    options.training->optimizer.kind = kind;
+    options.training->optimizer.clip_grad_norm = 1.0f;
+    if (precision != "fp32") {
+      options.mixed_precision = MixedPrecisionOptions{};
+      options.mixed_precision->policy.low = precision == "fp16" ? DType::kF16 : DType::kBF16;
+    }
+    Diagnostics diagnostics;
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    return graph.ok() ? (*graph)->take_training_step() : nullptr;
+  };
+  for (const std::string model : {"mlp", "tiny_gpt"}) {
+    for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+      for (const auto kind : {OptimizerOptions::Kind::kAdamW, OptimizerOptions::Kind::kSgd}) {
+        std::unique_ptr<Graph> step = training_step(model, precision, kind);
+        ASSERT_NE(step, nullptr);
+        absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::build(*step, Device::kCuda);
+        EXPECT_TRUE(plan.ok()) << model << " " << precision << ": " << plan.status();
+      }
+    }
+  }
+  for (const std::string model : {"cnn"}) {
+    std::unique_ptr<Graph> step = training_step(model, "fp32", OptimizerOptions::Kind::kAdamW);
+    ASSERT_NE(step, nullptr);
+    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::build(*step, Device::kCuda);
+    ASSERT_FALSE(plan.ok()) << model;
+    EXPECT_NE(plan.status().message().find("no cuda kernel for op"), std::string_view::npos)
+        << plan.status();
+  }
+}
+#endif
 
 }  // namespace
 }  // namespace ampc::runtime

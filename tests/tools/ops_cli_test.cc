@@ -73,7 +73,9 @@ TEST(OpsCli, CudaCoversEveryFloatOpOfTheCpu) {
   GTEST_SKIP() << "built without CUDA";
 #endif
   std::vector<std::string> missing;
-  for (const nlohmann::json& op : ops_json()["ops"]) {
+  // The document outlives the loop (a range over ops_json()["ops"] would read a destroyed one).
+  const nlohmann::json doc = ops_json();
+  for (const nlohmann::json& op : doc["ops"]) {
     if (op["domain"] != "") continue;
     const std::set<std::string> cpu = names(op["kernels"]["cpu"]);
     const std::set<std::string> cuda = names(op["kernels"]["cuda"]);
@@ -84,6 +86,31 @@ TEST(OpsCli, CudaCoversEveryFloatOpOfTheCpu) {
     }
   }
   EXPECT_TRUE(missing.empty()) << "no cuda kernel for: " << ::testing::PrintToString(missing);
+}
+
+// The ampc-domain ops of the training step (gradients, optimizer, loss scaling) on CUDA: every
+// one the CPU runs in a float type, but for those listed here, which are still to be written;
+// the list must name exactly what is missing, so it shrinks as kernels land.
+TEST(OpsCli, CudaCoversTheTrainingStepsOpsButTheListedOnes) {
+#if !defined(AMPC_HAVE_CUDA)
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  const std::set<std::string> still_to_write = {
+      "AveragePoolGrad",    "BatchNormalizationGrad", "ConvGradData", "ConvGradFilter",
+      "GatherElementsGrad", "GatherNDGrad",           "MaxPoolGrad",  "PadGrad",
+      "SliceGrad"};
+  std::set<std::string> missing;
+  // The document outlives the loop (a range over ops_json()["ops"] would read a destroyed one).
+  const nlohmann::json doc = ops_json();
+  for (const nlohmann::json& op : doc["ops"]) {
+    if (op["domain"] != "ampc") continue;
+    const std::set<std::string> cpu = names(op["kernels"]["cpu"]);
+    const std::set<std::string> cuda = names(op["kernels"]["cuda"]);
+    for (const char* dtype : {"f32", "f16", "bf16"}) {
+      if (cpu.contains(dtype) && !cuda.contains(dtype)) missing.insert(op["op"].get<std::string>());
+    }
+  }
+  EXPECT_EQ(missing, still_to_write);
 }
 
 }  // namespace
