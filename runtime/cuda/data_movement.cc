@@ -135,6 +135,8 @@ struct MoveState : KernelState {
   std::vector<Move> moves;
   // Pad: operand 2 (the constant value) when the node has it.
   int pad_value_operand = -1;
+  // SliceGrad: output 0 is zeroed before the moves write part of it.
+  bool zero_output = false;
 };
 
 absl::StatusOr<std::unique_ptr<KernelState>> one_move(const std::vector<MoveDim>& dims,
@@ -150,6 +152,11 @@ absl::Status run_moves(const KernelContext& ctx) {
   const void* pad_value = state.pad_value_operand >= 0 && ctx.has_input(state.pad_value_operand)
                               ? ctx.input(state.pad_value_operand).data
                               : nullptr;
+  if (state.zero_output) {
+    AMPC_RETURN_IF_ERROR(cuda_status(
+        cudaMemsetAsync(ctx.output(0).data, 0, ctx.output(0).byte_size(), stream_of(ctx)),
+        str_cat("cudaMemsetAsync for ", ctx.node.op_type())));
+  }
   for (const Move& move : state.moves) {
     const TensorArg& in = ctx.input(move.input);
     AMPC_RETURN_IF_ERROR(
@@ -193,6 +200,36 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_slice(const KernelContext& ctx
     if (slices[d].size > 1) in_strides[d] = slices[d].step * strides[d];
   }
   return one_move(strided_dims(sliced, in_strides), base);
+}
+
+// SliceGrad (ampc): zeros of the sliced data's shape with dY written where the Slice read: the
+// Slice's move the other way round (dY read row-major, written at the slice's strides). Its
+// starts/ends/axes/steps are operands 1 to 4, as Slice's.
+absl::StatusOr<std::unique_ptr<KernelState>> init_slice_grad(const KernelContext& ctx) {
+  const Shape& full = ctx.output(0).shape();
+  const Shape& sliced = ctx.input(0).shape();
+  const int64_t rank = full.size();
+  AMPC_ASSIGN_OR_RETURN(const KernelContext host,
+                        host_context(ctx, {{1, "starts"}, {2, "ends"}, {3, "axes"}, {4, "steps"}}));
+  AMPC_ASSIGN_OR_RETURN(const std::vector<cpu::DimSlice> slices,
+                        cpu::resolve_slices(host, full, sliced));
+  const std::vector<int64_t> full_strides = row_major_strides(full);
+  const std::vector<int64_t> sliced_strides = row_major_strides(sliced);
+  int64_t base = 0;
+  std::vector<MoveDim> dims(rank);
+  for (int64_t d = 0; d < rank; ++d) {
+    base += slices[d].start * full_strides[d];
+    dims[d] = {.size = sliced[d],
+               .in_stride = sliced_strides[d],
+               .out_stride = slices[d].size > 1 ? slices[d].step * full_strides[d] : 0};
+  }
+  auto state = std::make_unique<MoveState>();
+  state->zero_output = true;
+  if (num_elements(sliced) > 0) {
+    AMPC_ASSIGN_OR_RETURN(MoveMap map, make_map(dims, 0, base));
+    state->moves.push_back({.input = 0, .output = 0, .map = map});
+  }
+  return state;
 }
 
 // Input dims of size 1 (and missing leading dims) are read with stride 0.
@@ -509,6 +546,12 @@ void register_cuda_data_movement_kernels(KernelRegistry& r) {
   add(r, "Concat", all, &run_moves, &init_concat);
   add(r, "Split", all, &run_moves, &init_split);
   add(r, "Gather", all, &gather, &init_gather);
+  {
+    KernelDef def = cuda_kernel_def("SliceGrad", kCudaFloatTypes, &run_moves);
+    def.domain = std::string(kAmpcDomain);
+    def.init = &init_slice_grad;
+    r.add(std::move(def));
+  }
   add(r, "Trilu", all, &trilu, nullptr, {}, 0);
   add(r, "Shape", all, &copy_host_bytes, &init_shape);
   // Constant and ConstantOfShape have no data operand: their key is output 0.

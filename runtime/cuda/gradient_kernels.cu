@@ -299,6 +299,74 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   }
 }
 
+// ---- BatchNormalizationGrad ----------------------------------------------------------------
+
+// One block per channel: its statistics (batch ones in training), then the sums of dy * xhat
+// and dy, into the workspace (mean, inv_std, dscale, dbias, each [C]) and dscale, dbias.
+template <typename T, typename S>
+__global__ void __launch_bounds__(kMaxTeamThreads)
+    batch_norm_channel_kernel(const T* dy, const T* x, const S* mean_in, const S* var_in,
+                              float* stats, S* dscale, S* dbias, BatchNormGradParams p) {
+  const BlockTeam team;
+  const int64_t m = p.batch * p.spatial;
+  const float count = static_cast<float>(m);
+  for (int64_t c = team.first(); c < p.channels; c += team.stride()) {
+    auto at = [&](int64_t k) {
+      return ((k / p.spatial) * p.channels + c) * p.spatial + k % p.spatial;
+    };
+    float mean = 0, var = 0;
+    if (p.training) {
+      float sum = 0;
+      for (int64_t k = team.rank(); k < m; k += team.size()) sum += load(x[at(k)]);
+      mean = team.reduce(sum, Plus{}) / count;
+      float square_sum = 0;
+      for (int64_t k = team.rank(); k < m; k += team.size()) {
+        const float centered = load(x[at(k)]) - mean;
+        square_sum += centered * centered;
+      }
+      var = team.reduce(square_sum, Plus{}) / count;
+    } else {
+      mean = load(mean_in[c]);
+      var = load(var_in[c]);
+    }
+    const float inv_std = 1.0f / numeric::sqrt(var + p.epsilon);
+    float scale_sum = 0, bias_sum = 0;
+    for (int64_t k = team.rank(); k < m; k += team.size()) {
+      const float grad = load(dy[at(k)]);
+      scale_sum += grad * ((load(x[at(k)]) - mean) * inv_std);
+      bias_sum += grad;
+    }
+    scale_sum = team.reduce(scale_sum, Plus{});
+    bias_sum = team.reduce(bias_sum, Plus{});
+    if (team.rank() == 0) {
+      stats[c] = mean;
+      stats[p.channels + c] = inv_std;
+      stats[2 * p.channels + c] = scale_sum;
+      stats[3 * p.channels + c] = bias_sum;
+      dscale[c] = store<S>(scale_sum);
+      dbias[c] = store<S>(bias_sum);
+    }
+  }
+}
+
+template <typename T, typename S>
+__global__ void batch_norm_dx_kernel(const T* dy, const T* x, const S* scale, const float* stats,
+                                     T* dx, BatchNormGradParams p) {
+  const int64_t n = p.batch * p.channels * p.spatial;
+  const float count = static_cast<float>(p.batch * p.spatial);
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const int64_t c = (i / p.spatial) % p.channels;
+    const float mean = stats[c], inv_std = stats[p.channels + c];
+    float grad = load(dy[i]);
+    if (p.training) {
+      const float scale_mean = stats[2 * p.channels + c] / count;
+      const float bias_mean = stats[3 * p.channels + c] / count;
+      grad -= bias_mean + (load(x[i]) - mean) * inv_std * scale_mean;
+    }
+    dx[i] = store<T>(load(scale[c]) * inv_std * grad);
+  }
+}
+
 // ---- GatherGrad ----------------------------------------------------------------------------
 
 // The bits a sort key of [0, dim] needs (dim itself marks an index out of range).
@@ -407,6 +475,31 @@ cudaError_t launch_gather_grad(Elem type, Elem index_type, const void* dy, const
     gather_grad_runs_kernel<<<blocks_for(total), kThreads, 0, stream>>>(
         static_cast<const T*>(dy), s.keys, s.positions, static_cast<T*>(dx), shape);
     return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_batch_norm_grad(Elem type, Elem stats_type, const void* dy, const void* x,
+                                   const void* scale, const void* mean, const void* var, void* dx,
+                                   void* dscale, void* dbias, void* workspace,
+                                   const BatchNormGradParams& params, cudaStream_t stream) {
+  if (params.channels == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    return visit_float_elem(stats_type, [&](auto stats_tag) {
+      using S = typename decltype(stats_tag)::type;
+      const T* g = static_cast<const T*>(dy);
+      const T* in = static_cast<const T*>(x);
+      float* stats = static_cast<float*>(workspace);
+      batch_norm_channel_kernel<T, S><<<grid_for(params.channels), kBlockTeamThreads, 0, stream>>>(
+          g, in, static_cast<const S*>(mean), static_cast<const S*>(var), stats,
+          static_cast<S*>(dscale), static_cast<S*>(dbias), params);
+      const int64_t n = params.batch * params.channels * params.spatial;
+      if (n > 0) {
+        batch_norm_dx_kernel<T, S><<<blocks_for(n), kThreads, 0, stream>>>(
+            g, in, static_cast<const S*>(scale), stats, static_cast<T*>(dx), params);
+      }
+      return cudaGetLastError();
+    });
   });
 }
 

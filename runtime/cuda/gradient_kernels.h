@@ -77,6 +77,24 @@ cudaError_t launch_layer_norm_grad(Elem type, const void* dy, const void* x, con
                                    void* dx, void* dscale, void* dbias, void* workspace,
                                    const LayerNormGradParams& params, cudaStream_t stream);
 
+// BatchNormalizationGrad over X [N, C, D...] (C = 1 for 1-D X): per channel, from dY, X and
+// scale, mean and var [C] of `stats_type` (X's type, or f32 beside f16/bf16 X): in training the
+// batch statistics recomputed as the forward computes them (the given mean and var otherwise);
+// dscale = sum(dy * xhat) and dbias = sum(dy) (`stats_type`), and dx (X's type) =
+// scale * inv_std * (dy - [training] (dbias / m + xhat * dscale / m)), m = N * D. One block per
+// channel takes its sums. dx may be dy's buffer.
+struct BatchNormGradParams {
+  int64_t batch = 0, channels = 1, spatial = 1;
+  float epsilon = 0;
+  bool training = false;
+};
+// Scratch: mean, inv_std, dscale and dbias per channel, in f32.
+inline int64_t batch_norm_grad_workspace_bytes(int64_t channels) { return 4 * channels * 4; }
+cudaError_t launch_batch_norm_grad(Elem type, Elem stats_type, const void* dy, const void* x,
+                                   const void* scale, const void* mean, const void* var, void* dx,
+                                   void* dscale, void* dbias, void* workspace,
+                                   const BatchNormGradParams& params, cudaStream_t stream);
+
 // GatherGrad: dx [outer, dim, inner] = the sum over j with indices[j] == r (negative ones
 // wrapped) of dy [outer, j, inner], added from 0 in j order and rounded once, as the CPU adds it
 // (so bit for bit): the indices are sorted stably with their positions (a radix sort), and one

@@ -1,9 +1,10 @@
 // CUDA kernels of the ampc-domain gradient ops of the backward pass: ReluGrad, LeakyReluGrad,
 // GeluGrad, DropoutGrad, SoftmaxGrad, LogSoftmaxGrad, SoftmaxCrossEntropyLossGrad,
-// NegativeLogLikelihoodLossGrad, LayerNormalizationGrad and GatherGrad. Registration and the
-// layouts, read at load from the shapes and attributes exactly as the CPU kernels read them
-// (runtime/cpu/activation_grad.cc, shape_grad.cc, softmax_loss_grad.cc, normalization_grad.cc).
-// The kernels: gradient_kernels.cu. A label out of range is a data error recorded on the device.
+// NegativeLogLikelihoodLossGrad, LayerNormalizationGrad, BatchNormalizationGrad and GatherGrad.
+// Registration and the layouts, read at load from the shapes and attributes exactly as the CPU
+// kernels read them (runtime/cpu/activation_grad.cc, shape_grad.cc, softmax_loss_grad.cc,
+// normalization_grad.cc). The kernels: gradient_kernels.cu. A label out of range is a data error
+// recorded on the device.
 #include <limits>
 
 #include "compiler/op_def.h"
@@ -178,6 +179,43 @@ absl::Status layer_norm_grad(const KernelContext& ctx) {
                   ctx);
 }
 
+// ---- BatchNormalizationGrad ----------------------------------------------------------------
+
+struct BatchNormGradState : KernelState {
+  BatchNormGradParams params;
+};
+
+// Operands: dY, X, scale, mean, var (scale, mean and var [C], of one float type).
+absl::StatusOr<std::unique_ptr<KernelState>> init_batch_norm_grad(const KernelContext& ctx) {
+  const Shape& x = ctx.input(1).shape();
+  if (x.empty()) return absl::InvalidArgumentError("X must have at least one dim");
+  auto state = std::make_unique<BatchNormGradState>();
+  BatchNormGradParams& p = state->params;
+  p.batch = x[0];
+  p.channels = x.size() >= 2 ? x[1] : 1;
+  for (size_t d = 2; d < x.size(); ++d) p.spatial *= x[d];
+  const AttrValue* training = ctx.node.find_attr("training_mode");
+  p.training = training != nullptr && std::get<int64_t>(*training) != 0;
+  p.epsilon = ctx.node.float_attr("epsilon");
+  for (int k = 3; k <= 4; ++k) {
+    if (ctx.input(k).dtype() != ctx.input(2).dtype()) {
+      return absl::InvalidArgumentError("scale, mean and var must have one element type");
+    }
+  }
+  state->workspace_bytes = batch_norm_grad_workspace_bytes(p.channels);
+  return state;
+}
+
+absl::Status batch_norm_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const BatchNormGradState&>(*ctx.state);
+  return launched(launch_batch_norm_grad(elem(ctx.input(1)), elem(ctx.input(2)), ctx.input(0).data,
+                                         ctx.input(1).data, ctx.input(2).data, ctx.input(3).data,
+                                         ctx.input(4).data, ctx.output(0).data, ctx.output(1).data,
+                                         ctx.output(2).data, ctx.workspace.data(), state.params,
+                                         stream_of(ctx)),
+                  ctx);
+}
+
 // ---- GatherGrad ----------------------------------------------------------------------------
 
 struct GatherGradState : KernelState {
@@ -247,6 +285,7 @@ void register_cuda_gradient_kernels(KernelRegistry& r) {
       [](const KernelContext& ctx) { return init_loss_grad(ctx, 1); });
   add(r, "LayerNormalizationGrad", &layer_norm_grad, &init_layer_norm_grad, 0);
   add(r, "GatherGrad", &gather_grad, &init_gather_grad);
+  add(r, "BatchNormalizationGrad", &batch_norm_grad, &init_batch_norm_grad, 0);
 }
 
 static KernelRegistration kRegistration(&register_cuda_gradient_kernels);

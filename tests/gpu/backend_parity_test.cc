@@ -55,7 +55,8 @@ Contract contract_of(const std::string& op) {
                                                      "LogSoftmaxGrad",
                                                      "SoftmaxCrossEntropyLossGrad",
                                                      "NegativeLogLikelihoodLossGrad",
-                                                     "LayerNormalizationGrad"};
+                                                     "LayerNormalizationGrad",
+                                                     "BatchNormalizationGrad"};
   if (transcendental.contains(op)) return Contract::kTranscendental;
   if (accumulating.contains(op)) return Contract::kAccumulating;
   return Contract::kExact;
