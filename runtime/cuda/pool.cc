@@ -1,9 +1,12 @@
-// CUDA kernels of MaxPool (with the optional Indices output) and AveragePool: registration and
-// launch. cuDNN's pooling cannot express ONNX's dilations, asymmetric pads or Indices, so both
-// run the own kernels of pool_kernels.cu, one thread per output element walking its window in
-// runtime/cpu/pool.cc's order: MaxPool's values and indices and AveragePool's f32 sums are the
-// CPU's bit for bit. The window (auto_pad, pads, strides, dilations; ceil_mode through the
-// inferred output shape) is resolved once at load by the CPU kernels' own resolve_window.
+// CUDA kernels of MaxPool (with the optional Indices output) and AveragePool, and of their
+// gradients MaxPoolGrad and AveragePoolGrad: registration and launch. cuDNN's pooling cannot
+// express ONNX's dilations, asymmetric pads or Indices, so both run the own kernels of
+// pool_kernels.cu, one thread per output element walking its window in runtime/cpu/pool.cc's order:
+// MaxPool's values and indices and AveragePool's f32 sums are the CPU's bit for bit. The window
+// (auto_pad, pads, strides, dilations; ceil_mode through the inferred output shape) is resolved
+// once at load by the CPU kernels' own resolve_window.
+#include <tuple>
+
 #include "compiler/strings.h"
 #include "runtime/cpu/window.h"
 #include "runtime/cuda/cuda_util.h"
@@ -18,8 +21,7 @@ struct PoolState : KernelState {
   bool count_include_pad = false;  // AveragePool
 };
 
-PoolWindow pool_window(const Node& node) {
-  const cpu::Window w = cpu::resolve_window(node, node.ints_attr("kernel_shape"));
+PoolWindow pool_window(const cpu::Window& w) {
   PoolWindow window;
   window.planes = w.batch * w.channels;
   for (int d = 0; d < 3; ++d) {
@@ -36,7 +38,7 @@ PoolWindow pool_window(const Node& node) {
 
 absl::StatusOr<std::unique_ptr<KernelState>> init_max_pool(const KernelContext& ctx) {
   auto state = std::make_unique<PoolState>();
-  state->window = pool_window(ctx.node);
+  state->window = pool_window(cpu::resolve_window(ctx.node, ctx.node.ints_attr("kernel_shape")));
   state->column_major = ctx.node.int_attr("storage_order") == 1;
   if (ctx.has_output(1) && ctx.output(1).dtype() != DType::kI64) {
     return absl::InvalidArgumentError(
@@ -47,7 +49,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_max_pool(const KernelContext& 
 
 absl::StatusOr<std::unique_ptr<KernelState>> init_average_pool(const KernelContext& ctx) {
   auto state = std::make_unique<PoolState>();
-  state->window = pool_window(ctx.node);
+  state->window = pool_window(cpu::resolve_window(ctx.node, ctx.node.ints_attr("kernel_shape")));
   state->count_include_pad = ctx.node.int_attr("count_include_pad") != 0;
   return state;
 }
@@ -69,6 +71,38 @@ absl::Status average_pool(const KernelContext& ctx) {
       ctx);
 }
 
+// The gradients (ampc): X's shape is MaxPoolGrad's operand 1 and AveragePoolGrad's output, dY's
+// the output shape of the forward window.
+absl::StatusOr<std::unique_ptr<KernelState>> init_max_pool_grad(const KernelContext& ctx) {
+  auto state = std::make_unique<PoolState>();
+  state->window = pool_window(cpu::resolve_window(
+      ctx.node, ctx.input(1).shape(), ctx.input(0).shape(), ctx.node.ints_attr("kernel_shape")));
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_average_pool_grad(const KernelContext& ctx) {
+  auto state = std::make_unique<PoolState>();
+  state->window = pool_window(cpu::resolve_window(
+      ctx.node, ctx.output(0).shape(), ctx.input(0).shape(), ctx.node.ints_attr("kernel_shape")));
+  state->count_include_pad = ctx.node.int_attr("count_include_pad") != 0;
+  return state;
+}
+
+absl::Status max_pool_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const PoolState&>(*ctx.state);
+  return launched(launch_max_pool_grad(elem(ctx.input(0)), ctx.input(0).data, ctx.input(1).data,
+                                       ctx.output(0).data, state.window, stream_of(ctx)),
+                  ctx);
+}
+
+absl::Status average_pool_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const PoolState&>(*ctx.state);
+  return launched(
+      launch_average_pool_grad(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data,
+                               state.window, state.count_include_pad, stream_of(ctx)),
+      ctx);
+}
+
 void register_cuda_pool_kernels(KernelRegistry& r) {
   KernelDef max_pool_def = cuda_kernel_def(
       "MaxPool", {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kU8}, &max_pool);
@@ -77,6 +111,14 @@ void register_cuda_pool_kernels(KernelRegistry& r) {
   KernelDef average_pool_def = cuda_kernel_def("AveragePool", kCudaFloatTypes, &average_pool);
   average_pool_def.init = &init_average_pool;
   r.add(std::move(average_pool_def));
+  for (auto [op, fn, init] :
+       {std::tuple{"MaxPoolGrad", &max_pool_grad, &init_max_pool_grad},
+        std::tuple{"AveragePoolGrad", &average_pool_grad, &init_average_pool_grad}}) {
+    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
+    def.domain = std::string(kAmpcDomain);
+    def.init = init;
+    r.add(std::move(def));
+  }
 }
 
 static KernelRegistration kRegistration(&register_cuda_pool_kernels);

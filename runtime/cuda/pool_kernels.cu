@@ -117,6 +117,108 @@ __global__ void average_pool_kernel(const T* x, T* y, PoolWindow w, bool count_p
   }
 }
 
+// ---- Pool gradients --------------------------------------------------------------------------
+//
+// One thread per dX element: it walks the output positions whose windows hold its input position,
+// in row-major order (the order in which the CPU kernel adds them), and adds each one's share,
+// from 0 in the compute type, rounding once: the CPU's bits.
+
+// The output positions [lo, hi] along dim d whose windows may hold input position i.
+__device__ __forceinline__ void window_range(const PoolWindow& w, int d, int64_t i, int64_t& lo,
+                                             int64_t& hi) {
+  const int64_t top = i + w.pad_begin[d];
+  const int64_t bottom = top - (w.kernel[d] - 1) * w.dilation[d];
+  lo = bottom <= 0 ? 0 : (bottom + w.stride[d] - 1) / w.stride[d];
+  hi = top < 0 ? -1 : top / w.stride[d];
+  if (hi > w.out[d] - 1) hi = w.out[d] - 1;
+}
+
+// Whether window o along dim d has a tap at input position i.
+__device__ __forceinline__ bool window_holds(const PoolWindow& w, int d, int64_t o, int64_t i) {
+  const int64_t relative = i + w.pad_begin[d] - o * w.stride[d];
+  return relative >= 0 && relative % w.dilation[d] == 0 && relative / w.dilation[d] < w.kernel[d];
+}
+
+// Calls visit(p, out) for every output position p (flat `out` within its plane) whose window
+// holds input element `offset` of `plane`, in row-major order.
+template <typename Visit>
+__device__ __forceinline__ void for_each_window_holding(const PoolWindow& w, int64_t plane,
+                                                        int64_t offset, Visit&& visit) {
+  const int64_t i[3] = {offset / (w.in[1] * w.in[2]), (offset / w.in[2]) % w.in[1],
+                        offset % w.in[2]};
+  int64_t lo[3], hi[3];
+  for (int d = 0; d < 3; ++d) window_range(w, d, i[d], lo[d], hi[d]);
+  for (int64_t o0 = lo[0]; o0 <= hi[0]; ++o0) {
+    if (!window_holds(w, 0, o0, i[0])) continue;
+    for (int64_t o1 = lo[1]; o1 <= hi[1]; ++o1) {
+      if (!window_holds(w, 1, o1, i[1])) continue;
+      for (int64_t o2 = lo[2]; o2 <= hi[2]; ++o2) {
+        if (!window_holds(w, 2, o2, i[2])) continue;
+        visit(OutputPosition{plane, o0, o1, o2}, (o0 * w.out[1] + o1) * w.out[2] + o2);
+      }
+    }
+  }
+}
+
+// dX: each dY element goes to its window's maximum (MaxPool's rule: taps inside X only, the
+// first maximum in scan order, the first NaN wins).
+template <typename T>
+__global__ void max_pool_grad_kernel(const T* dy, const T* x, T* dx, PoolWindow w) {
+  using C = compute_t<T>;
+  const int64_t in_size = w.in[0] * w.in[1] * w.in[2];
+  const int64_t out_size = w.out[0] * w.out[1] * w.out[2];
+  const int64_t n = w.planes * in_size;
+  for (int64_t e = global_thread(); e < n; e += grid_threads()) {
+    const int64_t plane = e / in_size;
+    const int64_t offset = e % in_size;
+    const T* xp = x + plane * in_size;
+    C acc = C(0);
+    for_each_window_holding(w, plane, offset, [&](const OutputPosition& p, int64_t out) {
+      bool found = false;
+      C best = C(0);
+      int64_t best_offset = -1;
+      for_each_tap(w, p, [&](int64_t i0, int64_t i1, int64_t i2, bool inside) {
+        if (!inside) return;
+        const int64_t tap = (i0 * w.in[1] + i1) * w.in[2] + i2;
+        const C value = load(xp[tap]);
+        if (found && !(value > best) && !(numeric::is_nan(value) && !numeric::is_nan(best))) {
+          return;
+        }
+        found = true;
+        best = value;
+        best_offset = tap;
+      });
+      if (best_offset == offset) acc += load(dy[plane * out_size + out]);
+    });
+    dx[e] = store<T>(acc);
+  }
+}
+
+// dX: each dY element divided by its window's count (AveragePool's), spread over its taps inside
+// X.
+template <typename T>
+__global__ void average_pool_grad_kernel(const T* dy, T* dx, PoolWindow w, bool count_pad) {
+  using C = compute_t<T>;
+  const int64_t in_size = w.in[0] * w.in[1] * w.in[2];
+  const int64_t out_size = w.out[0] * w.out[1] * w.out[2];
+  const int64_t n = w.planes * in_size;
+  auto in_padded = [&](int d, int64_t i) {
+    return i >= -w.pad_begin[d] && i < w.in[d] + w.pad_end[d];
+  };
+  for (int64_t e = global_thread(); e < n; e += grid_threads()) {
+    const int64_t plane = e / in_size;
+    C acc = C(0);
+    for_each_window_holding(w, plane, e % in_size, [&](const OutputPosition& p, int64_t out) {
+      int64_t count = 0;
+      for_each_tap(w, p, [&](int64_t i0, int64_t i1, int64_t i2, bool inside) {
+        count += inside || (count_pad && in_padded(0, i0) && in_padded(1, i1) && in_padded(2, i2));
+      });
+      acc += load(dy[plane * out_size + out]) / static_cast<C>(count);
+    });
+    dx[e] = store<T>(acc);
+  }
+}
+
 // ---- BatchNormalization ----------------------------------------------------------------------
 
 // The per-channel table the normalization reads, in f32: mean, std_dev, scale, bias.
@@ -301,6 +403,30 @@ cudaError_t launch_average_pool(Elem type, const void* x, void* y, const PoolWin
     using T = typename decltype(tag)::type;
     average_pool_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
         static_cast<const T*>(x), static_cast<T*>(y), window, count_include_pad);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_max_pool_grad(Elem type, const void* dy, const void* x, void* dx,
+                                 const PoolWindow& window, cudaStream_t stream) {
+  const int64_t n = window.planes * window.in[0] * window.in[1] * window.in[2];
+  if (n == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    max_pool_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(x), static_cast<T*>(dx), window);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_average_pool_grad(Elem type, const void* dy, void* dx, const PoolWindow& window,
+                                     bool count_include_pad, cudaStream_t stream) {
+  const int64_t n = window.planes * window.in[0] * window.in[1] * window.in[2];
+  if (n == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    average_pool_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(
+        static_cast<const T*>(dy), static_cast<T*>(dx), window, count_include_pad);
     return cudaGetLastError();
   });
 }

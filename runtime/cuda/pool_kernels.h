@@ -40,6 +40,15 @@ cudaError_t launch_max_pool(Elem type, const void* x, void* y, int64_t* indices,
 cudaError_t launch_average_pool(Elem type, const void* x, void* y, const PoolWindow& window,
                                 bool count_include_pad, cudaStream_t stream);
 
+// MaxPoolGrad(dY, X) and AveragePoolGrad(dY) -> dX over `window` (X's shape in `in`, dY's in
+// `out`): every dY element added into the tap MaxPool took (its window's maximum, by the rule
+// above), or divided by AveragePool's count and added into each tap inside X. One thread per dX
+// element adds its windows' shares in output order in f32 and rounds once: the CPU's bits.
+cudaError_t launch_max_pool_grad(Elem type, const void* dy, const void* x, void* dx,
+                                 const PoolWindow& window, cudaStream_t stream);
+cudaError_t launch_average_pool_grad(Elem type, const void* dy, void* dx, const PoolWindow& window,
+                                     bool count_include_pad, cudaStream_t stream);
+
 // BatchNormalization over X [batch, channels, spatial] of `x_type`; scale and B of `param_type`,
 // input_mean and input_var (and the running statistics written) of `stats_type`; all f32, f16 or
 // bf16. Per channel, in f32 as runtime/cpu/normalization.cc:
