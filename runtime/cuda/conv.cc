@@ -1,5 +1,6 @@
-// CUDA kernels of Conv (cuDNN) and BatchNormalization (own kernels): registration, descriptors
-// and algorithm made once at load, launches.
+// CUDA kernels of Conv and its gradients ConvGradData and ConvGradFilter (cuDNN), and of
+// BatchNormalization (own kernels): registration, descriptors and algorithms made once at load,
+// launches.
 //
 // Conv: 1-D convolutions run as 2-D ones over a height of 1, 3-D ones as 3-D; groups, strides
 // and dilations go into the convolution descriptor. cuDNN pads symmetrically, so where a dim's
@@ -20,6 +21,7 @@
 // (biased variance; the batchnorm-state pass rescales for PyTorch's convention in the graph).
 #include <algorithm>
 #include <climits>
+#include <tuple>
 #include <vector>
 
 #include "compiler/strings.h"
@@ -84,6 +86,12 @@ struct ConvState : KernelState {
   int64_t padded[3] = {1, 1, 1};
   int64_t extra_begin[3] = {0, 0, 0};
   int64_t algo_workspace_offset = 0;
+  // The backward algorithms (ConvGradData, ConvGradFilter).
+  cudnnConvolutionBwdDataAlgo_t data_algo = CUDNN_CONVOLUTION_BWD_DATA_ALGO_1;
+  cudnnConvolutionBwdFilterAlgo_t filter_algo = CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1;
+  bool strict_f32 = false;
+  cudnnDataType_t type = CUDNN_DATA_FLOAT;
+  std::vector<int64_t> y_dims;
 };
 
 absl::StatusOr<int> to_int(int64_t value, std::string_view what) {
@@ -122,13 +130,13 @@ absl::Status set_tensor(cudnnTensorDescriptor_t desc, cudnnDataType_t type,
   return absl::OkStatus();
 }
 
-std::string describe_conv(const KernelContext& ctx, const cpu::Window& w, int64_t group) {
+std::string describe_conv(std::string_view op, const Shape& x, const Shape& w_shape, const Shape& y,
+                          DType dtype, const cpu::Window& w, int64_t group) {
   auto dims = [](const cpu::Window::Dims& d) { return str_join(d, ","); };
-  return str_cat("Conv X ", shape_to_string(ctx.input(0).shape()), " W ",
-                 shape_to_string(ctx.input(1).shape()), " Y ",
-                 shape_to_string(ctx.output(0).shape()), " ", dtype_name(ctx.input(0).dtype()),
-                 " (group ", group, ", strides [", dims(w.stride), "], dilations [",
-                 dims(w.dilation), "], pads [", dims(w.pad_begin), "] [", dims(w.pad_end), "])");
+  return str_cat(op, " X ", shape_to_string(x), " W ", shape_to_string(w_shape), " Y ",
+                 shape_to_string(y), " ", dtype_name(dtype), " (group ", group, ", strides [",
+                 dims(w.stride), "], dilations [", dims(w.dilation), "], pads [", dims(w.pad_begin),
+                 "] [", dims(w.pad_end), "])");
 }
 
 // Picks the first heuristic algorithm whose math keeps the numeric contract and whose workspace
@@ -170,25 +178,23 @@ absl::Status choose_algorithm(const KernelContext& ctx, ConvState& s, bool stric
                                           " bytes of workspace"));
 }
 
-absl::StatusOr<std::unique_ptr<KernelState>> init_conv(const KernelContext& ctx) {
+// The descriptors of the convolution of X [N, C, ...] by W [M, C/group, k...] into Y [N, M, ...]
+// as `ctx.node`'s attributes (and the window they resolve to) say, with X padded
+// asymmetrically where cuDNN's symmetric pads fall short. `s.empty` when Y or X is empty.
+absl::Status make_conv(const KernelContext& ctx, std::string_view op, const Shape& x,
+                       const Shape& w_shape, const Shape& y, DType dtype, ConvState& s,
+                       std::string& described) {
   const Node& node = ctx.node;
-  const Shape& x = ctx.input(0).shape();
-  const Shape& w_shape = ctx.input(1).shape();
-  const Shape& y = ctx.output(0).shape();
-  const DType dtype = ctx.input(0).dtype();
   AMPC_ASSIGN_OR_RETURN(cudnnDataType_t type, cudnn_type(dtype));
   const cpu::Window w =
-      cpu::resolve_window(node, std::vector<int64_t>(w_shape.begin() + 2, w_shape.end()));
+      cpu::resolve_window(node, x, y, std::vector<int64_t>(w_shape.begin() + 2, w_shape.end()));
   const int64_t group = node.int_attr("group");
-  const std::string described = describe_conv(ctx, w, group);
-
-  auto state = std::make_unique<ConvState>();
-  ConvState& s = *state;
-  if (ctx.output(0).num_elements() == 0) {
+  described = describe_conv(op, x, w_shape, y, dtype, w, group);
+  if (num_elements(y) == 0 || num_elements(x) == 0) {
     s.empty = true;
-    return state;
+    return absl::OkStatus();
   }
-  if (ctx.input(0).num_elements() == 0 || ctx.input(1).num_elements() == 0) {
+  if (num_elements(w_shape) == 0) {
     return absl::UnimplementedError(str_cat("empty operands are not supported: ", described));
   }
 
@@ -233,9 +239,9 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_conv(const KernelContext& ctx)
                                       dilations.data(), CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
   AMPC_ASSIGN_OR_RETURN(int groups, to_int(group, "group"));
   AMPC_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionGroupCount(s.conv_desc, groups));
-  const bool strict_f32 = dtype == DType::kF32 && !ctx.exec->allow_tf32;
+  s.strict_f32 = dtype == DType::kF32 && !ctx.exec->allow_tf32;
   AMPC_CUDNN_RETURN_IF_ERROR(cudnnSetConvolutionMathType(
-      s.conv_desc, strict_f32
+      s.conv_desc, s.strict_f32
                        ? CUDNN_FMA_MATH
                        : (dtype == DType::kF32 ? CUDNN_DEFAULT_MATH : CUDNN_TENSOR_OP_MATH)));
 
@@ -250,19 +256,35 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_conv(const KernelContext& ctx)
                                          described));
     }
   }
+  s.y_dims = y_dims;
+  s.type = type;
+  return absl::OkStatus();
+}
 
-  if (ctx.has_input(2)) {
-    std::vector<int64_t> bias_dims(y_dims.size(), 1);
-    bias_dims[1] = y[1];
-    AMPC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&s.bias_desc));
-    AMPC_RETURN_IF_ERROR(set_tensor(s.bias_desc, type, bias_dims, "the size of B"));
-  }
-  AMPC_RETURN_IF_ERROR(choose_algorithm(ctx, s, strict_f32, described));
+// The workspace: X (or dX) padded first where the pads are asymmetric, then the algorithm's.
+void size_workspace(ConvState& s) {
   if (s.pad_input) {
     s.algo_workspace_offset =
         align_up(s.planes * s.padded[0] * s.padded[1] * s.padded[2] * s.element_bytes);
   }
   s.workspace_bytes = s.algo_workspace_offset + static_cast<int64_t>(s.algo_workspace_bytes);
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_conv(const KernelContext& ctx) {
+  auto state = std::make_unique<ConvState>();
+  ConvState& s = *state;
+  std::string described;
+  AMPC_RETURN_IF_ERROR(make_conv(ctx, "Conv", ctx.input(0).shape(), ctx.input(1).shape(),
+                                 ctx.output(0).shape(), ctx.input(0).dtype(), s, described));
+  if (s.empty) return state;
+  if (ctx.has_input(2)) {
+    std::vector<int64_t> bias_dims(s.y_dims.size(), 1);
+    bias_dims[1] = ctx.output(0).shape()[1];
+    AMPC_CUDNN_RETURN_IF_ERROR(cudnnCreateTensorDescriptor(&s.bias_desc));
+    AMPC_RETURN_IF_ERROR(set_tensor(s.bias_desc, s.type, bias_dims, "the size of B"));
+  }
+  AMPC_RETURN_IF_ERROR(choose_algorithm(ctx, s, s.strict_f32, described));
+  size_workspace(s);
   return state;
 }
 
@@ -292,6 +314,148 @@ absl::Status conv(const KernelContext& ctx) {
   AMPC_CUDNN_RETURN_IF_ERROR(
       cudnnConvolutionForward(handle, &one, s.x_desc, x, s.w_desc, ctx.input(1).data, s.conv_desc,
                               s.algo, algo_workspace, s.algo_workspace_bytes, &beta, s.y_desc, y));
+  return absl::OkStatus();
+}
+
+// ---- ConvGradData(dY, W) -> dX, ConvGradFilter(X, dY) -> dW ----------------------------------
+//
+// cuDNN's backward-data and backward-filter convolutions over the descriptors of the forward
+// Conv the node was the gradient of (its X shape is dX's, its W shape dW's). Only algorithms
+// cuDNN reports deterministic are taken, so two runs give the same bits; where the pads are
+// asymmetric, dX is computed for the padded X in the workspace and its interior copied out, and
+// X is padded into the workspace for dW, as the forward pads it.
+
+// The first heuristic algorithm that is deterministic, keeps the numeric contract's math and
+// fits the workspace bound; sets the descriptor's math type to it. `workspace(algo, bytes)` asks
+// cuDNN for the algorithm's scratch.
+template <typename Perf, typename Workspace>
+absl::StatusOr<decltype(Perf{}.algo)> choose_backward(const std::vector<Perf>& perf, int returned,
+                                                      ConvState& s, Workspace&& workspace,
+                                                      std::string_view described) {
+  for (int i = 0; i < returned; ++i) {
+    const Perf& p = perf[i];
+    if (p.status != CUDNN_STATUS_SUCCESS || p.memory > kMaxConvWorkspaceBytes ||
+        p.determinism != CUDNN_DETERMINISTIC) {
+      continue;
+    }
+    if (p.mathType == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION ||
+        (s.strict_f32 && p.mathType == CUDNN_TENSOR_OP_MATH)) {
+      continue;
+    }
+    const cudnnMathType_t math = s.strict_f32 ? CUDNN_FMA_MATH : p.mathType;
+    if (cudnnSetConvolutionMathType(s.conv_desc, math) != CUDNN_STATUS_SUCCESS) continue;
+    size_t bytes = 0;
+    if (workspace(p.algo, bytes) != CUDNN_STATUS_SUCCESS || bytes > kMaxConvWorkspaceBytes) {
+      continue;
+    }
+    s.algo_workspace_bytes = bytes;
+    return p.algo;
+  }
+  return absl::UnimplementedError(str_cat("cuDNN offers no deterministic algorithm for ", described,
+                                          s.strict_f32 ? " with FMA math (TF32 not allowed)" : "",
+                                          " within ", kMaxConvWorkspaceBytes,
+                                          " bytes of workspace"));
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_conv_grad_data(const KernelContext& ctx) {
+  auto state = std::make_unique<ConvState>();
+  ConvState& s = *state;
+  std::string described;
+  AMPC_RETURN_IF_ERROR(make_conv(ctx, "ConvGradData", ctx.output(0).shape(), ctx.input(1).shape(),
+                                 ctx.input(0).shape(), ctx.input(0).dtype(), s, described));
+  if (s.empty) return state;
+  cudnnHandle_t handle = cudnn_of(ctx);
+  int max_count = 0;
+  AMPC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_count, 1));
+  int returned = 0;
+  AMPC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardDataAlgorithm_v7(
+      handle, s.w_desc, s.y_desc, s.conv_desc, s.x_desc, static_cast<int>(perf.size()), &returned,
+      perf.data()));
+  AMPC_ASSIGN_OR_RETURN(s.data_algo, choose_backward(
+                                         perf, returned, s,
+                                         [&](cudnnConvolutionBwdDataAlgo_t algo, size_t& bytes) {
+                                           return cudnnGetConvolutionBackwardDataWorkspaceSize(
+                                               handle, s.w_desc, s.y_desc, s.conv_desc, s.x_desc,
+                                               algo, &bytes);
+                                         },
+                                         described));
+  size_workspace(s);
+  return state;
+}
+
+absl::Status conv_grad_data(const KernelContext& ctx) {
+  const auto& s = static_cast<const ConvState&>(*ctx.state);
+  void* dx = ctx.output(0).data;
+  if (s.empty) {
+    return cuda_status(cudaMemsetAsync(dx, 0, ctx.output(0).byte_size(), stream_of(ctx)),
+                       "cudaMemsetAsync for ConvGradData");
+  }
+  void* target = s.pad_input ? static_cast<void*>(ctx.workspace.data()) : dx;
+  void* algo_workspace =
+      s.algo_workspace_bytes > 0 ? ctx.workspace.data() + s.algo_workspace_offset : nullptr;
+  const float one = 1.0f, zero = 0.0f;
+  AMPC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardData(
+      cudnn_of(ctx), &one, s.w_desc, ctx.input(1).data, s.y_desc, ctx.input(0).data, s.conv_desc,
+      s.data_algo, algo_workspace, s.algo_workspace_bytes, &zero, s.x_desc, target));
+  if (s.pad_input) {
+    AMPC_RETURN_IF_ERROR(
+        cuda_status(launch_conv_input_crop(s.element_bytes, target, dx, s.planes, s.in, s.padded,
+                                           s.extra_begin, stream_of(ctx)),
+                    "launching the ConvGradData crop kernel"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_conv_grad_filter(const KernelContext& ctx) {
+  auto state = std::make_unique<ConvState>();
+  ConvState& s = *state;
+  std::string described;
+  AMPC_RETURN_IF_ERROR(make_conv(ctx, "ConvGradFilter", ctx.input(0).shape(), ctx.output(0).shape(),
+                                 ctx.input(1).shape(), ctx.input(0).dtype(), s, described));
+  if (s.empty) return state;
+  cudnnHandle_t handle = cudnn_of(ctx);
+  int max_count = 0;
+  AMPC_CUDNN_RETURN_IF_ERROR(
+      cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count));
+  std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_count, 1));
+  int returned = 0;
+  AMPC_CUDNN_RETURN_IF_ERROR(cudnnGetConvolutionBackwardFilterAlgorithm_v7(
+      handle, s.x_desc, s.y_desc, s.conv_desc, s.w_desc, static_cast<int>(perf.size()), &returned,
+      perf.data()));
+  AMPC_ASSIGN_OR_RETURN(s.filter_algo,
+                        choose_backward(
+                            perf, returned, s,
+                            [&](cudnnConvolutionBwdFilterAlgo_t algo, size_t& bytes) {
+                              return cudnnGetConvolutionBackwardFilterWorkspaceSize(
+                                  handle, s.x_desc, s.y_desc, s.conv_desc, s.w_desc, algo, &bytes);
+                            },
+                            described));
+  size_workspace(s);
+  return state;
+}
+
+absl::Status conv_grad_filter(const KernelContext& ctx) {
+  const auto& s = static_cast<const ConvState&>(*ctx.state);
+  void* dw = ctx.output(0).data;
+  if (s.empty) {
+    return cuda_status(cudaMemsetAsync(dw, 0, ctx.output(0).byte_size(), stream_of(ctx)),
+                       "cudaMemsetAsync for ConvGradFilter");
+  }
+  const void* x = ctx.input(0).data;
+  if (s.pad_input) {
+    AMPC_RETURN_IF_ERROR(
+        cuda_status(launch_conv_input_pad(s.element_bytes, x, ctx.workspace.data(), s.planes, s.in,
+                                          s.padded, s.extra_begin, stream_of(ctx)),
+                    "launching the ConvGradFilter input padding kernel"));
+    x = ctx.workspace.data();
+  }
+  void* algo_workspace =
+      s.algo_workspace_bytes > 0 ? ctx.workspace.data() + s.algo_workspace_offset : nullptr;
+  const float one = 1.0f, zero = 0.0f;
+  AMPC_CUDNN_RETURN_IF_ERROR(cudnnConvolutionBackwardFilter(
+      cudnn_of(ctx), &one, s.x_desc, x, s.y_desc, ctx.input(1).data, s.conv_desc, s.filter_algo,
+      algo_workspace, s.algo_workspace_bytes, &zero, s.w_desc, dw));
   return absl::OkStatus();
 }
 
@@ -364,6 +528,14 @@ void register_cuda_conv_kernels(KernelRegistry& r) {
   KernelDef conv_def = cuda_kernel_def("Conv", kCudaFloatTypes, &conv);
   conv_def.init = &init_conv;
   r.add(std::move(conv_def));
+  for (auto [op, fn, init] :
+       {std::tuple{"ConvGradData", &conv_grad_data, &init_conv_grad_data},
+        std::tuple{"ConvGradFilter", &conv_grad_filter, &init_conv_grad_filter}}) {
+    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
+    def.domain = std::string(kAmpcDomain);
+    def.init = init;
+    r.add(std::move(def));
+  }
   // Y may take X's buffer: each element is read before its own output is written, and the
   // training statistics are complete before the first output is.
   KernelDef batch_norm_def = cuda_kernel_def("BatchNormalization", kCudaFloatTypes, &batch_norm,

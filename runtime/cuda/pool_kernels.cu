@@ -356,6 +356,26 @@ __global__ void conv_input_pad_kernel(const W* x, W* padded, PadGeometry g) {
   }
 }
 
+// The inverse: the image at pad_begin inside each padded plane (`out` dims) copied out to `in`
+// dims (ConvGradData's dX from the gradient of the padded X).
+template <typename W>
+__global__ void conv_input_crop_kernel(const W* padded, W* x, PadGeometry g) {
+  const int64_t out_size = g.out[0] * g.out[1] * g.out[2];
+  const int64_t n = g.planes * g.in[0] * g.in[1] * g.in[2];
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    int64_t rest = i;
+    const int64_t i2 = rest % g.in[2];
+    rest /= g.in[2];
+    const int64_t i1 = rest % g.in[1];
+    rest /= g.in[1];
+    const int64_t i0 = rest % g.in[0];
+    const int64_t plane = rest / g.in[0];
+    x[i] = padded[plane * out_size +
+                  ((i0 + g.pad_begin[0]) * g.out[1] + i1 + g.pad_begin[1]) * g.out[2] + i2 +
+                  g.pad_begin[2]];
+  }
+}
+
 // Calls fn(Tag<W>) with the unsigned word type of `element_bytes` bytes.
 template <typename Fn>
 cudaError_t visit_word(int element_bytes, Fn&& fn) {
@@ -499,6 +519,23 @@ cudaError_t launch_conv_input_pad(int element_bytes, const void* x, void* padded
     using W = typename decltype(tag)::type;
     conv_input_pad_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const W*>(x),
                                                                      static_cast<W*>(padded), g);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_conv_input_crop(int element_bytes, const void* padded, void* x, int64_t planes,
+                                   const int64_t (&in)[3], const int64_t (&out)[3],
+                                   const int64_t (&pad_begin)[3], cudaStream_t stream) {
+  PadGeometry g{planes,
+                {in[0], in[1], in[2]},
+                {out[0], out[1], out[2]},
+                {pad_begin[0], pad_begin[1], pad_begin[2]}};
+  const int64_t n = planes * in[0] * in[1] * in[2];
+  if (n == 0) return cudaGetLastError();
+  return visit_word(element_bytes, [&](auto tag) {
+    using W = typename decltype(tag)::type;
+    conv_input_crop_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const W*>(padded),
+                                                                      static_cast<W*>(x), g);
     return cudaGetLastError();
   });
 }

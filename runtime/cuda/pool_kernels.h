@@ -85,4 +85,10 @@ cudaError_t launch_conv_input_pad(int element_bytes, const void* x, void* padded
                                   const int64_t (&in)[3], const int64_t (&out)[3],
                                   const int64_t (&pad_begin)[3], cudaStream_t stream);
 
+// The inverse: each image of `out` dims at pad_begin copied to `in` dims (ConvGradData's dX
+// from the gradient of the padded X).
+cudaError_t launch_conv_input_crop(int element_bytes, const void* padded, void* x, int64_t planes,
+                                   const int64_t (&in)[3], const int64_t (&out)[3],
+                                   const int64_t (&pad_begin)[3], cudaStream_t stream);
+
 }  // namespace ampc::runtime::cuda

@@ -56,7 +56,9 @@ Contract contract_of(const std::string& op) {
                                                      "SoftmaxCrossEntropyLossGrad",
                                                      "NegativeLogLikelihoodLossGrad",
                                                      "LayerNormalizationGrad",
-                                                     "BatchNormalizationGrad"};
+                                                     "BatchNormalizationGrad",
+                                                     "ConvGradData",
+                                                     "ConvGradFilter"};
   if (transcendental.contains(op)) return Contract::kTranscendental;
   if (accumulating.contains(op)) return Contract::kAccumulating;
   return Contract::kExact;

@@ -1,9 +1,8 @@
 // The training step on CUDA against the CPU reference (label `gpu`; skipped without a GPU): the
-// MLP and tiny GPT examples (every op of their steps has a CUDA kernel) train 20 steps at fp32,
-// fp16 and bf16 with AdamW and track the CPU run; two CUDA runs are bit-identical; steps queued on
-// CUDA make no host wait between reads; a checkpoint written on one device resumes on the other; a
-// data error recorded on the device is found at the next read and stops the session until a
-// checkpoint is loaded.
+// three example models train 20 steps at fp32, fp16 and bf16 with AdamW and track the CPU run; two
+// CUDA runs are bit-identical; steps queued on CUDA make no host wait between reads; a checkpoint
+// written on one device resumes on the other; a data error recorded on the device is found at the
+// next read and stops the session until a checkpoint is loaded.
 #include <bit>
 #include <cmath>
 #include <filesystem>
@@ -68,9 +67,9 @@ class CudaTrainingTest : public testing::TempDirTest {
 // The losses of 20 AdamW steps on CUDA track the CPU's: within 1e-5 relative at fp32; within
 // the low-precision type's rounding at fp16 and bf16 (GEMMs accumulate in another order, and
 // each rounded activation may differ by one unit).
-TEST_F(CudaTrainingTest, TheMlpAndTheGptTrainOnCudaAsOnTheCpu) {
+TEST_F(CudaTrainingTest, TheExampleModelsTrainOnCudaAsOnTheCpu) {
   SKIP_WITHOUT_GPU();
-  for (const std::string model : {"mlp", "tiny_gpt"}) {
+  for (const std::string model : {"mlp", "cnn", "tiny_gpt"}) {
     for (const auto& [precision, tolerance] : std::vector<std::pair<std::string, double>>{
              {"fp32", 1e-5}, {"fp16", 1e-2}, {"bf16", 3e-2}}) {
       SCOPED_TRACE(model + " " + precision);
