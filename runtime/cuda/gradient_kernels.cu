@@ -367,6 +367,95 @@ __global__ void batch_norm_dx_kernel(const T* dy, const T* x, const S* scale, co
   }
 }
 
+// ---- PadGrad -------------------------------------------------------------------------------
+
+// The output indices o (ascending ranges [lo, hi]) of a padded dim that Pad read input index i
+// from: o = i + begin, and for reflect the two mirror images, for edge the clamped runs.
+struct OutputRanges {
+  int count = 0;
+  int64_t lo[3], hi[3];
+  __device__ void add(int64_t a, int64_t b, int64_t out) {
+    if (a < 0) a = 0;
+    if (b > out - 1) b = out - 1;
+    if (a <= b) {
+      lo[count] = a;
+      hi[count] = b;
+      ++count;
+    }
+  }
+};
+
+__device__ OutputRanges ranges_reading(int64_t i, int64_t n, int64_t begin, int64_t out,
+                                       PadMode mode) {
+  OutputRanges r;
+  const int64_t main = i + begin;
+  switch (mode) {
+    case PadMode::kConstant:
+      r.add(main, main, out);
+      break;
+    case PadMode::kReflect:
+      // t = o - begin < 0 reads -t; t >= n reads 2 (n - 1) - t (pads < n: one reflection).
+      if (i >= 1) r.add(begin - i, begin - i, out);
+      r.add(main, main, out);
+      if (i <= n - 2) r.add(begin + 2 * (n - 1) - i, begin + 2 * (n - 1) - i, out);
+      break;
+    case PadMode::kEdge: {
+      const int64_t first = i == 0 ? 0 : main;
+      const int64_t last = i == n - 1 ? out - 1 : main;
+      r.add(first, last, out);
+      break;
+    }
+  }
+  return r;
+}
+
+template <typename T>
+__global__ void pad_grad_kernel(const T* dy, T* dx, PadGradParams p, int64_t n) {
+  for (int64_t e = global_thread(); e < n; e += grid_threads()) {
+    OutputRanges ranges[kMaxRank];
+    int64_t stride[kMaxRank];
+    bool none = false;
+    int64_t rest = e;
+    for (int d = p.rank - 1; d >= 0; --d) {
+      const int64_t i = rest % p.in[d];
+      rest /= p.in[d];
+      ranges[d] = ranges_reading(i, p.in[d], p.begin[d], p.out[d], p.mode);
+      none |= ranges[d].count == 0;
+      stride[d] = d == p.rank - 1 ? 1 : stride[d + 1] * p.out[d + 1];
+    }
+    float acc = 0;
+    if (!none) {
+      // The dY indices in row-major order: an odometer over each dim's ranges.
+      int which[kMaxRank];
+      int64_t o[kMaxRank];
+      for (int d = 0; d < p.rank; ++d) {
+        which[d] = 0;
+        o[d] = ranges[d].lo[0];
+      }
+      for (;;) {
+        int64_t offset = 0;
+        for (int d = 0; d < p.rank; ++d) offset += o[d] * stride[d];
+        acc += load(dy[offset]);
+        int d = p.rank - 1;
+        for (; d >= 0; --d) {
+          if (o[d] < ranges[d].hi[which[d]]) {
+            ++o[d];
+            break;
+          }
+          if (which[d] + 1 < ranges[d].count) {
+            o[d] = ranges[d].lo[++which[d]];
+            break;
+          }
+          which[d] = 0;
+          o[d] = ranges[d].lo[0];
+        }
+        if (d < 0) break;
+      }
+    }
+    dx[e] = store<T>(acc);
+  }
+}
+
 // ---- GatherGrad ----------------------------------------------------------------------------
 
 // The bits a sort key of [0, dim] needs (dim itself marks an index out of range).
@@ -500,6 +589,19 @@ cudaError_t launch_batch_norm_grad(Elem type, Elem stats_type, const void* dy, c
       }
       return cudaGetLastError();
     });
+  });
+}
+
+cudaError_t launch_pad_grad(Elem type, const void* dy, void* dx, const PadGradParams& params,
+                            cudaStream_t stream) {
+  int64_t n = 1;
+  for (int d = 0; d < params.rank; ++d) n *= params.in[d];
+  if (n == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    pad_grad_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(dy),
+                                                               static_cast<T*>(dx), params, n);
+    return cudaGetLastError();
   });
 }
 

@@ -95,6 +95,21 @@ cudaError_t launch_batch_norm_grad(Elem type, Elem stats_type, const void* dy, c
                                    void* dscale, void* dbias, void* workspace,
                                    const BatchNormGradParams& params, cudaStream_t stream);
 
+// PadGrad: dx (X's shape `in`) from dy (the padded shape `out`), each dX element the sum of the
+// dY elements the Pad read from it (pads `begin` per dim; mode constant, reflect or edge as
+// runtime/cpu/pad.cc's source_index), added from 0 in dY's row-major order in f32 and rounded
+// once: the CPU's bits.
+enum class PadMode : uint8_t { kConstant, kReflect, kEdge };
+struct PadGradParams {
+  int rank = 0;
+  PadMode mode = PadMode::kConstant;
+  int64_t in[kMaxRank] = {};
+  int64_t out[kMaxRank] = {};
+  int64_t begin[kMaxRank] = {};
+};
+cudaError_t launch_pad_grad(Elem type, const void* dy, void* dx, const PadGradParams& params,
+                            cudaStream_t stream);
+
 // GatherGrad: dx [outer, dim, inner] = the sum over j with indices[j] == r (negative ones
 // wrapped) of dy [outer, j, inner], added from 0 in j order and rounded once, as the CPU adds it
 // (so bit for bit): the indices are sorted stably with their positions (a radix sort), and one

@@ -1,6 +1,7 @@
 // CUDA kernels of the ampc-domain gradient ops of the backward pass: ReluGrad, LeakyReluGrad,
 // GeluGrad, DropoutGrad, SoftmaxGrad, LogSoftmaxGrad, SoftmaxCrossEntropyLossGrad,
-// NegativeLogLikelihoodLossGrad, LayerNormalizationGrad, BatchNormalizationGrad and GatherGrad.
+// NegativeLogLikelihoodLossGrad, LayerNormalizationGrad, BatchNormalizationGrad, PadGrad and
+// GatherGrad.
 // Registration and the layouts, read at load from the shapes and attributes exactly as the CPU
 // kernels read them (runtime/cpu/activation_grad.cc, shape_grad.cc, softmax_loss_grad.cc,
 // normalization_grad.cc). The kernels: gradient_kernels.cu. A label out of range is a data error
@@ -179,6 +180,53 @@ absl::Status layer_norm_grad(const KernelContext& ctx) {
                   ctx);
 }
 
+// ---- PadGrad -------------------------------------------------------------------------------
+
+struct PadGradState : KernelState {
+  PadGradParams params;
+};
+
+// Operands: dY, X (for its shape), pads [begin..., end...] (an initializer, read at load).
+absl::StatusOr<std::unique_ptr<KernelState>> init_pad_grad(const KernelContext& ctx) {
+  const Shape& x = ctx.input(1).shape();
+  const Shape& dy = ctx.input(0).shape();
+  const int rank = static_cast<int>(x.size());
+  if (rank > kMaxRank) {
+    return absl::UnimplementedError(
+        str_cat("the cuda PadGrad kernel handles rank ", kMaxRank, " or less, got rank ", rank));
+  }
+  AMPC_ASSIGN_OR_RETURN(const Tensor* pads, constant_operand(ctx, 2, "pads"));
+  if (pads->num_elements() != 2 * rank) {
+    return absl::InvalidArgumentError(str_cat("pads has ", pads->num_elements(),
+                                              " elements; X of rank ", rank, " needs ", 2 * rank));
+  }
+  auto state = std::make_unique<PadGradState>();
+  PadGradParams& p = state->params;
+  p.rank = rank;
+  const std::string& mode = ctx.node.string_attr("mode");
+  if (mode == "reflect") {
+    p.mode = PadMode::kReflect;
+  } else if (mode == "edge") {
+    p.mode = PadMode::kEdge;
+  } else if (mode != "constant") {
+    return absl::InvalidArgumentError(
+        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge)"));
+  }
+  for (int d = 0; d < rank; ++d) {
+    p.in[d] = x[d];
+    p.out[d] = dy[d];
+    p.begin[d] = pads->element_as_i64(d);
+  }
+  return state;
+}
+
+absl::Status pad_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const PadGradState&>(*ctx.state);
+  return launched(launch_pad_grad(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data,
+                                  state.params, stream_of(ctx)),
+                  ctx);
+}
+
 // ---- BatchNormalizationGrad ----------------------------------------------------------------
 
 struct BatchNormGradState : KernelState {
@@ -285,6 +333,7 @@ void register_cuda_gradient_kernels(KernelRegistry& r) {
       [](const KernelContext& ctx) { return init_loss_grad(ctx, 1); });
   add(r, "LayerNormalizationGrad", &layer_norm_grad, &init_layer_norm_grad, 0);
   add(r, "GatherGrad", &gather_grad, &init_gather_grad);
+  add(r, "PadGrad", &pad_grad, &init_pad_grad);
   add(r, "BatchNormalizationGrad", &batch_norm_grad, &init_batch_norm_grad, 0);
 }
 

@@ -1,11 +1,14 @@
-// CUDA kernels of ops/scatter_gather.cc's forward ops: GatherElements, ScatterElements (and
-// Scatter), GatherND and ScatterND; registration and the host side.
+// CUDA kernels of ops/scatter_gather.cc: GatherElements, ScatterElements (and Scatter), GatherND
+// and ScatterND, and the gradients GatherElementsGrad and GatherNDGrad; registration and the
+// host side.
 //
 // The index maps (ElementsMap, TupleMap) are made at load from the static shapes; the indices
 // stay on the device and are checked there, into the device error word. The gathers move words
 // of the element size (every dtype); the scatters copy the data into the output (unless they run
 // in place), then apply the updates in the CPU's order (data_movement_kernels.h), so the results
 // agree bit for bit with runtime/cpu/scatter_gather.cc.
+#include <tuple>
+
 #include "compiler/strings.h"
 #include "runtime/cpu/slicing.h"
 #include "runtime/cuda/cuda_util.h"
@@ -31,9 +34,10 @@ struct TupleState : KernelState {
   TupleMap map;
 };
 
-// The indices (input 1) against data of shape `data` along the `axis` attribute.
-absl::StatusOr<std::unique_ptr<KernelState>> init_elements(const KernelContext& ctx) {
-  const Shape& data = ctx.input(0).shape();
+// The indices (input 1) against data of shape `data` (input 0's, or for the gradients their
+// output's) along the `axis` attribute.
+absl::StatusOr<std::unique_ptr<KernelState>> init_elements_against(const KernelContext& ctx,
+                                                                   const Shape& data) {
   const Shape& indices = ctx.input(1).shape();
   AMPC_RETURN_IF_ERROR(check_rank(ctx, data.size()));
   auto state = std::make_unique<ElementsState>();
@@ -51,9 +55,13 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_elements(const KernelContext& 
   return state;
 }
 
+absl::StatusOr<std::unique_ptr<KernelState>> init_elements(const KernelContext& ctx) {
+  return init_elements_against(ctx, ctx.input(0).shape());
+}
+
 // The tuples of indices [batch..., m..., k] into data [batch..., d_1..d_k, rest...].
-absl::StatusOr<std::unique_ptr<KernelState>> init_tuples(const KernelContext& ctx) {
-  const Shape& data = ctx.input(0).shape();
+absl::StatusOr<std::unique_ptr<KernelState>> init_tuples_against(const KernelContext& ctx,
+                                                                 const Shape& data) {
   const Shape& indices = ctx.input(1).shape();
   AMPC_RETURN_IF_ERROR(check_rank(ctx, data.size()));
   const int64_t batch_dims =
@@ -72,6 +80,10 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_tuples(const KernelContext& ct
   }
   for (size_t d = batch_dims + map.k; d < data.size(); ++d) map.slice *= data[d];
   return state;
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_tuples(const KernelContext& ctx) {
+  return init_tuples_against(ctx, ctx.input(0).shape());
 }
 
 absl::Status gather_elements(const KernelContext& ctx) {
@@ -124,6 +136,76 @@ absl::Status scatter_nd(const KernelContext& ctx) {
       ctx);
 }
 
+// ---- GatherElementsGrad, GatherNDGrad (ampc) --------------------------------------------------
+//
+// dX = zeros of the gathered data's shape, then dY added at the addressed elements in the order
+// of the indices: the scatters' add reduction, which walks duplicates in the CPU's order. For
+// f16 and bf16 dY is widened to f32 and added into an f32 workspace rounded once at the end, as
+// the CPU sums them, so both backends agree bit for bit.
+
+template <typename Init>
+absl::StatusOr<std::unique_ptr<KernelState>> init_scatter_add(const KernelContext& ctx,
+                                                              Init&& init) {
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<KernelState> state, init(ctx, ctx.output(0).shape()));
+  const DType type = ctx.output(0).dtype();
+  if (type == DType::kF16 || type == DType::kBF16) {
+    // The f32 sums, then dY in f32.
+    const int64_t sums = (ctx.output(0).num_elements() * 4 + 255) / 256 * 256;
+    state->workspace_bytes = sums + ctx.input(0).num_elements() * 4;
+  }
+  return state;
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_gather_elements_grad(const KernelContext& ctx) {
+  return init_scatter_add(ctx, &init_elements_against);
+}
+
+absl::StatusOr<std::unique_ptr<KernelState>> init_gather_nd_grad(const KernelContext& ctx) {
+  return init_scatter_add(ctx, &init_tuples_against);
+}
+
+// Runs scatter(type, updates, out) into zeros, through f32 for f16 and bf16.
+template <typename Scatter>
+absl::Status scatter_add_into_zeros(const KernelContext& ctx, Scatter&& scatter) {
+  cudaStream_t stream = stream_of(ctx);
+  const TensorArg& dx = ctx.output(0);
+  const Elem type = elem(dx);
+  const bool widened = type == Elem::kF16 || type == Elem::kBF16;
+  void* sums = widened ? static_cast<void*>(ctx.workspace.data()) : dx.data;
+  const size_t sum_bytes =
+      static_cast<size_t>(dx.num_elements()) * (widened ? 4 : dtype_size(dx.dtype()));
+  AMPC_RETURN_IF_ERROR(cuda_status(cudaMemsetAsync(sums, 0, sum_bytes, stream),
+                                   str_cat("cudaMemsetAsync for ", ctx.node.op_type())));
+  if (!widened) return launched(scatter(type, ctx.input(0).data, dx.data), ctx);
+  void* dy32 = ctx.workspace.data() + (dx.num_elements() * 4 + 255) / 256 * 256;
+  AMPC_RETURN_IF_ERROR(launched(launch_cast(type, Elem::kF32, ctx.input(0).data, dy32,
+                                            ctx.input(0).num_elements(), false, stream),
+                                ctx));
+  AMPC_RETURN_IF_ERROR(launched(scatter(Elem::kF32, dy32, sums), ctx));
+  return launched(launch_cast(Elem::kF32, type, sums, dx.data, dx.num_elements(), false, stream),
+                  ctx);
+}
+
+absl::Status gather_elements_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const ElementsState&>(*ctx.state);
+  const TensorArg& indices = ctx.input(1);
+  return scatter_add_into_zeros(ctx, [&](Elem type, const void* updates, void* out) {
+    return launch_scatter_elements(type, numeric::ScatterReduction::kAdd, indices.data,
+                                   indices.dtype() == DType::kI64, updates, out, state.map,
+                                   ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx));
+  });
+}
+
+absl::Status gather_nd_grad(const KernelContext& ctx) {
+  const auto& state = static_cast<const TupleState&>(*ctx.state);
+  const TensorArg& indices = ctx.input(1);
+  return scatter_add_into_zeros(ctx, [&](Elem type, const void* updates, void* out) {
+    return launch_scatter_nd(type, numeric::ScatterReduction::kAdd, indices.data,
+                             indices.dtype() == DType::kI64, updates, out, state.map,
+                             ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx));
+  });
+}
+
 void add(KernelRegistry& r, std::string op, std::vector<DType> dtypes, KernelFn fn,
          KernelInitFn init, int in_place_operand = -1) {
   KernelDef def = cuda_kernel_def(std::move(op), std::move(dtypes), fn, in_place_operand);
@@ -141,6 +223,14 @@ void register_cuda_scatter_gather_kernels(KernelRegistry& r) {
   add(r, "Scatter", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
   add(r, "ScatterElements", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
   add(r, "ScatterND", kCudaNumericTypes, &scatter_nd, &init_tuples, 0);
+  for (auto [op, fn, init] :
+       {std::tuple{"GatherElementsGrad", &gather_elements_grad, &init_gather_elements_grad},
+        std::tuple{"GatherNDGrad", &gather_nd_grad, &init_gather_nd_grad}}) {
+    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
+    def.domain = std::string(kAmpcDomain);
+    def.init = init;
+    r.add(std::move(def));
+  }
 }
 
 static KernelRegistration kRegistration(&register_cuda_scatter_gather_kernels);
