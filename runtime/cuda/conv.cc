@@ -21,7 +21,6 @@
 // (biased variance; the batchnorm-state pass rescales for PyTorch's convention in the graph).
 #include <algorithm>
 #include <climits>
-#include <tuple>
 #include <vector>
 
 #include "compiler/strings.h"
@@ -528,14 +527,10 @@ void register_cuda_conv_kernels(KernelRegistry& r) {
   KernelDef conv_def = cuda_kernel_def("Conv", kCudaFloatTypes, &conv);
   conv_def.init = &init_conv;
   r.add(std::move(conv_def));
-  for (auto [op, fn, init] :
-       {std::tuple{"ConvGradData", &conv_grad_data, &init_conv_grad_data},
-        std::tuple{"ConvGradFilter", &conv_grad_filter, &init_conv_grad_filter}}) {
-    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
-    def.domain = std::string(kAmpcDomain);
-    def.init = init;
-    r.add(std::move(def));
-  }
+  r.add(
+      cuda_ampc_kernel_def("ConvGradData", kCudaFloatTypes, &conv_grad_data, &init_conv_grad_data));
+  r.add(cuda_ampc_kernel_def("ConvGradFilter", kCudaFloatTypes, &conv_grad_filter,
+                             &init_conv_grad_filter));
   // Y may take X's buffer: each element is read before its own output is written, and the
   // training statistics are complete before the first output is.
   KernelDef batch_norm_def = cuda_kernel_def("BatchNormalization", kCudaFloatTypes, &batch_norm,

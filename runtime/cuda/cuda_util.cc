@@ -90,4 +90,12 @@ KernelDef cuda_kernel_def(std::string op, std::vector<DType> dtypes, KernelFn fn
   return def;
 }
 
+KernelDef cuda_ampc_kernel_def(std::string op, std::vector<DType> dtypes, KernelFn fn,
+                               KernelInitFn init, int in_place_operand) {
+  KernelDef def = cuda_kernel_def(std::move(op), std::move(dtypes), fn, in_place_operand);
+  def.domain = std::string(kAmpcDomain);
+  def.init = init;
+  return def;
+}
+
 }  // namespace ampc::runtime::cuda

@@ -41,6 +41,10 @@ inline cudaStream_t stream_of(const KernelContext& ctx) {
 KernelDef cuda_kernel_def(std::string op, std::vector<DType> dtypes, KernelFn fn,
                           int in_place_operand = -1);
 
+// The same for an op of the ampc domain (the training step's), with its load-time init.
+KernelDef cuda_ampc_kernel_def(std::string op, std::vector<DType> dtypes, KernelFn fn,
+                               KernelInitFn init = nullptr, int in_place_operand = -1);
+
 // The element types the CUDA kernels cover for float ops, and for ops on numbers.
 inline const std::vector<DType> kCudaFloatTypes = {DType::kF32, DType::kF16, DType::kBF16};
 inline const std::vector<DType> kCudaNumericTypes = {DType::kF32, DType::kF16, DType::kBF16,

@@ -546,12 +546,7 @@ void register_cuda_data_movement_kernels(KernelRegistry& r) {
   add(r, "Concat", all, &run_moves, &init_concat);
   add(r, "Split", all, &run_moves, &init_split);
   add(r, "Gather", all, &gather, &init_gather);
-  {
-    KernelDef def = cuda_kernel_def("SliceGrad", kCudaFloatTypes, &run_moves);
-    def.domain = std::string(kAmpcDomain);
-    def.init = &init_slice_grad;
-    r.add(std::move(def));
-  }
+  r.add(cuda_ampc_kernel_def("SliceGrad", kCudaFloatTypes, &run_moves, &init_slice_grad));
   add(r, "Trilu", all, &trilu, nullptr, {}, 0);
   add(r, "Shape", all, &copy_host_bytes, &init_shape);
   // Constant and ConstantOfShape have no data operand: their key is output 0.

@@ -312,10 +312,7 @@ absl::Status gather_grad(const KernelContext& ctx) {
 
 void add(KernelRegistry& r, std::string op, KernelFn fn, KernelInitFn init = nullptr,
          int in_place_operand = -1) {
-  KernelDef def = cuda_kernel_def(std::move(op), kCudaFloatTypes, fn, in_place_operand);
-  def.domain = std::string(kAmpcDomain);
-  def.init = init;
-  r.add(std::move(def));
+  r.add(cuda_ampc_kernel_def(std::move(op), kCudaFloatTypes, fn, init, in_place_operand));
 }
 
 void register_cuda_gradient_kernels(KernelRegistry& r) {

@@ -5,8 +5,6 @@
 // MaxPool's values and indices and AveragePool's f32 sums are the CPU's bit for bit. The window
 // (auto_pad, pads, strides, dilations; ceil_mode through the inferred output shape) is resolved
 // once at load by the CPU kernels' own resolve_window.
-#include <tuple>
-
 #include "compiler/strings.h"
 #include "runtime/cpu/window.h"
 #include "runtime/cuda/cuda_util.h"
@@ -111,14 +109,9 @@ void register_cuda_pool_kernels(KernelRegistry& r) {
   KernelDef average_pool_def = cuda_kernel_def("AveragePool", kCudaFloatTypes, &average_pool);
   average_pool_def.init = &init_average_pool;
   r.add(std::move(average_pool_def));
-  for (auto [op, fn, init] :
-       {std::tuple{"MaxPoolGrad", &max_pool_grad, &init_max_pool_grad},
-        std::tuple{"AveragePoolGrad", &average_pool_grad, &init_average_pool_grad}}) {
-    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
-    def.domain = std::string(kAmpcDomain);
-    def.init = init;
-    r.add(std::move(def));
-  }
+  r.add(cuda_ampc_kernel_def("MaxPoolGrad", kCudaFloatTypes, &max_pool_grad, &init_max_pool_grad));
+  r.add(cuda_ampc_kernel_def("AveragePoolGrad", kCudaFloatTypes, &average_pool_grad,
+                             &init_average_pool_grad));
 }
 
 static KernelRegistration kRegistration(&register_cuda_pool_kernels);

@@ -7,8 +7,6 @@
 // of the element size (every dtype); the scatters copy the data into the output (unless they run
 // in place), then apply the updates in the CPU's order (data_movement_kernels.h), so the results
 // agree bit for bit with runtime/cpu/scatter_gather.cc.
-#include <tuple>
-
 #include "compiler/strings.h"
 #include "runtime/cpu/slicing.h"
 #include "runtime/cuda/cuda_util.h"
@@ -223,14 +221,10 @@ void register_cuda_scatter_gather_kernels(KernelRegistry& r) {
   add(r, "Scatter", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
   add(r, "ScatterElements", kCudaNumericTypes, &scatter_elements, &init_elements, 0);
   add(r, "ScatterND", kCudaNumericTypes, &scatter_nd, &init_tuples, 0);
-  for (auto [op, fn, init] :
-       {std::tuple{"GatherElementsGrad", &gather_elements_grad, &init_gather_elements_grad},
-        std::tuple{"GatherNDGrad", &gather_nd_grad, &init_gather_nd_grad}}) {
-    KernelDef def = cuda_kernel_def(op, kCudaFloatTypes, fn);
-    def.domain = std::string(kAmpcDomain);
-    def.init = init;
-    r.add(std::move(def));
-  }
+  r.add(cuda_ampc_kernel_def("GatherElementsGrad", kCudaFloatTypes, &gather_elements_grad,
+                             &init_gather_elements_grad));
+  r.add(
+      cuda_ampc_kernel_def("GatherNDGrad", kCudaFloatTypes, &gather_nd_grad, &init_gather_nd_grad));
 }
 
 static KernelRegistration kRegistration(&register_cuda_scatter_gather_kernels);

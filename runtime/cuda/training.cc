@@ -156,8 +156,7 @@ absl::Status loss_scale_update(const KernelContext& ctx) {
 
 KernelDef ampc_def(std::string op, std::vector<DType> dtypes, KernelFn fn,
                    std::vector<int> in_place_operands = {}) {
-  KernelDef def = cuda_kernel_def(std::move(op), std::move(dtypes), fn);
-  def.domain = std::string(kAmpcDomain);
+  KernelDef def = cuda_ampc_kernel_def(std::move(op), std::move(dtypes), fn);
   def.in_place_operands = std::move(in_place_operands);
   return def;
 }
