@@ -19,6 +19,7 @@
 #include <string_view>
 
 #include "compiler/status.h"
+#include "compiler/strings.h"
 #include "runtime/device_error.h"
 
 namespace ampc::runtime {
@@ -113,6 +114,25 @@ class Backend {
     ++counters_.synchronizations;
     return do_synchronize();
   }
+
+  // Graph capture (CUDA graphs): between begin_capture() and end_capture() the work queued on the
+  // backend is recorded instead of run; end_capture() returns the recorded work, ready to replay
+  // with launch_graph() (which queues all of it at once; the replays read device memory as it is
+  // then). A backend without graphs returns Unimplemented; a capture that met something it cannot
+  // record returns the reason from end_capture(), and nothing was run.
+  virtual absl::Status begin_capture() {
+    return absl::UnimplementedError(
+        str_cat("the ", device_name(device()), " device has no graphs"));
+  }
+  virtual absl::StatusOr<void*> end_capture() {
+    return absl::UnimplementedError(
+        str_cat("the ", device_name(device()), " device has no graphs"));
+  }
+  virtual absl::Status launch_graph(void* /*graph*/) {
+    return absl::UnimplementedError(
+        str_cat("the ", device_name(device()), " device has no graphs"));
+  }
+  virtual void destroy_graph(void* /*graph*/) {}
 
   // What made the host wait for the device since the backend was made: each synchronize() and
   // each copy_to_host() (which waits for the work queued before it). A training loop that reads

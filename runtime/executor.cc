@@ -67,7 +67,10 @@ Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend
 }
 
 // States may hold library objects made on the device; they go before the memory they describe.
-Executor::~Executor() { states_.clear(); }
+Executor::~Executor() {
+  if (recorded_ != nullptr) backend_->destroy_graph(recorded_);
+  states_.clear();
+}
 
 absl::Status Executor::allocate_and_bind() {
   for (ArenaKind arena : {ArenaKind::kParameters, ArenaKind::kActivations}) {
@@ -165,6 +168,27 @@ absl::Status Executor::launch(uint64_t random_stream) {
     random_stream_ = random_stream;
     random_stream_set_ = true;
   }
+  const bool graphs =
+      options_.use_graph && !options_.check_numerics && !options_.poison_freed_buffers;
+  if (graphs && recorded_ == nullptr && !graph_tried_) {
+    // Record the steps once; the recording runs nothing, so the graph is launched below.
+    graph_tried_ = true;
+    graph_status_ = backend_->begin_capture();
+    if (graph_status_.ok()) {
+      const absl::Status recorded = launch_steps(random_stream, /*capturing=*/true);
+      absl::StatusOr<void*> graph = backend_->end_capture();
+      if (!recorded.ok()) return recorded;  // a kernel that fails at launch fails eagerly too
+      if (graph.ok()) {
+        recorded_ = *graph;
+      } else {
+        graph_status_ = graph.status();
+      }
+    }
+  }
+  if (recorded_ != nullptr) return backend_->launch_graph(recorded_);
+  if (!options_.check_numerics && !options_.poison_freed_buffers) {
+    return launch_steps(random_stream, /*capturing=*/false);
+  }
   const std::vector<PlanStep>& steps = plan_.steps();
   absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -193,6 +217,22 @@ absl::Status Executor::launch(uint64_t random_stream) {
   // The numerics checks waited for every step already; a data error still comes first.
   AMPC_RETURN_IF_ERROR(finish());
   if (!first_non_finite.ok()) return settle_skipped_numerics(first_non_finite);
+  return absl::OkStatus();
+}
+
+absl::Status Executor::launch_steps(uint64_t random_stream, bool capturing) {
+  const std::vector<PlanStep>& steps = plan_.steps();
+  for (size_t s = 0; s < steps.size(); ++s) {
+    contexts_[s].random_stream = random_stream;
+    const absl::Status status = steps[s].kernel->fn(contexts_[s]);
+    if (!status.ok()) {
+      // Work queued before the failure must not outlive this call unreported (a recording
+      // queued nothing).
+      if (!capturing) (void)backend_->synchronize();
+      return absl::Status(status.code(),
+                          str_cat(steps[s].node->describe(), ": ", status.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

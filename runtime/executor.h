@@ -37,6 +37,12 @@ struct ExecutorOptions {
   // Initializers that live in another executor's memory on the same backend, by name: read
   // there, never copied in (Plan: PlanOptions::shared_initializers).
   std::map<std::string, std::byte*, std::less<>> shared_initializers = {};
+  // Record the first run as a graph of the backend (a CUDA graph) and replay it on later runs:
+  // one launch for every kernel. What changes between runs must be device memory the kernels
+  // read (inputs, the random stream), which it is. Ignored with check_numerics and
+  // poison_freed_buffers (they work between kernels) and on backends without graphs; a run the
+  // backend cannot record runs as it is, and graph_status() says why.
+  bool use_graph = false;
 };
 
 class Executor {
@@ -66,6 +72,9 @@ class Executor {
   absl::Status copy(const Value* from, const Value* to);
 
   Backend& backend() const { return *backend_; }
+  // Whether runs replay a recorded graph; why not, when one was asked for and could not be made.
+  bool uses_graph() const { return recorded_ != nullptr; }
+  const absl::Status& graph_status() const { return graph_status_; }
   // Where `value` lives on the device.
   std::byte* address_of(const Value* value) const { return address(value); }
   // Bytes allocated on the device for each arena class.
@@ -94,6 +103,12 @@ class Executor {
   std::vector<std::unique_ptr<KernelState>> states_;
   bool random_stream_set_ = false;
   uint64_t random_stream_ = 0;
+  // The recorded run (ExecutorOptions::use_graph), or null.
+  void* recorded_ = nullptr;
+  bool graph_tried_ = false;
+  absl::Status graph_status_;
+  // Queues every step's kernel (no checks between them); `capturing` while a graph records.
+  absl::Status launch_steps(uint64_t random_stream, bool capturing);
 };
 
 }  // namespace ampc::runtime

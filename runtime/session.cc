@@ -69,7 +69,8 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
           *session->graph_, *session->plan_, session->backend_,
           ExecutorOptions{.poison_freed_buffers = session->options_.poison_freed_buffers,
                           .check_numerics = session->options_.check_numerics,
-                          .shared_initializers = std::move(shared)}));
+                          .shared_initializers = std::move(shared),
+                          .use_graph = session->options_.cuda_graph}));
   return session;
 }
 

@@ -57,6 +57,9 @@ struct SessionOptions {
   // Write each state update over its state where the planner can (PlanOptions); false keeps
   // every update apart and copies it over its state after the run (for tests and debugging).
   bool update_state_in_place = true;
+  // On CUDA, record the first run as a CUDA graph and replay it (ExecutorOptions::use_graph;
+  // `ampc train --cuda-graph on`). Off by default until the graphs have run on a GPU.
+  bool cuda_graph = false;
 };
 
 // A named graph input or output and its type.
@@ -120,6 +123,10 @@ class InferenceSession {
   const Graph& graph() const { return *graph_; }
   const Plan& plan() const { return *plan_; }
   Backend& backend() const { return executor_->backend(); }
+  // Whether runs replay a recorded CUDA graph (SessionOptions::cuda_graph), and if one was asked
+  // for and could not be made, why.
+  bool uses_graph() const { return executor_->uses_graph(); }
+  const absl::Status& graph_status() const { return executor_->graph_status(); }
   const std::shared_ptr<Backend>& shared_backend() const { return backend_; }
 
  private:

@@ -133,6 +133,9 @@ class TrainingSession {
   // state: the eval graph reads the parameters and running statistics where the step keeps them.
   const Plan* eval_plan() const { return eval_ ? &eval_->plan() : nullptr; }
   int64_t steps_done() const { return steps_done_; }
+  // Whether the step replays a recorded CUDA graph (SessionOptions::cuda_graph), and why not.
+  bool uses_graph() const { return step_->uses_graph(); }
+  const absl::Status& graph_status() const { return step_->graph_status(); }
   // The backend the step and the eval graph run on (its counters say when the host waited).
   const Backend& backend() const { return step_->backend(); }
 

@@ -329,8 +329,13 @@ int train(const TrainFlags& flags) {
     return report_error(absl::InvalidArgumentError(
         "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
   }
+  if (flags.cuda_graph == "on" && *device != runtime::Device::kCuda) {
+    return report_error(absl::InvalidArgumentError(
+        "--cuda-graph on has no effect on the cpu device (use it with --device cuda)"));
+  }
   session_options.device = *device;
   session_options.allow_tf32 = flags.allow_tf32;
+  session_options.cuda_graph = flags.cuda_graph == "on";
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
       runtime::TrainingSession::load(flags.model, session_options);
   if (!loaded.ok()) return report_error(loaded.status());
@@ -469,6 +474,14 @@ int train(const TrainFlags& flags) {
       return report_error(
           absl::Status(queued.code(), str_cat("step ", index + 1, ": ", queued.message())));
     }
+    // A graph asked for and not recorded would make the flag do nothing: an error, at once.
+    if (flags.cuda_graph == "on" && !session.uses_graph()) {
+      if (show) progress.finish_line();
+      return report_error(absl::Status(
+          session.graph_status().ok() ? absl::StatusCode::kInternal : session.graph_status().code(),
+          str_cat("--cuda-graph on: the training step could not be recorded as a CUDA graph: ",
+                  session.graph_status().message())));
+    }
     const int64_t done = session.steps_done();
     const bool save = !checkpoint.empty() && flags.checkpoint_every > 0 &&
                       done % flags.checkpoint_every == 0 && done < flags.steps;
@@ -606,6 +619,12 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                    "Where to train: cpu (the reference backend) or cuda (the first GPU); "
                    "checkpoints and --export files are the same on both")
       ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  train
+      ->add_option("--cuda-graph", flags.cuda_graph,
+                   "on: record the first step as a CUDA graph and replay it (one launch per step; "
+                   "needs --device cuda); off (the default until graphs are proven on a GPU)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str();
   train->add_flag("--allow-tf32", flags.allow_tf32,
                   "Let f32 MatMul, Gemm and Conv use TF32 tensor cores on cuda (faster, 10-bit "

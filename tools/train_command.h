@@ -34,6 +34,7 @@ struct TrainFlags {
   bool check_numerics = false;
   std::string device = "cpu";
   bool allow_tf32 = false;
+  std::string cuda_graph = "off";  // on: record the step as a CUDA graph and replay it
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

@@ -138,6 +138,35 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  absl::Status begin_capture() override {
+    AMPC_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<void*> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+    if (ended != cudaSuccess) {
+      cudaGetLastError();  // a capture error is not the context's
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      return cuda_status(ended, "recording the run as a CUDA graph");
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t made = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    AMPC_RETURN_IF_ERROR(cuda_status(made, "instantiating the run's CUDA graph"));
+    return static_cast<void*>(exec);
+  }
+
+  absl::Status launch_graph(void* graph) override {
+    AMPC_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_));
+    return absl::OkStatus();
+  }
+
+  void destroy_graph(void* graph) override {
+    if (graph != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(graph));
+  }
+
   absl::Status make_current() override {
     AMPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(index_));
     return absl::OkStatus();

@@ -153,6 +153,7 @@ const std::vector<Flag>& train_flags() {
       {"--check-numerics", {}, {}},
       {"--progress", {"none", "lines"}, {"loud"}},
       {"--device", {"cpu"}, {"tpu", "cuda"}},
+      {"--cuda-graph", {"off"}, {"on", "maybe"}},
   };
   return flags;
 }

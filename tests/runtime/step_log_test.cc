@@ -209,5 +209,25 @@ TEST_F(StepLogTest, CheckpointsWaitForTheQueuedSteps) {
   EXPECT_TRUE(taken->empty());
 }
 
+// The CPU backend has no graphs: a session that asks for one runs its kernels one by one, gives
+// the same figures, and says why it did not record one.
+TEST_F(StepLogTest, AGraphAskedForOnTheCpuRunsEagerlyAndSaysWhy) {
+  const std::string model = compile("mlp", "--optimizer sgd --momentum 0.9");
+  absl::StatusOr<std::unique_ptr<TrainingSession>> asked =
+      TrainingSession::load(model, runtime::SessionOptions{.cuda_graph = true});
+  ASSERT_TRUE(asked.ok()) << asked.status();
+  std::unique_ptr<TrainingSession> plain = open(model);
+  const BatchData batches = data("mlp", *plain);
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<StepStats> a = (*asked)->step(batches.batch(step), 0.01f);
+    absl::StatusOr<StepStats> b = plain->step(batches.batch(step), 0.01f);
+    ASSERT_TRUE(a.ok() && b.ok());
+    expect_same(*a, *b);
+  }
+  EXPECT_FALSE((*asked)->uses_graph());
+  EXPECT_EQ((*asked)->graph_status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE((*asked)->graph_status().message().find("cpu"), std::string_view::npos);
+}
+
 }  // namespace
 }  // namespace ampc

@@ -295,6 +295,8 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
   expect_train_error(trained, mlp_data(), 2);  // no --steps
   expect_train_error(trained, steps + " --log-every 0", 2);
   expect_train_error(trained, steps + " --device tpu", 2);
+  expect_train_error(trained, steps + " --cuda-graph maybe", 2);
+  EXPECT_THAT(expect_train_error(trained, steps + " --cuda-graph on"), HasSubstr("--cuda-graph"));
   EXPECT_THAT(expect_train_error(trained, steps + " --allow-tf32"), HasSubstr("--allow-tf32"));
   // Without a usable GPU (this machine, CI), --device cuda names the CUDA reason before any step.
   if (!testing::cuda_device_present()) {
