@@ -506,38 +506,53 @@ cudaError_t launch_broadcast_matrix_copy(int element_bytes, const void* src, voi
   });
 }
 
-cudaError_t launch_conv_input_pad(int element_bytes, const void* x, void* padded, int64_t planes,
-                                  const int64_t (&in)[3], const int64_t (&out)[3],
-                                  const int64_t (&pad_begin)[3], cudaStream_t stream) {
-  PadGeometry g{planes,
-                {in[0], in[1], in[2]},
-                {out[0], out[1], out[2]},
-                {pad_begin[0], pad_begin[1], pad_begin[2]}};
-  const int64_t n = planes * out[0] * out[1] * out[2];
+namespace {
+
+// Runs kernel<W> over the `n` elements of one side of the geometry (`from` read, `to` written).
+template <template <typename> class Kernel>
+cudaError_t launch_pad_geometry(int element_bytes, const void* from, void* to, int64_t planes,
+                                const int64_t (&in)[3], const int64_t (&out)[3],
+                                const int64_t (&pad_begin)[3], int64_t n, cudaStream_t stream) {
+  const PadGeometry g{planes,
+                      {in[0], in[1], in[2]},
+                      {out[0], out[1], out[2]},
+                      {pad_begin[0], pad_begin[1], pad_begin[2]}};
   if (n == 0) return cudaGetLastError();
   return visit_word(element_bytes, [&](auto tag) {
     using W = typename decltype(tag)::type;
-    conv_input_pad_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const W*>(x),
-                                                                     static_cast<W*>(padded), g);
+    Kernel<W>::launch(static_cast<const W*>(from), static_cast<W*>(to), g, n, stream);
     return cudaGetLastError();
   });
+}
+
+template <typename W>
+struct PadInto {
+  static void launch(const W* x, W* padded, const PadGeometry& g, int64_t n, cudaStream_t stream) {
+    conv_input_pad_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(x, padded, g);
+  }
+};
+
+template <typename W>
+struct CropFrom {
+  static void launch(const W* padded, W* x, const PadGeometry& g, int64_t n, cudaStream_t stream) {
+    conv_input_crop_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(padded, x, g);
+  }
+};
+
+}  // namespace
+
+cudaError_t launch_conv_input_pad(int element_bytes, const void* x, void* padded, int64_t planes,
+                                  const int64_t (&in)[3], const int64_t (&out)[3],
+                                  const int64_t (&pad_begin)[3], cudaStream_t stream) {
+  return launch_pad_geometry<PadInto>(element_bytes, x, padded, planes, in, out, pad_begin,
+                                      planes * out[0] * out[1] * out[2], stream);
 }
 
 cudaError_t launch_conv_input_crop(int element_bytes, const void* padded, void* x, int64_t planes,
                                    const int64_t (&in)[3], const int64_t (&out)[3],
                                    const int64_t (&pad_begin)[3], cudaStream_t stream) {
-  PadGeometry g{planes,
-                {in[0], in[1], in[2]},
-                {out[0], out[1], out[2]},
-                {pad_begin[0], pad_begin[1], pad_begin[2]}};
-  const int64_t n = planes * in[0] * in[1] * in[2];
-  if (n == 0) return cudaGetLastError();
-  return visit_word(element_bytes, [&](auto tag) {
-    using W = typename decltype(tag)::type;
-    conv_input_crop_kernel<W><<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const W*>(padded),
-                                                                      static_cast<W*>(x), g);
-    return cudaGetLastError();
-  });
+  return launch_pad_geometry<CropFrom>(element_bytes, padded, x, planes, in, out, pad_begin,
+                                       planes * in[0] * in[1] * in[2], stream);
 }
 
 }  // namespace ampc::runtime::cuda
