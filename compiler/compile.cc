@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
 #include "passes/passes.h"
@@ -139,7 +140,11 @@ absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_pat
   // Check flags and pass names before the (possibly slow) import, so a typo fails at once.
   if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
   AMPC_RETURN_IF_ERROR(make_pipeline(options).validate_options());
+  const Stopwatch import_time;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(input_path, options.import));
+  if (options.pipeline.timings) {
+    options.pipeline.timings->push_back({"import", import_time.seconds(), 0, graph->num_nodes()});
+  }
   if (graph->training_step() != nullptr) {
     return absl::InvalidArgumentError(
         str_cat(input_path, " is already a compiled training model; compile the original model"));

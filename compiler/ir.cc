@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "compiler/op_def.h"
 #include "compiler/status.h"
@@ -12,9 +11,10 @@ namespace ampc {
 
 // ---- Value ------------------------------------------------------------------------------------
 
-bool Value::is_graph_output() const {
-  const std::vector<Value*>& outputs = graph_->outputs();
-  return std::find(outputs.begin(), outputs.end(), this) != outputs.end();
+void Value::set_name(std::string name) {
+  graph_->count_name(name_, -1);
+  name_ = std::move(name);
+  graph_->count_name(name_, +1);
 }
 
 void Value::replace_all_uses_with(Value* other) {
@@ -23,7 +23,7 @@ void Value::replace_all_uses_with(Value* other) {
   const std::vector<Use> uses = uses_;
   for (const Use& use : uses) use.user->set_operand(use.operand, other);
   if (is_graph_output()) {
-    if (other->kind_ == Kind::kNodeOutput && !other->is_graph_output()) other->name_ = name_;
+    if (other->kind_ == Kind::kNodeOutput && !other->is_graph_output()) other->set_name(name_);
     for (int i = 0; i < static_cast<int>(graph_->outputs().size()); ++i) {
       if (graph_->outputs()[i] == this) graph_->set_output(i, other);
     }
@@ -151,6 +151,8 @@ Value* Graph::add_input(std::string name, TensorType type) {
   graph_values_.push_back(std::unique_ptr<Value>(
       new Value(this, Value::Kind::kGraphInput, std::move(name), std::move(type))));
   inputs_.push_back(graph_values_.back().get());
+  inputs_.back()->position_ = std::prev(graph_values_.end());
+  count_name(inputs_.back()->name(), +1);
   return inputs_.back();
 }
 
@@ -159,8 +161,10 @@ Value* Graph::add_initializer(std::string name, Tensor data) {
   graph_values_.push_back(std::unique_ptr<Value>(
       new Value(this, Value::Kind::kInitializer, std::move(name), std::move(type))));
   Value* value = graph_values_.back().get();
+  value->position_ = std::prev(graph_values_.end());
   value->data_ = std::move(data);
   initializers_.push_back(value);
+  count_name(value->name(), +1);
   return value;
 }
 
@@ -174,7 +178,8 @@ void Graph::erase_graph_value(Value* value) {
   AMPC_CHECK(value->kind_ != Value::Kind::kNodeOutput && value->is_dead());
   auto& list = value->kind_ == Value::Kind::kGraphInput ? inputs_ : initializers_;
   list.erase(std::find(list.begin(), list.end(), value));
-  graph_values_.remove_if([value](const std::unique_ptr<Value>& v) { return v.get() == value; });
+  count_name(value->name(), -1);
+  graph_values_.erase(value->position_);
 }
 
 Node* Graph::create_node(std::string_view domain, std::string_view op_type,
@@ -195,6 +200,7 @@ Node* Graph::create_node(std::string_view domain, std::string_view op_type,
         std::unique_ptr<Value>(new Value(this, Value::Kind::kNodeOutput, "", *output_types[i]));
     value->producer_ = node.get();
     value->producer_output_ = i;
+    count_name(value->name(), +1);
     node->outputs_.push_back(std::move(value));
   }
   Node* raw = node.get();
@@ -207,6 +213,9 @@ void Graph::erase_node(Node* node) {
   AMPC_CHECK(node->graph_ == this);
   for (int i = 0; i < node->num_outputs(); ++i) {
     if (node->has_output(i)) AMPC_CHECK(node->output(i)->is_dead());
+  }
+  for (int i = 0; i < node->num_outputs(); ++i) {
+    if (node->has_output(i)) count_name(node->output(i)->name(), -1);
   }
   nodes_.erase(node->position_);
 }
@@ -224,20 +233,70 @@ std::vector<Node*> Graph::node_list() const {
   return list;
 }
 
+void Graph::add_output(Value* value) {
+  outputs_.push_back(value);
+  ++value->graph_output_count_;
+}
+
+void Graph::set_output(int i, Value* value) {
+  --outputs_.at(i)->graph_output_count_;
+  outputs_[i] = value;
+  ++value->graph_output_count_;
+}
+
+void Graph::erase_output(int i) {
+  --outputs_.at(i)->graph_output_count_;
+  outputs_.erase(outputs_.begin() + i);
+}
+
+namespace {
+
+std::string suffixed(std::string_view base, int64_t k) { return str_cat(base, ".", k); }
+
+// `name` as `base.K` with K >= 1 written without leading zeros: the form unique_value_name
+// makes. Returns false for any other name.
+bool split_suffix(std::string_view name, std::string_view* base, int64_t* k) {
+  const size_t dot = name.rfind('.');
+  if (dot == std::string_view::npos || dot + 1 == name.size() || name[dot + 1] == '0' ||
+      name.size() - dot - 1 > 18) {
+    return false;
+  }
+  int64_t value = 0;
+  for (char c : name.substr(dot + 1)) {
+    if (c < '0' || c > '9') return false;
+    value = value * 10 + (c - '0');
+  }
+  *base = name.substr(0, dot);
+  *k = value;
+  return true;
+}
+
+}  // namespace
+
+void Graph::count_name(const std::string& name, int delta) {
+  if (delta > 0) {
+    ++name_counts_[name];
+    return;
+  }
+  auto it = name_counts_.find(name);
+  AMPC_CHECK(it != name_counts_.end() && it->second > 0);
+  if (--it->second > 0) return;
+  name_counts_.erase(it);
+  // `base.K` is free again: a search from `base` must not start above K.
+  std::string_view base;
+  int64_t k = 0;
+  if (!split_suffix(name, &base, &k)) return;
+  auto next = next_suffix_.find(std::string(base));
+  if (next != next_suffix_.end() && k < next->second) next->second = k;
+}
+
 std::string Graph::unique_value_name(std::string_view hint) const {
-  std::unordered_set<std::string> used;
-  for (const auto& v : graph_values_) used.insert(v->name());
-  for (const auto& node : nodes_) {
-    for (int i = 0; i < node->num_outputs(); ++i) {
-      if (node->has_output(i)) used.insert(node->output(i)->name());
-    }
-  }
   std::string base(hint.empty() ? "t" : hint);
-  if (!used.contains(base)) return base;
-  for (int k = 1;; ++k) {
-    std::string candidate = str_cat(base, ".", k);
-    if (!used.contains(candidate)) return candidate;
-  }
+  if (!name_counts_.contains(base)) return base;
+  int64_t& k = next_suffix_.try_emplace(base, 1).first->second;
+  while (name_counts_.contains(suffixed(base, k))) ++k;
+  // Not k + 1: the caller may not use the name, so `base.k` stays the first candidate.
+  return suffixed(base, k);
 }
 
 std::unique_ptr<Graph> Graph::clone() const {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "compiler/attribute.h"
@@ -56,7 +57,7 @@ class Value {
   Value& operator=(const Value&) = delete;
 
   const std::string& name() const { return name_; }
-  void set_name(std::string name) { name_ = std::move(name); }
+  void set_name(std::string name);
   const TensorType& type() const { return type_; }
   void set_type(TensorType type) { type_ = std::move(type); }
   DType dtype() const { return type_.dtype; }
@@ -71,7 +72,7 @@ class Value {
 
   // Node operands reading this value (graph outputs are not uses; see is_graph_output).
   const std::vector<Use>& uses() const { return uses_; }
-  bool is_graph_output() const;
+  bool is_graph_output() const { return graph_output_count_ > 0; }
   // True when nothing reads the value: no node operand and no graph output.
   bool is_dead() const { return uses_.empty() && !is_graph_output(); }
 
@@ -101,7 +102,9 @@ class Value {
   Node* producer_ = nullptr;
   int producer_output_ = -1;
   std::vector<Use> uses_;
-  Tensor data_;  // initializers only
+  int graph_output_count_ = 0;  // how many entries of the graph's outputs are this value
+  std::list<std::unique_ptr<Value>>::iterator position_;  // graph inputs and initializers
+  Tensor data_;                                           // initializers only
   bool is_constant_ = false;
 };
 
@@ -207,9 +210,9 @@ class Graph {
   const std::vector<Value*>& initializers() const { return initializers_; }
 
   const std::vector<Value*>& outputs() const { return outputs_; }
-  void add_output(Value* value) { outputs_.push_back(value); }
-  void set_output(int i, Value* value) { outputs_.at(i) = value; }
-  void erase_output(int i) { outputs_.erase(outputs_.begin() + i); }
+  void add_output(Value* value);
+  void set_output(int i, Value* value);
+  void erase_output(int i);
 
   // A training graph's state (parameters, optimizer moments, step counter, running statistics):
   // after each run, the graph output named `update` is written over the initializer named
@@ -258,10 +261,16 @@ class Graph {
   std::vector<Node*> node_list() const;
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
 
-  // A name not used by any value of the graph yet, made from `hint`.
+  // A name not used by any value of the graph yet, made from `hint`: the hint itself, else
+  // `hint.K` with the smallest K >= 1 that is free. Amortized constant time (the graph keeps its
+  // names; see name_counts_).
   std::string unique_value_name(std::string_view hint) const;
 
  private:
+  friend class Value;
+  // Keeps name_counts_ and next_suffix_ right when a value of this graph takes, changes or
+  // drops a name (`delta` +1 or -1).
+  void count_name(const std::string& name, int delta);
   std::string name_;
   std::map<std::string, int64_t, std::less<>> opsets_;
   std::list<std::unique_ptr<Value>> graph_values_;  // inputs and initializers
@@ -272,6 +281,12 @@ class Graph {
   std::unique_ptr<Graph> training_step_;
   std::map<std::string, std::string, std::less<>> metadata_;
   std::list<std::unique_ptr<Node>> nodes_;
+  // How many live values (inputs, initializers, node outputs) carry each name: names are labels,
+  // so two values may share one. And per hint of unique_value_name, a K such that every
+  // `hint.J` with 1 <= J < K is in use (lowered when one of them is freed), so the search for a
+  // free suffix starts there instead of at 1.
+  std::unordered_map<std::string, int> name_counts_;
+  mutable std::unordered_map<std::string, int64_t> next_suffix_;
 };
 
 }  // namespace ampc

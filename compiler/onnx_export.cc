@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 #include <span>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -61,7 +62,11 @@ class Exporter {
  public:
   // `outer`: the graph whose initializers this one may read by name (the eval graph, for the
   // training step); shared initializers are written there only.
-  explicit Exporter(const Graph* outer = nullptr) : outer_(outer) {}
+  explicit Exporter(const Graph* outer = nullptr) : outer_(outer) {
+    if (outer_ == nullptr) return;
+    for (const Value* init : outer_->initializers())
+      outer_initializers_.try_emplace(init->name(), init);
+  }
 
   // Initializers of kExternalDataMinBytes or more go to `data` instead of the model.
   void set_external(ExternalData* data) { external_ = data; }
@@ -136,11 +141,11 @@ class Exporter {
 
   // Graph::state_updates as TrainingInfoProto.update_binding: initializer name -> output name.
   absl::Status write_update_binding(const Graph& step, onnx::TrainingInfoProto& training) const {
+    std::unordered_map<std::string_view, const Value*> output_named;
+    for (const Value* value : step.outputs()) output_named[value->name()] = value;  // last wins
     for (const Graph::StateUpdate& update : step.state_updates()) {
-      const Value* output = nullptr;
-      for (const Value* value : step.outputs()) {
-        if (value->name() == update.update) output = value;
-      }
+      auto it = output_named.find(update.update);
+      const Value* output = it == output_named.end() ? nullptr : it->second;
       if (output == nullptr || names_.at(output) != update.update) {
         return absl::InvalidArgumentError(str_cat("the training step updates '", update.state,
                                                   "' from '", update.update,
@@ -177,18 +182,15 @@ class Exporter {
   // An initializer of the training step that the eval graph holds too (same name): written once,
   // in the eval graph, so both must agree.
   absl::StatusOr<bool> is_shared(const Value& init) const {
-    if (outer_ == nullptr) return false;
-    for (const Value* outer : outer_->initializers()) {
-      if (outer->name() != init.name()) continue;
-      if (!(*outer->initializer() == *init.initializer())) {
-        return absl::InvalidArgumentError(
-            str_cat("initializer '", init.name(),
-                    "' differs between the eval graph and the training step; a shared "
-                    "parameter must have one value"));
-      }
-      return true;
+    auto it = outer_initializers_.find(init.name());
+    if (it == outer_initializers_.end()) return false;
+    if (!(*it->second->initializer() == *init.initializer())) {
+      return absl::InvalidArgumentError(
+          str_cat("initializer '", init.name(),
+                  "' differs between the eval graph and the training step; a shared "
+                  "parameter must have one value"));
     }
-    return false;
+    return true;
   }
 
   std::string fresh_name(std::string_view hint) {
@@ -365,6 +367,8 @@ class Exporter {
   }
 
   const Graph* outer_;
+  // The eval graph's initializers by name (the first of a name), for the training step's export.
+  std::unordered_map<std::string_view, const Value*> outer_initializers_;
   ExternalData* external_ = nullptr;  // set: large initializers go there
   std::unordered_map<const Value*, std::string> names_;
   std::unordered_set<std::string> reserved_;  // every name the graph uses

@@ -126,6 +126,18 @@ InferenceContext::InferenceContext(const Node& node, std::vector<const TensorTyp
   input_values_.resize(input_types_.size(), nullptr);
 }
 
+InferenceContext::InferenceContext(const Node& node, std::vector<const TensorType*> input_types,
+                                   ValueSource value_of)
+    : node_(node),
+      input_types_(std::move(input_types)),
+      value_of_(std::move(value_of)),
+      output_types_(static_cast<size_t>(node.num_outputs())) {}
+
+const Tensor* InferenceContext::input_value(int i) const {
+  if (i < 0 || i >= num_inputs() || input_types_[i] == nullptr) return nullptr;
+  return value_of_ ? value_of_(i) : input_values_[i];
+}
+
 int64_t InferenceContext::opset() const { return node_.graph()->opset(node_.domain()); }
 
 const TensorType& InferenceContext::input_type(int i) const {

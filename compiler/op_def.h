@@ -160,6 +160,11 @@ class InferenceContext {
  public:
   InferenceContext(const Node& node, std::vector<const TensorType*> input_types,
                    std::vector<const Tensor*> input_values);
+  // Values found only when the inference asks for them (the TypePropagator folds a constant
+  // on demand): `value_of(i)` is input i's value, or null.
+  using ValueSource = std::function<const Tensor*(int input)>;
+  InferenceContext(const Node& node, std::vector<const TensorType*> input_types,
+                   ValueSource value_of);
 
   const Node& node() const { return node_; }
   int64_t opset() const;
@@ -167,7 +172,7 @@ class InferenceContext {
   bool has_input(int i) const { return i < num_inputs() && input_types_[i] != nullptr; }
   const TensorType& input_type(int i) const;
   // The input's value when known at compile time, else null.
-  const Tensor* input_value(int i) const { return i < num_inputs() ? input_values_[i] : nullptr; }
+  const Tensor* input_value(int i) const;
 
   // Attribute access with OpDef defaults (see Node::int_attr).
   bool has_attr(std::string_view name) const;
@@ -194,6 +199,7 @@ class InferenceContext {
   const Node& node_;
   std::vector<const TensorType*> input_types_;
   std::vector<const Tensor*> input_values_;
+  ValueSource value_of_;  // when set, asked instead of input_values_
   std::vector<std::optional<TensorType>> output_types_;
 };
 

@@ -1,5 +1,6 @@
 #include "compiler/pass.h"
 
+#include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
 
@@ -47,18 +48,27 @@ absl::Status PassPipeline::validate_options() const {
 
 absl::StatusOr<bool> PassPipeline::run_pass(Pass& pass, Graph& graph,
                                             const PassContext& context) const {
+  const Stopwatch pass_time;
   absl::StatusOr<bool> changed = pass.run(graph, context);
   if (!changed.ok()) {
     return absl::Status(changed.status().code(),
                         str_cat("pass ", pass.name(), ": ", changed.status().message()));
   }
+  PassTiming timing{std::string(pass.name()), pass_time.seconds()};
   if (options_.verify_each) {
+    const Stopwatch verify_time;
     if (absl::Status status = verify(graph); !status.ok()) {
       // The dump is for debugging this failure; the failure is what gets reported.
       if (options_.dump) (void)options_.dump(pass.name(), graph);
       return absl::InternalError(
           str_cat("the IR is invalid after pass ", pass.name(), ": ", status.message()));
     }
+    timing.verify_seconds = verify_time.seconds();
+  }
+  if (options_.timings) {
+    timing.nodes = graph.num_nodes();
+    if (const Graph* step = graph.training_step()) timing.step_nodes = step->num_nodes();
+    options_.timings->push_back(std::move(timing));
   }
   const bool dump =
       options_.dump_after.contains("all") || options_.dump_after.contains(pass.name());

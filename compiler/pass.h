@@ -43,6 +43,16 @@ class Pass {
   virtual absl::StatusOr<bool> run(Graph& graph, const PassContext& context) = 0;
 };
 
+// The time one step of a compile took and the graph's size after it (`ampc compile
+// --time-passes`). A pass's entry covers its run; the verifier after it is timed apart.
+struct PassTiming {
+  std::string name;
+  double seconds = 0;
+  double verify_seconds = 0;
+  int nodes = 0;        // the graph's nodes after it
+  int step_nodes = -1;  // the training step's nodes after it; -1 while there is none
+};
+
 struct PipelineOptions {
   std::set<std::string, std::less<>> disabled;    // pass names
   std::set<std::string, std::less<>> dump_after;  // pass names, or "all"
@@ -50,6 +60,8 @@ struct PipelineOptions {
   // failure to write it stops the pipeline.
   std::function<absl::Status(std::string_view pass_name, const Graph& graph)> dump;
   bool verify_each = true;
+  // When set, receives one entry per pass run (a pass of a fixed-point group once per round).
+  std::vector<PassTiming>* timings = nullptr;
 };
 
 class PassPipeline {

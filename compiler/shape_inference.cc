@@ -1,5 +1,7 @@
 #include "compiler/shape_inference.h"
 
+#include <utility>
+
 #include "compiler/strings.h"
 
 namespace ampc {
@@ -96,13 +98,12 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
     return with_node(node, ranges);
   }
   std::vector<const TensorType*> types;
-  std::vector<const Tensor*> values;
-  for (Value* operand : node.operands()) {
-    types.push_back(operand ? &operand->type() : nullptr);
-    values.push_back(operand ? known_value(operand) : nullptr);
-  }
-  InferenceContext ctx(node, types, values);
-  if (absl::Status status = node.def()->infer(ctx); !status.ok()) return with_node(node, status);
+  for (Value* operand : node.operands()) types.push_back(operand ? &operand->type() : nullptr);
+  InferenceContext ctx(node, types, [this, &node](int i) { return known_value(node.operand(i)); });
+  absl::Status status = node.def()->infer(ctx);
+  if (!fold_error_.ok()) return std::exchange(fold_error_, absl::OkStatus());
+  if (!status.ok()) return with_node(node, status);
+  int64_t output_bytes = 0;
   for (int i = 0; i < node.num_outputs(); ++i) {
     if (!node.has_output(i)) continue;
     if (!ctx.output_types()[i]) {
@@ -111,10 +112,37 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
     }
     // Shapes computed from values (Range, Expand, ConstantOfShape, Tile) can be absurd; nothing
     // downstream (folding, planning) may multiply them unchecked.
-    if (absl::StatusOr<int64_t> bytes = checked_byte_size(*ctx.output_types()[i]); !bytes.ok()) {
+    absl::StatusOr<int64_t> bytes = checked_byte_size(*ctx.output_types()[i]);
+    if (!bytes.ok()) {
       return with_node(
           node, absl::InvalidArgumentError(str_cat("output ", i, " ", bytes.status().message())));
     }
+    output_bytes += *bytes;
+  }
+  if (!node.def()->fold || output_bytes > kMaxFoldedBytes) return ctx.output_types();
+  // Fold now when the operands' values are at hand and the result is small; leave it pending
+  // when an operand's value is itself pending or the result is large; skip it when an operand's
+  // value cannot be known.
+  std::vector<const Tensor*> values;
+  bool ready = true;
+  for (Value* operand : node.operands()) {
+    const Tensor* value = nullptr;
+    if (operand != nullptr && node.def()->fold_needs_values) {
+      if (const Tensor* data = operand->initializer()) {
+        value = data;
+      } else if (auto it = folded_.find(operand); it != folded_.end()) {
+        value = &it->second;
+      } else if (operand->producer() != nullptr && pending_.contains(operand->producer())) {
+        ready = false;
+      } else {
+        return ctx.output_types();
+      }
+    }
+    values.push_back(value);
+  }
+  if (!ready || output_bytes > kEagerFoldBytes) {
+    pending_[&node] = ctx.output_types();
+    return ctx.output_types();
   }
   AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> folded,
                         try_fold(node, values, ctx.output_types()));
@@ -127,9 +155,60 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
 }
 
 const Tensor* TypePropagator::known_value(const Value* value) const {
+  if (value == nullptr) return nullptr;
   if (const Tensor* data = value->initializer()) return data;
   auto it = folded_.find(value);
+  if (it == folded_.end() && value->producer() != nullptr && pending_.contains(value->producer())) {
+    fold_pending(value->producer());
+    it = folded_.find(value);
+  }
   return it == folded_.end() ? nullptr : &it->second;
+}
+
+void TypePropagator::fold_pending(const Node* root) const {
+  // Depth first, operands before the node that reads them, without recursion (a chain of
+  // pending nodes may be as long as the graph).
+  std::vector<std::pair<const Node*, bool>> stack = {{root, false}};
+  while (!stack.empty()) {
+    const auto [node, operands_done] = stack.back();
+    stack.pop_back();
+    auto entry = pending_.find(node);
+    if (entry == pending_.end()) continue;  // folded already, through another path
+    if (!operands_done) {
+      stack.push_back({node, true});
+      for (const Value* operand : node->operands()) {
+        if (operand != nullptr && operand->producer() != nullptr &&
+            pending_.contains(operand->producer())) {
+          stack.push_back({operand->producer(), false});
+        }
+      }
+      continue;
+    }
+    const std::vector<std::optional<TensorType>> output_types = std::move(entry->second);
+    pending_.erase(entry);
+    std::vector<const Tensor*> values;
+    for (const Value* operand : node->operands()) {
+      const Tensor* value = nullptr;
+      if (operand != nullptr && node->def()->fold_needs_values) {
+        if (const Tensor* data = operand->initializer()) {
+          value = data;
+        } else if (auto it = folded_.find(operand); it != folded_.end()) {
+          value = &it->second;
+        }
+      }
+      values.push_back(value);
+    }
+    absl::StatusOr<std::optional<std::vector<Tensor>>> folded =
+        try_fold(*node, values, output_types);
+    if (!folded.ok()) {
+      if (fold_error_.ok()) fold_error_ = folded.status();
+      continue;
+    }
+    if (!*folded) continue;
+    for (int i = 0; i < node->num_outputs() && i < static_cast<int>((*folded)->size()); ++i) {
+      if (node->has_output(i)) folded_[node->output(i)] = std::move((**folded)[i]);
+    }
+  }
 }
 
 absl::StatusOr<bool> infer_graph_types(Graph& graph) {

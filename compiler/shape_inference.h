@@ -4,6 +4,11 @@
 // and from the operand values known at compile time: initializers, and the outputs of foldable
 // nodes (shape arithmetic such as Shape -> Gather -> Concat -> Reshape) whose inputs are all
 // known. The known values are kept on the side; the graph is not changed.
+//
+// Small results (shape arithmetic) are folded as their node is visited. Larger ones (a
+// transposed weight, a causal mask) are folded only when an inference or known_value asks for
+// them: most never are, and folding every one would make each visit of a graph cost as much as
+// touching all its weights.
 #pragma once
 
 #include <optional>
@@ -19,6 +24,8 @@ namespace ampc {
 
 // Folding stops at values larger than this, so that propagation stays cheap.
 inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
+// Results up to this size are folded at once; larger ones when asked for.
+inline constexpr int64_t kEagerFoldBytes = 4096;
 
 class TypePropagator {
  public:
@@ -27,11 +34,20 @@ class TypePropagator {
   // Errors name the node.
   absl::StatusOr<std::vector<std::optional<TensorType>>> visit(const Node& node);
 
-  // The value of `value` when known at compile time, else null.
+  // The value of `value` when known at compile time, else null. May fold the nodes it depends
+  // on (whose results were left for when they are asked for); a failure to fold one is
+  // returned by the next visit.
   const Tensor* known_value(const Value* value) const;
 
  private:
-  std::unordered_map<const Value*, Tensor> folded_;
+  // Folds `node` and the pending nodes it reads, operands first.
+  void fold_pending(const Node* node) const;
+
+  // Memoized: known_value is logically const.
+  mutable std::unordered_map<const Value*, Tensor> folded_;
+  // Visited nodes that fold once their operands' values are known, with their output types.
+  mutable std::unordered_map<const Node*, std::vector<std::optional<TensorType>>> pending_;
+  mutable absl::Status fold_error_;
 };
 
 // Evaluates `node`'s fold with the given input values and types. Null when the node has no fold,

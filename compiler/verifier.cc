@@ -1,6 +1,6 @@
 #include "compiler/verifier.h"
 
-#include <algorithm>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -35,7 +35,16 @@ absl::Status check_graph_values(const Graph& graph, std::unordered_set<const Val
   return absl::OkStatus();
 }
 
-absl::Status check_uses(const Value* value) {
+// Every use recorded by any value, so that an edge's check is one lookup (a use list can be as
+// long as the graph: a learning rate read by every update).
+struct UseHash {
+  size_t operator()(const Use& use) const {
+    return std::hash<const Node*>()(use.user) * 31 + static_cast<size_t>(use.operand);
+  }
+};
+using UseSet = std::unordered_set<Use, UseHash>;
+
+absl::Status check_uses(const Value* value, UseSet& recorded) {
   for (const Use& use : value->uses()) {
     const bool edge_exists = use.user != nullptr && use.operand >= 0 &&
                              use.operand < use.user->num_operands() &&
@@ -45,7 +54,8 @@ absl::Status check_uses(const Value* value) {
           str_cat(value_label(value), " lists a use by operand ", use.operand, " of ",
                   use.user ? use.user->describe() : "no node", " that does not read it"));
     }
-    if (std::count(value->uses().begin(), value->uses().end(), use) != 1) {
+    // An edge reads one value, so a use already recorded was recorded by this value.
+    if (!recorded.insert(use).second) {
       return absl::InternalError(str_cat(value_label(value), " lists operand ", use.operand, " of ",
                                          use.user->describe(), " twice"));
     }
@@ -54,7 +64,8 @@ absl::Status check_uses(const Value* value) {
 }
 
 absl::Status check_node_edges(const Graph& graph, const Node& node,
-                              const std::unordered_set<const Value*>& defined) {
+                              const std::unordered_set<const Value*>& defined,
+                              const UseSet& recorded) {
   if (node.graph() != &graph) {
     return absl::InternalError(str_cat(node.describe(), " belongs to another graph"));
   }
@@ -71,8 +82,8 @@ absl::Status check_node_edges(const Graph& graph, const Node& node,
                                          " before it is defined (nodes are not in "
                                          "topological order)"));
     }
-    if (std::count(operand->uses().begin(), operand->uses().end(),
-                   Use{const_cast<Node*>(&node), i}) != 1) {
+    // The operand is defined, so its uses were checked: each is an edge that reads it.
+    if (!recorded.contains(Use{const_cast<Node*>(&node), i})) {
       return absl::InternalError(str_cat(node.describe(), " operand ", i, " reads ",
                                          value_label(operand),
                                          ", whose use list does not record that read"));
@@ -97,16 +108,17 @@ absl::Status check_node_edges(const Graph& graph, const Node& node,
 
 absl::Status verify(const Graph& graph) {
   std::unordered_set<const Value*> defined;
+  UseSet recorded;
   AMPC_RETURN_IF_ERROR(check_graph_values(graph, defined));
-  for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(v));
-  for (const Value* v : graph.initializers()) AMPC_RETURN_IF_ERROR(check_uses(v));
+  for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
+  for (const Value* v : graph.initializers()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
 
   TypePropagator propagator;
   for (const auto& node : graph.nodes()) {
-    AMPC_RETURN_IF_ERROR(check_node_edges(graph, *node, defined));
+    AMPC_RETURN_IF_ERROR(check_node_edges(graph, *node, defined, recorded));
     for (int i = 0; i < node->num_outputs(); ++i) {
       if (node->has_output(i)) {
-        AMPC_RETURN_IF_ERROR(check_uses(node->output(i)));
+        AMPC_RETURN_IF_ERROR(check_uses(node->output(i), recorded));
         defined.insert(node->output(i));
       }
     }
@@ -128,15 +140,17 @@ absl::Status verify(const Graph& graph) {
                                          " is not defined in the graph"));
     }
   }
+  std::unordered_map<std::string_view, const Value*> initializer_named;
+  std::unordered_map<std::string_view, const Value*> output_named;
+  if (!graph.state_updates().empty()) {
+    for (const Value* init : graph.initializers()) initializer_named[init->name()] = init;
+    for (const Value* output : graph.outputs()) output_named[output->name()] = output;
+  }
   for (const Graph::StateUpdate& update : graph.state_updates()) {
-    const Value* state = nullptr;
-    for (const Value* init : graph.initializers()) {
-      if (init->name() == update.state) state = init;
-    }
-    const Value* value = nullptr;
-    for (const Value* output : graph.outputs()) {
-      if (output->name() == update.update) value = output;
-    }
+    auto state_it = initializer_named.find(update.state);
+    auto value_it = output_named.find(update.update);
+    const Value* state = state_it == initializer_named.end() ? nullptr : state_it->second;
+    const Value* value = value_it == output_named.end() ? nullptr : value_it->second;
     if (state == nullptr || value == nullptr) {
       return absl::InternalError(str_cat("state update ", update.state, " <- ", update.update,
                                          ": the state must be an initializer and the update a "

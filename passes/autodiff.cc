@@ -179,14 +179,16 @@ class Walker {
     });
   }
 
-  // The nodes a gradient rule just added (the tail of the node list from `first`) compute in the
-  // dtype of what they produce; autocast's decision of the forward node is their reason.
+  // The nodes a gradient rule just added (the tail of the node list after the first `first`)
+  // compute in the dtype of what they produce; autocast's decision of the forward node is their
+  // reason.
   void describe_gradient_nodes(const Node& forward, int first) {
     if (forward.precision().empty()) return;  // compiled without mixed precision
-    const std::vector<Node*> nodes = graph_.node_list();
     const std::string label = forward.name().empty() ? forward.op_type() : forward.name();
-    for (int i = first; i < static_cast<int>(nodes.size()); ++i) {
-      Node& n = *nodes[i];
+    auto tail = graph_.nodes().end();
+    for (int i = first; i < graph_.num_nodes(); ++i) --tail;
+    for (; tail != graph_.nodes().end(); ++tail) {
+      Node& n = **tail;
       if (!n.precision().empty()) continue;
       PrecisionDecision d;
       for (int k = 0; k < n.num_outputs() && !d.compute; ++k) {

@@ -32,6 +32,9 @@
 //   operation (ops/optimizer.cc); nothing else is rounded.
 #include <algorithm>
 #include <set>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "compiler/strings.h"
 #include "passes/passes.h"
@@ -53,14 +56,16 @@ class OptimizerPass final : public Pass {
   std::string_view name() const override { return "optimizer"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
+    std::unordered_map<std::string_view, std::vector<Value*>> initializers_named;
+    for (Value* init : graph.initializers()) initializers_named[init->name()].push_back(init);
     std::vector<std::pair<Value*, int>> updates;  // parameter, index of its gradient output
     for (int i = 0; i < static_cast<int>(graph.outputs().size()); ++i) {
       const std::string& name = graph.outputs()[i]->name();
       if (!name.ends_with(kGradSuffix)) continue;
-      const std::string parameter = name.substr(0, name.size() - kGradSuffix.size());
-      for (Value* init : graph.initializers()) {
-        if (init->name() == parameter) updates.emplace_back(init, i);
-      }
+      auto named = initializers_named.find(
+          std::string_view(name).substr(0, name.size() - kGradSuffix.size()));
+      if (named == initializers_named.end()) continue;
+      for (Value* init : named->second) updates.emplace_back(init, i);
     }
     if (updates.empty()) {
       return absl::FailedPreconditionError(
@@ -203,7 +208,16 @@ class OptimizerPass final : public Pass {
     if (found_inf != nullptr) add_loss_scale_updates(graph, scale, found_inf, hold, state_updates);
 
     // The gradient outputs go; the norm and every state update become outputs.
-    for (auto it = updates.rbegin(); it != updates.rend(); ++it) graph.erase_output(it->second);
+    // (Rebuilt rather than erased one by one, which would move the rest of the list each time.)
+    std::vector<bool> is_gradient(graph.outputs().size(), false);
+    for (const auto& [parameter, index] : updates) is_gradient[index] = true;
+    std::vector<Value*> kept;
+    for (size_t i = 0; i < graph.outputs().size(); ++i) {
+      if (!is_gradient[i]) kept.push_back(graph.outputs()[i]);
+    }
+    while (!graph.outputs().empty())
+      graph.erase_output(static_cast<int>(graph.outputs().size()) - 1);
+    for (Value* output : kept) graph.add_output(output);
     graph.add_output(norm);
     if (found_inf != nullptr) {
       found_inf->set_name(graph.unique_value_name("found_inf"));

@@ -1,6 +1,7 @@
 #include "runtime/plan.h"
 
 #include <algorithm>
+#include <climits>
 #include <numeric>
 
 #include "compiler/strings.h"
@@ -12,9 +13,61 @@ int64_t align_up(int64_t bytes) {
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
-bool lifetimes_overlap(const Buffer& a, const Buffer& b) {
-  return a.first_step <= b.last_step && b.first_step <= a.last_step;
-}
+// The placed buffers whose lifetimes overlap a given one, in O((k + 1) log n) for k of them
+// (a scan of every placed buffer would make planning quadratic in the graph): the candidates
+// sorted by first step, under a tree that keeps the largest last step of the placed ones
+// below each node. Lifetimes [f, l] and [f', l'] overlap when f' <= l and l' >= f.
+class LifetimeIndex {
+ public:
+  LifetimeIndex(const std::vector<Buffer>& buffers, std::vector<int> candidates)
+      : buffers_(buffers), by_first_(std::move(candidates)) {
+    std::stable_sort(by_first_.begin(), by_first_.end(),
+                     [&](int a, int b) { return buffers_[a].first_step < buffers_[b].first_step; });
+    position_.assign(buffers_.size(), -1);
+    for (int i = 0; i < static_cast<int>(by_first_.size()); ++i) position_[by_first_[i]] = i;
+    while (leaves_ < static_cast<int>(by_first_.size())) leaves_ *= 2;
+    max_last_.assign(2 * static_cast<size_t>(leaves_), kNone);
+  }
+
+  void place(int buffer) {
+    int node = leaves_ + position_[buffer];
+    max_last_[node] = buffers_[buffer].last_step;
+    for (node /= 2; node >= 1; node /= 2) {
+      max_last_[node] = std::max(max_last_[2 * node], max_last_[2 * node + 1]);
+    }
+  }
+
+  // Calls `visit(id)` for each placed buffer whose lifetime overlaps `buffer`'s.
+  template <typename Visit>
+  void for_each_overlapping(const Buffer& buffer, const Visit& visit) const {
+    // Candidates [0, end) start no later than `buffer` ends.
+    const auto end = std::upper_bound(
+        by_first_.begin(), by_first_.end(), buffer.last_step,
+        [&](int last, int candidate) { return last < buffers_[candidate].first_step; });
+    descend(1, 0, leaves_, static_cast<int>(end - by_first_.begin()), buffer.first_step, visit);
+  }
+
+ private:
+  static constexpr int kNone = INT_MIN;
+
+  template <typename Visit>
+  void descend(int node, int low, int high, int end, int first_step, const Visit& visit) const {
+    if (low >= end || max_last_[node] == kNone || max_last_[node] < first_step) return;
+    if (high - low == 1) {
+      visit(by_first_[low]);
+      return;
+    }
+    const int middle = (low + high) / 2;
+    descend(2 * node, low, middle, end, first_step, visit);
+    descend(2 * node + 1, middle, high, end, first_step, visit);
+  }
+
+  const std::vector<Buffer>& buffers_;
+  std::vector<int> by_first_;  // candidate buffers by first step
+  std::vector<int> position_;  // buffer -> index in by_first_
+  int leaves_ = 1;
+  std::vector<int> max_last_;  // heap-ordered tree over by_first_; kNone where nothing is placed
+};
 
 }  // namespace
 
@@ -187,16 +240,15 @@ void Plan::assign_offsets(bool reuse_memory) {
   // so the plan is deterministic.
   std::stable_sort(activations.begin(), activations.end(),
                    [&](int a, int b) { return buffers_[a].bytes > buffers_[b].bytes; });
-  std::vector<int> placed;
+  LifetimeIndex placed(buffers_, activations);
+  std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
   for (int b : activations) {
     Buffer& buffer = buffers_[b];
-    std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
-    for (int other : placed) {
+    taken.clear();
+    placed.for_each_overlapping(buffer, [&](int other) {
       const Buffer& o = buffers_[other];
-      if (o.bytes > 0 && lifetimes_overlap(buffer, o)) {
-        taken.emplace_back(o.offset, o.offset + align_up(o.bytes));
-      }
-    }
+      if (o.bytes > 0) taken.emplace_back(o.offset, o.offset + align_up(o.bytes));
+    });
     std::sort(taken.begin(), taken.end());
     int64_t offset = 0;
     for (const auto& [begin, end] : taken) {
@@ -205,7 +257,7 @@ void Plan::assign_offsets(bool reuse_memory) {
     }
     buffer.offset = offset;
     activation_bytes = std::max(activation_bytes, offset + align_up(buffer.bytes));
-    placed.push_back(b);
+    placed.place(b);
   }
 }
 

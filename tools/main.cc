@@ -14,6 +14,7 @@
 #include "compiler/onnx_io.h"
 #include "compiler/precision_policy.h"
 #include "compiler/report.h"
+#include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "tools/compare_command.h"
@@ -78,6 +79,7 @@ struct CompileFlags {
   std::vector<std::string> dump_after;
   std::string dump_dir;
   std::vector<std::string> disabled;
+  bool time_passes = false;
   // The training flags given on the command line (`--lr`, ...), to refuse those that would do
   // nothing.
   std::set<std::string> training_flags_given;
@@ -278,6 +280,9 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
 void record_o0_baseline(const std::string& input, CompileOptions options, Graph& graph) {
   options.mixed_precision.reset();
   options.pipeline.dump_after.clear();
+  options.pipeline.timings = nullptr;
+  // The same passes were verified on the compile that counts; the baseline is best effort.
+  options.pipeline.verify_each = false;
   Diagnostics ignored;  // the compile above reported the model's warnings
   absl::StatusOr<std::unique_ptr<Graph>> o0 = compile_file(input, options, ignored);
   if (o0.ok())
@@ -302,6 +307,21 @@ absl::Status check_dump_dir(const CompileFlags& flags) {
         str_cat("--dump-dir '", flags.dump_dir, "' cannot be used: ", error.message()));
   }
   return absl::OkStatus();
+}
+
+// --time-passes: one line per step of the compile, on stderr.
+void print_timings(const std::vector<PassTiming>& timings) {
+  std::string out = fmt::format("{:<28} {:>9} {:>9} {:>8} {:>10}\n", "ampc: compile step",
+                                "seconds", "verify s", "nodes", "step nodes");
+  double total = 0;
+  for (const PassTiming& t : timings) {
+    out +=
+        fmt::format("{:<28} {:>9.3f} {:>9.3f} {:>8} {:>10}\n", t.name, t.seconds, t.verify_seconds,
+                    t.nodes, t.step_nodes < 0 ? std::string("-") : std::to_string(t.step_nodes));
+    total += t.seconds + t.verify_seconds;
+  }
+  out += fmt::format("{:<28} {:>9.3f}\n", "total", total);
+  std::cerr << out;
 }
 
 int run_compile(const CompileFlags& flags) {
@@ -331,17 +351,28 @@ int run_compile(const CompileFlags& flags) {
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
   options.pipeline.dump_after.insert(flags.dump_after.begin(), flags.dump_after.end());
   options.pipeline.dump = make_dumper(flags.dump_dir);
+  std::vector<PassTiming> timings;
+  if (flags.time_passes) options.pipeline.timings = &timings;
 
   Diagnostics diagnostics;
   absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(flags.input, options, diagnostics);
   print_warnings(diagnostics);
   if (!graph.ok()) return report_error(graph.status());
-  if (options.mixed_precision) record_o0_baseline(flags.input, options, **graph);
+  const int nodes = (*graph)->num_nodes();
+  const int step_nodes = (*graph)->training_step() ? (*graph)->training_step()->num_nodes() : -1;
+  if (options.mixed_precision) {
+    const Stopwatch baseline_time;
+    record_o0_baseline(flags.input, options, **graph);
+    timings.push_back({"o0-baseline", baseline_time.seconds(), 0, nodes, step_nodes});
+  }
   ExportOptions export_options;
   if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
+  const Stopwatch export_time;
   if (absl::Status status = export_onnx_file(**graph, flags.output, export_options); !status.ok()) {
     return report_error(status);
   }
+  timings.push_back({"export", export_time.seconds(), 0, nodes, step_nodes});
+  if (flags.time_passes) print_timings(timings);
   if (const Graph* step = (*graph)->training_step()) {
     std::cerr << "ampc: wrote " << flags.output << " (eval graph " << (*graph)->num_nodes()
               << " nodes, training step " << step->num_nodes() << " nodes, "
@@ -537,6 +568,9 @@ int run(int argc, char** argv) {
   compile->add_option("--dump-dir", compile_flags.dump_dir,
                       "Write --dump-after output to DIR/NN-PASS.txt instead of stderr");
   compile->add_option("--disable-pass", compile_flags.disabled, "Skip this pass. Repeatable.");
+  compile->add_flag("--time-passes", compile_flags.time_passes,
+                    "Print each step's time (import, every pass and the verifier after it, the O0 "
+                    "baseline of --precision, export) and the graph's size after it, on stderr");
   add_training_flags(*compile, compile_flags);
   add_precision_flags(*compile, compile_flags);
 

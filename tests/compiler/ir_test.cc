@@ -113,5 +113,58 @@ TEST(Ir, UniqueValueNameAvoidsTakenNames) {
   EXPECT_EQ(c.graph.unique_value_name("r"), "r.1");
 }
 
+// The graph keeps its names as values take, change and drop them (no scan of the graph per
+// call); the answer is always the smallest free suffix.
+TEST(Ir, UniqueValueNameFollowsRenamesErasuresAndFreedSuffixes) {
+  Chain c;  // x, r, t
+  Node* a = c.graph.create_node("", "Relu", {c.x}, {f32({4})});
+  a->output(0)->set_name(c.graph.unique_value_name("r"));
+  Node* b = c.graph.create_node("", "Relu", {c.x}, {f32({4})});
+  b->output(0)->set_name(c.graph.unique_value_name("r"));
+  EXPECT_EQ(a->output(0)->name(), "r.1");
+  EXPECT_EQ(b->output(0)->name(), "r.2");
+  EXPECT_EQ(c.graph.unique_value_name("r"), "r.3");
+  EXPECT_EQ(c.graph.unique_value_name("r"), "r.3");  // asking does not take the name
+
+  b->output(0)->set_name("q");  // r.2 is free again, and q taken
+  EXPECT_EQ(c.graph.unique_value_name("r"), "r.2");
+  EXPECT_EQ(c.graph.unique_value_name("q"), "q.1");
+  c.graph.erase_node(a);  // frees r.1
+  EXPECT_EQ(c.graph.unique_value_name("r"), "r.1");
+  EXPECT_EQ(c.graph.unique_value_name("r.1"), "r.1");
+
+  // Names are labels: two values may share one, and it is free only when both drop it.
+  Value* w = c.graph.add_initializer("q", Tensor::from_f32({1}, {0.5f}));
+  b->output(0)->set_name("s");
+  EXPECT_EQ(c.graph.unique_value_name("q"), "q.1");
+  c.graph.erase_graph_value(w);
+  EXPECT_EQ(c.graph.unique_value_name("q"), "q");
+
+  // An empty hint is "t", which the chain's output holds.
+  EXPECT_EQ(c.graph.unique_value_name(""), "t.1");
+  // A graph output replaced by an unnamed node output hands it its name.
+  Node* tanh2 = c.graph.create_node("", "Tanh", {c.relu->output(0)}, {f32({4})});
+  c.tanh->output(0)->replace_all_uses_with(tanh2->output(0));
+  c.graph.erase_node(c.tanh);
+  EXPECT_EQ(tanh2->output(0)->name(), "t");
+  EXPECT_EQ(c.graph.unique_value_name("t"), "t.1");
+  EXPECT_TRUE(verify(c.graph).ok()) << verify(c.graph);
+}
+
+TEST(Ir, AValueStaysAGraphOutputWhileAnyOutputEntryIsIt) {
+  Chain c;
+  Value* r = c.relu->output(0);
+  EXPECT_FALSE(r->is_graph_output());
+  c.graph.add_output(r);
+  c.graph.add_output(r);
+  EXPECT_TRUE(r->is_graph_output());
+  c.graph.erase_output(1);
+  EXPECT_TRUE(r->is_graph_output());
+  c.graph.set_output(1, c.x);
+  EXPECT_FALSE(r->is_graph_output());
+  EXPECT_TRUE(c.x->is_graph_output());
+  EXPECT_TRUE(c.tanh->output(0)->is_graph_output());
+}
+
 }  // namespace
 }  // namespace ampc

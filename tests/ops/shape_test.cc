@@ -362,5 +362,34 @@ TEST(ShapeArithmetic, ShapeGatherUnsqueezeConcatReshapeInfersStatically) {
   EXPECT_EQ(propagator.known_value(reshape->output(0)), nullptr);  // x's data is not known
 }
 
+// Values over kEagerFoldBytes (a transposed weight) are folded only when asked for, through
+// chains of such nodes, and give the same data as folding at once would.
+TEST(ShapeArithmetic, LargeValuesFoldWhenAskedFor) {
+  Graph graph("lazy");
+  std::vector<float> data(64 * 32);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) - 1000.0f;
+  Value* w = graph.add_initializer("w", Tensor::from_f32({64, 32}, data));
+  ASSERT_GT(w->type().byte_size(), kEagerFoldBytes);
+  Node* transpose = graph.create_node("", "Transpose", {w}, {f32({32, 64})});
+  Node* neg = graph.create_node("", "Neg", {transpose->output(0)}, {f32({32, 64})});
+  // A small fold that reads a pending one's shape only.
+  Node* shape = graph.create_node("", "Shape", {neg->output(0)}, {i64({2})});
+  graph.add_output(neg->output(0));
+  graph.add_output(shape->output(0));
+
+  TypePropagator propagator;
+  for (const auto& node : graph.nodes()) ASSERT_TRUE(propagator.visit(*node).ok());
+  EXPECT_EQ(*propagator.known_value(shape->output(0)), ints({32, 64}));
+  const Tensor* folded = propagator.known_value(neg->output(0));
+  ASSERT_NE(folded, nullptr);
+  ASSERT_EQ(folded->type(), f32({32, 64}));
+  for (int i = 0; i < 32; ++i) {
+    for (int j = 0; j < 64; ++j) {
+      ASSERT_EQ(folded->data<float>()[i * 64 + j], -data[j * 32 + i]) << i << "," << j;
+    }
+  }
+  EXPECT_NE(propagator.known_value(transpose->output(0)), nullptr);
+}
+
 }  // namespace
 }  // namespace ampc::op_testing

@@ -2,8 +2,12 @@
 // flags give a clear message and a non-zero exit, and write nothing.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -17,6 +21,7 @@ namespace ampc {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 using testing::CliResult;
@@ -170,6 +175,57 @@ TEST_F(CliTest, DisablePassKeepsWhatItWouldHaveRemoved) {
   for (const onnx::NodeProto& node : proto.graph().node())
     constants += node.op_type() == "Constant";
   EXPECT_GT(constants, 0);
+}
+
+// --time-passes: a row per step of the compile, in order, with the graph's size after it (the
+// import's row counts the input file's nodes; the last rows the written graphs' nodes).
+TEST_F(CliTest, TimePassesPrintsEveryStepWithTheGraphSizeAfterIt) {
+  const std::string input = model("tiny_gpt");
+  CliResult r = ampc("compile " + input + " -o " + path("out.onnx") +
+                     " --precision fp16 --optimizer adamw --loss loss --time-passes"
+                     " --disable-pass eliminate-casts");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::map<std::string, std::vector<std::string>> rows;
+  std::vector<std::string> order;
+  std::istringstream lines(r.err);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::vector<std::string> row{std::istream_iterator<std::string>(fields), {}};
+    if (row.size() == 5 || (row.size() == 2 && row[0] == "total")) {
+      order.push_back(row[0]);
+      rows[row[0]] = row;
+    }
+  }
+  const std::vector<std::string> expected_order = {
+      "import",    "fold-constants", "canonicalize",  "dce",        "infer-shapes",
+      "autocast",  "insert-casts",   "training-step", "loss-scale", "autodiff",
+      "optimizer", "legalize-opset", "o0-baseline",   "export",     "total"};
+  auto position = [&](const std::string& name) {
+    return std::find(order.begin(), order.end(), name) - order.begin();
+  };
+  for (size_t i = 0; i + 1 < expected_order.size(); ++i) {
+    EXPECT_LT(position(expected_order[i]), position(expected_order[i + 1]))
+        << expected_order[i] << " before " << expected_order[i + 1] << " in\n"
+        << r.err;
+  }
+  EXPECT_EQ(std::count(order.begin(), order.end(), "eliminate-casts"), 0);  // disabled
+
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(read_file(input)));
+  ASSERT_TRUE(rows.contains("import") && rows.contains("export") && rows.contains("autocast"));
+  EXPECT_EQ(rows["import"][3], std::to_string(proto.graph().node_size()));
+  EXPECT_EQ(rows["autocast"][4], "-");  // no training step yet
+  ASSERT_TRUE(proto.ParseFromString(read_file(path("out.onnx"))));
+  ASSERT_EQ(proto.training_info_size(), 1);
+  EXPECT_EQ(rows["export"][3], std::to_string(proto.graph().node_size()));
+  EXPECT_EQ(rows["export"][4], std::to_string(proto.training_info(0).algorithm().node_size()));
+  for (const std::string& name : order) {
+    EXPECT_GE(std::stod(rows[name][1]), 0.0) << name;
+  }
+
+  r = ampc("compile " + input + " -o " + path("out2.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("seconds")));
 }
 
 TEST_F(CliTest, MissingFileIsAClearError) {
