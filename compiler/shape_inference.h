@@ -24,8 +24,8 @@ namespace ampc {
 
 // Folding stops at values larger than this, so that propagation stays cheap.
 inline constexpr int64_t kMaxFoldedBytes = int64_t{1} << 20;
-// Results up to this size are folded at once; larger ones when asked for.
-inline constexpr int64_t kEagerFoldBytes = 4096;
+// Results up to this size (shape arithmetic) are folded at once; larger ones when asked for.
+inline constexpr int64_t kEagerFoldBytes = 256;
 
 class TypePropagator {
  public:
