@@ -1,7 +1,8 @@
 #include "runtime/plan.h"
 
 #include <algorithm>
-#include <climits>
+#include <map>
+#include <memory>
 #include <numeric>
 
 #include "compiler/strings.h"
@@ -13,60 +14,109 @@ int64_t align_up(int64_t bytes) {
   return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
 }
 
-// The placed buffers whose lifetimes overlap a given one, in O((k + 1) log n) for k of them
-// (a scan of every placed buffer would make planning quadratic in the graph): the candidates
-// sorted by first step, under a tree that keeps the largest last step of the placed ones
-// below each node. Lifetimes [f, l] and [f', l'] overlap when f' <= l and l' >= f.
-class LifetimeIndex {
+// Disjoint [begin, end) ranges of arena offsets, merged as they are added (touching ones too:
+// no buffer fits in a gap of 0 bytes).
+class OffsetRanges {
  public:
-  LifetimeIndex(const std::vector<Buffer>& buffers, std::vector<int> candidates)
-      : buffers_(buffers), by_first_(std::move(candidates)) {
-    std::stable_sort(by_first_.begin(), by_first_.end(),
-                     [&](int a, int b) { return buffers_[a].first_step < buffers_[b].first_step; });
-    position_.assign(buffers_.size(), -1);
-    for (int i = 0; i < static_cast<int>(by_first_.size()); ++i) position_[by_first_[i]] = i;
-    while (leaves_ < static_cast<int>(by_first_.size())) leaves_ *= 2;
-    max_last_.assign(2 * static_cast<size_t>(leaves_), kNone);
-  }
-
-  void place(int buffer) {
-    int node = leaves_ + position_[buffer];
-    max_last_[node] = buffers_[buffer].last_step;
-    for (node /= 2; node >= 1; node /= 2) {
-      max_last_[node] = std::max(max_last_[2 * node], max_last_[2 * node + 1]);
+  void add(int64_t begin, int64_t end) {
+    auto it = ranges_.upper_bound(begin);
+    if (it != ranges_.begin() && std::prev(it)->second >= begin) {
+      --it;
+      begin = it->first;
     }
+    while (it != ranges_.end() && it->first <= end) {
+      end = std::max(end, it->second);
+      it = ranges_.erase(it);
+    }
+    ranges_.emplace(begin, end);
   }
 
-  // Calls `visit(id)` for each placed buffer whose lifetime overlaps `buffer`'s.
-  template <typename Visit>
-  void for_each_overlapping(const Buffer& buffer, const Visit& visit) const {
-    // Candidates [0, end) start no later than `buffer` ends.
-    const auto end = std::upper_bound(
-        by_first_.begin(), by_first_.end(), buffer.last_step,
-        [&](int last, int candidate) { return last < buffers_[candidate].first_step; });
-    descend(1, 0, leaves_, static_cast<int>(end - by_first_.begin()), buffer.first_step, visit);
+  // The end of a range that [offset, offset + bytes) meets, or -1 when it meets none.
+  int64_t blocking_end(int64_t offset, int64_t bytes) const {
+    auto it = ranges_.upper_bound(offset);
+    if (it != ranges_.begin() && std::prev(it)->second > offset) return std::prev(it)->second;
+    if (it != ranges_.end() && it->first < offset + bytes) return it->second;
+    return -1;
   }
 
  private:
-  static constexpr int kNone = INT_MIN;
+  std::map<int64_t, int64_t> ranges_;  // begin -> end
+};
 
-  template <typename Visit>
-  void descend(int node, int low, int high, int end, int first_step, const Visit& visit) const {
-    if (low >= end || max_last_[node] == kNone || max_last_[node] < first_step) return;
-    if (high - low == 1) {
-      visit(by_first_[low]);
+// Where placed buffers sit, by lifetime: a segment tree over the steps in which a buffer's
+// lifetime is stored at the O(log steps) nodes that cover it exactly (`own`), and in the
+// merged ranges of every node above them (`below`). The buffers whose lifetimes meet [first,
+// last] are then those in `below` of the nodes that cover [first, last] and in `own` of the
+// nodes above those, a union of O(log steps) merged range sets. Finding the lowest offset free
+// in all of them costs one lookup per range it steps over, and packed buffers merge into one
+// range, so planning does not grow with the square of the buffers alive at once (as comparing
+// each buffer with every placed one would).
+class Occupancy {
+ public:
+  // Lifetimes run from -1 (before the first step) to `steps` (after the last).
+  explicit Occupancy(int steps) {
+    while (leaves_ < steps + 2) leaves_ *= 2;
+    own_.resize(2 * static_cast<size_t>(leaves_));
+    below_.resize(2 * static_cast<size_t>(leaves_));
+  }
+
+  void place(const Buffer& buffer, int64_t end) {
+    add(1, 0, leaves_, buffer.first_step + 1, buffer.last_step + 1, buffer.offset, end);
+  }
+
+  // The lowest offset where `bytes` fit beside every placed buffer alive with `buffer`.
+  int64_t lowest_free(const Buffer& buffer, int64_t bytes) {
+    sets_.clear();
+    collect(1, 0, leaves_, buffer.first_step + 1, buffer.last_step + 1);
+    int64_t offset = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (const OffsetRanges* set : sets_) {
+        const int64_t end = set->blocking_end(offset, bytes);
+        if (end >= 0) {
+          offset = end;
+          moved = true;
+        }
+      }
+    }
+    return offset;
+  }
+
+ private:
+  static OffsetRanges& at(std::vector<std::unique_ptr<OffsetRanges>>& nodes, int node) {
+    if (!nodes[node]) nodes[node] = std::make_unique<OffsetRanges>();
+    return *nodes[node];
+  }
+
+  // Node `node` spans steps [low, high); the lifetime is [first, last].
+  void add(int node, int low, int high, int first, int last, int64_t begin, int64_t end) {
+    if (last < low || first >= high) return;
+    at(below_, node).add(begin, end);
+    if (first <= low && high - 1 <= last) {
+      at(own_, node).add(begin, end);
       return;
     }
     const int middle = (low + high) / 2;
-    descend(2 * node, low, middle, end, first_step, visit);
-    descend(2 * node + 1, middle, high, end, first_step, visit);
+    add(2 * node, low, middle, first, last, begin, end);
+    add(2 * node + 1, middle, high, first, last, begin, end);
   }
 
-  const std::vector<Buffer>& buffers_;
-  std::vector<int> by_first_;  // candidate buffers by first step
-  std::vector<int> position_;  // buffer -> index in by_first_
+  void collect(int node, int low, int high, int first, int last) {
+    if (last < low || first >= high) return;
+    if (first <= low && high - 1 <= last) {
+      if (below_[node]) sets_.push_back(below_[node].get());
+      return;
+    }
+    if (own_[node]) sets_.push_back(own_[node].get());
+    const int middle = (low + high) / 2;
+    collect(2 * node, low, middle, first, last);
+    collect(2 * node + 1, middle, high, first, last);
+  }
+
   int leaves_ = 1;
-  std::vector<int> max_last_;  // heap-ordered tree over by_first_; kNone where nothing is placed
+  std::vector<std::unique_ptr<OffsetRanges>> own_;
+  std::vector<std::unique_ptr<OffsetRanges>> below_;
+  std::vector<const OffsetRanges*> sets_;
 };
 
 }  // namespace
@@ -240,24 +290,13 @@ void Plan::assign_offsets(bool reuse_memory) {
   // so the plan is deterministic.
   std::stable_sort(activations.begin(), activations.end(),
                    [&](int a, int b) { return buffers_[a].bytes > buffers_[b].bytes; });
-  LifetimeIndex placed(buffers_, activations);
-  std::vector<std::pair<int64_t, int64_t>> taken;  // [offset, end) of overlapping buffers
+  Occupancy placed(static_cast<int>(steps_.size()));
   for (int b : activations) {
     Buffer& buffer = buffers_[b];
-    taken.clear();
-    placed.for_each_overlapping(buffer, [&](int other) {
-      const Buffer& o = buffers_[other];
-      if (o.bytes > 0) taken.emplace_back(o.offset, o.offset + align_up(o.bytes));
-    });
-    std::sort(taken.begin(), taken.end());
-    int64_t offset = 0;
-    for (const auto& [begin, end] : taken) {
-      if (offset + align_up(buffer.bytes) <= begin) break;
-      offset = std::max(offset, end);
-    }
-    buffer.offset = offset;
-    activation_bytes = std::max(activation_bytes, offset + align_up(buffer.bytes));
-    placed.place(b);
+    const int64_t bytes = align_up(buffer.bytes);
+    buffer.offset = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
+    activation_bytes = std::max(activation_bytes, buffer.offset + bytes);
+    if (bytes > 0) placed.place(buffer, buffer.offset + bytes);
   }
 }
 

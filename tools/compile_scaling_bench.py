@@ -7,7 +7,8 @@ with N layers, exported by PyTorch the way the example model is (training mode, 
 arithmetic kept), so a layer is about 110 imported ONNX nodes. Each is compiled the way a
 mixed-precision training run is (`--precision fp16 --optimizer adamw`) in its own process;
 the table gives its wall time, the time per 10k forward (imported) nodes, and the process's
-peak resident memory (wait4's ru_maxrss). `--passes` adds each compile's `--time-passes` table.
+peak resident memory (GNU time's %M, from the Debian package `time`). `--passes` adds each
+compile's `--time-passes` table.
 """
 import argparse
 import os
@@ -33,18 +34,20 @@ def export_gpt(layers, path):
 
 
 def compile_once(ampc, model, output):
-    """(seconds, peak RSS in bytes, stderr) of one `ampc compile --time-passes`."""
-    cmd = [ampc, "compile", model, "-o", output, "--precision", "fp16", "--optimizer", "adamw",
-           "--loss", "loss", "--time-passes"]
+    """(seconds, peak RSS in bytes, stderr) of one `ampc compile --time-passes`.
+
+    The peak comes from GNU time, which runs ampc as its own child: a child of this process
+    would start as a fork of it (with PyTorch loaded) and count that memory as its own."""
+    rss_file = output + ".rss"
+    cmd = ["/usr/bin/time", "-f", "%M", "-o", rss_file, ampc, "compile", model, "-o", output,
+           "--precision", "fp16", "--optimizer", "adamw", "--loss", "loss", "--time-passes"]
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    stderr = proc.stderr.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     seconds = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{stderr}")
-    return seconds, usage.ru_maxrss * 1024, stderr
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr}")
+    with open(rss_file) as f:
+        return seconds, int(f.read().split()[-1]) * 1024, proc.stderr
 
 
 def row_of(stderr, step):

@@ -6,6 +6,8 @@
 #include "tools/precision_report.h"
 
 #include <map>
+#include <string_view>
+#include <unordered_set>
 
 #include "compiler/compile.h"
 #include "compiler/op_def.h"
@@ -118,14 +120,19 @@ const Value* gradient_source(const Value* value) {
   }
 }
 
+std::unordered_set<std::string_view> names_of_state(const Graph& graph) {
+  std::unordered_set<std::string_view> names;
+  for (const Graph::StateUpdate& update : graph.state_updates()) names.insert(update.state);
+  return names;
+}
+
 // Splits a training step's state into parameters, optimizer state and the rest, by what the
 // update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients they are given, as stored.
 void split_state(const Graph& graph, GraphFacts& facts) {
+  const std::unordered_set<std::string_view> state_names = names_of_state(graph);
   std::map<std::string, int64_t> state;  // name -> bytes
   for (const Value* init : graph.initializers()) {
-    for (const Graph::StateUpdate& update : graph.state_updates()) {
-      if (update.state == init->name()) state[init->name()] = init->type().byte_size();
-    }
+    if (state_names.contains(init->name())) state[init->name()] = init->type().byte_size();
   }
   for (const auto& node : graph.nodes()) {
     if (node->domain() != kAmpcDomain || (node->op_type() != "SGD" && node->op_type() != "Adam")) {
@@ -173,13 +180,12 @@ GraphFacts gather(const Graph& graph, std::string kind) {
   }
   facts.training = !graph.state_updates().empty();
   if (facts.training) split_state(graph, facts);
+  const std::unordered_set<std::string_view> state_names = names_of_state(graph);
   for (const Value* init : graph.initializers()) {
     if (init->is_constant()) continue;
-    bool state = !facts.training;
-    for (const Graph::StateUpdate& update : graph.state_updates()) {
-      state |= update.state == init->name();
+    if (!facts.training || state_names.contains(init->name())) {
+      facts.state_bytes += init->type().byte_size();
     }
-    if (state) facts.state_bytes += init->type().byte_size();
   }
   absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
       runtime::Plan::build(graph, runtime::Device::kCpu);
