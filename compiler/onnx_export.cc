@@ -17,6 +17,7 @@
 #include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
+#include "google/protobuf/arena.h"
 
 namespace ampc {
 namespace {
@@ -72,7 +73,10 @@ class Exporter {
   void set_external(ExternalData* data) { external_ = data; }
 
   absl::StatusOr<std::string> run(const Graph& graph) {
-    onnx::ModelProto model;
+    // On an arena: a large model is hundreds of thousands of small messages, which the arena
+    // allocates in blocks and frees at once.
+    google::protobuf::Arena arena;
+    onnx::ModelProto& model = *google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
     model.set_ir_version(kExportIrVersion);
     model.set_producer_name("ampc");
     model.set_producer_version("0.1.0");

@@ -24,6 +24,7 @@
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
+#include "google/protobuf/arena.h"
 
 namespace ampc {
 namespace {
@@ -703,7 +704,9 @@ absl::Status import_training_info(const onnx::ModelProto& model,
 absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std::string_view source,
                                                     const ImportOptions& options,
                                                     const std::filesystem::path& base_dir) {
-  onnx::ModelProto model;
+  // On an arena, as in export: allocated in blocks, freed at once.
+  google::protobuf::Arena arena;
+  onnx::ModelProto& model = *google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
   if (bytes.size() > static_cast<size_t>(INT_MAX)) {
     return not_a_model(source, "larger than the 2 GiB protobuf limit; use external data");
   }

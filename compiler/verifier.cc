@@ -12,13 +12,25 @@ namespace {
 
 std::string value_label(const Value* value) { return str_cat("value '", value->name(), "'"); }
 
-absl::Status check_graph_values(const Graph& graph, std::unordered_set<const Value*>& defined) {
+// What is defined so far in a walk of the graph in order: its inputs and initializers, and the
+// outputs of the nodes walked (kept as the nodes: one entry per node, not per value).
+struct Defined {
+  std::unordered_set<const Value*> graph_values;
+  std::unordered_set<const Node*> nodes;
+
+  bool contains(const Value* value) const {
+    return value->producer() != nullptr ? nodes.contains(value->producer())
+                                        : graph_values.contains(value);
+  }
+};
+
+absl::Status check_graph_values(const Graph& graph, Defined& defined) {
   for (const Value* input : graph.inputs()) {
     if (input->graph() != &graph || input->kind() != Value::Kind::kGraphInput) {
       return absl::InternalError(
           str_cat("graph input ", value_label(input), " is not a graph input of this graph"));
     }
-    defined.insert(input);
+    defined.graph_values.insert(input);
   }
   for (const Value* init : graph.initializers()) {
     if (init->graph() != &graph || init->kind() != Value::Kind::kInitializer) {
@@ -30,7 +42,7 @@ absl::Status check_graph_values(const Graph& graph, std::unordered_set<const Val
                                          type_to_string(init->type()), " but holds data of type ",
                                          type_to_string(init->initializer()->type())));
     }
-    defined.insert(init);
+    defined.graph_values.insert(init);
   }
   return absl::OkStatus();
 }
@@ -63,8 +75,7 @@ absl::Status check_uses(const Value* value, UseSet& recorded) {
   return absl::OkStatus();
 }
 
-absl::Status check_node_edges(const Graph& graph, const Node& node,
-                              const std::unordered_set<const Value*>& defined,
+absl::Status check_node_edges(const Graph& graph, const Node& node, const Defined& defined,
                               const UseSet& recorded) {
   if (node.graph() != &graph) {
     return absl::InternalError(str_cat(node.describe(), " belongs to another graph"));
@@ -97,9 +108,6 @@ absl::Status check_node_edges(const Graph& graph, const Node& node,
       return absl::InternalError(str_cat(node.describe(), " output ", i, " ", value_label(output),
                                          " does not name this node as its producer"));
     }
-    if (defined.contains(output)) {
-      return absl::InternalError(str_cat(value_label(output), " has more than one producer"));
-    }
   }
   return absl::OkStatus();
 }
@@ -107,8 +115,11 @@ absl::Status check_node_edges(const Graph& graph, const Node& node,
 }  // namespace
 
 absl::Status verify(const Graph& graph) {
-  std::unordered_set<const Value*> defined;
+  Defined defined;
+  defined.graph_values.reserve(graph.inputs().size() + graph.initializers().size());
+  defined.nodes.reserve(graph.num_nodes());
   UseSet recorded;
+  recorded.reserve(2 * static_cast<size_t>(graph.num_nodes()));
   AMPC_RETURN_IF_ERROR(check_graph_values(graph, defined));
   for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
   for (const Value* v : graph.initializers()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
@@ -119,9 +130,9 @@ absl::Status verify(const Graph& graph) {
     for (int i = 0; i < node->num_outputs(); ++i) {
       if (node->has_output(i)) {
         AMPC_RETURN_IF_ERROR(check_uses(node->output(i), recorded));
-        defined.insert(node->output(i));
       }
     }
+    defined.nodes.insert(node.get());
     absl::StatusOr<std::vector<std::optional<TensorType>>> inferred = propagator.visit(*node);
     if (!inferred.ok()) return inferred.status();
     for (int i = 0; i < node->num_outputs(); ++i) {
