@@ -233,19 +233,20 @@ std::vector<Node*> Graph::node_list() const {
   return list;
 }
 
+// A null output (which the verifier reports) counts for no value.
 void Graph::add_output(Value* value) {
   outputs_.push_back(value);
-  ++value->graph_output_count_;
+  if (value != nullptr) ++value->graph_output_count_;
 }
 
 void Graph::set_output(int i, Value* value) {
-  --outputs_.at(i)->graph_output_count_;
+  if (outputs_.at(i) != nullptr) --outputs_[i]->graph_output_count_;
   outputs_[i] = value;
-  ++value->graph_output_count_;
+  if (value != nullptr) ++value->graph_output_count_;
 }
 
 void Graph::erase_output(int i) {
-  --outputs_.at(i)->graph_output_count_;
+  if (outputs_.at(i) != nullptr) --outputs_[i]->graph_output_count_;
   outputs_.erase(outputs_.begin() + i);
 }
 
