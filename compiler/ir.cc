@@ -177,7 +177,9 @@ void Graph::set_initializer_data(Value* initializer, Tensor data) {
 void Graph::erase_graph_value(Value* value) {
   AMPC_CHECK(value->kind_ != Value::Kind::kNodeOutput && value->is_dead());
   auto& list = value->kind_ == Value::Kind::kGraphInput ? inputs_ : initializers_;
-  list.erase(std::find(list.begin(), list.end(), value));
+  // From the back: passes add initializers at the end and erase them last to first, so the
+  // search and the shift stay short.
+  list.erase(std::prev(std::find(list.rbegin(), list.rend(), value).base()));
   count_name(value->name(), -1);
   graph_values_.erase(value->position_);
 }

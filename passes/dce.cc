@@ -33,11 +33,11 @@ class DcePass final : public Pass {
       graph.erase_node(*it);
       changed = true;
     }
-    // Copy: erase_graph_value edits the list.
+    // Copy: erase_graph_value edits the list. Last to first, which keeps each erase short.
     const std::vector<Value*> initializers = graph.initializers();
-    for (Value* initializer : initializers) {
-      if (!initializer->is_dead()) continue;
-      graph.erase_graph_value(initializer);
+    for (auto it = initializers.rbegin(); it != initializers.rend(); ++it) {
+      if (!(*it)->is_dead()) continue;
+      graph.erase_graph_value(*it);
       changed = true;
     }
     return changed;
