@@ -64,6 +64,23 @@ absl::Status check_attribute_ranges(const Node& node) {
   return absl::OkStatus();
 }
 
+// `value`'s data when it is an initializer or folded already (never folding anything), else
+// null.
+const Tensor* value_at_hand(const Value* value,
+                            const std::unordered_map<const Value*, Tensor>& folded) {
+  if (const Tensor* data = value->initializer()) return data;
+  auto it = folded.find(value);
+  return it == folded.end() ? nullptr : &it->second;
+}
+
+// Records `node`'s folded outputs.
+void keep_folded(const Node& node, std::vector<Tensor> outputs,
+                 std::unordered_map<const Value*, Tensor>& folded) {
+  for (int i = 0; i < node.num_outputs() && i < static_cast<int>(outputs.size()); ++i) {
+    if (node.has_output(i)) folded[node.output(i)] = std::move(outputs[i]);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<std::vector<Tensor>>> try_fold(
@@ -128,14 +145,12 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
   for (Value* operand : node.operands()) {
     const Tensor* value = nullptr;
     if (operand != nullptr && node.def()->fold_needs_values) {
-      if (const Tensor* data = operand->initializer()) {
-        value = data;
-      } else if (auto it = folded_.find(operand); it != folded_.end()) {
-        value = &it->second;
-      } else if (operand->producer() != nullptr && pending_.contains(operand->producer())) {
+      value = value_at_hand(operand, folded_);
+      if (value == nullptr) {
+        const bool pending =
+            operand->producer() != nullptr && pending_.contains(operand->producer());
+        if (!pending) return ctx.output_types();
         ready = false;
-      } else {
-        return ctx.output_types();
       }
     }
     values.push_back(value);
@@ -146,23 +161,16 @@ absl::StatusOr<std::vector<std::optional<TensorType>>> TypePropagator::visit(con
   }
   AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<Tensor>> folded,
                         try_fold(node, values, ctx.output_types()));
-  if (folded) {
-    for (int i = 0; i < node.num_outputs() && i < static_cast<int>(folded->size()); ++i) {
-      if (node.has_output(i)) folded_[node.output(i)] = std::move((*folded)[i]);
-    }
-  }
+  if (folded) keep_folded(node, *std::move(folded), folded_);
   return ctx.output_types();
 }
 
 const Tensor* TypePropagator::known_value(const Value* value) const {
   if (value == nullptr) return nullptr;
-  if (const Tensor* data = value->initializer()) return data;
-  auto it = folded_.find(value);
-  if (it == folded_.end() && value->producer() != nullptr && pending_.contains(value->producer())) {
-    fold_pending(value->producer());
-    it = folded_.find(value);
-  }
-  return it == folded_.end() ? nullptr : &it->second;
+  if (const Tensor* at_hand = value_at_hand(value, folded_)) return at_hand;
+  if (value->producer() == nullptr || !pending_.contains(value->producer())) return nullptr;
+  fold_pending(value->producer());
+  return value_at_hand(value, folded_);
 }
 
 void TypePropagator::fold_pending(const Node* root) const {
@@ -190,11 +198,7 @@ void TypePropagator::fold_pending(const Node* root) const {
     for (const Value* operand : node->operands()) {
       const Tensor* value = nullptr;
       if (operand != nullptr && node->def()->fold_needs_values) {
-        if (const Tensor* data = operand->initializer()) {
-          value = data;
-        } else if (auto it = folded_.find(operand); it != folded_.end()) {
-          value = &it->second;
-        }
+        value = value_at_hand(operand, folded_);
       }
       values.push_back(value);
     }
@@ -204,10 +208,7 @@ void TypePropagator::fold_pending(const Node* root) const {
       if (fold_error_.ok()) fold_error_ = folded.status();
       continue;
     }
-    if (!*folded) continue;
-    for (int i = 0; i < node->num_outputs() && i < static_cast<int>((*folded)->size()); ++i) {
-      if (node->has_output(i)) folded_[node->output(i)] = std::move((**folded)[i]);
-    }
+    if (*folded) keep_folded(*node, **std::move(folded), folded_);
   }
 }
 

@@ -128,8 +128,8 @@ std::unordered_set<std::string_view> names_of_state(const Graph& graph) {
 
 // Splits a training step's state into parameters, optimizer state and the rest, by what the
 // update nodes (ampc.SGD / ampc.Adam) read, and adds up the gradients they are given, as stored.
-void split_state(const Graph& graph, GraphFacts& facts) {
-  const std::unordered_set<std::string_view> state_names = names_of_state(graph);
+void split_state(const Graph& graph, const std::unordered_set<std::string_view>& state_names,
+                 GraphFacts& facts) {
   std::map<std::string, int64_t> state;  // name -> bytes
   for (const Value* init : graph.initializers()) {
     if (state_names.contains(init->name())) state[init->name()] = init->type().byte_size();
@@ -179,8 +179,8 @@ GraphFacts gather(const Graph& graph, std::string kind) {
     facts.nodes.push_back(std::move(n));
   }
   facts.training = !graph.state_updates().empty();
-  if (facts.training) split_state(graph, facts);
   const std::unordered_set<std::string_view> state_names = names_of_state(graph);
+  if (facts.training) split_state(graph, state_names, facts);
   for (const Value* init : graph.initializers()) {
     if (init->is_constant()) continue;
     if (!facts.training || state_names.contains(init->name())) {
