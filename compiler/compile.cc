@@ -6,6 +6,7 @@
 #include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
+#include "passes/fuse_elementwise.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -65,6 +66,9 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     }
     pipeline.add(on_training_step(make_optimizer_pass(optimizer)));
     pipeline.add(on_training_step(make_dce_pass()));
+    // Last: it fuses what every pass before it wrote (casts, backward, update arithmetic). The
+    // eval graph stays plain ONNX, which is what `ampc train --export` writes.
+    pipeline.add(on_training_step(make_fuse_elementwise_pass()));
   }
   if (options.mixed_precision) pipeline.add(make_legalize_opset_pass());
   return pipeline;

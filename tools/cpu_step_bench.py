@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""CPU training-step time of ampc beside PyTorch on the same models, batches and threads.
+
+The two models of issue 16's table, exported from PyTorch with their cross-entropy loss:
+  mlp: 784-1024-1024-10 with ReLU, batch 128;
+  rescnn: a residual CNN at 32x32, batch 16: a stem Conv+BN+SiLU (3 -> 32 channels), a residual
+          block of two Conv+BN+SiLU, global average pooling and a linear classifier.
+Both train with SGD, momentum 0.9, lr 0.01, in f32. PyTorch runs with torch.set_num_threads(T);
+ampc with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 (ampc's own threads call a
+single-threaded BLAS). ampc's step time is (time of `ampc train --steps N+W`) - (time of
+`--steps W`) over N, so process start, loading and the first steps are not counted; PyTorch's is
+the median of N timed steps after W warm-up steps. Each figure is the median of --repeats runs.
+
+  venv/bin/python tools/cpu_step_bench.py [--ampc build/ampc] [--threads 2] [--steps 100]
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 1024)
+        self.fc2 = nn.Linear(1024, 1024)
+        self.fc3 = nn.Linear(1024, 10)
+
+    def forward(self, x, label):
+        return F.cross_entropy(self.fc3(F.relu(self.fc2(F.relu(self.fc1(x))))), label)
+
+
+class ConvBnSilu(nn.Module):
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, cout, 3, padding=1)
+        self.bn = nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return F.silu(self.bn(self.conv(x)))
+
+
+class ResCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = ConvBnSilu(3, 32)
+        self.block1 = ConvBnSilu(32, 32)
+        self.block2 = ConvBnSilu(32, 32)
+        self.fc = nn.Linear(32, 10)
+
+    def forward(self, x, label):
+        h = self.stem(x)
+        h = h + self.block2(self.block1(h))
+        return F.cross_entropy(self.fc(h.mean(dim=(2, 3))), label)
+
+
+MODELS = {
+    "mlp": (Mlp, (128, 784)),
+    "rescnn": (ResCnn, (16, 3, 32, 32)),
+}
+
+
+def batches(shape, count, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((count,) + shape).astype(np.float32)
+    label = rng.integers(0, 10, (count, shape[0])).astype(np.int64)
+    return x, label
+
+
+def torch_step_ms(name, threads, steps, warmup):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model_class, shape = MODELS[name]
+    model = model_class().train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, label = batches(shape, 8, 1)
+    times = []
+    for step in range(warmup + steps):
+        i = step % len(x)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        loss = model(torch.from_numpy(x[i]), torch.from_numpy(label[i]))
+        loss.backward()
+        optimizer.step()
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def export(name, directory):
+    torch.manual_seed(0)
+    model_class, shape = MODELS[name]
+    model = model_class().train()
+    x, label = batches(shape, 8, 1)
+    path = os.path.join(directory, name + ".onnx")
+    torch.onnx.export(model, (torch.from_numpy(x[0]), torch.from_numpy(label[0])), path,
+                      dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                      do_constant_folding=False, input_names=["x", "label"],
+                      output_names=["loss"], opset_version=17)
+    data = os.path.join(directory, name + ".npz")
+    np.savez(data, x=x, label=label)
+    return path, data
+
+
+def run_seconds(command, env):
+    start = time.perf_counter()
+    subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def ampc_step_ms(ampc, model, data, threads, steps, warmup, extra_flags, directory):
+    compiled = os.path.join(directory, "step.onnx")
+    subprocess.run([ampc, "compile", model, "-o", compiled, "--optimizer", "sgd", "--momentum",
+                    "0.9", "--lr", "0.01"] + extra_flags, check=True, stdout=subprocess.DEVNULL)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
+    train = [ampc, "train", compiled, "--data", data, "--progress", "none"]
+    short = run_seconds(train + ["--steps", str(warmup)], env)
+    long = run_seconds(train + ["--steps", str(warmup + steps)], env)
+    return (long - short) / steps * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ampc", default="build/ampc")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    args = parser.parse_args()
+    if not os.path.exists(args.ampc):
+        sys.exit(f"cpu_step_bench: {args.ampc} does not exist; build first (./setup.sh)")
+    print(f"| model | PyTorch {torch.__version__} | ampc | ampc, no fusion | ampc / PyTorch |")
+    print("|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as directory:
+        for name in args.models:
+            model, data = export(name, directory)
+            figures = {}
+            for label, run in (
+                ("torch", lambda: torch_step_ms(name, args.threads, args.steps, args.warmup)),
+                ("ampc", lambda: ampc_step_ms(args.ampc, model, data, args.threads, args.steps,
+                                              args.warmup, [], directory)),
+                ("plain", lambda: ampc_step_ms(args.ampc, model, data, args.threads, args.steps,
+                                               args.warmup,
+                                               ["--disable-pass", "fuse-elementwise"],
+                                               directory)),
+            ):
+                figures[label] = statistics.median(run() for _ in range(args.repeats))
+            print(f"| {name} | {figures['torch']:.2f} ms | {figures['ampc']:.2f} ms | "
+                  f"{figures['plain']:.2f} ms | {figures['ampc'] / figures['torch']:.2f}x |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
