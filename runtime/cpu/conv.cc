@@ -12,6 +12,7 @@
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
+#include "runtime/cpu/im2col.h"
 #include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
@@ -36,37 +37,6 @@ ConvShape conv_shape(const Node& node) {
   const Window& win = s.window;
   s.pointwise = win.kernel_size() == 1 && win.in == win.out && win.pad_begin == Window::Dims{};
   return s;
-}
-
-// Writes image `x` [C, in...] as col [C * kernel_size, out_size]: row (c, kernel offset) holds,
-// for every output position, the input element that kernel offset reads there (0 in padding).
-template <typename T>
-void im2col(const T* x, const Window& w, gemm_t<T>* col) {
-  using C = gemm_t<T>;
-  const int64_t rows = w.channels * w.kernel_size();
-  const int64_t out_size = w.out_size();
-  parallel_for(rows, std::max<int64_t>(1, 16384 / out_size), [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t c = r / w.kernel_size(), offset = r % w.kernel_size();
-      const int64_t k0 = offset / (w.kernel[1] * w.kernel[2]);
-      const int64_t k1 = offset / w.kernel[2] % w.kernel[1];
-      const int64_t k2 = offset % w.kernel[2];
-      const T* image = x + c * w.in_size();
-      C* dst = col + r * out_size;
-      for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
-        const int64_t i0 = o0 * w.stride[0] - w.pad_begin[0] + k0 * w.dilation[0];
-        for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
-          const int64_t i1 = o1 * w.stride[1] - w.pad_begin[1] + k1 * w.dilation[1];
-          const bool row_inside = i0 >= 0 && i0 < w.in[0] && i1 >= 0 && i1 < w.in[1];
-          const T* line = image + (i0 * w.in[1] + i1) * w.in[2];
-          for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
-            const int64_t i2 = o2 * w.stride[2] - w.pad_begin[2] + k2 * w.dilation[2];
-            *dst++ = row_inside && i2 >= 0 && i2 < w.in[2] ? load(line[i2]) : C(0);
-          }
-        }
-      }
-    }
-  });
 }
 
 template <typename T>

@@ -19,6 +19,7 @@
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
+#include "runtime/cpu/im2col.h"
 #include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
@@ -40,67 +41,6 @@ ConvGradShape conv_grad_shape(const Node& node, const Shape& x, const Shape& w, 
   s.out_channels = w[0];
   s.patch = w[1] * s.window.kernel_size();
   return s;
-}
-
-// Calls visit(out_index, in_offset) for every output position of im2col row `r` (channel
-// r / kernel_size, kernel offset r % kernel_size), in order; in_offset is the offset within the
-// channel's image of the element that position reads, or -1 in padding.
-template <typename Visit>
-void for_each_col_entry(const Window& w, int64_t r, Visit&& visit) {
-  const int64_t offset = r % w.kernel_size();
-  const int64_t k0 = offset / (w.kernel[1] * w.kernel[2]);
-  const int64_t k1 = offset / w.kernel[2] % w.kernel[1];
-  const int64_t k2 = offset % w.kernel[2];
-  int64_t out_index = 0;
-  for (int64_t o0 = 0; o0 < w.out[0]; ++o0) {
-    const int64_t i0 = o0 * w.stride[0] - w.pad_begin[0] + k0 * w.dilation[0];
-    for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
-      const int64_t i1 = o1 * w.stride[1] - w.pad_begin[1] + k1 * w.dilation[1];
-      const bool row_inside = i0 >= 0 && i0 < w.in[0] && i1 >= 0 && i1 < w.in[1];
-      for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++out_index) {
-        const int64_t i2 = o2 * w.stride[2] - w.pad_begin[2] + k2 * w.dilation[2];
-        const bool inside = row_inside && i2 >= 0 && i2 < w.in[2];
-        visit(out_index, inside ? (i0 * w.in[1] + i1) * w.in[2] + i2 : int64_t{-1});
-      }
-    }
-  }
-}
-
-// Image `x` [C, in...] as col [C * kernel_size, out_size] (0 in padding), in the compute type.
-template <typename T>
-void im2col(const T* x, const Window& w, gemm_t<T>* col) {
-  using C = gemm_t<T>;
-  const int64_t out_size = w.out_size();
-  parallel_for(w.channels * w.kernel_size(), std::max<int64_t>(1, 16384 / out_size),
-               [&](int64_t begin, int64_t end) {
-                 for (int64_t r = begin; r < end; ++r) {
-                   const T* image = x + r / w.kernel_size() * w.in_size();
-                   C* row = col + r * out_size;
-                   for_each_col_entry(w, r, [&](int64_t o, int64_t in_offset) {
-                     row[o] = in_offset >= 0 ? load(image[in_offset]) : C(0);
-                   });
-                 }
-               });
-}
-
-// dx [C, in...] = the sum, over the col entries that read each element, of col
-// [C * kernel_size, out_size]. Channels run in parallel; each channel's sum in row order.
-template <typename C>
-void col2im(const C* col, const Window& w, C* dx) {
-  const int64_t out_size = w.out_size();
-  const int64_t work = w.kernel_size() * out_size;
-  parallel_for(w.channels, std::max<int64_t>(1, 16384 / work), [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      C* image = dx + c * w.in_size();
-      std::fill_n(image, w.in_size(), C(0));
-      for (int64_t r = c * w.kernel_size(); r < (c + 1) * w.kernel_size(); ++r) {
-        const C* row = col + r * out_size;
-        for_each_col_entry(w, r, [&](int64_t o, int64_t in_offset) {
-          if (in_offset >= 0) image[in_offset] += row[o];
-        });
-      }
-    }
-  });
 }
 
 // ---- ConvGradData(dY, W) -> dX ---------------------------------------------------------------
