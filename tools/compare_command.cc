@@ -14,6 +14,7 @@
 #include "runtime/batch_data.h"
 #include "runtime/plan.h"
 #include "runtime/training_session.h"
+#include "tools/command_util.h"
 
 namespace ampc {
 namespace {
@@ -34,20 +35,9 @@ std::string grouped(int64_t n) {
 }
 
 absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precision) {
-  CompileOptions options;
-  options.training = TrainingOptions{};
-  AMPC_ASSIGN_OR_RETURN(DType low, parse_precision(precision));
-  if (low != DType::kF32) {
-    options.mixed_precision = MixedPrecisionOptions{};
-    options.mixed_precision->policy.low = low;
-    options.mixed_precision->policy.low_source = "--precisions";
-  }
-  OptimizerOptions& o = options.training->optimizer;
-  o.kind = flags.optimizer == "sgd"    ? OptimizerOptions::Kind::kSgd
-           : flags.optimizer == "adam" ? OptimizerOptions::Kind::kAdam
-                                       : OptimizerOptions::Kind::kAdamW;
-  o.momentum = flags.optimizer == "sgd" ? 0.9f : 0.0f;
-  options.training->lr = static_cast<float>(flags.lr);
+  AMPC_ASSIGN_OR_RETURN(
+      const CompileOptions options,
+      quick_training_options(precision, flags.optimizer, flags.lr, "--precisions"));
   Diagnostics diagnostics;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
                         compile_file(flags.model, options, diagnostics));
@@ -128,14 +118,7 @@ int run_compare_command(const CompareFlags& flags) {
     return 1;
   }
   // The device first: without it nothing below can run.
-  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
-  if (device.ok()) {
-    if (absl::StatusOr<std::shared_ptr<runtime::Backend>> backend =
-            runtime::create_backend(*device);
-        !backend.ok()) {
-      device = backend.status();
-    }
-  }
+  const absl::StatusOr<runtime::Device> device = usable_device(flags.device);
   if (!device.ok()) {
     std::cerr << "ampc: error: " << device.status().message() << "\n";
     return 1;

@@ -19,6 +19,7 @@
 #include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "tools/bench_command.h"
 #include "tools/compare_command.h"
 #include "tools/ops_command.h"
 #include "tools/precision_report.h"
@@ -616,6 +617,8 @@ int run(int argc, char** argv) {
   CLI::App* train_command = add_train_command(app, train_flags);
   CompareFlags compare_flags;
   CLI::App* compare_command = add_compare_command(app, compare_flags);
+  BenchFlags bench_flags;
+  CLI::App* bench_command = add_bench_command(app, bench_flags);
   OpsFlags ops_flags;
   CLI::App* ops_command = add_ops_command(app, ops_flags);
 
@@ -638,6 +641,7 @@ int run(int argc, char** argv) {
   if (*run_command) return run_model_command(run_flags);
   if (*train_command) return run_train_command(train_flags);
   if (*compare_command) return run_compare_command(compare_flags);
+  if (*bench_command) return run_bench_command(bench_flags);
   if (*ops_command) return run_ops_command(ops_flags);
   return kExitUsage;
 }

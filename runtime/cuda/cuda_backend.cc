@@ -38,6 +38,40 @@ absl::Status cuda_availability() {
   return absl::OkStatus();
 }
 
+std::optional<double> peak_matrix_tflops(int index, DType dtype) {
+  int major = 0;
+  int minor = 0;
+  int sms = 0;
+  int clock_khz = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, index) != cudaSuccess ||
+      cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, index) != cudaSuccess) {
+    cudaGetLastError();
+    return std::nullopt;
+  }
+  // Dense FLOPs per SM per clock (NVIDIA's whitepapers: H100 SXM 989 TFLOP/s f16 at 1.83 GHz on
+  // 132 SMs; A100 312 at 1.41 GHz on 108).
+  int per_clock = 0;
+  const bool low = dtype == DType::kF16 || dtype == DType::kBF16;
+  if (major == 9 && minor == 0) per_clock = low ? 4096 : dtype == DType::kF32 ? 256 : 0;
+  if (major == 8 && minor == 0) per_clock = low ? 2048 : dtype == DType::kF32 ? 128 : 0;
+  if (per_clock == 0) return std::nullopt;
+  return static_cast<double>(sms) * clock_khz * 1e3 * per_clock / 1e12;
+}
+
+absl::StatusOr<int64_t> device_memory_in_use(int index) {
+  int current = 0;
+  AMPC_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  AMPC_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+  size_t free = 0;
+  size_t total = 0;
+  const cudaError_t code = cudaMemGetInfo(&free, &total);
+  cudaSetDevice(current);
+  AMPC_CUDA_RETURN_IF_ERROR(code);
+  return static_cast<int64_t>(total - free);
+}
+
 }  // namespace cuda
 
 namespace runtime::cuda {

@@ -1,0 +1,272 @@
+// `ampc bench MODEL --data DATA.npz [--device cpu|cuda] [--precision P] [--steps N]`: compiles
+// the model for training (timed), builds its plan (the planned memory), runs --warmup steps, then
+// times --steps steps one by one, each to completion (step() waits for the device), and prints
+// the median step time, the throughput (samples/s, or tokens/s when the first batch input is a
+// matrix of token ids), the matrix FLOPs of one step (compiler/flops.h), the TFLOP/s they make
+// at the median and the MFU against the device's peak, the planned and the measured memory
+// (CPU: the growth of the resident set's high-water mark from before the session to the end;
+// CUDA: device memory in use after the steps less before the session), and the fused nodes.
+#include "tools/bench_command.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "compiler/compile.h"
+#include "compiler/flops.h"
+#include "compiler/strings.h"
+#include "nlohmann/json.hpp"
+#include "runtime/batch_data.h"
+#include "runtime/plan.h"
+#include "runtime/training_session.h"
+#include "tools/command_util.h"
+#if defined(AMPC_HAVE_CUDA)
+#include "runtime/cuda/device.h"
+#endif
+
+namespace ampc {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Figures {
+  double compile_seconds = 0;
+  int64_t step_nodes = 0;
+  int64_t fused_nodes = 0;
+  std::vector<double> step_ms;  // the timed steps, sorted
+  int64_t samples = 0;          // per step
+  int64_t tokens = 0;           // per step, 0 unless the input is token ids
+  int64_t flops = 0;
+  std::optional<double> peak_tflops;
+  int64_t planned_bytes = 0;
+  std::optional<int64_t> measured_bytes;
+  double final_loss = NAN;
+};
+
+// The process's resident-set high-water mark in bytes, after resetting it to the current
+// resident set when `reset` (Linux's /proc/self/clear_refs "5"); nullopt when unreadable.
+std::optional<int64_t> resident_high_water(bool reset) {
+  if (reset) std::ofstream("/proc/self/clear_refs") << "5";
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoll(line.substr(6)) * 1024;  // kB
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<int64_t> device_memory(runtime::Device device) {
+#if defined(AMPC_HAVE_CUDA)
+  if (device == runtime::Device::kCuda) return ampc::cuda::device_memory_in_use(0);
+#endif
+  (void)device;
+  return absl::UnimplementedError("no device memory reading on this device");
+}
+
+absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
+  AMPC_ASSIGN_OR_RETURN(
+      CompileOptions options,
+      quick_training_options(flags.precision, flags.optimizer, flags.lr, "--precision"));
+  if (flags.no_fuse) options.pipeline.disabled.insert("fuse-elementwise");
+  return options;
+}
+
+absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device) {
+  Figures figures;
+  AMPC_ASSIGN_OR_RETURN(const CompileOptions options, compile_options(flags));
+  Diagnostics diagnostics;
+  const Clock::time_point compile_start = Clock::now();
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
+                        compile_file(flags.model, options, diagnostics));
+  figures.compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
+  const Graph& step = *graph->training_step();
+  figures.step_nodes = step.num_nodes();
+  for (const auto& node : step.nodes())
+    figures.fused_nodes += node->op_type() == "FusedElementwise";
+  figures.flops = matrix_flops(step);
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan, runtime::Plan::build(step, device));
+  for (int a = 0; a < runtime::kNumArenas; ++a) {
+    figures.planned_bytes += plan->arena_bytes(static_cast<runtime::ArenaKind>(a));
+  }
+  plan.reset();
+  const std::optional<int64_t> rss_before = resident_high_water(/*reset=*/true);
+  const absl::StatusOr<int64_t> device_before = device_memory(device);
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainingSession> session,
+                        runtime::TrainingSession::create(
+                            std::move(graph), runtime::SessionOptions{.device = device}));
+  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
+                        runtime::BatchData::load(flags.data, session->batch_inputs()));
+  const runtime::TensorInfo first = session->batch_inputs().front();
+  figures.samples = first.type.shape.empty() ? 1 : first.type.shape[0];
+  if (!is_float(first.type.dtype) && first.type.shape.size() >= 2) {
+    figures.tokens = first.type.num_elements();
+  }
+  const float lr = static_cast<float>(flags.lr);
+  for (int64_t i = 0; i < flags.warmup; ++i) {
+    AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats, session->step(data.batch(i), lr));
+    (void)stats;
+  }
+  for (int64_t i = 0; i < flags.steps; ++i) {
+    const Clock::time_point start = Clock::now();
+    AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats,
+                          session->step(data.batch(flags.warmup + i), lr));
+    figures.step_ms.push_back(
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    if (!std::isfinite(stats.loss)) {
+      return absl::InvalidArgumentError(
+          str_cat("step ", flags.warmup + i + 1, " gave a non-finite loss (", stats.loss,
+                  "); the timings of a diverged run mean nothing (lower --lr)"));
+    }
+    figures.final_loss = stats.loss;
+  }
+  std::sort(figures.step_ms.begin(), figures.step_ms.end());
+  if (device == runtime::Device::kCpu) {
+    if (const std::optional<int64_t> rss_after = resident_high_water(/*reset=*/false);
+        rss_before && rss_after) {
+      figures.measured_bytes = *rss_after - *rss_before;
+    }
+  } else if (device_before.ok()) {
+    if (const absl::StatusOr<int64_t> after = device_memory(device); after.ok()) {
+      figures.measured_bytes = *after - *device_before;
+    }
+  }
+  figures.peak_tflops = flags.peak_tflops;
+#if defined(AMPC_HAVE_CUDA)
+  if (!figures.peak_tflops && device == runtime::Device::kCuda) {
+    AMPC_ASSIGN_OR_RETURN(const DType low, parse_precision(flags.precision));
+    figures.peak_tflops = ampc::cuda::peak_matrix_tflops(0, low);
+  }
+#endif
+  return figures;
+}
+
+double median(const std::vector<double>& sorted) {
+  const size_t n = sorted.size();
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+}
+
+std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 1048576.0); }
+
+void print(const BenchFlags& flags, const Figures& f) {
+  const double step_ms = median(f.step_ms);
+  const double tflops = static_cast<double>(f.flops) / (step_ms * 1e-3) / 1e12;
+  const std::optional<double> mfu =
+      f.peak_tflops ? std::optional<double>(tflops / *f.peak_tflops) : std::nullopt;
+  if (flags.format == "json") {
+    nlohmann::ordered_json json;
+    json["model"] = flags.model;
+    json["device"] = flags.device;
+    json["precision"] = flags.precision;
+    json["optimizer"] = flags.optimizer;
+    json["fusion"] = !flags.no_fuse;
+    json["steps"] = flags.steps;
+    json["warmup"] = flags.warmup;
+    json["compile_seconds"] = f.compile_seconds;
+    json["step_nodes"] = f.step_nodes;
+    json["fused_nodes"] = f.fused_nodes;
+    json["step_ms"] = {{"median", step_ms}, {"min", f.step_ms.front()}, {"max", f.step_ms.back()}};
+    json["samples_per_second"] = f.samples / (step_ms * 1e-3);
+    json["tokens_per_second"] =
+        f.tokens > 0 ? nlohmann::ordered_json(f.tokens / (step_ms * 1e-3)) : nullptr;
+    json["matrix_flops_per_step"] = f.flops;
+    json["tflops_per_second"] = tflops;
+    json["peak_tflops"] = f.peak_tflops ? nlohmann::ordered_json(*f.peak_tflops) : nullptr;
+    json["mfu"] = mfu ? nlohmann::ordered_json(*mfu) : nullptr;
+    json["planned_bytes"] = f.planned_bytes;
+    json["measured_bytes"] = f.measured_bytes ? nlohmann::ordered_json(*f.measured_bytes) : nullptr;
+    json["final_loss"] = f.final_loss;
+    std::cout << json.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("ampc bench {} on {}, {}, {}{}: {} steps after {} warm-up\n",
+                           flags.model, flags.device, flags.precision, flags.optimizer,
+                           flags.no_fuse ? ", no fusion" : "", flags.steps, flags.warmup);
+  std::cout << fmt::format("  compile          {:.3f} s (training step {} nodes, {} fused)\n",
+                           f.compile_seconds, f.step_nodes, f.fused_nodes);
+  std::cout << fmt::format("  step time        {:.3f} ms median (min {:.3f}, max {:.3f})\n",
+                           step_ms, f.step_ms.front(), f.step_ms.back());
+  if (f.tokens > 0) {
+    std::cout << fmt::format("  throughput       {:.0f} tokens/s ({} tokens a step)\n",
+                             f.tokens / (step_ms * 1e-3), f.tokens);
+  } else {
+    std::cout << fmt::format("  throughput       {:.1f} samples/s ({} a step)\n",
+                             f.samples / (step_ms * 1e-3), f.samples);
+  }
+  std::cout << fmt::format(
+      "  matrix FLOPs     {:.4g} GFLOP a step (MatMul, Gemm, Conv, gradients)\n", f.flops / 1e9);
+  std::cout << fmt::format("  achieved         {:.4g} TFLOP/s\n", tflops);
+  if (mfu) {
+    std::cout << fmt::format("  MFU              {:.1f}% of {:.1f} TFLOP/s\n", 100 * *mfu,
+                             *f.peak_tflops);
+  } else {
+    std::cout << "  MFU              - (no peak figure for this device; give --peak-tflops)\n";
+  }
+  std::cout << fmt::format("  memory planned   {}\n", mib(f.planned_bytes));
+  std::cout << fmt::format("  memory measured  {}\n",
+                           f.measured_bytes ? mib(*f.measured_bytes) : std::string("-"));
+}
+
+}  // namespace
+
+CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "Compile the model for training, warm up, then time its steps: step time, throughput, "
+      "matrix FLOPs, TFLOP/s and MFU, planned and measured memory, compile time, fused nodes.");
+  bench->add_option("model", flags.model, "The ONNX model (with its loss output `loss`)")
+      ->required();
+  bench->add_option("--data", flags.data, "Training data, as for ampc train")->required();
+  bench->add_option("--device", flags.device, "cpu or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
+  bench->add_option("--precision", flags.precision, "fp32, fp16 (dynamic loss scaling) or bf16")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->capture_default_str();
+  bench->add_option("--optimizer", flags.optimizer, "sgd (momentum 0.9), adam or adamw")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->capture_default_str();
+  bench->add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
+  bench->add_option("--steps", flags.steps, "Timed steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  bench->add_option("--warmup", flags.warmup, "Steps run before the timed ones")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  bench->add_flag("--no-fuse", flags.no_fuse, "Compile without element-wise fusion");
+  bench
+      ->add_option("--peak-tflops", flags.peak_tflops,
+                   "The device's peak for MFU (default: ampc's figure for the GPU; none on the "
+                   "CPU)")
+      ->check(CLI::PositiveNumber);
+  bench->add_option("--format", flags.format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  return bench;
+}
+
+int run_bench_command(const BenchFlags& flags) {
+  if (!(flags.lr > 0) || !std::isfinite(flags.lr)) {
+    std::cerr << "ampc: error: --lr " << flags.lr << " must be a finite number > 0\n";
+    return 1;
+  }
+  const absl::StatusOr<runtime::Device> device = usable_device(flags.device);
+  if (!device.ok()) {
+    std::cerr << "ampc: error: " << device.status().message() << "\n";
+    return 1;
+  }
+  absl::StatusOr<Figures> figures = measure(flags, *device);
+  if (!figures.ok()) {
+    std::cerr << "ampc: error: " << figures.status().message() << "\n";
+    return 1;
+  }
+  print(flags, *figures);
+  return std::cout.good() ? 0 : 1;
+}
+
+}  // namespace ampc

@@ -1,0 +1,36 @@
+// `ampc bench MODEL --data DATA.npz`: compiles the model for training, warms up, then times its
+// steps and reports step time, throughput, matrix FLOPs, TFLOP/s and MFU, planned and measured
+// memory, compile time and fused nodes. docs/cli.md describes it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace ampc {
+
+struct BenchFlags {
+  std::string model;
+  std::string data;
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  std::string optimizer = "adamw";
+  double lr = 1e-3;
+  int64_t steps = 50;
+  int64_t warmup = 5;
+  bool no_fuse = false;
+  std::optional<double> peak_tflops;  // unset: the device's figure where ampc knows it
+  std::string format = "text";
+};
+
+// Adds the `bench` subcommand to `app`; its flags are parsed into `flags`.
+CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags);
+
+// Runs the command: 0 on success, 1 (after `ampc: error: ...`) when the input is at fault.
+int run_bench_command(const BenchFlags& flags);
+
+}  // namespace ampc

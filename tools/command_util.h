@@ -1,0 +1,24 @@
+// What the commands that train a model straight from its export (`ampc compare`, `ampc bench`)
+// share: the training compile of a precision, optimizer and learning rate, and the device check
+// that comes before any work.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "compiler/compile.h"
+#include "runtime/backend.h"
+
+namespace ampc {
+
+// A training compile at `precision` (fp32, fp16 with dynamic loss scaling, bf16) with
+// `optimizer` (sgd: momentum 0.9; adam; adamw) and `lr`; `flag` names the precision's flag in
+// the policy's messages.
+absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision,
+                                                      std::string_view optimizer, double lr,
+                                                      std::string_view flag);
+
+// The device `name` names, once a backend for it could be made; the error says why not.
+absl::StatusOr<runtime::Device> usable_device(const std::string& name);
+
+}  // namespace ampc
