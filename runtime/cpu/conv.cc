@@ -2,7 +2,9 @@
 // bias) as im2col + the GEMM core.
 //
 // For each image, im2col writes the input windows as a [C * kernel_size, out_size] matrix in the
-// compute type (f32 for f32/f16/bf16, f64 for f64; padding reads as 0); group g's weights
+// compute type (f32 for f32/f16/bf16, f64 for f64; padding reads as 0), for as many images at
+// once as runtime/cpu/im2col.h's budget holds, so that one parallel loop and one batch of
+// products cover them; group g's weights
 // [M / group, C / group * kernel_size] times its rows of that matrix gives its output channels.
 // Accumulation contract: the products accumulate in the f32 GEMM core (f64 for f64) in its fixed
 // tile order (runtime/cpu/gemm_core.h), then the bias is added in the compute type
@@ -43,13 +45,14 @@ template <typename T>
 int64_t conv_workspace_for(const ConvShape& s) {
   using C = gemm_t<T>;
   const Window& w = s.window;
+  const int64_t images = images_per_batch(w, sizeof(C));
   int64_t bytes = 0;
   if (!s.pointwise || needs_staging_v<T>) {
-    bytes += WorkspaceCarver::bytes_for<C>(w.channels * w.kernel_size() * w.out_size());
+    bytes += WorkspaceCarver::bytes_for<C>(images * w.channels * w.kernel_size() * w.out_size());
   }
   if constexpr (needs_staging_v<T>) {
-    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);       // staged weights
-    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * w.out_size());  // one image's acc
+    bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);  // staged weights
+    bytes += WorkspaceCarver::bytes_for<float>(images * s.out_channels * w.out_size());  // acc
   }
   return bytes;
 }
@@ -76,47 +79,58 @@ absl::Status conv(const KernelContext& ctx) {
   const int64_t m = s.out_channels, m_group = m / s.group;
   const int64_t out_size = w.out_size(), in_image = w.channels * w.in_size();
   const bool use_image_as_col = s.pointwise && !needs_staging_v<T>;
+  const int64_t images = images_per_batch(w, sizeof(C));
 
   WorkspaceCarver carver(ctx.workspace);
   const T* x = ctx.input(0).in<T>().data();
   std::span<T> y = ctx.output(0).out<T>();
   const C* weights = staged_operand(ctx.input(1).in<T>(), carver);
-  C* col =
-      use_image_as_col ? nullptr : carver.take<C>(w.channels * w.kernel_size() * out_size).data();
+  const int64_t col_size = w.channels * w.kernel_size() * out_size;
+  C* col = use_image_as_col ? nullptr : carver.take<C>(images * col_size).data();
   C* acc = nullptr;
-  if constexpr (needs_staging_v<T>) acc = carver.take<float>(m * out_size).data();
+  if constexpr (needs_staging_v<T>) acc = carver.take<float>(images * m * out_size).data();
   const T* bias = ctx.has_input(2) ? ctx.input(2).in<T>().data() : nullptr;
 
-  // Group g: weights [m_group, patch] times col rows [g * patch, (g + 1) * patch).
+  // Image i of a batch, group g: weights [m_group, patch] times its col rows
+  // [g * patch, (g + 1) * patch) gives its output channels.
   const GemmDims dims{.m = m_group, .n = out_size, .k = s.patch};
-  const GemmBatch groups =
-      GemmBatch::strided(s.group, m_group * s.patch, s.patch * out_size, m_group * out_size);
-  for (int64_t n = 0; n < w.batch; ++n) {
-    const T* image = x + n * in_image;
-    T* y_image = y.data() + n * m * out_size;
+  for (int64_t first = 0; first < w.batch; first += images) {
+    const int64_t count = std::min(images, w.batch - first);
     const C* cols = nullptr;
-    if constexpr (needs_staging_v<T>) {
-      im2col(image, w, col);
-      cols = col;
-    } else {
-      if (use_image_as_col) {
-        cols = image;
-      } else {
-        im2col(image, w, col);
-        cols = col;
-      }
-      acc = y_image;
+    if constexpr (!needs_staging_v<T>) {
+      if (use_image_as_col) cols = x + first * in_image;
     }
-    gemm(dims, groups, weights, cols, acc);
-    if (bias == nullptr && !needs_staging_v<T>) continue;
-    parallel_for(m, std::max<int64_t>(1, 16384 / out_size), [&](int64_t begin, int64_t end) {
-      for (int64_t channel = begin; channel < end; ++channel) {
-        const C b = bias ? load(bias[channel]) : C(0);
-        for (int64_t i = channel * out_size; i < (channel + 1) * out_size; ++i) {
-          y_image[i] = store<T>(bias ? acc[i] + b : acc[i]);
-        }
+    if (cols == nullptr) {
+      im2col(x, w, col, first, count);
+      cols = col;
+    }
+    const int64_t col_stride = use_image_as_col ? in_image : col_size;
+    C* out = nullptr;
+    if constexpr (needs_staging_v<T>) {
+      out = acc;
+    } else {
+      out = y.data() + first * m * out_size;
+    }
+    GemmBatch products;
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t g = 0; g < s.group; ++g) {
+        products.a_offsets.push_back(g * m_group * s.patch);
+        products.b_offsets.push_back(i * col_stride + g * s.patch * out_size);
+        products.c_offsets.push_back(i * m * out_size + g * m_group * out_size);
       }
-    });
+    }
+    gemm(dims, products, weights, cols, out);
+    if (bias == nullptr && !needs_staging_v<T>) continue;
+    T* y_first = y.data() + first * m * out_size;
+    parallel_for(count * m, std::max<int64_t>(1, 16384 / out_size),
+                 [&](int64_t begin, int64_t end) {
+                   for (int64_t row = begin; row < end; ++row) {
+                     const C b = bias ? load(bias[row % m]) : C(0);
+                     for (int64_t i = row * out_size; i < (row + 1) * out_size; ++i) {
+                       y_first[i] = store<T>(bias ? out[i] + b : out[i]);
+                     }
+                   }
+                 });
   }
   return absl::OkStatus();
 }

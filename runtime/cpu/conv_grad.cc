@@ -2,6 +2,8 @@
 // ConvGradFilter(X, dY) -> dW, over 1, 2 and 3 spatial dims with strides, explicit pads,
 // dilations and groups, as the GEMM core plus im2col / col2im.
 //
+// Both treat as many images at once as runtime/cpu/im2col.h's budget holds (one batch of
+// products, one parallel im2col or col2im), which changes no sum.
 // ConvGradData, per image: group g's columns = W_g^T [patch, M / group] x dY_g [M / group, out]
 // (the GEMM core), then col2im adds each column entry into the input element its kernel offset
 // read in the forward pass (padding taps are dropped). col2im runs in parallel over channels, each
@@ -54,11 +56,12 @@ template <typename T>
 int64_t data_workspace_for(const ConvGradShape& s) {
   using C = gemm_t<T>;
   const Window& w = s.window;
-  int64_t bytes = WorkspaceCarver::bytes_for<C>(s.col_rows() * w.out_size());
+  const int64_t images = images_per_batch(w, sizeof(C));
+  int64_t bytes = WorkspaceCarver::bytes_for<C>(images * s.col_rows() * w.out_size());
   if constexpr (needs_staging_v<T>) {
     bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);                 // W
     bytes += WorkspaceCarver::bytes_for<float>(w.batch * s.out_channels * w.out_size());  // dY
-    bytes += WorkspaceCarver::bytes_for<float>(w.channels * w.in_size());  // one image's dX
+    bytes += WorkspaceCarver::bytes_for<float>(images * w.channels * w.in_size());        // dX
   }
   return bytes;
 }
@@ -70,25 +73,36 @@ absl::Status conv_grad_data(const KernelContext& ctx) {
   const Window& w = s.window;
   const int64_t m_group = s.out_channels / s.group, out_size = w.out_size();
   const int64_t in_image = w.channels * w.in_size();
+  const int64_t images = images_per_batch(w, sizeof(C));
+  const int64_t col_size = s.col_rows() * out_size;
   WorkspaceCarver carver(ctx.workspace);
   const C* dy = staged_operand(ctx.input(0).in<T>(), carver);
   const C* weights = staged_operand(ctx.input(1).in<T>(), carver);
-  C* col = carver.take<C>(s.col_rows() * out_size).data();
+  C* col = carver.take<C>(images * col_size).data();
   std::span<T> dx = ctx.output(0).out<T>();
   C* acc = nullptr;
-  if constexpr (needs_staging_v<T>) acc = carver.take<float>(in_image).data();
+  if constexpr (needs_staging_v<T>) acc = carver.take<float>(images * in_image).data();
 
-  // Group g: W_g [m_group, patch] transposed times dY_g [m_group, out] gives its col rows.
+  // Image i, group g: W_g [m_group, patch] transposed times dY_g [m_group, out] gives its col
+  // rows.
   const GemmDims dims{.m = s.patch, .n = out_size, .k = m_group, .trans_a = true};
-  const GemmBatch groups =
-      GemmBatch::strided(s.group, m_group * s.patch, m_group * out_size, s.patch * out_size);
-  for (int64_t n = 0; n < w.batch; ++n) {
-    gemm(dims, groups, weights, dy + n * s.out_channels * out_size, col);
+  for (int64_t first = 0; first < w.batch; first += images) {
+    const int64_t count = std::min(images, w.batch - first);
+    GemmBatch products;
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t g = 0; g < s.group; ++g) {
+        products.a_offsets.push_back(g * m_group * s.patch);
+        products.b_offsets.push_back((first + i) * s.out_channels * out_size +
+                                     g * m_group * out_size);
+        products.c_offsets.push_back(i * col_size + g * s.patch * out_size);
+      }
+    }
+    gemm(dims, products, weights, dy, col);
     if constexpr (needs_staging_v<T>) {
-      col2im(col, w, acc);
-      round_into(acc, dx.subspan(n * in_image, in_image));
+      col2im(col, w, acc, count);
+      round_into(acc, dx.subspan(first * in_image, count * in_image));
     } else {
-      col2im(col, w, dx.data() + n * in_image);
+      col2im(col, w, dx.data() + first * in_image, count);
     }
   }
   return absl::OkStatus();
@@ -119,8 +133,9 @@ template <typename T>
 int64_t filter_workspace_for(const ConvGradShape& s) {
   using C = gemm_t<T>;
   const Window& w = s.window;
-  int64_t bytes = WorkspaceCarver::bytes_for<C>(s.col_rows() * w.out_size());
-  bytes += WorkspaceCarver::bytes_for<C>(s.out_channels * s.patch);  // one image's product
+  const int64_t images = images_per_batch(w, sizeof(C));
+  int64_t bytes = WorkspaceCarver::bytes_for<C>(images * s.col_rows() * w.out_size());
+  bytes += WorkspaceCarver::bytes_for<C>(images * s.out_channels * s.patch);  // their products
   if constexpr (needs_staging_v<T>) {
     bytes += WorkspaceCarver::bytes_for<float>(w.batch * s.out_channels * w.out_size());  // dY
     bytes += WorkspaceCarver::bytes_for<float>(s.out_channels * s.patch);  // the sum over images
@@ -135,11 +150,13 @@ absl::Status conv_grad_filter(const KernelContext& ctx) {
   const Window& w = s.window;
   const int64_t m_group = s.out_channels / s.group, out_size = w.out_size();
   const int64_t weights = s.out_channels * s.patch;
+  const int64_t images = images_per_batch(w, sizeof(C));
+  const int64_t col_size = s.col_rows() * out_size;
   WorkspaceCarver carver(ctx.workspace);
   const T* x = ctx.input(0).in<T>().data();
   const C* dy = staged_operand(ctx.input(1).in<T>(), carver);
-  C* col = carver.take<C>(s.col_rows() * out_size).data();
-  C* product = carver.take<C>(weights).data();
+  C* col = carver.take<C>(images * col_size).data();
+  C* product = carver.take<C>(images * weights).data();
   std::span<T> dw = ctx.output(0).out<T>();
   C* acc = nullptr;
   if constexpr (needs_staging_v<T>) {
@@ -148,17 +165,32 @@ absl::Status conv_grad_filter(const KernelContext& ctx) {
     acc = dw.data();
   }
 
-  // Group g: dY_g [m_group, out] times its col rows [patch, out] transposed.
+  // Image i, group g: dY_g [m_group, out] times its col rows [patch, out] transposed.
   const GemmDims dims{.m = m_group, .n = s.patch, .k = out_size, .trans_b = true};
-  const GemmBatch groups =
-      GemmBatch::strided(s.group, m_group * out_size, s.patch * out_size, m_group * s.patch);
   if (w.batch == 0) std::fill_n(acc, weights, C(0));
-  for (int64_t n = 0; n < w.batch; ++n) {
-    im2col(x + n * w.channels * w.in_size(), w, col);
-    gemm(dims, groups, dy + n * s.out_channels * out_size, col, n == 0 ? acc : product);
-    if (n == 0) continue;
-    parallel_for(weights, 1 << 14, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) acc[i] += product[i];
+  for (int64_t first = 0; first < w.batch; first += images) {
+    const int64_t count = std::min(images, w.batch - first);
+    im2col(x, w, col, first, count);
+    GemmBatch products;
+    for (int64_t i = 0; i < count; ++i) {
+      for (int64_t g = 0; g < s.group; ++g) {
+        products.a_offsets.push_back((first + i) * s.out_channels * out_size +
+                                     g * m_group * out_size);
+        products.b_offsets.push_back(i * col_size + g * s.patch * out_size);
+        products.c_offsets.push_back(i * weights + g * m_group * s.patch);
+      }
+    }
+    gemm(dims, products, dy, col, product);
+    // The images' products added in image order, element by element.
+    parallel_for(weights, 1 << 12, [&](int64_t begin, int64_t end) {
+      for (int64_t i = 0; i < count; ++i) {
+        const C* p = product + i * weights;
+        if (first + i == 0) {
+          std::copy(p + begin, p + end, acc + begin);
+        } else {
+          for (int64_t e = begin; e < end; ++e) acc[e] += p[e];
+        }
+      }
     });
   }
   if constexpr (needs_staging_v<T>) round_into(acc, dw);

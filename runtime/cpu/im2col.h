@@ -55,17 +55,21 @@ void for_each_col_line(const Window& w, int64_t r, Line&& line) {
   }
 }
 
-// Image `x` [C, in...] as col [C * kernel_size, out_size] in the compute type.
+// Images [first, first + count) of `x` [N, C, in...] as `count` col matrices
+// [C * kernel_size, out_size], one after the other, in the compute type.
 template <typename T>
-void im2col(const T* x, const Window& w, gemm_t<T>* col) {
+void im2col(const T* x, const Window& w, gemm_t<T>* col, int64_t first = 0, int64_t count = 1) {
   using C = gemm_t<T>;
   const int64_t out_size = w.out_size();
+  const int64_t rows = w.channels * w.kernel_size();
   const int64_t stride = w.stride[2];
-  parallel_for(w.channels * w.kernel_size(), std::max<int64_t>(1, 16384 / out_size),
+  parallel_for(count * rows, std::max<int64_t>(1, 16384 / out_size),
                [&](int64_t begin, int64_t end) {
-                 for (int64_t r = begin; r < end; ++r) {
-                   const T* image = x + r / w.kernel_size() * w.in_size();
-                   C* row = col + r * out_size;
+                 for (int64_t job = begin; job < end; ++job) {
+                   const int64_t r = job % rows;
+                   const T* image = x + (first + job / rows) * w.channels * w.in_size() +
+                                    r / w.kernel_size() * w.in_size();
+                   C* row = col + job * out_size;
                    for_each_col_line(w, r, [&](int64_t o, int64_t in_lo, int64_t lo, int64_t hi) {
                      C* dst = row + o;
                      std::fill_n(dst, lo, C(0));
@@ -88,31 +92,47 @@ void im2col(const T* x, const Window& w, gemm_t<T>* col) {
                });
 }
 
+// How many images a convolution kernel treats at once: their col matrices take at most
+// kColBudgetBytes (at least one image). Fixed by the shapes, so a kernel's workspace function
+// and the kernel agree; the bits do not depend on it (each image's products and sums are the
+// same whichever images share a batch).
+inline constexpr int64_t kColBudgetBytes = int64_t{8} << 20;
+inline int64_t images_per_batch(const Window& w, int64_t element_bytes) {
+  const int64_t col_bytes = w.channels * w.kernel_size() * w.out_size() * element_bytes;
+  return std::clamp<int64_t>(kColBudgetBytes / std::max<int64_t>(col_bytes, 1), 1,
+                             std::max<int64_t>(w.batch, 1));
+}
+
 // dx [C, in...] = the sum, over the col entries that read each element, of col
-// [C * kernel_size, out_size]. Channels run in parallel.
+// [C * kernel_size, out_size], for `count` images one after the other (cols and dxs). Channels
+// of all the images run in parallel.
 template <typename C>
-void col2im(const C* col, const Window& w, C* dx) {
+void col2im(const C* col, const Window& w, C* dx, int64_t count = 1) {
   const int64_t out_size = w.out_size();
   const int64_t work = w.kernel_size() * out_size;
   const int64_t stride = w.stride[2];
-  parallel_for(w.channels, std::max<int64_t>(1, 16384 / work), [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      C* image = dx + c * w.in_size();
-      std::fill_n(image, w.in_size(), C(0));
-      for (int64_t r = c * w.kernel_size(); r < (c + 1) * w.kernel_size(); ++r) {
-        const C* row = col + r * out_size;
-        for_each_col_line(w, r, [&](int64_t o, int64_t in_lo, int64_t lo, int64_t hi) {
-          const C* src = row + o + lo;
-          C* dst = image + in_lo;
-          if (stride == 1) {
-            for (int64_t j = 0; j < hi - lo; ++j) dst[j] += src[j];
-          } else {
-            for (int64_t j = 0; j < hi - lo; ++j) dst[j * stride] += src[j];
-          }
-        });
-      }
-    }
-  });
+  parallel_for(count * w.channels, std::max<int64_t>(1, 16384 / work),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t job = begin; job < end; ++job) {
+                   const int64_t image_index = job / w.channels;
+                   const int64_t c = job % w.channels;
+                   C* image = dx + image_index * w.channels * w.in_size() + c * w.in_size();
+                   const C* image_col = col + image_index * w.channels * work;
+                   std::fill_n(image, w.in_size(), C(0));
+                   for (int64_t r = c * w.kernel_size(); r < (c + 1) * w.kernel_size(); ++r) {
+                     const C* row = image_col + r * out_size;
+                     for_each_col_line(w, r, [&](int64_t o, int64_t in_lo, int64_t lo, int64_t hi) {
+                       const C* src = row + o + lo;
+                       C* dst = image + in_lo;
+                       if (stride == 1) {
+                         for (int64_t j = 0; j < hi - lo; ++j) dst[j] += src[j];
+                       } else {
+                         for (int64_t j = 0; j < hi - lo; ++j) dst[j * stride] += src[j];
+                       }
+                     });
+                   }
+                 }
+               });
 }
 
 }  // namespace ampc::runtime::cpu
