@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "compiler/strings.h"
@@ -93,6 +95,12 @@ absl::StatusOr<std::string> nvrtc_compile(std::string_view source, std::string_v
   return cubin;
 }
 
+namespace {
+// The cubin from the disk cache, else compiled (and written to the cache).
+absl::StatusOr<std::string> cubin_from_disk_or_nvrtc(std::string_view source,
+                                                     const std::string& name, int arch);
+}  // namespace
+
 std::optional<std::string> kernel_cache_dir() {
   if (const char* dir = std::getenv("AMPC_KERNEL_CACHE"); dir != nullptr && *dir != '\0') {
     if (std::string_view(dir) == "off") return std::nullopt;
@@ -109,6 +117,23 @@ std::optional<std::string> kernel_cache_dir() {
 
 absl::StatusOr<std::string> cached_cubin(std::string_view source, const std::string& name,
                                          int arch) {
+  // Identical bodies (a model's repeated blocks) compile once per process, cache or not.
+  static std::mutex mutex;
+  static std::map<std::string, std::string, std::less<>> compiled;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = compiled.find(name); it != compiled.end()) return it->second;
+  }
+  AMPC_ASSIGN_OR_RETURN(std::string cubin, cubin_from_disk_or_nvrtc(source, name, arch));
+  const std::lock_guard<std::mutex> lock(mutex);
+  compiled.emplace(name, cubin);
+  return cubin;
+}
+
+namespace {
+
+absl::StatusOr<std::string> cubin_from_disk_or_nvrtc(std::string_view source,
+                                                     const std::string& name, int arch) {
   const std::optional<std::string> dir = kernel_cache_dir();
   const bool named_by_user = std::getenv("AMPC_KERNEL_CACHE") != nullptr && dir.has_value();
   const fs::path file = dir ? fs::path(*dir) / (name + ".cubin") : fs::path();
@@ -137,4 +162,5 @@ absl::StatusOr<std::string> cached_cubin(std::string_view source, const std::str
   return cubin;
 }
 
+}  // namespace
 }  // namespace ampc::runtime::cuda

@@ -4,6 +4,11 @@
 // without the CUDA toolkit. Running the kernels is tests/gpu/fused_cuda_test.cc's.
 #include "runtime/fused_codegen.h"
 
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "compiler/compile.h"
@@ -109,6 +114,34 @@ TEST(FusedCodegen, EveryOpAndOperandTypeCompiles) {
   const absl::Status status =
       compile_body(body, {DType::kF32, DType::kF16, DType::kBF16, DType::kBool});
   EXPECT_TRUE(status.ok()) << status;
+}
+
+// The kernel cache: a compiled body lands in $AMPC_KERNEL_CACHE under its name; a cache
+// directory the user named that cannot be written is an error naming the variable.
+TEST(FusedCodegen, CompiledKernelsAreCachedWhereAmpcKernelCacheSays) {
+#if defined(AMPC_HAVE_CUDA)
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / str_cat("ampc_kernel_cache_", ::getpid());
+  ASSERT_EQ(::setenv("AMPC_KERNEL_CACHE", dir.c_str(), 1), 0);
+  absl::StatusOr<FusedBody> body = FusedBody::parse("t0 = Sigmoid(x0) : f16; return t0", 1);
+  ASSERT_TRUE(body.ok());
+  const std::string source = fused_cuda_source(*body, {DType::kF16}, "k_cached");
+  absl::StatusOr<std::string> cubin = cuda::cached_cubin(source, "k_cached_sm90", kHopper);
+  ASSERT_TRUE(cubin.ok()) << cubin.status();
+  std::ifstream file(dir / "k_cached_sm90.cubin", std::ios::binary);
+  const std::string stored((std::istreambuf_iterator<char>(file)), {});
+  EXPECT_EQ(stored, *cubin);
+  ASSERT_EQ(::setenv("AMPC_KERNEL_CACHE", "/proc/ampc_cannot_be_here", 1), 0);
+  absl::StatusOr<std::string> refused = cuda::cached_cubin(
+      fused_cuda_source(*body, {DType::kF16}, "k_refused"), "k_refused_sm90", kHopper);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("AMPC_KERNEL_CACHE"), std::string::npos)
+      << refused.status();
+  ::unsetenv("AMPC_KERNEL_CACHE");
+  std::filesystem::remove_all(dir);
+#else
+  GTEST_SKIP() << "built without the CUDA toolkit";
+#endif
 }
 
 // The kernel states each instruction as the op's shared formula, rounded to its dtype.
