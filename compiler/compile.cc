@@ -68,7 +68,8 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     pipeline.add(on_training_step(make_dce_pass()));
     // Last: it fuses what every pass before it wrote (casts, backward, update arithmetic). The
     // eval graph stays plain ONNX, which is what `ampc train --export` writes.
-    pipeline.add(on_training_step(make_fuse_elementwise_pass()));
+    pipeline.add(on_training_step(make_fuse_elementwise_pass(
+        FuseElementwiseOptions{.recompute = training->recompute_cheap})));
   }
   if (options.mixed_precision) pipeline.add(make_legalize_opset_pass());
   return pipeline;

@@ -28,6 +28,9 @@ struct TrainingOptions {
   // `loss_scale_off` forces none.
   std::optional<LossScaleOptions> loss_scale;
   bool loss_scale_off = false;
+  // `--recompute cheap`: fused backward groups recompute element-wise forward activations from
+  // values they read anyway instead of keeping them (passes/fuse_elementwise.h).
+  bool recompute_cheap = false;
 };
 
 // Checks the ranges (lr > 0, 0 <= momentum, dampening < 1, betas in [0, 1), eps > 0, ...); the

@@ -11,6 +11,11 @@
 //   shape when their dimensions other than 1 are one block of its dimensions (scalars, biases,
 //   per-row factors). Reductions, shape changes and everything else end a group; a group of one
 //   node stays as it is.
+// With `--recompute cheap` (FuseElementwiseOptions::recompute), a producer that fails the rule
+//   above because it is also read before the group (a forward activation the backward reads)
+//   joins as a copy when its operands are already the group's: the group computes it again from
+//   them, the node stays for its other readers, and its result is no longer kept for this group
+//   (nor at all once every late reader recomputes it). No value lives longer for it.
 // Assumes: static shapes; runs last, after autocast, autodiff, loss scaling and the optimizer, so
 //   that it sees the casts, the backward and the update arithmetic.
 // Numerics: none change. Each body instruction rounds to its node's output type, so the fused
@@ -151,10 +156,13 @@ std::string describe_member(const Node& node) {
 struct Group {
   std::vector<int> members;  // node indices, in graph order once sorted
   std::vector<Value*> operands;
+  // Members the group recomputes (--recompute cheap): their nodes stay for their other readers.
+  std::set<int> recomputed;
 };
 
 class FuseElementwisePass final : public Pass {
  public:
+  explicit FuseElementwisePass(FuseElementwiseOptions options) : options_(options) {}
   std::string_view name() const override { return "fuse-elementwise"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
@@ -175,7 +183,16 @@ class FuseElementwisePass final : public Pass {
       }
       groups.push_back(std::move(group));
     }
-    for (Group& group : groups) rewrite(graph, group);
+    std::set<int> recomputed;
+    for (Group& group : groups) {
+      rewrite(graph, group);
+      recomputed.insert(group.recomputed.begin(), group.recomputed.end());
+    }
+    // A recomputed node whose readers all recompute it now has none (last to first: a chain).
+    for (auto it = recomputed.rbegin(); it != recomputed.rend(); ++it) {
+      Node* node = nodes_[*it];
+      if (group_of_[*it] < 0 && node->output(0)->is_dead()) graph.erase_node(node);
+    }
     return !groups.empty();
   }
 
@@ -187,7 +204,7 @@ class FuseElementwisePass final : public Pass {
     Group group;
     const Shape& shape = shape_of(root);
     std::priority_queue<int> candidates;  // latest first: a node's readers are decided before it
-    const auto add = [&](int index) -> bool {
+    const auto add = [&](int index, bool recompute) -> bool {
       // Operands from outside the group after `index` joins it.
       std::vector<Value*> operands;
       for (Value* value : group.operands) {
@@ -201,21 +218,34 @@ class FuseElementwisePass final : public Pass {
         operands.push_back(value);
       }
       if (static_cast<int>(operands.size()) > kMaxFusedOperands) return false;
+      // A recomputed producer must read only what the group reads already (else a value would
+      // live on to the group for it), and its result stays read outside, so it stays an operand
+      // elsewhere: the group's own copy replaces it here.
+      if (recompute && operands.size() > group.operands.size() - 1) return false;
       group.operands = std::move(operands);
       group.members.push_back(index);
-      group_of_[index] = id;
+      if (recompute) {
+        group.recomputed.insert(index);
+      } else {
+        group_of_[index] = id;
+      }
       for (int i : members_[index]->operands) {
         if (Node* producer = node.operand(i)->producer()) candidates.push(position_.at(producer));
       }
       return true;
     };
-    if (!add(root)) return group;
+    if (!add(root, false)) return group;
     while (!candidates.empty() && static_cast<int>(group.members.size()) < kMaxInstructions) {
       const int index = candidates.top();
       candidates.pop();
-      if (!members_[index] || group_of_[index] >= 0 || shape_of(index) != shape) continue;
-      if (!readers_allow(index, root, id)) continue;
-      add(index);
+      if (!members_[index] || shape_of(index) != shape || group.recomputed.contains(index)) {
+        continue;
+      }
+      if (group_of_[index] < 0 && readers_allow(index, root, id)) {
+        add(index, false);
+      } else if (options_.recompute && group_of_[index] < 0 && reads_value(group, index)) {
+        add(index, true);
+      }
     }
     return group;
   }
@@ -229,9 +259,18 @@ class FuseElementwisePass final : public Pass {
     return true;
   }
 
+  // Whether a member of `group` reads node `index`'s result (so that it is a group operand now).
+  static bool reads_value(const Group& group, int index, const std::vector<Node*>& nodes) {
+    const Value* value = nodes[index]->output(0);
+    return std::find(group.operands.begin(), group.operands.end(), value) != group.operands.end();
+  }
+  bool reads_value(const Group& group, int index) const {
+    return reads_value(group, index, nodes_);
+  }
+
   void rewrite(Graph& graph, Group& group) {
     std::sort(group.members.begin(), group.members.end());
-    const int id = group_of_[group.members.front()];
+    const int id = group_of_[group.members.back()];  // the root's (never recomputed)
     // Operands in the order the body first reads them, so that equal chains get equal bodies.
     std::vector<Value*> operands;
     for (int index : group.members) {
@@ -260,7 +299,10 @@ class FuseElementwisePass final : public Pass {
       Value* result = node.output(0);
       slot[result] = body.slot_of_instr(static_cast<int>(body.instrs.size()));
       body.instrs.push_back(std::move(instr));
-      described.push_back(describe_member(node));
+      const bool recomputed = group.recomputed.contains(index);
+      described.push_back(recomputed ? describe_member(node) + " recomputed"
+                                     : describe_member(node));
+      if (recomputed) continue;  // its node stays, and its readers outside keep reading it
       // A reader the map does not know is the fused node of a group rewritten before this one.
       const bool read_outside =
           result->is_graph_output() ||
@@ -297,6 +339,7 @@ class FuseElementwisePass final : public Pass {
     }
     std::set<Value*> maybe_dead;  // Expand's shapes, now read by nothing
     for (auto it = group.members.rbegin(); it != group.members.rend(); ++it) {
+      if (group.recomputed.contains(*it)) continue;
       Node* node = nodes_[*it];
       for (Value* operand : node->operands()) {
         if (operand != nullptr && operand->initializer() != nullptr) maybe_dead.insert(operand);
@@ -310,6 +353,7 @@ class FuseElementwisePass final : public Pass {
     }
   }
 
+  FuseElementwiseOptions options_;
   std::vector<Node*> nodes_;
   std::unordered_map<const Node*, int> position_;
   std::vector<std::optional<Member>> members_;
@@ -318,8 +362,8 @@ class FuseElementwisePass final : public Pass {
 
 }  // namespace
 
-std::unique_ptr<Pass> make_fuse_elementwise_pass() {
-  return std::make_unique<FuseElementwisePass>();
+std::unique_ptr<Pass> make_fuse_elementwise_pass(FuseElementwiseOptions options) {
+  return std::make_unique<FuseElementwisePass>(options);
 }
 
 }  // namespace ampc

@@ -107,7 +107,8 @@ inline bool same_bits_but_nan_payloads(const Tensor& a, const Tensor& b) {
 
 // Runs `trials` random graphs unfused and fused on `device` and expects the same bits from both;
 // returns how many fused nodes the pass made (so a test can check that fusion happened).
-inline int expect_fusion_keeps_bits(uint32_t seed, int trials, runtime::Device device) {
+inline int expect_fusion_keeps_bits(uint32_t seed, int trials, runtime::Device device,
+                                    FuseElementwiseOptions options = {}) {
   std::mt19937 rng(seed);
   int fused_nodes = 0;
   for (int trial = 0; trial < trials; ++trial) {
@@ -118,7 +119,7 @@ inline int expect_fusion_keeps_bits(uint32_t seed, int trials, runtime::Device d
     if (plain == nullptr || fused == nullptr) return fused_nodes;
     Diagnostics diagnostics;
     const absl::StatusOr<bool> changed =
-        make_fuse_elementwise_pass()->run(*fused, PassContext{&diagnostics});
+        make_fuse_elementwise_pass(options)->run(*fused, PassContext{&diagnostics});
     EXPECT_TRUE(changed.ok()) << changed.status();
     for (const auto& node : fused->nodes()) fused_nodes += node->op_type() == "FusedElementwise";
     const std::vector<Tensor> inputs = {special_input(rng, {3, 64}), special_input(rng, {3, 64}),

@@ -104,6 +104,7 @@ struct CompileFlags {
   std::string trainable;
   std::string freeze;
   std::string running_var = "unbiased";
+  std::string recompute = "none";
   std::string loss_scale;  // dynamic | static:S | none; empty: dynamic for fp16, else none
   float scale_init = 65536.0f;
   float scale_growth = 2.0f;
@@ -226,6 +227,13 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
   options.autodiff.freeze = flags.freeze;
   options.running_variance =
       flags.running_var == "biased" ? RunningVariance::kBiased : RunningVariance::kUnbiased;
+  options.recompute_cheap = flags.recompute == "cheap";
+  if (options.recompute_cheap && std::find(flags.disabled.begin(), flags.disabled.end(),
+                                           "fuse-elementwise") != flags.disabled.end()) {
+    return absl::InvalidArgumentError(
+        "--recompute cheap does nothing with --disable-pass fuse-elementwise (the fused kernels "
+        "are what recompute)");
+  }
   if (flags.loss == "cross-entropy" || flags.loss == "mse") {
     if (flags.label_input.empty()) {
       return absl::InvalidArgumentError(
@@ -554,6 +562,13 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
                   "BatchNorm running variance from the unbiased batch variance (PyTorch) or the "
                   "biased one (ONNX)")
       ->check(CLI::IsMember({"unbiased", "biased"}))
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--recompute", flags.recompute,
+                  "cheap: fused backward kernels recompute element-wise activations from values "
+                  "they read anyway instead of keeping them (less memory, the same bits)")
+      ->check(CLI::IsMember({"none", "cheap"}))
       ->capture_default_str()
       ->group(group);
 }

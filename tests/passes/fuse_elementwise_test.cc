@@ -130,6 +130,61 @@ TEST(FuseElementwise, ExpandOfAScalarFuses) {
     })"));
 }
 
+bool expect_recompute(std::string_view before, std::string_view after) {
+  return testing::expect_pass(*make_fuse_elementwise_pass({.recompute = true}), before, after);
+}
+
+// The backward (%a, %b) reads the forward's %s and %x. With --recompute cheap it computes
+// Sigmoid(%x) again from %x, which it reads anyway, so the forward group stops keeping %s.
+TEST(FuseElementwise, RecomputeCheapRecomputesWhatTheBackwardCanFromItsOwnOperands) {
+  const std::string_view graph = R"(
+    graph g(%x: f32[4], %dy: f32[4]) opset(17) {
+      %s = Sigmoid(%x) : f32[4]
+      %y = Mul(%x, %s) : f32[4]
+      %r = ReduceSum<keepdims=0>(%y) : f32[]
+      %a = Mul(%dy, %s) : f32[4]
+      %b = Mul(%a, %x) : f32[4]
+      return %r, %b
+    })";
+  EXPECT_TRUE(expect_fusion(graph, R"(
+    graph g(%x: f32[4], %dy: f32[4]) opset(17) {
+      %s, %y = ampc.FusedElementwise<body="t0 = Sigmoid(x0) : f32; t1 = Mul(x0, t0) : f32; return t0, t1", shape=[4]>(%x) : f32[4], f32[4]
+      %r = ReduceSum<keepdims=0>(%y) : f32[]
+      %b = ampc.FusedElementwise<body="t0 = Mul(x0, x1) : f32; t1 = Mul(t0, x2) : f32; return t1", shape=[4]>(%dy, %s, %x) : f32[4]
+      return %r, %b
+    })"));
+  EXPECT_TRUE(expect_recompute(graph, R"(
+    graph g(%x: f32[4], %dy: f32[4]) opset(17) {
+      %y = ampc.FusedElementwise<body="t0 = Sigmoid(x0) : f32; t1 = Mul(x0, t0) : f32; return t1", shape=[4]>(%x) : f32[4]
+      %r = ReduceSum<keepdims=0>(%y) : f32[]
+      %b = ampc.FusedElementwise<body="t0 = Sigmoid(x0) : f32; t1 = Mul(x1, t0) : f32; t2 = Mul(t1, x0) : f32; return t2", shape=[4]>(%x, %dy) : f32[4]
+      return %r, %b
+    })"));
+}
+
+// Recomputing %s would make the backward read %x, which it does not read otherwise: %x would
+// live on to the backward for it. %s is kept instead.
+TEST(FuseElementwise, RecomputeCheapAddsNoOperand) {
+  const std::string_view graph = R"(
+    graph g(%x: f32[4], %dy: f32[4]) opset(17) {
+      %s = Sigmoid(%x) : f32[4]
+      %y = Mul(%x, %s) : f32[4]
+      %r = ReduceSum<keepdims=0>(%y) : f32[]
+      %a = Mul(%dy, %s) : f32[4]
+      %b = Neg(%a) : f32[4]
+      return %r, %b
+    })";
+  const std::string_view fused = R"(
+    graph g(%x: f32[4], %dy: f32[4]) opset(17) {
+      %s, %y = ampc.FusedElementwise<body="t0 = Sigmoid(x0) : f32; t1 = Mul(x0, t0) : f32; return t0, t1", shape=[4]>(%x) : f32[4], f32[4]
+      %r = ReduceSum<keepdims=0>(%y) : f32[]
+      %b = ampc.FusedElementwise<body="t0 = Mul(x0, x1) : f32; t1 = Neg(t0) : f32; return t1", shape=[4]>(%dy, %s) : f32[4]
+      return %r, %b
+    })";
+  EXPECT_TRUE(expect_fusion(graph, fused));
+  EXPECT_TRUE(expect_recompute(graph, fused));
+}
+
 TEST(FusedBody, PrintsAndParsesBack) {
   const std::string text =
       "t0 = LeakyRelu[0.01](x0) : f16; t1 = Less(t0, x1) : bool; t2 = Where(t1, x1, t0) : f16; "
@@ -179,6 +234,12 @@ TEST(BroadcastWindow, IndexesScalarsBiasesRowsAndFullTensors) {
 TEST(FuseElementwise, FusedGraphsComputeTheUnfusedBitsOnTheCpu) {
   const int fused_nodes = testing::expect_fusion_keeps_bits(20261126, 60, runtime::Device::kCpu);
   EXPECT_GE(fused_nodes, 60);  // the trials did fuse
+}
+
+TEST(FuseElementwise, RecomputingGraphsComputeTheUnfusedBitsOnTheCpu) {
+  const int fused_nodes =
+      testing::expect_fusion_keeps_bits(20261128, 60, runtime::Device::kCpu, {.recompute = true});
+  EXPECT_GE(fused_nodes, 60);
 }
 
 }  // namespace
