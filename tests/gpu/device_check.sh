@@ -3,11 +3,15 @@
 #   here:           ../shared/tools/device-bundle.sh && tests/gpu/device_check.sh --pack
 #   on the GPU:     tests/gpu/device_check.sh          (device tool: carry [".device"])
 # On the GPU it runs, each phase under its own time limit so one slow phase cannot eat the rest:
-# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads, Nsight
+# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
+# `ampc bench` on the example models' training steps (fused and not; each fused body compiles
+# with NVRTC when the session loads, before the timed steps, and is kept in $AMPC_KERNEL_CACHE),
+# Nsight
 # Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
 # parity and conformance tests, and racecheck over the kernels that use shared memory. Logs go to
 # $OUT (at most 8 files: the device tool returns no more); the last lines printed are a summary.
-#   AMPC_CHECK_PHASES="tests bench torch profile memcheck racecheck"   the phases (default: all)
+#   AMPC_CHECK_PHASES="tests bench torch steps profile memcheck racecheck"   the phases
+#                                       (default: all)
 #   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
 #                                       empty: every op)
 set -uo pipefail
@@ -24,7 +28,7 @@ export OUT=${OUT:-/tmp/ampc-device-check}
 out=$OUT
 mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH"  # compute-sanitizer
-phases=${AMPC_CHECK_PHASES:-tests bench torch profile memcheck racecheck}
+phases=${AMPC_CHECK_PHASES:-tests bench torch steps profile memcheck racecheck}
 summary=()
 note() { summary+=("$1"); }
 want() { [[ " $phases " == *" $1 "* ]]; }
@@ -54,6 +58,18 @@ fi
 if want torch; then  # PyTorch on the same workloads, for side-by-side figures
   phase torch "${AMPC_TORCH_S:-60}" python3 tools/torch_op_bench.py >"$out/torch.txt" 2>&1
 fi
+if want steps; then  # training steps through `ampc bench`, with and without fusion
+  export AMPC_KERNEL_CACHE=/tmp/ampc-kernels
+  for m in mlp cnn tiny_gpt; do
+    for p in fp32 bf16 fp16; do
+      for fusion in "" --no-fuse; do
+        phase "bench $m $p ${fusion:-fused}" "${AMPC_STEPS_S:-60}" .device/run.sh bin/ampc bench \
+          models/$m.onnx --data models/$m.train.npz --device cuda --precision $p --steps 200 \
+          $fusion >>"$out/steps.txt" 2>&1
+      done
+    done
+  done
+fi
 if want profile; then  # Nsight Compute on one launch of each bandwidth benchmark's kernel
   for b in cast_f32_to_f16 add_f16 gelu_bf16 softmax_f16 layer_norm_f16; do
     phase "profile $b" "${AMPC_PROFILE_S:-40}" .device/run.sh ncu --clock-control none \
@@ -81,6 +97,8 @@ grep -hE '^\[  FAILED  \]|FAILED$|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]'
 echo "==== benchmarks"
 grep -E '_median|^-|^Benchmark' "$out/benchmarks.txt" 2>/dev/null
 cat "$out/torch.txt" 2>/dev/null
+echo "==== training steps (ampc bench)"
+grep -E '^ampc bench|step time|MFU|memory|error' "$out/steps.txt" 2>/dev/null
 echo "==== profiles"
 grep -E '^  void |Duration|DRAM Throughput|Compute \(SM\) Throughput|Registers Per Thread|Achieved Occupancy|Warp Cycles Per Issued|No Eligible' \
   "$out/profile.txt" 2>/dev/null | sed 's/(int, [^)]*)//' | cut -c1-110
