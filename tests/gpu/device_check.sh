@@ -6,8 +6,7 @@
 # the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
 # `ampc bench` on the example models' training steps (fused and not; each fused body compiles
 # with NVRTC when the session loads, before the timed steps, and is kept in $AMPC_KERNEL_CACHE),
-# Nsight
-# Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
+# Nsight Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
 # parity and conformance tests, and racecheck over the kernels that use shared memory. Logs go to
 # $OUT (at most 8 files: the device tool returns no more); the last lines printed are a summary.
 #   AMPC_CHECK_PHASES="tests bench torch steps profile memcheck racecheck"   the phases
