@@ -74,6 +74,11 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
       CompileOptions options,
       quick_training_options(flags.precision, flags.optimizer, flags.lr, "--precision"));
   if (flags.no_fuse) options.pipeline.disabled.insert("fuse-elementwise");
+  options.training->recompute_cheap = flags.recompute == "cheap";
+  if (flags.no_fuse && options.training->recompute_cheap) {
+    return absl::InvalidArgumentError(
+        "--recompute cheap does nothing with --no-fuse (the fused kernels are what recompute)");
+  }
   return options;
 }
 
@@ -165,6 +170,7 @@ void print(const BenchFlags& flags, const Figures& f) {
     json["precision"] = flags.precision;
     json["optimizer"] = flags.optimizer;
     json["fusion"] = !flags.no_fuse;
+    json["recompute"] = flags.recompute;
     json["steps"] = flags.steps;
     json["warmup"] = flags.warmup;
     json["compile_seconds"] = f.compile_seconds;
@@ -184,9 +190,10 @@ void print(const BenchFlags& flags, const Figures& f) {
     std::cout << json.dump(2) << "\n";
     return;
   }
-  std::cout << fmt::format("ampc bench {} on {}, {}, {}{}: {} steps after {} warm-up\n",
-                           flags.model, flags.device, flags.precision, flags.optimizer,
-                           flags.no_fuse ? ", no fusion" : "", flags.steps, flags.warmup);
+  std::cout << fmt::format(
+      "ampc bench {} on {}, {}, {}{}{}: {} steps after {} warm-up\n", flags.model, flags.device,
+      flags.precision, flags.optimizer, flags.no_fuse ? ", no fusion" : "",
+      flags.recompute == "cheap" ? ", recompute cheap" : "", flags.steps, flags.warmup);
   std::cout << fmt::format("  compile          {:.3f} s (training step {} nodes, {} fused)\n",
                            f.compile_seconds, f.step_nodes, f.fused_nodes);
   std::cout << fmt::format("  step time        {:.3f} ms median (min {:.3f}, max {:.3f})\n",
@@ -239,6 +246,12 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
   bench->add_flag("--no-fuse", flags.no_fuse, "Compile without element-wise fusion");
+  bench
+      ->add_option("--recompute", flags.recompute,
+                   "cheap: fused backward kernels recompute element-wise activations (as ampc "
+                   "compile --recompute cheap)")
+      ->check(CLI::IsMember({"none", "cheap"}))
+      ->capture_default_str();
   bench
       ->add_option("--peak-tflops", flags.peak_tflops,
                    "The device's peak for MFU (default: ampc's figure for the GPU; none on the "

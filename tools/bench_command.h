@@ -23,6 +23,7 @@ struct BenchFlags {
   int64_t steps = 50;
   int64_t warmup = 5;
   bool no_fuse = false;
+  std::string recompute = "none";     // cheap: --recompute cheap
   std::optional<double> peak_tflops;  // unset: the device's figure where ampc knows it
   std::string format = "text";
 };

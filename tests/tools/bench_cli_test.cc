@@ -61,6 +61,12 @@ TEST(BenchCli, TokenInputsReportTokensAndFusionCanBeOff) {
   EXPECT_EQ(plain["fused_nodes"].get<int64_t>(), 0);
   EXPECT_GT(plain["step_nodes"].get<int64_t>(), fused["step_nodes"].get<int64_t>());
   EXPECT_EQ(plain["matrix_flops_per_step"], fused["matrix_flops_per_step"]);
+  // Recomputation keeps fewer activations: the planned memory drops, the FLOPs do not change.
+  const nlohmann::json recomputing = bench_json("tiny_gpt", "--precision bf16 --recompute cheap");
+  ASSERT_FALSE(recomputing.is_null());
+  EXPECT_EQ(recomputing["recompute"], "cheap");
+  EXPECT_LT(recomputing["planned_bytes"].get<int64_t>(), fused["planned_bytes"].get<int64_t>());
+  EXPECT_EQ(recomputing["matrix_flops_per_step"], fused["matrix_flops_per_step"]);
 }
 
 TEST(BenchCli, BadInputIsNamed) {
@@ -75,6 +81,9 @@ TEST(BenchCli, BadInputIsNamed) {
   r = run_ampc("bench " + model + " --data " + data + " --steps 0");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--steps"));
+  r = run_ampc("bench " + model + " --data " + data + " --no-fuse --recompute cheap");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--recompute cheap does nothing with --no-fuse"));
   r = run_ampc("bench " + model + " --data " + data + " --precision fp8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--precision"));
