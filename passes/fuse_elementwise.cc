@@ -260,12 +260,9 @@ class FuseElementwisePass final : public Pass {
   }
 
   // Whether a member of `group` reads node `index`'s result (so that it is a group operand now).
-  static bool reads_value(const Group& group, int index, const std::vector<Node*>& nodes) {
-    const Value* value = nodes[index]->output(0);
-    return std::find(group.operands.begin(), group.operands.end(), value) != group.operands.end();
-  }
   bool reads_value(const Group& group, int index) const {
-    return reads_value(group, index, nodes_);
+    const Value* value = nodes_[index]->output(0);
+    return std::find(group.operands.begin(), group.operands.end(), value) != group.operands.end();
   }
 
   void rewrite(Graph& graph, Group& group) {

@@ -264,8 +264,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
 }
 
 int run_bench_command(const BenchFlags& flags) {
-  if (!(flags.lr > 0) || !std::isfinite(flags.lr)) {
-    std::cerr << "ampc: error: --lr " << flags.lr << " must be a finite number > 0\n";
+  if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
+    std::cerr << "ampc: error: " << lr.message() << "\n";
     return 1;
   }
   const absl::StatusOr<runtime::Device> device = usable_device(flags.device);

@@ -1,5 +1,9 @@
 #include "tools/command_util.h"
 
+#include <cmath>
+
+#include "compiler/strings.h"
+
 namespace ampc {
 
 absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision,
@@ -20,6 +24,11 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
   o.momentum = optimizer == "sgd" ? 0.9f : 0.0f;
   options.training->lr = static_cast<float>(lr);
   return options;
+}
+
+absl::Status check_lr(double lr) {
+  if (lr > 0 && std::isfinite(lr)) return absl::OkStatus();
+  return absl::InvalidArgumentError(str_cat("--lr ", lr, " must be a finite number > 0"));
 }
 
 absl::StatusOr<runtime::Device> usable_device(const std::string& name) {

@@ -18,6 +18,9 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
                                                       std::string_view optimizer, double lr,
                                                       std::string_view flag);
 
+// --lr must be a finite number > 0; the error names the flag.
+absl::Status check_lr(double lr);
+
 // The device `name` names, once a backend for it could be made; the error says why not.
 absl::StatusOr<runtime::Device> usable_device(const std::string& name);
 

@@ -113,8 +113,8 @@ CLI::App* add_compare_command(CLI::App& app, CompareFlags& flags) {
 }
 
 int run_compare_command(const CompareFlags& flags) {
-  if (!(flags.lr > 0) || !std::isfinite(flags.lr)) {
-    std::cerr << "ampc: error: --lr " << flags.lr << " must be a finite number > 0\n";
+  if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
+    std::cerr << "ampc: error: " << lr.message() << "\n";
     return 1;
   }
   // The device first: without it nothing below can run.
