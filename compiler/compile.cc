@@ -6,6 +6,7 @@
 #include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
+#include "passes/fuse_attention.h"
 #include "passes/fuse_elementwise.h"
 #include "passes/passes.h"
 
@@ -52,6 +53,9 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   }
   if (training) {
     pipeline.add(make_training_step_pass());
+    // Before autodiff, so that the backward is the fused gradient; after autocast, so that the
+    // fused node reads the MatMuls' operands in their precision.
+    pipeline.add(on_training_step(make_fuse_attention_pass()));
     AutodiffOptions autodiff = training->autodiff;
     OptimizerOptions optimizer = training->optimizer;
     if (std::optional<LossScaleOptions> scaling = effective_loss_scale(options)) {

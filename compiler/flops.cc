@@ -58,6 +58,16 @@ int64_t matrix_flops(const Node& node) {
     // dW [M, C / group, k...] from X and dY [N, M, out...]: each dW element sums N * out terms.
     return b.size() < 2 ? 0 : 2 * out * b[0] * product_from(b, 2);
   }
+  if (ampc && op == "Attention" && node.num_operands() >= 3 && !a.empty() && !b.empty()) {
+    // The two products of the pattern it fused: Q Kt (T x S dots over D) and P V (over S).
+    return 2 * elements(a) * b.back() + 2 * out * b.back();
+  }
+  if (ampc && op == "AttentionGrad" && node.num_operands() >= 3 && !a.empty()) {
+    // The four products of the unfused backward (dP, dV, dQ, dKt), not the recomputed scores.
+    const Shape& kt = node.operand(2)->shape();
+    const int64_t s = kt.empty() ? 0 : kt.back();
+    return 4 * elements(a) * s + 4 * elements(node.operand(1)->shape()) * s;
+  }
   return 0;
 }
 

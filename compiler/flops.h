@@ -1,7 +1,8 @@
 // The floating-point operations of the matrix work in a graph: what `ampc bench` divides by the
 // step time for TFLOP/s and MFU. Counted as 2 per multiply-add of MatMul, Gemm, Conv,
-// ConvTranspose and the convolution gradients (ampc.ConvGradData, ampc.ConvGradFilter) from
-// their static shapes; element-wise work, reductions and normalizations are not counted (the
+// ConvTranspose, the convolution gradients (ampc.ConvGradData, ampc.ConvGradFilter) and fused
+// attention (ampc.Attention, ampc.AttentionGrad: the products of the pattern they replace, not
+// the scores the backward recomputes) from their static shapes; element-wise work, reductions and normalizations are not counted (the
 // convention MFU figures use: what the matrix units could do).
 #pragma once
 

@@ -2,7 +2,8 @@
 //
 // Rewrites: for each trainable value p (by default every float initializer the loss depends on
 //   that is not a program constant such as a folded Constant node, Value::is_constant, holds no
-//   inf or NaN: an exporter's folded attention mask is data, and is not a scalar (rank 0): a
+//   mask fill (inf, NaN or the type's largest magnitude, passes/mask_data.h): an exporter's
+//   folded attention mask is data, and is not a scalar (rank 0): a
 //   lifted exponent or epsilon is a constant; --trainable names either kind to train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
@@ -23,6 +24,7 @@
 #include "compiler/grad_builder.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
+#include "passes/mask_data.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -140,13 +142,16 @@ class Walker {
         scalars.push_back(init->name());
         continue;
       }
-      if (holds_non_finite(*init)) {
-        // An additive attention mask an exporter folded into an initializer (0 and -inf) is
-        // data: a step would turn its infinities into NaN.
+      if (holds_mask_fill(*init)) {
+        // An additive attention mask an exporter folded into an initializer (0 and -inf, or
+        // the type's lowest value) is data: a step would turn its infinities into NaN, or
+        // move the mask.
         if (named) {
-          context_.warn(str_cat("'", init->name(),
-                                "' holds inf or NaN values, so it is data (a mask), not a "
-                                "parameter; it stays frozen"));
+          context_.warn(
+              str_cat("'", init->name(),
+                      "' holds inf, NaN or its type's largest values, so it is data (a mask), "
+                      "not a "
+                      "parameter; it stays frozen"));
         }
         continue;
       }
@@ -157,15 +162,6 @@ class Walker {
     }
     held_constant_ = std::move(scalars);
     return candidates;
-  }
-
-  static bool holds_non_finite(const Value& value) {
-    const Tensor* data = value.initializer();
-    if (data == nullptr || !data->has_data() || !is_arithmetic_float(data->dtype())) return false;
-    for (int64_t i = 0; i < data->num_elements(); ++i) {
-      if (!std::isfinite(data->element_as_double(i))) return true;
-    }
-    return false;
   }
 
   // An initializer every reader takes through an operand that has no gradient (BatchNorm's

@@ -73,11 +73,17 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
   AMPC_ASSIGN_OR_RETURN(
       CompileOptions options,
       quick_training_options(flags.precision, flags.optimizer, flags.lr, "--precision"));
-  if (flags.no_fuse) options.pipeline.disabled.insert("fuse-elementwise");
+  if (flags.no_fuse) {
+    options.pipeline.disabled.insert("fuse-elementwise");
+    options.pipeline.disabled.insert("fuse-attention");
+  }
+  options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
   options.training->recompute_cheap = flags.recompute == "cheap";
-  if (flags.no_fuse && options.training->recompute_cheap) {
+  if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
     return absl::InvalidArgumentError(
-        "--recompute cheap does nothing with --no-fuse (the fused kernels are what recompute)");
+        str_cat("--recompute cheap does nothing with ",
+                flags.no_fuse ? "--no-fuse" : "--disable-pass fuse-elementwise",
+                " (the fused kernels are what recompute)"));
   }
   return options;
 }
@@ -92,8 +98,11 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   figures.compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
   const Graph& step = *graph->training_step();
   figures.step_nodes = step.num_nodes();
-  for (const auto& node : step.nodes())
-    figures.fused_nodes += node->op_type() == "FusedElementwise";
+  for (const auto& node : step.nodes()) {
+    const std::string& op = node->op_type();
+    figures.fused_nodes += node->domain() == kAmpcDomain &&
+                           (op == "FusedElementwise" || op == "Attention" || op == "AttentionGrad");
+  }
   figures.flops = matrix_flops(step);
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan, runtime::Plan::build(step, device));
   for (int a = 0; a < runtime::kNumArenas; ++a) {
@@ -170,6 +179,7 @@ void print(const BenchFlags& flags, const Figures& f) {
     json["precision"] = flags.precision;
     json["optimizer"] = flags.optimizer;
     json["fusion"] = !flags.no_fuse;
+    json["disabled_passes"] = flags.disabled;
     json["recompute"] = flags.recompute;
     json["steps"] = flags.steps;
     json["warmup"] = flags.warmup;
@@ -191,8 +201,9 @@ void print(const BenchFlags& flags, const Figures& f) {
     return;
   }
   std::cout << fmt::format(
-      "ampc bench {} on {}, {}, {}{}{}: {} steps after {} warm-up\n", flags.model, flags.device,
+      "ampc bench {} on {}, {}, {}{}{}{}: {} steps after {} warm-up\n", flags.model, flags.device,
       flags.precision, flags.optimizer, flags.no_fuse ? ", no fusion" : "",
+      flags.disabled.empty() ? "" : str_cat(", without ", str_join(flags.disabled, ", ")),
       flags.recompute == "cheap" ? ", recompute cheap" : "", flags.steps, flags.warmup);
   std::cout << fmt::format("  compile          {:.3f} s (training step {} nodes, {} fused)\n",
                            f.compile_seconds, f.step_nodes, f.fused_nodes);
@@ -245,7 +256,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
   bench->add_option("--warmup", flags.warmup, "Steps run before the timed ones")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
       ->capture_default_str();
-  bench->add_flag("--no-fuse", flags.no_fuse, "Compile without element-wise fusion");
+  bench->add_flag("--no-fuse", flags.no_fuse,
+                  "Compile without fusion (neither fuse-elementwise nor fuse-attention)");
+  bench->add_option("--disable-pass", flags.disabled,
+                    "Skip this compile pass, as ampc compile --disable-pass. Repeatable.");
   bench
       ->add_option("--recompute", flags.recompute,
                    "cheap: fused backward kernels recompute element-wise activations (as ampc "

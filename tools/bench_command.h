@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -23,6 +24,7 @@ struct BenchFlags {
   int64_t steps = 50;
   int64_t warmup = 5;
   bool no_fuse = false;
+  std::vector<std::string> disabled;  // --disable-pass NAME, as ampc compile
   std::string recompute = "none";     // cheap: --recompute cheap
   std::optional<double> peak_tflops;  // unset: the device's figure where ampc knows it
   std::string format = "text";

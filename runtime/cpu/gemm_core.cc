@@ -74,6 +74,24 @@ void tiled_gemm(const GemmDims& dims, const GemmBatch& batch, const F* a, const 
 
 }  // namespace
 
+void gemm_in_thread(const GemmDims& dims, float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (dims.m == 0 || dims.n == 0) return;
+  use_single_threaded_blas();
+  cblas_sgemm(CblasRowMajor, dims.trans_a ? CblasTrans : CblasNoTrans,
+              dims.trans_b ? CblasTrans : CblasNoTrans, blas_int(dims.m), blas_int(dims.n),
+              blas_int(dims.k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(ldc));
+}
+
+void gemm_in_thread(const GemmDims& dims, double alpha, const double* a, int64_t lda,
+                    const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  if (dims.m == 0 || dims.n == 0) return;
+  use_single_threaded_blas();
+  cblas_dgemm(CblasRowMajor, dims.trans_a ? CblasTrans : CblasNoTrans,
+              dims.trans_b ? CblasTrans : CblasNoTrans, blas_int(dims.m), blas_int(dims.n),
+              blas_int(dims.k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(ldc));
+}
+
 GemmBatch GemmBatch::strided(int64_t count, int64_t stride_a, int64_t stride_b, int64_t stride_c) {
   GemmBatch batch;
   for (int64_t i = 0; i < count; ++i) {

@@ -52,6 +52,14 @@ void gemm(const GemmDims& dims, const GemmBatch& batch, const float* a, const fl
 void gemm(const GemmDims& dims, const GemmBatch& batch, const double* a, const double* b,
           double* c);
 
+// One product C = alpha op(A) op(B) + beta C in the calling thread, with leading dimensions as
+// BLAS takes them: for kernels that split their work over parallel_for themselves (one tile per
+// call, in a fixed order, so the bits do not depend on the thread count either).
+void gemm_in_thread(const GemmDims& dims, float alpha, const float* a, int64_t lda, const float* b,
+                    int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm_in_thread(const GemmDims& dims, double alpha, const double* a, int64_t lda,
+                    const double* b, int64_t ldb, double beta, double* c, int64_t ldc);
+
 // Carves aligned typed buffers out of a kernel's workspace, in the order a WorkspaceFn counted
 // them with bytes_for.
 class WorkspaceCarver {

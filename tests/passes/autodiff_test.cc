@@ -94,18 +94,21 @@ TEST(Autodiff, BuffersWithoutADifferentiablePathAreNotParametersAndNotReported) 
 }
 
 // What exporters lift into initializers without being parameters: a Pow exponent (training it
-// takes log of negative bases), and an additive mask of -inf (a step turns it into NaN). Neither
-// is trained by default; --trainable names the scalar to train it.
+// takes log of negative bases), an additive mask of -inf (a step turns it into NaN) and one of
+// the lowest f32 (torch.finfo(float32).min, as the dynamo exporter folds causal masks). None is
+// trained by default; --trainable names the scalar to train it.
 TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
   const char* text = R"(
     graph g(%x: f32[2]) {
       init %w: f32[2] = [1.0, 2.0]
       init %two: f32[] = [2.0]
       init %mask: f32[2] = [0.0, -inf]
+      init %lowest: f32[2] = [-3.4028235e+38, 0.0]
       %h = Mul(%x, %w) : f32[2]
       %sq = Pow(%h, %two) : f32[2]
       %masked = Add(%sq, %mask) : f32[2]
-      %e = Exp(%masked) : f32[2]
+      %masked2 = Add(%masked, %lowest) : f32[2]
+      %e = Exp(%masked2) : f32[2]
       %loss = ReduceSum<keepdims=0>(%e) : f32[]
       return %loss
     })";
@@ -133,7 +136,7 @@ TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
   for (const Value* output : named->outputs()) grads.push_back(output->name());
   EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad", "two.grad"}));
   ASSERT_EQ(named_diagnostics.warnings().size(), 1u);
-  EXPECT_NE(named_diagnostics.warnings()[0].find("'mask' holds inf or NaN"), std::string::npos)
+  EXPECT_NE(named_diagnostics.warnings()[0].find("'mask' holds inf, NaN or its type's largest values"), std::string::npos)
       << named_diagnostics.warnings()[0];
 }
 

@@ -1,9 +1,11 @@
 // autodiff on the models in models/: the gradient of the loss with respect to every parameter,
-// run on the CPU backend in f32, against PyTorch's (`grad.<parameter>` in <model>.ref.npz).
+// run on the CPU backend in f32, against PyTorch's (`grad.<parameter>` in <model>.ref.npz); and
+// the same for tiny_gpt with its attention fused (ampc.Attention and ampc.AttentionGrad).
 #include <cmath>
 
 #include "compiler/compile.h"
 #include "gtest/gtest.h"
+#include "passes/fuse_attention.h"
 #include "passes/passes.h"
 #include "runtime/npy.h"
 #include "runtime/session.h"
@@ -12,10 +14,7 @@
 namespace ampc::runtime {
 namespace {
 
-class ModelGradients : public ::testing::TestWithParam<std::string> {};
-
-TEST_P(ModelGradients, MatchPyTorchInF32) {
-  const std::string model = GetParam();
+void expect_pytorch_gradients(const std::string& model, bool fuse_attention) {
   absl::StatusOr<std::map<std::string, Tensor>> ref =
       read_npz(testing::source_path("models/" + model + ".ref.npz"));
   ASSERT_TRUE(ref.ok()) << ref.status();
@@ -23,6 +22,12 @@ TEST_P(ModelGradients, MatchPyTorchInF32) {
   absl::StatusOr<std::unique_ptr<Graph>> graph =
       compile_file(testing::source_path("models/" + model + ".onnx"), {}, diagnostics);
   ASSERT_TRUE(graph.ok()) << graph.status();
+  if (fuse_attention) {
+    absl::StatusOr<bool> fused =
+        make_fuse_attention_pass()->run(**graph, PassContext{&diagnostics});
+    ASSERT_TRUE(fused.ok()) << fused.status();
+    ASSERT_TRUE(*fused) << "no attention fused in " << model;
+  }
   absl::StatusOr<bool> changed = make_autodiff_pass()->run(**graph, PassContext{&diagnostics});
   ASSERT_TRUE(changed.ok()) << changed.status();
   ASSERT_TRUE(*changed);
@@ -61,6 +66,14 @@ TEST_P(ModelGradients, MatchPyTorchInF32) {
     ++compared;
   }
   EXPECT_EQ(compared, expected_grads);
+}
+
+class ModelGradients : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ModelGradients, MatchPyTorchInF32) { expect_pytorch_gradients(GetParam(), false); }
+
+TEST(ModelGradients, FusedAttentionMatchesPyTorchInF32) {
+  expect_pytorch_gradients("tiny_gpt", true);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelGradients, ::testing::Values("mlp", "cnn", "tiny_gpt"),

@@ -1,7 +1,8 @@
 // `ampc bench`, end to end on the CPU: the JSON report's figures hold together (throughput and
 // TFLOP/s from the median step time, tokens per step for token inputs, MFU against the given
 // peak), the matrix FLOPs of the MLP's step equal a hand count, `--no-fuse` compiles without
-// fused nodes, and bad flags, data and devices exit non-zero with a message naming them.
+// fused nodes, `--disable-pass fuse-attention` keeps the FLOPs and plans more memory, and bad
+// flags, data and devices exit non-zero with a message naming them.
 // (Timings themselves are benchmarks, not tested.)
 #include <string>
 
@@ -67,6 +68,15 @@ TEST(BenchCli, TokenInputsReportTokensAndFusionCanBeOff) {
   EXPECT_EQ(recomputing["recompute"], "cheap");
   EXPECT_LT(recomputing["planned_bytes"].get<int64_t>(), fused["planned_bytes"].get<int64_t>());
   EXPECT_EQ(recomputing["matrix_flops_per_step"], fused["matrix_flops_per_step"]);
+  // Without the attention fusion the step keeps the probabilities for the backward: more planned
+  // memory, the same matrix FLOPs (ampc.Attention counts the products it replaced).
+  const nlohmann::json unfused_attention =
+      bench_json("tiny_gpt", "--precision bf16 --disable-pass fuse-attention");
+  ASSERT_FALSE(unfused_attention.is_null());
+  EXPECT_EQ(unfused_attention["disabled_passes"], nlohmann::json::array({"fuse-attention"}));
+  EXPECT_GT(unfused_attention["planned_bytes"].get<int64_t>(),
+            fused["planned_bytes"].get<int64_t>());
+  EXPECT_EQ(unfused_attention["matrix_flops_per_step"], fused["matrix_flops_per_step"]);
 }
 
 TEST(BenchCli, BadInputIsNamed) {
@@ -84,6 +94,9 @@ TEST(BenchCli, BadInputIsNamed) {
   r = run_ampc("bench " + model + " --data " + data + " --no-fuse --recompute cheap");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--recompute cheap does nothing with --no-fuse"));
+  r = run_ampc("bench " + model + " --data " + data + " --disable-pass fuse-everything");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--disable-pass: unknown pass 'fuse-everything'"));
   r = run_ampc("bench " + model + " --data " + data + " --precision fp8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--precision"));

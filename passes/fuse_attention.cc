@@ -1,0 +1,298 @@
+// fuse-attention: the attention pattern becomes one ampc.Attention node (ops/attention.cc),
+// which autodiff then differentiates as a whole (ampc.AttentionGrad).
+//
+// Rewrites, reading back from each Softmax over the last axis:
+//   MatMul(Q, Kt) -> [Mul or Div by a constant scalar] -> [mask] -> Softmax -> MatMul(., V)
+// where the mask is Where(M, scores, -inf) or Where(M, -inf, scores) with a bool M, or
+// Add(scores, B) with a float B that no weight reaches (a causal or padding bias; an
+// initializer holding a mask fill, passes/mask_data.h, is data, not a weight); float Casts
+// may stand anywhere between (autocast puts them around the f32 Softmax). Every value inside
+// the pattern must have the pattern's next node as its only reader, so nothing that is read
+// elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
+// type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to
+// the scores. Anything else (a soft cap, a mask before the scale, a finite fill value whose
+// fully masked rows would differ) stays unfused. The ONNX Attention op, which the importer
+// expands into this pattern, fuses the same way when its mask is causal or a float bias.
+// Assumes: static shapes; runs on the training step before autodiff (so the backward is the
+//   fused gradient, which never keeps the T x S probabilities), after autocast (so the fused
+//   node's inputs are the MatMuls' low-precision operands). The eval graph stays plain ONNX.
+// Numerics: the fused node computes the scores, the softmax and the weighted sum in f32 and
+//   rounds once, where the pattern rounded the scores, the scaled scores and the probabilities
+//   to the MatMuls' type: the results agree within a GEMM tolerance, not bit for bit
+//   (tests/passes/fuse_attention_test.cc).
+#include "passes/fuse_attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <unordered_set>
+
+#include "compiler/strings.h"
+#include "passes/mask_data.h"
+
+namespace ampc {
+namespace {
+
+bool is_op(const Node* node, std::string_view op) {
+  return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op;
+}
+
+// The value of a one-element initializer autodiff does not train by default, or nullopt.
+std::optional<double> constant_scalar(const Value* value) {
+  const Tensor* data = value->initializer();
+  if (data == nullptr || !data_by_default(*value) || value->type().num_elements() != 1 ||
+      !is_float(value->dtype()) || !data->has_data()) {
+    return std::nullopt;
+  }
+  return data->element_as_double(0);
+}
+
+// Whether a weight (an initializer autodiff may train) is among the values `value` is computed
+// from.
+bool reads_weights(const Value* value) {
+  std::vector<const Value*> stack = {value};
+  std::unordered_set<const Value*> seen;
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    if (!seen.insert(v).second) continue;
+    if (v->kind() == Value::Kind::kInitializer && !data_by_default(*v)) return true;
+    if (const Node* producer = v->producer()) {
+      for (const Value* operand : producer->operands()) {
+        if (operand != nullptr) stack.push_back(operand);
+      }
+    }
+  }
+  return false;
+}
+
+// One match: the nodes it removes (in graph order) and the fused node's operands and attributes.
+struct AttentionMatch {
+  std::vector<Node*> nodes;
+  Value* q = nullptr;
+  Value* kt = nullptr;
+  Value* v = nullptr;
+  Value* mask = nullptr;
+  int64_t mask_keep = 1;
+  double scale = 1.0;
+  Node* output = nullptr;  // the MatMul with V
+};
+
+class Matcher {
+ public:
+  // The match whose Softmax is `softmax`, or nullopt.
+  std::optional<AttentionMatch> match(Node* softmax) {
+    match_ = AttentionMatch{};
+    const Shape& shape = softmax->output(0)->shape();
+    const int64_t axis = softmax->int_attr("axis");
+    if (shape.size() < 2 || (axis != -1 && axis != static_cast<int64_t>(shape.size()) - 1)) {
+      return std::nullopt;
+    }
+    if (!match_scores(softmax->operand(0))) return std::nullopt;
+    // Found from the Softmax back; listed in graph order.
+    std::reverse(match_.nodes.begin(), match_.nodes.end());
+    match_.nodes.push_back(softmax);
+    if (!match_output(softmax)) return std::nullopt;
+    return std::move(match_);
+  }
+
+ private:
+  // A value the pattern may swallow: read only by the next node of the pattern.
+  static bool private_value(const Value* value) {
+    return value->uses().size() == 1 && !value->is_graph_output() && value->producer() != nullptr;
+  }
+
+  // Steps back over float Casts whose results only the pattern reads.
+  Value* skip_casts(Value* value) {
+    while (private_value(value) && is_op(value->producer(), "Cast") && is_float(value->dtype()) &&
+           is_float(value->producer()->operand(0)->dtype())) {
+      match_.nodes.push_back(value->producer());
+      value = value->producer()->operand(0);
+    }
+    return value;
+  }
+
+  // The Softmax's input back to the first MatMul.
+  bool match_scores(Value* value) {
+    value = skip_casts(value);
+    if (!private_value(value)) return false;
+    Node* node = value->producer();
+    if (is_op(node, "Where") && node->operand(0)->dtype() == DType::kBool) {
+      for (int fill : {1, 2}) {
+        const std::optional<double> c = constant_scalar(node->operand(fill));
+        if (!c || !std::isinf(*c) || *c > 0) continue;
+        match_.mask = node->operand(0);
+        match_.mask_keep = fill == 2 ? 1 : 0;  // Where(M, scores, -inf) keeps where M is true
+        match_.nodes.push_back(node);
+        return match_scaled(node->operand(3 - fill), value->shape());
+      }
+      return false;
+    }
+    if (is_op(node, "Add")) {
+      for (int bias : {0, 1}) {
+        Value* b = node->operand(bias);
+        if (!is_float(b->dtype()) || reads_weights(b)) continue;
+        const size_t mark = match_.nodes.size();
+        match_.mask = b;
+        match_.nodes.push_back(node);
+        if (match_scaled(node->operand(1 - bias), value->shape())) return true;
+        match_.nodes.resize(mark);
+        match_.mask = nullptr;
+      }
+      return false;
+    }
+    return match_scaled(value, value->shape());
+  }
+
+  // [Mul or Div by a constant scalar] back to MatMul(Q, Kt), which produces `scores_shape`.
+  bool match_scaled(Value* value, const Shape& scores_shape) {
+    value = skip_casts(value);
+    if (!private_value(value) || value->shape() != scores_shape) return false;
+    Node* node = value->producer();
+    if (is_op(node, "Mul") || is_op(node, "Div")) {
+      for (int c : {1, 0}) {
+        if (c == 0 && node->op_type() == "Div") continue;
+        const std::optional<double> factor = constant_scalar(node->operand(c));
+        if (!factor || !std::isfinite(*factor) || *factor == 0) continue;
+        match_.scale = node->op_type() == "Div" ? 1.0 / *factor : *factor;
+        match_.nodes.push_back(node);
+        value = skip_casts(node->operand(1 - c));
+        if (!private_value(value) || value->shape() != scores_shape) return false;
+        node = value->producer();
+        break;
+      }
+    }
+    if (!is_op(node, "MatMul")) return false;
+    Value* q = node->operand(0);
+    Value* kt = node->operand(1);
+    if (!is_float(q->dtype()) || q->dtype() != kt->dtype() || q->shape().size() < 2 ||
+        kt->shape().size() != q->shape().size() || value->shape().size() != q->shape().size() ||
+        !std::equal(q->shape().begin(), q->shape().end() - 2, kt->shape().begin())) {
+      return false;
+    }
+    if (match_.mask != nullptr && !broadcasts(match_.mask->shape(), scores_shape)) return false;
+    match_.q = q;
+    match_.kt = kt;
+    match_.nodes.push_back(node);
+    return true;
+  }
+
+  // The Softmax's output, over float Casts, into MatMul(probabilities, V).
+  bool match_output(Node* softmax) {
+    Value* value = softmax->output(0);
+    std::vector<Node*> casts;
+    while (true) {
+      if (!private_value(value)) return false;
+      Node* reader = value->uses().front().user;
+      if (is_op(reader, "Cast") && is_float(reader->output(0)->dtype())) {
+        casts.push_back(reader);
+        value = reader->output(0);
+        continue;
+      }
+      if (!is_op(reader, "MatMul") || reader->operand(0) != value) return false;
+      Value* v = reader->operand(1);
+      const Shape& q = match_.q->shape();
+      if (v->dtype() != match_.q->dtype() || v->shape().size() != q.size() ||
+          !std::equal(q.begin(), q.end() - 2, v->shape().begin()) ||
+          v->shape()[q.size() - 2] != match_.kt->shape().back()) {
+        return false;
+      }
+      match_.v = v;
+      match_.output = reader;
+      match_.nodes.insert(match_.nodes.end(), casts.begin(), casts.end());
+      match_.nodes.push_back(reader);
+      return true;
+    }
+  }
+
+  static bool broadcasts(const Shape& from, const Shape& to) {
+    if (from.size() > to.size()) return false;
+    for (size_t k = 0; k < from.size(); ++k) {
+      const int64_t f = from[from.size() - 1 - k];
+      if (f != 1 && f != to[to.size() - 1 - k]) return false;
+    }
+    return true;
+  }
+
+  AttentionMatch match_;
+};
+
+class FuseAttentionPass final : public Pass {
+ public:
+  std::string_view name() const override { return "fuse-attention"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+    std::vector<Node*> softmaxes;
+    for (Node* node : graph.node_list()) {
+      if (is_op(node, "Softmax")) softmaxes.push_back(node);
+    }
+    Matcher matcher;
+    bool changed = false;
+    for (Node* softmax : softmaxes) {
+      std::optional<AttentionMatch> match = matcher.match(softmax);
+      if (!match) continue;
+      rewrite(graph, *match);
+      changed = true;
+    }
+    return changed;
+  }
+
+ private:
+  static void rewrite(Graph& graph, const AttentionMatch& m) {
+    Node* out = m.output;
+    const TensorType& q = m.q->type();
+    const TensorType lse{q.dtype == DType::kF64 ? DType::kF64 : DType::kF32,
+                         Shape(q.shape.begin(), q.shape.end() - 1)};
+    std::vector<Value*> operands = {m.q, m.kt, m.v};
+    if (m.mask != nullptr) operands.push_back(m.mask);
+    Attributes attrs;
+    attrs["scale"] = static_cast<float>(m.scale);
+    if (m.mask != nullptr && m.mask->dtype() == DType::kBool) attrs["mask_keep"] = m.mask_keep;
+    Node* fused = graph.create_node(kAmpcDomain, "Attention", operands,
+                                    {out->output(0)->type(), lse}, std::move(attrs), out);
+    if (!out->name().empty()) fused->set_name(str_cat(out->name(), "/attention"));
+    std::vector<std::string> described;
+    for (const Node* node : m.nodes) {
+      described.push_back(node->name().empty() ? node->op_type()
+                                               : str_cat(node->op_type(), " '", node->name(), "'"));
+    }
+    if (!out->precision().empty()) {
+      PrecisionDecision& decision = fused->mutable_precision();
+      decision.compute = out->precision().compute;
+      decision.accumulate = q.dtype == DType::kF64 ? DType::kF64 : DType::kF32;
+      decision.reason = str_cat("fused attention (scores, softmax and weighted sum in ",
+                                dtype_name(*decision.accumulate), ", never stored) of ",
+                                str_join(described, ", "));
+    }
+    const std::string name = out->output(0)->name();
+    out->output(0)->replace_all_uses_with(fused->output(0));
+    std::set<Value*> maybe_dead;  // the scale and the fill value, now read by nothing
+    // Erase each node once nothing reads it: readers before producers.
+    std::vector<Node*> remaining = m.nodes;
+    while (!remaining.empty()) {
+      const size_t before = remaining.size();
+      std::erase_if(remaining, [&](Node* node) {
+        for (int i = 0; i < node->num_outputs(); ++i) {
+          if (node->has_output(i) && !node->output(i)->is_dead()) return false;
+        }
+        for (Value* operand : node->operands()) {
+          if (operand != nullptr && operand->initializer() != nullptr) maybe_dead.insert(operand);
+        }
+        graph.erase_node(node);
+        return true;
+      });
+      AMPC_CHECK(remaining.size() < before);  // the matcher took only values the pattern reads
+    }
+    fused->output(0)->set_name(name);
+    fused->output(1)->set_name(graph.unique_value_name(str_cat(name, ".lse")));
+    for (Value* value : maybe_dead) {
+      if (value->is_dead()) graph.erase_graph_value(value);
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> make_fuse_attention_pass() { return std::make_unique<FuseAttentionPass>(); }
+
+}  // namespace ampc

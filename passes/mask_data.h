@@ -1,0 +1,48 @@
+// Which float initializers are data an exporter folded, not parameters: shared by autodiff (it
+// does not train them by default) and fuse-attention (it takes them as masks and scales).
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "compiler/ir.h"
+
+namespace ampc {
+
+// Whether `value` is an initializer holding a mask fill: inf or NaN (an additive 0 / -inf
+// mask), or the type's largest finite magnitude (PyTorch's masks filled with
+// torch.finfo(dtype).min, as the dynamo exporter folds them). No trained weight holds either.
+inline bool holds_mask_fill(const Value& value) {
+  const Tensor* data = value.initializer();
+  if (data == nullptr || !data->has_data() || !is_arithmetic_float(data->dtype())) return false;
+  double largest = std::numeric_limits<double>::max();
+  switch (data->dtype()) {
+    case DType::kF32:
+      largest = std::numeric_limits<float>::max();
+      break;
+    case DType::kF16:
+      largest = 65504.0;
+      break;
+    case DType::kBF16:
+      largest = 0x1.fep127;
+      break;
+    default:
+      break;
+  }
+  for (int64_t i = 0; i < data->num_elements(); ++i) {
+    const double x = data->element_as_double(i);
+    if (!std::isfinite(x) || std::abs(x) >= largest) return true;
+  }
+  return false;
+}
+
+// Whether autodiff takes the initializer `value` as data by default (without --trainable naming
+// it): a program constant, a mask fill, or a float scalar of rank 0 (an exponent, an epsilon, a
+// temperature an exporter lifted out of the graph).
+inline bool data_by_default(const Value& value) {
+  if (value.initializer() == nullptr) return false;
+  return value.is_constant() || holds_mask_fill(value) ||
+         (is_float(value.dtype()) && value.shape().empty());
+}
+
+}  // namespace ampc

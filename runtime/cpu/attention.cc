@@ -1,0 +1,267 @@
+// CPU kernels of ampc.Attention and ampc.AttentionGrad (ops/attention.cc).
+//
+// The work goes in tiles of kQueryTile query rows of one batch (the product of the leading
+// dims); a tile's scores (kQueryTile x S values) are the most either kernel holds, never T x S.
+// Every product is a GEMM in the calling thread (runtime/cpu/gemm_core.h, OpenBLAS over f32, or
+// f64 for f64; f16 and bf16 operands staged in f32 in the workspace):
+// - forward, tiles spread over threads: S = scale Q_tile Kt + mask, each row's maximum, the
+//   exponentials and their sum, Y_tile = (P V) / sum, and the row's LSE = max + log(sum);
+// - backward, one batch per thread, its tiles in order: P = exp(S - LSE) recomputed,
+//   dP = dY_tile V^T, dS = P (dP - d) with d_i = dY_i . Y_i, dQ_tile = scale dS K, and
+//   dKt = scale Q^T dS, dV = P^T dY accumulated over the tiles.
+// Each output element is computed by one thread in an order fixed by the shapes: the results do
+// not depend on the thread count.
+//
+// Numerics: the GEMMs accumulate in the compute type in OpenBLAS's order, the exponentials' sum
+// sequentially; each output is rounded once. d_i reads Y as stored.
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/gemm_core.h"
+
+namespace ampc::runtime::cpu {
+namespace {
+
+// The sizes of one call: `batch` products of the leading dims, T queries, S keys, D and Dv.
+struct AttentionDims {
+  int64_t batch = 1, t = 0, s = 0, d = 0, dv = 0;
+};
+
+AttentionDims dims_of(const Shape& q, const Shape& v) {
+  AttentionDims dims;
+  const size_t r = q.size();
+  for (size_t i = 0; i + 2 < r; ++i) dims.batch *= q[i];
+  dims.t = q[r - 2];
+  dims.d = q[r - 1];
+  dims.s = v[r - 2];
+  dims.dv = v[r - 1];
+  return dims;
+}
+
+// Reads the mask at (batch b, query i, key j) as what it does to a score: a bool mask sets
+// -inf where it differs from `keep`, a float mask is added.
+class MaskReader {
+ public:
+  MaskReader(const KernelContext& ctx, int operand, const AttentionDims& dims, const Shape& q)
+      : arg_(ctx.has_input(operand) ? &ctx.input(operand) : nullptr) {
+    if (arg_ == nullptr) return;
+    keep_ = ctx.node.int_attr("mask_keep") != 0;
+    // The mask's strides over [batch dims.., T, S], 0 along the dims it broadcasts.
+    const Shape& m = arg_->shape();
+    const size_t rank = q.size();
+    std::vector<int64_t> strides(rank, 0);
+    int64_t stride = 1;
+    for (size_t k = 0; k < m.size(); ++k) {
+      const size_t axis = rank - 1 - k;
+      const int64_t extent = m[m.size() - 1 - k];
+      if (extent != 1) strides[axis] = stride;
+      stride *= extent;
+    }
+    row_stride_ = strides[rank - 2];
+    col_stride_ = strides[rank - 1];
+    batch_offset_.assign(dims.batch, 0);
+    for (int64_t b = 0; b < dims.batch; ++b) {
+      int64_t rest = b;
+      for (size_t axis = rank - 2; axis-- > 0;) {
+        batch_offset_[b] += (rest % q[axis]) * strides[axis];
+        rest /= q[axis];
+      }
+    }
+  }
+
+  bool present() const { return arg_ != nullptr; }
+
+  // Applies the mask of row (b, i) to `scores[0..s)`.
+  template <typename C>
+  void apply(int64_t b, int64_t i, std::span<C> scores) const {
+    if (arg_ == nullptr) return;
+    const int64_t base = batch_offset_[b] + i * row_stride_;
+    const int64_t n = static_cast<int64_t>(scores.size());
+    if (arg_->dtype() == DType::kBool) {
+      const std::span<const bool> m = arg_->in<bool>();
+      for (int64_t j = 0; j < n; ++j) {
+        if (m[base + j * col_stride_] != keep_) scores[j] = -std::numeric_limits<C>::infinity();
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j) scores[j] += read_as<C>(*arg_, base + j * col_stride_);
+    }
+  }
+
+ private:
+  const TensorArg* arg_;
+  bool keep_ = true;
+  int64_t row_stride_ = 0, col_stride_ = 0;
+  std::vector<int64_t> batch_offset_;
+};
+
+// Query rows per tile: the tile's scores (kQueryTile x S) are the most the kernels hold.
+constexpr int64_t kQueryTile = 64;
+
+// Workspace for the operands the GEMMs read (gemm_t): none for f32 and f64, which they read
+// in place, else f32 copies of `operands` (the node's float type is operand 0's).
+int64_t staging_bytes(const Node& node, std::initializer_list<int> operands) {
+  const DType dtype = node.operand(0)->dtype();
+  if (dtype != DType::kF16 && dtype != DType::kBF16) return 0;
+  int64_t bytes = 0;
+  for (int i : operands) {
+    bytes += WorkspaceCarver::bytes_for<float>(node.operand(i)->type().num_elements());
+  }
+  return bytes;
+}
+
+int64_t attention_workspace(const Node& node) { return staging_bytes(node, {0, 1, 2}); }
+
+// The tile's scores: S = scale Q_tile Kt + mask, for query rows r0 .. r0 + rows of batch b.
+template <typename C>
+void tile_scores(const C* q, const C* kt, const AttentionDims& n, int64_t b, int64_t r0,
+                 int64_t rows, C scale, const MaskReader& mask, C* scores) {
+  gemm_in_thread(GemmDims{.m = rows, .n = n.s, .k = n.d}, scale, q + (b * n.t + r0) * n.d, n.d,
+                 kt + b * n.d * n.s, n.s, C(0), scores, n.s);
+  for (int64_t r = 0; r < rows; ++r) {
+    mask.apply(b, r0 + r, std::span<C>(scores + r * n.s, n.s));
+  }
+}
+
+// What both kernels read of the node: the sizes (Q, Kt, V are operands first .. first + 2), the
+// scale and the mask.
+template <typename C>
+struct AttentionCall {
+  AttentionCall(const KernelContext& ctx, int first, int mask_operand)
+      : n(dims_of(ctx.input(first).shape(), ctx.input(first + 2).shape())),
+        scale(static_cast<C>(ctx.node.float_attr("scale"))),
+        mask(ctx, mask_operand, n, ctx.input(first).shape()) {}
+
+  AttentionDims n;
+  C scale;
+  MaskReader mask;
+};
+
+template <typename T>
+absl::Status attention(const KernelContext& ctx) {
+  using C = gemm_t<T>;
+  const AttentionCall<C> call(ctx, 0, 3);
+  const AttentionDims& n = call.n;
+  WorkspaceCarver carver(ctx.workspace);
+  const C* q = staged_operand(ctx.input(0).in<T>(), carver);
+  const C* kt = staged_operand(ctx.input(1).in<T>(), carver);
+  const C* v = staged_operand(ctx.input(2).in<T>(), carver);
+  const std::span<T> y = ctx.output(0).out<T>();
+  const bool with_lse = ctx.has_output(1);
+  const std::span<C> lse = with_lse ? ctx.output(1).out<C>() : std::span<C>();
+  const int64_t tiles = (n.t + kQueryTile - 1) / kQueryTile;
+  const int64_t tile_work = std::min(kQueryTile, n.t) * n.s * (n.d + n.dv);
+  parallel_for(n.batch * tiles, std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, tile_work)),
+               [&](int64_t begin, int64_t end) {
+                 std::vector<C> scores(std::min(kQueryTile, n.t) * n.s);
+                 std::vector<C> acc(std::min(kQueryTile, n.t) * n.dv);
+                 std::vector<C> sums(kQueryTile);
+                 for (int64_t item = begin; item < end; ++item) {
+                   const int64_t b = item / tiles;
+                   const int64_t r0 = item % tiles * kQueryTile;
+                   const int64_t rows = std::min(kQueryTile, n.t - r0);
+                   tile_scores(q, kt, n, b, r0, rows, call.scale, call.mask, scores.data());
+                   for (int64_t r = 0; r < rows; ++r) {
+                     C* row = scores.data() + r * n.s;
+                     C max = -std::numeric_limits<C>::infinity();
+                     for (int64_t j = 0; j < n.s; ++j) max = std::max(max, row[j]);
+                     C sum = 0;
+                     for (int64_t j = 0; j < n.s; ++j) {
+                       row[j] = std::exp(row[j] - max);
+                       sum += row[j];
+                     }
+                     sums[r] = sum;
+                     if (with_lse) lse[b * n.t + r0 + r] = max + std::log(sum);
+                   }
+                   gemm_in_thread(GemmDims{.m = rows, .n = n.dv, .k = n.s}, C(1), scores.data(),
+                                  n.s, v + b * n.s * n.dv, n.dv, C(0), acc.data(), n.dv);
+                   for (int64_t r = 0; r < rows; ++r) {
+                     for (int64_t x = 0; x < n.dv; ++x) {
+                       y[(b * n.t + r0 + r) * n.dv + x] = store<T>(acc[r * n.dv + x] / sums[r]);
+                     }
+                   }
+                 }
+               });
+  return absl::OkStatus();
+}
+
+int64_t attention_grad_workspace(const Node& node) { return staging_bytes(node, {0, 1, 2, 3}); }
+
+template <typename T>
+absl::Status attention_grad(const KernelContext& ctx) {
+  using C = gemm_t<T>;
+  const AttentionCall<C> call(ctx, 1, 6);
+  const AttentionDims& n = call.n;
+  const C scale = call.scale;
+  WorkspaceCarver carver(ctx.workspace);
+  const C* dy = staged_operand(ctx.input(0).in<T>(), carver);
+  const C* q = staged_operand(ctx.input(1).in<T>(), carver);
+  const C* kt = staged_operand(ctx.input(2).in<T>(), carver);
+  const C* v = staged_operand(ctx.input(3).in<T>(), carver);
+  const std::span<const T> y = ctx.input(4).in<T>();
+  const std::span<const C> lse = ctx.input(5).in<C>();
+  const std::span<T> dq = ctx.output(0).out<T>();
+  const std::span<T> dkt = ctx.output(1).out<T>();
+  const std::span<T> dv = ctx.output(2).out<T>();
+  parallel_for(n.batch, 1, [&](int64_t begin, int64_t end) {
+    const int64_t tile_rows = std::min(kQueryTile, n.t);
+    std::vector<C> probs(tile_rows * n.s);
+    std::vector<C> ds(tile_rows * n.s);
+    std::vector<C> dq_tile(tile_rows * n.d);
+    std::vector<C> dk(n.s * n.d);
+    std::vector<C> dv_acc(n.s * n.dv);
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t r0 = 0; r0 < n.t; r0 += tile_rows) {
+        const int64_t rows = std::min(tile_rows, n.t - r0);
+        const int64_t first = b * n.t + r0;  // the tile's first row over all batches
+        tile_scores(q, kt, n, b, r0, rows, scale, call.mask, probs.data());
+        // dP = dY_tile V^T.
+        gemm_in_thread(GemmDims{.m = rows, .n = n.s, .k = n.dv, .trans_b = true}, C(1),
+                       dy + first * n.dv, n.dv, v + b * n.s * n.dv, n.dv, C(0), ds.data(), n.s);
+        for (int64_t r = 0; r < rows; ++r) {
+          const int64_t row = first + r;
+          C d = 0;  // dY_i . Y_i
+          for (int64_t x = 0; x < n.dv; ++x) d += dy[row * n.dv + x] * load(y[row * n.dv + x]);
+          C* p = probs.data() + r * n.s;
+          C* g = ds.data() + r * n.s;
+          for (int64_t j = 0; j < n.s; ++j) {
+            p[j] = std::exp(p[j] - lse[row]);
+            // dS = P (dP - d); a masked key (P = 0) adds nothing, whatever its dP.
+            g[j] = p[j] == 0 ? C(0) : p[j] * (g[j] - d);
+          }
+        }
+        // dQ_tile = scale dS K (K = Kt^T); dK += scale dS^T Q_tile; dV += P^T dY_tile.
+        gemm_in_thread(GemmDims{.m = rows, .n = n.d, .k = n.s, .trans_b = true}, scale, ds.data(),
+                       n.s, kt + b * n.d * n.s, n.s, C(0), dq_tile.data(), n.d);
+        for (int64_t i = 0; i < rows * n.d; ++i) dq[first * n.d + i] = store<T>(dq_tile[i]);
+        const C beta = r0 == 0 ? C(0) : C(1);
+        gemm_in_thread(GemmDims{.m = n.s, .n = n.d, .k = rows, .trans_a = true}, scale, ds.data(),
+                       n.s, q + first * n.d, n.d, beta, dk.data(), n.d);
+        gemm_in_thread(GemmDims{.m = n.s, .n = n.dv, .k = rows, .trans_a = true}, C(1),
+                       probs.data(), n.s, dy + first * n.dv, n.dv, beta, dv_acc.data(), n.dv);
+      }
+      for (int64_t j = 0; j < n.s; ++j) {
+        for (int64_t x = 0; x < n.d; ++x) dkt[(b * n.d + x) * n.s + j] = store<T>(dk[j * n.d + x]);
+        for (int64_t x = 0; x < n.dv; ++x) {
+          dv[(b * n.s + j) * n.dv + x] = store<T>(dv_acc[j * n.dv + x]);
+        }
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void register_attention_kernels(KernelRegistry& r) {
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("Attention", {.workspace_bytes = &attention_workspace}),
+      []<typename T>() { return &attention<T>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("AttentionGrad", {.workspace_bytes = &attention_grad_workspace}),
+      []<typename T>() { return &attention_grad<T>; });
+}
+
+static KernelRegistration kReg(&register_attention_kernels);
+
+}  // namespace
+}  // namespace ampc::runtime::cpu

@@ -1,0 +1,222 @@
+// The CUDA kernels of ampc.Attention and ampc.AttentionGrad; see attention_kernels.h for the
+// split of the work and the numerics. One block of kAttentionThreads per row (query or key), in
+// a grid-stride loop; the row's scores (or the key pass's probabilities and dS) live in dynamic
+// shared memory.
+#include <limits>
+
+#include "runtime/cuda/attention_kernels.h"
+#include "runtime/cuda/reduce.cuh"
+#include "runtime/numeric.h"
+
+namespace ampc::runtime::cuda {
+namespace {
+
+inline constexpr int kAttentionThreads = 256;
+
+// The offset of batch b's mask (before the row and column strides).
+__device__ int64_t mask_batch_offset(const AttentionParams& p, int64_t b) {
+  int64_t offset = 0;
+  for (int k = p.batch_rank - 1; k >= 0; --k) {
+    offset += (b % p.batch_dims[k]) * p.mask_batch_strides[k];
+    b /= p.batch_dims[k];
+  }
+  return offset;
+}
+
+// The score after the mask at `at`: -inf where a bool mask differs from `keep`, else plus the
+// float bias.
+__device__ float masked(const AttentionParams& p, const void* mask, int64_t at, float score) {
+  switch (p.mask_type) {
+    case Elem::kBool:
+      return ((static_cast<const uint8_t*>(mask)[at] != 0) != p.keep)
+                 ? -std::numeric_limits<float>::infinity()
+                 : score;
+    case Elem::kF32:
+      return score + static_cast<const float*>(mask)[at];
+    case Elem::kF16:
+      return score + static_cast<float>(static_cast<const Float16*>(mask)[at]);
+    case Elem::kBF16:
+      return score + static_cast<float>(static_cast<const BFloat16*>(mask)[at]);
+    default:
+      return score;
+  }
+}
+
+// The scaled, masked score of query row `row` (batch b, index i) and key j.
+template <typename T>
+__device__ float score_of(const AttentionParams& p, const T* q, const T* kt, const void* mask,
+                          int64_t row, int64_t b, int64_t i, int64_t j, int64_t mask_base) {
+  const T* q_row = q + row * p.d;
+  const T* kt_b = kt + b * p.d * p.s;
+  float dot = 0;
+  for (int64_t x = 0; x < p.d; ++x) dot += load(q_row[x]) * load(kt_b[x * p.s + j]);
+  float score = p.scale * dot;
+  if (p.has_mask) {
+    score = masked(p, mask, mask_base + i * p.mask_row_stride + j * p.mask_col_stride, score);
+  }
+  return score;
+}
+
+struct MaxOf {
+  __device__ float operator()(float a, float b) const { return a < b ? b : a; }
+};
+
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_kernel(const T* q, const T* kt, const T* v, const void* mask, T* y, float* lse,
+                     AttentionParams p) {
+  extern __shared__ float scores[];
+  const BlockTeam team;
+  for (int64_t row = blockIdx.x; row < p.batch * p.t; row += gridDim.x) {
+    const int64_t b = row / p.t;
+    const int64_t i = row % p.t;
+    const int64_t mask_base = p.has_mask ? mask_batch_offset(p, b) : 0;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+      scores[j] = score_of(p, q, kt, mask, row, b, i, j, mask_base);
+      max = MaxOf{}(max, scores[j]);
+    }
+    max = team.reduce(max, MaxOf{});
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+      scores[j] = numeric::exp(scores[j] - max);
+      sum += scores[j];
+    }
+    sum = team.reduce(sum, Plus{});  // its barriers also publish `scores`
+    const T* v_b = v + b * p.s * p.dv;
+    for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
+      float acc = 0;
+      for (int64_t j = 0; j < p.s; ++j) acc += scores[j] * load(v_b[j * p.dv + x]);
+      y[row * p.dv + x] = store<T>(acc / sum);
+    }
+    if (lse != nullptr && threadIdx.x == 0) lse[row] = max + numeric::log(sum);
+    __syncthreads();  // `scores` is the next row's
+  }
+}
+
+// Per query row: d_i = dY_i . Y_i into `delta`, dS over the keys, dQ_i = scale sum_j dS_ij K_j.
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_grad_rows_kernel(const T* dy, const T* q, const T* kt, const T* v, const T* y,
+                               const float* lse, const void* mask, T* dq, float* delta,
+                               AttentionParams p) {
+  extern __shared__ float ds[];
+  const BlockTeam team;
+  for (int64_t row = blockIdx.x; row < p.batch * p.t; row += gridDim.x) {
+    const int64_t b = row / p.t;
+    const int64_t i = row % p.t;
+    const int64_t mask_base = p.has_mask ? mask_batch_offset(p, b) : 0;
+    const T* dy_row = dy + row * p.dv;
+    float d = 0;
+    for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
+      d += load(dy_row[x]) * load(y[row * p.dv + x]);
+    }
+    d = team.reduce(d, Plus{});
+    const T* v_b = v + b * p.s * p.dv;
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+      const float prob = numeric::exp(score_of(p, q, kt, mask, row, b, i, j, mask_base) - lse[row]);
+      float dp = 0;
+      if (prob != 0) {
+        for (int64_t x = 0; x < p.dv; ++x) dp += load(dy_row[x]) * load(v_b[j * p.dv + x]);
+      }
+      ds[j] = prob == 0 ? 0.0f : prob * (dp - d);
+    }
+    __syncthreads();
+    const T* kt_b = kt + b * p.d * p.s;
+    for (int64_t x = threadIdx.x; x < p.d; x += blockDim.x) {
+      float acc = 0;
+      for (int64_t j = 0; j < p.s; ++j) acc += ds[j] * load(kt_b[x * p.s + j]);
+      dq[row * p.d + x] = store<T>(p.scale * acc);
+    }
+    if (threadIdx.x == 0) delta[row] = d;
+    __syncthreads();
+  }
+}
+
+// Per key: dKt_:j = scale sum_i dS_ij Q_i and dV_j = sum_i P_ij dY_i.
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_grad_keys_kernel(const T* dy, const T* q, const T* kt, const T* v, const float* lse,
+                               const float* delta, const void* mask, T* dkt, T* dv,
+                               AttentionParams p) {
+  extern __shared__ float shared[];
+  float* probs = shared;
+  float* ds = shared + p.t;
+  for (int64_t key = blockIdx.x; key < p.batch * p.s; key += gridDim.x) {
+    const int64_t b = key / p.s;
+    const int64_t j = key % p.s;
+    const int64_t mask_base = p.has_mask ? mask_batch_offset(p, b) : 0;
+    const T* v_row = v + key * p.dv;
+    for (int64_t i = threadIdx.x; i < p.t; i += blockDim.x) {
+      const int64_t row = b * p.t + i;
+      const float prob = numeric::exp(score_of(p, q, kt, mask, row, b, i, j, mask_base) - lse[row]);
+      float dp = 0;
+      if (prob != 0) {
+        for (int64_t x = 0; x < p.dv; ++x) dp += load(dy[row * p.dv + x]) * load(v_row[x]);
+      }
+      probs[i] = prob;
+      ds[i] = prob == 0 ? 0.0f : prob * (dp - delta[row]);
+    }
+    __syncthreads();
+    for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
+      float acc = 0;
+      for (int64_t i = 0; i < p.t; ++i) acc += probs[i] * load(dy[(b * p.t + i) * p.dv + x]);
+      dv[key * p.dv + x] = store<T>(acc);
+    }
+    for (int64_t x = threadIdx.x; x < p.d; x += blockDim.x) {
+      float acc = 0;
+      for (int64_t i = 0; i < p.t; ++i) acc += ds[i] * load(q[(b * p.t + i) * p.d + x]);
+      dkt[(b * p.d + x) * p.s + j] = store<T>(p.scale * acc);
+    }
+    __syncthreads();
+  }
+}
+
+unsigned row_blocks(int64_t rows) {
+  return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 * 8 ? 65535 * 8 : rows));
+}
+
+size_t floats(int64_t n) { return static_cast<size_t>(n) * sizeof(float); }
+
+}  // namespace
+
+cudaError_t launch_attention(Elem type, const void* q, const void* kt, const void* v,
+                             const void* mask, void* y, float* lse, const AttentionParams& params,
+                             cudaStream_t stream) {
+  if (params.batch * params.t == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attention_kernel<T>
+        <<<row_blocks(params.batch * params.t), kAttentionThreads, floats(params.s), stream>>>(
+            static_cast<const T*>(q), static_cast<const T*>(kt), static_cast<const T*>(v), mask,
+            static_cast<T*>(y), lse, params);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, const void* kt,
+                                  const void* v, const void* y, const float* lse, const void* mask,
+                                  void* dq, void* dkt, void* dv, float* delta,
+                                  const AttentionParams& params, cudaStream_t stream) {
+  if (params.batch * params.t == 0 || params.batch * params.s == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* dy_t = static_cast<const T*>(dy);
+    const T* q_t = static_cast<const T*>(q);
+    const T* kt_t = static_cast<const T*>(kt);
+    const T* v_t = static_cast<const T*>(v);
+    attention_grad_rows_kernel<T>
+        <<<row_blocks(params.batch * params.t), kAttentionThreads, floats(params.s), stream>>>(
+            dy_t, q_t, kt_t, v_t, static_cast<const T*>(y), lse, mask, static_cast<T*>(dq), delta,
+            params);
+    const cudaError_t rows = cudaGetLastError();
+    if (rows != cudaSuccess) return rows;
+    attention_grad_keys_kernel<T>
+        <<<row_blocks(params.batch * params.s), kAttentionThreads, floats(2 * params.t), stream>>>(
+            dy_t, q_t, kt_t, v_t, lse, delta, mask, static_cast<T*>(dkt), static_cast<T*>(dv),
+            params);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace ampc::runtime::cuda

@@ -1,0 +1,52 @@
+// The launchers of the CUDA kernels of ampc.Attention and ampc.AttentionGrad
+// (attention_kernels.cu); plain data, as runtime/cuda/kernels.h. runtime/cuda/attention.cc
+// computes the parameters at load.
+//
+// The work is split as the CPU kernels split it (runtime/cpu/attention.cc): one block per query
+// row holds the row's S scores in shared memory (never the T x S matrix); the backward
+// recomputes the probabilities from the saved LSE, once per query row (dQ, and d_i = dY_i . Y_i
+// into the workspace) and once per key (dKt, dV), so every output element is summed by one
+// thread in a fixed order. Elements are read into f32, dots and sums accumulate in f32 and each
+// result is rounded once; the block's maximum and sum are reduced as a tree, an order the CPU's
+// sequential one differs from within the contract's reduction tolerance.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/kernels.h"
+
+namespace ampc::runtime::cuda {
+
+// Keys (forward, dQ) or queries (dKt, dV) one block holds in shared memory: 48 KiB of f32, two
+// values per query for the backward's key pass.
+inline constexpr int64_t kMaxAttentionKeys = 12288;
+inline constexpr int64_t kMaxAttentionQueries = kMaxAttentionKeys / 2;
+
+struct AttentionParams {
+  // Q [batch.., T, D], Kt [batch.., D, S], V [batch.., S, Dv]; `batch` the batch dims' product.
+  int64_t batch = 1, t = 0, s = 0, d = 0, dv = 0;
+  float scale = 1;
+  // The mask, when `has_mask`: bool (masks out where it differs from `keep`) or a float bias
+  // (added), read at mask_batch_offset(b) + i * mask_row_stride + j * mask_col_stride, where
+  // the offset of batch b sums its index along batch dim k times mask_batch_strides[k].
+  bool has_mask = false;
+  bool keep = true;
+  Elem mask_type = Elem::kBool;
+  int batch_rank = 0;
+  int64_t batch_dims[kMaxRank] = {};
+  int64_t mask_batch_strides[kMaxRank] = {};
+  int64_t mask_row_stride = 0, mask_col_stride = 0;
+};
+
+// Y and LSE (f32, may be null) of ampc.Attention.
+cudaError_t launch_attention(Elem type, const void* q, const void* kt, const void* v,
+                             const void* mask, void* y, float* lse, const AttentionParams& params,
+                             cudaStream_t stream);
+
+// dQ, dKt and dV of ampc.AttentionGrad; `delta` is workspace of batch * T floats.
+cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, const void* kt,
+                                  const void* v, const void* y, const float* lse, const void* mask,
+                                  void* dq, void* dkt, void* dv, float* delta,
+                                  const AttentionParams& params, cudaStream_t stream);
+
+}  // namespace ampc::runtime::cuda

@@ -1,0 +1,209 @@
+// fuse-attention: what fuses (the pattern with a bool or additive mask, a Mul or Div scale or
+// none, float casts between) and what must not (the probabilities read elsewhere, a finite fill
+// value, a mask before the scale, a bias computed from a weight, a Softmax over another axis);
+// and the fused node's output and its gradients (autodiff through ampc.AttentionGrad) against
+// the unfused pattern's, on the CPU. The reference for the numerics is the unfused graph run in
+// f64: the fused node in f32 and in f16 must be as close to it as the unfused graph in the same
+// type is (within a factor), and within a tolerance that scales with the sums' lengths.
+#include "passes/fuse_attention.h"
+
+#include <cstdio>
+#include <random>
+
+#include "tests/attention_graphs.h"
+
+namespace ampc {
+namespace {
+
+using testing::mark_constants;
+
+// Runs fuse-attention on `before` (its c_ initializers constant) and compares with `after`.
+void expect_fusion(std::string_view before, std::string_view after, bool changes = true) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(before);
+  ASSERT_NE(graph, nullptr);
+  mark_constants(*graph);
+  Diagnostics diagnostics;
+  absl::StatusOr<bool> changed = make_fuse_attention_pass()->run(*graph, PassContext{&diagnostics});
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_EQ(*changed, changes);
+  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
+  EXPECT_EQ(print_graph(*graph), testing::canonical_text(after));
+}
+
+void expect_unchanged(std::string_view graph) { expect_fusion(graph, graph, false); }
+
+// The causal mask of 3 queries over 3 keys.
+constexpr std::string_view kCausal = "[true, false, false, true, true, false, true, true, true]";
+
+TEST(FuseAttention, TheAutocastPatternWithABoolMaskBecomesOneNode) {
+  const std::string before = str_cat(R"(
+    graph g(%q: f16[2,3,4], %kt: f16[2,4,3], %v: f16[2,3,5]) opset(17) {
+      init %c_scale: f16[] = [0.5]
+      init %c_ninf: f16[] = [-inf]
+      init %c_mask: bool[3,3] = )",
+                                     kCausal, R"(
+      %s = MatMul(%q, %kt) : f16[2,3,3]
+      %sc = Mul(%s, %c_scale) : f16[2,3,3]
+      %sm = Where(%c_mask, %sc, %c_ninf) : f16[2,3,3]
+      %s32 = Cast<to=f32>(%sm) : f32[2,3,3]
+      %p = Softmax<axis=-1>(%s32) : f32[2,3,3]
+      %p16 = Cast<to=f16>(%p) : f16[2,3,3]
+      %y = MatMul(%p16, %v) : f16[2,3,5]
+      return %y
+    })");
+  const std::string after = str_cat(R"(
+    graph g(%q: f16[2,3,4], %kt: f16[2,4,3], %v: f16[2,3,5]) opset(17) {
+      init %c_mask: bool[3,3] = )",
+                                    kCausal, R"(
+      %y, %y.lse = ampc.Attention<mask_keep=1, scale=0.5>(%q, %kt, %v, %c_mask) : f16[2,3,5], f32[2,3]
+      return %y
+    })");
+  expect_fusion(before, after);
+}
+
+// Where(M, -inf, scores) masks where M is true; Div divides; the bias of the ONNX Attention
+// op's expansion (Add of a constant 0 / -inf matrix) is the float form.
+TEST(FuseAttention, InvertedMasksDivisorsAndAdditiveBiasesFuse) {
+  expect_fusion(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+      init %c_d: f32[] = [4.0]
+      init %c_ninf: f32[] = [-inf]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sc = Div(%s, %c_d) : f32[3,4]
+      %sm = Where(%m, %c_ninf, %sc) : f32[3,4]
+      %p = Softmax(%sm) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+      %y, %y.lse = ampc.Attention<mask_keep=0, scale=0.25>(%q, %kt, %v, %m) : f32[3,2], f32[3]
+      return %y
+    })");
+  expect_fusion(R"(
+    graph g(%q: f32[1,3,2], %kt: f32[1,2,3], %v: f32[1,3,2]) opset(17) {
+      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
+      %s = MatMul(%q, %kt) : f32[1,3,3]
+      %sb = Add(%s, %c_bias) : f32[1,3,3]
+      %p = Softmax(%sb) : f32[1,3,3]
+      %y = MatMul(%p, %v) : f32[1,3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[1,3,2], %kt: f32[1,2,3], %v: f32[1,3,2]) opset(17) {
+      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
+      %y, %y.lse = ampc.Attention<scale=1.0>(%q, %kt, %v, %c_bias) : f32[1,3,2], f32[1,3]
+      return %y
+    })");
+}
+
+TEST(FuseAttention, WhatIsReadElsewhereOrComputedDifferentlyStays) {
+  // The probabilities are a graph output.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2]) opset(17) {
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %p = Softmax(%s) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y, %p
+    })");
+  // The scores are read twice.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2]) opset(17) {
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %p = Softmax(%s) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      %z = ReduceSum<keepdims=0>(%s) : f32[]
+      return %y, %z
+    })");
+  // A finite fill value: a fully masked row is uniform, not NaN.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+      init %c_fill: f32[] = [-10000.0]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sm = Where(%m, %s, %c_fill) : f32[3,4]
+      %p = Softmax(%sm) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })");
+  // The mask comes before the scale.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+      init %c_ninf: f32[] = [-inf]
+      init %c_scale: f32[] = [0.5]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sm = Where(%m, %s, %c_ninf) : f32[3,4]
+      %sc = Mul(%sm, %c_scale) : f32[3,4]
+      %p = Softmax(%sc) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })");
+  // A learned bias (a weight) would need its own gradient.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2]) opset(17) {
+      init %bias: f32[4] = [0.1, 0.2, 0.3, 0.4]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sb = Add(%s, %bias) : f32[3,4]
+      %p = Softmax(%sb) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })");
+  // A weight as the scale (of shape [1]: rank-0 initializers are constants by default, as
+  // autodiff takes them), and a Softmax over the first axis.
+  expect_unchanged(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %v3: f32[3,2]) opset(17) {
+      init %t: f32[1] = [0.5]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sc = Mul(%s, %t) : f32[3,4]
+      %p = Softmax(%sc) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      %s2 = MatMul(%q, %kt) : f32[3,4]
+      %p2 = Softmax<axis=0>(%s2) : f32[3,4]
+      %p2t = Transpose(%p2) : f32[4,3]
+      %y2 = MatMul(%p2t, %v3) : f32[4,2]
+      return %y, %y2
+    })");
+}
+
+// ---- Numerics ------------------------------------------------------------------------------
+
+class FusedAttentionNumerics : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
+  const testing::AttentionCase c{.bias = GetParam()};
+  std::mt19937 rng(11);
+  const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
+  const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
+  ASSERT_EQ(reference.size(), 4u);
+  // Sanity: the f64 graph fused and unfused agree to f64 rounding.
+  const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+  ASSERT_EQ(fused64.size(), 4u);
+  for (const auto& [name, want] : reference) {
+    EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+  }
+  // Per type, with u its unit roundoff: the fused node's relative error must be within
+  // 8 u sqrt(T) (T keys summed; D = 8 and Dv = 5 are shorter), and within twice the unfused
+  // graph's, which rounds the scores and the probabilities besides.
+  for (const auto& [dtype, u] : std::vector<std::pair<DType, double>>{
+           {DType::kF32, 0x1p-24}, {DType::kF16, 0x1p-11}, {DType::kBF16, 0x1p-8}}) {
+    const auto fused = testing::run_attention(dtype, c, true, inputs);
+    const auto unfused = testing::run_attention(dtype, c, false, inputs);
+    ASSERT_EQ(fused.size(), 4u);
+    ASSERT_EQ(unfused.size(), 4u);
+    for (const auto& [name, want] : reference) {
+      const double fused_error = testing::relative_error(fused.at(name), want);
+      const double unfused_error = testing::relative_error(unfused.at(name), want);
+      const std::string figures = str_cat(name, " in ", dtype_name(dtype), ": fused ", fused_error,
+                                          ", unfused ", unfused_error);
+      std::printf("relative error against f64, %s\n", figures.c_str());
+      SCOPED_TRACE(figures);
+      EXPECT_LT(fused_error, 8 * u * std::sqrt(static_cast<double>(c.t)));
+      EXPECT_LE(fused_error, 2 * unfused_error + 4 * u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Masks, FusedAttentionNumerics, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "bias" : "bool_mask"; });
+
+}  // namespace
+}  // namespace ampc
