@@ -1,10 +1,14 @@
 #!/usr/bin/env python3
 """CPU training-step time of ampc beside PyTorch on the same models, batches and threads.
 
-The two models of issue 16's table, exported from PyTorch with their cross-entropy loss:
+The two models of issue 16's table and a causal self-attention layer, exported from PyTorch
+with their cross-entropy loss:
   mlp: 784-1024-1024-10 with ReLU, batch 128;
   rescnn: a residual CNN at 32x32, batch 16: a stem Conv+BN+SiLU (3 -> 32 channels), a residual
-          block of two Conv+BN+SiLU, global average pooling and a linear classifier.
+          block of two Conv+BN+SiLU, global average pooling and a linear classifier;
+  attention: 8 sequences of 256 positions of width 256, 4 heads: QKV projection, causal
+             scaled_dot_product_attention (PyTorch's fused CPU kernel), output projection, mean
+             over the positions and a linear classifier.
 Both train with SGD, momentum 0.9, lr 0.01, in f32. PyTorch runs with torch.set_num_threads(T);
 ampc with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 (ampc's own threads call a
 single-threaded BLAS). ampc's step time is (time of `ampc train --steps N+W`) - (time of
@@ -62,9 +66,28 @@ class ResCnn(nn.Module):
         return F.cross_entropy(self.fc(h.mean(dim=(2, 3))), label)
 
 
+class Attention(nn.Module):
+    def __init__(self, width=256, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.fc = nn.Linear(width, 10)
+
+    def forward(self, x, label):
+        batch, length, width = x.shape
+        q, k, v = self.qkv(x).split(width, dim=2)
+        heads = [t.view(batch, length, self.heads, width // self.heads).transpose(1, 2)
+                 for t in (q, k, v)]
+        y = F.scaled_dot_product_attention(*heads, is_causal=True)
+        y = self.proj(y.transpose(1, 2).reshape(batch, length, width))
+        return F.cross_entropy(self.fc(y.mean(dim=1)), label)
+
+
 MODELS = {
     "mlp": (Mlp, (128, 784)),
     "rescnn": (ResCnn, (16, 3, 32, 32)),
+    "attention": (Attention, (8, 256, 256)),
 }
 
 
@@ -151,7 +174,8 @@ def main():
                                               args.warmup, [], directory)),
                 ("plain", lambda: ampc_step_ms(args.ampc, model, data, args.threads, args.steps,
                                                args.warmup,
-                                               ["--disable-pass", "fuse-elementwise"],
+                                               ["--disable-pass", "fuse-elementwise",
+                                                "--disable-pass", "fuse-attention"],
                                                directory)),
             ):
                 figures[label] = statistics.median(run() for _ in range(args.repeats))

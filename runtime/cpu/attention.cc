@@ -78,18 +78,35 @@ class MaskReader {
   void apply(int64_t b, int64_t i, std::span<C> scores) const {
     if (arg_ == nullptr) return;
     const int64_t base = batch_offset_[b] + i * row_stride_;
-    const int64_t n = static_cast<int64_t>(scores.size());
-    if (arg_->dtype() == DType::kBool) {
-      const std::span<const bool> m = arg_->in<bool>();
-      for (int64_t j = 0; j < n; ++j) {
-        if (m[base + j * col_stride_] != keep_) scores[j] = -std::numeric_limits<C>::infinity();
+    switch (arg_->dtype()) {
+      case DType::kBool: {
+        const bool* m = arg_->in<bool>().data() + base;
+        for (size_t j = 0; j < scores.size(); ++j) {
+          if (m[j * col_stride_] != keep_) scores[j] = -std::numeric_limits<C>::infinity();
+        }
+        return;
       }
-    } else {
-      for (int64_t j = 0; j < n; ++j) scores[j] += read_as<C>(*arg_, base + j * col_stride_);
+      case DType::kF32:
+        return add_bias(arg_->in<float>().data() + base, scores);
+      case DType::kF64:
+        return add_bias(arg_->in<double>().data() + base, scores);
+      case DType::kF16:
+        return add_bias(arg_->in<Float16>().data() + base, scores);
+      case DType::kBF16:
+        return add_bias(arg_->in<BFloat16>().data() + base, scores);
+      default:
+        AMPC_CHECK(false && "a mask is bool or float");
     }
   }
 
  private:
+  template <typename M, typename C>
+  void add_bias(const M* bias, std::span<C> scores) const {
+    for (size_t j = 0; j < scores.size(); ++j) {
+      scores[j] += static_cast<C>(load(bias[j * col_stride_]));
+    }
+  }
+
   const TensorArg* arg_;
   bool keep_ = true;
   int64_t row_stride_ = 0, col_stride_ = 0;

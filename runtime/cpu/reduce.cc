@@ -16,6 +16,7 @@
 // maximum the lowest value of the type (-inf for floats, false for bool). ReduceMax propagates
 // NaN.
 #include <algorithm>
+#include <array>
 #include <limits>
 #include <optional>
 #include <type_traits>
@@ -171,6 +172,40 @@ T finish(accumulate_t<T, R> acc, int64_t count) {
   }
 }
 
+// Outputs whose innermost kept dimension is the input's last (a bias gradient: the sum of every
+// row): consecutive outputs read consecutive elements, so a block of them is summed together,
+// row after row, instead of one strided column at a time. Each output still adds its elements
+// in the same order (the reduced positions, row-major), so the bits are the column walk's.
+constexpr int64_t kColumnBlock = 256;
+
+template <typename T, Reduction R>
+void reduce_columns(const ReduceLayout& layout, std::span<const T> in, std::span<T> out) {
+  const int64_t width = layout.kept_sizes.back();
+  const int64_t blocks_per_run = (width + kColumnBlock - 1) / kColumnBlock;
+  const int64_t items = layout.output_count / width * blocks_per_run;
+  const int64_t work = layout.reduced_count * std::min(width, kColumnBlock);
+  parallel_for(items, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work)),
+               [&](int64_t begin, int64_t end) {
+                 std::array<accumulate_t<T, R>, kColumnBlock> acc;
+                 for (int64_t item = begin; item < end; ++item) {
+                   const int64_t run = item / blocks_per_run;
+                   const int64_t first = run * width + item % blocks_per_run * kColumnBlock;
+                   const int64_t n = std::min(kColumnBlock, (run + 1) * width - first);
+                   const int64_t base = layout.base_offset(first);
+                   std::fill(acc.begin(), acc.begin() + n, initial_value<T, R>());
+                   for (int64_t outer : layout.outer_reduced_offsets) {
+                     for (int64_t i = 0; i < layout.inner_size; ++i) {
+                       const T* row = in.data() + base + outer + i * layout.inner_stride;
+                       for (int64_t w = 0; w < n; ++w) accumulate<T, R>(acc[w], row[w]);
+                     }
+                   }
+                   for (int64_t w = 0; w < n; ++w) {
+                     out[first + w] = finish<T, R>(acc[w], layout.reduced_count);
+                   }
+                 }
+               });
+}
+
 template <typename T, Reduction R>
 absl::Status reduce(const KernelContext& ctx) {
   const TensorArg& data = ctx.input(0);
@@ -191,6 +226,11 @@ absl::Status reduce(const KernelContext& ctx) {
   const ReduceLayout layout = make_layout(data.shape(), *axes);
   AMPC_CHECK(layout.output_count == static_cast<int64_t>(out.size()));
 
+  if (!layout.kept_strides.empty() && layout.kept_strides.back() == 1 &&
+      layout.kept_sizes.back() >= kColumnBlock / 8) {
+    reduce_columns<T, R>(layout, in, out);
+    return absl::OkStatus();
+  }
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, layout.reduced_count));
   parallel_for(layout.output_count, grain, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
