@@ -7,6 +7,7 @@
 
 #include "runtime/cast_math.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/f16_convert.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -49,7 +50,14 @@ void cast_elements(const TensorArg& in, const TensorArg& out, bool saturate) {
   const From* src = in.in<From>().data();
   To* dst = out.out<To>().data();
   parallel_for(out.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dst[i] = cast_math::cast<From, To>(src[i], saturate);
+    // f16 <-> f32 through F16C where the CPU has it: the same rounding (runtime/cpu/f16_convert.h).
+    if constexpr (std::is_same_v<From, Float16> && std::is_same_v<To, float>) {
+      widen_f16(src + begin, dst + begin, end - begin);
+    } else if constexpr (std::is_same_v<From, float> && std::is_same_v<To, Float16>) {
+      narrow_to_f16(src + begin, dst + begin, end - begin);
+    } else {
+      for (int64_t i = begin; i < end; ++i) dst[i] = cast_math::cast<From, To>(src[i], saturate);
+    }
   });
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/f16_convert.h"
 
 namespace ampc::runtime::cpu {
 
@@ -98,19 +99,27 @@ using gemm_t = compute_t<T>;
 template <typename T>
 constexpr bool needs_staging_v = !std::is_same_v<T, gemm_t<T>>;
 
-// Converts every element of `in` exactly to f32.
+// Converts every element of `in` exactly to f32 (f16 through F16C where the CPU has it).
 template <typename T>
 void upcast(std::span<const T> in, float* out) {
   parallel_for(static_cast<int64_t>(in.size()), 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = load(in[i]);
+    if constexpr (std::is_same_v<T, Float16>) {
+      widen_f16(in.data() + begin, out + begin, end - begin);
+    } else {
+      for (int64_t i = begin; i < end; ++i) out[i] = load(in[i]);
+    }
   });
 }
 
-// Rounds each f32 value once into T.
+// Rounds each f32 value once into T (f16 through F16C where the CPU has it).
 template <typename T>
 void round_into(const float* in, std::span<T> out) {
   parallel_for(static_cast<int64_t>(out.size()), 1 << 14, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = store<T>(in[i]);
+    if constexpr (std::is_same_v<T, Float16>) {
+      narrow_to_f16(in + begin, out.data() + begin, end - begin);
+    } else {
+      for (int64_t i = begin; i < end; ++i) out[i] = store<T>(in[i]);
+    }
   });
 }
 
