@@ -1,6 +1,7 @@
 #include "runtime/plan.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -285,19 +286,44 @@ void Plan::assign_offsets(bool reuse_memory) {
     }
     return;
   }
-  // Greedy by size: place the largest buffers first, each at the lowest offset where it fits
-  // between the buffers already placed whose lifetimes overlap its own. Ties keep graph order,
-  // so the plan is deterministic.
-  std::stable_sort(activations.begin(), activations.end(),
-                   [&](int a, int b) { return buffers_[a].bytes > buffers_[b].bytes; });
-  Occupancy placed(static_cast<int>(steps_.size()));
-  for (int b : activations) {
-    Buffer& buffer = buffers_[b];
-    const int64_t bytes = align_up(buffer.bytes);
-    buffer.offset = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
-    activation_bytes = std::max(activation_bytes, buffer.offset + bytes);
-    if (bytes > 0) placed.place(buffer, buffer.offset + bytes);
+  // Greedy placement: buffers in some order, each at the lowest offset where it fits between
+  // the buffers already placed whose lifetimes overlap its own. No order is best for every
+  // graph, so three are tried and the one with the smallest arena kept (the first of equals):
+  // the largest buffers first; the largest lifetime-by-size areas first; and the order in which
+  // they are written (first fit in time, which packs the backward's buffers into the memory the
+  // forward's activations free, in backward order). Ties keep graph order: the plan is
+  // deterministic.
+  const auto area = [&](int b) {
+    return buffers_[b].bytes * (buffers_[b].last_step - buffers_[b].first_step + 1);
+  };
+  const std::vector<std::function<bool(int, int)>> orders = {
+      [&](int a, int b) { return buffers_[a].bytes > buffers_[b].bytes; },
+      [&](int a, int b) { return area(a) > area(b); },
+      [&](int a, int b) { return buffers_[a].first_step < buffers_[b].first_step; },
+  };
+  std::vector<int64_t> best_offsets;
+  int64_t best_bytes = -1;
+  for (const auto& order : orders) {
+    std::vector<int> sequence = activations;
+    std::stable_sort(sequence.begin(), sequence.end(), order);
+    Occupancy placed(static_cast<int>(steps_.size()));
+    std::vector<int64_t> offsets(buffers_.size(), 0);
+    int64_t arena = 0;
+    for (int b : sequence) {
+      Buffer& buffer = buffers_[b];
+      const int64_t bytes = align_up(buffer.bytes);
+      buffer.offset = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
+      offsets[b] = buffer.offset;
+      arena = std::max(arena, buffer.offset + bytes);
+      if (bytes > 0) placed.place(buffer, buffer.offset + bytes);
+    }
+    if (best_bytes < 0 || arena < best_bytes) {
+      best_bytes = arena;
+      best_offsets = std::move(offsets);
+    }
   }
+  for (int b : activations) buffers_[b].offset = best_offsets[b];
+  activation_bytes = std::max<int64_t>(best_bytes, 0);
 }
 
 bool Plan::updates_in_place(const Value* update) const {

@@ -4,8 +4,11 @@
 // Liveness is by step (the position of a node in the graph's topological order). A value is
 // live from the step that produces it to its last reader; graph inputs and initializers live for
 // the whole run and graph outputs until its end. Activation buffers whose lifetimes do not
-// overlap share memory (greedy by size: the largest buffer is placed first, each at the lowest
-// offset free for its lifetime). An element-wise or reshaping node may write its output over an
+// overlap share memory: each buffer goes at the lowest offset free for its lifetime, in three
+// greedy orders (largest first, largest lifetime x size first, first written first), and the
+// placement with the smallest arena is kept. On the example models' training steps that is the
+// most bytes live at any one step, which no placement of the same order can beat
+// (tests/runtime/plan_test.cc). An element-wise or reshaping node may write its output over an
 // operand it is the last reader of (KernelDef::in_place_operand); the two values then share one
 // buffer. So may a node that computes a state update over the state it updates (an optimizer's
 // parameter and moments, the loss scale), which is then updated in place in the parameters

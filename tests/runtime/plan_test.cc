@@ -116,18 +116,36 @@ TEST(Plan, BuffersWithDisjointLifetimesShareMemory) {
   EXPECT_EQ(shared->arena_bytes(ArenaKind::kParameters), 0);
 }
 
-// Greedy by size, written as plainly as possible (every placed buffer checked for each new one):
-// the placement the planner's lifetime index must reproduce offset for offset.
-std::vector<int64_t> reference_offsets(const std::vector<Buffer>& buffers) {
-  auto align = [](int64_t bytes) {
-    return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
-  };
+int64_t aligned(int64_t bytes) {
+  return (bytes + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+}
+
+// The orders the planner places buffers in (runtime/plan.cc): by size, by lifetime x size, by
+// the step that writes them; each largest first or earliest first, ties in graph order.
+enum class Order { kSize, kArea, kFirstStep };
+
+// Greedy placement in `order`, written as plainly as possible (every placed buffer checked for
+// each new one): what the planner's lifetime index must reproduce offset for offset.
+std::vector<int64_t> reference_offsets(const std::vector<Buffer>& buffers, Order by) {
+  auto align = [](int64_t bytes) { return aligned(bytes); };
   std::vector<int> order;
   for (int b = 0; b < static_cast<int>(buffers.size()); ++b) {
     if (!buffers[b].shared && buffers[b].arena == ArenaKind::kActivations) order.push_back(b);
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int a, int b) { return buffers[a].bytes > buffers[b].bytes; });
+  const auto area = [&](int b) {
+    return buffers[b].bytes * (buffers[b].last_step - buffers[b].first_step + 1);
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    switch (by) {
+      case Order::kSize:
+        return buffers[a].bytes > buffers[b].bytes;
+      case Order::kArea:
+        return area(a) > area(b);
+      case Order::kFirstStep:
+        return buffers[a].first_step < buffers[b].first_step;
+    }
+    return false;
+  });
   std::vector<int64_t> offsets(buffers.size(), -1);
   std::vector<int> placed;
   for (int b : order) {
@@ -180,20 +198,59 @@ std::unique_ptr<Graph> random_graph(uint32_t seed) {
   return graph;
 }
 
-TEST(Plan, PlacementMatchesThePlainGreedyBySizeOnRandomGraphs) {
-  for (uint32_t seed = 1; seed <= 5; ++seed) {
+// The arena a placement needs: the end of its highest buffer.
+int64_t arena_of(const std::vector<Buffer>& buffers, const std::vector<int64_t>& offsets) {
+  int64_t arena = 0;
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    if (offsets[b] >= 0 && buffers[b].bytes > 0) {
+      arena = std::max(arena, offsets[b] + aligned(buffers[b].bytes));
+    }
+  }
+  return arena;
+}
+
+// No placement can use less than the most bytes live at one step.
+int64_t live_bytes_bound(const Plan& plan) {
+  std::vector<int64_t> live(plan.steps().size() + 2, 0);
+  for (const Buffer& buffer : plan.buffers()) {
+    if (buffer.shared || buffer.arena != ArenaKind::kActivations) continue;
+    for (int t = buffer.first_step + 1; t <= buffer.last_step + 1; ++t) {
+      live[t] += aligned(buffer.bytes);
+    }
+  }
+  return *std::max_element(live.begin(), live.end());
+}
+
+TEST(Plan, PlacementIsTheBestOfThreeGreedyOrdersOnRandomGraphs) {
+  int other_than_size = 0;
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
     std::unique_ptr<Graph> graph = random_graph(seed);
     ASSERT_TRUE(verify(*graph).ok()) << verify(*graph);
     std::unique_ptr<Plan> plan = plan_for(*graph);
     ASSERT_NE(plan, nullptr);
-    const std::vector<int64_t> expected = reference_offsets(plan->buffers());
+    // The plan is the first of the orders whose arena is smallest, offset for offset.
+    std::vector<int64_t> expected;
+    int64_t best = -1;
+    for (Order order : {Order::kSize, Order::kArea, Order::kFirstStep}) {
+      std::vector<int64_t> offsets = reference_offsets(plan->buffers(), order);
+      const int64_t arena = arena_of(plan->buffers(), offsets);
+      if (best < 0 || arena < best) {
+        best = arena;
+        expected = std::move(offsets);
+        other_than_size += order != Order::kSize;
+      }
+    }
     for (size_t b = 0; b < expected.size(); ++b) {
       if (expected[b] < 0) continue;
       ASSERT_EQ(plan->buffers()[b].offset, expected[b]) << "seed " << seed << ", buffer " << b;
     }
+    EXPECT_EQ(plan->arena_bytes(ArenaKind::kActivations), best);
+    EXPECT_GE(best, live_bytes_bound(*plan));
     EXPECT_TRUE(live_buffers_are_disjoint(*plan));
     EXPECT_LT(plan->arena_bytes(ArenaKind::kActivations), plan->unshared_activation_bytes());
   }
+  std::printf("%d of 12 random graphs placed better by an order other than size\n",
+              other_than_size);
 }
 
 TEST(Plan, GraphOutputsAndInputsAreNeverOverwritten) {
@@ -247,6 +304,49 @@ graph g(%x: f64[4]) {
   ASSERT_FALSE(plan.ok());
   EXPECT_NE(plan.status().message().find("no cuda kernel for op Softmax"), std::string::npos)
       << plan.status();
+}
+
+// The training step of models/<model>.onnx compiled with `kind` at `precision`, or null.
+std::unique_ptr<Graph> training_step(const std::string& model, const std::string& precision,
+                                     OptimizerOptions::Kind kind) {
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  options.training->optimizer.kind = kind;
+  options.training->optimizer.clip_grad_norm = 1.0f;
+  if (precision != "fp32") {
+    options.mixed_precision = MixedPrecisionOptions{};
+    options.mixed_precision->policy.low = precision == "fp16" ? DType::kF16 : DType::kBF16;
+  }
+  Diagnostics diagnostics;
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? (*graph)->take_training_step() : nullptr;
+}
+
+// The example models' training steps: the activation arena against the most bytes live at one
+// step, which no placement of the same schedule can go below. The greedy orders reach it on
+// the MLP and tiny_gpt; the small CNN's step stays within a tenth of it.
+TEST(Plan, TheExampleTrainingStepsArePlacedAtOrNearTheLiveBytesBound) {
+  for (const std::string model : {"mlp", "cnn", "tiny_gpt"}) {
+    for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+      std::unique_ptr<Graph> step = training_step(model, precision, OptimizerOptions::Kind::kAdamW);
+      ASSERT_NE(step, nullptr);
+      std::unique_ptr<Plan> plan = plan_for(*step);
+      ASSERT_NE(plan, nullptr);
+      const int64_t arena = plan->arena_bytes(ArenaKind::kActivations);
+      const int64_t bound = live_bytes_bound(*plan);
+      std::printf("%s %s: activation arena %lld, live-bytes bound %lld\n", model.c_str(),
+                  precision.c_str(), static_cast<long long>(arena), static_cast<long long>(bound));
+      EXPECT_GE(arena, bound);
+      if (model == "cnn") {
+        EXPECT_LE(arena * 10, bound * 11) << model << " " << precision;
+      } else {
+        EXPECT_EQ(arena, bound) << model << " " << precision;
+      }
+      EXPECT_TRUE(live_buffers_are_disjoint(*plan));
+    }
+  }
 }
 
 class ModelPlan : public ::testing::TestWithParam<std::string> {
@@ -310,22 +410,6 @@ INSTANTIATE_TEST_SUITE_P(Models, ModelPlan, ::testing::Values("mlp", "cnn", "tin
 // (kernels resolve without a GPU).
 #if defined(AMPC_HAVE_CUDA)
 TEST(Plan, TheExampleModelsTrainingStepsHaveEveryKernelOnCuda) {
-  auto training_step = [](const std::string& model, const std::string& precision,
-                          OptimizerOptions::Kind kind) -> std::unique_ptr<Graph> {
-    CompileOptions options;
-    options.training = TrainingOptions{};
-    options.training->optimizer.kind = kind;
-    options.training->optimizer.clip_grad_norm = 1.0f;
-    if (precision != "fp32") {
-      options.mixed_precision = MixedPrecisionOptions{};
-      options.mixed_precision->policy.low = precision == "fp16" ? DType::kF16 : DType::kBF16;
-    }
-    Diagnostics diagnostics;
-    absl::StatusOr<std::unique_ptr<Graph>> graph =
-        compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
-    EXPECT_TRUE(graph.ok()) << graph.status();
-    return graph.ok() ? (*graph)->take_training_step() : nullptr;
-  };
   for (const std::string model : {"mlp", "cnn", "tiny_gpt"}) {
     for (const std::string precision : {"fp32", "fp16", "bf16"}) {
       for (const auto kind : {OptimizerOptions::Kind::kAdamW, OptimizerOptions::Kind::kSgd}) {
