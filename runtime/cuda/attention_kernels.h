@@ -17,9 +17,10 @@
 
 namespace ampc::runtime::cuda {
 
-// Keys (forward, dQ) or queries (dKt, dV) one block holds in shared memory: 48 KiB of f32, two
-// values per query for the backward's key pass.
-inline constexpr int64_t kMaxAttentionKeys = 12288;
+// Keys (forward, dQ) or queries (dKt, dV) one block holds in shared memory: 47 KiB of f32 (the
+// block's reductions take some of the 48 KiB a launch gets without opting in), two values per
+// query for the backward's key pass.
+inline constexpr int64_t kMaxAttentionKeys = 12032;
 inline constexpr int64_t kMaxAttentionQueries = kMaxAttentionKeys / 2;
 
 struct AttentionParams {

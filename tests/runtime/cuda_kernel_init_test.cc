@@ -89,5 +89,44 @@ TEST(CudaKernelInit, EverySampleTheCpuRunsLoadsOnCudaUpToTheDevice) {
                                 << str_join(rejected, "\n");
 }
 
+// ampc.Attention's CUDA kernels hold one row of scores in shared memory: a longer row is refused
+// at load, naming the limit, instead of failing at launch.
+TEST(CudaKernelInit, AttentionRowsLongerThanSharedMemoryAreRefusedAtLoad) {
+#if !defined(AMPC_HAVE_CUDA)
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  ExecutionContext exec;
+  exec.device = Device::kCuda;
+  for (const int64_t keys : {int64_t{4096}, int64_t{12033}}) {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(str_cat(R"(
+      graph g(%q: f16[1,2,8,64], %kt: f16[1,2,64,)",
+                                                                  keys, R"(], %v: f16[1,2,)", keys,
+                                                                  R"(,64]) opset(17, "ampc": 1) {
+        %y, %lse = ampc.Attention<scale=0.125>(%q, %kt, %v) : f16[1,2,8,64], f32[1,2,8]
+        return %y
+      })"));
+    ASSERT_NE(graph, nullptr);
+    const Node& node = *graph->nodes().front();
+    absl::StatusOr<const KernelDef*> kernel = KernelRegistry::global().resolve(node, Device::kCuda);
+    ASSERT_TRUE(kernel.ok()) << kernel.status();
+    KernelContext ctx{.node = node, .inputs = {}, .outputs = {}, .workspace = {}};
+    ctx.exec = &exec;
+    for (const Value* operand : node.operands()) {
+      ctx.inputs.push_back(TensorArg{&operand->type(), nullptr});
+    }
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      ctx.outputs.push_back(TensorArg{&node.output(i)->type(), nullptr});
+    }
+    absl::StatusOr<std::unique_ptr<KernelState>> state = (*kernel)->init(ctx);
+    if (keys <= 12032) {
+      EXPECT_TRUE(state.ok()) << state.status();
+    } else {
+      ASSERT_FALSE(state.ok());
+      EXPECT_NE(state.status().message().find("at most 12032 keys"), std::string::npos)
+          << state.status();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ampc::runtime
