@@ -2,8 +2,8 @@
 // step time for TFLOP/s and MFU. Counted as 2 per multiply-add of MatMul, Gemm, Conv,
 // ConvTranspose, the convolution gradients (ampc.ConvGradData, ampc.ConvGradFilter) and fused
 // attention (ampc.Attention, ampc.AttentionGrad: the products of the pattern they replace, not
-// the scores the backward recomputes) from their static shapes; element-wise work, reductions and normalizations are not counted (the
-// convention MFU figures use: what the matrix units could do).
+// the scores the backward recomputes) from their static shapes; element-wise work, reductions and
+// normalizations are not counted (the convention MFU figures use: what the matrix units could do).
 #pragma once
 
 #include <cstdint>

@@ -150,8 +150,7 @@ class Walker {
           context_.warn(
               str_cat("'", init->name(),
                       "' holds inf, NaN or its type's largest values, so it is data (a mask), "
-                      "not a "
-                      "parameter; it stays frozen"));
+                      "not a parameter; it stays frozen"));
         }
         continue;
       }

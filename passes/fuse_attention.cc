@@ -131,11 +131,15 @@ class Matcher {
     if (is_op(node, "Add")) {
       for (int bias : {0, 1}) {
         Value* b = node->operand(bias);
-        if (!is_float(b->dtype()) || reads_weights(b)) continue;
+        if (!is_float(b->dtype())) continue;
         const size_t mark = match_.nodes.size();
         match_.mask = b;
         match_.nodes.push_back(node);
-        if (match_scaled(node->operand(1 - bias), value->shape())) return true;
+        // The structure first: walking back from the scores operand to a weight would visit
+        // the layers above the attention.
+        if (match_scaled(node->operand(1 - bias), value->shape()) && !reads_weights(b)) {
+          return true;
+        }
         match_.nodes.resize(mark);
         match_.mask = nullptr;
       }

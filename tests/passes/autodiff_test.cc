@@ -136,7 +136,9 @@ TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
   for (const Value* output : named->outputs()) grads.push_back(output->name());
   EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad", "two.grad"}));
   ASSERT_EQ(named_diagnostics.warnings().size(), 1u);
-  EXPECT_NE(named_diagnostics.warnings()[0].find("'mask' holds inf, NaN or its type's largest values"), std::string::npos)
+  EXPECT_NE(
+      named_diagnostics.warnings()[0].find("'mask' holds inf, NaN or its type's largest values"),
+      std::string::npos)
       << named_diagnostics.warnings()[0];
 }
 
