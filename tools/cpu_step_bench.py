@@ -14,6 +14,8 @@ ampc with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 (ampc's own threads call 
 single-threaded BLAS). ampc's step time is (time of `ampc train --steps N+W`) - (time of
 `--steps W`) over N, so process start, loading and the first steps are not counted; PyTorch's is
 the median of N timed steps after W warm-up steps. Each figure is the median of --repeats runs.
+Beside ampc as built: without its fusion passes, and with AMPC_CPU_CONV=im2col (its own
+im2col + GEMM convolutions instead of oneDNN's).
 
   venv/bin/python tools/cpu_step_bench.py [--ampc build/ampc] [--threads 2] [--steps 100]
 """
@@ -139,11 +141,13 @@ def run_seconds(command, env):
     return time.perf_counter() - start
 
 
-def ampc_step_ms(ampc, model, data, threads, steps, warmup, extra_flags, directory):
+def ampc_step_ms(ampc, model, data, threads, steps, warmup, extra_flags, directory,
+                 extra_env=None):
     compiled = os.path.join(directory, "step.onnx")
     subprocess.run([ampc, "compile", model, "-o", compiled, "--optimizer", "sgd", "--momentum",
                     "0.9", "--lr", "0.01"] + extra_flags, check=True, stdout=subprocess.DEVNULL)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1",
+               **(extra_env or {}))
     train = [ampc, "train", compiled, "--data", data, "--progress", "none"]
     short = run_seconds(train + ["--steps", str(warmup)], env)
     long = run_seconds(train + ["--steps", str(warmup + steps)], env)
@@ -162,8 +166,9 @@ def main():
     args = parser.parse_args()
     if not os.path.exists(args.ampc):
         sys.exit(f"cpu_step_bench: {args.ampc} does not exist; build first (./setup.sh)")
-    print(f"| model | PyTorch {torch.__version__} | ampc | ampc, no fusion | ampc / PyTorch |")
-    print("|---|---|---|---|---|")
+    print(f"| model | PyTorch {torch.__version__} | ampc | ampc, no fusion | "
+          "ampc, im2col convolutions | ampc / PyTorch |")
+    print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as directory:
         for name in args.models:
             model, data = export(name, directory)
@@ -177,10 +182,14 @@ def main():
                                                ["--disable-pass", "fuse-elementwise",
                                                 "--disable-pass", "fuse-attention"],
                                                directory)),
+                ("im2col", lambda: ampc_step_ms(args.ampc, model, data, args.threads, args.steps,
+                                                args.warmup, [], directory,
+                                                {"AMPC_CPU_CONV": "im2col"})),
             ):
                 figures[label] = statistics.median(run() for _ in range(args.repeats))
             print(f"| {name} | {figures['torch']:.2f} ms | {figures['ampc']:.2f} ms | "
-                  f"{figures['plain']:.2f} ms | {figures['ampc'] / figures['torch']:.2f}x |",
+                  f"{figures['plain']:.2f} ms | {figures['im2col']:.2f} ms | "
+                  f"{figures['ampc'] / figures['torch']:.2f}x |",
                   flush=True)
 
 

@@ -1,5 +1,6 @@
 // Conv over 1, 2 and 3 spatial dims (strides, dilations, pads or auto_pad, groups, optional
-// bias) as im2col + the GEMM core.
+// bias) as im2col + the GEMM core. In f32, a node oneDNN has a JIT kernel for runs that instead
+// (runtime/cpu/onednn_conv.h).
 //
 // For each image, im2col writes the input windows as a [C * kernel_size, out_size] matrix in the
 // compute type (f32 for f32/f16/bf16, f64 for f64; padding reads as 0), for as many images at
@@ -10,11 +11,14 @@
 // tile order (runtime/cpu/gemm_core.h), then the bias is added in the compute type
 // (y = acc + b) and f16/bf16 results are rounded once.
 #include <algorithm>
+#include <memory>
 #include <string>
+#include <type_traits>
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
 #include "runtime/cpu/im2col.h"
+#include "runtime/cpu/onednn_conv.h"
 #include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
@@ -73,6 +77,9 @@ int64_t conv_workspace(const Node& node) {
 
 template <typename T>
 absl::Status conv(const KernelContext& ctx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.state != nullptr) return run_onednn_conv(ctx);
+  }
   using C = gemm_t<T>;
   const ConvShape s = conv_shape(ctx.node);
   const Window& w = s.window;
@@ -135,10 +142,16 @@ absl::Status conv(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<KernelState>> init_onednn_conv(const KernelContext& ctx) {
+  return make_onednn_conv(ctx, ConvPass::kForward);
+}
+
 void register_conv_kernels(KernelRegistry& r) {
-  add_kernels<float, double, Float16, BFloat16>(
-      r, kernel_def("Conv", {.workspace_bytes = &conv_workspace}),
-      []<typename T>() { return &conv<T>; });
+  const KernelDef def = kernel_def("Conv", {.workspace_bytes = &conv_workspace});
+  add_kernels<double, Float16, BFloat16>(r, def, []<typename T>() { return &conv<T>; });
+  KernelDef f32 = def;
+  f32.init = &init_onednn_conv;  // oneDNN's kernel where it has one (runtime/cpu/onednn_conv.h)
+  add_kernels<float>(r, f32, []<typename T>() { return &conv<T>; });
 }
 
 static KernelRegistration kReg(&register_conv_kernels);

@@ -14,14 +14,17 @@
 // tile order; the col2im sums and the sum over images run in the compute type (f32 for f16/bf16);
 // f16/bf16 results are rounded once at the end. The bits do not depend on the thread count.
 #include <algorithm>
+#include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
 #include "runtime/cpu/im2col.h"
+#include "runtime/cpu/onednn_conv.h"
 #include "runtime/cpu/window.h"
 
 namespace ampc::runtime::cpu {
@@ -68,6 +71,9 @@ int64_t data_workspace_for(const ConvGradShape& s) {
 
 template <typename T>
 absl::Status conv_grad_data(const KernelContext& ctx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.state != nullptr) return run_onednn_conv(ctx);
+  }
   using C = gemm_t<T>;
   const ConvGradShape s = data_shape(ctx.node);
   const Window& w = s.window;
@@ -145,6 +151,9 @@ int64_t filter_workspace_for(const ConvGradShape& s) {
 
 template <typename T>
 absl::Status conv_grad_filter(const KernelContext& ctx) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (ctx.state != nullptr) return run_onednn_conv(ctx);
+  }
   using C = gemm_t<T>;
   const ConvGradShape s = filter_shape(ctx.node);
   const Window& w = s.window;
@@ -211,15 +220,29 @@ int64_t filter_workspace(const Node& node) {
   }
 }
 
-// An ampc-domain kernel definition.
+absl::StatusOr<std::unique_ptr<KernelState>> init_onednn_data(const KernelContext& ctx) {
+  return make_onednn_conv(ctx, ConvPass::kGradData);
+}
 
+absl::StatusOr<std::unique_ptr<KernelState>> init_onednn_filter(const KernelContext& ctx) {
+  return make_onednn_conv(ctx, ConvPass::kGradFilter);
+}
+
+// Both gradients in every float type; in f32 oneDNN's kernel runs where it has one
+// (runtime/cpu/onednn_conv.h).
 void register_conv_grad_kernels(KernelRegistry& r) {
-  add_kernels<float, double, Float16, BFloat16>(
-      r, ampc_kernel_def("ConvGradData", {.workspace_bytes = &data_workspace}),
-      []<typename T>() { return &conv_grad_data<T>; });
-  add_kernels<float, double, Float16, BFloat16>(
-      r, ampc_kernel_def("ConvGradFilter", {.workspace_bytes = &filter_workspace}),
-      []<typename T>() { return &conv_grad_filter<T>; });
+  const KernelDef data = ampc_kernel_def("ConvGradData", {.workspace_bytes = &data_workspace});
+  add_kernels<double, Float16, BFloat16>(r, data, []<typename T>() { return &conv_grad_data<T>; });
+  KernelDef data_f32 = data;
+  data_f32.init = &init_onednn_data;
+  add_kernels<float>(r, data_f32, []<typename T>() { return &conv_grad_data<T>; });
+  const KernelDef filter =
+      ampc_kernel_def("ConvGradFilter", {.workspace_bytes = &filter_workspace});
+  add_kernels<double, Float16, BFloat16>(r, filter,
+                                         []<typename T>() { return &conv_grad_filter<T>; });
+  KernelDef filter_f32 = filter;
+  filter_f32.init = &init_onednn_filter;
+  add_kernels<float>(r, filter_f32, []<typename T>() { return &conv_grad_filter<T>; });
 }
 
 static KernelRegistration kReg(&register_conv_grad_kernels);

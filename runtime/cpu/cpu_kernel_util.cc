@@ -43,7 +43,8 @@ void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelF
 
 int cpu_threads() {
   const int configured = configured_threads.load();
-  return configured > 0 ? configured : std::max(1, omp_get_num_procs());
+  // omp_get_max_threads: OMP_NUM_THREADS when set, else one per core.
+  return configured > 0 ? configured : std::max(1, omp_get_max_threads());
 }
 
 void set_cpu_threads(int threads) { configured_threads.store(std::max(0, threads)); }

@@ -155,9 +155,10 @@ void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelF
 // calls, so a kernel that writes only its own indices gives the same bits on any thread count.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
-// The number of threads parallel_for uses (at least 1).
+// The number of threads parallel_for uses (at least 1): OMP_NUM_THREADS when set, else one per
+// core, unless set_cpu_threads says otherwise.
 int cpu_threads();
-// Sets it (0: one per core). For tests that check results do not depend on it.
+// Sets it (0: back to the default). For tests that check results do not depend on it.
 void set_cpu_threads(int threads);
 
 // Elements per thread below which strided_copy stays on one thread.

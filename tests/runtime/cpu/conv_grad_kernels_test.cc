@@ -13,120 +13,27 @@
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/cpu/conv_test_util.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-using Ints = std::vector<int64_t>;
-
+using testing::ConvCase;
+using testing::direct_grad_data;
+using testing::direct_grad_filter;
 using testing::exact_values;
 using testing::for_each_index;
+using testing::grad_data;
+using testing::grad_filter;
+using testing::Ints;
 using testing::on_cpu_threads;
 using testing::random_values;
+using testing::run_ampc;
 
 constexpr DType kFloatDTypes[] = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
 
-int64_t flat(const Ints& dims, const Ints& index) {
-  int64_t offset = 0;
-  for (size_t d = 0; d < dims.size(); ++d) offset = offset * dims[d] + index[d];
-  return offset;
-}
-
-// Runs the one ampc-domain node `op<attrs>(inputs...)` with an output of type `output`.
-Tensor run_ampc(const std::string& op, const std::string& attrs, const std::vector<Tensor>& inputs,
-                const TensorType& output) {
-  std::vector<std::optional<TensorType>> types;
-  for (const Tensor& input : inputs) types.push_back(input.type());
-  std::string text = testing::one_node_graph("ampc." + op, attrs, types, {output}, 17);
-  const std::string plain = "opset(17)";
-  text.replace(text.find(plain), plain.size(), "opset(17, ampc:1)");
-  std::vector<Tensor> outputs = testing::run(text, inputs);
-  return outputs.empty() ? Tensor(output) : outputs[0];
-}
-
 // ---- Convolution ----------------------------------------------------------------------------
-
-struct ConvCase {
-  Shape x;                        // [N, C, spatial...]
-  Shape w;                        // [M, C / group, kernel...]
-  Ints strides, dilations, pads;  // pads: begins, then ends
-  int64_t group = 1;
-
-  size_t rank() const { return x.size() - 2; }
-  Ints in() const { return Ints(x.begin() + 2, x.end()); }
-  Ints kernel() const { return Ints(w.begin() + 2, w.end()); }
-  Shape y() const {
-    Shape y = {x[0], w[0]};
-    for (size_t i = 0; i < rank(); ++i) {
-      const int64_t extent = (w[2 + i] - 1) * dilations[i] + 1;
-      y.push_back((x[2 + i] + pads[i] + pads[rank() + i] - extent) / strides[i] + 1);
-    }
-    return y;
-  }
-  std::string attrs() const {
-    return str_cat("strides=[", str_join(strides, ", "), "], dilations=[",
-                   str_join(dilations, ", "), "], pads=[", str_join(pads, ", "),
-                   "], group=", group);
-  }
-};
-
-// Calls tap(x_offset, w_offset, y_offset) for every product x * w that the convolution adds into
-// an output element (taps in padding skipped).
-template <typename Tap>
-void for_each_product(const ConvCase& c, Tap&& tap) {
-  const Shape y_shape = c.y();
-  const Ints in = c.in(), kernel = c.kernel(), out(y_shape.begin() + 2, y_shape.end());
-  const int64_t channels_per_group = c.w[1], outs_per_group = c.w[0] / c.group;
-  for (int64_t n = 0; n < c.x[0]; ++n) {
-    for (int64_t m = 0; m < c.w[0]; ++m) {
-      const int64_t g = m / outs_per_group;
-      for_each_index(out, [&](const Ints& o) {
-        const int64_t y_offset = (n * c.w[0] + m) * num_elements(out) + flat(out, o);
-        for (int64_t ci = 0; ci < channels_per_group; ++ci) {
-          const int64_t channel = g * channels_per_group + ci;
-          for_each_index(kernel, [&](const Ints& k) {
-            Ints i(in.size());
-            for (size_t d = 0; d < in.size(); ++d) {
-              i[d] = o[d] * c.strides[d] - c.pads[d] + k[d] * c.dilations[d];
-              if (i[d] < 0 || i[d] >= in[d]) return;
-            }
-            tap((n * c.x[1] + channel) * num_elements(in) + flat(in, i),
-                (m * channels_per_group + ci) * num_elements(kernel) + flat(kernel, k), y_offset);
-          });
-        }
-      });
-    }
-  }
-}
-
-std::vector<double> direct_grad_data(const ConvCase& c, const std::vector<double>& dy,
-                                     const std::vector<double>& w) {
-  std::vector<double> dx(num_elements(c.x), 0.0);
-  for_each_product(c, [&](int64_t xi, int64_t wi, int64_t yi) { dx[xi] += dy[yi] * w[wi]; });
-  return dx;
-}
-
-std::vector<double> direct_grad_filter(const ConvCase& c, const std::vector<double>& x,
-                                       const std::vector<double>& dy) {
-  std::vector<double> dw(num_elements(c.w), 0.0);
-  for_each_product(c, [&](int64_t xi, int64_t wi, int64_t yi) { dw[wi] += dy[yi] * x[xi]; });
-  return dw;
-}
-
-Tensor grad_data(const ConvCase& c, DType dtype, const std::vector<double>& dy,
-                 const std::vector<double>& w) {
-  return run_ampc("ConvGradData", str_cat(c.attrs(), ", input_shape=[", str_join(c.x, ", "), "]"),
-                  {Tensor::from_doubles(dtype, c.y(), dy), Tensor::from_doubles(dtype, c.w, w)},
-                  {dtype, c.x});
-}
-
-Tensor grad_filter(const ConvCase& c, DType dtype, const std::vector<double>& x,
-                   const std::vector<double>& dy) {
-  return run_ampc(
-      "ConvGradFilter", str_cat(c.attrs(), ", kernel_shape=[", str_join(c.kernel(), ", "), "]"),
-      {Tensor::from_doubles(dtype, c.x, x), Tensor::from_doubles(dtype, c.y(), dy)}, {dtype, c.w});
-}
 
 // The exact result, rounded once to `dtype`.
 std::vector<double> rounded(DType dtype, const Shape& shape, const std::vector<double>& exact) {
@@ -213,7 +120,10 @@ TEST(ConvGradKernels, AdjointToTheForwardConv) {
   }
 }
 
-TEST(ConvGradKernels, BitsDoNotDependOnThreadCount) {
+// The im2col kernels' sums do not depend on the thread count (oneDNN's, which f32 nodes use by
+// default, repeat their bits for one count: onednn_conv_test).
+TEST(ConvGradKernels, Im2colBitsDoNotDependOnThreadCount) {
+  const testing::ScopedEnv im2col("AMPC_CPU_CONV", "im2col");
   const ConvCase c{{2, 32, 24, 24}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 2};
   const std::vector<double> x = random_values(num_elements(c.x), 8);
   const std::vector<double> w = random_values(num_elements(c.w), 9);
@@ -276,7 +186,7 @@ void for_each_window(const PoolCase& c, Window&& window) {
           within_pads &= i[d] >= -c.pads[d] && i[d] < in[d] + c.pads[c.rank() + d];
         }
         in_padded += within_pads;
-        if (inside) taps.push_back(plane * num_elements(in) + flat(in, i));
+        if (inside) taps.push_back(plane * num_elements(in) + testing::flat(in, i));
       });
       window(y_offset++, taps, in_padded);
     });

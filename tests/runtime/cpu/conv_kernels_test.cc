@@ -11,78 +11,20 @@
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/gemm_core.h"
+#include "tests/runtime/cpu/conv_test_util.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
 namespace {
 
-using Ints = std::vector<int64_t>;
-
+using testing::ConvCase;
+using testing::direct_conv;
 using testing::exact_values;
 using testing::for_each_index;
+using testing::Ints;
 using testing::on_cpu_threads;
 using testing::random_values;
 using testing::run_op;
-
-int64_t flat(const Ints& dims, const Ints& index) {
-  int64_t offset = 0;
-  for (size_t d = 0; d < dims.size(); ++d) offset = offset * dims[d] + index[d];
-  return offset;
-}
-
-// A convolution written directly from its definition.
-struct ConvCase {
-  Shape x;                        // [N, C, spatial...]
-  Shape w;                        // [M, C / group, kernel...]
-  Ints strides, dilations, pads;  // pads: begins, then ends
-  int64_t group = 1;
-
-  size_t rank() const { return x.size() - 2; }
-  Shape y() const {
-    Shape y = {x[0], w[0]};
-    for (size_t i = 0; i < rank(); ++i) {
-      const int64_t extent = (w[2 + i] - 1) * dilations[i] + 1;
-      y.push_back((x[2 + i] + pads[i] + pads[rank() + i] - extent) / strides[i] + 1);
-    }
-    return y;
-  }
-  std::string attrs() const {
-    return str_cat("strides=[", str_join(strides, ", "), "], dilations=[",
-                   str_join(dilations, ", "), "], pads=[", str_join(pads, ", "),
-                   "], group=", group);
-  }
-};
-
-std::vector<double> direct_conv(const ConvCase& c, const std::vector<double>& x,
-                                const std::vector<double>& w, const std::vector<double>* bias) {
-  const Shape y_shape = c.y();
-  const Ints in(c.x.begin() + 2, c.x.end()), out(y_shape.begin() + 2, y_shape.end());
-  const Ints kernel(c.w.begin() + 2, c.w.end());
-  const int64_t channels_per_group = c.w[1], outs_per_group = c.w[0] / c.group;
-  std::vector<double> y(num_elements(y_shape));
-  for (int64_t n = 0; n < c.x[0]; ++n) {
-    for (int64_t m = 0; m < c.w[0]; ++m) {
-      const int64_t g = m / outs_per_group;
-      for_each_index(out, [&](const Ints& o) {
-        double sum = bias ? (*bias)[m] : 0.0;
-        for (int64_t ci = 0; ci < channels_per_group; ++ci) {
-          const int64_t channel = g * channels_per_group + ci;
-          for_each_index(kernel, [&](const Ints& k) {
-            Ints i(in.size());
-            for (size_t d = 0; d < in.size(); ++d) {
-              i[d] = o[d] * c.strides[d] - c.pads[d] + k[d] * c.dilations[d];
-              if (i[d] < 0 || i[d] >= in[d]) return;
-            }
-            sum += x[(n * c.x[1] + channel) * num_elements(in) + flat(in, i)] *
-                   w[(m * channels_per_group + ci) * num_elements(kernel) + flat(kernel, k)];
-          });
-        }
-        y[(n * c.w[0] + m) * num_elements(out) + flat(out, o)] = sum;
-      });
-    }
-  }
-  return y;
-}
 
 // Runs the case on exact values in `dtype` and expects the direct f64 result, exactly (f32,
 // f64) or rounded once (f16, bf16: the sums are exact in f32, so rounding them is the answer).
@@ -216,7 +158,10 @@ TEST(ConvKernel, F16EqualsF32CoreThenBiasRoundedOnce) {
   EXPECT_EQ(testing::bits_of(y), expected);
 }
 
-TEST(ConvKernel, BitsDoNotDependOnThreadCount) {
+// The im2col kernels' sums do not depend on the thread count (oneDNN's, which f32 nodes use by
+// default, repeat their bits for one count: onednn_conv_test).
+TEST(ConvKernel, Im2colBitsDoNotDependOnThreadCount) {
+  const testing::ScopedEnv im2col("AMPC_CPU_CONV", "im2col");
   const ConvCase c{{2, 16, 20, 20}, {32, 16, 3, 3}, {1, 1}, {1, 1}, {1, 1, 1, 1}, 1};
   const std::vector<Tensor> inputs = {
       Tensor::from_doubles(DType::kF32, c.x, random_values(num_elements(c.x), 28)),
