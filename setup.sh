@@ -10,7 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libabsl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev zlib1g-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev libgloo-dev zlib1g-dev
 )
 
 missing=()
