@@ -257,7 +257,7 @@ class Walker {
 
   Value* seed(Value* loss) {
     Value* one = graph_.add_initializer(
-        graph_.unique_value_name(loss->name() + ".grad_seed"),
+        graph_.unique_value_name(str_cat(loss->name(), kGradSeedSuffix)),
         Tensor::from_doubles(loss->dtype(), loss->shape(), std::vector<double>(1, 1.0)));
     one->set_constant(true);
     return one;

@@ -80,6 +80,9 @@ struct LossScaleOptions {
 // in the state `p` + kGradSuffix + kSumSuffix.
 inline constexpr std::string_view kGradSuffix = ".grad";
 inline constexpr std::string_view kSumSuffix = "_sum";
+// Autodiff seeds the backward with the constant initializer `loss` + kGradSeedSuffix (1), which
+// the data-parallel rewrite scales by 1 / ranks.
+inline constexpr std::string_view kGradSeedSuffix = ".grad_seed";
 // The state the loss-scale pass adds and the optimizer pass updates.
 inline constexpr std::string_view kLossScaleName = "loss_scale";
 // Gradient accumulation: the constant K, the state counting the runs of the current window, and

@@ -56,6 +56,10 @@ class DeviceMemory {
 
 // Where a kernel runs. The backend owns it; every KernelContext points at it. CUDA handles are
 // opaque here so that this header needs no CUDA include.
+namespace comm {
+class Communicator;
+}  // namespace comm
+
 struct ExecutionContext {
   Device device = Device::kCpu;
   void* stream = nullptr;    // cudaStream_t
@@ -72,6 +76,9 @@ struct ExecutionContext {
   const uint64_t* random_stream = nullptr;
   // f32 GEMMs and convolutions may use TF32 tensor cores (`--allow-tf32`).
   bool allow_tf32 = false;
+  // The data-parallel group the collective ops (ampc.AllReduce) reduce over; null: a group
+  // of one. Owned by whoever set it (SessionOptions::communicator), which outlives the runs.
+  comm::Communicator* communicator = nullptr;
 };
 
 struct BackendOptions {

@@ -60,6 +60,10 @@ struct SessionOptions {
   // On CUDA, record the first run as a CUDA graph and replay it (ExecutorOptions::use_graph;
   // `ampc train --cuda-graph on`). Off by default until the graphs have run on a GPU.
   bool cuda_graph = false;
+  // Data-parallel training (TrainingSession): this rank's group. With more than one rank, the
+  // step averages its gradients and its logged loss over the group (passes/data_parallel.h),
+  // and the session starts from rank 0's state. Null: one rank.
+  std::shared_ptr<comm::Communicator> communicator = nullptr;
 };
 
 // A named graph input or output and its type.

@@ -11,8 +11,10 @@
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
+#include "passes/data_parallel.h"
 #include "passes/passes.h"
 #include "runtime/checksum.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/safetensors.h"
 
 namespace ampc::runtime {
@@ -111,9 +113,18 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
     }
     session->accumulation_steps_ = k.element_as_i64(0);
   }
+  comm::Communicator* group = options.communicator.get();
+  if (group != nullptr && group->size() > 1) {
+    AMPC_RETURN_IF_ERROR(
+        insert_gradient_all_reduce(
+            *step, DataParallelOptions{.ranks = group->size(), .loss = session->loss_})
+            .status());
+  }
+  backend->context().communicator = group;
   AMPC_ASSIGN_OR_RETURN(session->step_,
                         InferenceSession::create(std::move(step), options, backend));
   AMPC_RETURN_IF_ERROR(session->make_stats_log());
+  if (group != nullptr && group->size() > 1) AMPC_RETURN_IF_ERROR(session->broadcast_state(0));
   if (graph != nullptr) {
     // The eval graph reads the step's state (parameters, running statistics) where the step
     // updates it: no second copy, and nothing to copy between a step and an evaluation.
@@ -139,6 +150,19 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
                                                                    backend, std::move(shared)));
   }
   return session;
+}
+
+absl::Status TrainingSession::broadcast_state(int root) {
+  comm::Communicator& group = *step_->backend().context().communicator;
+  for (const std::string& name : state_names()) {
+    AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(name));
+    // Bytes, whatever the type: a broadcast moves them unchanged.
+    const std::span<uint8_t> bytes = value.mutable_bytes();
+    AMPC_RETURN_IF_ERROR(
+        group.broadcast_now(bytes.data(), static_cast<int64_t>(bytes.size()), DType::kU8, root));
+    AMPC_RETURN_IF_ERROR(set_state(name, value));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<TensorInfo> TrainingSession::batch_inputs() const {

@@ -148,6 +148,8 @@ class TrainingSession {
   // Waits for the queued steps and moves their stats from device memory to taken_; a data error
   // recorded on the device becomes failed_. Changes nothing the model computes, hence const.
   absl::Status settle() const;
+  // Makes every rank's state rank `root`'s (data-parallel start-up).
+  absl::Status broadcast_state(int root);
   // Clears the gradient sums and the micro-step counter of an accumulation window.
   absl::Status abandon_window();
   // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.

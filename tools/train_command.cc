@@ -23,12 +23,13 @@
 #include "runtime/batch_data.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/training_session.h"
+#include "tools/data_parallel.h"
+#include "tools/train_outputs.h"
 
 namespace ampc {
 namespace {
 
 constexpr int kExitError = 1;
-constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
 // With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
 // gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
 // scale has then been halved 50 times (from 65536 to below 6e-11), unless --scale-min stopped it.
@@ -103,114 +104,6 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
-// The bytes of `graph`'s initializers: about what an export of the eval graph writes.
-int64_t initializer_bytes(const Graph& graph) {
-  int64_t bytes = 0;
-  for (const Value* value : graph.initializers()) bytes += value->type().byte_size();
-  return bytes;
-}
-
-// Refuses a folder with less than `bytes` free for `what`.
-absl::Status check_free_space(const std::filesystem::path& dir, int64_t bytes,
-                              std::string_view what) {
-  std::error_code error;
-  const std::filesystem::space_info space = std::filesystem::space(dir, error);
-  if (!error && space.available < static_cast<uintmax_t>(bytes)) {
-    return absl::ResourceExhaustedError(str_cat(what, " '", dir.string(), "' has ", space.available,
-                                                " bytes free; it needs about ", bytes));
-  }
-  return absl::OkStatus();
-}
-
-// Where --checkpoint, --export and --log write, checked before the first step so that a typo
-// costs no training: the checkpoint folder exists or is made, takes a file, has room for the
-// checkpoint, and holds no stale temporaries of an interrupted save (removed); the export's
-// folder has room for the trained model; outputs that exist are regular files.
-absl::Status check_outputs(const runtime::TrainingSession& session,
-                           const std::string& checkpoint_dir, const std::string& export_path) {
-  std::error_code error;
-  auto refuse_special = [&](const std::string& flag, const std::filesystem::path& path) {
-    const std::filesystem::file_status status = std::filesystem::status(path, error);
-    if (std::filesystem::exists(status) && !std::filesystem::is_regular_file(status)) {
-      return absl::InvalidArgumentError(
-          str_cat(flag, " '", path.string(), "' exists and is not a regular file"));
-    }
-    return absl::OkStatus();
-  };
-  if (!export_path.empty()) {
-    const std::filesystem::path path(export_path);
-    const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
-    if (!std::filesystem::is_directory(parent, error) || ::access(parent.c_str(), W_OK) != 0) {
-      return absl::InvalidArgumentError(str_cat("cannot write --export '", export_path,
-                                                "': its folder '", parent.string(),
-                                                "' does not exist or is not writable"));
-    }
-    AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
-    if (const Graph* eval = session.eval_graph(); eval != nullptr) {
-      AMPC_RETURN_IF_ERROR(
-          check_free_space(parent, initializer_bytes(*eval), "the --export folder"));
-    }
-  }
-  if (!checkpoint_dir.empty()) {
-    const std::filesystem::path dir(checkpoint_dir);
-    std::filesystem::create_directories(dir, error);
-    if (error || !std::filesystem::is_directory(dir)) {
-      return absl::InvalidArgumentError(str_cat("cannot use --checkpoint folder '", checkpoint_dir,
-                                                "': ", error ? error.message() : "not a folder"));
-    }
-    AMPC_RETURN_IF_ERROR(refuse_special("--checkpoint", dir / kCheckpointFile));
-    const std::string stale_prefix = str_cat(".", kCheckpointFile, ".");
-    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
-      const std::string name = entry.path().filename().string();
-      if (name.starts_with(stale_prefix) && entry.is_regular_file()) {
-        std::filesystem::remove(entry.path(), error);
-        std::cerr << "ampc: removed " << entry.path().string()
-                  << ", left by a checkpoint save that was interrupted\n";
-      }
-    }
-    if (::access(dir.c_str(), W_OK) != 0) {
-      return absl::InvalidArgumentError(str_cat("cannot write into --checkpoint folder '",
-                                                checkpoint_dir, "': ", std::strerror(errno)));
-    }
-    int64_t bytes = 0;
-    for (const Value* value : session.graph().initializers()) {
-      if (session.has_state(value->name())) bytes += value->type().byte_size();
-    }
-    AMPC_RETURN_IF_ERROR(check_free_space(dir, bytes, "the --checkpoint folder"));
-  }
-  return absl::OkStatus();
-}
-
-// On --resume, the log keeps one record per step: records past the checkpoint's step (logged
-// before the run that wrote them was killed, and to be run again) are cut off.
-absl::Status cut_log_to_step(const std::string& log, int64_t steps_done) {
-  if (!std::filesystem::exists(log)) return absl::OkStatus();
-  AMPC_ASSIGN_OR_RETURN(const std::string text, read_regular_file(log));
-  constexpr std::string_view kPrefix = R"({"step": )";
-  size_t keep = 0;
-  for (size_t start = 0; start < text.size();) {
-    const size_t end = text.find('\n', start);
-    if (end == std::string::npos) break;  // a record cut short by the kill
-    int64_t step = 0;
-    const std::string_view line(text.data() + start, end - start);
-    if (!line.starts_with(kPrefix) ||
-        std::from_chars(line.data() + kPrefix.size(), line.data() + line.size(), step).ec !=
-            std::errc()) {
-      return absl::InvalidArgumentError(str_cat("--log '", log,
-                                                "' holds a line that is not a step "
-                                                "record: ",
-                                                line.substr(0, 80)));
-    }
-    if (step > steps_done) break;
-    keep = end + 1;
-    start = end + 1;
-  }
-  if (keep == text.size()) return absl::OkStatus();
-  std::cerr << "ampc: cut --log " << log << " back to step " << steps_done
-            << ", where the checkpoint was saved\n";
-  return write_file_atomically(log, std::string_view(text).substr(0, keep));
-}
-
 // Why training must stop after a step (empty: it goes on): a non-finite loss without loss
 // scaling; with dynamic scaling, which skips such steps, an overflow with the scale already at
 // its minimum, or kMaxSkippedStepsInARow skipped steps in a row.
@@ -235,16 +128,6 @@ std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row
                    kCause, ")");
   }
   return "";
-}
-
-absl::Status save_checkpoint(const runtime::TrainingSession& session, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        str_cat("cannot create --checkpoint folder '", dir, "': ", ec.message()));
-  }
-  return session.save_checkpoint((std::filesystem::path(dir) / kCheckpointFile).string());
 }
 
 // The class-index inputs a float output of shape [N, C, d...] can be scored against: integer
@@ -321,7 +204,21 @@ int train(const TrainFlags& flags) {
   if (flags.resume && flags.checkpoint_dir.empty()) {
     return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
   }
+  if (flags.nproc > 1) return run_local_ranks(static_cast<int>(flags.nproc));
+  // A rank of a data-parallel group (started by --nproc, torchrun or mpirun), or nullopt.
+  absl::StatusOr<std::optional<RankGroup>> group = join_launched_group(flags.comm_timeout);
+  if (!group.ok()) return report_error(group.status());
+  const int rank = *group ? (*group)->rank : 0;
+  const int ranks = *group ? (*group)->size : 1;
+  // Rank 0 alone writes the log, checkpoints and the exported model, and shows progress.
+  const bool writer = rank == 0;
+  if (ranks > 1 && !flags.eval_data.empty()) {
+    return report_error(absl::UnimplementedError(
+        "--eval-data with more than one rank is not supported yet: evaluate the exported model "
+        "with ampc run"));
+  }
   runtime::SessionOptions session_options;
+  if (*group) session_options.communicator = (*group)->communicator;
   session_options.check_numerics = flags.check_numerics;
   absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
   if (!device.ok()) return report_error(device.status());
@@ -359,8 +256,12 @@ int train(const TrainFlags& flags) {
   schedule.min_lr = flags.min_lr;
   if (absl::Status status = schedule.validate(); !status.ok()) return report_error(status);
 
-  absl::StatusOr<runtime::BatchData> data =
-      runtime::BatchData::load(flags.data, session.batch_inputs());
+  // With N ranks, each batch of --data is the global batch: N times the model's rows, of which
+  // rank r takes its shard.
+  absl::StatusOr<std::vector<runtime::TensorInfo>> data_inputs =
+      ranks > 1 ? global_batch_inputs(session.batch_inputs(), ranks) : session.batch_inputs();
+  if (!data_inputs.ok()) return report_error(data_inputs.status());
+  absl::StatusOr<runtime::BatchData> data = runtime::BatchData::load(flags.data, *data_inputs);
   if (!data.ok()) return report_error(data.status());
   if (!flags.eval_data.empty()) {
     // Checked now, so a bad file fails before any step runs.
@@ -389,7 +290,7 @@ int train(const TrainFlags& flags) {
     return report_error(status);
   }
   std::ofstream log;
-  if (!flags.log.empty()) {
+  if (!flags.log.empty() && writer) {
     if (std::filesystem::exists(flags.log) && !std::filesystem::is_regular_file(flags.log)) {
       return report_error(absl::InvalidArgumentError(
           str_cat("--log '", flags.log, "' exists and is not a regular file")));
@@ -406,8 +307,8 @@ int train(const TrainFlags& flags) {
     }
   }
   const bool bar = flags.progress == "bar" || (flags.progress == "auto" && isatty(STDERR_FILENO));
-  Progress progress(bar && flags.progress != "none", session.steps_done(), flags.steps);
-  const bool show = flags.progress != "none";
+  Progress progress(bar && flags.progress != "none" && writer, session.steps_done(), flags.steps);
+  const bool show = flags.progress != "none" && writer;
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, on_stop_signal);
 
   std::optional<runtime::StepStats> last_stats;
@@ -465,7 +366,10 @@ int train(const TrainFlags& flags) {
     const int64_t index = session.steps_done();
     const double lr = schedule.at(index);
     std::vector<std::map<std::string, Tensor>> micro_batches;
-    for (int64_t i = 0; i < k; ++i) micro_batches.push_back(data->batch(first_batch(index) + i));
+    for (int64_t i = 0; i < k; ++i) {
+      std::map<std::string, Tensor> batch = data->batch(first_batch(index) + i);
+      micro_batches.push_back(ranks > 1 ? shard(batch, rank, ranks) : std::move(batch));
+    }
     // Queued without waiting for the device; the figures are read every --log-every steps.
     if (absl::Status queued = session.queue_step(micro_batches, static_cast<float>(lr));
         !queued.ok()) {
@@ -483,7 +387,7 @@ int train(const TrainFlags& flags) {
                   session.graph_status().message())));
     }
     const int64_t done = session.steps_done();
-    const bool save = !checkpoint.empty() && flags.checkpoint_every > 0 &&
+    const bool save = writer && !checkpoint.empty() && flags.checkpoint_every > 0 &&
                       done % flags.checkpoint_every == 0 && done < flags.steps;
     if (done % flags.log_every == 0 || save || done == flags.steps) {
       if (std::optional<int> code = take_stats()) return *code;
@@ -497,6 +401,7 @@ int train(const TrainFlags& flags) {
   // Interrupted: the steps queued before the signal are logged and checked like the others.
   if (std::optional<int> code = take_stats()) return *code;
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_DFL);
+  if (!writer) return stop_signal.load() != 0 ? 128 + stop_signal.load() : 0;
   if (!checkpoint.empty()) {
     if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
       return report_error(status);
@@ -633,6 +538,19 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
       ->add_option("--progress", flags.progress,
                    "auto: a bar on a terminal, plain lines otherwise; bar; lines; none")
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
+      ->capture_default_str();
+  train
+      ->add_option("--nproc", flags.nproc,
+                   "Train data-parallel on N ranks (processes) on this machine: each batch of "
+                   "--data holds N times the model's rows and rank r takes rows r*B/N .. "
+                   "(r+1)*B/N-1; the gradients are averaged over the ranks (docs/distributed.md)")
+      ->check(at_least(1))
+      ->capture_default_str();
+  train
+      ->add_option("--comm-timeout", flags.comm_timeout,
+                   "Seconds a rank waits for the others (to join, or in a collective) before it "
+                   "fails")
+      ->check(at_least(1))
       ->capture_default_str();
   return train;
 }

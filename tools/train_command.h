@@ -35,6 +35,8 @@ struct TrainFlags {
   std::string device = "cpu";
   bool allow_tf32 = false;
   std::string cuda_graph = "off";  // on: record the step as a CUDA graph and replay it
+  int64_t nproc = 1;               // > 1: run that many data-parallel ranks on this machine
+  int64_t comm_timeout = 300;      // seconds a rank waits for the others
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

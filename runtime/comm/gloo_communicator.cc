@@ -14,6 +14,7 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include <vector>
 
 #include "compiler/strings.h"
+#include "runtime/comm/tcp_store.h"
 
 namespace ampc::runtime::comm {
 namespace {
@@ -73,8 +75,11 @@ class GlooWork final : public Work {
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(int rank, int size, std::shared_ptr<gloo::Context> context,
-                   std::chrono::milliseconds timeout)
-      : Communicator(rank, size), context_(std::move(context)), timeout_(timeout) {
+                   std::chrono::milliseconds timeout, std::unique_ptr<TcpStoreServer> server)
+      : Communicator(rank, size),
+        context_(std::move(context)),
+        timeout_(timeout),
+        server_(std::move(server)) {
     worker_ = std::thread([this] { work(); });
   }
 
@@ -239,6 +244,8 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<gloo::Context> context_;
   std::chrono::milliseconds timeout_;
+  // Rank 0's rendezvous store, served while any rank may still read it.
+  std::unique_ptr<TcpStoreServer> server_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<Task> tasks_;
@@ -249,28 +256,75 @@ class GlooCommunicator final : public Communicator {
 
 }  // namespace
 
+namespace {
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.starts_with("127.");
+}
+
+// The address this rank's Gloo connections use.
+std::string local_hostname(const GlooOptions& options) {
+  if (!options.hostname.empty()) return options.hostname;
+  if (options.store_directory.empty() && !is_loopback(options.master_addr)) {
+    char name[256] = {};
+    if (::gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+  }
+  return "127.0.0.1";
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Communicator>> connect_gloo(const GlooOptions& options) {
   if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
     return absl::InvalidArgumentError(
         str_cat("rank ", options.rank, " is not in a group of ", options.size));
   }
-  if (options.store_directory.empty()) {
-    return absl::InvalidArgumentError("Gloo needs a rendezvous directory every rank can reach");
+  const bool tcp = options.store_directory.empty();
+  if (tcp && (options.master_addr.empty() || options.master_port <= 0)) {
+    return absl::InvalidArgumentError(
+        "Gloo needs a rendezvous directory every rank can reach, or the address and port of "
+        "rank 0's store");
+  }
+  const std::string where =
+      tcp ? str_cat(options.master_addr, ":", options.master_port) : options.store_directory;
+  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<gloo::rendezvous::Store> store;
+  if (tcp) {
+    if (options.rank == 0) {
+      absl::StatusOr<std::unique_ptr<TcpStoreServer>> started =
+          TcpStoreServer::start(options.master_port);
+      if (!started.ok()) {
+        return absl::UnavailableError(
+            str_cat("rank 0 of ", options.size, ": ", started.status().message()));
+      }
+      server = *std::move(started);
+    }
+    absl::StatusOr<std::unique_ptr<TcpStore>> client =
+        TcpStore::connect(options.master_addr, options.master_port, options.timeout);
+    if (!client.ok()) {
+      return absl::UnavailableError(
+          str_cat("rank ", options.rank, " of ", options.size, ": ", client.status().message()));
+    }
+    store = *std::move(client);
   }
   try {
     gloo::transport::tcp::attr attr;
-    attr.hostname = options.hostname.empty() ? "127.0.0.1" : options.hostname;
+    if (options.interface.empty()) {
+      attr.hostname = local_hostname(options);
+    } else {
+      attr.iface = options.interface;
+    }
     std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    gloo::rendezvous::FileStore store(options.store_directory);
+    if (!tcp) store = std::make_unique<gloo::rendezvous::FileStore>(options.store_directory);
     auto context = std::make_shared<gloo::rendezvous::Context>(options.rank, options.size);
     context->setTimeout(options.timeout);
-    context->connectFullMesh(store, device);
+    context->connectFullMesh(*store, device);
     return std::unique_ptr<Communicator>(std::make_unique<GlooCommunicator>(
-        options.rank, options.size, std::move(context), options.timeout));
+        options.rank, options.size, std::move(context), options.timeout, std::move(server)));
   } catch (const std::exception& e) {
     return absl::UnavailableError(str_cat("rank ", options.rank, " of ", options.size,
-                                          " could not join the group through ",
-                                          options.store_directory, ": ", e.what()));
+                                          " could not join the group through ", where, ": ",
+                                          e.what()));
   }
 }
 

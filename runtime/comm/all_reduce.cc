@@ -1,0 +1,70 @@
+// ampc.AllReduce over host memory; runtime/comm/all_reduce.h.
+#include "runtime/comm/all_reduce.h"
+
+#include "compiler/float_types.h"
+#include "compiler/strings.h"
+
+namespace ampc::runtime::comm {
+namespace {
+
+// Element i of a float operand, exactly, as C.
+template <typename C>
+C read_element(const TensorArg& arg, int64_t i) {
+  switch (arg.dtype()) {
+    case DType::kF16:
+      return static_cast<C>(static_cast<float>(static_cast<const Float16*>(arg.data)[i]));
+    case DType::kBF16:
+      return static_cast<C>(static_cast<float>(static_cast<const BFloat16*>(arg.data)[i]));
+    case DType::kF64:
+      return static_cast<C>(static_cast<const double*>(arg.data)[i]);
+    default:
+      return static_cast<C>(static_cast<const float*>(arg.data)[i]);
+  }
+}
+
+template <typename C>
+absl::Status reduce(const std::vector<TensorArg>& operands, const std::vector<TensorArg>& outputs,
+                    bool mean, C* bucket, Communicator* comm) {
+  int64_t total = 0;
+  for (const TensorArg& operand : operands) {
+    for (int64_t i = 0; i < operand.num_elements(); ++i)
+      bucket[total + i] = read_element<C>(operand, i);
+    total += operand.num_elements();
+  }
+  const int size = comm == nullptr ? 1 : comm->size();
+  if (size > 1) {
+    AMPC_RETURN_IF_ERROR(comm->all_reduce_now(
+        bucket, total, std::is_same_v<C, double> ? DType::kF64 : DType::kF32, ReduceOp::kSum));
+  }
+  const C inverse = static_cast<C>(1.0 / size);
+  int64_t at = 0;
+  for (const TensorArg& output : outputs) {
+    C* out = static_cast<C*>(output.data);
+    for (int64_t i = 0; i < output.num_elements(); ++i) {
+      out[i] = mean ? bucket[at + i] * inverse : bucket[at + i];
+    }
+    at += output.num_elements();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int64_t all_reduce_bucket_bytes(const std::vector<TensorArg>& operands) {
+  int64_t elements = 0;
+  for (const TensorArg& operand : operands) elements += operand.num_elements();
+  const bool f64 = !operands.empty() && operands[0].dtype() == DType::kF64;
+  return elements * static_cast<int64_t>(f64 ? sizeof(double) : sizeof(float));
+}
+
+absl::Status all_reduce_on_host(const std::vector<TensorArg>& operands,
+                                const std::vector<TensorArg>& outputs, bool mean,
+                                std::span<std::byte> bucket, Communicator* comm) {
+  AMPC_CHECK(static_cast<int64_t>(bucket.size()) >= all_reduce_bucket_bytes(operands));
+  if (!operands.empty() && operands[0].dtype() == DType::kF64) {
+    return reduce(operands, outputs, mean, reinterpret_cast<double*>(bucket.data()), comm);
+  }
+  return reduce(operands, outputs, mean, reinterpret_cast<float*>(bucket.data()), comm);
+}
+
+}  // namespace ampc::runtime::comm

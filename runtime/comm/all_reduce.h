@@ -1,0 +1,26 @@
+// ampc.AllReduce (ops/collective.cc) over host memory, for the CPU kernel and for the CUDA
+// kernel's host-staged path: one bucket holds every operand converted to f32 (f64 for f64
+// operands) in operand order, the communicator sums it over the ranks, and each output element
+// is the sum (with `mean`, the sum times 1 / size rounded once).
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "compiler/status.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/kernel.h"
+
+namespace ampc::runtime::comm {
+
+// The bytes of the bucket for `operands`.
+int64_t all_reduce_bucket_bytes(const std::vector<TensorArg>& operands);
+
+// `operands` and `outputs` in host memory; `bucket` of all_reduce_bucket_bytes, aligned for
+// doubles. `comm` null: a group of one.
+absl::Status all_reduce_on_host(const std::vector<TensorArg>& operands,
+                                const std::vector<TensorArg>& outputs, bool mean,
+                                std::span<std::byte> bucket, Communicator* comm);
+
+}  // namespace ampc::runtime::comm

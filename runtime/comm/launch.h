@@ -1,0 +1,47 @@
+// Which rank this process is, read from the environment the launchers people already use set:
+//
+//   torchrun (and `ampc train --nproc`): RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT
+//   Open MPI's mpirun:                   OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
+//                                        OMPI_COMM_WORLD_LOCAL_RANK
+//
+// The ranks meet through the TCP store rank 0 serves at MASTER_ADDR:MASTER_PORT (mpirun does not
+// set them: export them to every rank, as PyTorch asks too), or through files in AMPC_STORE_DIR
+// when that is set (a directory every rank can reach, empty when the group forms).
+// GLOO_SOCKET_IFNAME (PyTorch's name) picks the network interface the ranks' connections use;
+// without it they use this machine's host name, or the loopback when the store is local.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "compiler/status.h"
+#include "runtime/comm/communicator.h"
+
+namespace ampc::runtime::comm {
+
+struct RankEnvironment {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  std::string launcher;  // "torchrun" or "Open MPI", for messages
+  std::string master_addr;
+  int master_port = 0;
+  std::string store_directory;  // AMPC_STORE_DIR
+  std::string interface;        // GLOO_SOCKET_IFNAME
+};
+
+// Reads a variable: null when unset. (std::getenv, or a map in tests.)
+using EnvironmentReader = std::function<const char*(const char* name)>;
+
+// The rank this environment describes; nullopt when it names no group (a single process). A
+// Status names the variable that is missing or malformed.
+absl::StatusOr<std::optional<RankEnvironment>> read_rank_environment(const EnvironmentReader& read);
+
+// Joins the group `env` describes through Gloo.
+absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment& env,
+                                                           std::chrono::milliseconds timeout);
+
+}  // namespace ampc::runtime::comm

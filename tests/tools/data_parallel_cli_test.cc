@@ -1,0 +1,141 @@
+// Data-parallel `ampc train` (docs/distributed.md) as people launch it: `--nproc 2`, and two
+// processes started with torchrun's variables. The example MLP (a model of 8 rows per batch) on
+// 2 ranks with global batches of 16 rows trains like one rank accumulating the same two 8-row
+// halves (`ampc compile --accumulate 2`, the definition of the mean gradient over 16 rows): the
+// same losses within f32 rounding. A rank killed mid-run makes the launcher exit non-zero
+// naming it.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "tests/free_port.h"
+#include "tests/tools/train_cli_test_util.h"
+
+namespace ampc::train_cli {
+namespace {
+
+class DataParallelCliTest : public TrainCliTest {
+ protected:
+  // models/mlp.train.npz's first 2n batches of 8 rows as n global batches of 16 rows (and, in
+  // halves.npz, as the 2n batches): global batch i is batches 2i and 2i + 1, which is what
+  // --accumulate 2 reads for step i.
+  std::string global_batches(int64_t n) const {
+    absl::StatusOr<std::map<std::string, Tensor>> all = runtime::read_npz(data("mlp.train.npz"));
+    EXPECT_TRUE(all.ok());
+    std::map<std::string, Tensor> global;
+    for (const auto& [name, array] : *all) {
+      Tensor cut = first_batches(array, 2 * n);
+      TensorType type = cut.type();
+      type.shape[0] = n;
+      type.shape[1] *= 2;
+      global.emplace(name,
+                     Tensor(type, std::vector<uint8_t>(cut.bytes().begin(), cut.bytes().end())));
+    }
+    save_npz("global.npz", global);
+    // The same rows as batches of 8, for the accumulating run.
+    std::map<std::string, Tensor> halves;
+    for (const auto& [name, array] : *all) halves.emplace(name, first_batches(array, 2 * n));
+    save_npz("halves.npz", halves);
+    return path("global.npz");
+  }
+
+  void expect_same_losses(const std::string& a, const std::string& b, size_t steps) const {
+    const std::vector<LogLine> la = read_log(a), lb = read_log(b);
+    ASSERT_EQ(la.size(), steps);
+    ASSERT_EQ(lb.size(), steps);
+    for (size_t i = 0; i < steps; ++i) {
+      EXPECT_NEAR(la[i].loss, lb[i].loss, 1e-5 * std::abs(lb[i].loss)) << "step " << i + 1;
+      EXPECT_NEAR(la[i].grad_norm, lb[i].grad_norm, 1e-5 * lb[i].grad_norm) << "step " << i + 1;
+    }
+  }
+};
+
+TEST_F(DataParallelCliTest, TwoLocalRanksTrainLikeAccumulatingTheirHalves) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
+  const std::string global = global_batches(4);
+  CliResult r =
+      train(ranks_model, "--nproc 2 --data " + global + " --steps 8 --log " + path("ranks.jsonl") +
+                             " --checkpoint " + path("ckpt") + " --export " + path("trained.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
+  EXPECT_TRUE(fs::exists(path("trained.onnx")));
+
+  const std::string out = path("accumulating.train.onnx");
+  r = testing::run_ampc("compile " + model("mlp") + " -o " + out +
+                        " --optimizer sgd --momentum 0.9 --lr 0.05 --accumulate 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(out, "--data " + path("halves.npz") + " --steps 8 --log " + path("one.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(path("ranks.jsonl"), path("one.jsonl"), 8);
+}
+
+TEST_F(DataParallelCliTest, RanksStartedWithTorchrunsVariablesMeetThroughRankZerosStore) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --lr 0.05");
+  const std::string global = global_batches(2);
+  const int port = testing::free_port();  // rank 0 serves the rendezvous store there
+  std::string script;
+  for (int rank = 0; rank < 2; ++rank) {
+    script += "RANK=" + std::to_string(rank) + " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) +
+              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + AMPC_BINARY +
+              " train " + ranks_model + " --progress none --comm-timeout 60 --data " + global +
+              " --steps 4 --log " + path("rank" + std::to_string(rank) + ".jsonl") + " & p" +
+              std::to_string(rank) + "=$!; ";
+  }
+  script += "wait $p0; a=$?; wait $p1; b=$?; exit $((a + b))";
+  std::string out, err;
+  ASSERT_EQ(testing::run_command("bash -c '" + script + "'", &out, &err), 0) << err;
+  // Only rank 0 writes the log.
+  EXPECT_EQ(read_log(path("rank0.jsonl")).size(), 4u);
+  EXPECT_FALSE(fs::exists(path("rank1.jsonl")));
+}
+
+TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingIt) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --lr 0.05");
+  const std::string global = global_batches(4);
+  const std::string err_file = path("err.txt");
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    std::freopen(err_file.c_str(), "w", stderr);
+    execl(AMPC_BINARY, AMPC_BINARY, "train", ranks_model.c_str(), "--nproc", "2", "--data",
+          global.c_str(), "--steps", "100000000", "--progress", "none", "--comm-timeout", "30",
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait for the two ranks, then kill rank 1's process (the higher pid: started second).
+  std::vector<pid_t> children;
+  const auto start = std::chrono::steady_clock::now();
+  while (children.size() < 2 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
+    children.clear();
+    for (const auto& entry : fs::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string pid, comm, state;
+      pid_t parent = 0;
+      if (stat >> pid >> comm >> state >> parent && parent == launcher) {
+        children.push_back(std::stoi(pid));
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(children.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // both are training by now
+  kill(std::max(children[0], children[1]), SIGKILL);
+  int status = 0;
+  const auto killed = std::chrono::steady_clock::now();
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, std::chrono::seconds(30));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0);
+  const std::string err = read_file(err_file);
+  EXPECT_THAT(err, HasSubstr("ampc: error: rank 1 of 2 was killed by SIGKILL")) << err;
+}
+
+}  // namespace
+}  // namespace ampc::train_cli

@@ -1,0 +1,43 @@
+// Data-parallel `ampc train`: starting local ranks (`--nproc N`), joining the group a launcher
+// (torchrun, mpirun, --nproc) started this process in, and each rank's shard of a batch.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compiler/status.h"
+#include "compiler/tensor.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/session.h"
+
+namespace ampc {
+
+// Runs this command line again as `nproc` processes on this machine (without --nproc), as
+// ranks 0 .. nproc-1 of one group meeting in a fresh temporary directory, and waits for them. A
+// rank that fails makes the launcher stop the others (SIGTERM): the exit code is 0 when every
+// rank succeeded, else the first failed rank's, after a message naming each rank that failed on
+// its own.
+int run_local_ranks(int nproc);
+
+// This process's rank, when a launcher's environment names one (runtime/comm/launch.h).
+struct RankGroup {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<runtime::comm::Communicator> communicator;
+};
+absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds);
+
+// The inputs a data file holds for `ranks` ranks: each batch input's dim 0 times `ranks` (the
+// global batch); an input without a batch dim cannot be sharded.
+absl::StatusOr<std::vector<runtime::TensorInfo>> global_batch_inputs(
+    std::vector<runtime::TensorInfo> inputs, int ranks);
+
+// Rank `rank` of `ranks`' rows of a global batch: rows r * B / N .. (r + 1) * B / N - 1.
+std::map<std::string, Tensor> shard(const std::map<std::string, Tensor>& batch, int rank,
+                                    int ranks);
+
+}  // namespace ampc
