@@ -15,6 +15,7 @@
 #include "passes/passes.h"
 #include "runtime/checksum.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/comm/group_check.h"
 #include "runtime/safetensors.h"
 
 namespace ampc::runtime {
@@ -119,6 +120,7 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
         insert_gradient_all_reduce(
             *step, DataParallelOptions{.ranks = group->size(), .loss = session->loss_})
             .status());
+    AMPC_RETURN_IF_ERROR(comm::check_same_step(*step, *group));
   }
   backend->context().communicator = group;
   AMPC_ASSIGN_OR_RETURN(session->step_,
@@ -337,9 +339,15 @@ absl::Status TrainingSession::queue_step(
   // The scale this step uses: the state before the step updates it.
   if (stats_log_.scale.value != nullptr) AMPC_RETURN_IF_ERROR(keep(stats_log_.scale));
   for (int64_t i = 0; i < k; ++i) {
-    // Dropout's stream per run of the step graph (wrapping is harmless: it only names a draw).
+    // Dropout's stream per run of the step graph (wrapping is harmless: it only names a draw);
+    // each rank of a data-parallel group draws its own (as each DDP rank has its own generator).
+    const comm::Communicator* group = step_->backend().context().communicator;
+    const uint64_t ranks = group == nullptr ? 1 : static_cast<uint64_t>(group->size());
+    const uint64_t rank = group == nullptr ? 0 : static_cast<uint64_t>(group->rank());
     const uint64_t stream =
-        static_cast<uint64_t>(steps_done_) * static_cast<uint64_t>(k) + static_cast<uint64_t>(i);
+        (static_cast<uint64_t>(steps_done_) * static_cast<uint64_t>(k) + static_cast<uint64_t>(i)) *
+            ranks +
+        rank;
     const absl::Status ran = run_step_graph(micro_batches[static_cast<size_t>(i)], lr, stream);
     if (!ran.ok()) {
       if (k == 1) return ran;

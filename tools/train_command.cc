@@ -281,8 +281,10 @@ int train(const TrainFlags& flags) {
     if (absl::Status status = session.load_checkpoint(checkpoint); !status.ok()) {
       return report_error(status);
     }
-    std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
-              << "\n";
+    if (writer) {
+      std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
+                << "\n";
+    }
   }
 
   if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path);

@@ -240,6 +240,34 @@ TEST(DataParallel, TheStepAveragesEveryGradientInBucketsBeforeTheOptimizerReadsI
   EXPECT_EQ(order, (std::vector<std::string>{"w2.grad", "b1.grad", "w1.grad", "loss.local"}));
 }
 
+// Rank 1 compiled its model for another batch size: every rank fails at start-up naming it,
+// before any collective of a step could hang.
+TEST(DataParallel, RanksWithDifferentStepsFailAtStartUpNamingTheRank) {
+  StoreDirectory store;
+  std::vector<absl::Status> statuses(3);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      comm::GlooOptions options;
+      options.rank = rank;
+      options.size = 3;
+      options.store_directory = store.path();
+      absl::StatusOr<std::unique_ptr<comm::Communicator>> group = comm::connect_gloo(options);
+      ASSERT_TRUE(group.ok()) << group.status();
+      statuses[rank] =
+          open(Recipe{}, rank == 1 ? 4 : 8, std::shared_ptr<comm::Communicator>(*std::move(group)))
+              .status();
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (const absl::Status& status : statuses) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
+    EXPECT_NE(status.message().find("rank 1 loads a training step that differs from rank 0's"),
+              std::string::npos)
+        << status;
+  }
+}
+
 TEST(DataParallel, AStepThatAccumulatesGradientsIsRefused) {
   StoreDirectory store;
   std::vector<absl::Status> statuses(2);

@@ -2,8 +2,8 @@
 // processes started with torchrun's variables. The example MLP (a model of 8 rows per batch) on
 // 2 ranks with global batches of 16 rows trains like one rank accumulating the same two 8-row
 // halves (`ampc compile --accumulate 2`, the definition of the mean gradient over 16 rows): the
-// same losses within f32 rounding. A rank killed mid-run makes the launcher exit non-zero
-// naming it.
+// same losses within f32 rounding. A resume with the same ranks is bit-identical; a rank killed
+// mid-run makes the launcher exit non-zero naming it.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -71,6 +71,26 @@ TEST_F(DataParallelCliTest, TwoLocalRanksTrainLikeAccumulatingTheirHalves) {
   r = train(out, "--data " + path("halves.npz") + " --steps 8 --log " + path("one.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   expect_same_losses(path("ranks.jsonl"), path("one.jsonl"), 8);
+}
+
+// Two ranks: 10 steps in one run, and 4 steps then a resume up to 10, leave byte-identical
+// checkpoints and logs (every rank loads rank 0's checkpoint; the data position is the step).
+TEST_F(DataParallelCliTest, AResumeWithTheSameRanksIsBitIdentical) {
+  const std::string ranks_model = compile("mlp", "--optimizer adamw --lr 0.01");
+  const std::string global = global_batches(3);
+  const std::string common = "--nproc 2 --data " + global + " --checkpoint ";
+  CliResult r = train(ranks_model, common + path("a") + " --steps 10 --log " + path("a.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(ranks_model, common + path("b") + " --steps 4 --log " + path("b.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(ranks_model, common + path("b") + " --steps 10 --resume --log " + path("b.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("after step 4"));
+  const std::string a = read_file(path("a/checkpoint.safetensors"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == read_file(path("b/checkpoint.safetensors")));
+  EXPECT_EQ(read_log(path("b.jsonl")).size(), 10u);
+  EXPECT_EQ(read_file(path("a.jsonl")), read_file(path("b.jsonl")));
 }
 
 TEST_F(DataParallelCliTest, RanksStartedWithTorchrunsVariablesMeetThroughRankZerosStore) {
