@@ -109,10 +109,10 @@ class StoreDirectory {
   std::string path_;
 };
 
-// Trains `ranks` ranks at once (threads) and returns each rank's run.
-std::vector<RunLog> train_group(const Recipe& recipe, int ranks, float lr) {
+// Runs body(rank, group) on `ranks` ranks at once, one thread each, joined in a Gloo group.
+void on_ranks(int ranks,
+              const std::function<void(int rank, std::shared_ptr<comm::Communicator>)>& body) {
   StoreDirectory store;
-  std::vector<RunLog> runs(ranks);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < ranks; ++rank) {
     threads.emplace_back([&, rank] {
@@ -123,13 +123,21 @@ std::vector<RunLog> train_group(const Recipe& recipe, int ranks, float lr) {
       options.timeout = std::chrono::seconds(60);
       absl::StatusOr<std::unique_ptr<comm::Communicator>> group = comm::connect_gloo(options);
       ASSERT_TRUE(group.ok()) << group.status();
-      absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-          open(recipe, kBatch / ranks, std::shared_ptr<comm::Communicator>(*std::move(group)));
-      ASSERT_TRUE(session.ok()) << "rank " << rank << ": " << session.status();
-      runs[rank] = train(**session, rank, ranks, lr);
+      body(rank, std::shared_ptr<comm::Communicator>(*std::move(group)));
     });
   }
   for (std::thread& thread : threads) thread.join();
+}
+
+// Trains `ranks` ranks at once (threads) and returns each rank's run.
+std::vector<RunLog> train_group(const Recipe& recipe, int ranks, float lr) {
+  std::vector<RunLog> runs(ranks);
+  on_ranks(ranks, [&](int rank, std::shared_ptr<comm::Communicator> group) {
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        open(recipe, kBatch / ranks, std::move(group));
+    ASSERT_TRUE(session.ok()) << "rank " << rank << ": " << session.status();
+    runs[rank] = train(**session, rank, ranks, lr);
+  });
   return runs;
 }
 
@@ -243,23 +251,10 @@ TEST(DataParallel, TheStepAveragesEveryGradientInBucketsBeforeTheOptimizerReadsI
 // Rank 1 compiled its model for another batch size: every rank fails at start-up naming it,
 // before any collective of a step could hang.
 TEST(DataParallel, RanksWithDifferentStepsFailAtStartUpNamingTheRank) {
-  StoreDirectory store;
   std::vector<absl::Status> statuses(3);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 3; ++rank) {
-    threads.emplace_back([&, rank] {
-      comm::GlooOptions options;
-      options.rank = rank;
-      options.size = 3;
-      options.store_directory = store.path();
-      absl::StatusOr<std::unique_ptr<comm::Communicator>> group = comm::connect_gloo(options);
-      ASSERT_TRUE(group.ok()) << group.status();
-      statuses[rank] =
-          open(Recipe{}, rank == 1 ? 4 : 8, std::shared_ptr<comm::Communicator>(*std::move(group)))
-              .status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  on_ranks(3, [&](int rank, std::shared_ptr<comm::Communicator> group) {
+    statuses[rank] = open(Recipe{}, rank == 1 ? 4 : 8, std::move(group)).status();
+  });
   for (const absl::Status& status : statuses) {
     EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition) << status;
     EXPECT_NE(status.message().find("rank 1 loads a training step that differs from rank 0's"),
@@ -269,23 +264,10 @@ TEST(DataParallel, RanksWithDifferentStepsFailAtStartUpNamingTheRank) {
 }
 
 TEST(DataParallel, AStepThatAccumulatesGradientsIsRefused) {
-  StoreDirectory store;
   std::vector<absl::Status> statuses(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      comm::GlooOptions options;
-      options.rank = rank;
-      options.size = 2;
-      options.store_directory = store.path();
-      absl::StatusOr<std::unique_ptr<comm::Communicator>> group = comm::connect_gloo(options);
-      ASSERT_TRUE(group.ok()) << group.status();
-      statuses[rank] = open(Recipe{.accumulate = 2}, kBatch / 2,
-                            std::shared_ptr<comm::Communicator>(*std::move(group)))
-                           .status();
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  on_ranks(2, [&](int rank, std::shared_ptr<comm::Communicator> group) {
+    statuses[rank] = open(Recipe{.accumulate = 2}, kBatch / 2, std::move(group)).status();
+  });
   for (const absl::Status& status : statuses) {
     EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
     EXPECT_NE(status.message().find("--accumulate"), std::string::npos) << status;
