@@ -151,6 +151,7 @@ absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_sec
   RankGroup group;
   group.rank = env->rank;
   group.size = env->size;
+  group.local_rank = env->local_rank;
   group.communicator = std::move(communicator);
   return std::optional<RankGroup>(std::move(group));
 }

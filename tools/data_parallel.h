@@ -27,6 +27,7 @@ int run_local_ranks(int nproc);
 struct RankGroup {
   int rank = 0;
   int size = 1;
+  int local_rank = 0;  // its place on this machine: the GPU it uses
   std::shared_ptr<runtime::comm::Communicator> communicator;
 };
 absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds);

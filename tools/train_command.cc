@@ -231,6 +231,10 @@ int train(const TrainFlags& flags) {
         "--cuda-graph on has no effect on the cpu device (use it with --device cuda)"));
   }
   session_options.device = *device;
+  // One GPU per rank on each machine: the LOCAL_RANK-th.
+  if (*group && *device == runtime::Device::kCuda) {
+    session_options.device_index = (*group)->local_rank;
+  }
   session_options.allow_tf32 = flags.allow_tf32;
   session_options.cuda_graph = flags.cuda_graph == "on";
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
