@@ -50,18 +50,22 @@ absl::Status reduce(const std::vector<TensorArg>& operands, const std::vector<Te
 
 }  // namespace
 
-int64_t all_reduce_bucket_bytes(const std::vector<TensorArg>& operands) {
+int64_t all_reduce_bucket_bytes(const Node& node) {
   int64_t elements = 0;
-  for (const TensorArg& operand : operands) elements += operand.num_elements();
-  const bool f64 = !operands.empty() && operands[0].dtype() == DType::kF64;
+  for (const Value* operand : node.operands()) elements += operand->type().num_elements();
+  const bool f64 = node.num_operands() > 0 && node.operand(0)->dtype() == DType::kF64;
   return elements * static_cast<int64_t>(f64 ? sizeof(double) : sizeof(float));
 }
 
 absl::Status all_reduce_on_host(const std::vector<TensorArg>& operands,
                                 const std::vector<TensorArg>& outputs, bool mean,
                                 std::span<std::byte> bucket, Communicator* comm) {
-  AMPC_CHECK(static_cast<int64_t>(bucket.size()) >= all_reduce_bucket_bytes(operands));
-  if (!operands.empty() && operands[0].dtype() == DType::kF64) {
+  int64_t elements = 0;
+  for (const TensorArg& operand : operands) elements += operand.num_elements();
+  const bool f64 = !operands.empty() && operands[0].dtype() == DType::kF64;
+  AMPC_CHECK(static_cast<int64_t>(bucket.size()) >=
+             elements * static_cast<int64_t>(f64 ? sizeof(double) : sizeof(float)));
+  if (f64) {
     return reduce(operands, outputs, mean, reinterpret_cast<double*>(bucket.data()), comm);
   }
   return reduce(operands, outputs, mean, reinterpret_cast<float*>(bucket.data()), comm);

@@ -14,10 +14,10 @@
 
 namespace ampc::runtime::comm {
 
-// The bytes of the bucket for `operands`.
-int64_t all_reduce_bucket_bytes(const std::vector<TensorArg>& operands);
+// The bytes of the bucket for `node`'s operands.
+int64_t all_reduce_bucket_bytes(const Node& node);
 
-// `operands` and `outputs` in host memory; `bucket` of all_reduce_bucket_bytes, aligned for
+// `operands` and `outputs` in host memory; `bucket` of at least their elements, aligned for
 // doubles. `comm` null: a group of one.
 absl::Status all_reduce_on_host(const std::vector<TensorArg>& operands,
                                 const std::vector<TensorArg>& outputs, bool mean,

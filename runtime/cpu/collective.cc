@@ -6,13 +6,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-int64_t bucket_workspace(const Node& node) {
-  int64_t bytes = 0;
-  const bool f64 = node.operand(0)->dtype() == DType::kF64;
-  for (const Value* operand : node.operands()) bytes += operand->type().num_elements();
-  return bytes * static_cast<int64_t>(f64 ? sizeof(double) : sizeof(float));
-}
-
 absl::Status all_reduce(const KernelContext& ctx) {
   comm::Communicator* communicator = ctx.exec != nullptr ? ctx.exec->communicator : nullptr;
   return comm::all_reduce_on_host(ctx.inputs, ctx.outputs, int_attr_or(ctx.node, "mean", 0) != 0,
@@ -20,7 +13,7 @@ absl::Status all_reduce(const KernelContext& ctx) {
 }
 
 void register_collective_kernels(KernelRegistry& r) {
-  KernelDef def = ampc_kernel_def("AllReduce", {.workspace_bytes = &bucket_workspace});
+  KernelDef def = ampc_kernel_def("AllReduce", {.workspace_bytes = &comm::all_reduce_bucket_bytes});
   def.device = Device::kCpu;
   def.dtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
   def.fn = &all_reduce;

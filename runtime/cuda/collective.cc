@@ -23,7 +23,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_all_reduce(const KernelContext
   auto staging = std::make_unique<HostStaging>();
   for (const TensorArg& arg : ctx.inputs) staging->operands.emplace_back(arg.byte_size());
   for (const TensorArg& arg : ctx.outputs) staging->outputs.emplace_back(arg.byte_size());
-  const int64_t bytes = comm::all_reduce_bucket_bytes(ctx.inputs);
+  const int64_t bytes = comm::all_reduce_bucket_bytes(ctx.node);
   staging->bucket.resize(static_cast<size_t>((bytes + 7) / 8));
   return staging;
 }

@@ -19,6 +19,7 @@
 #include "passes/passes.h"
 #include "runtime/comm/gloo_communicator.h"
 #include "runtime/training_session.h"
+#include "tests/runtime/comm/comm_test_util.h"
 #include "tests/runtime/mlp_training_util.h"
 #include "tests/test_util.h"
 
@@ -27,6 +28,7 @@ namespace {
 
 using testing::mlp_model;
 using testing::relative_update_gap;
+using testing::StoreDirectory;
 using testing::uniform;
 
 constexpr int kBatch = 16;  // the whole batch's rows
@@ -94,20 +96,6 @@ RunLog train(TrainingSession& session, int rank, int ranks, float lr) {
   }
   return run;
 }
-
-// A fresh rendezvous directory per group.
-class StoreDirectory {
- public:
-  StoreDirectory() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "ampc_dp_test_XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~StoreDirectory() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Runs body(rank, group) on `ranks` ranks at once, one thread each, joined in a Gloo group.
 void on_ranks(int ranks,

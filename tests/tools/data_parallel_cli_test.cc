@@ -12,7 +12,7 @@
 #include <fstream>
 #include <thread>
 
-#include "tests/free_port.h"
+#include "tests/runtime/comm/comm_test_util.h"
 #include "tests/tools/train_cli_test_util.h"
 
 namespace ampc::train_cli {

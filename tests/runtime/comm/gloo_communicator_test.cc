@@ -18,26 +18,13 @@
 #include "compiler/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
+#include "tests/runtime/comm/comm_test_util.h"
 
 namespace ampc::runtime::comm {
 namespace {
 
 using std::chrono::milliseconds;
-
-// A fresh, empty rendezvous directory, removed at the end of the test.
-class StoreDirectory {
- public:
-  StoreDirectory() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "ampc_gloo_test_XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~StoreDirectory() { std::filesystem::remove_all(path_); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::StoreDirectory;
 
 GlooOptions options_for(int rank, int size, const StoreDirectory& store,
                         milliseconds timeout = milliseconds(60000)) {

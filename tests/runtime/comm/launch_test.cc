@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "runtime/comm/gloo_communicator.h"
 #include "runtime/comm/tcp_store.h"
-#include "tests/free_port.h"
+#include "tests/runtime/comm/comm_test_util.h"
 
 namespace ampc::runtime::comm {
 namespace {
