@@ -4,6 +4,11 @@
 // keeps scale, bias and the running mean and variance in fp32; LayerNormalization runs in fp32
 // (deny list). Both compute their statistics in fp32 whatever the data's dtype.
 //
+// ampc.SyncBatchNormalization, which data-parallel training puts in place of training-mode
+// BatchNormalization (passes/data_parallel.h), is the same op with the statistics taken over the
+// batches of every rank of the group together (PyTorch's SyncBatchNorm); in a group of one it is
+// training-mode BatchNormalization.
+//
 // Their gradients are the internal ops ampc.BatchNormalizationGrad and
 // ampc.LayerNormalizationGrad, which give dX, dScale and dB in one pass over the statistics.
 // Running statistics, input_mean/input_var and LayerNormalization's Mean/InvStdDev outputs take
@@ -45,6 +50,16 @@ absl::Status infer_batch_norm(InferenceContext& ctx) {
     return absl::InvalidArgumentError(
         "running_mean and running_var are outputs of training mode only (training_mode=0)");
   }
+  ctx.set_output(0, ctx.input_type(0));
+  const TensorType stats{ctx.input_type(3).dtype, {channels}};
+  ctx.set_output(1, stats);
+  ctx.set_output(2, stats);
+  return absl::OkStatus();
+}
+
+// ampc.SyncBatchNormalization: training mode's Y, running_mean and running_var.
+absl::Status infer_sync_batch_norm(InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(int64_t channels, check_batch_norm_inputs(ctx));
   ctx.set_output(0, ctx.input_type(0));
   const TensorType stats{ctx.input_type(3).dtype, {channels}};
   ctx.set_output(1, stats);
@@ -177,6 +192,17 @@ absl::StatusOr<Grads> batch_norm_grad(GradBuilder& b) {
   return Grads{grads[0], grads[1], grads[2], nullptr, nullptr};
 }
 
+// As batch_norm_grad in training mode, with the statistics and dX's sums over every rank.
+absl::StatusOr<Grads> sync_batch_norm_grad(GradBuilder& b) {
+  const std::vector<Value*> grads =
+      b.op_n(kAmpcDomain, "BatchNormalizationGrad",
+             {b.grad_of_output(0), b.input(0), b.input(1), b.input(3), b.input(4)}, 3,
+             {{"epsilon", b.node().float_attr("epsilon")},
+              {"training_mode", int64_t{1}},
+              {"all_ranks", int64_t{1}}});
+  return Grads{grads[0], grads[1], grads[2], nullptr, nullptr};
+}
+
 // `grad`, shaped like the normalized dims, summed to the shape of `operand` (Scale or B), which
 // may have more leading 1s than there are normalized dims.
 Value* to_operand_shape(GradBuilder& b, Value* grad, const Shape& operand) {
@@ -302,6 +328,24 @@ OpDef batch_norm_v9_def() {
   return def;
 }
 
+OpDef sync_batch_norm_def() {
+  OpDef def = batch_norm_base();
+  def.domain = std::string(kAmpcDomain);
+  def.name = "SyncBatchNormalization";
+  def.summary =
+      "training-mode BatchNormalization with the batch statistics of every rank's batch together";
+  def.outputs = {input("Y"), optional_input("running_mean"), optional_input("running_var")};
+  def.attrs = {attr("epsilon", 1e-5f), attr("momentum", 0.9f)};
+  def.infer = infer_sync_batch_norm;
+  def.gradient = sync_batch_norm_grad;
+  def.no_gradient_outputs = {1, 2};
+  def.samples = {
+      batch_norm_sample("[N, C, H, W]", f32({2, 3, 4, 5}), DType::kF32, {{"epsilon", 0.01f}}, 3),
+      batch_norm_sample("f16 data, f32 statistics", f16({8, 4}), DType::kF32, {}, 3),
+  };
+  return def;
+}
+
 OpDef batch_norm_grad_def() {
   OpDef def;
   def.domain = std::string(kAmpcDomain);
@@ -310,7 +354,9 @@ OpDef batch_norm_grad_def() {
   def.inputs = {input("dY", kFloatTypes), input("X", kFloatTypes), input("scale", kFloatTypes),
                 input("mean", kFloatTypes), input("var", kFloatTypes)};
   def.outputs = {input("dX"), input("dScale"), input("dB")};
-  def.attrs = {attr("epsilon", 1e-5f), flag_attr("training_mode", 0)};
+  // all_ranks (with training_mode): the batch statistics and the sums in dX are over every
+  // rank's batch (ampc.SyncBatchNormalization's); dScale and dB stay this rank's sums.
+  def.attrs = {attr("epsilon", 1e-5f), flag_attr("training_mode", 0), flag_attr("all_ranks", 0)};
   def.infer = infer_batch_norm_grad;
   const TensorType x = f32({2, 3, 2, 2}), c = f32({3});
   const TensorType h = f16({6, 2}), bf = TensorType{DType::kBF16, {4, 2, 3}};
@@ -399,6 +445,7 @@ void register_normalization_ops(OpRegistry& registry) {
   registry.add(batch_norm_v9_def());
   registry.add(batch_norm_def());
   registry.add(layer_norm_def());
+  registry.add(sync_batch_norm_def());
   registry.add(batch_norm_grad_def());
   registry.add(layer_norm_grad_def());
 }

@@ -15,8 +15,16 @@
 //   check, the norm and clipping, the update) then sees the same values on every rank, so every
 //   rank skips, clips and updates alike. The loss output becomes its mean over the ranks (what
 //   the log shows).
-// Not rewritten: BatchNorm's batch statistics stay each rank's own (as in DDP without
-//   SyncBatchNorm). A step that accumulates gradients (`ampc compile --accumulate`) is refused.
+//   Training-mode BatchNormalization becomes ampc.SyncBatchNormalization and its gradient
+//   (ampc.BatchNormalizationGrad) gets all_ranks=1: the batch statistics, and the sums in the
+//   input's gradient, are over every rank's shard together (PyTorch's SyncBatchNorm), so the
+//   shards normalize as the whole batch would (and the running variance's Bessel correction
+//   counts every rank's elements). With sync_batch_norm false each rank keeps its
+//   shard's statistics (DDP without SyncBatchNorm).
+//   A step that accumulates gradients (`ampc compile --accumulate`): the gradients the optimizer
+//   reads are the window's running sums, and those are what is summed over the ranks, at every
+//   run of the window (the optimizer uses them only at the window's end); the running sums the
+//   step carries to its next run stay each rank's own.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +38,8 @@ namespace ampc {
 struct DataParallelOptions {
   int ranks = 2;
   int64_t bucket_bytes = int64_t{25} << 20;
+  // Batch statistics over every rank's shard (SyncBatchNorm), or each rank's own.
+  bool sync_batch_norm = true;
   // The loss output's name (TrainingSession's).
   std::string_view loss = "loss";
 };

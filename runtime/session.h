@@ -64,6 +64,10 @@ struct SessionOptions {
   // step averages its gradients and its logged loss over the group (passes/data_parallel.h),
   // and the session starts from rank 0's state. Null: one rank.
   std::shared_ptr<comm::Communicator> communicator = nullptr;
+  // With more than one rank: BatchNorm's batch statistics over every rank's shard together
+  // (SyncBatchNorm; the group trains as one rank with the whole batch would), or false: each
+  // rank's own (`ampc train --local-batch-norm`).
+  bool sync_batch_norm = true;
 };
 
 // A named graph input or output and its type.

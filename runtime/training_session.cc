@@ -116,10 +116,21 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   }
   comm::Communicator* group = options.communicator.get();
   if (group != nullptr && group->size() > 1) {
-    AMPC_RETURN_IF_ERROR(
-        insert_gradient_all_reduce(
-            *step, DataParallelOptions{.ranks = group->size(), .loss = session->loss_})
-            .status());
+    AMPC_RETURN_IF_ERROR(insert_gradient_all_reduce(
+                             *step, DataParallelOptions{.ranks = group->size(),
+                                                        .sync_batch_norm = options.sync_batch_norm,
+                                                        .loss = session->loss_})
+                             .status());
+    if (options.device == Device::kCuda && options.sync_batch_norm) {
+      for (const auto& node : step->nodes()) {
+        if (node->op_type() != "SyncBatchNormalization") continue;
+        return absl::UnimplementedError(str_cat(
+            node->describe(),
+            ": BatchNorm statistics over every rank (SyncBatchNorm) run on the CPU only so far; "
+            "on cuda, normalize by each rank's shard (ampc train --local-batch-norm, "
+            "SessionOptions::sync_batch_norm = false)"));
+      }
+    }
     AMPC_RETURN_IF_ERROR(comm::check_same_step(*step, *group));
   }
   backend->context().communicator = group;
@@ -175,6 +186,10 @@ std::vector<TensorInfo> TrainingSession::batch_inputs() const {
 
 std::vector<TensorInfo> TrainingSession::eval_inputs() const {
   return eval_ ? eval_->inputs() : std::vector<TensorInfo>{};
+}
+
+std::vector<TensorInfo> TrainingSession::eval_outputs() const {
+  return eval_ ? eval_->outputs() : std::vector<TensorInfo>{};
 }
 
 bool TrainingSession::has_state(std::string_view name) const {

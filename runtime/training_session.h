@@ -92,8 +92,9 @@ class TrainingSession {
 
   // The step's inputs other than `lr`: what a batch must hold.
   std::vector<TensorInfo> batch_inputs() const;
-  // The eval graph's inputs (empty without an eval graph).
+  // The eval graph's inputs and outputs (empty without an eval graph).
   std::vector<TensorInfo> eval_inputs() const;
+  std::vector<TensorInfo> eval_outputs() const;
   // Every piece of state (parameters, optimizer moments, step counter, running statistics), in
   // the order of the step's state updates.
   std::vector<std::string> state_names() const;

@@ -21,9 +21,11 @@
 #include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/batch_data.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/training_session.h"
 #include "tools/data_parallel.h"
+#include "tools/evaluation.h"
 #include "tools/train_outputs.h"
 
 namespace ampc {
@@ -130,76 +132,6 @@ std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row
   return "";
 }
 
-// The class-index inputs a float output of shape [N, C, d...] can be scored against: integer
-// inputs shaped [N, d...] (the labels of a classifier), by output name.
-std::map<std::string, std::string> accuracy_pairs(const std::vector<runtime::TensorInfo>& inputs,
-                                                  const std::map<std::string, Tensor>& outputs) {
-  std::map<std::string, std::string> pairs;
-  for (const auto& [name, value] : outputs) {
-    if (!is_float(value.dtype()) || value.shape().size() < 2) continue;
-    Shape without_classes = value.shape();
-    without_classes.erase(without_classes.begin() + 1);
-    for (const runtime::TensorInfo& input : inputs) {
-      const bool integer = input.type.dtype == DType::kI64 || input.type.dtype == DType::kI32;
-      if (integer && input.type.shape == without_classes) pairs.emplace(name, input.name);
-    }
-  }
-  return pairs;
-}
-
-// How many positions of `scores` [N, C, d...] have their largest score at `labels`' class.
-int64_t correct(const Tensor& scores, const Tensor& labels) {
-  const int64_t n = scores.shape()[0];
-  const int64_t classes = scores.shape()[1];
-  const int64_t inner = scores.num_elements() / std::max<int64_t>(n * classes, 1);
-  int64_t hits = 0;
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t k = 0; k < inner; ++k) {
-      int64_t best = 0;
-      for (int64_t c = 1; c < classes; ++c) {
-        if (scores.element_as_double((b * classes + c) * inner + k) >
-            scores.element_as_double((b * classes + best) * inner + k)) {
-          best = c;
-        }
-      }
-      hits += labels.element_as_i64(b * inner + k) == best;
-    }
-  }
-  return hits;
-}
-
-// The mean of each scalar output of the eval graph (the loss) over every batch of `data`, and
-// the accuracy of each classifier output against its labels.
-absl::Status report_evaluation(runtime::TrainingSession& session, const std::string& path) {
-  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
-                        runtime::BatchData::load(path, session.eval_inputs()));
-  std::map<std::string, double> sums;
-  std::map<std::string, std::pair<int64_t, int64_t>> hits;  // output -> (correct, total)
-  for (int64_t i = 0; i < data.num_batches(); ++i) {
-    const std::map<std::string, Tensor> batch = data.batch(i);
-    AMPC_ASSIGN_OR_RETURN(auto outputs, session.evaluate(batch));
-    for (const auto& [name, value] : outputs) {
-      if (value.num_elements() == 1) sums[name] += value.element_as_double(0);
-    }
-    for (const auto& [output, label] : accuracy_pairs(session.eval_inputs(), outputs)) {
-      const Tensor& labels = batch.at(label);
-      hits[output].first += correct(outputs.at(output), labels);
-      hits[output].second += labels.num_elements();
-    }
-  }
-  for (const auto& [name, sum] : sums) {
-    std::cerr << fmt::format("ampc: eval {} {:.6g} (mean over {} batches of {})\n", name,
-                             sum / static_cast<double>(data.num_batches()), data.num_batches(),
-                             path);
-  }
-  for (const auto& [name, count] : hits) {
-    std::cerr << fmt::format("ampc: eval accuracy of {} {:.4f} ({} of {})\n", name,
-                             static_cast<double>(count.first) / static_cast<double>(count.second),
-                             count.first, count.second);
-  }
-  return absl::OkStatus();
-}
-
 int train(const TrainFlags& flags) {
   if (flags.resume && flags.checkpoint_dir.empty()) {
     return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
@@ -212,13 +144,14 @@ int train(const TrainFlags& flags) {
   const int ranks = *group ? (*group)->size : 1;
   // Rank 0 alone writes the log, checkpoints and the exported model, and shows progress.
   const bool writer = rank == 0;
-  if (ranks > 1 && !flags.eval_data.empty()) {
-    return report_error(absl::UnimplementedError(
-        "--eval-data with more than one rank is not supported yet: evaluate the exported model "
-        "with ampc run"));
+  if (ranks == 1 && flags.local_batch_norm) {
+    return report_error(absl::InvalidArgumentError(
+        "--local-batch-norm applies to data-parallel training only (--nproc N, torchrun or "
+        "mpirun with more than one rank)"));
   }
   runtime::SessionOptions session_options;
   if (*group) session_options.communicator = (*group)->communicator;
+  session_options.sync_batch_norm = !flags.local_batch_norm;
   session_options.check_numerics = flags.check_numerics;
   absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
   if (!device.ok()) return report_error(device.status());
@@ -407,7 +340,18 @@ int train(const TrainFlags& flags) {
   // Interrupted: the steps queued before the signal are logged and checked like the others.
   if (std::optional<int> code = take_stats()) return *code;
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_DFL);
-  if (!writer) return stop_signal.load() != 0 ? 128 + stop_signal.load() : 0;
+  if (!writer) {
+    if (stop_signal.load() != 0) return 128 + stop_signal.load();
+    // The other ranks evaluate their share of --eval-data; rank 0 reports.
+    if (!flags.eval_data.empty()) {
+      if (absl::Status status =
+              report_evaluation(session, flags.eval_data, session_options.communicator.get());
+          !status.ok()) {
+        return report_error(status);
+      }
+    }
+    return 0;
+  }
   if (!checkpoint.empty()) {
     if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
       return report_error(status);
@@ -429,7 +373,9 @@ int train(const TrainFlags& flags) {
               << session.state("loss_scale")->element_as_double(0) << "\n";
   }
   if (!flags.eval_data.empty()) {
-    if (absl::Status status = report_evaluation(session, flags.eval_data); !status.ok()) {
+    if (absl::Status status =
+            report_evaluation(session, flags.eval_data, session_options.communicator.get());
+        !status.ok()) {
       return report_error(status);
     }
   }
@@ -558,6 +504,10 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                    "fails")
       ->check(at_least(1))
       ->capture_default_str();
+  train->add_flag("--local-batch-norm", flags.local_batch_norm,
+                  "With more than one rank, normalize BatchNorm by each rank's shard alone (as "
+                  "PyTorch's DDP without SyncBatchNorm) instead of by the whole batch's "
+                  "statistics, gathered from every rank (the default)");
   return train;
 }
 

@@ -16,6 +16,9 @@
 //   inference (and opsets 9-13): mean, var = input_mean, input_var
 //   training_mode=1:             mean = sum of x / count, var = sum of (x - mean)^2 / count over
 //                                (n, d) in row-major order: the biased (population) variance
+//                                (batch_statistics.h)
+//   ampc.SyncBatchNormalization: the same over the batches of every rank of the execution
+//                                context's group together
 //   y = (x - mean) / sqrt(var + epsilon) * scale + B
 //   running_mean = input_mean * momentum + mean * (1 - momentum)
 //   running_var  = input_var * momentum + var * (1 - momentum)
@@ -29,6 +32,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/batch_statistics.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 
 namespace ampc::runtime::cpu {
@@ -126,17 +130,15 @@ absl::Status layer_norm(const KernelContext& ctx) {
 
 // ---- BatchNormalization --------------------------------------------------------------------
 
-template <typename T>
+// `sync`: ampc.SyncBatchNormalization, statistics over the ranks of the execution context's group.
+template <typename T, bool sync>
 absl::Status batch_norm(const KernelContext& ctx) {
   using C = compute_t<T>;
   const Node& node = ctx.node;
-  const Shape& shape = ctx.input(0).shape();
-  const int64_t batch = shape[0];
-  const int64_t channels = shape.size() >= 2 ? shape[1] : 1;
-  int64_t spatial = 1;
-  for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
+  const BatchShape shape(ctx.input(0).shape());
+  const int64_t batch = shape.batch, channels = shape.channels, spatial = shape.spatial;
   // Opsets 9-13 (no training_mode attribute) are inference only.
-  const bool training = int_attr_or(node, "training_mode", 0) != 0;
+  const bool training = sync || int_attr_or(node, "training_mode", 0) != 0;
   const C epsilon = static_cast<C>(float_attr_or(node, "epsilon", 1e-5f));
   const C momentum = static_cast<C>(float_attr_or(node, "momentum", 0.9f));
 
@@ -149,26 +151,8 @@ absl::Status batch_norm(const KernelContext& ctx) {
 
   std::vector<C> mean = input_mean, var = input_var;
   if (training) {
-    const C count = static_cast<C>(batch * spatial);
-    parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
-      for (int64_t c = begin; c < end; ++c) {
-        C sum = 0;
-        for (int64_t b = 0; b < batch; ++b) {
-          const T* block = x.data() + (b * channels + c) * spatial;
-          for (int64_t i = 0; i < spatial; ++i) sum += load(block[i]);
-        }
-        mean[c] = sum / count;
-        C square_sum = 0;
-        for (int64_t b = 0; b < batch; ++b) {
-          const T* block = x.data() + (b * channels + c) * spatial;
-          for (int64_t i = 0; i < spatial; ++i) {
-            const C centered = load(block[i]) - mean[c];
-            square_sum += centered * centered;
-          }
-        }
-        var[c] = square_sum / count;
-      }
-    });
+    comm::Communicator* group = sync && ctx.exec != nullptr ? ctx.exec->communicator : nullptr;
+    AMPC_RETURN_IF_ERROR(batch_statistics<T>(x, shape, group, mean, var).status());
   }
 
   std::vector<C> std_dev(channels);
@@ -204,7 +188,10 @@ void register_normalization_kernels(KernelRegistry& r) {
       []<typename T>() { return &layer_norm<T>; });
   add_kernels<float, double, Float16, BFloat16>(
       r, kernel_def("BatchNormalization", {.in_place_operand = 0}),
-      []<typename T>() { return &batch_norm<T>; });
+      []<typename T>() { return &batch_norm<T, false>; });
+  add_kernels<float, double, Float16, BFloat16>(
+      r, ampc_kernel_def("SyncBatchNormalization", {.in_place_operand = 0}),
+      []<typename T>() { return &batch_norm<T, true>; });
 }
 
 static KernelRegistration kReg(&register_normalization_kernels);

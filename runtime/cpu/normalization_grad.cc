@@ -19,6 +19,8 @@
 // xhat = (x - mean) * inv_std,
 //   dscale = sum(dy * xhat), dB = sum(dy)
 //   training:  dx = scale * inv_std * (dy - dB / m - xhat * dscale / m)
+//   all_ranks: the same with mean, var, m and the sums in dx over every rank of the execution
+//              context's group (batch_statistics.h); dscale and dB are this rank's
 //   inference: dx = scale * inv_std * dy
 //
 // Rows, columns and channels are spread over threads, each computed by one, so the bits do not
@@ -28,6 +30,7 @@
 #include <cmath>
 #include <vector>
 
+#include "runtime/cpu/batch_statistics.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/gradient_math.h"
 
@@ -139,45 +142,30 @@ absl::Status layer_norm_grad(const KernelContext& ctx) {
 template <typename T>
 absl::Status batch_norm_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
-  const Shape& shape = ctx.input(1).shape();
-  const int64_t batch = shape[0];
-  const int64_t channels = shape.size() >= 2 ? shape[1] : 1;
-  int64_t spatial = 1;
-  for (size_t d = 2; d < shape.size(); ++d) spatial *= shape[d];
+  const BatchShape shape(ctx.input(1).shape());
+  const int64_t batch = shape.batch, channels = shape.channels, spatial = shape.spatial;
   const bool training = int_attr_or(ctx.node, "training_mode", 0) != 0;
+  comm::Communicator* group =
+      training && int_attr_or(ctx.node, "all_ranks", 0) != 0 && ctx.exec != nullptr
+          ? ctx.exec->communicator
+          : nullptr;
   const C epsilon = static_cast<C>(ctx.node.float_attr("epsilon"));
-  const C count = static_cast<C>(batch * spatial);
 
   std::span<const T> dy = ctx.input(0).in<T>();
   std::span<const T> x = ctx.input(1).in<T>();
   const std::vector<C> scale = read_all_as<C>(ctx.input(2));
   std::vector<C> mean = read_all_as<C>(ctx.input(3));
   std::vector<C> var = read_all_as<C>(ctx.input(4));
+  C count = static_cast<C>(batch * spatial);
+  if (training) {
+    AMPC_ASSIGN_OR_RETURN(count, batch_statistics<T>(x, shape, group, mean, var));
+  }
   std::vector<C> inv_std(channels), dscale(channels), dbias(channels);
-
-  // Calls f(i) for the flat index of every element of channel c, in row-major order.
-  auto for_channel = [&](int64_t c, auto&& f) {
-    for (int64_t b = 0; b < batch; ++b) {
-      const int64_t first = (b * channels + c) * spatial;
-      for (int64_t i = first; i < first + spatial; ++i) f(i);
-    }
-  };
   parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      if (training) {
-        C sum = 0;
-        for_channel(c, [&](int64_t i) { sum += load(x[i]); });
-        mean[c] = sum / count;
-        C square_sum = 0;
-        for_channel(c, [&](int64_t i) {
-          const C centered = load(x[i]) - mean[c];
-          square_sum += centered * centered;
-        });
-        var[c] = square_sum / count;
-      }
       inv_std[c] = C(1) / std::sqrt(var[c] + epsilon);
       C scale_sum = 0, bias_sum = 0;
-      for_channel(c, [&](int64_t i) {
+      shape.for_channel(c, [&](int64_t i) {
         scale_sum += load(dy[i]) * ((load(x[i]) - mean[c]) * inv_std[c]);
         bias_sum += load(dy[i]);
       });
@@ -185,6 +173,13 @@ absl::Status batch_norm_grad(const KernelContext& ctx) {
       dbias[c] = bias_sum;
     }
   });
+  // dX's sums: with all_ranks, every rank's (dScale and dB stay this rank's: the gradient
+  // average sums them over the ranks).
+  std::vector<C> sums(dscale);
+  sums.insert(sums.end(), dbias.begin(), dbias.end());
+  AMPC_RETURN_IF_ERROR(sum_over_ranks(sums, group));
+  const C* total_scale = sums.data();
+  const C* total_bias = sums.data() + channels;
 
   std::span<T> dx = ctx.output(0).out<T>();
   parallel_for(batch * channels, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, spatial)),
@@ -192,7 +187,8 @@ absl::Status batch_norm_grad(const KernelContext& ctx) {
                  for (int64_t block = begin; block < end; ++block) {
                    const int64_t c = block % channels;
                    const C factor = scale[c] * inv_std[c];
-                   const C bias_mean = dbias[c] / count, scale_mean = dscale[c] / count;
+                   const C bias_mean = total_bias[c] / count;
+                   const C scale_mean = total_scale[c] / count;
                    // Locals no store can alias, so the loop vectorizes (the same operations).
                    const C m = training ? mean[c] : C(0), s = inv_std[c];
                    const T* dy_block = dy.data() + block * spatial;

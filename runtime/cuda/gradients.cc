@@ -244,6 +244,12 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_batch_norm_grad(const KernelCo
   for (size_t d = 2; d < x.size(); ++d) p.spatial *= x[d];
   const AttrValue* training = ctx.node.find_attr("training_mode");
   p.training = training != nullptr && std::get<int64_t>(*training) != 0;
+  if (const AttrValue* all_ranks = ctx.node.find_attr("all_ranks");
+      all_ranks != nullptr && std::get<int64_t>(*all_ranks) != 0) {
+    return absl::UnimplementedError(
+        "batch statistics over every rank (all_ranks=1, data-parallel SyncBatchNormalization) "
+        "are CPU-only so far; train with --local-batch-norm on CUDA");
+  }
   p.epsilon = ctx.node.float_attr("epsilon");
   for (int k = 3; k <= 4; ++k) {
     if (ctx.input(k).dtype() != ctx.input(2).dtype()) {

@@ -49,6 +49,39 @@ inline std::string mlp_model(int batch) {
                      batch, values_text(w1), values_text(b1), values_text(w2));
 }
 
+// The perceptron with a training-mode BatchNormalization between its layers: the 8 hidden units
+// as 4 channels of 2 positions each ([batch, 4, 2]), normalized by the batch's statistics.
+inline std::string mlp_batch_norm_model(int batch) {
+  std::mt19937 rng(11);
+  const std::vector<float> w1 = uniform(rng, 4 * 8, 0.5f);
+  const std::vector<float> w2 = uniform(rng, 8 * 3, 0.35f);
+  const std::vector<float> scale = uniform(rng, 4, 0.5f);
+  const std::vector<float> bias = uniform(rng, 4, 0.1f);
+  return fmt::format(R"(
+    graph mlp_bn(%x: f32[{0},4], %t: f32[{0},3]) opset(17) {{
+      init %w1: f32[4,8] = [{1}]
+      init %w2: f32[8,3] = [{2}]
+      init %bn_scale: f32[4] = [{3}]
+      init %bn_bias: f32[4] = [{4}]
+      init %bn_mean: f32[4] = [0, 0, 0, 0]
+      init %bn_var: f32[4] = [1, 1, 1, 1]
+      init %channels: i64[3] = [{0}, 4, 2]
+      init %rows: i64[2] = [{0}, 8]
+      %h = MatMul(%x, %w1) {{name="fc1"}} : f32[{0},8]
+      %hc = Reshape(%h, %channels) {{name="to_channels"}} : f32[{0},4,2]
+      %n, %rm, %rv = BatchNormalization<momentum=0.75, training_mode=1>(%hc, %bn_scale, %bn_bias, %bn_mean, %bn_var) {{name="bn"}} : f32[{0},4,2], f32[4], f32[4]
+      %r = Relu(%n) {{name="relu"}} : f32[{0},4,2]
+      %rf = Reshape(%r, %rows) {{name="to_rows"}} : f32[{0},8]
+      %y = MatMul(%rf, %w2) {{name="fc2"}} : f32[{0},3]
+      %d = Sub(%y, %t) {{name="error"}} : f32[{0},3]
+      %sq = Mul(%d, %d) {{name="square"}} : f32[{0},3]
+      %loss = ReduceMean<keepdims=0>(%sq) {{name="mean"}} : f32[]
+      return %loss
+    }})",
+                     batch, values_text(w1), values_text(w2), values_text(scale),
+                     values_text(bias));
+}
+
 inline double norm(const std::vector<double>& v) {
   double sum = 0;
   for (double x : v) sum += x * x;

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "tests/runtime/comm/comm_test_util.h"
@@ -57,20 +59,72 @@ class DataParallelCliTest : public TrainCliTest {
 TEST_F(DataParallelCliTest, TwoLocalRanksTrainLikeAccumulatingTheirHalves) {
   const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
   const std::string global = global_batches(4);
-  CliResult r =
-      train(ranks_model, "--nproc 2 --data " + global + " --steps 8 --log " + path("ranks.jsonl") +
-                             " --checkpoint " + path("ckpt") + " --export " + path("trained.onnx"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string eval = " --eval-data " + data("mlp.eval.npz");
+  CliResult ranks = train(ranks_model, "--nproc 2 --data " + global + " --steps 8 --log " +
+                                           path("ranks.jsonl") + " --checkpoint " + path("ckpt") +
+                                           " --export " + path("trained.onnx") + eval);
+  ASSERT_EQ(ranks.exit_code, 0) << ranks.err;
   EXPECT_TRUE(fs::exists(path("ckpt/checkpoint.safetensors")));
   EXPECT_TRUE(fs::exists(path("trained.onnx")));
 
   const std::string out = path("accumulating.train.onnx");
-  r = testing::run_ampc("compile " + model("mlp") + " -o " + out +
-                        " --optimizer sgd --momentum 0.9 --lr 0.05 --accumulate 2");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = train(out, "--data " + path("halves.npz") + " --steps 8 --log " + path("one.jsonl"));
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  CliResult one = testing::run_ampc("compile " + model("mlp") + " -o " + out +
+                                    " --optimizer sgd --momentum 0.9 --lr 0.05 --accumulate 2");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  one = train(out, "--data " + path("halves.npz") + " --steps 8 --log " + path("one.jsonl") + eval);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
   expect_same_losses(path("ranks.jsonl"), path("one.jsonl"), 8);
+
+  // --eval-data: the ranks share the 24 held-out batches and rank 0 reports the sums of all of
+  // them, once: the loss and accuracy the single rank reports for its (nearly equal) weights.
+  const std::regex loss(R"(ampc: eval loss ([0-9.e+-]+) \(mean over 24 batches)");
+  const std::regex accuracy(R"(eval accuracy of logits [0-9.]+ \(([0-9]+) of 192\))");
+  std::smatch a, b;
+  ASSERT_TRUE(std::regex_search(ranks.err, a, loss)) << ranks.err;
+  ASSERT_TRUE(std::regex_search(one.err, b, loss)) << one.err;
+  EXPECT_NEAR(std::stod(a[1]), std::stod(b[1]), 1e-4 * std::stod(b[1]));
+  const std::string hits = std::regex_search(one.err, b, accuracy) ? b[1].str() : "none";
+  ASSERT_TRUE(std::regex_search(ranks.err, a, accuracy)) << ranks.err;
+  EXPECT_EQ(a[1].str(), hits);
+  EXPECT_EQ(ranks.err.find("ampc: eval loss"), ranks.err.rfind("ampc: eval loss")) << ranks.err;
+}
+
+TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
+  const std::string trained = compile("cnn", "--optimizer sgd --lr 0.05");
+  CliResult r = train(trained, "--data " + data("cnn.train.npz") + " --steps 1 --local-batch-norm");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--local-batch-norm applies to data-parallel training only"));
+}
+
+// The example CNN (two BatchNorms) on 2 ranks through the CLI, with the BatchNorm statistics
+// of the whole global batch (the default; tests/runtime/data_parallel_test.cc shows it trains as
+// one rank with that batch) and with each rank's own (--local-batch-norm): both train, and the
+// flag changes the first step's loss.
+TEST_F(DataParallelCliTest, TheCnnTrainsOnTwoRanksWithSynchronizedOrLocalBatchNorm) {
+  const std::string trained = compile("cnn", "--optimizer sgd --momentum 0.9 --lr 0.05");
+  absl::StatusOr<std::map<std::string, Tensor>> all = runtime::read_npz(data("cnn.train.npz"));
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::map<std::string, Tensor> global;
+  for (const auto& [name, array] : *all) {
+    Tensor cut = first_batches(array, 4);
+    TensorType type = cut.type();
+    type.shape[0] = 2;
+    type.shape[1] *= 2;
+    global.emplace(name,
+                   Tensor(type, std::vector<uint8_t>(cut.bytes().begin(), cut.bytes().end())));
+  }
+  save_npz("cnn_global.npz", global);
+  const std::string common = "--nproc 2 --data " + path("cnn_global.npz") + " --steps 4 --log ";
+  CliResult r = train(trained, common + path("sync.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(trained, common + path("local.jsonl") + " --local-batch-norm");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<LogLine> sync = read_log(path("sync.jsonl"));
+  const std::vector<LogLine> local = read_log(path("local.jsonl"));
+  ASSERT_EQ(sync.size(), 4u);
+  ASSERT_EQ(local.size(), 4u);
+  for (const LogLine& line : sync) EXPECT_TRUE(std::isfinite(line.loss));
+  EXPECT_NE(sync[0].loss, local[0].loss);
 }
 
 // Two ranks: 10 steps in one run, and 4 steps then a resume up to 10, leave byte-identical

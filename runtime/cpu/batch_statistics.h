@@ -1,0 +1,95 @@
+// Training-mode BatchNormalization's batch statistics, for the forward kernel
+// (normalization.cc) and the gradient's (normalization_grad.cc), which recomputes them.
+//
+// Per channel c of X [N, C, D1, ...] over its count = N * D1 * ... elements (n, d), in row-major
+// order:
+//   mean = sum of x / count,  var = sum of (x - mean)^2 / count   (the population variance)
+// each sum sequential in the compute type, one thread per channel, so the bits do not depend on
+// the thread count.
+//
+// With a data-parallel group (ampc.SyncBatchNormalization, and the gradient's all_ranks), the
+// sums and counts are every rank's together: each rank's sum of x and its count are summed over
+// the ranks, the mean is their quotient, and each rank's sum of (x - mean)^2 around that mean is
+// summed over the ranks: the statistics of all the ranks' batches as one, up to the order of the
+// additions. Every rank gets the same bits.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <vector>
+
+#include "runtime/comm/communicator.h"
+#include "runtime/cpu/cpu_kernel_util.h"
+
+namespace ampc::runtime::cpu {
+
+// `values` becomes its element-wise sum over `group`'s ranks (null: a group of one).
+template <typename C>
+absl::Status sum_over_ranks(std::vector<C>& values, comm::Communicator* group) {
+  if (group == nullptr || group->size() == 1) return absl::OkStatus();
+  return group->all_reduce_now(values.data(), static_cast<int64_t>(values.size()),
+                               std::is_same_v<C, double> ? DType::kF64 : DType::kF32,
+                               comm::ReduceOp::kSum);
+}
+
+struct BatchShape {
+  int64_t batch = 1;
+  int64_t channels = 1;
+  int64_t spatial = 1;  // D1 * ... (1 for X [N, C] or [N])
+
+  explicit BatchShape(const Shape& x) {
+    batch = x[0];
+    channels = x.size() >= 2 ? x[1] : 1;
+    for (size_t d = 2; d < x.size(); ++d) spatial *= x[d];
+  }
+
+  // Calls f(i) for the flat index of every element of channel c, in row-major order.
+  template <typename F>
+  void for_channel(int64_t c, F&& f) const {
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t first = (b * channels + c) * spatial;
+      for (int64_t i = first; i < first + spatial; ++i) f(i);
+    }
+  }
+};
+
+// `mean` and `var` (channels elements each) of X's batch, or of every rank's batches in `group`.
+// Returns the number of elements per channel they are over.
+template <typename T, typename C = compute_t<T>>
+absl::StatusOr<C> batch_statistics(std::span<const T> x, const BatchShape& shape,
+                                   comm::Communicator* group, std::vector<C>& mean,
+                                   std::vector<C>& var) {
+  const int64_t channels = shape.channels;
+  // Channel sums, then the count.
+  std::vector<C> sums(channels + 1);
+  parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      C sum = 0;
+      shape.for_channel(c, [&](int64_t i) { sum += load(x[i]); });
+      sums[c] = sum;
+    }
+  });
+  sums[channels] = static_cast<C>(shape.batch * shape.spatial);
+  AMPC_RETURN_IF_ERROR(sum_over_ranks(sums, group));
+  const C count = sums[channels];
+  mean.resize(channels);
+  for (int64_t c = 0; c < channels; ++c) mean[c] = sums[c] / count;
+  std::vector<C> square_sums(channels);
+  parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      C square_sum = 0;
+      shape.for_channel(c, [&](int64_t i) {
+        const C centered = load(x[i]) - mean[c];
+        square_sum += centered * centered;
+      });
+      square_sums[c] = square_sum;
+    }
+  });
+  AMPC_RETURN_IF_ERROR(sum_over_ranks(square_sums, group));
+  var.resize(channels);
+  for (int64_t c = 0; c < channels; ++c) var[c] = square_sums[c] / count;
+  return count;
+}
+
+}  // namespace ampc::runtime::cpu
