@@ -9,26 +9,121 @@
 //   Its gradient is the same reduction of the outputs' gradients (every rank's loss reads every
 //   rank's gi through the sum), each converted back to gi's dtype. The data-parallel rewrite
 //   inserts it after autodiff, so training never differentiates it; the rule is the math.
+//
+// The sharded optimizer (ZeRO stage 1, passes/data_parallel.h) cuts every tensor it shards the same
+// way: flattened, zero-padded to ranks * shard elements, shard = ceil(elements / ranks), and rank
+// r's block is elements r * shard .. (r + 1) * shard - 1. `ranks` is an attribute, so the graph
+// is the same on every rank; which block a rank takes is its place in the group at run time.
+//
+// ReduceScatter<ranks>(g1, ..., gn) -> (s1, ..., sn): si is this rank's block of the element-wise
+//   sum over the ranks of gi cut as above, in f32 (f64 for f64 operands), every rank's gi
+//   converted to f32 exactly and summed in the communicator's fixed order. One collective.
+// Shard<ranks>(x) -> this rank's block of x cut as above, in x's dtype (a copy).
+// AllGather<shape>(s1, ..., sn) -> (x1, ..., xn): xi is the first prod(shape_i) elements of every
+//   rank's si in rank order, shaped shape_i (the shapes concatenated in `shape`, each prefixed by
+//   its rank: [rank_1, dims_1..., rank_2, dims_2...]), in si's dtype. One collective; it moves
+//   bytes, so the result is each rank's values exactly.
+// In a group of one (no communicator) they are a flatten (and conversion), a flatten and a
+// reshape. A group whose size is not `ranks` is an error when the node runs. They take no part
+// in differentiation: the data-parallel rewrite inserts them after autodiff.
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
 namespace ampc::ops {
 namespace {
 
-absl::Status infer_all_reduce(InferenceContext& ctx) {
+// The elements of each rank's block of a tensor of `elements` cut for `ranks`.
+int64_t shard_elements(int64_t elements, int64_t ranks) { return (elements + ranks - 1) / ranks; }
+
+absl::StatusOr<int64_t> ranks_attr(const InferenceContext& ctx) {
+  const int64_t ranks = ctx.int_attr("ranks");
+  if (ranks < 1) return absl::InvalidArgumentError(str_cat("ranks must be >= 1, not ", ranks));
+  return ranks;
+}
+
+// AllReduce's and ReduceScatter's operands: one output each, all f64 or none. Returns the
+// dtype they are reduced in (f64 or f32).
+absl::StatusOr<DType> reduced_dtype(const InferenceContext& ctx) {
   if (ctx.num_inputs() == 0 || ctx.num_outputs() != ctx.num_inputs()) {
     return absl::InvalidArgumentError(str_cat("one output per operand: ", ctx.num_inputs(),
                                               " operands, ", ctx.num_outputs(), " outputs"));
   }
   const bool f64 = ctx.input_type(0).dtype == DType::kF64;
   for (int i = 0; i < ctx.num_inputs(); ++i) {
-    const TensorType& in = ctx.input_type(i);
-    if ((in.dtype == DType::kF64) != f64) {
+    const DType dtype = ctx.input_type(i).dtype;
+    if ((dtype == DType::kF64) != f64) {
       return absl::InvalidArgumentError(
-          str_cat("operand ", i, " is ", dtype_name(in.dtype), " and operand 0 ",
+          str_cat("operand ", i, " is ", dtype_name(dtype), " and operand 0 ",
                   dtype_name(ctx.input_type(0).dtype), ": f64 is reduced only with f64"));
     }
-    ctx.set_output(i, TensorType{f64 ? DType::kF64 : DType::kF32, in.shape});
+  }
+  return f64 ? DType::kF64 : DType::kF32;
+}
+
+absl::Status infer_reduce_scatter(InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(int64_t ranks, ranks_attr(ctx));
+  AMPC_ASSIGN_OR_RETURN(DType dtype, reduced_dtype(ctx));
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    ctx.set_output(i, TensorType{dtype, {shard_elements(ctx.input_type(i).num_elements(), ranks)}});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status infer_shard(InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(int64_t ranks, ranks_attr(ctx));
+  const TensorType& in = ctx.input_type(0);
+  ctx.set_output(0, TensorType{in.dtype, {shard_elements(in.num_elements(), ranks)}});
+  return absl::OkStatus();
+}
+
+// AllGather's `shape`, unpacked into one shape per operand.
+absl::StatusOr<std::vector<Shape>> all_gather_shapes(const std::vector<int64_t>& packed,
+                                                     int count) {
+  std::vector<Shape> shapes;
+  size_t at = 0;
+  for (int i = 0; i < count; ++i) {
+    if (at >= packed.size() || packed[at] < 0 ||
+        packed[at] > static_cast<int64_t>(packed.size() - at - 1)) {
+      return absl::InvalidArgumentError(
+          str_cat("shape must hold one [rank, dims...] per operand: ", count, " operands"));
+    }
+    shapes.emplace_back(packed.begin() + static_cast<int64_t>(at) + 1,
+                        packed.begin() + static_cast<int64_t>(at) + 1 + packed[at]);
+    at += 1 + static_cast<size_t>(packed[at]);
+  }
+  if (at != packed.size()) {
+    return absl::InvalidArgumentError(
+        str_cat("shape holds more than one [rank, dims...] per operand: ", count, " operands"));
+  }
+  return shapes;
+}
+
+absl::Status infer_all_gather(InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(int64_t ranks, ranks_attr(ctx));
+  if (ctx.num_inputs() == 0 || ctx.num_outputs() != ctx.num_inputs()) {
+    return absl::InvalidArgumentError(str_cat("one output per operand: ", ctx.num_inputs(),
+                                              " operands, ", ctx.num_outputs(), " outputs"));
+  }
+  AMPC_ASSIGN_OR_RETURN(std::vector<Shape> shapes,
+                        all_gather_shapes(ctx.ints_attr("shape"), ctx.num_inputs()));
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    const TensorType& in = ctx.input_type(i);
+    const int64_t elements = num_elements(shapes[i]);
+    if (in.shape.size() != 1 || in.shape[0] != shard_elements(elements, ranks)) {
+      return absl::InvalidArgumentError(
+          str_cat("operand ", i, " ", shape_to_string(in.shape), " is not one rank's block of ",
+                  shape_to_string(shapes[i]), " over ", ranks, " ranks ([",
+                  shard_elements(elements, ranks), "])"));
+    }
+    ctx.set_output(i, TensorType{in.dtype, shapes[i]});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status infer_all_reduce(InferenceContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(DType dtype, reduced_dtype(ctx));
+  for (int i = 0; i < ctx.num_inputs(); ++i) {
+    ctx.set_output(i, TensorType{dtype, ctx.input_type(i).shape});
   }
   return absl::OkStatus();
 }
@@ -74,7 +169,75 @@ OpDef all_reduce() {
   return def;
 }
 
-void register_collective_ops(OpRegistry& registry) { registry.add(all_reduce()); }
+OpDef reduce_scatter() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "ReduceScatter";
+  def.summary =
+      "this rank's block of the sum over the ranks of every operand, flattened and cut into "
+      "`ranks` blocks, in f32, in one collective";
+  def.inputs = {variadic_input("operands", {DType::kF16, DType::kBF16, DType::kF32, DType::kF64})};
+  def.outputs = {variadic_input("blocks")};
+  def.attrs = {attr("ranks", int64_t{1})};
+  def.infer = infer_reduce_scatter;
+  def.autocast.category = AutocastCategory::kDeny;
+  def.samples = {
+      {"one f32 gradient in a group of one",
+       {TensorType{DType::kF32, {2, 3}}},
+       {},
+       {},
+       {TensorType{DType::kF32, {6}}}},
+      {"f16 and f32 gradients",
+       {TensorType{DType::kF16, {5}}, TensorType{DType::kF32, {2, 2}}},
+       {},
+       {},
+       {TensorType{DType::kF32, {5}}, TensorType{DType::kF32, {4}}}},
+  };
+  return def;
+}
+
+OpDef shard() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "Shard";
+  def.summary = "this rank's block of the operand, flattened and cut into `ranks` blocks";
+  def.inputs = {input("x", kFloatTypes)};
+  def.outputs = {input("block")};
+  def.attrs = {attr("ranks", int64_t{1})};
+  def.infer = infer_shard;
+  def.autocast.category = AutocastCategory::kDeny;
+  def.samples = {{"a weight in a group of one",
+                  {TensorType{DType::kF32, {3, 2}}},
+                  {},
+                  {},
+                  {TensorType{DType::kF32, {6}}}}};
+  return def;
+}
+
+OpDef all_gather() {
+  OpDef def;
+  def.domain = std::string(kAmpcDomain);
+  def.name = "AllGather";
+  def.summary = "every rank's block of each operand, concatenated in rank order and reshaped";
+  def.inputs = {variadic_input("blocks", kFloatTypes)};
+  def.outputs = {variadic_input("gathered")};
+  def.attrs = {attr("ranks", int64_t{1}), required_attr("shape", AttrKind::kInts)};
+  def.infer = infer_all_gather;
+  def.autocast.category = AutocastCategory::kDeny;
+  def.samples = {{"two weights in a group of one",
+                  {TensorType{DType::kF32, {6}}, TensorType{DType::kF32, {4}}},
+                  {},
+                  {{"shape", std::vector<int64_t>{2, 3, 2, 1, 4}}},
+                  {TensorType{DType::kF32, {3, 2}}, TensorType{DType::kF32, {4}}}}};
+  return def;
+}
+
+void register_collective_ops(OpRegistry& registry) {
+  registry.add(all_reduce());
+  registry.add(reduce_scatter());
+  registry.add(shard());
+  registry.add(all_gather());
+}
 
 const OpRegistration kRegistration(&register_collective_ops);
 

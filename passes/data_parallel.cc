@@ -6,6 +6,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "compiler/shape_inference.h"
 #include "compiler/strings.h"
 #include "passes/passes.h"
 
@@ -163,42 +164,23 @@ void sync_batch_norm(Graph& step, int ranks) {
   }
 }
 
-}  // namespace
+// The elements of one rank's block of a tensor of `elements` (ops/collective.cc's cut).
+int64_t block_elements(int64_t elements, int64_t ranks) { return (elements + ranks - 1) / ranks; }
 
-absl::StatusOr<int> insert_gradient_all_reduce(Graph& step, const DataParallelOptions& options) {
-  if (options.ranks < 2) {
-    return absl::InvalidArgumentError(
-        str_cat("data-parallel training needs 2 or more ranks, not ", options.ranks));
-  }
-  AMPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, optimizer_gradients(step));
-  AMPC_RETURN_IF_ERROR(scale_seed(step, options.ranks));
-  std::unordered_set<const Value*> wanted;
-  // The nodes that turn each summed value into the optimizer's gradient: they move after the sum.
-  std::unordered_map<const Value*, std::vector<Node*>> chains;
-  std::unordered_set<const Node*> chain_nodes;
-  for (Value*& grad : grads) {
-    std::vector<Node*> chain;
-    grad = computed_from(grad, chain);
-    wanted.insert(grad);
-    chain_nodes.insert(chain.begin(), chain.end());
-    chains[grad] = std::move(chain);
-  }
-  // With accumulation, the gradient a run reads is its window's running sum so far: the state
-  // update that carries it to the next run (`<p>.grad_sum.next`) keeps this rank's sum.
-  std::unordered_set<std::string_view> sum_updates;
-  for (const Graph::StateUpdate& update : step.state_updates()) {
-    if (update.state.ends_with(str_cat(kGradSuffix, kSumSuffix))) {
-      sum_updates.insert(update.update);
-    }
-  }
+// Gradients in the order the backward produces them, cut into buckets of about
+// `bucket_bytes` (as f32); each bucket's collective goes right after the node that produces its
+// last gradient, before `before` (null: the end), past the `moved` nodes that will follow it.
+struct Bucket {
+  std::vector<Value*> grads;
+  Node* before = nullptr;
+};
 
-  // The gradients in the order the backward produces them, cut into buckets; each bucket ends
-  // at the node that produces its last gradient.
-  struct Bucket {
-    std::vector<Value*> grads;
-    Node* last_producer = nullptr;
-  };
+std::vector<Bucket> make_buckets(const Graph& step, const std::vector<Value*>& grads,
+                                 int64_t bucket_bytes,
+                                 const std::unordered_set<const Node*>& moved) {
+  const std::unordered_set<const Value*> wanted(grads.begin(), grads.end());
   std::vector<Bucket> buckets(1);
+  std::vector<const Node*> last_producers(1, nullptr);
   int64_t bytes = 0;
   std::unordered_set<const Value*> taken;
   const std::vector<Node*> order = step.node_list();
@@ -208,59 +190,259 @@ absl::StatusOr<int> insert_gradient_all_reduce(Graph& step, const DataParallelOp
     for (int i = 0; i < node->num_outputs(); ++i) {
       Value* out = node->has_output(i) ? node->output(i) : nullptr;
       if (out == nullptr || !wanted.contains(out) || !taken.insert(out).second) continue;
-      if (bytes >= options.bucket_bytes) {
+      if (bytes >= bucket_bytes) {
         buckets.emplace_back();
+        last_producers.push_back(nullptr);
         bytes = 0;
       }
       buckets.back().grads.push_back(out);
-      buckets.back().last_producer = node;
+      last_producers.back() = node;
       bytes += out->type().num_elements() * 4;
     }
   }
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    if (last_producers[b] == nullptr) continue;
+    size_t after = position.at(last_producers[b]) + 1;
+    while (after < order.size() && moved.contains(order[after])) ++after;
+    buckets[b].before = after < order.size() ? order[after] : nullptr;
+  }
+  std::erase_if(buckets, [](const Bucket& bucket) { return bucket.grads.empty(); });
+  return buckets;
+}
 
+// `reduced` (f32 or f64) back in `grad`'s dtype when that is f16 or bf16: rounded once, one
+// rank's gradient over the whole batch (a sum in f32 rounded once), out of range where that one
+// is. Placed before `before`.
+Value* in_gradient_dtype(Graph& step, Value* reduced, const Value* grad, const Node& collective,
+                         Node* before) {
+  if (grad->dtype() == reduced->dtype() || grad->dtype() == DType::kF64) return reduced;
+  Node* cast = step.create_node(kOnnxDomain, "Cast", {reduced},
+                                {TensorType{grad->dtype(), reduced->shape()}},
+                                {{"to", grad->dtype()}}, before);
+  cast->set_name(str_cat(collective.name(), "/Cast"));
+  cast->mutable_precision() = collective.precision();
+  cast->output(0)->set_name(
+      step.unique_value_name(str_cat(reduced->name(), ".", dtype_name(grad->dtype()))));
+  return cast->output(0);
+}
+
+// Every reader of `grad` but `except` and the accumulation's running sums reads `summed`.
+void read_summed(Value* grad, Value* summed, const Node* except,
+                 const std::unordered_set<std::string_view>& sum_updates) {
+  const std::vector<Use> uses = grad->uses();
+  for (const Use& use : uses) {
+    if (use.user == except || use.user == summed->producer() ||
+        reads_into_state_update(*use.user, sum_updates)) {
+      continue;
+    }
+    use.user->set_operand(use.operand, summed);
+  }
+}
+
+// The plain data-parallel step: every gradient summed over the ranks (ampc.AllReduce per
+// bucket). Returns the collectives added.
+int all_reduce_gradients(Graph& step, std::vector<Value*> grads, const DataParallelOptions& options,
+                         const std::unordered_set<std::string_view>& sum_updates) {
+  // The nodes that turn each summed value into the optimizer's gradient: they move after the sum.
+  std::unordered_map<const Value*, std::vector<Node*>> chains;
+  std::unordered_set<const Node*> chain_nodes;
+  for (Value*& grad : grads) {
+    std::vector<Node*> chain;
+    grad = computed_from(grad, chain);
+    chain_nodes.insert(chain.begin(), chain.end());
+    chains[grad] = std::move(chain);
+  }
   int added = 0;
-  for (const Bucket& bucket : buckets) {
-    if (bucket.grads.empty()) continue;
+  for (const Bucket& bucket : make_buckets(step, grads, options.bucket_bytes, chain_nodes)) {
     std::vector<std::optional<TensorType>> types;
     for (const Value* grad : bucket.grads) {
       types.push_back(
           TensorType{grad->dtype() == DType::kF64 ? DType::kF64 : DType::kF32, grad->shape()});
     }
-    // Right after the last producer: before the node that followed it, past the chains that
-    // move after the sum (null: the end).
-    size_t after = position.at(bucket.last_producer) + 1;
-    while (after < order.size() && chain_nodes.contains(order[after])) ++after;
-    Node* before = after < order.size() ? order[after] : nullptr;
-    Node* sum = step.create_node(kAmpcDomain, "AllReduce",
-                                 std::vector<Value*>(bucket.grads.begin(), bucket.grads.end()),
-                                 types, {}, before);
+    Node* sum = step.create_node(kAmpcDomain, "AllReduce", bucket.grads, types, {}, bucket.before);
     sum->set_name(str_cat("data_parallel/AllReduce.", added));
     for (size_t i = 0; i < bucket.grads.size(); ++i) {
       Value* grad = bucket.grads[i];
       Value* reduced = sum->output(static_cast<int>(i));
       reduced->set_name(step.unique_value_name(str_cat(grad->name(), ".all_ranks")));
-      if (grad->dtype() != reduced->dtype()) {
-        // Back to the gradient's dtype, rounded once: one rank's gradient over the whole batch
-        // (a sum in f32 rounded once), out of range where that one is.
-        Node* cast = step.create_node(kOnnxDomain, "Cast", {reduced}, {grad->type()},
-                                      {{"to", grad->dtype()}}, before);
-        cast->set_name(str_cat(sum->name(), "/Cast"));
-        cast->mutable_precision() = sum->precision();
-        reduced = cast->output(0);
-        reduced->set_name(step.unique_value_name(
-            str_cat(grad->name(), ".all_ranks.", dtype_name(grad->dtype()))));
-      }
-      const std::vector<Use> uses = grad->uses();
-      for (const Use& use : uses) {
-        if (use.user == sum || use.user == reduced->producer() ||
-            reads_into_state_update(*use.user, sum_updates)) {
-          continue;
-        }
-        use.user->set_operand(use.operand, reduced);
-      }
-      for (Node* node : chains.at(grad)) step.move_node(node, before);
+      read_summed(grad, in_gradient_dtype(step, reduced, grad, *sum, bucket.before), sum,
+                  sum_updates);
+      for (Node* node : chains.at(grad)) step.move_node(node, bucket.before);
     }
     ++added;
+  }
+  return added;
+}
+
+// `value`'s readers (but `except`) and graph outputs read `replacement`, which takes its name.
+void replace_value(Graph& step, Value* value, Value* replacement, const Node* except) {
+  const std::vector<Use> uses = value->uses();
+  for (const Use& use : uses) {
+    if (use.user != except) use.user->set_operand(use.operand, replacement);
+  }
+  const std::string name = value->name();
+  for (int i = 0; i < static_cast<int>(step.outputs().size()); ++i) {
+    if (step.outputs()[i] == value) step.set_output(i, replacement);
+  }
+  value->set_name(step.unique_value_name(str_cat(name, ".rank")));
+  replacement->set_name(name);
+}
+
+// The node after `node` in `step`'s order (null: the end).
+Node* next_node(const Graph& step, const Node* node) {
+  bool found = false;
+  for (const auto& n : step.nodes()) {
+    if (found) return n.get();
+    if (n.get() == node) found = true;
+  }
+  return nullptr;
+}
+
+// A node of one output of `type`, right after `after`.
+Node* add_after(Graph& step, Node* after, std::string_view domain, std::string_view op,
+                const std::vector<Value*>& operands, const TensorType& type,
+                Attributes attrs = {}) {
+  Node* node =
+      step.create_node(domain, op, operands, {type}, std::move(attrs), next_node(step, after));
+  node->set_name(str_cat("data_parallel/", op));
+  return node;
+}
+
+// ZeRO stage 1: see data_parallel.h. Returns the sharded state.
+absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
+    Graph& step, const std::vector<Value*>& grads, const DataParallelOptions& options,
+    const std::unordered_set<std::string_view>& sum_updates, int& collectives) {
+  const int64_t ranks = options.ranks;
+  std::vector<Node*> updates;
+  for (Node* node : step.node_list()) {
+    if (is_ampc(*node, "SGD") || is_ampc(*node, "Adam")) updates.push_back(node);
+  }
+  for (Node* update : updates) {
+    const Value* parameter = update->operand(0);
+    if (parameter->kind() != Value::Kind::kInitializer || parameter->dtype() != DType::kF32) {
+      return absl::UnimplementedError(str_cat(
+          "sharding the optimizer (ZeRO-1) needs f32 parameters (master weights) updated in "
+          "place; ",
+          update->describe(), " updates '", parameter->name(), "' (",
+          type_to_string(parameter->type()),
+          "), a parameter stored in low precision (compile without O3's low-precision weights)"));
+    }
+  }
+
+  // The gradients: each rank gets its block of their sum.
+  for (const Bucket& bucket : make_buckets(step, grads, options.bucket_bytes, {})) {
+    std::vector<std::optional<TensorType>> types;
+    for (const Value* grad : bucket.grads) {
+      types.push_back(TensorType{grad->dtype() == DType::kF64 ? DType::kF64 : DType::kF32,
+                                 {block_elements(grad->type().num_elements(), ranks)}});
+    }
+    Node* scatter = step.create_node(kAmpcDomain, "ReduceScatter", bucket.grads, types,
+                                     {{"ranks", ranks}}, bucket.before);
+    scatter->set_name(str_cat("data_parallel/ReduceScatter.", collectives++));
+    for (size_t i = 0; i < bucket.grads.size(); ++i) {
+      Value* grad = bucket.grads[i];
+      Value* block = scatter->output(static_cast<int>(i));
+      block->set_name(step.unique_value_name(str_cat(grad->name(), ".rank_block")));
+      read_summed(grad, in_gradient_dtype(step, block, grad, *scatter, bucket.before), scatter,
+                  sum_updates);
+    }
+  }
+
+  // Whether any block overflowed, and the global norm, over every rank's blocks.
+  const TensorType scalar{DType::kF32, {}};
+  for (Node* node : step.node_list()) {
+    if (is_ampc(*node, "UnscaleGradients")) {
+      Value* found_inf = node->output(0);
+      Node* as_float =
+          add_after(step, node, kOnnxDomain, "Cast", {found_inf}, scalar, {{"to", DType::kF32}});
+      Node* sum =
+          add_after(step, as_float, kAmpcDomain, "AllReduce", {as_float->output(0)}, scalar);
+      Value* zero = step.add_initializer(step.unique_value_name("data_parallel.zero"),
+                                         Tensor::from_f32({}, {0.0f}));
+      zero->set_constant(true);
+      Node* any = add_after(step, sum, kOnnxDomain, "Greater", {sum->output(0), zero},
+                            TensorType{DType::kBool, {}});
+      replace_value(step, found_inf, any->output(0), as_float);
+      ++collectives;
+    }
+    if (is_ampc(*node, "GlobalNorm")) {
+      Value* norm = node->output(0);
+      Node* square = add_after(step, node, kOnnxDomain, "Mul", {norm, norm}, scalar);
+      Node* sum = add_after(step, square, kAmpcDomain, "AllReduce", {square->output(0)}, scalar);
+      Node* root = add_after(step, sum, kOnnxDomain, "Sqrt", {sum->output(0)}, scalar);
+      replace_value(step, norm, root->output(0), square);
+      ++collectives;
+    }
+  }
+
+  // Each rank updates its block of every parameter and keeps its block of the moments; the
+  // updated blocks are gathered into every rank's parameters.
+  std::vector<ShardedState> sharded;
+  std::vector<Value*> blocks;
+  std::vector<int64_t> shapes;
+  std::vector<Value*> next;  // each parameter's update (a graph output)
+  std::vector<std::optional<TensorType>> types;
+  for (Node* update : updates) {
+    Value* parameter = update->operand(0);
+    const int64_t shard = block_elements(parameter->type().num_elements(), ranks);
+    Node* cut = step.create_node(kAmpcDomain, "Shard", {parameter},
+                                 {TensorType{DType::kF32, {shard}}}, {{"ranks", ranks}}, update);
+    cut->set_name(str_cat("data_parallel/Shard.", parameter->name()));
+    cut->output(0)->set_name(step.unique_value_name(str_cat(parameter->name(), ".rank_block")));
+    update->set_operand(0, cut->output(0));
+    for (int i = 2; i < update->num_operands(); ++i) {
+      Value* moment = update->operand(i);
+      if (moment == nullptr || moment->kind() != Value::Kind::kInitializer ||
+          moment->is_constant() || moment->type() != parameter->type()) {
+        continue;
+      }
+      sharded.push_back({moment->name(), moment->shape()});
+      step.set_initializer_data(moment, Tensor(TensorType{DType::kF32, {shard}}));
+    }
+    blocks.push_back(update->output(0));
+    next.push_back(update->output(0));
+    types.push_back(parameter->type());
+    shapes.push_back(static_cast<int64_t>(parameter->shape().size()));
+    shapes.insert(shapes.end(), parameter->shape().begin(), parameter->shape().end());
+  }
+  if (!updates.empty()) {
+    Node* gather =
+        step.create_node(kAmpcDomain, "AllGather", blocks, types,
+                         {{"ranks", ranks}, {"shape", shapes}}, next_node(step, updates.back()));
+    gather->set_name("data_parallel/AllGather");
+    for (size_t i = 0; i < next.size(); ++i) {
+      replace_value(step, next[i], gather->output(static_cast<int>(i)), gather);
+    }
+    ++collectives;
+  }
+  AMPC_RETURN_IF_ERROR(infer_graph_types(step).status());
+  return sharded;
+}
+
+}  // namespace
+
+absl::StatusOr<DataParallelRewrite> insert_gradient_all_reduce(Graph& step,
+                                                               const DataParallelOptions& options) {
+  if (options.ranks < 2) {
+    return absl::InvalidArgumentError(
+        str_cat("data-parallel training needs 2 or more ranks, not ", options.ranks));
+  }
+  AMPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, optimizer_gradients(step));
+  AMPC_RETURN_IF_ERROR(scale_seed(step, options.ranks));
+  // With accumulation, the gradient a run reads is its window's running sum so far: the state
+  // update that carries it to the next run (`<p>.grad_sum.next`) keeps this rank's sum.
+  std::unordered_set<std::string_view> sum_updates;
+  for (const Graph::StateUpdate& update : step.state_updates()) {
+    if (update.state.ends_with(str_cat(kGradSuffix, kSumSuffix))) {
+      sum_updates.insert(update.update);
+    }
+  }
+  DataParallelRewrite rewrite;
+  if (options.shard_optimizer) {
+    AMPC_ASSIGN_OR_RETURN(rewrite.sharded_state,
+                          shard_optimizer(step, grads, options, sum_updates, rewrite.collectives));
+  } else {
+    rewrite.collectives = all_reduce_gradients(step, grads, options, sum_updates);
   }
 
   if (options.sync_batch_norm) sync_batch_norm(step, options.ranks);
@@ -278,10 +460,10 @@ absl::StatusOr<int> insert_gradient_all_reduce(Graph& step, const DataParallelOp
     loss->set_name(step.unique_value_name(str_cat(name, ".local")));
     mean->output(0)->set_name(name);
     step.set_output(i, mean->output(0));
-    ++added;
+    ++rewrite.collectives;
     break;
   }
-  return added;
+  return rewrite;
 }
 
 }  // namespace ampc

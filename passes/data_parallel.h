@@ -21,6 +21,17 @@
 //   shards normalize as the whole batch would (and the running variance's Bessel correction
 //   counts every rank's elements). With sync_batch_norm false each rank keeps its
 //   shard's statistics (DDP without SyncBatchNorm).
+//   With shard_optimizer (ZeRO stage 1; `ampc train --shard-optimizer`), the moments of every
+//   parameter's update (ampc.SGD, ampc.Adam) are cut into `ranks` blocks of its flattened
+//   elements (ceil(n / ranks) each, zero-padded; ops/collective.cc), and each rank keeps and
+//   updates its block: instead of the sums above, the gradients are reduce-scattered
+//   (ampc.ReduceScatter per bucket, f16 and bf16 blocks cast back to their dtype), the unscale,
+//   overflow check, norm and clipping run on the blocks, whether any block overflowed and the
+//   squared norms are summed over the ranks (two one-element AllReduces), each update reads its
+//   parameter's block (ampc.Shard) and its moments' blocks, and one ampc.AllGather after the last
+//   update gives every rank the whole updated parameters. The parameters stay whole (the
+//   forward reads them), and need to be f32 master weights. The moments are the returned
+//   sharded state.
 //   A step that accumulates gradients (`ampc compile --accumulate`): the gradients the optimizer
 //   reads are the window's running sums, and those are what is summed over the ranks, at every
 //   run of the window (the optimizer uses them only at the window's end); the running sums the
@@ -28,24 +39,40 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "compiler/ir.h"
 #include "compiler/status.h"
 
 namespace ampc {
 
+// A piece of optimizer state the sharded optimizer keeps one block of on each rank: its name and
+// its whole shape (what a checkpoint holds).
+struct ShardedState {
+  std::string name;
+  Shape shape;
+};
+
 struct DataParallelOptions {
   int ranks = 2;
   int64_t bucket_bytes = int64_t{25} << 20;
   // Batch statistics over every rank's shard (SyncBatchNorm), or each rank's own.
   bool sync_batch_norm = true;
+  // ZeRO stage 1: each rank keeps and updates one block of the optimizer's moments.
+  bool shard_optimizer = false;
   // The loss output's name (TrainingSession's).
   std::string_view loss = "loss";
 };
 
-// Rewrites `step` (a training step: a graph with state updates) in place. Returns how many
-// AllReduce nodes it added.
-absl::StatusOr<int> insert_gradient_all_reduce(Graph& step, const DataParallelOptions& options);
+struct DataParallelRewrite {
+  int collectives = 0;                      // collective nodes added
+  std::vector<ShardedState> sharded_state;  // with shard_optimizer
+};
+
+// Rewrites `step` (a training step: a graph with state updates) in place.
+absl::StatusOr<DataParallelRewrite> insert_gradient_all_reduce(Graph& step,
+                                                               const DataParallelOptions& options);
 
 }  // namespace ampc

@@ -68,6 +68,10 @@ struct SessionOptions {
   // (SyncBatchNorm; the group trains as one rank with the whole batch would), or false: each
   // rank's own (`ampc train --local-batch-norm`).
   bool sync_batch_norm = true;
+  // With more than one rank: ZeRO stage 1 (`ampc train --shard-optimizer`). Each rank keeps and
+  // updates one block of every optimizer moment (passes/data_parallel.h); checkpoints hold the
+  // whole moments, so a resume may change the number of ranks.
+  bool shard_optimizer = false;
 };
 
 // A named graph input or output and its type.

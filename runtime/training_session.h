@@ -100,17 +100,25 @@ class TrainingSession {
   std::vector<std::string> state_names() const;
   bool has_state(std::string_view name) const;
 
-  // A piece of state, by initializer name.
+  // A piece of state, by initializer name: with SessionOptions::shard_optimizer, a moment is this
+  // rank's block of it (sharded_state() names them).
   absl::StatusOr<Tensor> state(std::string_view name) const { return step_->initializer(name); }
+  // The state each rank keeps one block of (the sharded optimizer's moments), with whole shapes.
+  const std::map<std::string, Shape, std::less<>>& sharded_state() const { return sharded_; }
   absl::Status set_state(std::string_view name, const Tensor& value);
 
   // Writes every piece of state and the step count to a safetensors file, through a temporary
   // file and a rename (a crash never leaves a half-written checkpoint). It waits for the queued
-  // steps first and fails, writing nothing, when one of them met a data error.
+  // steps first and fails, writing nothing, when one of them met a data error. In a
+  // data-parallel group every rank calls it (a sharded moment is gathered whole from every
+  // rank's block) and rank 0 writes the file.
   absl::Status save_checkpoint(const std::string& path) const;
+  // Whether save_checkpoint writes the file here: rank 0 of a data-parallel group, or alone.
+  bool writes_checkpoints() const { return rank() == 0; }
   // Restores what save_checkpoint wrote. The file must hold exactly this model's state, each
-  // tensor with its type; on any error the session is unchanged. Restoring clears a data error
-  // found after its step (queue_step), and drops the stats of queued steps.
+  // tensor with its type (a sharded moment whole: each rank takes its block, whatever the
+  // number of ranks that saved it); on any error the session is unchanged. Restoring clears a
+  // data error found after its step (queue_step), and drops the stats of queued steps.
   absl::Status load_checkpoint(const std::string& path);
 
   // Writes the eval graph with the current parameters as an inference model: no training step,
@@ -166,6 +174,13 @@ class TrainingSession {
   bool eval_stale_ = true;
   // State the eval graph reads from the step's memory (all of it, unless types differ).
   std::set<std::string, std::less<>> shared_with_eval_;
+  // The sharded optimizer's state (one block per rank), with whole shapes.
+  std::map<std::string, Shape, std::less<>> sharded_;
+  // A piece of state whole: a sharded one gathered from every rank (all ranks must ask).
+  absl::StatusOr<Tensor> whole_state(const std::string& name) const;
+  // This rank's place in its group (rank 0 of 1 without one).
+  int rank() const;
+  int ranks() const;
   // Whether the micro-step counter may be non-zero (state set from outside since it was read):
   // read once before the next accumulating step, not every step.
   bool counter_unchecked_ = true;

@@ -144,14 +144,19 @@ int train(const TrainFlags& flags) {
   const int ranks = *group ? (*group)->size : 1;
   // Rank 0 alone writes the log, checkpoints and the exported model, and shows progress.
   const bool writer = rank == 0;
-  if (ranks == 1 && flags.local_batch_norm) {
-    return report_error(absl::InvalidArgumentError(
-        "--local-batch-norm applies to data-parallel training only (--nproc N, torchrun or "
-        "mpirun with more than one rank)"));
+  for (const auto& [flag, given] : {std::pair{"--local-batch-norm", flags.local_batch_norm},
+                                    std::pair{"--shard-optimizer", flags.shard_optimizer}}) {
+    if (ranks == 1 && given) {
+      return report_error(absl::InvalidArgumentError(
+          str_cat(flag,
+                  " applies to data-parallel training only (--nproc N, torchrun or mpirun with "
+                  "more than one rank)")));
+    }
   }
   runtime::SessionOptions session_options;
   if (*group) session_options.communicator = (*group)->communicator;
   session_options.sync_batch_norm = !flags.local_batch_norm;
+  session_options.shard_optimizer = flags.shard_optimizer;
   session_options.check_numerics = flags.check_numerics;
   absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
   if (!device.ok()) return report_error(device.status());
@@ -174,6 +179,9 @@ int train(const TrainFlags& flags) {
       runtime::TrainingSession::load(flags.model, session_options);
   if (!loaded.ok()) return report_error(loaded.status());
   runtime::TrainingSession& session = **loaded;
+  // Who writes checkpoints: rank 0; with a sharded optimizer every rank takes part (the moments
+  // are gathered from every rank's block) and rank 0 writes.
+  const bool saves = writer || !session.sharded_state().empty();
 
   runtime::LrSchedule schedule;
   absl::StatusOr<runtime::LrSchedule::Kind> kind = runtime::parse_lr_schedule_kind(flags.schedule);
@@ -326,7 +334,7 @@ int train(const TrainFlags& flags) {
                   session.graph_status().message())));
     }
     const int64_t done = session.steps_done();
-    const bool save = writer && !checkpoint.empty() && flags.checkpoint_every > 0 &&
+    const bool save = saves && !checkpoint.empty() && flags.checkpoint_every > 0 &&
                       done % flags.checkpoint_every == 0 && done < flags.steps;
     if (done % flags.log_every == 0 || save || done == flags.steps) {
       if (std::optional<int> code = take_stats()) return *code;
@@ -341,6 +349,11 @@ int train(const TrainFlags& flags) {
   if (std::optional<int> code = take_stats()) return *code;
   for (int signal : {SIGINT, SIGTERM, SIGHUP}) std::signal(signal, SIG_DFL);
   if (!writer) {
+    if (saves && !checkpoint.empty()) {
+      if (absl::Status status = save_checkpoint(session, flags.checkpoint_dir); !status.ok()) {
+        return report_error(status);
+      }
+    }
     if (stop_signal.load() != 0) return 128 + stop_signal.load();
     // The other ranks evaluate their share of --eval-data; rank 0 reports.
     if (!flags.eval_data.empty()) {
@@ -504,6 +517,11 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                    "fails")
       ->check(at_least(1))
       ->capture_default_str();
+  train->add_flag("--shard-optimizer", flags.shard_optimizer,
+                  "With more than one rank, ZeRO stage 1: each rank keeps and updates one block of "
+                  "every optimizer moment (momentum, Adam's moments), 1/N of their memory; the "
+                  "training is the unsharded one's, and checkpoints hold the whole moments, so "
+                  "--resume may use another number of ranks");
   train->add_flag("--local-batch-norm", flags.local_batch_norm,
                   "With more than one rank, normalize BatchNorm by each rank's shard alone (as "
                   "PyTorch's DDP without SyncBatchNorm) instead of by the whole batch's "

@@ -38,6 +38,7 @@ struct TrainFlags {
   int64_t nproc = 1;               // > 1: run that many data-parallel ranks on this machine
   int64_t comm_timeout = 300;      // seconds a rank waits for the others
   bool local_batch_norm = false;   // BatchNorm statistics of each rank's shard alone
+  bool shard_optimizer = false;    // ZeRO-1: each rank keeps a block of the moments
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

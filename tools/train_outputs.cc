@@ -121,7 +121,7 @@ absl::Status cut_log_to_step(const std::string& log, int64_t steps_done) {
 absl::Status save_checkpoint(const runtime::TrainingSession& session, const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) {
+  if (ec && session.writes_checkpoints()) {
     return absl::InvalidArgumentError(
         str_cat("cannot create --checkpoint folder '", dir, "': ", ec.message()));
   }

@@ -7,28 +7,13 @@
 namespace ampc::runtime::comm {
 namespace {
 
-// Element i of a float operand, exactly, as C.
-template <typename C>
-C read_element(const TensorArg& arg, int64_t i) {
-  switch (arg.dtype()) {
-    case DType::kF16:
-      return static_cast<C>(static_cast<float>(static_cast<const Float16*>(arg.data)[i]));
-    case DType::kBF16:
-      return static_cast<C>(static_cast<float>(static_cast<const BFloat16*>(arg.data)[i]));
-    case DType::kF64:
-      return static_cast<C>(static_cast<const double*>(arg.data)[i]);
-    default:
-      return static_cast<C>(static_cast<const float*>(arg.data)[i]);
-  }
-}
-
 template <typename C>
 absl::Status reduce(const std::vector<TensorArg>& operands, const std::vector<TensorArg>& outputs,
                     bool mean, C* bucket, Communicator* comm) {
   int64_t total = 0;
   for (const TensorArg& operand : operands) {
     for (int64_t i = 0; i < operand.num_elements(); ++i)
-      bucket[total + i] = read_element<C>(operand, i);
+      bucket[total + i] = read_float_element<C>(operand, i);
     total += operand.num_elements();
   }
   const int size = comm == nullptr ? 1 : comm->size();

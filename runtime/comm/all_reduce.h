@@ -8,11 +8,27 @@
 #include <span>
 #include <vector>
 
+#include "compiler/float_types.h"
 #include "compiler/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernel.h"
 
 namespace ampc::runtime::comm {
+
+// Element i of a float operand (f16, bf16, f32 or f64), exactly, as C (float or double).
+template <typename C>
+C read_float_element(const TensorArg& arg, int64_t i) {
+  switch (arg.dtype()) {
+    case DType::kF16:
+      return static_cast<C>(static_cast<float>(static_cast<const Float16*>(arg.data)[i]));
+    case DType::kBF16:
+      return static_cast<C>(static_cast<float>(static_cast<const BFloat16*>(arg.data)[i]));
+    case DType::kF64:
+      return static_cast<C>(static_cast<const double*>(arg.data)[i]);
+    default:
+      return static_cast<C>(static_cast<const float*>(arg.data)[i]);
+  }
+}
 
 // The bytes of the bucket for `node`'s operands.
 int64_t all_reduce_bucket_bytes(const Node& node);

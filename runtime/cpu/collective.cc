@@ -1,6 +1,8 @@
-// ampc.AllReduce on the CPU (ops/collective.cc): through the execution context's
-// communicator, with the bucket in the workspace (runtime/comm/all_reduce.h).
+// ampc.AllReduce, ReduceScatter, Shard and AllGather on the CPU (ops/collective.cc): through the
+// execution context's communicator, with the buckets in the workspace (runtime/comm/all_reduce.h,
+// runtime/comm/sharding.h).
 #include "runtime/comm/all_reduce.h"
+#include "runtime/comm/sharding.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 
 namespace ampc::runtime::cpu {
@@ -12,12 +14,44 @@ absl::Status all_reduce(const KernelContext& ctx) {
                                   ctx.workspace, communicator);
 }
 
-void register_collective_kernels(KernelRegistry& r) {
-  KernelDef def = ampc_kernel_def("AllReduce", {.workspace_bytes = &comm::all_reduce_bucket_bytes});
+comm::Communicator* group_of(const KernelContext& ctx) {
+  return ctx.exec != nullptr ? ctx.exec->communicator : nullptr;
+}
+
+absl::Status reduce_scatter(const KernelContext& ctx) {
+  comm::Communicator* group = group_of(ctx);
+  AMPC_ASSIGN_OR_RETURN(auto place,
+                        comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
+  return comm::reduce_scatter_on_host(ctx.inputs, ctx.outputs, ctx.workspace, group, place.second);
+}
+
+absl::Status shard(const KernelContext& ctx) {
+  AMPC_ASSIGN_OR_RETURN(auto place,
+                        comm::place_in_group(group_of(ctx), ctx.node.int_attr("ranks"), ctx.node));
+  comm::shard_on_host(ctx.input(0), ctx.output(0), place.first);
+  return absl::OkStatus();
+}
+
+absl::Status all_gather(const KernelContext& ctx) {
+  comm::Communicator* group = group_of(ctx);
+  AMPC_ASSIGN_OR_RETURN(auto place,
+                        comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
+  return comm::all_gather_on_host(ctx.inputs, ctx.outputs, ctx.workspace, group, place.second);
+}
+
+void add(KernelRegistry& r, std::string_view op, KernelFn fn, WorkspaceFn workspace) {
+  KernelDef def = ampc_kernel_def(std::string(op), {.workspace_bytes = workspace});
   def.device = Device::kCpu;
   def.dtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
-  def.fn = &all_reduce;
+  def.fn = fn;
   r.add(std::move(def));
+}
+
+void register_collective_kernels(KernelRegistry& r) {
+  add(r, "AllReduce", &all_reduce, &comm::all_reduce_bucket_bytes);
+  add(r, "ReduceScatter", &reduce_scatter, &comm::reduce_scatter_bucket_bytes);
+  add(r, "Shard", &shard, nullptr);
+  add(r, "AllGather", &all_gather, &comm::all_gather_bucket_bytes);
 }
 
 static KernelRegistration kReg(&register_collective_kernels);

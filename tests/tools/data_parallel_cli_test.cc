@@ -22,27 +22,32 @@ namespace {
 
 class DataParallelCliTest : public TrainCliTest {
  protected:
+  // The first `ranks` * n batches of models/<example>.train.npz as n global batches for `ranks`
+  // ranks (global batch i is batches ranks * i ... ranks * i + ranks - 1), saved as `file`.
+  std::string regrouped(const std::string& example, int64_t ranks, int64_t n,
+                        const std::string& file) const {
+    absl::StatusOr<std::map<std::string, Tensor>> all =
+        runtime::read_npz(data(example + ".train.npz"));
+    EXPECT_TRUE(all.ok());
+    std::map<std::string, Tensor> global;
+    for (const auto& [name, array] : *all) {
+      Tensor cut = first_batches(array, ranks * n);
+      TensorType type = cut.type();
+      type.shape[0] = n;
+      type.shape[1] *= ranks;
+      global.emplace(name,
+                     Tensor(type, std::vector<uint8_t>(cut.bytes().begin(), cut.bytes().end())));
+    }
+    save_npz(file, global);
+    return path(file);
+  }
+
   // models/mlp.train.npz's first 2n batches of 8 rows as n global batches of 16 rows (and, in
   // halves.npz, as the 2n batches): global batch i is batches 2i and 2i + 1, which is what
   // --accumulate 2 reads for step i.
   std::string global_batches(int64_t n) const {
-    absl::StatusOr<std::map<std::string, Tensor>> all = runtime::read_npz(data("mlp.train.npz"));
-    EXPECT_TRUE(all.ok());
-    std::map<std::string, Tensor> global;
-    for (const auto& [name, array] : *all) {
-      Tensor cut = first_batches(array, 2 * n);
-      TensorType type = cut.type();
-      type.shape[0] = n;
-      type.shape[1] *= 2;
-      global.emplace(name,
-                     Tensor(type, std::vector<uint8_t>(cut.bytes().begin(), cut.bytes().end())));
-    }
-    save_npz("global.npz", global);
-    // The same rows as batches of 8, for the accumulating run.
-    std::map<std::string, Tensor> halves;
-    for (const auto& [name, array] : *all) halves.emplace(name, first_batches(array, 2 * n));
-    save_npz("halves.npz", halves);
-    return path("global.npz");
+    regrouped("mlp", 1, 2 * n, "halves.npz");
+    return regrouped("mlp", 2, n, "global.npz");
   }
 
   void expect_same_losses(const std::string& a, const std::string& b, size_t steps) const {
@@ -89,6 +94,27 @@ TEST_F(DataParallelCliTest, TwoLocalRanksTrainLikeAccumulatingTheirHalves) {
   EXPECT_EQ(ranks.err.find("ampc: eval loss"), ranks.err.rfind("ampc: eval loss")) << ranks.err;
 }
 
+// --shard-optimizer: 2 ranks train like the unsharded 2 ranks; their checkpoint after 4 steps
+// holds the whole moments, and 4 ranks (global batches of 32 rows: models of 8) resume it.
+TEST_F(DataParallelCliTest, AShardedOptimizerTrainsLikeTheUnshardedOneAndResumesOnFourRanks) {
+  const std::string ranks_model = compile("mlp", "--optimizer adamw --lr 0.01");
+  const std::string global = global_batches(4);
+  CliResult r =
+      train(ranks_model, "--nproc 2 --data " + global + " --steps 8 --log " + path("plain.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(ranks_model, "--nproc 2 --shard-optimizer --data " + global + " --steps 8 --log " +
+                             path("sharded.jsonl") + " --checkpoint " + path("ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  expect_same_losses(path("sharded.jsonl"), path("plain.jsonl"), 8);
+
+  // Global batches of 32 rows for 4 ranks.
+  r = train(ranks_model, "--nproc 4 --shard-optimizer --data " +
+                             regrouped("mlp", 4, 2, "four.npz") +
+                             " --steps 10 --resume --checkpoint " + path("ckpt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("after step 8"));
+}
+
 TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
   const std::string trained = compile("cnn", "--optimizer sgd --lr 0.05");
   CliResult r = train(trained, "--data " + data("cnn.train.npz") + " --steps 1 --local-batch-norm");
@@ -102,19 +128,8 @@ TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
 // flag changes the first step's loss.
 TEST_F(DataParallelCliTest, TheCnnTrainsOnTwoRanksWithSynchronizedOrLocalBatchNorm) {
   const std::string trained = compile("cnn", "--optimizer sgd --momentum 0.9 --lr 0.05");
-  absl::StatusOr<std::map<std::string, Tensor>> all = runtime::read_npz(data("cnn.train.npz"));
-  ASSERT_TRUE(all.ok()) << all.status();
-  std::map<std::string, Tensor> global;
-  for (const auto& [name, array] : *all) {
-    Tensor cut = first_batches(array, 4);
-    TensorType type = cut.type();
-    type.shape[0] = 2;
-    type.shape[1] *= 2;
-    global.emplace(name,
-                   Tensor(type, std::vector<uint8_t>(cut.bytes().begin(), cut.bytes().end())));
-  }
-  save_npz("cnn_global.npz", global);
-  const std::string common = "--nproc 2 --data " + path("cnn_global.npz") + " --steps 4 --log ";
+  const std::string common =
+      "--nproc 2 --data " + regrouped("cnn", 2, 2, "cnn_global.npz") + " --steps 4 --log ";
   CliResult r = train(trained, common + path("sync.jsonl"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   r = train(trained, common + path("local.jsonl") + " --local-batch-norm");
