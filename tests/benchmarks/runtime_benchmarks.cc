@@ -1,13 +1,17 @@
 // Benchmarks of the CPU backend (Google Benchmark; not a test, run by hand):
 //   build/tests/ampc_benchmarks [--benchmark_filter=...]
-// The f32 forward pass of each model in models/, and the GEMM kernel (MatMul f32 and f16).
+// The f32 forward pass of each model in models/, the GEMM kernel (MatMul f32 and f16), and
+// Gloo's all-reduce between two ranks of this machine.
 // Times are wall-clock (the kernels run on every core). docs/benchmarks.md records the figures
 // and the machine.
+#include <filesystem>
 #include <random>
+#include <thread>
 
 #include "benchmark/benchmark.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "runtime/comm/gloo_communicator.h"
 #include "runtime/npy.h"
 #include "runtime/session.h"
 
@@ -95,6 +99,65 @@ BENCHMARK_CAPTURE(gemm, f16, DType::kF16)
     ->Arg(256)
     ->Arg(512)
     ->Arg(1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// Gloo's ring all-reduce of an f32 bucket of `state.range(0)` MiB between 2 ranks of this machine
+// (threads, over the loopback), as data-parallel training sums its gradients: seconds per
+// all-reduce, and the bus bandwidth (NCCL's busbw: bytes * 2 (n - 1) / n per second).
+void gloo_all_reduce(benchmark::State& state) {
+  constexpr int kRanks = 2;
+  constexpr int kCalls = 20;  // per benchmark run, after one warm-up call
+  const int64_t count = state.range(0) * (int64_t{1} << 20) / 4;
+  std::string store = (std::filesystem::temp_directory_path() / "ampc_bench_XXXXXX").string();
+  if (mkdtemp(store.data()) == nullptr) {
+    state.SkipWithError("no temporary directory");
+    return;
+  }
+  auto join = [&](int rank) {
+    comm::GlooOptions options;
+    options.rank = rank;
+    options.size = kRanks;
+    options.store_directory = store;
+    return comm::connect_gloo(options);
+  };
+  std::thread peer([&] {
+    absl::StatusOr<std::unique_ptr<comm::Communicator>> group = join(1);
+    if (!group.ok()) return;
+    std::vector<float> data(static_cast<size_t>(count), 1.0f);
+    for (int i = 0; i < (kCalls + 1) * static_cast<int>(state.max_iterations); ++i) {
+      if (!(*group)->all_reduce_now(data.data(), count, DType::kF32, comm::ReduceOp::kSum).ok()) {
+        return;
+      }
+    }
+  });
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> group = join(0);
+  if (!group.ok()) {
+    state.SkipWithError(std::string(group.status().message()).c_str());
+    peer.join();
+    return;
+  }
+  std::vector<float> data(static_cast<size_t>(count), 1.0f);
+  for (auto _ : state) {
+    state.PauseTiming();
+    (void)(*group)->all_reduce_now(data.data(), count, DType::kF32, comm::ReduceOp::kSum);
+    state.ResumeTiming();
+    for (int i = 0; i < kCalls; ++i) {
+      (void)(*group)->all_reduce_now(data.data(), count, DType::kF32, comm::ReduceOp::kSum);
+    }
+  }
+  peer.join();
+  std::filesystem::remove_all(store);
+  const double bytes =
+      static_cast<double>(count) * 4 * kCalls * static_cast<double>(state.iterations());
+  state.counters["busbw_GBps"] =
+      benchmark::Counter(bytes * 2 * (kRanks - 1) / kRanks / 1e9, benchmark::Counter::kIsRate);
+}
+BENCHMARK(gloo_all_reduce)
+    ->Arg(1)
+    ->Arg(25)
+    ->Arg(100)
+    ->Iterations(3)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -3,7 +3,7 @@
 // 2 ranks with global batches of 16 rows trains like one rank accumulating the same two 8-row
 // halves (`ampc compile --accumulate 2`, the definition of the mean gradient over 16 rows): the
 // same losses within f32 rounding. A resume with the same ranks is bit-identical; a rank killed
-// mid-run makes the launcher exit non-zero naming it.
+// mid-run makes the launcher exit non-zero naming it, and the run resumes bit-identically.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +14,7 @@
 #include <regex>
 #include <thread>
 
+#include "runtime/safetensors.h"
 #include "tests/runtime/comm/comm_test_util.h"
 #include "tests/tools/train_cli_test_util.h"
 
@@ -182,16 +183,21 @@ TEST_F(DataParallelCliTest, RanksStartedWithTorchrunsVariablesMeetThroughRankZer
   EXPECT_FALSE(fs::exists(path("rank1.jsonl")));
 }
 
-TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingIt) {
-  const std::string ranks_model = compile("mlp", "--optimizer sgd --lr 0.05");
+// A rank killed mid-run (checkpoints every 50 steps): the launcher exits non-zero within the
+// timeout naming it, and a resume from the last checkpoint up to K + 6 steps ends with the
+// checkpoint, byte for byte, of a run that was never killed.
+TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingItAndTheRunResumes) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
   const std::string global = global_batches(4);
   const std::string err_file = path("err.txt");
+  const std::string killed_dir = path("killed");
   const pid_t launcher = fork();
   ASSERT_GE(launcher, 0);
   if (launcher == 0) {
     std::freopen(err_file.c_str(), "w", stderr);
     execl(AMPC_BINARY, AMPC_BINARY, "train", ranks_model.c_str(), "--nproc", "2", "--data",
           global.c_str(), "--steps", "100000000", "--progress", "none", "--comm-timeout", "30",
+          "--checkpoint", killed_dir.c_str(), "--checkpoint-every", "50",
           static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -224,6 +230,20 @@ TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingIt) {
   EXPECT_NE(WEXITSTATUS(status), 0);
   const std::string err = read_file(err_file);
   EXPECT_THAT(err, HasSubstr("ampc: error: rank 1 of 2 was killed by SIGKILL")) << err;
+
+  const std::string checkpoint = killed_dir + "/checkpoint.safetensors";
+  absl::StatusOr<runtime::SafetensorsFile> saved = runtime::read_safetensors(checkpoint);
+  ASSERT_TRUE(saved.ok()) << saved.status();
+  const int64_t steps = std::stoll(saved->metadata.at("ampc.steps_done")) + 6;
+  CliResult r = train(ranks_model, "--nproc 2 --data " + global + " --resume --checkpoint " +
+                                       killed_dir + " --steps " + std::to_string(steps));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = train(ranks_model, "--nproc 2 --data " + global + " --checkpoint " + path("whole") +
+                             " --steps " + std::to_string(steps));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string resumed = read_file(checkpoint);
+  ASSERT_FALSE(resumed.empty());
+  EXPECT_TRUE(resumed == read_file(path("whole/checkpoint.safetensors")));
 }
 
 }  // namespace
