@@ -3,8 +3,10 @@
 // Rewrites: for each trainable value p (by default every float initializer the loss depends on
 //   that is not a program constant such as a folded Constant node, Value::is_constant, holds no
 //   mask fill (inf, NaN or the type's largest magnitude, passes/mask_data.h): an exporter's
-//   folded attention mask is data, and is not a scalar (rank 0): a
-//   lifted exponent or epsilon is a constant; --trainable names either kind to train it),
+//   folded attention mask is data, and is not a lifted constant: a scalar (rank 0: an exponent,
+//   an epsilon), or a one-element tensor named as torch.onnx's dynamo exporter names the
+//   constants it lifts (val_<n>: an attention's √scale); --trainable names either kind to
+//   train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -66,7 +68,7 @@ class Walker {
       if (it != graph_.initializers().end() && reaches_loss_.contains(*it)) held.push_back(name);
     }
     if (!held.empty()) {
-      context_.warn(str_cat("scalar initializers ", str_join(held, ", "),
+      context_.warn(str_cat("lifted constants ", str_join(held, ", "),
                             " are taken as constants and not trained (name them in --trainable "
                             "to train them)"));
     }
@@ -135,9 +137,11 @@ class Walker {
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
       // A rank-0 float initializer is a constant an exporter lifted out of the graph (an
-      // exponent, an epsilon) far more often than a parameter: trained only by name.
+      // exponent, an epsilon) far more often than a parameter, and so is a one-element one the
+      // dynamo exporter named val_<n> (an attention's √scale; a [1] parameter, such as the bias
+      // of a one-output Linear, keeps its module's name): trained only by name.
       const bool named = trainable && std::regex_search(init->name(), *trainable);
-      if (is_float_value(init) && init->type().shape.empty() && !named &&
+      if (is_float_value(init) && is_lifted_constant(*init) && !named &&
           (!freeze || !std::regex_search(init->name(), *freeze))) {
         scalars.push_back(init->name());
         continue;
@@ -161,6 +165,12 @@ class Walker {
     }
     held_constant_ = std::move(scalars);
     return candidates;
+  }
+
+  static bool is_lifted_constant(const Value& init) {
+    if (init.type().shape.empty()) return true;
+    static const std::regex kDynamoConstant("^_?val_[0-9]+$");
+    return init.type().num_elements() == 1 && std::regex_match(init.name(), kDynamoConstant);
   }
 
   // An initializer every reader takes through an operand that has no gradient (BatchNorm's

@@ -102,9 +102,13 @@ TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
     graph g(%x: f32[2]) {
       init %w: f32[2] = [1.0, 2.0]
       init %two: f32[] = [2.0]
+      init %val_72: f32[1] = [1.5]
+      init %bias: f32[1] = [0.25]
       init %mask: f32[2] = [0.0, -inf]
       init %lowest: f32[2] = [-3.4028235e+38, 0.0]
-      %h = Mul(%x, %w) : f32[2]
+      %h0 = Mul(%x, %w) : f32[2]
+      %h1 = Div(%h0, %val_72) : f32[2]
+      %h = Add(%h1, %bias) : f32[2]
       %sq = Pow(%h, %two) : f32[2]
       %masked = Add(%sq, %mask) : f32[2]
       %masked2 = Add(%masked, %lowest) : f32[2]
@@ -119,9 +123,10 @@ TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
   ASSERT_TRUE(result.ok()) << result.status();
   std::vector<std::string> grads;
   for (const Value* output : graph->outputs()) grads.push_back(output->name());
-  EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad"}));
+  // A [1] parameter with a module's name (a one-output Linear's bias) trains.
+  EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad", "bias.grad"}));
   ASSERT_EQ(diagnostics.warnings().size(), 1u);
-  EXPECT_NE(diagnostics.warnings()[0].find("scalar initializers two are taken as constants"),
+  EXPECT_NE(diagnostics.warnings()[0].find("lifted constants two, val_72 are taken as constants"),
             std::string::npos)
       << diagnostics.warnings()[0];
 
@@ -129,12 +134,13 @@ TEST(Autodiff, LiftedScalarsAndNonFiniteMasksAreNotTrainedByDefault) {
   ASSERT_NE(named, nullptr);
   Diagnostics named_diagnostics;
   AutodiffOptions options;
-  options.trainable = "^(w|two|mask)$";
+  options.trainable = "^(w|two|val_72|bias|mask)$";
   result = run_autodiff(*named, named_diagnostics, options);
   ASSERT_TRUE(result.ok()) << result.status();
   grads.clear();
   for (const Value* output : named->outputs()) grads.push_back(output->name());
-  EXPECT_EQ(grads, (std::vector<std::string>{"loss", "w.grad", "two.grad"}));
+  EXPECT_EQ(grads,
+            (std::vector<std::string>{"loss", "w.grad", "two.grad", "val_72.grad", "bias.grad"}));
   ASSERT_EQ(named_diagnostics.warnings().size(), 1u);
   EXPECT_NE(
       named_diagnostics.warnings()[0].find("'mask' holds inf, NaN or its type's largest values"),
