@@ -150,7 +150,7 @@ void gloo_all_reduce(benchmark::State& state) {
   std::filesystem::remove_all(store);
   const double bytes =
       static_cast<double>(count) * 4 * kCalls * static_cast<double>(state.iterations());
-  state.counters["busbw_GBps"] =
+  state.counters["busbw_GB"] =
       benchmark::Counter(bytes * 2 * (kRanks - 1) / kRanks / 1e9, benchmark::Counter::kIsRate);
 }
 BENCHMARK(gloo_all_reduce)
