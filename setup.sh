@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what ampc needs (Debian packages, only those missing), then configures and builds.
+# Installs what ampc needs (Debian packages, only those missing), then configures and builds
+# what the main job needs: the libraries and the `ampc` CLI (test.sh builds the rest).
 #   ./setup.sh              install + build into build/
 #   AMPC_BUILD_DIR=dir ./setup.sh    another build folder
 # Idempotent: a second run installs nothing and rebuilds only what changed.
@@ -28,4 +29,4 @@ fi
 
 build_dir="${AMPC_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${AMPC_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)"
+cmake --build "$build_dir" -j "$(nproc)" --target ampc
