@@ -24,8 +24,9 @@
 //   its rank: [rank_1, dims_1..., rank_2, dims_2...]), in si's dtype. One collective; it moves
 //   bytes, so the result is each rank's values exactly.
 // In a group of one (no communicator) they are a flatten (and conversion), a flatten and a
-// reshape. A group whose size is not `ranks` is an error when the node runs. They take no part
-// in differentiation: the data-parallel rewrite inserts them after autodiff.
+// reshape. A group whose size is not `ranks` is an error when the node runs. Their gradients are
+// their adjoints (ReduceScatter's and Shard's an AllGather, AllGather's a ReduceScatter); the
+// data-parallel rewrite inserts them after autodiff, so training never differentiates them.
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -169,6 +170,45 @@ OpDef all_reduce() {
   return def;
 }
 
+// `grad` (f32 or f64) as `dtype`.
+Value* in_dtype(GradBuilder& b, Value* grad, DType dtype) {
+  return grad->dtype() == dtype ? grad : b.op("Cast", {grad}, {{"to", dtype}});
+}
+
+// AllGather's `shape` attribute for one operand shaped `shape`.
+std::vector<int64_t> packed_shape(const Shape& shape) {
+  std::vector<int64_t> packed = {static_cast<int64_t>(shape.size())};
+  packed.insert(packed.end(), shape.begin(), shape.end());
+  return packed;
+}
+
+// The collectives' gradients are their adjoints, with parameters replicated on every rank and
+// the loss the sum of the ranks': ReduceScatter's and Shard's are the AllGather of the blocks'
+// gradients (each rank's block comes back to its place), AllGather's the ReduceScatter of the
+// gathered tensor's gradient.
+absl::StatusOr<Grads> gather_grad(GradBuilder& b) {
+  Grads grads(b.node().num_operands(), nullptr);
+  const int64_t ranks = b.node().int_attr("ranks");
+  for (int i = 0; i < b.node().num_operands(); ++i) {
+    if (!b.needs_grad(i)) continue;
+    Value* gathered = b.ampc_op("AllGather", {b.grad_of_output_or_zeros(i)},
+                                {{"ranks", ranks}, {"shape", packed_shape(b.input(i)->shape())}});
+    grads[i] = in_dtype(b, gathered, b.input(i)->dtype());
+  }
+  return grads;
+}
+
+absl::StatusOr<Grads> scatter_grad(GradBuilder& b) {
+  Grads grads(b.node().num_operands(), nullptr);
+  const int64_t ranks = b.node().int_attr("ranks");
+  for (int i = 0; i < b.node().num_operands(); ++i) {
+    if (!b.needs_grad(i)) continue;
+    Value* block = b.ampc_op("ReduceScatter", {b.grad_of_output_or_zeros(i)}, {{"ranks", ranks}});
+    grads[i] = in_dtype(b, block, b.input(i)->dtype());
+  }
+  return grads;
+}
+
 OpDef reduce_scatter() {
   OpDef def;
   def.domain = std::string(kAmpcDomain);
@@ -180,6 +220,7 @@ OpDef reduce_scatter() {
   def.outputs = {variadic_input("blocks")};
   def.attrs = {attr("ranks", int64_t{1})};
   def.infer = infer_reduce_scatter;
+  def.gradient = gather_grad;
   def.autocast.category = AutocastCategory::kDeny;
   def.samples = {
       {"one f32 gradient in a group of one",
@@ -205,12 +246,16 @@ OpDef shard() {
   def.outputs = {input("block")};
   def.attrs = {attr("ranks", int64_t{1})};
   def.infer = infer_shard;
+  def.gradient = gather_grad;
   def.autocast.category = AutocastCategory::kDeny;
-  def.samples = {{"a weight in a group of one",
-                  {TensorType{DType::kF32, {3, 2}}},
-                  {},
-                  {},
-                  {TensorType{DType::kF32, {6}}}}};
+  def.samples = {
+      {"a weight in a group of one",
+       {TensorType{DType::kF32, {3, 2}}},
+       {},
+       {},
+       {TensorType{DType::kF32, {6}}}},
+      {"an f16 vector", {TensorType{DType::kF16, {5}}}, {}, {}, {TensorType{DType::kF16, {5}}}},
+  };
   return def;
 }
 
@@ -223,12 +268,20 @@ OpDef all_gather() {
   def.outputs = {variadic_input("gathered")};
   def.attrs = {attr("ranks", int64_t{1}), required_attr("shape", AttrKind::kInts)};
   def.infer = infer_all_gather;
+  def.gradient = scatter_grad;
   def.autocast.category = AutocastCategory::kDeny;
-  def.samples = {{"two weights in a group of one",
-                  {TensorType{DType::kF32, {6}}, TensorType{DType::kF32, {4}}},
-                  {},
-                  {{"shape", std::vector<int64_t>{2, 3, 2, 1, 4}}},
-                  {TensorType{DType::kF32, {3, 2}}, TensorType{DType::kF32, {4}}}}};
+  def.samples = {
+      {"two weights in a group of one",
+       {TensorType{DType::kF32, {6}}, TensorType{DType::kF32, {4}}},
+       {},
+       {{"shape", std::vector<int64_t>{2, 3, 2, 1, 4}}},
+       {TensorType{DType::kF32, {3, 2}}, TensorType{DType::kF32, {4}}}},
+      {"an f16 matrix",
+       {TensorType{DType::kF16, {4}}},
+       {},
+       {{"shape", std::vector<int64_t>{2, 2, 2}}},
+       {TensorType{DType::kF16, {2, 2}}}},
+  };
   return def;
 }
 
