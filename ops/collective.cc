@@ -129,14 +129,18 @@ absl::Status infer_all_reduce(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
+// `grad` (f32 or f64) as `dtype`.
+Value* in_dtype(GradBuilder& b, Value* grad, DType dtype) {
+  return grad->dtype() == dtype ? grad : b.op("Cast", {grad}, {{"to", dtype}});
+}
+
 absl::StatusOr<Grads> all_reduce_grad(GradBuilder& b) {
   Grads grads(b.node().num_operands(), nullptr);
   const Attributes attrs = b.node().attrs();
   for (int i = 0; i < b.node().num_operands(); ++i) {
     if (!b.needs_grad(i)) continue;
     Value* grad = b.ampc_op("AllReduce", {b.grad_of_output_or_zeros(i)}, attrs);
-    const DType dtype = b.input(i)->dtype();
-    grads[i] = dtype == grad->dtype() ? grad : b.op("Cast", {grad}, {{"to", dtype}});
+    grads[i] = in_dtype(b, grad, b.input(i)->dtype());
   }
   return grads;
 }
@@ -168,11 +172,6 @@ OpDef all_reduce() {
        {TensorType{DType::kF32, {}}}},
   };
   return def;
-}
-
-// `grad` (f32 or f64) as `dtype`.
-Value* in_dtype(GradBuilder& b, Value* grad, DType dtype) {
-  return grad->dtype() == dtype ? grad : b.op("Cast", {grad}, {{"to", dtype}});
 }
 
 // AllGather's `shape` attribute for one operand shaped `shape`.

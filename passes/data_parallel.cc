@@ -215,7 +215,7 @@ std::vector<Bucket> make_buckets(const Graph& step, const std::vector<Value*>& g
 // is. Placed before `before`.
 Value* in_gradient_dtype(Graph& step, Value* reduced, const Value* grad, const Node& collective,
                          Node* before) {
-  if (grad->dtype() == reduced->dtype() || grad->dtype() == DType::kF64) return reduced;
+  if (grad->dtype() == reduced->dtype()) return reduced;
   Node* cast = step.create_node(kOnnxDomain, "Cast", {reduced},
                                 {TensorType{grad->dtype(), reduced->shape()}},
                                 {{"to", grad->dtype()}}, before);
@@ -231,10 +231,7 @@ void read_summed(Value* grad, Value* summed, const Node* except,
                  const std::unordered_set<std::string_view>& sum_updates) {
   const std::vector<Use> uses = grad->uses();
   for (const Use& use : uses) {
-    if (use.user == except || use.user == summed->producer() ||
-        reads_into_state_update(*use.user, sum_updates)) {
-      continue;
-    }
+    if (use.user == except || reads_into_state_update(*use.user, sum_updates)) continue;
     use.user->set_operand(use.operand, summed);
   }
 }
@@ -380,7 +377,6 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
   std::vector<ShardedState> sharded;
   std::vector<Value*> blocks;
   std::vector<int64_t> shapes;
-  std::vector<Value*> next;  // each parameter's update (a graph output)
   std::vector<std::optional<TensorType>> types;
   for (Node* update : updates) {
     Value* parameter = update->operand(0);
@@ -399,8 +395,7 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
       sharded.push_back({moment->name(), moment->shape()});
       step.set_initializer_data(moment, Tensor(TensorType{DType::kF32, {shard}}));
     }
-    blocks.push_back(update->output(0));
-    next.push_back(update->output(0));
+    blocks.push_back(update->output(0));  // the updated block (a graph output until gathered)
     types.push_back(parameter->type());
     shapes.push_back(static_cast<int64_t>(parameter->shape().size()));
     shapes.insert(shapes.end(), parameter->shape().begin(), parameter->shape().end());
@@ -410,8 +405,8 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
         step.create_node(kAmpcDomain, "AllGather", blocks, types,
                          {{"ranks", ranks}, {"shape", shapes}}, next_node(step, updates.back()));
     gather->set_name("data_parallel/AllGather");
-    for (size_t i = 0; i < next.size(); ++i) {
-      replace_value(step, next[i], gather->output(static_cast<int>(i)), gather);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      replace_value(step, blocks[i], gather->output(static_cast<int>(i)), gather);
     }
     ++collectives;
   }

@@ -4,7 +4,6 @@
 // Gloo's all-reduce between two ranks of this machine.
 // Times are wall-clock (the kernels run on every core). docs/benchmarks.md records the figures
 // and the machine.
-#include <filesystem>
 #include <random>
 #include <thread>
 
@@ -14,6 +13,7 @@
 #include "runtime/comm/gloo_communicator.h"
 #include "runtime/npy.h"
 #include "runtime/session.h"
+#include "tests/runtime/comm/comm_test_util.h"
 
 namespace ampc::runtime {
 namespace {
@@ -109,16 +109,12 @@ void gloo_all_reduce(benchmark::State& state) {
   constexpr int kRanks = 2;
   constexpr int kCalls = 20;  // per benchmark run, after one warm-up call
   const int64_t count = state.range(0) * (int64_t{1} << 20) / 4;
-  std::string store = (std::filesystem::temp_directory_path() / "ampc_bench_XXXXXX").string();
-  if (mkdtemp(store.data()) == nullptr) {
-    state.SkipWithError("no temporary directory");
-    return;
-  }
+  const testing::StoreDirectory store;
   auto join = [&](int rank) {
     comm::GlooOptions options;
     options.rank = rank;
     options.size = kRanks;
-    options.store_directory = store;
+    options.store_directory = store.path();
     return comm::connect_gloo(options);
   };
   std::thread peer([&] {
@@ -147,7 +143,6 @@ void gloo_all_reduce(benchmark::State& state) {
     }
   }
   peer.join();
-  std::filesystem::remove_all(store);
   const double bytes =
       static_cast<double>(count) * 4 * kCalls * static_cast<double>(state.iterations());
   state.counters["busbw_GB"] =
