@@ -8,8 +8,8 @@
 #include <variant>
 #include <vector>
 
-#include "compiler/dtype.h"
-#include "compiler/tensor.h"
+#include "ampc/dtype.h"
+#include "ampc/tensor.h"
 
 namespace ampc {
 

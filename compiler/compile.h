@@ -6,10 +6,10 @@
 #include <memory>
 #include <string>
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
 #include "compiler/onnx_io.h"
 #include "compiler/pass.h"
-#include "compiler/status.h"
 #include "passes/passes.h"
 
 namespace ampc {

@@ -1,6 +1,6 @@
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "compiler/strings.h"
 
 namespace ampc {

@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 
 namespace ampc {
 

@@ -20,10 +20,10 @@
 #include <string_view>
 #include <vector>
 
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
 #include "compiler/shape_inference.h"
-#include "compiler/status.h"
-#include "compiler/tensor.h"
 
 namespace ampc {
 

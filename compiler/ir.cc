@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ampc/status.h"
 #include "compiler/op_def.h"
-#include "compiler/status.h"
 #include "compiler/strings.h"
 
 namespace ampc {

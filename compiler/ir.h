@@ -14,9 +14,9 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ampc/dtype.h"
+#include "ampc/tensor.h"
 #include "compiler/attribute.h"
-#include "compiler/dtype.h"
-#include "compiler/tensor.h"
 
 namespace ampc {
 

@@ -7,10 +7,10 @@
 #include <string>
 #include <string_view>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
-#include "compiler/tensor.h"
 #include "onnx/onnx_pb.h"
 
 namespace ampc::onnx_io {

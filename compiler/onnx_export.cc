@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ampc/version.h"
 #include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
@@ -79,7 +80,7 @@ class Exporter {
     onnx::ModelProto& model = *google::protobuf::Arena::CreateMessage<onnx::ModelProto>(&arena);
     model.set_ir_version(kExportIrVersion);
     model.set_producer_name("ampc");
-    model.set_producer_version("0.1.0");
+    model.set_producer_version(AMPC_VERSION_STRING);
     write_opsets(graph, model);
     for (const auto& [key, value] : graph.metadata()) {
       onnx::StringStringEntryProto* entry = model.add_metadata_props();

@@ -26,8 +26,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 #include "onnx/onnx_pb.h"
 
 namespace ampc::onnx_io {

@@ -13,11 +13,11 @@
 #include <utility>
 #include <vector>
 
+#include "ampc/dtype.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/attribute.h"
-#include "compiler/dtype.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
-#include "compiler/tensor.h"
 
 namespace ampc {
 

@@ -12,8 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 
 namespace ampc {
 

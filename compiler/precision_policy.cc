@@ -5,8 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "ampc/float16.h"
 #include "compiler/file_util.h"
-#include "compiler/float16.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
 

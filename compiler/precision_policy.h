@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 #include "compiler/op_def.h"
-#include "compiler/status.h"
 
 namespace ampc {
 

@@ -15,10 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
 #include "compiler/op_def.h"
-#include "compiler/status.h"
-#include "compiler/tensor.h"
 
 namespace ampc {
 

@@ -1,10 +1,10 @@
-#include "compiler/tensor.h"
+#include "ampc/tensor.h"
 
 #include <bit>
 #include <cmath>
 #include <utility>
 
-#include "compiler/float16.h"
+#include "ampc/float16.h"
 #include "compiler/float8.h"
 
 namespace ampc {

@@ -7,8 +7,8 @@
 #include <string>
 #include <string_view>
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 
 namespace ampc {
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "compiler/float16.h"
+#include "ampc/float16.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"

@@ -6,8 +6,8 @@
 //   - every node's output types equal what its OpDef infers; initializer data matches its type.
 #pragma once
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 
 namespace ampc {
 

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/op_def.h"
-#include "compiler/status.h"
 #include "compiler/strings.h"
-#include "compiler/tensor.h"
 
 namespace ampc::ops {
 

@@ -6,7 +6,7 @@
 #include "runtime/cuda/cuda_backend.h"
 #endif
 
-namespace ampc::runtime {
+namespace ampc {
 
 std::string_view device_name(Device device) {
   switch (device) {
@@ -23,6 +23,8 @@ absl::StatusOr<Device> parse_device(std::string_view name) {
   if (name == "cuda") return Device::kCuda;
   return absl::InvalidArgumentError(str_cat("unknown device '", name, "': expected cpu or cuda"));
 }
+
+namespace runtime {
 
 std::string describe_device_error(const DeviceError& error) {
   switch (error.code) {
@@ -83,4 +85,5 @@ absl::StatusOr<std::shared_ptr<Backend>> create_backend(Device device,
   return absl::InvalidArgumentError("unknown device");
 }
 
-}  // namespace ampc::runtime
+}  // namespace runtime
+}  // namespace ampc

@@ -18,16 +18,16 @@
 #include <string>
 #include <string_view>
 
-#include "compiler/status.h"
+#include "ampc/options.h"
+#include "ampc/status.h"
 #include "compiler/strings.h"
 #include "runtime/device_error.h"
 
 namespace ampc::runtime {
 
-enum class Device { kCpu, kCuda };
-std::string_view device_name(Device device);
-// "cpu" or "cuda" (case-sensitive, as the CLI spells them).
-absl::StatusOr<Device> parse_device(std::string_view name);
+using ampc::Device;  // ampc/options.h
+using ampc::device_name;
+using ampc::parse_device;
 
 class Backend;
 

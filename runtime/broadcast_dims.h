@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 
 namespace ampc::runtime {
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 
 namespace ampc::runtime {
 

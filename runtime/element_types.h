@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "ampc/float_types.h"
+#include "ampc/host_device.h"
 #include "compiler/float8.h"
-#include "compiler/float_types.h"
-#include "compiler/host_device.h"
 
 namespace ampc {
 

@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
-#include "compiler/tensor.h"
 #include "runtime/backend.h"
 #include "runtime/kernel.h"
 #include "runtime/plan.h"

@@ -184,7 +184,7 @@ std::string fused_cuda_source(const FusedBody& body, const std::vector<DType>& i
                 stored(body.output_dtype(static_cast<int>(j)), slot_names[body.outputs[j]]), ";\n");
   }
   return str_cat("// ", body.to_string(), "\n",
-                 "#include \"compiler/float_types.h\"\n"
+                 "#include \"ampc/float_types.h\"\n"
                  "#include \"runtime/gradient_math.h\"\n"
                  "#include \"runtime/numeric.h\"\n"
                  "namespace nm = ampc::numeric;\n"

@@ -1,7 +1,7 @@
 // CUDA C++ for an ampc.FusedElementwise body, compiled at load by NVRTC (runtime/cuda/fused.cc).
 //
 // The source includes the project's own per-element math (runtime/numeric.h,
-// runtime/gradient_math.h, compiler/float_types.h), handed to NVRTC as in-memory headers, so each
+// runtime/gradient_math.h, ampc/float_types.h), handed to NVRTC as in-memory headers, so each
 // formula exists once for the CPU kernels, the nvcc-built CUDA kernels and the generated ones.
 // NVRTC has no C++ standard library; the few declarations those headers take from it come from
 // small stand-ins (fused_cuda_headers()). Host code only: the source is built and compiled
@@ -20,7 +20,7 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
 #include "compiler/fused_body.h"
 
 namespace ampc::runtime {

@@ -5,7 +5,7 @@
 // bf16 and f32; f64 for f64). C++17, host and device.
 #pragma once
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 #include "runtime/numeric.h"
 
 namespace ampc::numeric {

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
-#include "compiler/tensor.h"
 #include "runtime/backend.h"
 #include "runtime/kernel.h"
 

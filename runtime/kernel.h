@@ -19,9 +19,9 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 #include "runtime/backend.h"
 #include "runtime/numeric.h"
 #include "runtime/optimizer_math.h"

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 
 namespace ampc::runtime {
 

@@ -37,8 +37,8 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/status.h"
-#include "compiler/tensor.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 
 namespace ampc::runtime {
 

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 
 namespace ampc::numeric {
 

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 #include "runtime/numeric.h"
 
 namespace ampc::numeric {

@@ -28,8 +28,8 @@
 #include <string>
 #include <string_view>
 
-#include "compiler/status.h"
-#include "compiler/tensor.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 
 namespace ampc::runtime {
 

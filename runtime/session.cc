@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "ampc/float_types.h"
 #include "compiler/compile.h"
-#include "compiler/float_types.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 

@@ -20,10 +20,11 @@
 #include <string_view>
 #include <vector>
 
-#include "compiler/dtype.h"
+#include "ampc/dtype.h"
+#include "ampc/options.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
-#include "compiler/tensor.h"
 #include "runtime/backend.h"
 #include "runtime/executor.h"
 #include "runtime/kernel.h"
@@ -31,54 +32,8 @@
 
 namespace ampc::runtime {
 
-struct SessionOptions {
-  // The backend the session runs on. A graph with a node that has no kernel on it fails to load,
-  // naming the node, the op and the dtype.
-  Device device = Device::kCpu;
-  // Which GPU, for Device::kCuda.
-  int device_index = 0;
-  // f32 MatMul, Gemm and Conv may use TF32 tensor cores on CUDA (10 mantissa bits per product
-  // instead of 23); off by default, as in PyTorch. The CPU backend ignores it.
-  bool allow_tf32 = false;
-  // Fixes symbolic input dimensions, as `--shape NAME:8x3x32x32` does for `ampc compile`.
-  std::map<std::string, Shape, std::less<>> shapes = {};
-  // Reuse activation memory between values whose lifetimes do not overlap (on by default; off
-  // gives every value its own buffer, for debugging).
-  bool reuse_memory = true;
-  // After each node, fill the buffers of values no later node reads with a NaN pattern, so a
-  // planning error shows up as wrong results instead of passing silently. For tests.
-  bool poison_freed_buffers = false;
-  // After each node, check its float outputs for inf and NaN; the first one found fails run()
-  // with the node's name and op, the output's dtype and the first bad element, and the range of
-  // each float input (`ampc train --check-numerics`). Costs a pass over every output. State
-  // updates are then not written over their state (as with update_state_in_place false), so a
-  // run it stops leaves the state as it was.
-  bool check_numerics = false;
-  // Write each state update over its state where the planner can (PlanOptions); false keeps
-  // every update apart and copies it over its state after the run (for tests and debugging).
-  bool update_state_in_place = true;
-  // On CUDA, record the first run as a CUDA graph and replay it (ExecutorOptions::use_graph;
-  // `ampc train --cuda-graph on`). Off by default until the graphs have run on a GPU.
-  bool cuda_graph = false;
-  // Data-parallel training (TrainingSession): this rank's group. With more than one rank, the
-  // step averages its gradients and its logged loss over the group (passes/data_parallel.h),
-  // and the session starts from rank 0's state. Null: one rank.
-  std::shared_ptr<comm::Communicator> communicator = nullptr;
-  // With more than one rank: BatchNorm's batch statistics over every rank's shard together
-  // (SyncBatchNorm; the group trains as one rank with the whole batch would), or false: each
-  // rank's own (`ampc train --local-batch-norm`).
-  bool sync_batch_norm = true;
-  // With more than one rank: ZeRO stage 1 (`ampc train --shard-optimizer`). Each rank keeps and
-  // updates one block of every optimizer moment (passes/data_parallel.h); checkpoints hold the
-  // whole moments, so a resume may change the number of ranks.
-  bool shard_optimizer = false;
-};
-
-// A named graph input or output and its type.
-struct TensorInfo {
-  std::string name;
-  TensorType type;
-};
+using ampc::SessionOptions;
+using ampc::TensorInfo;
 
 class InferenceSession {
  public:

@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "ampc/tensor.h"
 #include "compiler/strings.h"
-#include "compiler/tensor.h"
 #include "gtest/gtest.h"
 #include "passes/fuse_elementwise.h"
 #include "runtime/interpreter.h"

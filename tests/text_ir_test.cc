@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "compiler/float16.h"
+#include "ampc/float16.h"
 #include "compiler/op_def.h"
 #include "compiler/verifier.h"
 #include "gtest/gtest.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/status.h"
-#include "compiler/tensor.h"
+#include "ampc/status.h"
+#include "ampc/tensor.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/session.h"
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/training_session.h"
 
 namespace ampc {

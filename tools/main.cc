@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "CLI/CLI.hpp"
+#include "ampc/version.h"
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "compiler/precision_policy.h"
@@ -577,7 +578,7 @@ int run(int argc, char** argv) {
   CLI::App app{
       "ampc: a mixed-precision compiler for ONNX training graphs.\n"
       "Run `ampc COMMAND --help` for the flags of one command."};
-  app.set_version_flag("--version", "ampc 0.1.0");
+  app.set_version_flag("--version", "ampc " AMPC_VERSION_STRING);
   app.require_subcommand(1);
 
   CompileFlags compile_flags;

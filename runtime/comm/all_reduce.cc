@@ -1,7 +1,7 @@
 // ampc.AllReduce over host memory; runtime/comm/all_reduce.h.
 #include "runtime/comm/all_reduce.h"
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "compiler/strings.h"
 
 namespace ampc::runtime::comm {

@@ -8,8 +8,8 @@
 #include <span>
 #include <vector>
 
-#include "compiler/float_types.h"
-#include "compiler/status.h"
+#include "ampc/float_types.h"
+#include "ampc/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernel.h"
 

@@ -20,8 +20,8 @@
 #include <memory>
 #include <string_view>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 
 namespace ampc::runtime::comm {
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/comm/communicator.h"
 
 namespace ampc::runtime::comm {

@@ -3,8 +3,8 @@
 // collectives and hang, or average unrelated gradients.
 #pragma once
 
+#include "ampc/status.h"
 #include "compiler/ir.h"
-#include "compiler/status.h"
 #include "runtime/comm/communicator.h"
 
 namespace ampc::runtime::comm {

@@ -17,7 +17,7 @@
 #include <optional>
 #include <string>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/comm/communicator.h"
 
 namespace ampc::runtime::comm {

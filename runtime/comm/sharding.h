@@ -8,7 +8,7 @@
 #include <span>
 #include <vector>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/kernel.h"
 

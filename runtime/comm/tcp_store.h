@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 
 namespace ampc::runtime::comm {
 

@@ -23,9 +23,11 @@
 // with the constants rounded to the compute type. Relu, LeakyRelu and PRelu keep NaN a NaN.
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "compiler/strings.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/vector_math.h"
 #include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
@@ -49,7 +51,13 @@ absl::Status leaky_relu(const KernelContext& ctx) {
 
 template <typename T>
 absl::Status sigmoid(const KernelContext& ctx) {
-  return activation<T>(ctx, numeric::Sigmoid{});
+  if constexpr (std::is_same_v<T, float>) {
+    map_unary_arrays<float>(ctx.input(0), ctx.output(0),
+                            [](const float* x, float* y, int64_t n) { sigmoid_array(x, y, n); });
+    return absl::OkStatus();
+  } else {
+    return activation<T>(ctx, numeric::Sigmoid{});
+  }
 }
 
 template <typename T>

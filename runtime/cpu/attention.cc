@@ -20,6 +20,7 @@
 
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
+#include "runtime/cpu/vector_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -183,11 +184,10 @@ absl::Status attention(const KernelContext& ctx) {
                      C* row = scores.data() + r * n.s;
                      C max = -std::numeric_limits<C>::infinity();
                      for (int64_t j = 0; j < n.s; ++j) max = std::max(max, row[j]);
+                     for (int64_t j = 0; j < n.s; ++j) row[j] -= max;
+                     exp_array(row, row, n.s);
                      C sum = 0;
-                     for (int64_t j = 0; j < n.s; ++j) {
-                       row[j] = std::exp(row[j] - max);
-                       sum += row[j];
-                     }
+                     for (int64_t j = 0; j < n.s; ++j) sum += row[j];
                      sums[r] = sum;
                      if (with_lse) lse[b * n.t + r0 + r] = max + std::log(sum);
                    }
@@ -242,8 +242,9 @@ absl::Status attention_grad(const KernelContext& ctx) {
           for (int64_t x = 0; x < n.dv; ++x) d += dy[row * n.dv + x] * load(y[row * n.dv + x]);
           C* p = probs.data() + r * n.s;
           C* g = ds.data() + r * n.s;
+          for (int64_t j = 0; j < n.s; ++j) p[j] -= lse[row];
+          exp_array(p, p, n.s);
           for (int64_t j = 0; j < n.s; ++j) {
-            p[j] = std::exp(p[j] - lse[row]);
             // dS = P (dP - d); a masked key (P = 0) adds nothing, whatever its dP.
             g[j] = p[j] == 0 ? C(0) : p[j] * (g[j] - d);
           }

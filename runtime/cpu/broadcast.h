@@ -95,6 +95,16 @@ void map_unary(const TensorArg& x, const TensorArg& out, Fn fn) {
   });
 }
 
+// The same as map_unary for an array function of one dtype: fn(in, out, n) on contiguous pieces.
+template <typename T, typename ArrayFn>
+void map_unary_arrays(const TensorArg& x, const TensorArg& out, ArrayFn fn) {
+  const T* in_data = x.in<T>().data();
+  T* out_data = out.out<T>().data();
+  parallel_for(out.num_elements(), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    fn(in_data + begin, out_data + begin, end - begin);
+  });
+}
+
 // out = store(fn(load(a), load(b))) over the broadcast of a and b.
 template <typename Out, typename A, typename B, typename Fn>
 void map_binary(const TensorArg& a, const TensorArg& b, const TensorArg& out, Fn fn) {

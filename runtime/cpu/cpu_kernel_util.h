@@ -15,7 +15,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "runtime/element_types.h"
 #include "runtime/kernel.h"
 

@@ -17,6 +17,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/broadcast.h"
+#include "runtime/cpu/vector_math.h"
 #include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
@@ -40,7 +41,12 @@ using numeric::Sub;
 
 template <typename T, typename Op>
 absl::Status unary_kernel(const KernelContext& ctx) {
-  map_unary<T, T>(ctx.input(0), ctx.output(0), Op{});
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<Op, Exp>) {
+    map_unary_arrays<float>(ctx.input(0), ctx.output(0),
+                            [](const float* x, float* y, int64_t n) { exp_array(x, y, n); });
+  } else {
+    map_unary<T, T>(ctx.input(0), ctx.output(0), Op{});
+  }
   return absl::OkStatus();
 }
 

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 
 namespace ampc::runtime::cpu {
 

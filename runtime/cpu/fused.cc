@@ -1,6 +1,7 @@
 // The CPU kernel of ampc.FusedElementwise (ops/fused.cc): the body runs over blocks of elements
 // small enough to stay in L1, one loop per instruction, each a runtime/numeric.h formula over
-// f32 values the compiler vectorizes.
+// f32 values the compiler vectorizes (Exp and Sigmoid through runtime/cpu/vector_math.h, the C
+// library's expf eight lanes at a time).
 //
 // Numerics: operands are read into f32 exactly (f16, bf16, bool); each instruction computes its
 // op's formula in f32 as the op's own kernel does and rounds the result once to its dtype, so the
@@ -11,6 +12,7 @@
 
 #include "compiler/fused_body.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/vector_math.h"
 #include "runtime/gradient_math.h"
 #include "runtime/numeric.h"
 
@@ -123,7 +125,7 @@ void evaluate(const FusedInstr& instr, const float* const* slots, float* out, in
     case FusedOp::kSqrt:
       return unary(a, out, n, nm::Sqrt{});
     case FusedOp::kExp:
-      return unary(a, out, n, nm::Exp{});
+      return exp_array(a, out, n);
     case FusedOp::kLog:
       return unary(a, out, n, nm::Log{});
     case FusedOp::kReciprocal:
@@ -131,7 +133,7 @@ void evaluate(const FusedInstr& instr, const float* const* slots, float* out, in
     case FusedOp::kRelu:
       return unary(a, out, n, nm::Relu{});
     case FusedOp::kSigmoid:
-      return unary(a, out, n, nm::Sigmoid{});
+      return sigmoid_array(a, out, n);
     case FusedOp::kTanh:
       return unary(a, out, n, nm::Tanh{});
     case FusedOp::kErf:

@@ -26,6 +26,7 @@
 #include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
+#include "runtime/cpu/vector_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -78,14 +79,17 @@ absl::Status softmax_cross_entropy(const KernelContext& ctx) {
   SampleLosses<T> samples{std::vector<C>(layout.samples), std::vector<C>(layout.samples)};
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, classes));
   parallel_for(layout.samples, grain, [&](int64_t begin, int64_t end) {
+    std::vector<C> e(classes);
     for (int64_t s = begin; s < end; ++s) {
       // Class c of sample s is at first + c * spatial.
       const int64_t first = (s / spatial) * classes * spatial + s % spatial;
       auto score = [&](int64_t c) { return load(scores[first + c * spatial]); };
       C max = -std::numeric_limits<C>::infinity();
       for (int64_t c = 0; c < classes; ++c) max = std::max(max, score(c));
+      for (int64_t c = 0; c < classes; ++c) e[c] = score(c) - max;
+      exp_array(e.data(), e.data(), classes);
       C sum = 0;
-      for (int64_t c = 0; c < classes; ++c) sum += std::exp(score(c) - max);
+      for (int64_t c = 0; c < classes; ++c) sum += e[c];
       const C log_sum = std::log(sum);
       if (!log_prob_out.empty()) {
         for (int64_t c = 0; c < classes; ++c) {

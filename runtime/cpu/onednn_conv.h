@@ -21,7 +21,7 @@
 
 #include <memory>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/kernel.h"
 
 namespace ampc::runtime::cpu {

@@ -21,6 +21,7 @@
 
 #include "compiler/op_def.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/vector_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -51,25 +52,24 @@ RowLayout row_layout(const Node& node, const Shape& shape) {
   return layout;
 }
 
-// Normalizes the row whose element k is at first + k * stride; `scratch` holds n values.
+// Normalizes the row whose element k is at first + k * stride; `scratch` holds 2 n values.
 template <typename T, bool kLog>
 void softmax_row(std::span<const T> in, std::span<T> out, int64_t first, int64_t n, int64_t stride,
                  std::vector<compute_t<T>>& scratch) {
   using C = compute_t<T>;
   C max = -std::numeric_limits<C>::infinity();
   for (int64_t k = 0; k < n; ++k) max = std::max(max, load(in[first + k * stride]));
+  C* shifted = scratch.data();
+  C* e = scratch.data() + n;
+  for (int64_t k = 0; k < n; ++k) shifted[k] = load(in[first + k * stride]) - max;
+  exp_array(shifted, e, n);
   C sum = 0;
-  for (int64_t k = 0; k < n; ++k) {
-    const C shifted = load(in[first + k * stride]) - max;
-    const C e = std::exp(shifted);
-    scratch[k] = kLog ? shifted : e;  // what the last loop needs
-    sum += e;
-  }
+  for (int64_t k = 0; k < n; ++k) sum += e[k];
   if constexpr (kLog) {
     const C log_sum = std::log(sum);
-    for (int64_t k = 0; k < n; ++k) out[first + k * stride] = store<T>(scratch[k] - log_sum);
+    for (int64_t k = 0; k < n; ++k) out[first + k * stride] = store<T>(shifted[k] - log_sum);
   } else {
-    for (int64_t k = 0; k < n; ++k) out[first + k * stride] = store<T>(scratch[k] / sum);
+    for (int64_t k = 0; k < n; ++k) out[first + k * stride] = store<T>(e[k] / sum);
   }
 }
 
@@ -81,7 +81,7 @@ absl::Status softmax(const KernelContext& ctx) {
   const int64_t n = layout.length, stride = layout.inner;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, n));
   parallel_for(layout.outer * layout.inner, grain, [&](int64_t begin, int64_t end) {
-    std::vector<compute_t<T>> scratch(n);
+    std::vector<compute_t<T>> scratch(2 * n);
     for (int64_t row = begin; row < end; ++row) {
       const int64_t first = (row / stride) * n * stride + row % stride;
       softmax_row<T, kLog>(in, out, first, n, stride, scratch);

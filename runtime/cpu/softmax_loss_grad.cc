@@ -26,6 +26,7 @@
 #include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
+#include "runtime/cpu/vector_math.h"
 #include "runtime/gradient_math.h"
 
 namespace ampc::runtime::cpu {
@@ -118,6 +119,7 @@ absl::Status softmax_cross_entropy_grad(const KernelContext& ctx) {
   const int64_t classes = layout.classes, spatial = layout.spatial;
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, classes));
   parallel_for(layout.samples, grain, [&](int64_t begin, int64_t end) {
+    std::vector<C> e(from_scores ? classes : 0);
     for (int64_t s = begin; s < end; ++s) {
       // Class c of sample s is at first + c * spatial.
       const int64_t first = (s / spatial) * classes * spatial + s % spatial;
@@ -132,9 +134,10 @@ absl::Status softmax_cross_entropy_grad(const KernelContext& ctx) {
         shift = -std::numeric_limits<C>::infinity();
         for (int64_t c = 0; c < classes; ++c)
           shift = std::max(shift, load(in[first + c * spatial]));
+        for (int64_t c = 0; c < classes; ++c) e[c] = load(in[first + c * spatial]) - shift;
+        exp_array(e.data(), e.data(), classes);
         C sum = 0;
-        for (int64_t c = 0; c < classes; ++c)
-          sum += std::exp(load(in[first + c * spatial]) - shift);
+        for (int64_t c = 0; c < classes; ++c) sum += e[c];
         log_sum = std::log(sum);
       }
       const C factor = loss_scale(s) * (weights.empty() ? C(1) : load(weights[label]));

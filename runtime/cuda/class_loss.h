@@ -3,7 +3,7 @@
 // shape, the labels' type and the node's ignore_index and reduction, as the CPU reads them.
 #pragma once
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 #include "runtime/cuda/reduce_kernels.h"
 #include "runtime/kernel.h"
 

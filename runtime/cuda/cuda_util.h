@@ -8,8 +8,8 @@
 
 #include <string_view>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 #include "runtime/cuda/kernels.h"
 #include "runtime/kernel.h"
 

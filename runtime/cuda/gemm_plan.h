@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 #include "runtime/backend.h"
 #include "runtime/plan.h"
 

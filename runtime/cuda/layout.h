@@ -5,8 +5,8 @@
 
 #include <array>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 #include "compiler/strings.h"
 #include "runtime/broadcast_dims.h"
 #include "runtime/cuda/kernels.h"

@@ -6,7 +6,7 @@
 #include <string>
 #include <string_view>
 
-#include "compiler/status.h"
+#include "ampc/status.h"
 
 namespace ampc::runtime::cuda {
 

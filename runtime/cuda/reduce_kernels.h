@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 #include "runtime/cuda/kernels.h"
 
 namespace ampc::runtime::cuda {

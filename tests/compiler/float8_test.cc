@@ -16,7 +16,7 @@
 #include <random>
 #include <vector>
 
-#include "compiler/tensor.h"
+#include "ampc/tensor.h"
 #include "gtest/gtest.h"
 
 namespace ampc {

@@ -1,11 +1,11 @@
-// f16 and bf16 conversions (compiler/float16.h) against an independent reference: every bit
+// f16 and bf16 conversions (ampc/float16.h) against an independent reference: every bit
 // pattern decodes to the value its fields say and round-trips; f32 -> 16 bits rounds to nearest
 // even on every halfway case of the whole finite range and on random bit patterns.
 //
 // The reference never touches bits the way the implementation does: it builds the value of each
 // code in double with ldexp from its exponent and mantissa fields, and rounds by bracketing a
 // value between two adjacent codes and comparing it with their exact midpoint.
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 
 #include <algorithm>
 #include <bit>
@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "compiler/float16.h"
+#include "ampc/float16.h"
 #include "gtest/gtest.h"
 
 namespace ampc {

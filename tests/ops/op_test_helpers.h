@@ -12,10 +12,10 @@
 #include <utility>
 #include <vector>
 
+#include "ampc/status.h"
 #include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
-#include "compiler/status.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"

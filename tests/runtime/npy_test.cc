@@ -10,7 +10,7 @@
 #include <fstream>
 #include <random>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"

@@ -1,7 +1,7 @@
 // The numeric contract of the CPU backend, checked bit for bit: for f16 and bf16 inputs, MatMul,
 // Conv, Add, Mul, Softmax and LayerNormalization give exactly "upcast every input to f32,
 // compute in f32 in the documented order, round once (to nearest even)". The f32 computation is
-// written here, independently of the kernels; rounding uses compiler/float16.h, which
+// written here, independently of the kernels; rounding uses ampc/float16.h, which
 // tests/compiler/float_types_test.cc checks exhaustively.
 //
 // The order the contract fixes, and these references follow:

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/comm/comm_test_util.h"

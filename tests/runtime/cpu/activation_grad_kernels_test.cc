@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "compiler/verifier.h"

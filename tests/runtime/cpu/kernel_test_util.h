@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/cpu/cpu_kernel_util.h"

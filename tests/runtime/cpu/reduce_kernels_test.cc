@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "compiler/float_types.h"
+#include "ampc/float_types.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/cpu/kernel_test_util.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "compiler/dtype.h"
-#include "compiler/status.h"
+#include "ampc/dtype.h"
+#include "ampc/status.h"
 
 namespace ampc {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "compiler/host_device.h"
+#include "ampc/host_device.h"
 
 namespace ampc {
 

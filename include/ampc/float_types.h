@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "compiler/float16.h"
+#include "ampc/float16.h"
 
 namespace ampc {
 
