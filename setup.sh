@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ampc needs (Debian packages, only those missing), then configures and builds
-# what the main job needs: the libraries and the `ampc` CLI (test.sh builds the rest).
+# what the main job needs: the libraries, the `ampc` CLI and the Python module (the target
+# `ampc_setup`; test.sh builds the rest).
 #   ./setup.sh              install + build into build/
 #   AMPC_BUILD_DIR=dir ./setup.sh    another build folder
 # Idempotent: a second run installs nothing and rebuilds only what changed.
@@ -12,6 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libabsl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev libgloo-dev zlib1g-dev
+  pybind11-dev python3-dev python3-numpy python3-pytest
 )
 
 missing=()
@@ -29,4 +31,4 @@ fi
 
 build_dir="${AMPC_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${AMPC_CMAKE_ARGS:-} >/dev/null
-cmake --build "$build_dir" -j "$(nproc)" --target ampc
+cmake --build "$build_dir" -j "$(nproc)" --target ampc_setup

@@ -77,4 +77,20 @@ g++ "$work/embed/train.cc" -o "$work/embed_pc" $flags 2>"$work/pc-build.log" ||
   fail "the example does not build with pkg-config's flags ($flags): $(cat "$work/pc-build.log")"
 "$work/embed_pc" "$work/mlp.train.onnx" 5 >"$work/pc.out" || fail "embed_pc failed: $(cat "$work/pc.out")"
 tail -1 "$work/pc.out"
+
+# The Python package, when it was built: importable from the prefix, finding bin/ampc there.
+site=$(ls -d "$prefix"/lib*/python3*/site-packages 2>/dev/null | head -1)
+if [ -n "$site" ] && [ -d "$site/ampc" ]; then
+  (cd "$work" && env -u AMPC_BINARY PYTHONPATH="$site" /usr/bin/python3 -c "
+import ampc, numpy as np, os
+assert os.path.realpath(ampc.cli_path()) == os.path.realpath('$prefix/bin/ampc'), ampc.cli_path()
+ampc.compile('$source_dir/models/mlp.onnx', 'py.train.onnx', optimizer='sgd', lr=0.05)
+session = ampc.TrainingSession('py.train.onnx')
+batch = {name: np.zeros(shape, dtype=np.float32 if dtype == 'f32' else np.int64)
+         for name, dtype, shape in session.batch_inputs}
+losses = [session.step(batch)['loss'] for _ in range(3)]
+assert losses[-1] < losses[0], losses
+print('python: ampc', ampc.__version__, 'loss', losses[0], '->', losses[-1])
+") || fail "the installed Python package does not work"
+fi
 echo "PASS"

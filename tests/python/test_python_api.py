@@ -1,0 +1,223 @@
+"""The Python module (python/ampc) against the command line it wraps: the same losses bit for bit,
+the same inspect document, errors as exceptions with the CLI's and the runtime's messages,
+f16 round trips, and sessions that step in parallel threads (the GIL is released).
+
+Run by CTest (`python_api`) with PYTHONPATH=build/python and AMPC_BINARY, AMPC_SOURCE_DIR set.
+"""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ampc
+
+SOURCE = os.environ.get("AMPC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+MLP = os.path.join(SOURCE, "models", "mlp.onnx")
+MLP_DATA = os.path.join(SOURCE, "models", "mlp.train.npz")
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("models") / "mlp.train.onnx")
+    ampc.compile(MLP, path, optimizer="sgd", momentum=0.9, lr=0.05)
+    return path
+
+
+def batches():
+    data = np.load(MLP_DATA)
+    return [{name: data[name][i] for name in data.files} for i in range(data["x"].shape[0])]
+
+
+def test_fifty_steps_give_the_clis_losses_bit_for_bit(compiled, tmp_path):
+    log = tmp_path / "log.jsonl"
+    subprocess.run([ampc.cli_path(), "train", compiled, "--data", MLP_DATA, "--steps", "50",
+                    "--log", str(log)], check=True, capture_output=True)
+    cli = [json.loads(line)["loss"] for line in log.read_text().splitlines()
+           if '"loss"' in line]
+    assert len(cli) == 50
+    session = ampc.TrainingSession(compiled)
+    assert session.default_lr == pytest.approx(0.05)
+    data = batches()
+    losses = []
+    for i in range(50):
+        stats = session.step(data[i % len(data)])
+        assert stats["step"] == i + 1 and not stats["skipped"]
+        losses.append(stats["loss"])
+    # Bit for bit: the loss is an f32, which the CLI logs as its shortest round-tripping decimal.
+    assert [np.float32(x) for x in losses] == [np.float32(x) for x in cli]
+    assert session.steps_done == 50
+
+
+def test_outputs_are_numpy_views_that_outlive_the_session(compiled):
+    session = ampc.TrainingSession(compiled)
+    batch = batches()[0]
+    outputs = session.evaluate({name: batch[name] for name, _, _ in session.eval_inputs})
+    del session
+    for name, array in outputs.items():
+        assert isinstance(array, np.ndarray)
+        assert array.base is not None  # a view of the tensor the runtime returned
+        assert np.all(np.isfinite(array)), name
+
+
+def test_state_round_trip_and_checkpoints(compiled, tmp_path):
+    session = ampc.TrainingSession(compiled)
+    data = batches()
+    session.step(data[0])
+    name = session.state_names[0]
+    before = session.state(name)
+    session.set_state(name, np.zeros_like(before))
+    assert not session.state(name).any()
+    session.set_state(name, before)
+    assert np.array_equal(session.state(name), before)
+    session.save_checkpoint(str(tmp_path / "ckpt.safetensors"))
+    first = [session.step(data[i])["loss"] for i in range(1, 4)]
+    resumed = ampc.TrainingSession(compiled)
+    resumed.load_checkpoint(str(tmp_path / "ckpt.safetensors"))
+    assert [resumed.step(data[i])["loss"] for i in range(1, 4)] == first
+
+
+def test_exported_model_runs_in_an_inference_session(compiled, tmp_path):
+    session = ampc.TrainingSession(compiled)
+    batch = batches()[0]
+    session.step(batch)
+    path = str(tmp_path / "trained.onnx")
+    session.export(path, keep_loss=True)
+    inference = ampc.InferenceSession(path)
+    inputs = {name: batch[name] for name, _, _ in inference.inputs}
+    got = inference.run(inputs)
+    want = session.evaluate({name: batch[name] for name, _, _ in session.eval_inputs})
+    assert sorted(got) == sorted(want)
+    for name in got:
+        assert np.array_equal(got[name], want[name]), name
+
+
+def test_errors_raise_with_the_message(compiled, tmp_path):
+    with pytest.raises(ampc.AmpcError, match="no_such.onnx"):
+        ampc.compile(str(tmp_path / "no_such.onnx"), str(tmp_path / "out.onnx"))
+    with pytest.raises(ampc.AmpcError, match="--optimizer"):
+        ampc.compile(MLP, str(tmp_path / "out.onnx"), optimizer="lion")
+    with pytest.raises(ValueError, match="no_such.onnx"):
+        ampc.TrainingSession(str(tmp_path / "no_such.onnx"))
+    with pytest.raises(ValueError, match="unknown device 'tpu'"):
+        ampc.TrainingSession(compiled, device="tpu")
+    session = ampc.TrainingSession(compiled)
+    batch = batches()[0]
+    with pytest.raises(ValueError, match="input 'x': expected dtype float32"):
+        session.step({"x": batch["x"].astype(np.float64), "label": batch["label"]})
+    with pytest.raises(ValueError, match=r"input 'x': expected shape \[8,64\]"):
+        session.step({"x": batch["x"][:4], "label": batch["label"]})
+    with pytest.raises(ValueError, match="'y' is not an input"):
+        session.step({"y": batch["x"], "label": batch["label"]})
+    with pytest.raises(ValueError, match="x"):
+        session.step({"label": batch["label"]})
+    bad = dict(batch, label=np.full_like(batch["label"], 99))
+    with pytest.raises(ValueError, match="label 99"):
+        session.step(bad)
+    assert session.steps_done == 0
+
+
+@pytest.mark.parametrize("precision,dtype", [("fp16", np.float16), ("bf16", None)])
+def test_low_precision_arrays_round_trip(tmp_path, precision, dtype):
+    """O3 keeps the weights themselves in f16 / bf16 (no f32 master copy), so the state holds
+    low-precision tensors: f16 as numpy's float16, bf16 as ml_dtypes.bfloat16 or its raw bits."""
+    path = str(tmp_path / f"mlp.{precision}.onnx")
+    ampc.compile(MLP, path, precision=precision, opt_level="O3", optimizer="sgd", lr=0.05)
+    session = ampc.TrainingSession(path)
+    if dtype is None:
+        try:
+            import ml_dtypes
+            dtype = ml_dtypes.bfloat16
+        except ImportError:
+            dtype = np.uint16
+    low = [n for n in session.state_names if session.state(n).dtype == dtype]
+    assert low, [(n, session.state(n).dtype) for n in session.state_names]
+    name = low[0]
+    value = session.state(name)
+    bits = np.arange(value.size, dtype=np.uint16).reshape(value.shape) + 0x3c00
+    values = bits.view(dtype)
+    session.set_state(name, values)
+    assert session.state(name).dtype == dtype
+    assert session.state(name).tobytes() == values.tobytes()
+    batch = batches()[0]
+    assert np.isfinite(session.step(batch)["loss"])
+
+
+def test_inspect_matches_the_clis_json(compiled):
+    cli = json.loads(subprocess.run([ampc.cli_path(), "inspect", compiled, "--format", "json",
+                                     "--precision"], check=True, capture_output=True,
+                                    text=True).stdout)
+    assert ampc.inspect(compiled, precision=True) == cli
+
+
+def test_a_step_releases_the_gil(compiled):
+    """With a switch interval too long to expire, another Python thread runs only when this one
+    gives the GIL up itself: the spinning thread counts only if step() releases it."""
+    session = ampc.TrainingSession(compiled)
+    batch = batches()[0]
+    count = 0
+    stop = False
+
+    def spin():
+        nonlocal count
+        while not stop:
+            count += 1
+            time.sleep(0)  # hands the GIL back after each count
+
+    old = sys.getswitchinterval()
+    spinner = threading.Thread(target=spin)
+    sys.setswitchinterval(1000)
+    try:
+        spinner.start()
+        before = count
+        for _ in range(20):
+            session.step(batch)
+        after = count
+    finally:
+        stop = True
+        sys.setswitchinterval(old)
+        spinner.join()
+    assert after > before, "no other thread ran while the session stepped"
+
+
+def test_two_sessions_stepping_in_two_threads_train_as_alone(compiled):
+    data = batches()
+    alone = ampc.TrainingSession(compiled)
+    want = [alone.step(data[i % len(data)])["loss"] for i in range(20)]
+    sessions = [ampc.TrainingSession(compiled) for _ in range(2)]
+    got = [[], []]
+
+    def train(k):
+        for i in range(20):
+            got[k].append(sessions[k].step(data[i % len(data)])["loss"])
+
+    threads = [threading.Thread(target=train, args=(k,)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got[0] == want and got[1] == want
+
+
+def test_two_threads_sharing_a_session_take_turns(compiled):
+    session = ampc.TrainingSession(compiled)
+    data = batches()
+    threads = [threading.Thread(target=lambda: [session.step(data[i]) for i in range(20)])
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert session.steps_done == 40
+    assert all(np.all(np.isfinite(session.state(n))) for n in session.state_names)
+
+
+def test_python_dash_m_runs_the_cli():
+    done = subprocess.run(["python3", "-m", "ampc", "--version"], capture_output=True, text=True,
+                          env=dict(os.environ))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ampc " + ampc.__version__
