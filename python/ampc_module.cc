@@ -84,12 +84,22 @@ py::dtype numpy_dtype(DType dtype) {
   throw std::runtime_error("unknown dtype");
 }
 
-// A numpy array that views `tensor`'s bytes and keeps the tensor alive.
+// A numpy array that views `tensor`'s bytes and keeps the tensor alive. The strides are computed
+// here from ampc's element size: pybind11 2.10 reads the item size from numpy's dtype struct,
+// whose layout numpy 2 changed.
 py::array to_numpy(Tensor tensor) {
   auto* owned = new Tensor(std::move(tensor));
   py::capsule keeper(owned, [](void* p) { delete static_cast<Tensor*>(p); });
-  std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
-  return py::array(numpy_dtype(owned->dtype()), shape, owned->mutable_bytes().data(), keeper);
+  const Shape& dims = owned->shape();
+  std::vector<py::ssize_t> shape(dims.begin(), dims.end());
+  std::vector<py::ssize_t> strides(dims.size());
+  py::ssize_t stride = dtype_size(owned->dtype());
+  for (size_t d = dims.size(); d-- > 0;) {
+    strides[d] = stride;
+    stride *= static_cast<py::ssize_t>(dims[d]);
+  }
+  return py::array(numpy_dtype(owned->dtype()), shape, strides, owned->mutable_bytes().data(),
+                   keeper);
 }
 
 std::string dtype_text(const py::dtype& dtype) { return py::cast<std::string>(dtype.attr("name")); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <limits>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -68,21 +69,25 @@ __attribute__((target("avx2,fma"))) inline __m128 exp4(__m128 x, const int64_t* 
 
 __attribute__((target("avx2,fma"))) void exp_avx2(const float* x, float* y, int64_t n) {
   const int64_t* table = exp_table().entry;
-  const __m256 sign = _mm256_set1_ps(-0.0f);
-  const __m256 limit = _mm256_set1_ps(88.0f);
+  // The C library's own bounds: below ln(2^-150) expf returns +0 (an underflow), above
+  // ln(FLT_MAX) +infinity (an overflow); -infinity and +infinity fall there too. Between, its
+  // method is the one here, subnormal results included.
+  const __m256 underflow = _mm256_set1_ps(-0x1.9fe368p6f);
+  const __m256 overflow = _mm256_set1_ps(0x1.62e42ep6f);
+  const __m256 infinity = _mm256_set1_ps(std::numeric_limits<float>::infinity());
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
-    // Lanes with |x| >= 88 or NaN go to the C library, which handles its special cases.
-    const int special =
-        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, v), limit, _CMP_NLT_UQ));
     const __m128 low = exp4(_mm256_castps256_ps128(v), table);
     const __m128 high = exp4(_mm256_extractf128_ps(v, 1), table);
-    float lanes[8];
-    if (special != 0) _mm256_storeu_ps(lanes, v);
-    _mm256_storeu_ps(y + i, _mm256_set_m128(high, low));
-    for (int j = 0; special != 0 && j < 8; ++j) {
-      if ((special >> j & 1) != 0) y[i + j] = std::exp(lanes[j]);
+    __m256 result = _mm256_set_m128(high, low);
+    result = _mm256_andnot_ps(_mm256_cmp_ps(v, underflow, _CMP_LT_OQ), result);
+    result = _mm256_blendv_ps(result, infinity, _mm256_cmp_ps(v, overflow, _CMP_GT_OQ));
+    _mm256_storeu_ps(y + i, result);
+    // NaN lanes (rare) take the C library's NaN.
+    const int nan = _mm256_movemask_ps(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    for (int j = 0; nan != 0 && j < 8; ++j) {
+      if ((nan >> j & 1) != 0) y[i + j] = std::exp(x[i + j]);
     }
   }
   // Leave no dirty upper halves to the SSE code of the rest of the build.
@@ -104,7 +109,9 @@ void exp_array(const double* x, double* y, int64_t n) { exp_scalar(x, y, n); }
 
 namespace {
 
-// numeric::Sigmoid takes exp(-x) for x >= 0 and exp(x) otherwise, then one division.
+// numeric::Sigmoid takes exp(-x) for x >= 0 and exp(x) otherwise, that is exp(-|x|), then
+// 1 / (1 + e) or e / (1 + e). Both loops are branch-free (the signs of activations are a coin
+// toss for a branch predictor) and vectorize; x = -0 gives exp(-0) = exp(+0), as the formula.
 template <typename X>
 void sigmoid_blocks(const X* x, X* y, int64_t n) {
   constexpr int64_t kBlock = 256;
@@ -112,11 +119,14 @@ void sigmoid_blocks(const X* x, X* y, int64_t n) {
   for (int64_t first = 0; first < n; first += kBlock) {
     const int64_t count = std::min(kBlock, n - first);
     const X* in = x + first;
-    for (int64_t j = 0; j < count; ++j) e[j] = in[j] >= X(0) ? -in[j] : in[j];
+#pragma omp simd
+    for (int64_t j = 0; j < count; ++j) e[j] = -std::fabs(in[j]);
     exp_array(e, e, count);
     X* out = y + first;
+#pragma omp simd
     for (int64_t j = 0; j < count; ++j) {
-      out[j] = in[j] >= X(0) ? X(1) / (X(1) + e[j]) : e[j] / (X(1) + e[j]);
+      const X numerator = in[j] >= X(0) ? X(1) : e[j];
+      out[j] = numerator / (X(1) + e[j]);
     }
   }
 }

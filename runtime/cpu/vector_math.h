@@ -6,8 +6,8 @@
 // where the CPU has AVX2 and FMA: glibc computes expf in double precision from a 32-entry table
 // of 2^(i/32) and a cubic, and on such CPUs it runs that method compiled with FMA; the vector
 // form repeats the same operations in the same order, so it rounds the same double to f32.
-// tests/runtime/cpu/vector_math_test.cc compares every f32 input. Elsewhere, and for inputs
-// where expf overflows, underflows or sees NaN or infinity (|x| >= 88), the C library is called.
+// tests/runtime/cpu/vector_math_test.cc compares every f32 input. Without AVX2 and FMA, and for
+// NaN inputs, the C library is called.
 #pragma once
 
 #include <cstdint>

@@ -1,0 +1,110 @@
+"""The PyTorch bridge: export a model with its loss as the one ONNX graph ampc compiles.
+
+    import ampc, ampc.torch
+    ampc.torch.export_training(model, (x, labels), torch.nn.functional.cross_entropy,
+                               "model.onnx")
+    ampc.compile("model.onnx", "model.train.onnx", optimizer="adamw", lr=3e-3)
+
+Importing this module imports torch; nothing else in ampc needs it.
+"""
+import copy
+import os
+import types
+import warnings
+
+import torch
+
+
+def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_names=None,
+                    opset=18, exporter="auto"):
+    """Writes `model` followed by `loss_fn` to `path` as an ONNX training export.
+
+    example_inputs: a tuple of tensors: the model's inputs, then the `targets` last ones, which
+        go to the loss (labels): loss = loss_fn(model(*inputs), *targets).
+    input_names: names of the graph inputs, in the same order (default x0, x1, ..., then
+        label, or label0, label1, ...).
+    exporter: "dynamo", "torchscript", or "auto" (dynamo, then TorchScript if it fails).
+
+    What a training export needs and a plain export gets wrong: the model in training mode
+    (Dropout, batch statistics), the loss as the graph's output `loss`, parameters kept as
+    initializers (no constant folding), and the initializers holding the model's weights as they
+    were before the export (tracing runs forward, which moves BatchNorm's running statistics).
+    An export whose graph lacks a trainable parameter counts as failed. The model passed in is
+    not changed. Returns the exporter used.
+    """
+    example_inputs = tuple(example_inputs)
+    if not 0 <= targets <= len(example_inputs):
+        raise ValueError(f"targets={targets}, but example_inputs holds {len(example_inputs)} tensors")
+    inputs = len(example_inputs) - targets
+    if input_names is None:
+        labels = ["label"] if targets == 1 else [f"label{i}" for i in range(targets)]
+        input_names = [f"x{i}" if inputs > 1 else "x" for i in range(inputs)] + labels
+    if len(input_names) != len(example_inputs):
+        raise ValueError(f"{len(input_names)} input_names for {len(example_inputs)} inputs")
+    if exporter not in ("auto", "dynamo", "torchscript"):
+        raise ValueError(f"exporter={exporter!r}: expected 'auto', 'dynamo' or 'torchscript'")
+
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    # A copy whose forward ends in the loss: its parameter names are the model's own.
+    wrapped = copy.deepcopy(model)
+    forward = wrapped.forward
+
+    def with_loss(self, *args):
+        return loss_fn(forward(*args[:inputs]), *args[inputs:])
+
+    wrapped.forward = types.MethodType(with_loss, wrapped)
+    wrapped.train()
+
+    tried = ["dynamo", "torchscript"] if exporter == "auto" else [exporter]
+    errors = []
+    for name in tried:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                if name == "dynamo":
+                    # optimize=False: the exporter's graph optimizer folds what it takes for
+                    # constants, a training-mode BatchNorm included.
+                    torch.onnx.export(wrapped, example_inputs, path, dynamo=True, optimize=False,
+                                      opset_version=opset, input_names=input_names,
+                                      output_names=["loss"], external_data=False)
+                else:
+                    torch.onnx.export(wrapped, example_inputs, path, dynamo=False,
+                                      opset_version=opset,
+                                      training=torch.onnx.TrainingMode.TRAINING,
+                                      do_constant_folding=False, input_names=input_names,
+                                      output_names=["loss"])
+            _check_parameters(path, wrapped)
+            _restore_weights(path, state)
+            return name
+        except Exception as e:  # the next exporter may succeed where this one failed
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+            if os.path.exists(path):
+                os.remove(path)
+    raise RuntimeError("the model could not be exported:\n  " + "\n  ".join(errors))
+
+
+def _check_parameters(path, model):
+    """Every trainable parameter must be an initializer, or ampc would not train it."""
+    import onnx
+
+    names = {init.name for init in onnx.load(path, load_external_data=False).graph.initializer}
+    missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in names]
+    if missing:
+        raise RuntimeError(f"the exported graph lacks the parameters {', '.join(missing)} (folded"
+                           " into constants or dropped)")
+
+
+def _restore_weights(path, state):
+    """Writes the pre-export values of the model's state over the initializers of that name."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(path)
+    for init in model.graph.initializer:
+        if init.name in state:
+            value = state[init.name].cpu().numpy()
+            if tuple(init.dims) != value.shape:
+                raise RuntimeError(f"{path}: initializer {init.name} has shape {tuple(init.dims)}"
+                                   f", the model's {value.shape}")
+            init.CopyFrom(numpy_helper.from_array(value, init.name))
+    onnx.save(model, path)
