@@ -23,7 +23,9 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
         go to the loss (labels): loss = loss_fn(model(*inputs), *targets).
     input_names: names of the graph inputs, in the same order (default x0, x1, ..., then
         label, or label0, label1, ...).
-    exporter: "dynamo", "torchscript", or "auto" (dynamo, then TorchScript if it fails).
+    exporter: "dynamo", "torchscript", or "auto" (dynamo, then TorchScript if it fails). PyTorch
+        2.15's dynamo exporter writes BatchNorm in inference mode, so a model with BatchNorm
+        goes through TorchScript under "auto" and fails under "dynamo".
 
     What a training export needs and a plain export gets wrong: the model in training mode
     (Dropout, batch statistics), the loss as the graph's output `loss`, parameters kept as
@@ -73,7 +75,7 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
                                       training=torch.onnx.TrainingMode.TRAINING,
                                       do_constant_folding=False, input_names=input_names,
                                       output_names=["loss"])
-            _check_parameters(path, wrapped)
+            _check_export(path, wrapped)
             _restore_weights(path, state)
             return name
         except Exception as e:  # the next exporter may succeed where this one failed
@@ -83,15 +85,26 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
     raise RuntimeError("the model could not be exported:\n  " + "\n  ".join(errors))
 
 
-def _check_parameters(path, model):
-    """Every trainable parameter must be an initializer, or ampc would not train it."""
+def _check_export(path, model):
+    """What a training export must hold: every trainable parameter as an initializer (or ampc
+    would not train it), and BatchNormalization in training mode (batch statistics) where the
+    model has a BatchNorm layer in training mode."""
     import onnx
 
-    names = {init.name for init in onnx.load(path, load_external_data=False).graph.initializer}
+    graph = onnx.load(path, load_external_data=False).graph
+    names = {init.name for init in graph.initializer}
     missing = [n for n, p in model.named_parameters() if p.requires_grad and n not in names]
     if missing:
         raise RuntimeError(f"the exported graph lacks the parameters {', '.join(missing)} (folded"
                            " into constants or dropped)")
+    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training
+           for m in model.modules()):
+        for node in graph.node:
+            mode = [a.i for a in node.attribute if a.name == "training_mode"]
+            if node.op_type == "BatchNormalization" and mode != [1]:
+                raise RuntimeError(f"the exporter wrote BatchNormalization '{node.name}' in "
+                                   "inference mode (training_mode=0): it would normalize with "
+                                   "the running statistics instead of the batch's")
 
 
 def _restore_weights(path, state):
