@@ -20,8 +20,8 @@ void exp_scalar(const X* x, X* y, int64_t n) {
 #if defined(__x86_64__) && defined(__GNUC__)
 // The method: with N = 32, z = x N / ln 2 = k + r (k the nearest integer, |r| <= 1/2), and
 // exp(x) = 2^(k/N) 2^(r/N) ~= s (c0 r^3 + c1 r^2 + c2 r + 1), s = 2^(k/N) built from the table
-// entry k mod N and k's multiple of N in the exponent field. kTable[i] is the double nearest
-// 2^(i/N) less i << 47, so adding k << 47 lands floor(k/N) in the exponent.
+// entry k mod N and k's multiple of N in the exponent field. ExpTable::entry[i] is the bits of
+// the double nearest 2^(i/N) less i << 47, so adding k << 47 lands floor(k/N) in the exponent.
 constexpr int kTableBits = 5;
 constexpr double kN = 1 << kTableBits;
 constexpr double kInvLn2N = 0x1.71547652b82fep+0 * kN;
@@ -34,7 +34,8 @@ struct ExpTable {
   alignas(32) int64_t entry[1 << kTableBits];
   ExpTable() {
     for (int i = 0; i < (1 << kTableBits); ++i) {
-      // exp2l's 64-bit significand rounds these 32 values to the nearest double exactly.
+      // exp2l's 64-bit significand, rounded to double (the exhaustive test in
+      // tests/runtime/cpu/vector_math_test.cc checks every result this table gives).
       const double power = static_cast<double>(exp2l(static_cast<long double>(i) / kN));
       entry[i] = std::bit_cast<int64_t>(power) - (int64_t{i} << (52 - kTableBits));
     }
