@@ -62,11 +62,17 @@ py::dtype numpy_dtype(DType dtype) {
     case DType::kF16:
       return py::dtype("float16");
     case DType::kBF16: {
-      try {
-        return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
-      } catch (const py::error_already_set&) {
-        return py::dtype::of<uint16_t>();  // the raw bits
-      }
+      // Looked up once: without ml_dtypes every lookup would raise and catch an ImportError.
+      // Never freed, so nothing touches Python objects after the interpreter has finalized.
+      static const py::dtype* const bf16 = [] {
+        try {
+          return new py::dtype(
+              py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16")));
+        } catch (const py::error_already_set&) {
+          return new py::dtype(py::dtype::of<uint16_t>());  // the raw bits
+        }
+      }();
+      return *bf16;
     }
     case DType::kI64:
       return py::dtype::of<int64_t>();
