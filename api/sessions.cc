@@ -18,6 +18,14 @@ StepResult to_result(const runtime::StepStats& stats) {
                     .skipped_steps = stats.skipped_steps};
 }
 
+TransferCounts to_counts(const runtime::Backend::Counters& counters) {
+  return TransferCounts{.copies_to_device = counters.copies_to_device,
+                        .bytes_to_device = counters.bytes_to_device,
+                        .copies_to_host = counters.copies_to_host,
+                        .bytes_to_host = counters.bytes_to_host,
+                        .synchronizations = counters.synchronizations};
+}
+
 }  // namespace
 
 InferenceSession::InferenceSession(std::unique_ptr<runtime::InferenceSession> impl)
@@ -34,8 +42,12 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(const s
 std::vector<TensorInfo> InferenceSession::inputs() const { return impl_->inputs(); }
 std::vector<TensorInfo> InferenceSession::outputs() const { return impl_->outputs(); }
 
-absl::StatusOr<TensorMap> InferenceSession::run(const TensorMap& inputs) {
+absl::StatusOr<TensorMap> InferenceSession::run(const TensorViews& inputs) {
   return impl_->run(inputs);
+}
+
+TransferCounts InferenceSession::transfers() const {
+  return to_counts(impl_->backend().counters());
 }
 
 TrainingSession::TrainingSession(std::unique_ptr<runtime::TrainingSession> impl)
@@ -63,7 +75,8 @@ absl::StatusOr<float> step_lr(std::optional<float> lr, std::optional<double> mod
 
 }  // namespace
 
-absl::StatusOr<StepResult> TrainingSession::step(const TensorMap& batch, std::optional<float> lr) {
+absl::StatusOr<StepResult> TrainingSession::step(const TensorViews& batch,
+                                                 std::optional<float> lr) {
   AMPC_ASSIGN_OR_RETURN(const float rate, step_lr(lr, impl_->default_lr()));
   AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats, impl_->step(batch, rate));
   return to_result(stats);
@@ -80,7 +93,7 @@ int64_t TrainingSession::accumulation_steps() const { return impl_->accumulation
 int64_t TrainingSession::steps_done() const { return impl_->steps_done(); }
 std::optional<double> TrainingSession::default_lr() const { return impl_->default_lr(); }
 
-absl::StatusOr<TensorMap> TrainingSession::evaluate(const TensorMap& batch) {
+absl::StatusOr<TensorMap> TrainingSession::evaluate(const TensorViews& batch) {
   return impl_->evaluate(batch);
 }
 std::vector<TensorInfo> TrainingSession::eval_inputs() const { return impl_->eval_inputs(); }
@@ -92,6 +105,16 @@ absl::StatusOr<Tensor> TrainingSession::state(std::string_view name) const {
 }
 absl::Status TrainingSession::set_state(std::string_view name, const Tensor& value) {
   return impl_->set_state(name, value);
+}
+
+std::vector<std::string> TrainingSession::weight_names() const {
+  std::vector<std::string> names;
+  if (const Graph* eval = impl_->eval_graph(); eval != nullptr) {
+    for (const Value* init : eval->initializers()) {
+      if (impl_->has_state(init->name())) names.push_back(init->name());
+    }
+  }
+  return names;
 }
 
 absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
@@ -108,5 +131,7 @@ absl::Status TrainingSession::export_inference_model(const std::string& path,
                                            ? runtime::TrainingSession::ExportedLoss::kKept
                                            : runtime::TrainingSession::ExportedLoss::kDropped);
 }
+
+TransferCounts TrainingSession::transfers() const { return to_counts(impl_->backend().counters()); }
 
 }  // namespace ampc

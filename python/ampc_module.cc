@@ -2,23 +2,29 @@
 // numpy arrays. The pure-Python package (python/ampc/) re-exports it with the CLI's compile and
 // inspect; docs/python-api.md describes both.
 //
-// Arrays in must have the input's dtype and shape; their bytes are copied once into the tensor
-// the session binds. Arrays out are numpy views of the tensors the session returned, which they
-// keep alive (no copy). f16 is numpy's float16; bf16 is
-// ml_dtypes.bfloat16 when that package is importable, else the raw bits as uint16.
+// Arrays in (numpy arrays, or anything with __dlpack__ in host memory, such as a CPU torch
+// tensor) must have the input's dtype and shape; they are lent to the session for the call
+// (ampc::TensorView), which on the CPU reads them where they are: no copy, unless an array is not
+// C-contiguous (numpy makes a contiguous copy; a strided DLPack tensor is gathered into one).
+// Arrays out are numpy views of the tensors the session returned, which they keep alive (no
+// copy). f16 is numpy's float16; bf16 is DLPack's bfloat16 in, and ml_dtypes.bfloat16 when that
+// package is importable (else the raw bits as uint16) both ways.
 // The GIL is released while a session loads, steps, evaluates or runs, so Python threads that
 // drive different sessions run at once; each session has a lock, so two threads that share one
 // take turns. A failed Status becomes ValueError (bad input: an
 // invalid argument, a missing name, a value out of range) or RuntimeError, with its message.
+#include <dlpack/dlpack.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -110,29 +116,165 @@ py::array to_numpy(Tensor tensor) {
 
 std::string dtype_text(const py::dtype& dtype) { return py::cast<std::string>(dtype.attr("name")); }
 
-// `array` as a tensor of `type` (the input `name`'s): its dtype and shape must match.
-Tensor to_tensor(const std::string& name, const TensorType& type, const py::handle& value) {
-  const py::dtype want = numpy_dtype(type.dtype);
-  py::array array = py::array::ensure(value, py::array::c_style);
-  if (!array) throw py::value_error("input '" + name + "': expected an array");
-  if (!array.dtype().is(want) && !array.dtype().equal(want)) {
-    throw py::value_error("input '" + name + "': expected dtype " + dtype_text(want) + " (" +
-                          std::string(dtype_name(type.dtype)) + "), got " +
-                          dtype_text(array.dtype()));
+// A DLPack tensor this module consumed: its producer's memory stays valid until it is deleted.
+struct DlpackDeleter {
+  void operator()(DLManagedTensor* tensor) const {
+    if (tensor->deleter != nullptr) tensor->deleter(tensor);
   }
-  Shape shape(array.shape(), array.shape() + array.ndim());
-  if (shape != type.shape) {
-    throw py::value_error("input '" + name + "': expected shape " + shape_to_string(type.shape) +
-                          ", got " + shape_to_string(shape));
+};
+using DlpackTensor = std::unique_ptr<DLManagedTensor, DlpackDeleter>;
+
+// The ampc dtype of a DLPack dtype, if ampc has one.
+std::optional<DType> from_dlpack_dtype(DLDataType dtype) {
+  constexpr uint8_t kDLBoolCode = 6;  // DLPack 0.8's kDLBool (Debian's header is 0.6)
+  if (dtype.lanes != 1) return std::nullopt;
+  switch (dtype.code) {
+    case kDLFloat:
+      if (dtype.bits == 16) return DType::kF16;
+      if (dtype.bits == 32) return DType::kF32;
+      if (dtype.bits == 64) return DType::kF64;
+      break;
+    case kDLBfloat:
+      if (dtype.bits == 16) return DType::kBF16;
+      break;
+    case kDLInt:
+      if (dtype.bits == 8) return DType::kI8;
+      if (dtype.bits == 32) return DType::kI32;
+      if (dtype.bits == 64) return DType::kI64;
+      break;
+    case kDLUInt:
+      if (dtype.bits == 8) return DType::kU8;
+      break;
+    case kDLBoolCode:
+      if (dtype.bits == 8) return DType::kBool;
+      break;
+    default:
+      break;
   }
-  std::vector<uint8_t> bytes(static_cast<size_t>(type.byte_size()));
-  if (!bytes.empty()) std::memcpy(bytes.data(), array.data(), bytes.size());
-  return Tensor(type, std::move(bytes));
+  return std::nullopt;
 }
 
-// A dict of arrays as the tensors of `inputs`, by name.
-TensorMap to_tensors(const py::dict& arrays, const std::vector<TensorInfo>& inputs) {
-  TensorMap tensors;
+std::string dlpack_dtype_text(DLDataType dtype) {
+  return "DLPack type code " + std::to_string(dtype.code) + " with " + std::to_string(dtype.bits) +
+         " bits x " + std::to_string(dtype.lanes) + " lanes";
+}
+
+// Inputs lent to one call: views of the callers' memory, and what keeps that memory alive and
+// unchanged until the call returns (the arrays, the DLPack tensors consumed, the copies of
+// arrays whose layout cannot be read in place). Made and destroyed with the GIL held.
+class LentInputs {
+ public:
+  // `what` the arrays are, for messages: "input", "weight", "state".
+  explicit LentInputs(std::string what = "input") : what_(std::move(what)) {}
+
+  // `value` (a numpy array, anything with __dlpack__, or anything numpy can make an array of) as
+  // the input `name` of `type`: its dtype and shape must match.
+  void lend(const std::string& name, const TensorType& type, const py::handle& value);
+  // Every input lent so far, by name.
+  const TensorViews& views() const { return views_; }
+
+ private:
+  void lend_array(const std::string& name, const TensorType& type, const py::handle& value);
+  void lend_dlpack(const std::string& name, const TensorType& type, const py::handle& value);
+  [[noreturn]] void bad(const std::string& name, const std::string& problem) const {
+    throw py::value_error(what_ + " '" + name + "': " + problem);
+  }
+  void check_shape(const std::string& name, const TensorType& type, const Shape& shape) const {
+    if (shape != type.shape) {
+      bad(name,
+          "expected shape " + shape_to_string(type.shape) + ", got " + shape_to_string(shape));
+    }
+  }
+
+  std::string what_;
+  TensorViews views_;
+  std::vector<py::object> arrays_;
+  std::vector<DlpackTensor> dlpack_;
+  std::vector<std::unique_ptr<Tensor>> copies_;
+};
+
+void LentInputs::lend(const std::string& name, const TensorType& type, const py::handle& value) {
+  if (!py::isinstance<py::array>(value) && py::hasattr(value, "__dlpack__")) {
+    lend_dlpack(name, type, value);
+  } else {
+    lend_array(name, type, value);
+  }
+}
+
+void LentInputs::lend_array(const std::string& name, const TensorType& type,
+                            const py::handle& value) {
+  const py::dtype want = numpy_dtype(type.dtype);
+  // The array itself when it is C-contiguous already; else a C-contiguous copy.
+  py::array array = py::array::ensure(value, py::array::c_style);
+  if (!array) bad(name, "expected an array");
+  if (!array.dtype().is(want) && !array.dtype().equal(want)) {
+    bad(name, "expected dtype " + dtype_text(want) + " (" + std::string(dtype_name(type.dtype)) +
+                  "), got " + dtype_text(array.dtype()));
+  }
+  check_shape(name, type, Shape(array.shape(), array.shape() + array.ndim()));
+  views_.set(name, TensorView(type, array.data()));
+  arrays_.push_back(std::move(array));
+}
+
+// Consumes the producer's DLPack capsule (renamed "used_dltensor", as the protocol asks) and
+// views its memory where it is dense and row-major; a strided tensor is gathered into a copy.
+void LentInputs::lend_dlpack(const std::string& name, const TensorType& type,
+                             const py::handle& value) {
+  py::object capsule = value.attr("__dlpack__")();
+  if (!PyCapsule_IsValid(capsule.ptr(), "dltensor")) {
+    bad(name, "__dlpack__() did not return a DLPack tensor capsule");
+  }
+  DlpackTensor managed(
+      static_cast<DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor")));
+  if (PyCapsule_SetName(capsule.ptr(), "used_dltensor") != 0) throw py::error_already_set();
+  const DLTensor& t = managed->dl_tensor;
+  if (t.device.device_type != kDLCPU && t.device.device_type != kDLCUDAHost) {
+    bad(name, "a tensor in device memory (DLPack device type " +
+                  std::to_string(t.device.device_type) +
+                  "); ampc reads inputs from host memory: pass tensor.cpu()");
+  }
+  const std::optional<DType> dtype = from_dlpack_dtype(t.dtype);
+  if (!dtype.has_value() || *dtype != type.dtype) {
+    bad(name,
+        "expected dtype " + std::string(dtype_name(type.dtype)) + ", got " +
+            (dtype.has_value() ? std::string(dtype_name(*dtype)) : dlpack_dtype_text(t.dtype)));
+  }
+  check_shape(name, type, Shape(t.shape, t.shape + t.ndim));
+  const auto* base = static_cast<const std::byte*>(t.data) + t.byte_offset;
+  // Dense row-major unless a dimension of more than one element has another stride.
+  bool dense = true;
+  int64_t expected = 1;
+  for (int d = t.ndim; d-- > 0;) {
+    if (t.strides != nullptr && t.shape[d] > 1 && t.strides[d] != expected) dense = false;
+    expected *= t.shape[d];
+  }
+  if (dense) {
+    views_.set(name, TensorView(type, base));
+  } else {
+    auto copy = std::make_unique<Tensor>(type);
+    const int64_t size = dtype_size(type.dtype);
+    std::byte* out = reinterpret_cast<std::byte*>(copy->mutable_bytes().data());
+    std::vector<int64_t> index(static_cast<size_t>(t.ndim), 0);
+    for (int64_t i = 0; i < copy->num_elements(); ++i) {
+      int64_t offset = 0;
+      for (int d = 0; d < t.ndim; ++d) offset += index[static_cast<size_t>(d)] * t.strides[d];
+      std::memcpy(out + i * size, base + offset * size, static_cast<size_t>(size));
+      for (int d = t.ndim; d-- > 0;) {  // the next index in row-major order
+        if (++index[static_cast<size_t>(d)] < t.shape[d]) break;
+        index[static_cast<size_t>(d)] = 0;
+      }
+    }
+    views_.set(name, TensorView(*copy));
+    copies_.push_back(std::move(copy));
+  }
+  dlpack_.push_back(std::move(managed));
+}
+
+// A dict of arrays lent as the inputs `inputs` name (`what` they are, for the message).
+std::unique_ptr<LentInputs> lend_inputs(const py::dict& arrays,
+                                        const std::vector<TensorInfo>& inputs,
+                                        const std::string& what = "input") {
+  auto lent = std::make_unique<LentInputs>(what);
   for (const auto& [key, value] : arrays) {
     const std::string name = py::cast<std::string>(key);
     const TensorInfo* info = nullptr;
@@ -142,11 +284,12 @@ TensorMap to_tensors(const py::dict& arrays, const std::vector<TensorInfo>& inpu
     if (info == nullptr) {
       std::string names;
       for (const TensorInfo& input : inputs) names += (names.empty() ? "" : ", ") + input.name;
-      throw py::value_error("'" + name + "' is not an input (the inputs: " + names + ")");
+      throw py::value_error("'" + name + "' is not " + (what == "input" ? "an " : "a ") + what +
+                            " (the " + what + "s: " + names + ")");
     }
-    tensors.emplace(name, to_tensor(name, info->type, value));
+    lent->lend(name, info->type, value);
   }
-  return tensors;
+  return lent;
 }
 
 py::dict to_dict(TensorMap tensors) {
@@ -170,6 +313,16 @@ SessionOptions options_for(const std::string& device, int device_index, bool all
   options.device_index = device_index;
   options.allow_tf32 = allow_tf32;
   return options;
+}
+
+py::dict transfers_dict(const TransferCounts& t) {
+  py::dict out;
+  out["copies_to_device"] = t.copies_to_device;
+  out["bytes_to_device"] = t.bytes_to_device;
+  out["copies_to_host"] = t.copies_to_host;
+  out["bytes_to_host"] = t.bytes_to_host;
+  out["synchronizations"] = t.synchronizations;
+  return out;
 }
 
 py::dict result_dict(const StepResult& r) {
@@ -242,11 +395,19 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "run",
           [](PyInference& s, const py::dict& inputs) {
-            const TensorMap tensors =
-                to_tensors(inputs, s.with([](auto& x) { return x.inputs(); }));
-            return to_dict(take(s.with([&](auto& x) { return x.run(tensors); })));
+            const std::unique_ptr<LentInputs> lent =
+                lend_inputs(inputs, s.with([](auto& x) { return x.inputs(); }));
+            return to_dict(take(s.with([&](auto& x) { return x.run(lent->views()); })));
           },
-          py::arg("inputs"), "Runs on {name: array} and returns {name: array} of every output.");
+          py::arg("inputs"), "Runs on {name: array} and returns {name: array} of every output.")
+      .def(
+          "transfers",
+          [](PyInference& s) {
+            return transfers_dict(s.with([](auto& x) { return x.transfers(); }));
+          },
+          "What crossed between host and device since load: {'copies_to_device', "
+          "'bytes_to_device', 'copies_to_host', 'bytes_to_host', 'synchronizations'}. On the CPU, "
+          "inputs read in place are not copies.");
 
   py::class_<PyTraining>(m, "TrainingSession",
                          "Trains a model compiled with `ampc compile --optimizer`.")
@@ -280,9 +441,9 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "step",
           [](PyTraining& s, const py::dict& batch, std::optional<float> lr) {
-            const TensorMap tensors =
-                to_tensors(batch, s.with([](auto& x) { return x.batch_inputs(); }));
-            return result_dict(take(s.with([&](auto& x) { return x.step(tensors, lr); })));
+            const std::unique_ptr<LentInputs> lent =
+                lend_inputs(batch, s.with([](auto& x) { return x.batch_inputs(); }));
+            return result_dict(take(s.with([&](auto& x) { return x.step(lent->views(), lr); })));
           },
           py::arg("batch"), py::arg("lr") = py::none(),
           "One training step on {name: array}, at `lr` or the compiled learning rate. Returns "
@@ -290,9 +451,9 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "evaluate",
           [](PyTraining& s, const py::dict& batch) {
-            const TensorMap tensors =
-                to_tensors(batch, s.with([](auto& x) { return x.eval_inputs(); }));
-            return to_dict(take(s.with([&](auto& x) { return x.evaluate(tensors); })));
+            const std::unique_ptr<LentInputs> lent =
+                lend_inputs(batch, s.with([](auto& x) { return x.eval_inputs(); }));
+            return to_dict(take(s.with([&](auto& x) { return x.evaluate(lent->views()); })));
           },
           py::arg("batch"), "The eval graph on {name: array} with the current weights.")
       .def(
@@ -305,10 +466,49 @@ PYBIND11_MODULE(_ampc, m) {
           "set_state",
           [](PyTraining& s, const std::string& name, const py::handle& value) {
             const Tensor current = take(s.with([&](auto& x) { return x.state(name); }));
-            const Tensor replacement = to_tensor(name, current.type(), value);
+            LentInputs lent("state");
+            lent.lend(name, current.type(), value);
+            const Tensor replacement(current.type(), [&] {
+              const std::span<const uint8_t> bytes = lent.views().find(name)->second.bytes();
+              return std::vector<uint8_t>(bytes.begin(), bytes.end());
+            }());
             check(s.with([&](auto& x) { return x.set_state(name, replacement); }));
           },
           py::arg("name"), py::arg("value"), "Replaces the state `name` (same dtype and shape).")
+      .def(
+          "weights",
+          [](PyTraining& s) {
+            const std::vector<std::string> names = s.with([](auto& x) { return x.weight_names(); });
+            py::dict out;
+            for (const std::string& name : names) {
+              out[py::str(name)] = to_numpy(take(s.with([&](auto& x) { return x.state(name); })));
+            }
+            return out;
+          },
+          "{name: array} of the weights an exported model holds: the parameters and running "
+          "statistics (copies; no optimizer moment, counter or loss scale).")
+      .def(
+          "set_weights",
+          [](PyTraining& s, const py::dict& weights) {
+            const std::vector<std::string> names = s.with([](auto& x) { return x.weight_names(); });
+            std::vector<TensorInfo> infos;
+            for (const std::string& name : names) {
+              infos.push_back({name, take(s.with([&](auto& x) { return x.state(name); })).type()});
+            }
+            // Every array is checked before the first is written: a bad one changes nothing.
+            const std::unique_ptr<LentInputs> lent = lend_inputs(weights, infos, "weight");
+            check(s.with([&](auto& x) -> absl::Status {
+              for (const auto& [name, view] : lent->views()) {
+                const std::span<const uint8_t> bytes = view.bytes();
+                AMPC_RETURN_IF_ERROR(x.set_state(
+                    name, Tensor(view.type, std::vector<uint8_t>(bytes.begin(), bytes.end()))));
+              }
+              return absl::OkStatus();
+            }));
+          },
+          py::arg("weights"),
+          "Replaces the weights {name: array} names (a subset of weights(), each of its dtype "
+          "and shape).")
       .def(
           "save_checkpoint",
           [](PyTraining& s, const std::string& path) {
@@ -327,5 +527,13 @@ PYBIND11_MODULE(_ampc, m) {
             check(s.with([&](auto& x) { return x.export_inference_model(path, keep_loss); }));
           },
           py::arg("path"), py::kw_only(), py::arg("keep_loss") = false,
-          "Writes the eval graph with the current weights as an inference model.");
+          "Writes the eval graph with the current weights as an inference model.")
+      .def(
+          "transfers",
+          [](PyTraining& s) {
+            return transfers_dict(s.with([](auto& x) { return x.transfers(); }));
+          },
+          "What crossed between host and device since load (the step and eval graph together): "
+          "{'copies_to_device', 'bytes_to_device', 'copies_to_host', 'bytes_to_host', "
+          "'synchronizations'}. On the CPU, a batch read in place is not copied.");
 }

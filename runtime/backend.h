@@ -99,7 +99,15 @@ class Backend {
   // arena"); the message gives the bytes asked for and, where the device knows, the bytes free.
   virtual absl::StatusOr<DeviceMemory> allocate(int64_t bytes, std::string_view what) = 0;
 
-  virtual absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
+  // Copies `bytes` host bytes to the device. Counted (counters()).
+  absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) {
+    ++counters_.copies_to_device;
+    counters_.bytes_to_device += bytes;
+    return do_copy_to_device(device, host, bytes);
+  }
+  // Whether kernels on this device read host memory as it is (the CPU): a session then binds an
+  // input the caller lends (ampc::TensorView) in place of copying it.
+  virtual bool reads_host_memory() const { return false; }
   // Waits for the work queued before it, then copies. Counted (counters()).
   absl::Status copy_to_host(void* host, const std::byte* device, int64_t bytes) {
     ++counters_.copies_to_host;
@@ -144,10 +152,14 @@ class Backend {
   // What made the host wait for the device since the backend was made: each synchronize() and
   // each copy_to_host() (which waits for the work queued before it). A training loop that reads
   // its figures only at log points makes none between them (tests/runtime/step_log_test.cc).
+  // And what was copied to the device: nothing for a batch the CPU reads in place
+  // (tests/runtime/lent_input_test.cc).
   struct Counters {
     int64_t synchronizations = 0;
     int64_t copies_to_host = 0;
     int64_t bytes_to_host = 0;
+    int64_t copies_to_device = 0;
+    int64_t bytes_to_device = 0;
   };
   const Counters& counters() const { return counters_; }
 
@@ -156,6 +168,7 @@ class Backend {
  protected:
   friend class DeviceMemory;
   virtual void deallocate(std::byte* data) = 0;
+  virtual absl::Status do_copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
   virtual absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
   virtual absl::StatusOr<DeviceError> do_synchronize() = 0;
 

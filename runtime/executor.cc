@@ -93,6 +93,9 @@ absl::Status Executor::allocate_and_bind() {
     ctx.exec = exec;
     ctx.step = s;
     for (const Value* operand : node.operands()) {
+      if (operand != nullptr && operand->kind() == Value::Kind::kGraphInput) {
+        input_uses_[operand].emplace_back(s, static_cast<int>(ctx.inputs.size()));
+      }
       ctx.inputs.push_back(operand ? TensorArg{&operand->type(), address(operand)} : TensorArg{});
     }
     for (int i = 0; i < node.num_outputs(); ++i) {
@@ -128,6 +131,9 @@ int64_t Executor::arena_bytes(ArenaKind arena) const {
 }
 
 std::byte* Executor::address(const Value* value) const {
+  if (!lent_.empty()) {
+    if (auto it = lent_.find(value); it != lent_.end()) return it->second;
+  }
   if (!shared_.empty()) {
     if (auto it = shared_.find(value); it != shared_.end()) return it->second;
   }
@@ -140,6 +146,31 @@ std::byte* Executor::address(const Value* value) const {
 absl::Status Executor::write(const Value* value, std::span<const uint8_t> bytes) {
   AMPC_CHECK(static_cast<int64_t>(bytes.size()) == value->type().byte_size());
   return backend_->copy_to_device(address(value), bytes.data(), static_cast<int64_t>(bytes.size()));
+}
+
+void Executor::lend(const Value* input, const std::byte* data) {
+  AMPC_CHECK(backend_->reads_host_memory() && input->kind() == Value::Kind::kGraphInput &&
+             !input->is_graph_output() && data != nullptr);
+  // Kernels never write a graph input (the planner puts no output over one), so the lent memory
+  // is only read, whatever the pointer's constness.
+  auto* lent = const_cast<std::byte*>(data);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  lent_[input] = lent;
+  if (auto it = input_uses_.find(input); it != input_uses_.end()) {
+    for (const auto& [step, operand] : it->second) contexts_[step].inputs[operand].data = lent;
+  }
+}
+
+void Executor::end_loan(const Value* input) {
+  if (lent_.erase(input) == 0) return;
+  if (auto it = input_uses_.find(input); it != input_uses_.end()) {
+    for (const auto& [step, operand] : it->second) {
+      contexts_[step].inputs[operand].data = address(input);
+    }
+  }
+}
+
+void Executor::end_loans() {
+  while (!lent_.empty()) end_loan(lent_.begin()->first);
 }
 
 absl::StatusOr<Tensor> Executor::read(const Value* value) const {

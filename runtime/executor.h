@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ampc/tensor.h"
@@ -66,6 +67,13 @@ class Executor {
 
   // Copies host bytes (exactly the value's size) into the buffer of `value`.
   absl::Status write(const Value* value, std::span<const uint8_t> bytes);
+  // Binds graph input `input` to memory the caller lends (host memory, on a backend that
+  // reads_host_memory()): the kernels read it there, with no copy, until end_loans(). It must
+  // hold the input's bytes, aligned to its element size, and must not be a graph output.
+  void lend(const Value* input, const std::byte* data);
+  // Binds a lent input, or every one, back to its own buffer (whose contents are then stale).
+  void end_loan(const Value* input);
+  void end_loans();
   // A host copy of the buffer of `value`.
   absl::StatusOr<Tensor> read(const Value* value) const;
   // Copies the buffer of `from` over the buffer of `to` (same byte size), on the device.
@@ -98,6 +106,9 @@ class Executor {
   // A loss-scaled training step's overflow flag (skipped step), or null.
   const Value* found_inf_;
   std::unordered_map<const Value*, std::byte*> shared_;
+  // Graph inputs bound to lent memory (lend()), and where each input is an operand: (step, index).
+  std::unordered_map<const Value*, std::byte*> lent_;
+  std::unordered_map<const Value*, std::vector<std::pair<int, int>>> input_uses_;
   DeviceMemory arenas_[kNumArenas];
   std::vector<KernelContext> contexts_;
   std::vector<std::unique_ptr<KernelState>> states_;

@@ -81,6 +81,7 @@ InferenceSession::InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr
       options_(std::move(options)),
       backend_(std::move(backend)) {
   input_bound_.assign(graph_->inputs().size(), false);
+  input_lent_.assign(graph_->inputs().size(), false);
 }
 
 // The executor goes first: its kernel states and arenas belong to the backend.
@@ -98,21 +99,52 @@ std::vector<TensorInfo> InferenceSession::outputs() const {
   return infos;
 }
 
-absl::Status InferenceSession::set_input(std::string_view name, const Tensor& value) {
+absl::StatusOr<int> InferenceSession::input_index(std::string_view name,
+                                                  const TensorView& value) const {
   for (size_t i = 0; i < graph_->inputs().size(); ++i) {
     const Value* input = graph_->inputs()[i];
     if (input->name() != name) continue;
-    if (value.type() != input->type()) {
+    if (value.type != input->type()) {
       return absl::InvalidArgumentError(str_cat("input '", name, "' must be ",
                                                 type_to_string(input->type()), ", not ",
-                                                type_to_string(value.type())));
+                                                type_to_string(value.type)));
     }
-    AMPC_RETURN_IF_ERROR(executor_->write(input, value.bytes()));
-    input_bound_[i] = true;
-    return absl::OkStatus();
+    if (value.data == nullptr && input->type().byte_size() > 0) {
+      return absl::InvalidArgumentError(str_cat("input '", name, "' has no data"));
+    }
+    return static_cast<int>(i);
   }
   return absl::NotFoundError(
       str_cat("the graph has no input '", name, "'; its inputs are ", expected_inputs(*graph_)));
+}
+
+absl::Status InferenceSession::set_input(std::string_view name, const TensorView& value) {
+  AMPC_ASSIGN_OR_RETURN(const int i, input_index(name, value));
+  const Value* input = graph_->inputs()[static_cast<size_t>(i)];
+  // A copy replaces a loan of this input (its lent memory is read no more).
+  if (input_lent_[static_cast<size_t>(i)]) executor_->end_loan(input);
+  AMPC_RETURN_IF_ERROR(executor_->write(input, value.bytes()));
+  input_bound_[static_cast<size_t>(i)] = true;
+  input_lent_[static_cast<size_t>(i)] = false;
+  return absl::OkStatus();
+}
+
+absl::Status InferenceSession::lend_input(std::string_view name, const TensorView& value) {
+  AMPC_ASSIGN_OR_RETURN(const int i, input_index(name, value));
+  const Value* input = graph_->inputs()[static_cast<size_t>(i)];
+  const auto address = reinterpret_cast<uintptr_t>(value.data);
+  const bool in_place = backend().reads_host_memory() && !input->is_graph_output() &&
+                        value.data != nullptr &&
+                        address % static_cast<uintptr_t>(dtype_size(input->dtype())) == 0;
+  if (in_place) {
+    executor_->lend(input, static_cast<const std::byte*>(value.data));
+  } else {
+    if (input_lent_[static_cast<size_t>(i)]) executor_->end_loan(input);
+    AMPC_RETURN_IF_ERROR(executor_->write(input, value.bytes()));
+  }
+  input_bound_[static_cast<size_t>(i)] = true;
+  input_lent_[static_cast<size_t>(i)] = true;
+  return absl::OkStatus();
 }
 
 absl::Status InferenceSession::run() {
@@ -127,13 +159,17 @@ absl::Status InferenceSession::finish() { return executor_->finish(); }
 absl::Status InferenceSession::launch() {
   for (size_t i = 0; i < graph_->inputs().size(); ++i) {
     if (!input_bound_[i]) {
+      release_lent_inputs();
       return absl::FailedPreconditionError(str_cat("input '", graph_->inputs()[i]->name(),
                                                    "' is not set; the inputs are ",
                                                    expected_inputs(*graph_)));
     }
   }
   has_run_ = false;
-  AMPC_RETURN_IF_ERROR(executor_->launch(random_stream_));
+  const absl::Status launched = executor_->launch(random_stream_);
+  // The lender may reuse its memory now: on the CPU the kernels have run; elsewhere it was copied.
+  release_lent_inputs();
+  AMPC_RETURN_IF_ERROR(launched);
   has_run_ = true;
   return absl::OkStatus();
 }
@@ -198,9 +234,20 @@ absl::Status InferenceSession::copy_output_to_initializer(std::string_view outpu
   return executor_->copy(from, to);
 }
 
-absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(
-    const std::map<std::string, Tensor>& inputs) {
-  for (const auto& [name, value] : inputs) AMPC_RETURN_IF_ERROR(set_input(name, value));
+void InferenceSession::release_lent_inputs() {
+  executor_->end_loans();
+  for (size_t i = 0; i < input_lent_.size(); ++i) {
+    if (input_lent_[i]) input_bound_[i] = input_lent_[i] = false;
+  }
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(const TensorViews& inputs) {
+  for (const auto& [name, value] : inputs) {
+    if (absl::Status lent = lend_input(name, value); !lent.ok()) {
+      release_lent_inputs();
+      return lent;
+    }
+  }
   AMPC_RETURN_IF_ERROR(run());
   std::map<std::string, Tensor> outputs;
   for (const Value* output : graph_->outputs()) {

@@ -55,15 +55,23 @@ class InferenceSession {
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
 
-  // Copies `value` into the input `name`; its dtype and shape must match the input's.
-  absl::Status set_input(std::string_view name, const Tensor& value);
-  // Runs the graph on the bound inputs. Every input must have been set (once; values stay bound
-  // across runs).
+  // Copies `value` into the input `name`; its dtype and shape must match the input's. The input
+  // stays set across runs.
+  absl::Status set_input(std::string_view name, const TensorView& value);
+  // Sets the input `name` for the next launch only, from memory the caller lends until that
+  // launch returns. Where the backend reads host memory (the CPU) and `value.data` is aligned to
+  // the element size, the kernels read it in place: no copy (backend().counters() counts none).
+  // Elsewhere it is copied as set_input does.
+  absl::Status lend_input(std::string_view name, const TensorView& value);
+  // Ends the loans of lend_input that no launch has taken: those inputs are unset again.
+  void release_lent_inputs();
+  // Runs the graph on the bound inputs. Every input must have been set (set_input: once, values
+  // stay bound across runs; lend_input: before each run).
   absl::Status run();
   // run() without the wait: queues the graph on the backend and returns (the CPU runs it before
   // it returns). Data errors the kernels record on the device (an index out of range) are
   // reported by the next finish() or run(); reading an output or initializer waits for the run
-  // but does not report them.
+  // but does not report them. Lent inputs are released when it returns, whatever it returns.
   absl::Status launch();
   absl::Status finish();
   // A copy of output `name` after the last run.
@@ -84,8 +92,8 @@ class InferenceSession {
   // The random stream the next runs draw from (KernelContext::random_stream; 0 by default).
   void set_random_stream(uint64_t stream) { random_stream_ = stream; }
 
-  // Binds `inputs` by name, runs, and returns every output by name.
-  absl::StatusOr<std::map<std::string, Tensor>> run(const std::map<std::string, Tensor>& inputs);
+  // Lends `inputs` by name (lend_input), runs, and returns every output by name.
+  absl::StatusOr<std::map<std::string, Tensor>> run(const TensorViews& inputs);
 
   const Graph& graph() const { return *graph_; }
   const Plan& plan() const { return *plan_; }
@@ -105,7 +113,11 @@ class InferenceSession {
   SessionOptions options_;
   std::shared_ptr<Backend> backend_;
   std::unique_ptr<Executor> executor_;
+  // The graph input `name` whose type `value` must have; an error naming the input otherwise.
+  absl::StatusOr<int> input_index(std::string_view name, const TensorView& value) const;
+
   std::vector<bool> input_bound_;
+  std::vector<bool> input_lent_;  // set for the next launch only
   bool has_run_ = false;
   uint64_t random_stream_ = 0;
 };

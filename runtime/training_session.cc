@@ -204,7 +204,7 @@ std::vector<std::string> TrainingSession::state_names() const {
   return names;
 }
 
-absl::Status TrainingSession::check_batch(const std::map<std::string, Tensor>& batch) const {
+absl::Status TrainingSession::check_batch(const TensorViews& batch) const {
   const std::vector<TensorInfo> inputs = batch_inputs();
   for (const TensorInfo& input : inputs) {
     const auto it = batch.find(input.name);
@@ -212,10 +212,10 @@ absl::Status TrainingSession::check_batch(const std::map<std::string, Tensor>& b
       return absl::InvalidArgumentError(
           str_cat("the batch has no '", input.name, "' (", type_to_string(input.type), ")"));
     }
-    if (it->second.type() != input.type) {
+    if (it->second.type != input.type) {
       return absl::InvalidArgumentError(str_cat("input '", input.name, "' must be ",
                                                 type_to_string(input.type), ", not ",
-                                                type_to_string(it->second.type())));
+                                                type_to_string(it->second.type)));
     }
   }
   for (const auto& [name, value] : batch) {
@@ -234,10 +234,15 @@ absl::Status TrainingSession::check_batch(const std::map<std::string, Tensor>& b
   return absl::OkStatus();
 }
 
-absl::Status TrainingSession::run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
+absl::Status TrainingSession::run_step_graph(const TensorViews& batch, float lr,
                                              uint64_t random_stream) {
-  for (const auto& [name, value] : batch) AMPC_RETURN_IF_ERROR(step_->set_input(name, value));
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
+  for (const auto& [name, value] : batch) {
+    if (absl::Status lent = step_->lend_input(name, value); !lent.ok()) {
+      step_->release_lent_inputs();
+      return lent;
+    }
+  }
   step_->set_random_stream(random_stream);  // new dropout masks each call
   AMPC_RETURN_IF_ERROR(step_->launch());    // data errors recorded on the device: settle()
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
@@ -256,8 +261,7 @@ absl::Status TrainingSession::abandon_window() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepStats> TrainingSession::step(const std::map<std::string, Tensor>& batch,
-                                                float lr) {
+absl::StatusOr<StepStats> TrainingSession::step(const TensorViews& batch, float lr) {
   AMPC_RETURN_IF_ERROR(queue_step(batch, lr));
   AMPC_ASSIGN_OR_RETURN(std::vector<StepStats> stats, take_stats());
   return stats.back();
@@ -270,13 +274,13 @@ absl::StatusOr<StepStats> TrainingSession::step(
   return stats.back();
 }
 
-absl::Status TrainingSession::queue_step(const std::map<std::string, Tensor>& batch, float lr) {
+absl::Status TrainingSession::queue_step(const TensorViews& batch, float lr) {
   if (accumulation_steps_ > 1) {
     return absl::InvalidArgumentError(
         str_cat("this model accumulates gradients over ", accumulation_steps_,
                 " micro-batches (ampc compile --accumulate); a step takes that many batches"));
   }
-  return queue_step(std::vector<std::map<std::string, Tensor>>{batch}, lr);
+  return queue_views({batch}, lr);
 }
 
 absl::Status TrainingSession::make_stats_log() {
@@ -313,6 +317,10 @@ absl::Status TrainingSession::make_stats_log() {
 
 absl::Status TrainingSession::queue_step(
     const std::vector<std::map<std::string, Tensor>>& micro_batches, float lr) {
+  return queue_views(std::vector<TensorViews>(micro_batches.begin(), micro_batches.end()), lr);
+}
+
+absl::Status TrainingSession::queue_views(const std::vector<TensorViews>& micro_batches, float lr) {
   AMPC_RETURN_IF_ERROR(failed_);
   if (!(lr >= 0) || !std::isfinite(lr)) {
     return absl::InvalidArgumentError(str_cat("the learning rate must be >= 0, not ", lr));
@@ -451,8 +459,7 @@ absl::Status TrainingSession::sync_eval() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(
-    const std::map<std::string, Tensor>& batch) {
+absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(const TensorViews& batch) {
   // A data error of a queued step is reported as the step's, not as the eval graph's.
   AMPC_RETURN_IF_ERROR(settle());
   AMPC_RETURN_IF_ERROR(sync_eval());

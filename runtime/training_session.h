@@ -60,7 +60,8 @@ class TrainingSession {
 
   // One step on `batch` (every step input but `lr`, by name) at learning rate `lr` (>= 0): the
   // step queued and its stats taken (with those of steps queued before it, which are dropped).
-  absl::StatusOr<StepStats> step(const std::map<std::string, Tensor>& batch, float lr);
+  // The batch is lent for the call (InferenceSession::lend_input): the CPU reads it in place.
+  absl::StatusOr<StepStats> step(const TensorViews& batch, float lr);
   // One step of a model that accumulates gradients (`ampc compile --accumulate K`): K calls of
   // the step graph, one per micro-batch, and one update with the mean of their gradients. The
   // stats give the mean loss of the K micro-batches; the norm, overflow and scale are the
@@ -73,7 +74,7 @@ class TrainingSession {
   // and counts no step. A data error a kernel records on the device (a label out of range on
   // CUDA) is found by take_stats(); by then later steps may have moved the state, so the session
   // refuses to go on, save or export until load_checkpoint() restores it.
-  absl::Status queue_step(const std::map<std::string, Tensor>& batch, float lr);
+  absl::Status queue_step(const TensorViews& batch, float lr);
   absl::Status queue_step(const std::vector<std::map<std::string, Tensor>>& micro_batches,
                           float lr);
   // Waits for the queued steps and returns their stats in step order: one wait for the device
@@ -87,8 +88,7 @@ class TrainingSession {
 
   // Runs the eval graph (BatchNorm on running statistics, no dropout) on `batch` with the
   // current parameters and returns every output by name.
-  absl::StatusOr<std::map<std::string, Tensor>> evaluate(
-      const std::map<std::string, Tensor>& batch);
+  absl::StatusOr<std::map<std::string, Tensor>> evaluate(const TensorViews& batch);
 
   // The step's inputs other than `lr`: what a batch must hold.
   std::vector<TensorInfo> batch_inputs() const;
@@ -153,7 +153,9 @@ class TrainingSession {
   // Copies the state the eval graph holds a copy of (none, unless types differ) into it.
   absl::Status sync_eval();
   // The batch holds exactly the step's inputs but `lr`, each of its type.
-  absl::Status check_batch(const std::map<std::string, Tensor>& batch) const;
+  absl::Status check_batch(const TensorViews& batch) const;
+  // queue_step over lent micro-batches.
+  absl::Status queue_views(const std::vector<TensorViews>& micro_batches, float lr);
   // Waits for the queued steps and moves their stats from device memory to taken_; a data error
   // recorded on the device becomes failed_. Changes nothing the model computes, hence const.
   absl::Status settle() const;
@@ -162,8 +164,7 @@ class TrainingSession {
   // Clears the gradient sums and the micro-step counter of an accumulation window.
   absl::Status abandon_window();
   // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.
-  absl::Status run_step_graph(const std::map<std::string, Tensor>& batch, float lr,
-                              uint64_t random_stream);
+  absl::Status run_step_graph(const TensorViews& batch, float lr, uint64_t random_stream);
 
   std::unique_ptr<InferenceSession> step_;
   std::unique_ptr<InferenceSession> eval_;  // null for a bare training step

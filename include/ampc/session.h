@@ -10,8 +10,10 @@
 //
 // Every call that depends on input returns an absl::Status or absl::StatusOr whose message names
 // what was wrong (the input, the node, the file); nothing throws and nothing exits. Tensors are
-// ampc::Tensor (ampc/tensor.h): a dtype, a static shape and little-endian bytes. The sessions
-// are those `ampc run` and `ampc train` use (docs/runtime-api.md); this header keeps their
+// ampc::Tensor (ampc/tensor.h): a dtype, a static shape and little-endian bytes. Inputs are
+// lent for the call (ampc::TensorViews: a TensorMap, a map of TensorView over the caller's
+// memory, or a braced list): on the CPU the kernels read them where they are, with no copy. The
+// sessions are those `ampc run` and `ampc train` use (docs/runtime-api.md); this header keeps their
 // graphs, plans and backends out of sight, so it includes nothing but the public headers.
 #pragma once
 
@@ -37,6 +39,17 @@ class TrainingSession;
 // Tensors by graph input or output name.
 using TensorMap = std::map<std::string, Tensor>;
 
+// What crossed between the host and the session's device since the session was loaded (the
+// CPU's "device" is host memory: an input read in place is no copy), and how often the host
+// waited for the device.
+struct TransferCounts {
+  int64_t copies_to_device = 0;
+  int64_t bytes_to_device = 0;
+  int64_t copies_to_host = 0;
+  int64_t bytes_to_host = 0;
+  int64_t synchronizations = 0;
+};
+
 // Runs an ONNX model (any model whose ops ampc supports; a compiled training model's eval graph).
 class InferenceSession {
  public:
@@ -51,7 +64,8 @@ class InferenceSession {
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
   // Runs on `inputs` (every graph input, each of its type) and returns every output by name.
-  absl::StatusOr<TensorMap> run(const TensorMap& inputs);
+  absl::StatusOr<TensorMap> run(const TensorViews& inputs);
+  TransferCounts transfers() const;
 
  private:
   explicit InferenceSession(std::unique_ptr<runtime::InferenceSession> impl);
@@ -83,7 +97,7 @@ class TrainingSession {
   // What a batch must hold: the training step's inputs (the model's inputs and labels).
   std::vector<TensorInfo> batch_inputs() const;
   // One step on `batch` at learning rate `lr` (>= 0), or the one the model was compiled with.
-  absl::StatusOr<StepResult> step(const TensorMap& batch, std::optional<float> lr = std::nullopt);
+  absl::StatusOr<StepResult> step(const TensorViews& batch, std::optional<float> lr = std::nullopt);
   // One step of a model compiled with --accumulate K: exactly K micro-batches, one update.
   absl::StatusOr<StepResult> step(const std::vector<TensorMap>& micro_batches,
                                   std::optional<float> lr = std::nullopt);
@@ -95,7 +109,7 @@ class TrainingSession {
 
   // The eval graph (BatchNorm on running statistics, no dropout) on `batch`, with the current
   // weights: every output by name.
-  absl::StatusOr<TensorMap> evaluate(const TensorMap& batch);
+  absl::StatusOr<TensorMap> evaluate(const TensorViews& batch);
   std::vector<TensorInfo> eval_inputs() const;
   std::vector<TensorInfo> eval_outputs() const;
 
@@ -105,6 +119,9 @@ class TrainingSession {
   absl::StatusOr<Tensor> state(std::string_view name) const;
   // Replaces a piece of state; `value` must have its type.
   absl::Status set_state(std::string_view name, const Tensor& value);
+  // The state an exported model holds: the parameters and running statistics the eval graph
+  // reads (no optimizer moment, counter or loss scale), in the eval graph's order.
+  std::vector<std::string> weight_names() const;
 
   // Every piece of state and the step count, to a safetensors file (written through a temporary
   // file and a rename), and back: a resumed run continues bit for bit.
@@ -113,6 +130,8 @@ class TrainingSession {
   // The eval graph with the current weights as an inference model; without the loss output and
   // the inputs only it reads, unless `keep_loss`.
   absl::Status export_inference_model(const std::string& path, bool keep_loss = false) const;
+  // Of the training step and the eval graph together (they share one device).
+  TransferCounts transfers() const;
 
  private:
   explicit TrainingSession(std::unique_ptr<runtime::TrainingSession> impl);

@@ -1,10 +1,16 @@
-// A dense host tensor: the data of initializers, constant attributes and folded values.
+// Tensor: a dense host tensor (the data of initializers, constant attributes, folded values and
+// session outputs). TensorView and TensorViews: tensors the caller owns, lent to a session.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
+#include <map>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ampc/dtype.h"
@@ -74,6 +80,52 @@ class Tensor {
   TensorType type_;
   std::vector<uint8_t> bytes_;
   bool has_data_ = true;
+};
+
+// A tensor the caller owns, lent for one call: its type and where its elements are (little-endian,
+// dense, row-major: `type.byte_size()` bytes from `data`). The sessions read it during the call
+// and keep no pointer to it after; on the CPU they read it in place (no copy) when `data` is
+// aligned to the element size, else they copy it once (docs/runtime-api.md).
+struct TensorView {
+  TensorType type;
+  const void* data = nullptr;
+
+  TensorView() = default;
+  TensorView(TensorType type, const void* data) : type(std::move(type)), data(data) {}
+  // A view of `tensor`'s bytes (which must be present), valid while the tensor lives unchanged.
+  TensorView(const Tensor& tensor)  // NOLINT(google-explicit-constructor): a Tensor lends itself
+      : type(tensor.type()), data(tensor.bytes().data()) {}
+
+  DType dtype() const { return type.dtype; }
+  const Shape& shape() const { return type.shape; }
+  std::span<const uint8_t> bytes() const {
+    return {static_cast<const uint8_t*>(data), static_cast<size_t>(type.byte_size())};
+  }
+};
+
+// Tensors lent to a session by name, for one call: made from a map of tensors (which then lend
+// their bytes), a map of views, or a braced list `{{"x", x}, {"y", y}}` of either.
+class TensorViews {
+ public:
+  using Map = std::map<std::string, TensorView, std::less<>>;
+
+  TensorViews() = default;
+  TensorViews(const std::map<std::string, Tensor>& tensors)  // NOLINT(google-explicit-constructor)
+      : views_(tensors.begin(), tensors.end()) {}
+  TensorViews(Map views) : views_(std::move(views)) {}  // NOLINT(google-explicit-constructor)
+  TensorViews(std::initializer_list<std::pair<const std::string, TensorView>> views)
+      : views_(views) {}
+
+  Map::const_iterator begin() const { return views_.begin(); }
+  Map::const_iterator end() const { return views_.end(); }
+  Map::const_iterator find(std::string_view name) const { return views_.find(name); }
+  bool contains(std::string_view name) const { return views_.contains(name); }
+  size_t size() const { return views_.size(); }
+  bool empty() const { return views_.empty(); }
+  void set(std::string name, TensorView view) { views_[std::move(name)] = std::move(view); }
+
+ private:
+  Map views_;
 };
 
 }  // namespace ampc

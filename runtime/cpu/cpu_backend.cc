@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
 
   Device device() const override { return Device::kCpu; }
   std::string describe() const override { return "cpu"; }
+  bool reads_host_memory() const override { return true; }
 
   absl::StatusOr<DeviceMemory> allocate(int64_t bytes, std::string_view what) override {
     if (bytes < 0 || bytes > std::numeric_limits<int64_t>::max() - kAlignment) {
@@ -40,7 +41,7 @@ class CpuBackend final : public Backend {
     return DeviceMemory(this, static_cast<std::byte*>(memory), rounded);
   }
 
-  absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) override {
+  absl::Status do_copy_to_device(std::byte* device, const void* host, int64_t bytes) override {
     if (bytes > 0) std::memcpy(device, host, static_cast<size_t>(bytes));
     return absl::OkStatus();
   }

@@ -143,7 +143,7 @@ class CudaBackend final : public Backend {
 
   // Chunks go host -> pinned half -> device, alternating halves; a half is refilled only after
   // the copy that read it has finished, so the source is free when this returns.
-  absl::Status copy_to_device(std::byte* device, const void* host, int64_t bytes) override {
+  absl::Status do_copy_to_device(std::byte* device, const void* host, int64_t bytes) override {
     const auto* from = static_cast<const std::byte*>(host);
     for (int64_t done = 0; done < bytes;) {
       const int64_t chunk = std::min(kStagingBytes, bytes - done);

@@ -171,6 +171,54 @@ TEST_F(PublicApi, ErrorsNameWhatWasWrong) {
   EXPECT_EQ(slow->lr, static_cast<double>(0.001f));
 }
 
+TEST_F(PublicApi, BatchesLentAsViewsAreNotCopied) {
+  // The same steps from the batch's tensors and from views of the caller's own copy of their
+  // bytes: the same losses bit for bit, and each step copies only its learning rate (4 bytes) to
+  // the CPU "device".
+  std::unique_ptr<TrainingSession> tensors = load();
+  std::unique_ptr<TrainingSession> views = load();
+  ASSERT_NE(tensors, nullptr);
+  ASSERT_NE(views, nullptr);
+  for (int64_t step = 0; step < 3; ++step) {
+    const TensorMap batch = this->batch(step);
+    std::vector<std::vector<uint8_t>> owned;
+    TensorViews lent;
+    for (const auto& [name, tensor] : batch) {
+      owned.emplace_back(tensor.bytes().begin(), tensor.bytes().end());
+      lent.set(name, TensorView(tensor.type(), owned.back().data()));
+    }
+    const TransferCounts before = views->transfers();
+    absl::StatusOr<StepResult> a = tensors->step(batch);
+    absl::StatusOr<StepResult> b = views->step(lent);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_TRUE(b.ok()) << b.status();
+    EXPECT_EQ(a->loss, b->loss) << "step " << step;
+    EXPECT_EQ(views->transfers().copies_to_device - before.copies_to_device, 1);
+    EXPECT_EQ(views->transfers().bytes_to_device - before.bytes_to_device, 4);
+  }
+  // The eval graph reads views too.
+  const TensorMap batch = this->batch(0);
+  TensorViews eval;
+  for (const TensorInfo& input : views->eval_inputs()) eval.set(input.name, batch.at(input.name));
+  absl::StatusOr<TensorMap> a = tensors->evaluate(eval);
+  absl::StatusOr<TensorMap> b = views->evaluate(eval);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+}
+
+TEST_F(PublicApi, WeightNamesAreWhatTheExportHolds) {
+  std::unique_ptr<TrainingSession> session = load();
+  ASSERT_NE(session, nullptr);
+  const std::vector<std::string> weights = session->weight_names();
+  const std::vector<std::string> state = session->state_names();
+  ASSERT_FALSE(weights.empty());
+  for (const std::string& name : weights) {
+    EXPECT_NE(std::find(state.begin(), state.end(), name), state.end()) << name;
+    EXPECT_EQ(name.find("momentum"), std::string::npos) << name;
+  }
+  EXPECT_LT(weights.size(), state.size());  // the momentum buffers are state, not weights
+}
+
 TEST(PublicApiVersion, HeadersAndLibraryAgree) {
   EXPECT_EQ(AMPC_VERSION_MAJOR, 0);
   EXPECT_EQ(std::string(AMPC_VERSION_STRING), std::to_string(AMPC_VERSION_MAJOR) + "." +

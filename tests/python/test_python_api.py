@@ -1,6 +1,7 @@
 """The Python module (python/ampc) against the command line it wraps: the same losses bit for bit,
 the same inspect document, errors as exceptions with the CLI's and the runtime's messages,
-f16 round trips, and sessions that step in parallel threads (the GIL is released).
+f16 round trips, inputs read in place (numpy arrays and DLPack tensors), and sessions that step
+in parallel threads (the GIL is released).
 
 Run by CTest (`python_api`) with PYTHONPATH=build/python and AMPC_BINARY, AMPC_SOURCE_DIR set.
 """
@@ -64,6 +65,68 @@ def test_outputs_are_numpy_views_that_outlive_the_session(compiled):
         assert np.all(np.isfinite(array)), name
 
 
+class DlpackOnly:
+    """Offers an array only through the DLPack protocol, as a torch tensor does."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_a_numpy_batch_is_read_in_place(compiled):
+    """On the CPU the kernels read a C-contiguous batch where it lies: each step copies only the
+    learning rate (one f32) to the device, the batch not at all."""
+    session = ampc.TrainingSession(compiled)
+    data = batches()
+    for i in range(3):
+        before = session.transfers()
+        session.step(data[i])
+        after = session.transfers()
+        assert after["copies_to_device"] - before["copies_to_device"] == 1
+        assert after["bytes_to_device"] - before["bytes_to_device"] == 4
+    # The same through DLPack.
+    before = session.transfers()
+    session.step({name: DlpackOnly(array) for name, array in data[3].items()})
+    assert session.transfers()["bytes_to_device"] - before["bytes_to_device"] == 4
+
+
+@pytest.mark.parametrize("layout", ["fortran", "dlpack", "dlpack-fortran"])
+def test_every_input_layout_trains_as_a_contiguous_array(compiled, layout):
+    """A Fortran-order array (numpy copies it), a tensor lent through __dlpack__ (read in place)
+    and a strided one (gathered into a copy): the same losses, bit for bit, as C-order arrays."""
+    reference = ampc.TrainingSession(compiled)
+    session = ampc.TrainingSession(compiled)
+
+    def lent(array):
+        if layout == "fortran":
+            return np.asfortranarray(array)
+        if layout == "dlpack":
+            return DlpackOnly(array)
+        return DlpackOnly(np.asfortranarray(array))
+
+    for batch in batches()[:4]:
+        if layout.endswith("fortran"):
+            assert not np.asfortranarray(batch["x"]).flags["C_CONTIGUOUS"]
+        want = reference.step(batch)
+        got = session.step({name: lent(array) for name, array in batch.items()})
+        assert (got["loss"], got["grad_norm"]) == (want["loss"], want["grad_norm"])
+
+
+def test_bad_dlpack_inputs_name_the_input(compiled):
+    session = ampc.TrainingSession(compiled)
+    batch = batches()[0]
+    with pytest.raises(ValueError, match="input 'x': expected dtype f32, got f64"):
+        session.step({**batch, "x": DlpackOnly(batch["x"].astype(np.float64))})
+    with pytest.raises(ValueError, match=r"input 'x': expected shape \[8,64\], got \[2,64\]"):
+        session.step({**batch, "x": DlpackOnly(batch["x"][:2])})
+    assert session.steps_done == 0
+
+
 def test_state_round_trip_and_checkpoints(compiled, tmp_path):
     session = ampc.TrainingSession(compiled)
     data = batches()
@@ -79,6 +142,33 @@ def test_state_round_trip_and_checkpoints(compiled, tmp_path):
     resumed = ampc.TrainingSession(compiled)
     resumed.load_checkpoint(str(tmp_path / "ckpt.safetensors"))
     assert [resumed.step(data[i])["loss"] for i in range(1, 4)] == first
+
+
+def test_weights_move_a_model_between_sessions(compiled):
+    """weights() holds what the eval graph reads (parameters, running statistics) and no
+    optimizer moment; set_weights of an untrained session's weights makes a trained session
+    evaluate exactly as the untrained one does. A bad array changes nothing."""
+    fresh, trained = ampc.TrainingSession(compiled), ampc.TrainingSession(compiled)
+    data = batches()
+    for i in range(3):
+        trained.step(data[i])
+    weights = fresh.weights()
+    assert weights and set(weights) < set(fresh.state_names)
+    assert not any("momentum" in name for name in weights), list(weights)
+    batch = {name: data[0][name] for name, _, _ in fresh.eval_inputs}
+    before = trained.evaluate(batch)
+    assert any(not np.array_equal(before[k], v) for k, v in fresh.evaluate(batch).items())
+
+    first, second = sorted(weights)[:2]
+    with pytest.raises(ValueError, match=f"weight '{second}': expected shape"):
+        trained.set_weights({first: weights[first], second: np.zeros((1, 2, 3), np.float32)})
+    with pytest.raises(ValueError, match="'nope' is not a weight"):
+        trained.set_weights({"nope": weights[first]})
+    assert all(np.array_equal(trained.evaluate(batch)[k], v) for k, v in before.items())
+
+    trained.set_weights(weights)
+    for name, value in fresh.evaluate(batch).items():
+        assert np.array_equal(trained.evaluate(batch)[name], value), name
 
 
 def test_exported_model_runs_in_an_inference_session(compiled, tmp_path):

@@ -1,7 +1,10 @@
 """ampc.torch.export_training: a small model with BatchNorm exported with its loss by each of
 PyTorch's exporters, compiled by ampc and trained 10 steps, against PyTorch training the same
-model on the same batches (SGD, momentum 0.9): losses within 1e-4 relative. Skipped where torch
-(or onnx) is not importable, as in CI, which uses Debian's Python."""
+model on the same batches (SGD, momentum 0.9): losses within 1e-4 relative. And torch tensors in
+and out of sessions through DLPack. Skipped where torch (or onnx) is not importable, as in CI,
+which uses Debian's Python."""
+import os
+
 import numpy as np
 import pytest
 
@@ -74,3 +77,42 @@ def test_bad_arguments_are_refused(tmp_path):
         ampc.torch.export_training(Net(), (torch.zeros(2, 12), torch.zeros(2, 3)),
                                    torch.nn.functional.mse_loss, str(tmp_path / "m.onnx"),
                                    exporter="tf")
+
+
+SOURCE = os.environ.get("AMPC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def test_torch_tensors_are_lent_through_dlpack(tmp_path):
+    """CPU torch tensors go in through DLPack: read in place (a step copies only the learning
+    rate to the device), the losses numpy arrays give, bit for bit; bf16 keeps its bits. An output
+    array becomes a torch tensor over the same memory (torch.from_dlpack)."""
+    mlp = os.path.join(SOURCE, "models", "mlp.onnx")
+    data = np.load(os.path.join(SOURCE, "models", "mlp.train.npz"))
+    path = str(tmp_path / "mlp.train.onnx")
+    ampc.compile(mlp, path, optimizer="sgd", momentum=0.9, lr=0.05)
+    arrays, tensors = ampc.TrainingSession(path), ampc.TrainingSession(path)
+    for i in range(4):
+        batch = {name: data[name][i] for name in data.files}
+        want = arrays.step(batch)
+        before = tensors.transfers()["bytes_to_device"]
+        got = tensors.step({name: torch.from_numpy(array.copy()) for name, array in batch.items()})
+        assert tensors.transfers()["bytes_to_device"] - before == 4
+        assert (got["loss"], got["grad_norm"]) == (want["loss"], want["grad_norm"])
+    with pytest.raises(BufferError, match="detach"):  # torch's own refusal, unchanged
+        tensors.step({"x": torch.zeros(8, 64, requires_grad=True),
+                      "label": torch.zeros(8, dtype=torch.int64)})
+
+    outputs = tensors.evaluate({name: data[name][0] for name, _, _ in tensors.eval_inputs})
+    array = next(iter(outputs.values()))
+    tensor = torch.from_dlpack(array)
+    assert tensor.data_ptr() == array.ctypes.data
+    assert np.array_equal(tensor.numpy(), array)
+
+    low = str(tmp_path / "mlp.bf16.onnx")
+    ampc.compile(mlp, low, precision="bf16", opt_level="O3", optimizer="sgd", lr=0.05)
+    session = ampc.TrainingSession(low)
+    name = next(n for n in session.state_names if session.state(n).dtype.itemsize == 2)
+    shape = session.state(name).shape
+    values = (torch.arange(np.prod(shape), dtype=torch.float32) / 64).to(torch.bfloat16)
+    session.set_state(name, values.reshape(shape))
+    assert session.state(name).tobytes() == values.view(torch.int16).numpy().tobytes()

@@ -19,6 +19,7 @@
 #include "runtime/checksum.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/safetensors.h"
+#include "tests/runtime/training_test_util.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -30,15 +31,7 @@ std::unique_ptr<TrainingSession> compile_and_open(const std::string& model,
   options.training = TrainingOptions{};
   options.training->optimizer = optimizer;
   options.training->lr = lr;
-  Diagnostics diagnostics;
-  absl::StatusOr<std::unique_ptr<Graph>> graph =
-      compile_file(testing::source_path("models/" + model + ".onnx"), options, diagnostics);
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  if (!graph.ok()) return nullptr;
-  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-      TrainingSession::create(*std::move(graph));
-  EXPECT_TRUE(session.ok()) << session.status();
-  return session.ok() ? *std::move(session) : nullptr;
+  return testing::compile_training_file(testing::source_path("models/" + model + ".onnx"), options);
 }
 
 BatchData load_data(const std::string& file, const std::vector<TensorInfo>& inputs) {

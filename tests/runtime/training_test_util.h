@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "compiler/compile.h"
@@ -23,6 +24,19 @@ inline std::unique_ptr<runtime::TrainingSession> compile_training_session(
   if (!compiled.ok()) return nullptr;
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
       runtime::TrainingSession::create(std::move(graph));
+  EXPECT_TRUE(session.ok()) << session.status();
+  return session.ok() ? *std::move(session) : nullptr;
+}
+
+// The same for an ONNX file (`models/<name>.onnx`, say, through source_path).
+inline std::unique_ptr<runtime::TrainingSession> compile_training_file(
+    const std::string& path, const CompileOptions& options) {
+  Diagnostics diagnostics;
+  absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(path, options, diagnostics);
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  if (!graph.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(*std::move(graph));
   EXPECT_TRUE(session.ok()) << session.status();
   return session.ok() ? *std::move(session) : nullptr;
 }
