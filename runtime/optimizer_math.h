@@ -36,6 +36,20 @@ struct SgdHyper {
   bool maximize = false;
 };
 
+// Which branches of an update the elements of one tensor take. An update's formula is written once,
+// over a branch set: RuntimeBranches reads the hyperparameters (what operator() and the CUDA
+// kernels use); FixedBranches makes each one a constant, so that a CPU loop instantiated per set
+// has no branch in its body and vectorizes (runtime/cpu/optimizer.cc picks the set once per
+// tensor). Both give the same bits.
+template <bool kMaximize, bool kDecay, bool kMomentum, bool kFirst, bool kNesterov>
+struct FixedSgdBranches {
+  AMPC_HD constexpr bool maximize() const { return kMaximize; }
+  AMPC_HD constexpr bool decay() const { return kDecay; }
+  AMPC_HD constexpr bool momentum() const { return kMomentum; }
+  AMPC_HD constexpr bool first() const { return kFirst; }
+  AMPC_HD constexpr bool nesterov() const { return kNesterov; }
+};
+
 template <typename T>
 struct SgdUpdate {
   SgdHyper hyper;
@@ -50,18 +64,34 @@ struct SgdUpdate {
         neg_lr(T(-lr)),
         first_update(first) {}
 
-  // param and buffer in, their new values out (each read before either is written).
-  AMPC_HD void operator()(T param, T grad, T buffer, T& param_out, T& buffer_out) const {
+  struct RuntimeBranches {
+    const SgdUpdate* u;
+    AMPC_HD bool maximize() const { return u->hyper.maximize; }
+    AMPC_HD bool decay() const { return u->hyper.weight_decay != 0; }
+    AMPC_HD bool momentum() const { return u->hyper.momentum != 0; }
+    AMPC_HD bool first() const { return u->first_update; }
+    AMPC_HD bool nesterov() const { return u->hyper.nesterov; }
+  };
+  AMPC_HD RuntimeBranches branches() const { return RuntimeBranches{this}; }
+
+  // param and buffer in, their new values out (each read before either is written), taking the
+  // branches `b` says.
+  template <typename Branches>
+  AMPC_HD void apply(const Branches& b, T param, T grad, T buffer, T& param_out,
+                     T& buffer_out) const {
     const T p = param;
-    T g = hyper.maximize ? -grad : grad;
-    if (hyper.weight_decay != 0) g = fma(p, decay, g);
-    T b = buffer;
-    if (hyper.momentum != 0) {
-      b = first_update ? g : fma(g, undamped, b * mom);
-      g = hyper.nesterov ? fma(b, mom, g) : b;
+    T g = b.maximize() ? -grad : grad;
+    if (b.decay()) g = fma(p, decay, g);
+    T buf = buffer;
+    if (b.momentum()) {
+      buf = b.first() ? g : fma(g, undamped, buf * mom);
+      g = b.nesterov() ? fma(buf, mom, g) : buf;
     }
-    buffer_out = b;
+    buffer_out = buf;
     param_out = fma(g, neg_lr, p);
+  }
+  AMPC_HD void operator()(T param, T grad, T buffer, T& param_out, T& buffer_out) const {
+    apply(branches(), param, grad, buffer, param_out, buffer_out);
   }
 };
 
@@ -72,6 +102,16 @@ struct AdamHyper {
   double weight_decay = 0;
   bool decoupled = false;  // AdamW
   bool maximize = false;
+};
+
+// Adam's branch sets, as SGD's above. kDecoupled matters only with kDecay; kSmallWeight is which
+// end torch.lerp computes the first moment from (|1 - beta1| < 0.5).
+template <bool kMaximize, bool kDecay, bool kDecoupled, bool kSmallWeight>
+struct FixedAdamBranches {
+  AMPC_HD constexpr bool maximize() const { return kMaximize; }
+  AMPC_HD constexpr bool decay() const { return kDecay; }
+  AMPC_HD constexpr bool decoupled() const { return kDecoupled; }
+  AMPC_HD constexpr bool small_weight() const { return kSmallWeight; }
 };
 
 template <typename T>
@@ -98,25 +138,40 @@ struct AdamUpdate {
     neg_step = T(-step_size);
   }
 
-  // param and moments in, their new values out (each read before any is written).
-  AMPC_HD void operator()(T param, T grad, T exp_avg, T exp_avg_sq, T& param_out, T& exp_avg_out,
-                          T& exp_avg_sq_out) const {
+  struct RuntimeBranches {
+    const AdamUpdate* u;
+    AMPC_HD bool maximize() const { return u->hyper.maximize; }
+    AMPC_HD bool decay() const { return u->hyper.weight_decay != 0; }
+    AMPC_HD bool decoupled() const { return u->hyper.decoupled; }
+    AMPC_HD bool small_weight() const { return u->small_weight; }
+  };
+  AMPC_HD RuntimeBranches branches() const { return RuntimeBranches{this}; }
+
+  // param and moments in, their new values out (each read before any is written), taking the
+  // branches `b` says.
+  template <typename Branches>
+  AMPC_HD void apply(const Branches& b, T param, T grad, T exp_avg, T exp_avg_sq, T& param_out,
+                     T& exp_avg_out, T& exp_avg_sq_out) const {
     T p = param;
-    T g = hyper.maximize ? -grad : grad;
-    if (hyper.weight_decay != 0) {
-      if (hyper.decoupled) {
+    T g = b.maximize() ? -grad : grad;
+    if (b.decay()) {
+      if (b.decoupled()) {
         p = p * decay_factor;
       } else {
         g = fma(p, decay, g);
       }
     }
     const T m0 = exp_avg;
-    const T m = fma(lerp_coefficient, g - m0, small_weight ? m0 : g);
+    const T m = fma(lerp_coefficient, g - m0, b.small_weight() ? m0 : g);
     const T v = fma(one_minus_b2 * g, g, exp_avg_sq * b2);
     const T denom = sqrt(v) / denom_divisor + eps;
     exp_avg_out = m;
     exp_avg_sq_out = v;
     param_out = p + neg_step * m / denom;
+  }
+  AMPC_HD void operator()(T param, T grad, T exp_avg, T exp_avg_sq, T& param_out, T& exp_avg_out,
+                          T& exp_avg_sq_out) const {
+    apply(branches(), param, grad, exp_avg, exp_avg_sq, param_out, exp_avg_out, exp_avg_sq_out);
   }
 };
 

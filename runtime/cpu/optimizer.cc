@@ -36,8 +36,8 @@
 // then s = s_0 + s_1 + ... + s_7 left to right; then the r = n % 8 remaining elements in order,
 // the first 4 * (r / 4) as s += x * x (rounded product) and the last r % 4 as s = fma(x, x, s)
 // (what GCC made of PyTorch's scalar remainder loop; found by comparing with PyTorch 2.15 bit
-// for bit); norm = sqrt(s). This assumes the compiler does not contract s += x * x into an fma
-// (GCC does not in ISO C++ mode, which the build uses). f64 inputs follow the same scheme.
+// for bit); norm = sqrt(s). This needs the compiler not to contract s += x * x into an fma
+// (the build says -ffp-contract=off). f64 inputs follow the same scheme.
 // ClipCoefficient: min((1 / (total_norm + [1e-6])) * [max_norm], 1), NaN kept (Python's
 // max_norm / t is t.reciprocal() * max_norm; torch.clamp(max=1) keeps NaN).
 //
@@ -54,6 +54,7 @@
 #include <cmath>
 #include <span>
 #include <system_error>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
@@ -65,18 +66,22 @@ namespace {
 constexpr int64_t kUpdateGrain = 1 << 14;
 
 // The update loops, compiled twice on x86-64: the build targets baseline x86-64, where each
-// fma is a call into libm, and a copy with the FMA instruction runs where the CPU has it. An
-// fma rounds once either way, so both give the same bits.
+// fma is a call into libm, and a copy with AVX2 and the FMA instruction runs where the CPU has
+// them. Each loop is instantiated per branch set (numeric::FixedSgdBranches), so its body has no
+// branch, and is an `omp simd` loop: each element is read before it is written and no element
+// reads another, so the in-place outputs are no dependence. An fma rounds once, scalar or vector,
+// with or without the instruction, and sqrt is correctly rounded either way (the file is built
+// with -fno-math-errno, so that it vectorizes): every copy gives the same bits.
 #if defined(__x86_64__) && defined(__GNUC__)
 template <typename Loop>
-__attribute__((target("fma"))) void run_with_fma_instructions(const Loop& loop, int64_t begin,
-                                                              int64_t end) {
+__attribute__((target("avx2,fma"))) void run_with_fma_instructions(const Loop& loop, int64_t begin,
+                                                                   int64_t end) {
   loop(begin, end);
 }
 
 template <typename Loop>
 void update_elements(int64_t count, const Loop& loop) {
-  static const bool has_fma = __builtin_cpu_supports("fma");
+  static const bool has_fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   parallel_for(count, kUpdateGrain, [&](int64_t begin, int64_t end) {
     if (has_fma) {
       run_with_fma_instructions(loop, begin, end);
@@ -91,6 +96,54 @@ void update_elements(int64_t count, const Loop& loop) {
   parallel_for(count, kUpdateGrain, loop);
 }
 #endif
+
+// Calls fn(branches) with the numeric::FixedSgdBranches / FixedAdamBranches set whose constants
+// are the values `b` (the update's RuntimeBranches) reads.
+template <typename Branches, typename Fn>
+void with_sgd_branches(const Branches& b, const Fn& fn) {
+  auto pick = [&](auto maximize, auto decay) {
+    if (!b.momentum())
+      return fn(numeric::FixedSgdBranches<decltype(maximize)::value, decltype(decay)::value, false,
+                                          false, false>());
+    if (b.first()) {
+      if (b.nesterov())
+        return fn(numeric::FixedSgdBranches<decltype(maximize)::value, decltype(decay)::value, true,
+                                            true, true>());
+      return fn(numeric::FixedSgdBranches<decltype(maximize)::value, decltype(decay)::value, true,
+                                          true, false>());
+    }
+    if (b.nesterov())
+      return fn(numeric::FixedSgdBranches<decltype(maximize)::value, decltype(decay)::value, true,
+                                          false, true>());
+    return fn(numeric::FixedSgdBranches<decltype(maximize)::value, decltype(decay)::value, true,
+                                        false, false>());
+  };
+  using True = std::true_type;
+  using False = std::false_type;
+  if (b.maximize()) {
+    b.decay() ? pick(True(), True()) : pick(True(), False());
+  } else {
+    b.decay() ? pick(False(), True()) : pick(False(), False());
+  }
+}
+
+template <typename Branches, typename Fn>
+void with_adam_branches(const Branches& b, const Fn& fn) {
+  auto pick = [&](auto maximize, auto small_weight) {
+    constexpr bool kMaximize = decltype(maximize)::value;
+    constexpr bool kSmall = decltype(small_weight)::value;
+    if (!b.decay()) return fn(numeric::FixedAdamBranches<kMaximize, false, false, kSmall>());
+    if (b.decoupled()) return fn(numeric::FixedAdamBranches<kMaximize, true, true, kSmall>());
+    return fn(numeric::FixedAdamBranches<kMaximize, true, false, kSmall>());
+  };
+  using True = std::true_type;
+  using False = std::false_type;
+  if (b.maximize()) {
+    b.small_weight() ? pick(True(), True()) : pick(True(), False());
+  } else {
+    b.small_weight() ? pick(False(), True()) : pick(False(), False());
+  }
+}
 
 // The one element of an f32 or f64 scalar operand, exactly.
 double read_scalar(const TensorArg& arg) {
@@ -124,12 +177,21 @@ absl::Status sgd(const KernelContext& ctx) {
   std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
                      buffer = ctx.input(2).in<T>();
   std::span<T> param_out = ctx.output(0).out<T>(), buffer_out = ctx.output(1).out<T>();
-  update_elements(
-      ctx.input(0).num_elements(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
-        for (int64_t i = begin; i < end; ++i) {
-          update(param[i], grad[i], buffer[i], param_out[i], buffer_out[i]);
-        }
-      });
+  const T* p = param.data();
+  const T* g = grad.data();
+  const T* b = buffer.data();
+  T* p_out = param_out.data();
+  T* b_out = buffer_out.data();
+  with_sgd_branches(update.branches(), [&](auto branches) {
+    update_elements(
+        ctx.input(0).num_elements(), [&](int64_t begin,
+                                         int64_t end) __attribute__((always_inline)) {
+#pragma omp simd
+          for (int64_t i = begin; i < end; ++i) {
+            update.apply(branches, p[i], g[i], b[i], p_out[i], b_out[i]);
+          }
+        });
+  });
   return absl::OkStatus();
 }
 
@@ -142,13 +204,23 @@ absl::Status adam(const KernelContext& ctx) {
                      exp_avg = ctx.input(2).in<T>(), exp_avg_sq = ctx.input(3).in<T>();
   std::span<T> param_out = ctx.output(0).out<T>(), exp_avg_out = ctx.output(1).out<T>(),
                exp_avg_sq_out = ctx.output(2).out<T>();
-  update_elements(
-      ctx.input(0).num_elements(), [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
-        for (int64_t i = begin; i < end; ++i) {
-          update(param[i], grad[i], exp_avg[i], exp_avg_sq[i], param_out[i], exp_avg_out[i],
-                 exp_avg_sq_out[i]);
-        }
-      });
+  const T* p = param.data();
+  const T* g = grad.data();
+  const T* m = exp_avg.data();
+  const T* v = exp_avg_sq.data();
+  T* p_out = param_out.data();
+  T* m_out = exp_avg_out.data();
+  T* v_out = exp_avg_sq_out.data();
+  with_adam_branches(update.branches(), [&](auto branches) {
+    update_elements(
+        ctx.input(0).num_elements(), [&](int64_t begin,
+                                         int64_t end) __attribute__((always_inline)) {
+#pragma omp simd
+          for (int64_t i = begin; i < end; ++i) {
+            update.apply(branches, p[i], g[i], m[i], v[i], p_out[i], m_out[i], v_out[i]);
+          }
+        });
+  });
   return absl::OkStatus();
 }
 

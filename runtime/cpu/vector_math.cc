@@ -54,11 +54,14 @@ bool has_avx2_fma() {
 
 // Four lanes of the method in double precision.
 __attribute__((target("avx2,fma"))) inline __m128 exp4(__m128 x, const int64_t* table) {
-  const __m256d z = _mm256_mul_pd(_mm256_set1_pd(kInvLn2N), _mm256_cvtps_pd(x));
-  __m256d kd = _mm256_add_pd(z, _mm256_set1_pd(kShift));
+  // z = InvLn2N * x is never rounded on its own: the C library's FMA build contracts both of
+  // its uses, kd = z + shift and r = z - kd, into one fused operation each.
+  const __m256d inv_ln2n = _mm256_set1_pd(kInvLn2N);
+  const __m256d xd = _mm256_cvtps_pd(x);
+  __m256d kd = _mm256_fmadd_pd(inv_ln2n, xd, _mm256_set1_pd(kShift));
   const __m256i ki = _mm256_castpd_si256(kd);
   kd = _mm256_sub_pd(kd, _mm256_set1_pd(kShift));
-  const __m256d r = _mm256_sub_pd(z, kd);
+  const __m256d r = _mm256_fmsub_pd(inv_ln2n, xd, kd);
   const __m256i index = _mm256_and_si256(ki, _mm256_set1_epi64x((1 << kTableBits) - 1));
   __m256i bits = _mm256_i64gather_epi64(reinterpret_cast<const long long*>(table), index, 8);
   bits = _mm256_add_epi64(bits, _mm256_slli_epi64(ki, 52 - kTableBits));
