@@ -103,18 +103,18 @@ std::vector<std::string> TrainingSession::state_names() const { return impl_->st
 absl::StatusOr<Tensor> TrainingSession::state(std::string_view name) const {
   return impl_->state(name);
 }
-absl::Status TrainingSession::set_state(std::string_view name, const Tensor& value) {
+absl::Status TrainingSession::set_state(std::string_view name, const TensorView& value) {
   return impl_->set_state(name, value);
 }
 
-std::vector<std::string> TrainingSession::weight_names() const {
-  std::vector<std::string> names;
+std::vector<TensorInfo> TrainingSession::weight_infos() const {
+  std::vector<TensorInfo> infos;
   if (const Graph* eval = impl_->eval_graph(); eval != nullptr) {
     for (const Value* init : eval->initializers()) {
-      if (impl_->has_state(init->name())) names.push_back(init->name());
+      if (impl_->has_state(init->name())) infos.push_back({init->name(), init->type()});
     }
   }
-  return names;
+  return infos;
 }
 
 absl::Status TrainingSession::save_checkpoint(const std::string& path) const {

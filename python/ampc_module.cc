@@ -468,20 +468,19 @@ PYBIND11_MODULE(_ampc, m) {
             const Tensor current = take(s.with([&](auto& x) { return x.state(name); }));
             LentInputs lent("state");
             lent.lend(name, current.type(), value);
-            const Tensor replacement(current.type(), [&] {
-              const std::span<const uint8_t> bytes = lent.views().find(name)->second.bytes();
-              return std::vector<uint8_t>(bytes.begin(), bytes.end());
-            }());
+            const TensorView replacement = lent.views().find(name)->second;
             check(s.with([&](auto& x) { return x.set_state(name, replacement); }));
           },
           py::arg("name"), py::arg("value"), "Replaces the state `name` (same dtype and shape).")
       .def(
           "weights",
           [](PyTraining& s) {
-            const std::vector<std::string> names = s.with([](auto& x) { return x.weight_names(); });
+            const std::vector<TensorInfo> weights =
+                s.with([](auto& x) { return x.weight_infos(); });
             py::dict out;
-            for (const std::string& name : names) {
-              out[py::str(name)] = to_numpy(take(s.with([&](auto& x) { return x.state(name); })));
+            for (const TensorInfo& weight : weights) {
+              out[py::str(weight.name)] =
+                  to_numpy(take(s.with([&](auto& x) { return x.state(weight.name); })));
             }
             return out;
           },
@@ -490,18 +489,12 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "set_weights",
           [](PyTraining& s, const py::dict& weights) {
-            const std::vector<std::string> names = s.with([](auto& x) { return x.weight_names(); });
-            std::vector<TensorInfo> infos;
-            for (const std::string& name : names) {
-              infos.push_back({name, take(s.with([&](auto& x) { return x.state(name); })).type()});
-            }
             // Every array is checked before the first is written: a bad one changes nothing.
-            const std::unique_ptr<LentInputs> lent = lend_inputs(weights, infos, "weight");
+            const std::unique_ptr<LentInputs> lent =
+                lend_inputs(weights, s.with([](auto& x) { return x.weight_infos(); }), "weight");
             check(s.with([&](auto& x) -> absl::Status {
               for (const auto& [name, view] : lent->views()) {
-                const std::span<const uint8_t> bytes = view.bytes();
-                AMPC_RETURN_IF_ERROR(x.set_state(
-                    name, Tensor(view.type, std::vector<uint8_t>(bytes.begin(), bytes.end()))));
+                AMPC_RETURN_IF_ERROR(x.set_state(name, view));
               }
               return absl::OkStatus();
             }));

@@ -210,14 +210,14 @@ absl::StatusOr<std::byte*> InferenceSession::initializer_address(std::string_vie
   return executor_->address_of(init);
 }
 
-absl::Status InferenceSession::set_initializer(std::string_view name, const Tensor& value) {
+absl::Status InferenceSession::set_initializer(std::string_view name, const TensorView& value) {
   const Value* init = find_named(graph_->initializers(), name);
   if (init == nullptr)
     return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
-  if (value.type() != init->type()) {
+  if (value.type != init->type()) {
     return absl::InvalidArgumentError(str_cat("initializer '", name, "' is ",
                                               type_to_string(init->type()), ", not ",
-                                              type_to_string(value.type())));
+                                              type_to_string(value.type)));
   }
   return executor_->write(init, value.bytes());
 }
@@ -241,13 +241,18 @@ void InferenceSession::release_lent_inputs() {
   }
 }
 
-absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(const TensorViews& inputs) {
+absl::Status InferenceSession::lend_inputs(const TensorViews& inputs) {
   for (const auto& [name, value] : inputs) {
     if (absl::Status lent = lend_input(name, value); !lent.ok()) {
       release_lent_inputs();
       return lent;
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::map<std::string, Tensor>> InferenceSession::run(const TensorViews& inputs) {
+  AMPC_RETURN_IF_ERROR(lend_inputs(inputs));
   AMPC_RETURN_IF_ERROR(run());
   std::map<std::string, Tensor> outputs;
   for (const Value* output : graph_->outputs()) {

@@ -63,6 +63,8 @@ class InferenceSession {
   // the element size, the kernels read it in place: no copy (backend().counters() counts none).
   // Elsewhere it is copied as set_input does.
   absl::Status lend_input(std::string_view name, const TensorView& value);
+  // lend_input for each of `inputs`; on an error none of them stays lent.
+  absl::Status lend_inputs(const TensorViews& inputs);
   // Ends the loans of lend_input that no launch has taken: those inputs are unset again.
   void release_lent_inputs();
   // Runs the graph on the bound inputs. Every input must have been set (set_input: once, values
@@ -80,7 +82,7 @@ class InferenceSession {
   // Reads or replaces an initializer (a weight, an optimizer moment) held by the session. The
   // replacement must have the initializer's type.
   absl::StatusOr<Tensor> initializer(std::string_view name) const;
-  absl::Status set_initializer(std::string_view name, const Tensor& value);
+  absl::Status set_initializer(std::string_view name, const TensorView& value);
   // The device memory of initializer `name`, for a session on the same backend to read (see
   // create); valid while this session lives. A training step's state is updated there.
   absl::StatusOr<std::byte*> initializer_address(std::string_view name) const;

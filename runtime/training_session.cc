@@ -237,12 +237,7 @@ absl::Status TrainingSession::check_batch(const TensorViews& batch) const {
 absl::Status TrainingSession::run_step_graph(const TensorViews& batch, float lr,
                                              uint64_t random_stream) {
   AMPC_RETURN_IF_ERROR(step_->set_input("lr", Tensor::from_f32({}, {lr})));
-  for (const auto& [name, value] : batch) {
-    if (absl::Status lent = step_->lend_input(name, value); !lent.ok()) {
-      step_->release_lent_inputs();
-      return lent;
-    }
-  }
+  AMPC_RETURN_IF_ERROR(step_->lend_inputs(batch));
   step_->set_random_stream(random_stream);  // new dropout masks each call
   AMPC_RETURN_IF_ERROR(step_->launch());    // data errors recorded on the device: settle()
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
@@ -472,7 +467,7 @@ absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(const Te
   return eval_->run(batch);
 }
 
-absl::Status TrainingSession::set_state(std::string_view name, const Tensor& value) {
+absl::Status TrainingSession::set_state(std::string_view name, const TensorView& value) {
   AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
   eval_stale_ = true;
   counter_unchecked_ = true;

@@ -105,7 +105,7 @@ class TrainingSession {
   absl::StatusOr<Tensor> state(std::string_view name) const { return step_->initializer(name); }
   // The state each rank keeps one block of (the sharded optimizer's moments), with whole shapes.
   const std::map<std::string, Shape, std::less<>>& sharded_state() const { return sharded_; }
-  absl::Status set_state(std::string_view name, const Tensor& value);
+  absl::Status set_state(std::string_view name, const TensorView& value);
 
   // Writes every piece of state and the step count to a safetensors file, through a temporary
   // file and a rename (a crash never leaves a half-written checkpoint). It waits for the queued

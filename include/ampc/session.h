@@ -117,11 +117,12 @@ class TrainingSession {
   // scale. Names are the model's initializer names.
   std::vector<std::string> state_names() const;
   absl::StatusOr<Tensor> state(std::string_view name) const;
-  // Replaces a piece of state; `value` must have its type.
-  absl::Status set_state(std::string_view name, const Tensor& value);
-  // The state an exported model holds: the parameters and running statistics the eval graph
-  // reads (no optimizer moment, counter or loss scale), in the eval graph's order.
-  std::vector<std::string> weight_names() const;
+  // Replaces a piece of state; `value` (a Tensor, or a view of the caller's memory) must have
+  // its type.
+  absl::Status set_state(std::string_view name, const TensorView& value);
+  // The state an exported model holds, by name and type: the parameters and running statistics
+  // the eval graph reads (no optimizer moment, counter or loss scale), in the eval graph's order.
+  std::vector<TensorInfo> weight_infos() const;
 
   // Every piece of state and the step count, to a safetensors file (written through a temporary
   // file and a rename), and back: a resumed run continues bit for bit.

@@ -206,15 +206,16 @@ TEST_F(PublicApi, BatchesLentAsViewsAreNotCopied) {
   EXPECT_EQ(*a, *b);
 }
 
-TEST_F(PublicApi, WeightNamesAreWhatTheExportHolds) {
+TEST_F(PublicApi, WeightsAreWhatTheExportHolds) {
   std::unique_ptr<TrainingSession> session = load();
   ASSERT_NE(session, nullptr);
-  const std::vector<std::string> weights = session->weight_names();
+  const std::vector<TensorInfo> weights = session->weight_infos();
   const std::vector<std::string> state = session->state_names();
   ASSERT_FALSE(weights.empty());
-  for (const std::string& name : weights) {
-    EXPECT_NE(std::find(state.begin(), state.end(), name), state.end()) << name;
-    EXPECT_EQ(name.find("momentum"), std::string::npos) << name;
+  for (const TensorInfo& weight : weights) {
+    EXPECT_NE(std::find(state.begin(), state.end(), weight.name), state.end()) << weight.name;
+    EXPECT_EQ(weight.name.find("momentum"), std::string::npos) << weight.name;
+    EXPECT_EQ(session->state(weight.name)->type(), weight.type) << weight.name;
   }
   EXPECT_LT(weights.size(), state.size());  // the momentum buffers are state, not weights
 }
