@@ -17,6 +17,9 @@
 // Numerics (runtime/cpu/attention.cc): every element is read in f32 (f64 for f64), dots and sums
 // accumulate in that type and each result is rounded once on store: the unfused graph rounds the
 // scores, the probabilities and their casts besides, so the two agree within a GEMM tolerance.
+#include <limits>
+#include <vector>
+
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -126,6 +129,13 @@ Tensor causal_mask(int64_t t, int64_t s) {
   return mask;
 }
 
+// [S] additive: 0 for the first `kept` keys, -inf for the rest (padding).
+Tensor key_padding_bias(int64_t s, int64_t kept) {
+  std::vector<double> bias(s, 0.0);
+  for (int64_t j = kept; j < s; ++j) bias[j] = -std::numeric_limits<double>::infinity();
+  return Tensor::from_doubles(DType::kF32, {s}, bias);
+}
+
 OpDef attention() {
   OpDef def;
   def.domain = std::string(kAmpcDomain);
@@ -160,6 +170,19 @@ OpDef attention() {
        {},
        {},
        {typed(DType::kF32, {3, 2}), typed(DType::kF32, {3})}},
+      // Over 64 queries, the CPU kernel's tile: the second tile reads more keys than the first.
+      {"causal bool mask over two query tiles",
+       {typed(DType::kF32, {1, 70, 2}), typed(DType::kF32, {1, 2, 70}),
+        typed(DType::kF32, {1, 70, 3}), typed(DType::kBool, {70, 70})},
+       {{3, causal_mask(70, 70)}},
+       {{"scale", 0.5f}},
+       {typed(DType::kF32, {1, 70, 3}), typed(DType::kF32, {1, 70})}},
+      {"padded keys, an additive mask over two query tiles",
+       {typed(DType::kF32, {66, 2}), typed(DType::kF32, {2, 70}), typed(DType::kF32, {70, 2}),
+        typed(DType::kF32, {70})},
+       {{3, key_padding_bias(70, 61)}},
+       {},
+       {typed(DType::kF32, {66, 2}), typed(DType::kF32, {66})}},
   };
   return def;
 }

@@ -3,6 +3,9 @@
 //
 // Rewrites, reading back from each Softmax over the last axis:
 //   MatMul(Q, Kt) -> [Mul or Div by a constant scalar] -> [mask] -> Softmax -> MatMul(., V)
+// where Q and Kt may each be a Mul or Div by a constant scalar only the MatMul reads (PyTorch's
+// export of scaled_dot_product_attention scales both by the scale's square root): the fused
+// node's scale is the product of the three factors, applied once to the product.
 // where the mask is Where(M, scores, -inf) or Where(M, -inf, scores) with a bool M, or
 // Add(scores, B) with a float B that no weight reaches (a causal or padding bias; an
 // initializer holding a mask fill, passes/mask_data.h, is data, not a weight); float Casts
@@ -24,8 +27,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <unordered_set>
+#include <vector>
 
 #include "compiler/strings.h"
 #include "passes/mask_data.h"
@@ -150,6 +155,7 @@ class Matcher {
 
   // [Mul or Div by a constant scalar] back to MatMul(Q, Kt), which produces `scores_shape`.
   bool match_scaled(Value* value, const Shape& scores_shape) {
+    match_.scale = 1.0;  // an earlier try (the other operand of a bias Add) may have set it
     value = skip_casts(value);
     if (!private_value(value) || value->shape() != scores_shape) return false;
     Node* node = value->producer();
@@ -167,8 +173,10 @@ class Matcher {
       }
     }
     if (!is_op(node, "MatMul")) return false;
-    Value* q = node->operand(0);
-    Value* kt = node->operand(1);
+    double factor = 1.0;
+    std::vector<Node*> scalings;
+    Value* q = unscaled(node->operand(0), factor, scalings);
+    Value* kt = unscaled(node->operand(1), factor, scalings);
     if (!is_float(q->dtype()) || q->dtype() != kt->dtype() || q->shape().size() < 2 ||
         kt->shape().size() != q->shape().size() || value->shape().size() != q->shape().size() ||
         !std::equal(q->shape().begin(), q->shape().end() - 2, kt->shape().begin())) {
@@ -177,8 +185,30 @@ class Matcher {
     if (match_.mask != nullptr && !broadcasts(match_.mask->shape(), scores_shape)) return false;
     match_.q = q;
     match_.kt = kt;
+    match_.scale *= factor;
     match_.nodes.push_back(node);
+    match_.nodes.insert(match_.nodes.end(), scalings.rbegin(), scalings.rend());
     return true;
+  }
+
+  // `value` without a Mul or Div by a constant scalar that only the MatMul reads (its factor
+  // multiplied into `scale`, its node added to `nodes`), or `value` itself.
+  static Value* unscaled(Value* value, double& scale, std::vector<Node*>& nodes) {
+    if (!private_value(value)) return value;
+    Node* node = value->producer();
+    if (!is_op(node, "Mul") && !is_op(node, "Div")) return value;
+    for (int c : {1, 0}) {
+      if (c == 0 && node->op_type() == "Div") continue;
+      const std::optional<double> factor = constant_scalar(node->operand(c));
+      Value* x = node->operand(1 - c);
+      if (!factor || !std::isfinite(*factor) || *factor == 0 || x->type() != value->type()) {
+        continue;
+      }
+      scale *= node->op_type() == "Div" ? 1.0 / *factor : *factor;
+      nodes.push_back(node);
+      return x;
+    }
+    return value;
   }
 
   // The Softmax's output, over float Casts, into MatMul(probabilities, V).

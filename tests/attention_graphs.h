@@ -30,7 +30,9 @@ inline void mark_constants(Graph& graph) {
 
 struct AttentionCase {
   int64_t batch = 2, heads = 2, t = 16, d = 8, dv = 5;
-  bool bias = false;  // the mask as an additive 0 / -inf bias (Add), else bool (Where)
+  // The mask as an additive 0 / -inf bias (Add) with Q and Kt scaled, else bool (Where) with the
+  // scores scaled.
+  bool bias = false;
 };
 
 inline std::string attention_graph(DType dtype, const AttentionCase& c) {
@@ -50,13 +52,22 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   std::string text =
       str_cat("graph g(%q: ", t, shape(c.d, c.t), ", %k: ", t, shape(c.d, c.t), ", %v: ", t,
               shape(c.dv, c.t), ", %r: ", t, shape(c.dv, c.t), ") opset(17) {\n");
-  text += str_cat("  init %c_scale: ", t, "[] = [0.375]\n");
+  // With the bias, Q and Kt are each scaled by the scale's square root, as PyTorch exports
+  // scaled_dot_product_attention; else the scores are scaled.
+  text += c.bias ? str_cat("  init %c_root: ", t, "[] = [0.6123724356957945]\n")
+                 : str_cat("  init %c_scale: ", t, "[] = [0.375]\n");
   text += str_cat("  init %c_ninf: ", t, "[] = [-inf]\n");
   text +=
       str_cat("  init %c_mask: ", c.bias ? t : "bool", "[", c.t, ",", c.t, "] = [", mask, "]\n");
   text += str_cat("  %kt = Transpose<perm=[0, 1, 3, 2]>(%k) : ", t, shape(c.t, c.d), "\n");
-  text += str_cat("  %s = MatMul(%q, %kt) : ", t, scores, "\n");
-  text += str_cat("  %sc = Mul(%s, %c_scale) : ", t, scores, "\n");
+  if (c.bias) {
+    text += str_cat("  %qs = Mul(%q, %c_root) : ", t, shape(c.d, c.t), "\n");
+    text += str_cat("  %kts = Mul(%kt, %c_root) : ", t, shape(c.t, c.d), "\n");
+    text += str_cat("  %sc = MatMul(%qs, %kts) : ", t, scores, "\n");
+  } else {
+    text += str_cat("  %s = MatMul(%q, %kt) : ", t, scores, "\n");
+    text += str_cat("  %sc = Mul(%s, %c_scale) : ", t, scores, "\n");
+  }
   text += c.bias ? str_cat("  %sm = Add(%sc, %c_mask) : ", t, scores, "\n")
                  : str_cat("  %sm = Where(%c_mask, %sc, %c_ninf) : ", t, scores, "\n");
   std::string softmax_in = "%sm";

@@ -2,6 +2,10 @@
 //
 // The work goes in tiles of kQueryTile query rows of one batch (the product of the leading
 // dims); a tile's scores (kQueryTile x S values) are the most either kernel holds, never T x S.
+// A tile reads only the keys up to the last one its mask keeps in any of its rows (the key
+// extent): under a causal mask, the tile of rows r0 .. r0 + 63 reads keys 0 .. r0 + 63 and
+// skips the rest, about half the work; a padding mask's padded keys are skipped the same way.
+// A skipped key would have added exp(-inf) = 0 to every sum it enters.
 // Every product is a GEMM in the calling thread (runtime/cpu/gemm_core.h, OpenBLAS over f32, or
 // f64 for f64; f16 and bf16 operands staged in f32 in the workspace):
 // - forward, tiles spread over threads: S = scale Q_tile Kt + mask, each row's maximum, the
@@ -13,9 +17,12 @@
 // not depend on the thread count.
 //
 // Numerics: the GEMMs accumulate in the compute type in OpenBLAS's order, the exponentials' sum
-// sequentially; each output is rounded once. d_i reads Y as stored.
+// and d_i in vector lanes (an order fixed by the build); each output is rounded once. d_i reads
+// Y as stored.
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/cpu_kernel_util.h"
@@ -74,6 +81,33 @@ class MaskReader {
 
   bool present() const { return arg_ != nullptr; }
 
+  // One past the last key that rows i0 .. i0 + rows of batch b keep; s when no row keeps any
+  // (those rows' softmax is then computed over every key, as the unfused graph does).
+  int64_t key_extent(int64_t b, int64_t i0, int64_t rows, int64_t s) const {
+    if (arg_ == nullptr || col_stride_ == 0) return s;
+    const int64_t base = batch_offset_[b] + i0 * row_stride_;
+    const auto removed = [](auto bias) {
+      const auto x = load(bias);
+      return std::isinf(x) && x < 0;
+    };
+    switch (arg_->dtype()) {
+      case DType::kBool:
+        return extent(arg_->in<bool>().data() + base, rows, s,
+                      [keep = keep_](bool m) { return m != keep; });
+      case DType::kF32:
+        return extent(arg_->in<float>().data() + base, rows, s, removed);
+      case DType::kF64:
+        return extent(arg_->in<double>().data() + base, rows, s, removed);
+      case DType::kF16:
+        return extent(arg_->in<Float16>().data() + base, rows, s, removed);
+      case DType::kBF16:
+        return extent(arg_->in<BFloat16>().data() + base, rows, s, removed);
+      default:
+        AMPC_CHECK(false && "a mask is bool or float");
+        return s;
+    }
+  }
+
   // Applies the mask of row (b, i) to `scores[0..s)`.
   template <typename C>
   void apply(int64_t b, int64_t i, std::span<C> scores) const {
@@ -101,6 +135,19 @@ class MaskReader {
   }
 
  private:
+  // Each row is scanned from its end, only down to the extent the rows before it reached.
+  template <typename M, typename Removed>
+  int64_t extent(const M* mask, int64_t rows, int64_t s, Removed removed) const {
+    int64_t reach = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const M* row = mask + r * row_stride_;
+      int64_t j = s;
+      while (j > reach && removed(row[(j - 1) * col_stride_])) --j;
+      reach = j;
+    }
+    return reach == 0 ? s : reach;
+  }
+
   template <typename M, typename C>
   void add_bias(const M* bias, std::span<C> scores) const {
     for (size_t j = 0; j < scores.size(); ++j) {
@@ -131,15 +178,31 @@ int64_t staging_bytes(const Node& node, std::initializer_list<int> operands) {
 
 int64_t attention_workspace(const Node& node) { return staging_bytes(node, {0, 1, 2}); }
 
-// The tile's scores: S = scale Q_tile Kt + mask, for query rows r0 .. r0 + rows of batch b.
+// The tile's scores over keys 0 .. keys: S = scale Q_tile Kt + mask, for query rows r0 .. r0 +
+// rows of batch b, `keys` apart.
 template <typename C>
 void tile_scores(const C* q, const C* kt, const AttentionDims& n, int64_t b, int64_t r0,
-                 int64_t rows, C scale, const MaskReader& mask, C* scores) {
-  gemm_in_thread(GemmDims{.m = rows, .n = n.s, .k = n.d}, scale, q + (b * n.t + r0) * n.d, n.d,
-                 kt + b * n.d * n.s, n.s, C(0), scores, n.s);
+                 int64_t rows, int64_t keys, C scale, const MaskReader& mask, C* scores) {
+  gemm_in_thread(GemmDims{.m = rows, .n = keys, .k = n.d}, scale, q + (b * n.t + r0) * n.d, n.d,
+                 kt + b * n.d * n.s, n.s, C(0), scores, keys);
   for (int64_t r = 0; r < rows; ++r) {
-    mask.apply(b, r0 + r, std::span<C>(scores + r * n.s, n.s));
+    mask.apply(b, r0 + r, std::span<C>(scores + r * keys, keys));
   }
+}
+
+// Turns a row of scores into exp(score - max) and returns (max, the sum of the exponentials).
+template <typename C>
+std::pair<C, C> exponentiate(C* row, int64_t keys) {
+  C top = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : top)
+  for (int64_t j = 0; j < keys; ++j) top = top < row[j] ? row[j] : top;
+#pragma omp simd
+  for (int64_t j = 0; j < keys; ++j) row[j] -= top;
+  exp_array(row, row, keys);
+  C sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < keys; ++j) sum += row[j];
+  return {top, sum};
 }
 
 // What both kernels read of the node: the sizes (Q, Kt, V are operands first .. first + 2), the
@@ -179,24 +242,21 @@ absl::Status attention(const KernelContext& ctx) {
                    const int64_t b = item / tiles;
                    const int64_t r0 = item % tiles * kQueryTile;
                    const int64_t rows = std::min(kQueryTile, n.t - r0);
-                   tile_scores(q, kt, n, b, r0, rows, call.scale, call.mask, scores.data());
+                   const int64_t keys = call.mask.key_extent(b, r0, rows, n.s);
+                   tile_scores(q, kt, n, b, r0, rows, keys, call.scale, call.mask, scores.data());
                    for (int64_t r = 0; r < rows; ++r) {
-                     C* row = scores.data() + r * n.s;
-                     C max = -std::numeric_limits<C>::infinity();
-                     for (int64_t j = 0; j < n.s; ++j) max = std::max(max, row[j]);
-                     for (int64_t j = 0; j < n.s; ++j) row[j] -= max;
-                     exp_array(row, row, n.s);
-                     C sum = 0;
-                     for (int64_t j = 0; j < n.s; ++j) sum += row[j];
+                     const auto [max, sum] = exponentiate(scores.data() + r * keys, keys);
                      sums[r] = sum;
                      if (with_lse) lse[b * n.t + r0 + r] = max + std::log(sum);
                    }
-                   gemm_in_thread(GemmDims{.m = rows, .n = n.dv, .k = n.s}, C(1), scores.data(),
-                                  n.s, v + b * n.s * n.dv, n.dv, C(0), acc.data(), n.dv);
+                   gemm_in_thread(GemmDims{.m = rows, .n = n.dv, .k = keys}, C(1), scores.data(),
+                                  keys, v + b * n.s * n.dv, n.dv, C(0), acc.data(), n.dv);
                    for (int64_t r = 0; r < rows; ++r) {
-                     for (int64_t x = 0; x < n.dv; ++x) {
-                       y[(b * n.t + r0 + r) * n.dv + x] = store<T>(acc[r * n.dv + x] / sums[r]);
-                     }
+                     T* out = y.data() + (b * n.t + r0 + r) * n.dv;
+                     const C* in = acc.data() + r * n.dv;
+                     const C sum = sums[r];
+#pragma omp simd
+                     for (int64_t x = 0; x < n.dv; ++x) out[x] = store<T>(in[x] / sum);
                    }
                  }
                });
@@ -229,35 +289,44 @@ absl::Status attention_grad(const KernelContext& ctx) {
     std::vector<C> dk(n.s * n.d);
     std::vector<C> dv_acc(n.s * n.dv);
     for (int64_t b = begin; b < end; ++b) {
+      // dK and dV accumulate over the tiles; a key past a tile's extent gets nothing from it.
+      std::fill(dk.begin(), dk.end(), C(0));
+      std::fill(dv_acc.begin(), dv_acc.end(), C(0));
       for (int64_t r0 = 0; r0 < n.t; r0 += tile_rows) {
         const int64_t rows = std::min(tile_rows, n.t - r0);
         const int64_t first = b * n.t + r0;  // the tile's first row over all batches
-        tile_scores(q, kt, n, b, r0, rows, scale, call.mask, probs.data());
+        const int64_t keys = call.mask.key_extent(b, r0, rows, n.s);
+        tile_scores(q, kt, n, b, r0, rows, keys, scale, call.mask, probs.data());
         // dP = dY_tile V^T.
-        gemm_in_thread(GemmDims{.m = rows, .n = n.s, .k = n.dv, .trans_b = true}, C(1),
-                       dy + first * n.dv, n.dv, v + b * n.s * n.dv, n.dv, C(0), ds.data(), n.s);
+        gemm_in_thread(GemmDims{.m = rows, .n = keys, .k = n.dv, .trans_b = true}, C(1),
+                       dy + first * n.dv, n.dv, v + b * n.s * n.dv, n.dv, C(0), ds.data(), keys);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t row = first + r;
+          const C* dy_row = dy + row * n.dv;
+          const T* y_row = y.data() + row * n.dv;
           C d = 0;  // dY_i . Y_i
-          for (int64_t x = 0; x < n.dv; ++x) d += dy[row * n.dv + x] * load(y[row * n.dv + x]);
-          C* p = probs.data() + r * n.s;
-          C* g = ds.data() + r * n.s;
-          for (int64_t j = 0; j < n.s; ++j) p[j] -= lse[row];
-          exp_array(p, p, n.s);
-          for (int64_t j = 0; j < n.s; ++j) {
+#pragma omp simd reduction(+ : d)
+          for (int64_t x = 0; x < n.dv; ++x) d += dy_row[x] * load(y_row[x]);
+          C* p = probs.data() + r * keys;
+          C* g = ds.data() + r * keys;
+          const C row_lse = lse[row];
+#pragma omp simd
+          for (int64_t j = 0; j < keys; ++j) p[j] -= row_lse;
+          exp_array(p, p, keys);
+#pragma omp simd
+          for (int64_t j = 0; j < keys; ++j) {
             // dS = P (dP - d); a masked key (P = 0) adds nothing, whatever its dP.
             g[j] = p[j] == 0 ? C(0) : p[j] * (g[j] - d);
           }
         }
         // dQ_tile = scale dS K (K = Kt^T); dK += scale dS^T Q_tile; dV += P^T dY_tile.
-        gemm_in_thread(GemmDims{.m = rows, .n = n.d, .k = n.s, .trans_b = true}, scale, ds.data(),
-                       n.s, kt + b * n.d * n.s, n.s, C(0), dq_tile.data(), n.d);
+        gemm_in_thread(GemmDims{.m = rows, .n = n.d, .k = keys, .trans_b = true}, scale, ds.data(),
+                       keys, kt + b * n.d * n.s, n.s, C(0), dq_tile.data(), n.d);
         for (int64_t i = 0; i < rows * n.d; ++i) dq[first * n.d + i] = store<T>(dq_tile[i]);
-        const C beta = r0 == 0 ? C(0) : C(1);
-        gemm_in_thread(GemmDims{.m = n.s, .n = n.d, .k = rows, .trans_a = true}, scale, ds.data(),
-                       n.s, q + first * n.d, n.d, beta, dk.data(), n.d);
-        gemm_in_thread(GemmDims{.m = n.s, .n = n.dv, .k = rows, .trans_a = true}, C(1),
-                       probs.data(), n.s, dy + first * n.dv, n.dv, beta, dv_acc.data(), n.dv);
+        gemm_in_thread(GemmDims{.m = keys, .n = n.d, .k = rows, .trans_a = true}, scale, ds.data(),
+                       keys, q + first * n.d, n.d, C(1), dk.data(), n.d);
+        gemm_in_thread(GemmDims{.m = keys, .n = n.dv, .k = rows, .trans_a = true}, C(1),
+                       probs.data(), keys, dy + first * n.dv, n.dv, C(1), dv_acc.data(), n.dv);
       }
       for (int64_t j = 0; j < n.s; ++j) {
         for (int64_t x = 0; x < n.d; ++x) dkt[(b * n.d + x) * n.s + j] = store<T>(dk[j * n.d + x]);

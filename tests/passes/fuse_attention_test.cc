@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <random>
+#include <tuple>
 
 #include "tests/attention_graphs.h"
 
@@ -97,6 +98,49 @@ TEST(FuseAttention, InvertedMasksDivisorsAndAdditiveBiasesFuse) {
     })");
 }
 
+// PyTorch's export of scaled_dot_product_attention scales Q and Kt by the scale's square root;
+// those factors join the scores' own. A scaled Q that something else reads keeps its Mul.
+TEST(FuseAttention, ScalesOfQAndKtFoldIntoTheScale) {
+  expect_fusion(R"(
+    graph g(%q: f32[2,3,2], %kt: f32[2,2,3], %v: f32[2,3,2]) opset(17) {
+      init %c_root: f32[1] = [0.5]
+      init %c_d: f32[] = [4.0]
+      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
+      init %c_three: f32[] = [3.0]
+      %qs = Mul(%q, %c_root) : f32[2,3,2]
+      %kts = Div(%kt, %c_d) : f32[2,2,3]
+      %s = MatMul(%qs, %kts) : f32[2,3,3]
+      %sc = Mul(%c_three, %s) : f32[2,3,3]
+      %sb = Add(%sc, %c_bias) : f32[2,3,3]
+      %p = Softmax(%sb) : f32[2,3,3]
+      %y = MatMul(%p, %v) : f32[2,3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[2,3,2], %kt: f32[2,2,3], %v: f32[2,3,2]) opset(17) {
+      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
+      %y, %y.lse = ampc.Attention<scale=0.375>(%q, %kt, %v, %c_bias) : f32[2,3,2], f32[2,3]
+      return %y
+    })");
+  expect_fusion(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,3], %v: f32[3,2]) opset(17) {
+      init %c_root: f32[] = [0.5]
+      %qs = Mul(%q, %c_root) : f32[3,2]
+      %kts = Mul(%kt, %c_root) : f32[2,3]
+      %s = MatMul(%qs, %kts) : f32[3,3]
+      %p = Softmax(%s) : f32[3,3]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y, %qs
+    })",
+                R"(
+    graph g(%q: f32[3,2], %kt: f32[2,3], %v: f32[3,2]) opset(17) {
+      init %c_root: f32[] = [0.5]
+      %qs = Mul(%q, %c_root) : f32[3,2]
+      %y, %y.lse = ampc.Attention<scale=0.5>(%qs, %kt, %v) : f32[3,2], f32[3]
+      return %y, %qs
+    })");
+}
+
 TEST(FuseAttention, WhatIsReadElsewhereOrComputedDifferentlyStays) {
   // The probabilities are a graph output.
   expect_unchanged(R"(
@@ -166,10 +210,14 @@ TEST(FuseAttention, WhatIsReadElsewhereOrComputedDifferentlyStays) {
 
 // ---- Numerics ------------------------------------------------------------------------------
 
-class FusedAttentionNumerics : public ::testing::TestWithParam<bool> {};
+// Masks as a bool Where (the scores scaled) or an additive bias (Q and Kt each scaled by the
+// scale's square root, as PyTorch exports them); 16 positions (one CPU tile of queries) or 150
+// (three tiles, each reading the keys up to its last row under the causal mask).
+class FusedAttentionNumerics : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
 
 TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
-  const testing::AttentionCase c{.bias = GetParam()};
+  const auto [bias, t] = GetParam();
+  const testing::AttentionCase c{.t = t, .bias = bias};
   std::mt19937 rng(11);
   const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
   const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
@@ -202,8 +250,13 @@ TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Masks, FusedAttentionNumerics, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "bias" : "bool_mask"; });
+INSTANTIATE_TEST_SUITE_P(Masks, FusedAttentionNumerics,
+                         ::testing::Combine(::testing::Values(false, true),
+                                            ::testing::Values(int64_t{16}, int64_t{150})),
+                         [](const auto& info) {
+                           return str_cat(std::get<0>(info.param) ? "bias" : "bool_mask", "_t",
+                                          std::get<1>(info.param));
+                         });
 
 }  // namespace
 }  // namespace ampc
