@@ -7,8 +7,9 @@
 // (ampc::TensorView), which on the CPU reads them where they are: no copy, unless an array is not
 // C-contiguous (numpy makes a contiguous copy; a strided DLPack tensor is gathered into one).
 // Arrays out are numpy views of the tensors the session returned, which they keep alive (no
-// copy). f16 is numpy's float16; bf16 is DLPack's bfloat16 in, and ml_dtypes.bfloat16 when that
-// package is importable (else the raw bits as uint16) both ways.
+// copy). f16 is numpy's float16; bf16 is DLPack's bfloat16 in, or ml_dtypes.bfloat16 when that
+// package is importable (else the raw bits as uint16); out, those arrays as ampc.BFloat16Array,
+// whose __dlpack__ (bfloat16_dlpack below) says bfloat16.
 // The GIL is released while a session loads, steps, evaluates or runs, so Python threads that
 // drive different sessions run at once; each session has a lock, so two threads that share one
 // take turns. A failed Status becomes ValueError (bad input: an
@@ -98,7 +99,8 @@ py::dtype numpy_dtype(DType dtype) {
 
 // A numpy array that views `tensor`'s bytes and keeps the tensor alive. The strides are computed
 // here from ampc's element size: pybind11 2.10 reads the item size from numpy's dtype struct,
-// whose layout numpy 2 changed.
+// whose layout numpy 2 changed. bf16 comes as ampc.BFloat16Array (python/ampc/_bfloat16.py),
+// whose __dlpack__ says bfloat16.
 py::array to_numpy(Tensor tensor) {
   auto* owned = new Tensor(std::move(tensor));
   py::capsule keeper(owned, [](void* p) { delete static_cast<Tensor*>(p); });
@@ -110,8 +112,65 @@ py::array to_numpy(Tensor tensor) {
     strides[d] = stride;
     stride *= static_cast<py::ssize_t>(dims[d]);
   }
-  return py::array(numpy_dtype(owned->dtype()), shape, strides, owned->mutable_bytes().data(),
-                   keeper);
+  py::array array(numpy_dtype(owned->dtype()), shape, strides, owned->mutable_bytes().data(),
+                  keeper);
+  if (owned->dtype() != DType::kBF16) return array;
+  static const py::handle subclass =
+      py::object(py::module_::import("ampc._bfloat16").attr("BFloat16Array")).release();
+  return array.attr("view")(subclass);
+}
+
+// A bf16 array exported through DLPack: the capsule's tensor and what it points into.
+struct ExportedArray {
+  DLManagedTensor managed{};
+  std::vector<int64_t> shape, strides;
+  PyObject* array = nullptr;  // a reference the consumer's call of the deleter releases
+};
+
+// A "dltensor" capsule of DLPack's bfloat16 over the memory of `array` (bf16 as numpy holds it:
+// ml_dtypes.bfloat16 or the uint16 bits, any strides); numpy exports neither as bfloat16. The
+// capsule keeps the array alive until the consumer (torch.from_dlpack) deletes the tensor, which
+// may happen on a thread without the GIL.
+py::capsule bfloat16_dlpack(const py::array& array) {
+  // The item size from Python: pybind11 2.10's itemsize() reads numpy 1's dtype struct.
+  const auto itemsize = py::cast<py::ssize_t>(array.attr("itemsize"));
+  if (itemsize != 2) {
+    throw py::type_error("a bf16 array has 2-byte elements, got " + std::to_string(itemsize));
+  }
+  auto exported = std::make_unique<ExportedArray>();
+  for (py::ssize_t d = 0; d < array.ndim(); ++d) {
+    exported->shape.push_back(array.shape(d));
+    exported->strides.push_back(array.strides(d) / 2);  // DLPack counts elements, not bytes
+  }
+  DLTensor& t = exported->managed.dl_tensor;
+  t.data = const_cast<void*>(array.data());
+  t.device = DLDevice{kDLCPU, 0};
+  t.ndim = static_cast<int32_t>(array.ndim());
+  t.dtype = DLDataType{kDLBfloat, 16, 1};
+  t.shape = exported->shape.data();
+  t.strides = exported->strides.data();
+  t.byte_offset = 0;
+  exported->array = array.inc_ref().ptr();
+  exported->managed.manager_ctx = exported.get();
+  exported->managed.deleter = [](DLManagedTensor* self) {
+    auto* owner = static_cast<ExportedArray*>(self->manager_ctx);
+    if (Py_IsInitialized() != 0) {
+      const PyGILState_STATE gil = PyGILState_Ensure();
+      Py_DECREF(owner->array);
+      PyGILState_Release(gil);
+    }
+    delete owner;
+  };
+  // A capsule nobody consumed still owns its tensor (the protocol's rule: a consumer renames it).
+  PyObject* capsule = PyCapsule_New(&exported->managed, "dltensor", [](PyObject* self) {
+    if (PyCapsule_IsValid(self, "dltensor") != 0) {
+      auto* managed = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(self, "dltensor"));
+      managed->deleter(managed);
+    }
+  });
+  if (capsule == nullptr) throw py::error_already_set();
+  exported.release();
+  return py::reinterpret_steal<py::capsule>(capsule);
 }
 
 std::string dtype_text(const py::dtype& dtype) { return py::cast<std::string>(dtype.attr("name")); }
@@ -374,6 +433,8 @@ PYBIND11_MODULE(_ampc, m) {
   using namespace ampc::python;  // NOLINT(google-build-using-namespace)
   m.doc() = "ampc's runtime: run and train compiled ONNX models (docs/python-api.md)";
   m.attr("__version__") = AMPC_VERSION_STRING;
+  m.def("_bfloat16_dlpack", &bfloat16_dlpack, py::arg("array"),
+        "A DLPack capsule of bfloat16 over a bf16 array's memory (BFloat16Array.__dlpack__).");
 
   py::class_<PyInference>(m, "InferenceSession",
                           "Runs an ONNX model ampc supports on the CPU or a GPU.")

@@ -16,6 +16,7 @@ from ampc._cli import AmpcError, cli_path, compile, inspect
 
 __all__ = [
     "AmpcError",
+    "BFloat16Array",
     "InferenceSession",
     "TrainingSession",
     "__version__",
@@ -23,3 +24,12 @@ __all__ = [
     "compile",
     "inspect",
 ]
+
+
+def __getattr__(name):
+    # BFloat16Array subclasses numpy's array; imported on first use, so that `python3 -m ampc`
+    # (the CLI) runs without numpy.
+    if name == "BFloat16Array":
+        from ampc._bfloat16 import BFloat16Array
+        return BFloat16Array
+    raise AttributeError(f"module 'ampc' has no attribute {name!r}")

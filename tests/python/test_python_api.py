@@ -1,6 +1,6 @@
 """The Python module (python/ampc) against the command line it wraps: the same losses bit for bit,
 the same inspect document, errors as exceptions with the CLI's and the runtime's messages,
-f16 round trips, inputs read in place (numpy arrays and DLPack tensors), and sessions that step
+f16 and bf16 round trips (bf16 out through DLPack), inputs read in place (numpy arrays and DLPack tensors), and sessions that step
 in parallel threads (the GIL is released).
 
 Run by CTest (`python_api`) with PYTHONPATH=build/python and AMPC_BINARY, AMPC_SOURCE_DIR set.
@@ -235,6 +235,56 @@ def test_low_precision_arrays_round_trip(tmp_path, precision, dtype):
     assert session.state(name).tobytes() == values.tobytes()
     batch = batches()[0]
     assert np.isfinite(session.step(batch)["loss"])
+
+
+class DlpackOnly:
+    """Hands ampc an array through __dlpack__ alone, as a torch tensor would."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, stream=None):
+        return self.array.__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_bf16_arrays_go_out_as_dlpack_bfloat16(tmp_path):
+    """A bf16 state comes out as ampc.BFloat16Array, whose __dlpack__ capsule says bfloat16 (DLPack
+    type code 4): the session's own DLPack reader takes it back as bf16 and nothing else, dense or
+    strided. The capsule keeps the array alive until it is consumed or dropped."""
+    path = str(tmp_path / "mlp.bf16.onnx")
+    ampc.compile(MLP, path, precision="bf16", opt_level="O3", optimizer="sgd", lr=0.05)
+    session = ampc.TrainingSession(path)
+    name = next(n for n in session.state_names
+                if isinstance(session.state(n), ampc.BFloat16Array))
+    value = session.state(name)
+    assert value.__dlpack_device__() == (1, 0)
+    capsule = value.__dlpack__()
+    assert type(capsule).__name__ == "PyCapsule"
+
+    # Every other column of a wider array: the capsule carries the strides.
+    rows, cols = value.shape
+    wide = (np.arange(rows * 2 * cols, dtype=np.uint16).reshape(rows, 2 * cols) + 0x3c00)
+    strided = wide.view(ampc.BFloat16Array)[:, ::2]
+    session.set_state(name, DlpackOnly(strided))
+    assert session.state(name).view(np.uint16).tolist() == wide[:, ::2].tolist()
+    # A float16 array of the same bits is not bf16.
+    with pytest.raises(ValueError, match="expected dtype bf16, got f16"):
+        session.set_state(name, DlpackOnly(wide[:, ::2].view(np.float16).copy()))
+
+    bits = np.array([0x3f80, 0xc000, 0x3c00, 0x7f80], dtype=np.uint16)
+    assert bits.view(ampc.BFloat16Array).to_float32().tolist() == [1.0, -2.0, 2.0**-7, np.inf]
+
+    base = np.zeros(4, dtype=np.uint16)
+    before = sys.getrefcount(base)
+    capsule = ampc._ampc._bfloat16_dlpack(base)
+    assert sys.getrefcount(base) == before + 1
+    del capsule  # never consumed: the capsule deletes its tensor
+    assert sys.getrefcount(base) == before
+    with pytest.raises(TypeError, match="2-byte"):
+        ampc._ampc._bfloat16_dlpack(np.zeros(4, dtype=np.float32))
 
 
 def test_inspect_matches_the_clis_json(compiled):

@@ -84,8 +84,8 @@ SOURCE = os.environ.get("AMPC_SOURCE_DIR", os.path.join(os.path.dirname(__file__
 
 def test_torch_tensors_are_lent_through_dlpack(tmp_path):
     """CPU torch tensors go in through DLPack: read in place (a step copies only the learning
-    rate to the device), the losses numpy arrays give, bit for bit; bf16 keeps its bits. An output
-    array becomes a torch tensor over the same memory (torch.from_dlpack)."""
+    rate to the device), the losses numpy arrays give, bit for bit; bf16 keeps its bits, in and out. An
+    output array becomes a torch tensor over the same memory (torch.from_dlpack)."""
     mlp = os.path.join(SOURCE, "models", "mlp.onnx")
     data = np.load(os.path.join(SOURCE, "models", "mlp.train.npz"))
     path = str(tmp_path / "mlp.train.onnx")
@@ -116,3 +116,10 @@ def test_torch_tensors_are_lent_through_dlpack(tmp_path):
     values = (torch.arange(np.prod(shape), dtype=torch.float32) / 64).to(torch.bfloat16)
     session.set_state(name, values.reshape(shape))
     assert session.state(name).tobytes() == values.view(torch.int16).numpy().tobytes()
+    # And out: a bf16 state is a torch.bfloat16 tensor over the array's memory.
+    state = session.state(name)
+    tensor = torch.from_dlpack(state)
+    assert tensor.dtype == torch.bfloat16
+    assert tensor.data_ptr() == state.ctypes.data
+    assert torch.equal(tensor, values.reshape(shape))
+    assert torch.equal(torch.from_dlpack(state[:, 1::3]), values.reshape(shape)[:, 1::3])
