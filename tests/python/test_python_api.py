@@ -237,19 +237,6 @@ def test_low_precision_arrays_round_trip(tmp_path, precision, dtype):
     assert np.isfinite(session.step(batch)["loss"])
 
 
-class DlpackOnly:
-    """Hands ampc an array through __dlpack__ alone, as a torch tensor would."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __dlpack__(self, stream=None):
-        return self.array.__dlpack__()
-
-    def __dlpack_device__(self):
-        return self.array.__dlpack_device__()
-
-
 def test_bf16_arrays_go_out_as_dlpack_bfloat16(tmp_path):
     """A bf16 state comes out as ampc.BFloat16Array, whose __dlpack__ capsule says bfloat16 (DLPack
     type code 4): the session's own DLPack reader takes it back as bf16 and nothing else, dense or
