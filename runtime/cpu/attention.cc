@@ -22,6 +22,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -81,31 +83,33 @@ class MaskReader {
 
   bool present() const { return arg_ != nullptr; }
 
-  // One past the last key that rows i0 .. i0 + rows of batch b keep; s when no row keeps any
-  // (those rows' softmax is then computed over every key, as the unfused graph does).
-  int64_t key_extent(int64_t b, int64_t i0, int64_t rows, int64_t s) const {
-    if (arg_ == nullptr || col_stride_ == 0) return s;
-    const int64_t base = batch_offset_[b] + i0 * row_stride_;
-    const auto removed = [](auto bias) {
-      const auto x = load(bias);
-      return std::isinf(x) && x < 0;
-    };
-    switch (arg_->dtype()) {
-      case DType::kBool:
-        return extent(arg_->in<bool>().data() + base, rows, s,
-                      [keep = keep_](bool m) { return m != keep; });
-      case DType::kF32:
-        return extent(arg_->in<float>().data() + base, rows, s, removed);
-      case DType::kF64:
-        return extent(arg_->in<double>().data() + base, rows, s, removed);
-      case DType::kF16:
-        return extent(arg_->in<Float16>().data() + base, rows, s, removed);
-      case DType::kBF16:
-        return extent(arg_->in<BFloat16>().data() + base, rows, s, removed);
-      default:
-        AMPC_CHECK(false && "a mask is bool or float");
-        return s;
+  // The key extent of every tile of `tile_rows` queries of every batch, at b * tiles + tile: one
+  // past the last key a row of the tile keeps, or s when none of them keeps any (those rows'
+  // softmax is then computed over every key, as the unfused graph does). A mask shared by
+  // batches (broadcast over the batch dims) is scanned once.
+  std::vector<int64_t> tile_extents(const AttentionDims& n, int64_t tile_rows) const {
+    const int64_t tiles = (n.t + tile_rows - 1) / tile_rows;
+    std::vector<int64_t> extents(n.batch * tiles, n.s);
+    if (arg_ == nullptr || col_stride_ == 0) return extents;
+    std::unordered_map<int64_t, int64_t> first_with_offset;
+    std::vector<int64_t> scanned;  // the first batch of each distinct mask
+    for (int64_t b = 0; b < n.batch; ++b) {
+      if (first_with_offset.emplace(batch_offset_[b], b).second) scanned.push_back(b);
     }
+    parallel_for(static_cast<int64_t>(scanned.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        const int64_t b = scanned[k];
+        for (int64_t tile = 0; tile < tiles; ++tile) {
+          const int64_t r0 = tile * tile_rows;
+          extents[b * tiles + tile] = key_extent(b, r0, std::min(tile_rows, n.t - r0), n.s);
+        }
+      }
+    });
+    for (int64_t b = 0; b < n.batch; ++b) {
+      const int64_t first = first_with_offset.at(batch_offset_[b]);
+      std::copy_n(extents.begin() + first * tiles, tiles, extents.begin() + b * tiles);
+    }
+    return extents;
   }
 
   // Applies the mask of row (b, i) to `scores[0..s)`.
@@ -135,6 +139,32 @@ class MaskReader {
   }
 
  private:
+  // The key extent of rows i0 .. i0 + rows of batch b (tile_extents).
+  int64_t key_extent(int64_t b, int64_t i0, int64_t rows, int64_t s) const {
+    if (arg_ == nullptr || col_stride_ == 0) return s;
+    const int64_t base = batch_offset_[b] + i0 * row_stride_;
+    const auto removed = [](auto bias) {
+      const auto x = load(bias);
+      return std::isinf(x) && x < 0;
+    };
+    switch (arg_->dtype()) {
+      case DType::kBool:
+        return extent(arg_->in<bool>().data() + base, rows, s,
+                      [keep = keep_](bool m) { return m != keep; });
+      case DType::kF32:
+        return extent(arg_->in<float>().data() + base, rows, s, removed);
+      case DType::kF64:
+        return extent(arg_->in<double>().data() + base, rows, s, removed);
+      case DType::kF16:
+        return extent(arg_->in<Float16>().data() + base, rows, s, removed);
+      case DType::kBF16:
+        return extent(arg_->in<BFloat16>().data() + base, rows, s, removed);
+      default:
+        AMPC_CHECK(false && "a mask is bool or float");
+        return s;
+    }
+  }
+
   // Each row is scanned from its end, only down to the extent the rows before it reached.
   template <typename M, typename Removed>
   int64_t extent(const M* mask, int64_t rows, int64_t s, Removed removed) const {
@@ -232,6 +262,7 @@ absl::Status attention(const KernelContext& ctx) {
   const bool with_lse = ctx.has_output(1);
   const std::span<C> lse = with_lse ? ctx.output(1).out<C>() : std::span<C>();
   const int64_t tiles = (n.t + kQueryTile - 1) / kQueryTile;
+  const std::vector<int64_t> extents = call.mask.tile_extents(n, kQueryTile);
   const int64_t tile_work = std::min(kQueryTile, n.t) * n.s * (n.d + n.dv);
   parallel_for(n.batch * tiles, std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, tile_work)),
                [&](int64_t begin, int64_t end) {
@@ -242,7 +273,7 @@ absl::Status attention(const KernelContext& ctx) {
                    const int64_t b = item / tiles;
                    const int64_t r0 = item % tiles * kQueryTile;
                    const int64_t rows = std::min(kQueryTile, n.t - r0);
-                   const int64_t keys = call.mask.key_extent(b, r0, rows, n.s);
+                   const int64_t keys = extents[item];
                    tile_scores(q, kt, n, b, r0, rows, keys, call.scale, call.mask, scores.data());
                    for (int64_t r = 0; r < rows; ++r) {
                      const auto [max, sum] = exponentiate(scores.data() + r * keys, keys);
@@ -263,6 +294,30 @@ absl::Status attention(const KernelContext& ctx) {
   return absl::OkStatus();
 }
 
+// Whether outputs of type T are in the compute type (f32, f64), so the GEMMs accumulate in them.
+template <typename T>
+constexpr bool kOutputsAreAccumulators = std::is_same_v<T, gemm_t<T>>;
+
+// Where the GEMMs accumulate `out` from `offset` on: the output itself when it is in the compute
+// type, else `acc`.
+template <typename T, typename C>
+C* accumulator(std::span<T> out, int64_t offset, std::vector<C>& acc) {
+  if constexpr (kOutputsAreAccumulators<T>) {
+    return out.data() + offset;
+  } else {
+    return acc.data();
+  }
+}
+
+// Rounds `count` accumulated values into `out` from `offset` on (nothing to do when the GEMMs
+// wrote the output itself).
+template <typename T, typename C>
+void round_into(const std::vector<C>& acc, std::span<T> out, int64_t offset, int64_t count) {
+  if constexpr (!kOutputsAreAccumulators<T>) {
+    for (int64_t i = 0; i < count; ++i) out[offset + i] = store<T>(acc[i]);
+  }
+}
+
 int64_t attention_grad_workspace(const Node& node) { return staging_bytes(node, {0, 1, 2, 3}); }
 
 template <typename T>
@@ -281,21 +336,27 @@ absl::Status attention_grad(const KernelContext& ctx) {
   const std::span<T> dq = ctx.output(0).out<T>();
   const std::span<T> dkt = ctx.output(1).out<T>();
   const std::span<T> dv = ctx.output(2).out<T>();
+  const int64_t tile_rows = std::min(kQueryTile, n.t);
+  const int64_t tiles = (n.t + tile_rows - 1) / tile_rows;
+  const std::vector<int64_t> extents = call.mask.tile_extents(n, tile_rows);
   parallel_for(n.batch, 1, [&](int64_t begin, int64_t end) {
-    const int64_t tile_rows = std::min(kQueryTile, n.t);
     std::vector<C> probs(tile_rows * n.s);
     std::vector<C> ds(tile_rows * n.s);
-    std::vector<C> dq_tile(tile_rows * n.d);
-    std::vector<C> dk(n.s * n.d);
-    std::vector<C> dv_acc(n.s * n.dv);
+    // f32 accumulators for f16 and bf16 outputs (rounded into them once); f32 and f64 outputs
+    // are written by the GEMMs themselves.
+    std::vector<C> dq_acc(kOutputsAreAccumulators<T> ? 0 : tile_rows * n.d);
+    std::vector<C> dkt_acc(kOutputsAreAccumulators<T> ? 0 : n.d * n.s);
+    std::vector<C> dv_acc(kOutputsAreAccumulators<T> ? 0 : n.s * n.dv);
     for (int64_t b = begin; b < end; ++b) {
-      // dK and dV accumulate over the tiles; a key past a tile's extent gets nothing from it.
-      std::fill(dk.begin(), dk.end(), C(0));
-      std::fill(dv_acc.begin(), dv_acc.end(), C(0));
+      // dKt and dV accumulate over the tiles; a key past a tile's extent gets nothing from it.
+      C* dkt_b = accumulator(dkt, b * n.d * n.s, dkt_acc);
+      C* dv_b = accumulator(dv, b * n.s * n.dv, dv_acc);
+      std::fill_n(dkt_b, n.d * n.s, C(0));
+      std::fill_n(dv_b, n.s * n.dv, C(0));
       for (int64_t r0 = 0; r0 < n.t; r0 += tile_rows) {
         const int64_t rows = std::min(tile_rows, n.t - r0);
         const int64_t first = b * n.t + r0;  // the tile's first row over all batches
-        const int64_t keys = call.mask.key_extent(b, r0, rows, n.s);
+        const int64_t keys = extents[b * tiles + r0 / tile_rows];
         tile_scores(q, kt, n, b, r0, rows, keys, scale, call.mask, probs.data());
         // dP = dY_tile V^T.
         gemm_in_thread(GemmDims{.m = rows, .n = keys, .k = n.dv, .trans_b = true}, C(1),
@@ -319,21 +380,18 @@ absl::Status attention_grad(const KernelContext& ctx) {
             g[j] = p[j] == 0 ? C(0) : p[j] * (g[j] - d);
           }
         }
-        // dQ_tile = scale dS K (K = Kt^T); dK += scale dS^T Q_tile; dV += P^T dY_tile.
+        // dQ_tile = scale dS K (K = Kt^T); dKt += scale Q_tile^T dS; dV += P^T dY_tile.
+        C* dq_tile = accumulator(dq, first * n.d, dq_acc);
         gemm_in_thread(GemmDims{.m = rows, .n = n.d, .k = keys, .trans_b = true}, scale, ds.data(),
-                       keys, kt + b * n.d * n.s, n.s, C(0), dq_tile.data(), n.d);
-        for (int64_t i = 0; i < rows * n.d; ++i) dq[first * n.d + i] = store<T>(dq_tile[i]);
-        gemm_in_thread(GemmDims{.m = keys, .n = n.d, .k = rows, .trans_a = true}, scale, ds.data(),
-                       keys, q + first * n.d, n.d, C(1), dk.data(), n.d);
+                       keys, kt + b * n.d * n.s, n.s, C(0), dq_tile, n.d);
+        round_into(dq_acc, dq, first * n.d, rows * n.d);
+        gemm_in_thread(GemmDims{.m = n.d, .n = keys, .k = rows, .trans_a = true}, scale,
+                       q + first * n.d, n.d, ds.data(), keys, C(1), dkt_b, n.s);
         gemm_in_thread(GemmDims{.m = keys, .n = n.dv, .k = rows, .trans_a = true}, C(1),
-                       probs.data(), keys, dy + first * n.dv, n.dv, C(1), dv_acc.data(), n.dv);
+                       probs.data(), keys, dy + first * n.dv, n.dv, C(1), dv_b, n.dv);
       }
-      for (int64_t j = 0; j < n.s; ++j) {
-        for (int64_t x = 0; x < n.d; ++x) dkt[(b * n.d + x) * n.s + j] = store<T>(dk[j * n.d + x]);
-        for (int64_t x = 0; x < n.dv; ++x) {
-          dv[(b * n.s + j) * n.dv + x] = store<T>(dv_acc[j * n.dv + x]);
-        }
-      }
+      round_into(dkt_acc, dkt, b * n.d * n.s, n.d * n.s);
+      round_into(dv_acc, dv, b * n.s * n.dv, n.s * n.dv);
     }
   });
   return absl::OkStatus();
