@@ -1,10 +1,13 @@
 #include "runtime/cpu/gemm_core.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <climits>
 #include <mutex>
 
 #include "cblas.h"
+#include "oneapi/dnnl/dnnl.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -24,9 +27,24 @@ blasint blas_int(int64_t value) {
   return static_cast<blasint>(value);
 }
 
+// One f32 product through oneDNN's sgemm, in the calling thread. oneDNN uses one thread inside
+// an OpenMP parallel region of several; elsewhere it would use omp_get_max_threads() of them
+// (and may split K among them, which changes the bits), so the calling thread's OpenMP thread
+// count is 1 for the call.
+void sgemm_in_thread(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                     int64_t ldc) {
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const dnnl_status_t status = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha,
+                                          a, lda, b, ldb, beta, c, ldc);
+  omp_set_num_threads(threads);
+  AMPC_CHECK(status == dnnl_success);
+}
+
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
                const float* a, blasint lda, const float* b, blasint ldb, float* c, blasint ldc) {
-  cblas_sgemm(CblasRowMajor, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+  sgemm_in_thread(ta == CblasTrans, tb == CblasTrans, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
 }
 
 void blas_gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, blasint m, blasint n, blasint k,
@@ -77,10 +95,15 @@ void tiled_gemm(const GemmDims& dims, const GemmBatch& batch, const F* a, const 
 void gemm_in_thread(const GemmDims& dims, float alpha, const float* a, int64_t lda, const float* b,
                     int64_t ldb, float beta, float* c, int64_t ldc) {
   if (dims.m == 0 || dims.n == 0) return;
-  use_single_threaded_blas();
-  cblas_sgemm(CblasRowMajor, dims.trans_a ? CblasTrans : CblasNoTrans,
-              dims.trans_b ? CblasTrans : CblasNoTrans, blas_int(dims.m), blas_int(dims.n),
-              blas_int(dims.k), alpha, a, blas_int(lda), b, blas_int(ldb), beta, c, blas_int(ldc));
+  if (dims.k == 0) {  // C = beta C; oneDNN refuses the leading dimensions of empty operands
+    for (int64_t i = 0; i < dims.m; ++i) {
+      for (int64_t j = 0; j < dims.n; ++j)
+        c[i * ldc + j] = beta == 0 ? 0.0f : beta * c[i * ldc + j];
+    }
+    return;
+  }
+  sgemm_in_thread(dims.trans_a, dims.trans_b, dims.m, dims.n, dims.k, alpha, a, lda, b, ldb, beta,
+                  c, ldc);
 }
 
 void gemm_in_thread(const GemmDims& dims, double alpha, const double* a, int64_t lda,

@@ -1,15 +1,17 @@
-// The GEMM core of the CPU backend: batches of row-major f32 and f64 matrix products over
-// OpenBLAS, and the helpers the MatMul, Gemm and Conv kernels share to stage f16/bf16 operands
-// in f32 (their workspace) and round the f32 result once.
+// The GEMM core of the CPU backend: batches of row-major f32 and f64 matrix products, f32 through
+// oneDNN's sgemm (its JIT kernels; about 10% faster than OpenBLAS's on the benchmark models'
+// steps, docs/benchmarks.md) and f64 through OpenBLAS's dgemm, and the helpers the MatMul, Gemm
+// and Conv kernels share to stage f16/bf16 operands in f32 (their workspace) and round the f32
+// result once.
 //
-// Accumulation order. OpenBLAS's own threading does not keep the bits of a product fixed: its
-// per-element summation order depends on how it splits the output among threads (and on the
-// shape of the call), so the same product gives different bits on 1 and 2 threads. The core
-// therefore runs OpenBLAS single-threaded and splits each product itself into output tiles of at
-// most kGemmTileRows x kGemmTileCols, fixed by (M, N) alone. Each tile is one single-threaded
-// cblas_sgemm/dgemm call over the full K; tiles (and batch entries) are spread over the cores
-// with parallel_for. An element's sum is therefore OpenBLAS's kernel order for the tile that
-// holds it: the same on any thread count, though it may differ between CPU models.
+// Accumulation order. Neither library's own threading keeps the bits of a product fixed: the
+// per-element summation order depends on how it splits the work among threads (oneDNN may split
+// K), so the same product gives different bits on 1 and 2 threads. The core therefore runs both
+// single-threaded and splits each product itself into output tiles of at most kGemmTileRows x
+// kGemmTileCols, fixed by (M, N) alone. Each tile is one single-threaded sgemm/dgemm call over
+// the full K; tiles (and batch entries) are spread over the cores with parallel_for. An
+// element's sum is therefore the library kernel's order for the tile that holds it: the same on
+// any thread count, though it may differ between CPU models.
 #pragma once
 
 #include <cstddef>

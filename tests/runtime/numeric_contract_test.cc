@@ -7,7 +7,8 @@
 // The order the contract fixes, and these references follow:
 // - MatMul, Conv: f32 accumulation. With small integers times powers of two every partial sum is
 //   exact in f32, so any order gives the same f32 result and a naive loop is the reference.
-//   Random inputs are compared with one cblas_sgemm call on the upcast operands.
+//   Random inputs are compared with one call of oneDNN's sgemm (the f32 core's library, on one
+//   thread) on the upcast operands.
 // - Add, Mul: one f32 operation per element.
 // - Softmax, per row: m = max; e_i = exp(x_i - m) (std::exp on f32); s = e_0 + ... + e_{n-1}
 //   summed left to right; y_i = e_i / s.
@@ -17,7 +18,7 @@
 // Overflow and underflow happen where IEEE puts them: f16 65504 + 16 is inf, 65504 + 15 is
 // 65504; a MatMul of 70000 is inf in f16 and finite in bf16; results below half the smallest
 // subnormal are zeros of the right sign, results in the subnormal range are exact.
-#include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -27,6 +28,7 @@
 
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
+#include "oneapi/dnnl/dnnl.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
 namespace ampc {
@@ -119,8 +121,12 @@ TEST_P(NumericContract, MatMulWithRandomInputsIsUpcastSgemmRounded) {
   const Tensor y = run_op("MatMul", "", {a, b}, TensorType{dtype, {m, n}});
   const std::vector<float> a32 = upcast(a), b32 = upcast(b);
   std::vector<float> expected(m * n);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, m, n, k, 1.0f, a32.data(), k, b32.data(),
-              n, 0.0f, expected.data(), n);
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);  // on more threads oneDNN may split K, and the sums' order with it
+  ASSERT_EQ(
+      dnnl_sgemm('N', 'N', m, n, k, 1.0f, a32.data(), k, b32.data(), n, 0.0f, expected.data(), n),
+      dnnl_success);
+  omp_set_num_threads(threads);
   expect_rounded(y, expected, "MatMul");
 }
 
