@@ -6,7 +6,7 @@
 // extent): under a causal mask, the tile of rows r0 .. r0 + 63 reads keys 0 .. r0 + 63 and
 // skips the rest, about half the work; a padding mask's padded keys are skipped the same way.
 // A skipped key would have added exp(-inf) = 0 to every sum it enters.
-// Every product is a GEMM in the calling thread (runtime/cpu/gemm_core.h, OpenBLAS over f32, or
+// Every product is a GEMM in the calling thread (runtime/cpu/gemm_core.h, oneDNN over f32, or
 // f64 for f64; f16 and bf16 operands staged in f32 in the workspace):
 // - forward, tiles spread over threads: S = scale Q_tile Kt + mask, each row's maximum, the
 //   exponentials and their sum, Y_tile = (P V) / sum, and the row's LSE = max + log(sum);
@@ -16,9 +16,9 @@
 // Each output element is computed by one thread in an order fixed by the shapes: the results do
 // not depend on the thread count.
 //
-// Numerics: the GEMMs accumulate in the compute type in OpenBLAS's order, the exponentials' sum
-// and d_i in vector lanes (an order fixed by the build); each output is rounded once. d_i reads
-// Y as stored.
+// Numerics: the GEMMs accumulate in the compute type in the library kernel's order, the
+// exponentials' sum and d_i in vector lanes (an order fixed by the build); each output is rounded
+// once. d_i reads Y as stored.
 #include <algorithm>
 #include <cmath>
 #include <limits>

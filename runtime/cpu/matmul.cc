@@ -1,11 +1,11 @@
 // MatMul (numpy.matmul: 1-D operands, broadcast batch dims) and Gemm (alpha * A' * B' + beta * C).
 //
 // Accumulation contract:
-// - f32: the f32 GEMM core (runtime/cpu/gemm_core.h: OpenBLAS sgemm, single-threaded per fixed
+// - f32: the f32 GEMM core (runtime/cpu/gemm_core.h: oneDNN sgemm, single-threaded per fixed
 //   output tile, so the order does not depend on the thread count).
-// - f16/bf16: inputs upcast exactly to f32, product accumulated by the f32 GEMM core (OpenBLAS
+// - f16/bf16: inputs upcast exactly to f32, product accumulated by the f32 GEMM core (oneDNN
 //   sgemm, fixed blocking order), rounded once.
-// - f64: the same core over dgemm.
+// - f64: the same core over OpenBLAS dgemm.
 // - i32/i64: exact integer sums that wrap around on overflow, as numpy's do.
 // Gemm's epilogue runs in the compute type on the accumulated product p, in this order:
 // y = alpha * p, then y = y + beta * c when C is present and beta is not 0 (a zero beta ignores
