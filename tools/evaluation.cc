@@ -53,10 +53,8 @@ int64_t correct(const Tensor& scores, const Tensor& labels) {
 
 }  // namespace
 
-absl::Status report_evaluation(runtime::TrainingSession& session, const std::string& path,
-                               runtime::comm::Communicator* group) {
-  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
-                        runtime::BatchData::load(path, session.eval_inputs()));
+absl::Status report_evaluation(runtime::TrainingSession& session, const runtime::BatchData& data,
+                               const std::string& path, runtime::comm::Communicator* group) {
   const int rank = group != nullptr ? group->rank() : 0;
   const int ranks = group != nullptr ? group->size() : 1;
   // One sum per scalar output, then (correct, total) per classifier output, in an order every

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "compiler/file_util.h"
@@ -208,11 +209,13 @@ int train(const TrainFlags& flags) {
   if (!data_inputs.ok()) return report_error(data_inputs.status());
   absl::StatusOr<runtime::BatchData> data = runtime::BatchData::load(flags.data, *data_inputs);
   if (!data.ok()) return report_error(data.status());
+  // Read now, so a bad file fails before any step runs; evaluated after the last.
+  std::optional<runtime::BatchData> eval_data;
   if (!flags.eval_data.empty()) {
-    // Checked now, so a bad file fails before any step runs.
     absl::StatusOr<runtime::BatchData> eval =
         runtime::BatchData::load(flags.eval_data, session.eval_inputs());
     if (!eval.ok()) return report_error(eval.status());
+    eval_data = *std::move(eval);
   }
   const std::string checkpoint =
       flags.checkpoint_dir.empty()
@@ -356,9 +359,9 @@ int train(const TrainFlags& flags) {
     }
     if (stop_signal.load() != 0) return 128 + stop_signal.load();
     // The other ranks evaluate their share of --eval-data; rank 0 reports.
-    if (!flags.eval_data.empty()) {
-      if (absl::Status status =
-              report_evaluation(session, flags.eval_data, session_options.communicator.get());
+    if (eval_data.has_value()) {
+      if (absl::Status status = report_evaluation(session, *eval_data, flags.eval_data,
+                                                  session_options.communicator.get());
           !status.ok()) {
         return report_error(status);
       }
@@ -385,9 +388,9 @@ int train(const TrainFlags& flags) {
               << " steps skipped on overflow; loss scale now "
               << session.state("loss_scale")->element_as_double(0) << "\n";
   }
-  if (!flags.eval_data.empty()) {
-    if (absl::Status status =
-            report_evaluation(session, flags.eval_data, session_options.communicator.get());
+  if (eval_data.has_value()) {
+    if (absl::Status status = report_evaluation(session, *eval_data, flags.eval_data,
+                                                session_options.communicator.get());
         !status.ok()) {
       return report_error(status);
     }
