@@ -3,13 +3,13 @@
 //
 // Rewrites, reading back from each Softmax over the last axis:
 //   MatMul(Q, Kt) -> [Mul or Div by a constant scalar] -> [mask] -> Softmax -> MatMul(., V)
-// where Q and Kt may each be a Mul or Div by a constant scalar only the MatMul reads (PyTorch's
-// export of scaled_dot_product_attention scales both by the scale's square root): the fused
-// node's scale is the product of the three factors, applied once to the product.
 // where the mask is Where(M, scores, -inf) or Where(M, -inf, scores) with a bool M, or
 // Add(scores, B) with a float B that no weight reaches (a causal or padding bias; an
 // initializer holding a mask fill, passes/mask_data.h, is data, not a weight); float Casts
-// may stand anywhere between (autocast puts them around the f32 Softmax). Every value inside
+// may stand anywhere between (autocast puts them around the f32 Softmax). Q and Kt may each be
+// a Mul or Div by a constant scalar that only the MatMul reads (PyTorch's export of
+// scaled_dot_product_attention scales both by the scale's square root): the fused node's scale
+// is the product of the factors, applied once to the product. Every value inside
 // the pattern must have the pattern's next node as its only reader, so nothing that is read
 // elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
 // type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to

@@ -141,7 +141,6 @@ class MaskReader {
  private:
   // The key extent of rows i0 .. i0 + rows of batch b (tile_extents).
   int64_t key_extent(int64_t b, int64_t i0, int64_t rows, int64_t s) const {
-    if (arg_ == nullptr || col_stride_ == 0) return s;
     const int64_t base = batch_offset_[b] + i0 * row_stride_;
     const auto removed = [](auto bias) {
       const auto x = load(bias);
@@ -261,18 +260,19 @@ absl::Status attention(const KernelContext& ctx) {
   const std::span<T> y = ctx.output(0).out<T>();
   const bool with_lse = ctx.has_output(1);
   const std::span<C> lse = with_lse ? ctx.output(1).out<C>() : std::span<C>();
-  const int64_t tiles = (n.t + kQueryTile - 1) / kQueryTile;
-  const std::vector<int64_t> extents = call.mask.tile_extents(n, kQueryTile);
-  const int64_t tile_work = std::min(kQueryTile, n.t) * n.s * (n.d + n.dv);
+  const int64_t tile_rows = std::min(kQueryTile, n.t);
+  const int64_t tiles = (n.t + tile_rows - 1) / tile_rows;
+  const std::vector<int64_t> extents = call.mask.tile_extents(n, tile_rows);
+  const int64_t tile_work = tile_rows * n.s * (n.d + n.dv);
   parallel_for(n.batch * tiles, std::max<int64_t>(1, (1 << 20) / std::max<int64_t>(1, tile_work)),
                [&](int64_t begin, int64_t end) {
-                 std::vector<C> scores(std::min(kQueryTile, n.t) * n.s);
-                 std::vector<C> acc(std::min(kQueryTile, n.t) * n.dv);
-                 std::vector<C> sums(kQueryTile);
+                 std::vector<C> scores(tile_rows * n.s);
+                 std::vector<C> acc(tile_rows * n.dv);
+                 std::vector<C> sums(tile_rows);
                  for (int64_t item = begin; item < end; ++item) {
                    const int64_t b = item / tiles;
-                   const int64_t r0 = item % tiles * kQueryTile;
-                   const int64_t rows = std::min(kQueryTile, n.t - r0);
+                   const int64_t r0 = item % tiles * tile_rows;
+                   const int64_t rows = std::min(tile_rows, n.t - r0);
                    const int64_t keys = extents[item];
                    tile_scores(q, kt, n, b, r0, rows, keys, call.scale, call.mask, scores.data());
                    for (int64_t r = 0; r < rows; ++r) {

@@ -1,7 +1,7 @@
 """The Python module (python/ampc) against the command line it wraps: the same losses bit for bit,
 the same inspect document, errors as exceptions with the CLI's and the runtime's messages,
-f16 and bf16 round trips (bf16 out through DLPack), inputs read in place (numpy arrays and DLPack tensors), and sessions that step
-in parallel threads (the GIL is released).
+f16 and bf16 round trips (bf16 out through DLPack), inputs read in place (numpy arrays and DLPack
+tensors), and sessions that step in parallel threads (the GIL is released).
 
 Run by CTest (`python_api`) with PYTHONPATH=build/python and AMPC_BINARY, AMPC_SOURCE_DIR set.
 """

@@ -84,8 +84,8 @@ SOURCE = os.environ.get("AMPC_SOURCE_DIR", os.path.join(os.path.dirname(__file__
 
 def test_torch_tensors_are_lent_through_dlpack(tmp_path):
     """CPU torch tensors go in through DLPack: read in place (a step copies only the learning
-    rate to the device), the losses numpy arrays give, bit for bit; bf16 keeps its bits, in and out. An
-    output array becomes a torch tensor over the same memory (torch.from_dlpack)."""
+    rate to the device), the losses numpy arrays give, bit for bit; bf16 keeps its bits, in and
+    out. An output array becomes a torch tensor over the same memory (torch.from_dlpack)."""
     mlp = os.path.join(SOURCE, "models", "mlp.onnx")
     data = np.load(os.path.join(SOURCE, "models", "mlp.train.npz"))
     path = str(tmp_path / "mlp.train.onnx")
