@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "compiler/shape_inference.h"
@@ -243,14 +244,39 @@ int all_reduce_gradients(Graph& step, std::vector<Value*> grads, const DataParal
   // The nodes that turn each summed value into the optimizer's gradient: they move after the sum.
   std::unordered_map<const Value*, std::vector<Node*>> chains;
   std::unordered_set<const Node*> chain_nodes;
+  const std::vector<Value*> optimizer_grads = grads;
   for (Value*& grad : grads) {
     std::vector<Node*> chain;
     grad = computed_from(grad, chain);
     chain_nodes.insert(chain.begin(), chain.end());
     chains[grad] = std::move(chain);
   }
+  // The first node that reads a summed gradient (the optimizer's first): the casts back and the
+  // moved chains go right before it, not right after their sum, so that on a GPU a bucket's
+  // all-reduce overlaps the rest of the backward instead of being waited for by its next node.
+  const std::vector<Node*> order = step.node_list();
+  std::unordered_map<const Node*, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  size_t first_reader = order.size();
+  for (const std::vector<Value*>* values : {&std::as_const(grads), &optimizer_grads}) {
+    for (const Value* value : *values) {
+      for (const Use& use : value->uses()) {
+        if (chain_nodes.contains(use.user) || reads_into_state_update(*use.user, sum_updates)) {
+          continue;
+        }
+        first_reader = std::min(first_reader, position.at(use.user));
+      }
+    }
+  }
+  auto at_or_end = [&](const Node* node) {
+    return node == nullptr ? order.size() : position.at(node);
+  };
   int added = 0;
   for (const Bucket& bucket : make_buckets(step, grads, options.bucket_bytes, chain_nodes)) {
+    // A reader before this bucket's sum could not wait for it: then right after the sum.
+    Node* readers_at = first_reader < order.size() && at_or_end(bucket.before) <= first_reader
+                           ? order[first_reader]
+                           : bucket.before;
     std::vector<std::optional<TensorType>> types;
     for (const Value* grad : bucket.grads) {
       types.push_back(
@@ -262,9 +288,8 @@ int all_reduce_gradients(Graph& step, std::vector<Value*> grads, const DataParal
       Value* grad = bucket.grads[i];
       Value* reduced = sum->output(static_cast<int>(i));
       reduced->set_name(step.unique_value_name(str_cat(grad->name(), ".all_ranks")));
-      read_summed(grad, in_gradient_dtype(step, reduced, grad, *sum, bucket.before), sum,
-                  sum_updates);
-      for (Node* node : chains.at(grad)) step.move_node(node, bucket.before);
+      read_summed(grad, in_gradient_dtype(step, reduced, grad, *sum, readers_at), sum, sum_updates);
+      for (Node* node : chains.at(grad)) step.move_node(node, readers_at);
     }
     ++added;
   }
@@ -418,9 +443,9 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
 
 absl::StatusOr<DataParallelRewrite> insert_gradient_all_reduce(Graph& step,
                                                                const DataParallelOptions& options) {
-  if (options.ranks < 2) {
+  if (options.ranks < 1) {
     return absl::InvalidArgumentError(
-        str_cat("data-parallel training needs 2 or more ranks, not ", options.ranks));
+        str_cat("data-parallel training needs 1 or more ranks, not ", options.ranks));
   }
   AMPC_ASSIGN_OR_RETURN(std::vector<Value*> grads, optimizer_gradients(step));
   AMPC_RETURN_IF_ERROR(scale_seed(step, options.ranks));

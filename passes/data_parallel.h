@@ -11,7 +11,10 @@
 //   pass always adds), taken in the order the backward produces them, are cut into buckets of
 //   about `bucket_bytes` (as f32); each bucket becomes one ampc.AllReduce node (the sum over the
 //   ranks), placed right after the node that produces its last gradient, and every other reader
-//   of a gradient reads its sum instead. Everything after the sums (the unscale and overflow
+//   of a gradient reads its sum instead; the nodes between a sum and the optimizer (the cast
+//   back to an f16 or bf16 gradient's dtype, the lossless copies moved after the sum) go right
+//   before the optimizer's first reader, so nothing in the backward waits for a sum (on a GPU it
+//   overlaps the rest of the backward). Everything after the sums (the unscale and overflow
 //   check, the norm and clipping, the update) then sees the same values on every rank, so every
 //   rank skips, clips and updates alike. The loss output becomes its mean over the ranks (what
 //   the log shows).

@@ -116,12 +116,56 @@ absl::Status Executor::allocate_and_bind() {
     states_.push_back(std::move(state));
     contexts_.push_back(std::move(ctx));
   }
+  plan_joins();
   const int workspace = static_cast<int>(ArenaKind::kWorkspace);
   AMPC_ASSIGN_OR_RETURN(arenas_[workspace], backend_->allocate(workspace_bytes, "workspace arena"));
   for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
     int64_t bytes = steps[s].workspace_bytes;
     if (states_[s] != nullptr) bytes = std::max(bytes, states_[s]->workspace_bytes);
     contexts_[s].workspace = std::span<std::byte>(arenas_[workspace].data(), bytes);
+  }
+  return absl::OkStatus();
+}
+
+void Executor::plan_joins() {
+  const std::vector<PlanStep>& steps = plan_.steps();
+  joins_.assign(steps.size(), {});
+  std::unordered_map<const Node*, int> asynchronous;  // producer node -> its step
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    if (states_[s] == nullptr || !states_[s]->asynchronous()) continue;
+    asynchronous_steps_.push_back(s);
+    asynchronous.emplace(steps[s].node, s);
+    // An output nothing reads is freed at once: its memory may be reused by the next step.
+    const Node& node = *steps[s].node;
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      if (node.has_output(i) && node.output(i)->is_dead() &&
+          s + 1 < static_cast<int>(steps.size())) {
+        joins_[s + 1].push_back(s);
+        break;
+      }
+    }
+  }
+  if (asynchronous.empty()) return;
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    for (const Value* operand : steps[s].node->operands()) {
+      if (operand == nullptr || operand->producer() == nullptr) continue;
+      const auto it = asynchronous.find(operand->producer());
+      if (it == asynchronous.end()) continue;
+      std::vector<int>& joins = joins_[s];
+      if (std::find(joins.begin(), joins.end(), it->second) == joins.end()) {
+        joins.push_back(it->second);
+      }
+    }
+  }
+}
+
+absl::Status Executor::join_before(size_t s) {
+  const std::vector<int>& joining = s < joins_.size() ? joins_[s] : asynchronous_steps_;
+  for (int step : joining) {
+    if (absl::Status joined = states_[step]->join(backend_->context()); !joined.ok()) {
+      return absl::Status(joined.code(),
+                          str_cat(plan_.steps()[step].node->describe(), ": ", joined.message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -224,7 +268,12 @@ absl::Status Executor::launch(uint64_t random_stream) {
   absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
     contexts_[s].random_stream = random_stream;
-    absl::Status status = steps[s].kernel->fn(contexts_[s]);
+    absl::Status status = join_before(s);
+    if (status.ok()) status = steps[s].kernel->fn(contexts_[s]);
+    // The checks read the outputs at once: no overlap here.
+    if (status.ok() && states_[s] != nullptr && states_[s]->asynchronous()) {
+      status = states_[s]->join(backend_->context());
+    }
     if (!status.ok()) {
       // Work queued before the failure must not outlive this call unreported.
       (void)backend_->synchronize();
@@ -244,6 +293,7 @@ absl::Status Executor::launch(uint64_t random_stream) {
       }
     }
   }
+  AMPC_RETURN_IF_ERROR(join_before(steps.size()));
   if (!options_.check_numerics) return absl::OkStatus();
   // The numerics checks waited for every step already; a data error still comes first.
   AMPC_RETURN_IF_ERROR(finish());
@@ -253,13 +303,19 @@ absl::Status Executor::launch(uint64_t random_stream) {
 
 absl::Status Executor::launch_steps(uint64_t random_stream, bool capturing) {
   const std::vector<PlanStep>& steps = plan_.steps();
-  for (size_t s = 0; s < steps.size(); ++s) {
-    contexts_[s].random_stream = random_stream;
-    const absl::Status status = steps[s].kernel->fn(contexts_[s]);
+  for (size_t s = 0; s <= steps.size(); ++s) {
+    // Past the last step: every asynchronous step joins the stream, so the run (or the
+    // recording) ends with all of its work on the stream.
+    absl::Status status = join_before(s);
+    if (status.ok() && s < steps.size()) {
+      contexts_[s].random_stream = random_stream;
+      status = steps[s].kernel->fn(contexts_[s]);
+    }
     if (!status.ok()) {
       // Work queued before the failure must not outlive this call unreported (a recording
       // queued nothing).
       if (!capturing) (void)backend_->synchronize();
+      if (s == steps.size()) return status;
       return absl::Status(status.code(),
                           str_cat(steps[s].node->describe(), ": ", status.message()));
     }

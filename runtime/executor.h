@@ -94,6 +94,10 @@ class Executor {
   absl::Status allocate_and_bind();
   std::byte* address(const Value* value) const;
   absl::Status check_numerics(int step) const;
+  // Makes the stream wait for the asynchronous steps step `s` reads (s == steps: all of them).
+  absl::Status join_before(size_t s);
+  // Finds the joins once the states are made.
+  void plan_joins();
   // After a run of a loss-scaled step that met `first_non_finite`: OK when the step was skipped
   // and every state update is finite.
   absl::Status settle_skipped_numerics(const absl::Status& first_non_finite) const;
@@ -112,6 +116,10 @@ class Executor {
   DeviceMemory arenas_[kNumArenas];
   std::vector<KernelContext> contexts_;
   std::vector<std::unique_ptr<KernelState>> states_;
+  // Per step: the asynchronous steps (KernelState::asynchronous) it joins before it runs; and
+  // every asynchronous step, joined at the end of a run.
+  std::vector<std::vector<int>> joins_;
+  std::vector<int> asynchronous_steps_;
   bool random_stream_set_ = false;
   uint64_t random_stream_ = 0;
   // The recorded run (ExecutorOptions::use_graph), or null.

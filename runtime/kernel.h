@@ -59,6 +59,15 @@ struct KernelState {
   // Device scratch every call needs (a chosen convolution algorithm's), on top of what the
   // KernelDef's workspace function asks for; the executor provides the larger of the two.
   int64_t workspace_bytes = 0;
+
+  // An asynchronous kernel finishes its outputs off the execution context's stream (a
+  // collective on a communication stream, overlapping the kernels queued after it). Its outputs
+  // are complete for the stream only once join() made the stream wait for them: the executor
+  // calls join() before each step that reads them and at the end of every run. Such a kernel
+  // reads its operands on the stream (they may be reused as soon as it returns), and the
+  // executor also joins it at the next step when one of its outputs has no reader.
+  virtual bool asynchronous() const { return false; }
+  virtual absl::Status join(const ExecutionContext& /*exec*/) { return absl::OkStatus(); }
 };
 
 // What a kernel sees: the node (for attributes), its operands and outputs in the device's

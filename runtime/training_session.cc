@@ -97,7 +97,14 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
     session->accumulation_steps_ = k.element_as_i64(0);
   }
   comm::Communicator* group = options.communicator.get();
-  if (group != nullptr && group->size() > 1) {
+  if (group != nullptr && group->engine() == "nccl" && options.device != Device::kCuda) {
+    return absl::InvalidArgumentError(str_cat("the nccl communicator moves GPU memory; a ",
+                                              device_name(options.device),
+                                              " session's ranks communicate through gloo"));
+  }
+  // A session given a group trains data-parallel over it, even a group of one (whose sums are
+  // its own values: the step is the single rank's, through the communicator).
+  if (group != nullptr) {
     AMPC_ASSIGN_OR_RETURN(DataParallelRewrite rewrite,
                           insert_gradient_all_reduce(
                               *step, DataParallelOptions{.ranks = group->size(),
@@ -389,7 +396,14 @@ absl::Status TrainingSession::settle() const {
   if (queued_.empty()) return failed_;
   const int64_t first = queued_.front().step;
   const int64_t last = queued_.back().step;
-  if (absl::Status finished = step_->finish(); !finished.ok()) {
+  absl::Status finished = step_->finish();
+  // A collective that failed on the device (a rank that stopped) leaves the stream done but its
+  // results wrong: the communicator knows.
+  if (const comm::Communicator* group = step_->backend().context().communicator;
+      finished.ok() && group != nullptr) {
+    finished = group->health();
+  }
+  if (!finished.ok()) {
     queued_.clear();
     failed_ = absl::Status(
         finished.code(),

@@ -8,13 +8,16 @@
 // CUDA: device memory in use after the steps less before the session), and the fused nodes.
 #include "tools/bench_command.h"
 
+#include <stdlib.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -23,6 +26,7 @@
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
 #include "runtime/batch_data.h"
+#include "runtime/comm/launch.h"
 #include "runtime/plan.h"
 #include "runtime/training_session.h"
 #include "tools/command_util.h"
@@ -88,6 +92,26 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
   return options;
 }
 
+// The data-parallel group of one rank that --comm asks for (null for none), met in a fresh
+// directory.
+absl::StatusOr<std::shared_ptr<runtime::comm::Communicator>> group_of_one(
+    const std::string& engine) {
+  if (engine == "none") return std::shared_ptr<runtime::comm::Communicator>();
+  std::string store = (std::filesystem::temp_directory_path() / "ampc_bench_XXXXXX").string();
+  if (mkdtemp(store.data()) == nullptr) {
+    return absl::UnavailableError(str_cat("--comm ", engine, ": cannot make a directory in ",
+                                          std::filesystem::temp_directory_path().string()));
+  }
+  runtime::comm::RankEnvironment env;
+  env.store_directory = store;
+  absl::StatusOr<std::unique_ptr<runtime::comm::Communicator>> group =
+      runtime::comm::connect_rank(env, std::chrono::seconds(60), engine);
+  std::error_code ignored;
+  std::filesystem::remove_all(store, ignored);
+  if (!group.ok()) return group.status();
+  return std::shared_ptr<runtime::comm::Communicator>(*std::move(group));
+}
+
 absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device) {
   Figures figures;
   AMPC_ASSIGN_OR_RETURN(const CompileOptions options, compile_options(flags));
@@ -111,9 +135,12 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   plan.reset();
   const std::optional<int64_t> rss_before = resident_high_water(/*reset=*/true);
   const absl::StatusOr<int64_t> device_before = device_memory(device);
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainingSession> session,
-                        runtime::TrainingSession::create(
-                            std::move(graph), runtime::SessionOptions{.device = device}));
+  AMPC_ASSIGN_OR_RETURN(std::shared_ptr<runtime::comm::Communicator> group,
+                        group_of_one(flags.comm));
+  AMPC_ASSIGN_OR_RETURN(
+      std::unique_ptr<runtime::TrainingSession> session,
+      runtime::TrainingSession::create(
+          std::move(graph), runtime::SessionOptions{.device = device, .communicator = group}));
   AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
                         runtime::BatchData::load(flags.data, session->batch_inputs()));
   const runtime::TensorInfo first = session->batch_inputs().front();
@@ -176,6 +203,7 @@ void print(const BenchFlags& flags, const Figures& f) {
     nlohmann::ordered_json json;
     json["model"] = flags.model;
     json["device"] = flags.device;
+    json["comm"] = flags.comm;
     json["precision"] = flags.precision;
     json["optimizer"] = flags.optimizer;
     json["fusion"] = !flags.no_fuse;
@@ -204,7 +232,9 @@ void print(const BenchFlags& flags, const Figures& f) {
       "ampc bench {} on {}, {}, {}{}{}{}: {} steps after {} warm-up\n", flags.model, flags.device,
       flags.precision, flags.optimizer, flags.no_fuse ? ", no fusion" : "",
       flags.disabled.empty() ? "" : str_cat(", without ", str_join(flags.disabled, ", ")),
-      flags.recompute == "cheap" ? ", recompute cheap" : "", flags.steps, flags.warmup);
+      str_cat(flags.recompute == "cheap" ? ", recompute cheap" : "",
+              flags.comm == "none" ? "" : str_cat(", through ", flags.comm, " (one rank)")),
+      flags.steps, flags.warmup);
   std::cout << fmt::format("  compile          {:.3f} s (training step {} nodes, {} fused)\n",
                            f.compile_seconds, f.step_nodes, f.fused_nodes);
   std::cout << fmt::format("  step time        {:.3f} ms median (min {:.3f}, max {:.3f})\n",
@@ -271,6 +301,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
                    "The device's peak for MFU (default: ampc's figure for the GPU; none on the "
                    "CPU)")
       ->check(CLI::PositiveNumber);
+  bench
+      ->add_option("--comm", flags.comm,
+                   "gloo or nccl: train as a data-parallel group of one rank through this "
+                   "communicator (the step's gradients go through its all-reduce), to measure "
+                   "what it costs beside none; nccl needs --device cuda")
+      ->check(CLI::IsMember({"none", "gloo", "nccl"}))
+      ->capture_default_str();
   bench->add_option("--format", flags.format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -280,6 +317,10 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
 int run_bench_command(const BenchFlags& flags) {
   if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
     std::cerr << "ampc: error: " << lr.message() << "\n";
+    return 1;
+  }
+  if (flags.comm == "nccl" && flags.device != "cuda") {
+    std::cerr << "ampc: error: --comm nccl communicates between GPUs: use it with --device cuda\n";
     return 1;
   }
   const absl::StatusOr<runtime::Device> device = usable_device(flags.device);

@@ -141,13 +141,15 @@ int run_local_ranks(int nproc) {
   return result;
 }
 
-absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds) {
+absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds,
+                                                             std::string_view engine) {
   AMPC_ASSIGN_OR_RETURN(
       std::optional<runtime::comm::RankEnvironment> env,
       runtime::comm::read_rank_environment([](const char* name) { return std::getenv(name); }));
   if (!env || env->size == 1) return std::optional<RankGroup>();
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::comm::Communicator> communicator,
-                        runtime::comm::connect_rank(*env, std::chrono::seconds(timeout_seconds)));
+  AMPC_ASSIGN_OR_RETURN(
+      std::unique_ptr<runtime::comm::Communicator> communicator,
+      runtime::comm::connect_rank(*env, std::chrono::seconds(timeout_seconds), engine));
   RankGroup group;
   group.rank = env->rank;
   group.size = env->size;

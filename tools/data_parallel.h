@@ -30,7 +30,9 @@ struct RankGroup {
   int local_rank = 0;  // its place on this machine: the GPU it uses
   std::shared_ptr<runtime::comm::Communicator> communicator;
 };
-absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds);
+// `engine`: "gloo" or "nccl" (runtime/comm/launch.h's connect_rank).
+absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds,
+                                                             std::string_view engine);
 
 // The inputs a data file holds for `ranks` ranks: each batch input's dim 0 times `ranks` (the
 // global batch); an input without a batch dim cannot be sharded.

@@ -137,12 +137,28 @@ int train(const TrainFlags& flags) {
   if (flags.resume && flags.checkpoint_dir.empty()) {
     return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
   }
+  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
+  if (!device.ok()) return report_error(device.status());
+  // The communicator: NCCL between GPUs, Gloo between CPU processes.
+  const bool on_gpu = *device == runtime::Device::kCuda;
+  const std::string engine = flags.comm != "auto" ? flags.comm : on_gpu ? "nccl" : "gloo";
+  if (engine == "nccl" && !on_gpu) {
+    return report_error(absl::InvalidArgumentError(
+        "--comm nccl communicates between GPUs: use it with --device cuda (the cpu device's "
+        "ranks communicate through gloo)"));
+  }
   if (flags.nproc > 1) return run_local_ranks(static_cast<int>(flags.nproc));
   // A rank of a data-parallel group (started by --nproc, torchrun or mpirun), or nullopt.
-  absl::StatusOr<std::optional<RankGroup>> group = join_launched_group(flags.comm_timeout);
+  absl::StatusOr<std::optional<RankGroup>> group = join_launched_group(flags.comm_timeout, engine);
   if (!group.ok()) return report_error(group.status());
   const int rank = *group ? (*group)->rank : 0;
   const int ranks = *group ? (*group)->size : 1;
+  if (ranks == 1 && flags.comm != "auto") {
+    return report_error(absl::InvalidArgumentError(
+        str_cat("--comm ", flags.comm,
+                " applies to data-parallel training only (--nproc N, torchrun or mpirun with "
+                "more than one rank)")));
+  }
   // Rank 0 alone writes the log, checkpoints and the exported model, and shows progress.
   const bool writer = rank == 0;
   for (const auto& [flag, given] : {std::pair{"--local-batch-norm", flags.local_batch_norm},
@@ -159,8 +175,6 @@ int train(const TrainFlags& flags) {
   session_options.sync_batch_norm = !flags.local_batch_norm;
   session_options.shard_optimizer = flags.shard_optimizer;
   session_options.check_numerics = flags.check_numerics;
-  absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
-  if (!device.ok()) return report_error(device.status());
   if (flags.allow_tf32 && *device != runtime::Device::kCuda) {
     return report_error(absl::InvalidArgumentError(
         "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
@@ -519,6 +533,14 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
                    "Seconds a rank waits for the others (to join, or in a collective) before it "
                    "fails")
       ->check(at_least(1))
+      ->capture_default_str();
+  train
+      ->add_option("--comm", flags.comm,
+                   "With more than one rank, how the ranks communicate: nccl (between GPUs, "
+                   "--device cuda), gloo (TCP between processes; with --device cuda the "
+                   "collectives are staged through host memory), or auto: nccl on cuda, gloo "
+                   "on cpu")
+      ->check(CLI::IsMember({"auto", "gloo", "nccl"}))
       ->capture_default_str();
   train->add_flag("--shard-optimizer", flags.shard_optimizer,
                   "With more than one rank, ZeRO stage 1: each rank keeps and updates one block of "

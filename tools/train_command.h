@@ -37,6 +37,7 @@ struct TrainFlags {
   std::string cuda_graph = "off";  // on: record the step as a CUDA graph and replay it
   int64_t nproc = 1;               // > 1: run that many data-parallel ranks on this machine
   int64_t comm_timeout = 300;      // seconds a rank waits for the others
+  std::string comm = "auto";       // the communicator: gloo, nccl, or auto (nccl on cuda)
   bool local_batch_norm = false;   // BatchNorm statistics of each rank's shard alone
   bool shard_optimizer = false;    // ZeRO-1: each rank keeps a block of the moments
 };

@@ -50,9 +50,10 @@ struct SessionOptions {
   // On CUDA, record the first run as a CUDA graph and replay it (`ampc train --cuda-graph on`).
   // Off by default until the graphs have run on a GPU.
   bool cuda_graph = false;
-  // Data-parallel training (TrainingSession): this rank's group. With more than one rank, the
-  // step averages its gradients and its logged loss over the group, and the session starts from
-  // rank 0's state (docs/distributed.md). Null: one rank.
+  // Data-parallel training (TrainingSession): this rank's group (Gloo, or NCCL for a cuda
+  // session). The step averages its gradients and its logged loss over the group (a group of one
+  // included: then it is the single rank's step, bit for bit), and the session starts from rank
+  // 0's state (docs/distributed.md). Null: one rank, no communicator.
   std::shared_ptr<runtime::comm::Communicator> communicator = nullptr;
   // With more than one rank: BatchNorm's batch statistics over every rank's shard together
   // (SyncBatchNorm; the group trains as one rank with the whole batch would), or false: each

@@ -47,6 +47,9 @@ class Communicator {
   virtual std::string_view engine() const = 0;
   // Whether the engine reduces `dtype` (every engine: f32, f64, f16, i32, i64, u8).
   virtual bool supports(DType dtype) const = 0;
+  // Ok while the communicator works; else the failure that broke it (a collective that failed
+  // or outlasted the timeout, found by the engine, not only by a wait).
+  virtual absl::Status health() const { return absl::OkStatus(); }
 
   // `data` (count elements) becomes the element-wise `op` of every rank's `data`.
   virtual std::unique_ptr<Work> all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;

@@ -6,6 +6,9 @@
 
 #include "compiler/strings.h"
 #include "runtime/comm/gloo_communicator.h"
+#if AMPC_HAVE_CUDA
+#include "runtime/cuda/nccl_communicator.h"
+#endif
 
 namespace ampc::runtime::comm {
 namespace {
@@ -81,7 +84,12 @@ absl::StatusOr<std::optional<RankEnvironment>> read_rank_environment(
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment& env,
-                                                           std::chrono::milliseconds timeout) {
+                                                           std::chrono::milliseconds timeout,
+                                                           std::string_view engine) {
+  if (engine != "gloo" && engine != "nccl") {
+    return absl::InvalidArgumentError(
+        str_cat("no communicator engine '", engine, "' (gloo or nccl)"));
+  }
   GlooOptions options;
   options.rank = env.rank;
   options.size = env.size;
@@ -90,7 +98,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment
   options.master_port = env.master_port;
   options.interface = env.interface;
   options.timeout = timeout;
-  return connect_gloo(options);
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host_group, connect_gloo(options));
+  if (engine == "gloo") return host_group;
+#if AMPC_HAVE_CUDA
+  return cuda::connect_nccl(std::move(host_group),
+                            cuda::NcclOptions{.device = env.local_rank, .timeout = timeout});
+#else
+  return absl::UnimplementedError(str_cat("rank ", env.rank, " of ", env.size,
+                                          ": this ampc was built without CUDA, so without NCCL; "
+                                          "use the gloo communicator"));
+#endif
 }
 
 }  // namespace ampc::runtime::comm

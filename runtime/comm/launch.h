@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "ampc/status.h"
 #include "runtime/comm/communicator.h"
@@ -40,8 +41,12 @@ using EnvironmentReader = std::function<const char*(const char* name)>;
 // Status names the variable that is missing or malformed.
 absl::StatusOr<std::optional<RankEnvironment>> read_rank_environment(const EnvironmentReader& read);
 
-// Joins the group `env` describes through Gloo.
+// Joins the group `env` describes: through Gloo, or with `engine` "nccl" through NCCL on GPU
+// `env.local_rank` (formed over a Gloo group, which also carries the host-memory collectives;
+// runtime/cuda/nccl_communicator.h). NCCL fails with a message where ampc was built without CUDA
+// or the GPU is missing.
 absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment& env,
-                                                           std::chrono::milliseconds timeout);
+                                                           std::chrono::milliseconds timeout,
+                                                           std::string_view engine = "gloo");
 
 }  // namespace ampc::runtime::comm

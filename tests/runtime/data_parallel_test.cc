@@ -32,6 +32,47 @@ TEST(DataParallel, TwoAndFourRanksTrainLikeOneRankWithTheWholeBatchInF32) {
 // fp16 with a dynamic scale that starts too high (every early step overflows in some rank's
 // shard or in the whole batch) and grows every 3 clean steps: the group skips exactly the steps
 // the single rank skips and moves the scale the same way.
+// A session given a group of one trains data-parallel over it (the rewrite runs: its sums are
+// its own values, the seed is 1/1, the mean multiplies by 1): every step's loss and norm and the
+// final state are those of a session without a group, bit for bit. One NCCL rank on one GPU
+// (tests/gpu/nccl_communicator_test.cc) measures the communicator's cost this way.
+TEST(DataParallel, AGroupOfOneTrainsBitForBitAsNoGroup) {
+  LossScaleOptions scale;  // skips steps (Fp16RanksSkipStepsAndMoveTheScaleLikeOneRank)
+  scale.init = 0x1p20f;
+  scale.growth_interval = 3;
+  for (const Recipe& recipe :
+       {Recipe{.optimizer = OptimizerOptions::Kind::kAdamW},
+        Recipe{.fp16 = true, .loss_scale = scale},
+        Recipe{.optimizer = OptimizerOptions::Kind::kAdamW, .shard_optimizer = true},
+        Recipe{.optimizer = OptimizerOptions::Kind::kAdamW, .batch_norm = true}}) {
+    SCOPED_TRACE(str_cat(recipe.fp16 ? "fp16" : "f32", recipe.shard_optimizer ? ", sharded" : "",
+                         recipe.batch_norm ? ", batch norm" : ""));
+    const RunLog alone = train_alone(recipe, 0.05f);
+    RunLog grouped;
+    on_ranks(1, [&](int rank, std::shared_ptr<comm::Communicator> group) {
+      absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+          open(recipe, whole_batch(recipe), std::move(group));
+      ASSERT_TRUE(session.ok()) << session.status();
+      // The rewrite ran: the moments are sharded (in one block).
+      if (recipe.shard_optimizer) {
+        EXPECT_FALSE((*session)->sharded_state().empty());
+      }
+      grouped = train(recipe, **session, rank, 1, 0.05f);
+    });
+    ASSERT_EQ(grouped.stats.size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(alone.stats.size(), static_cast<size_t>(kSteps));
+    for (int step = 0; step < kSteps; ++step) {
+      EXPECT_EQ(grouped.stats[step].loss, alone.stats[step].loss) << "step " << step + 1;
+      if (std::isfinite(alone.stats[step].grad_norm)) {
+        EXPECT_EQ(grouped.stats[step].grad_norm, alone.stats[step].grad_norm)
+            << "step " << step + 1;
+      }
+      EXPECT_EQ(grouped.stats[step].skipped_steps, alone.stats[step].skipped_steps);
+    }
+    for (const auto& [name, value] : alone.state) EXPECT_EQ(grouped.state.at(name), value) << name;
+  }
+}
+
 TEST(DataParallel, Fp16RanksSkipStepsAndMoveTheScaleLikeOneRank) {
   LossScaleOptions scale;
   scale.init = 0x1p20f;
@@ -144,13 +185,60 @@ TEST(DataParallel, AGradientBeyondF16OnlyOverTheWholeBatchSkipsTheStepOnEveryRan
   }
 }
 
-TEST(DataParallel, TheStepAveragesEveryGradientInBucketsBeforeTheOptimizerReadsIt) {
+// The perceptron of 8 rows compiled for training (SGD), in fp16 or f32; null (after a failure)
+// when it does not compile.
+std::unique_ptr<Graph> compiled_perceptron(bool fp16) {
   CompileOptions options;
+  if (fp16) {
+    options.mixed_precision = MixedPrecisionOptions{};
+    options.mixed_precision->policy.low_source = "test";
+  }
   options.training = TrainingOptions{};
   std::unique_ptr<Graph> graph = testing::parse_or_fail(mlp_model(8));
-  ASSERT_NE(graph, nullptr);
   Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+  if (graph == nullptr) return nullptr;
+  const absl::Status compiled = compile_graph(*graph, options, diagnostics);
+  EXPECT_TRUE(compiled.ok()) << compiled;
+  return compiled.ok() ? std::move(graph) : nullptr;
+}
+
+// Nothing in the backward waits for a bucket's sum: every reader of a summed gradient (the cast
+// back to f16, the widening Cast moved after the sum, the optimizer) comes after the last
+// bucket's AllReduce, so on a GPU each all-reduce overlaps the rest of the backward.
+TEST(DataParallel, NoNodeBeforeTheLastBucketReadsASummedGradient) {
+  for (bool fp16 : {false, true}) {
+    SCOPED_TRACE(fp16 ? "fp16" : "f32");
+    std::unique_ptr<Graph> graph = compiled_perceptron(fp16);
+    ASSERT_NE(graph, nullptr);
+    Graph& step = *graph->mutable_training_step();
+    ASSERT_TRUE(insert_gradient_all_reduce(step, {.ranks = 2, .bucket_bytes = 8}).ok());
+    std::map<const Node*, size_t> position;
+    size_t last_sum = 0;
+    int casts_back = 0;
+    for (const auto& node : step.nodes()) {
+      position[node.get()] = position.size();
+      if (node->op_type() == "AllReduce" && node->name() != "data_parallel/loss") {
+        last_sum = position[node.get()];
+      }
+    }
+    for (const auto& node : step.nodes()) {
+      if (node->op_type() != "AllReduce" || node->name() == "data_parallel/loss") continue;
+      for (int i = 0; i < node->num_outputs(); ++i) {
+        for (const Use& use : node->output(i)->uses()) {
+          EXPECT_GT(position.at(use.user), last_sum)
+              << use.user->describe() << " reads " << node->output(i)->name();
+          if (use.user->op_type() == "Cast") ++casts_back;
+        }
+      }
+    }
+    // With fp16, the f16 weights' gradients are cast back to f16 after their sums.
+    if (fp16) EXPECT_GT(casts_back, 0);
+  }
+}
+
+TEST(DataParallel, TheStepAveragesEveryGradientInBucketsBeforeTheOptimizerReadsIt) {
+  std::unique_ptr<Graph> graph = compiled_perceptron(/*fp16=*/false);
+  ASSERT_NE(graph, nullptr);
   Graph& step = *graph->mutable_training_step();
   // 8-byte buckets: one gradient per bucket, in the order the backward produces them.
   absl::StatusOr<DataParallelRewrite> added =

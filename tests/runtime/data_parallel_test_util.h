@@ -48,6 +48,7 @@ struct Recipe {
   bool sync_batch_norm = true;
   bool shard_optimizer = false;
   Device device = Device::kCpu;
+  bool cuda_graph = false;  // on CUDA: record the step as a CUDA graph and replay it
 };
 
 // `models/<name>.onnx` with every input's (and batch-sized output's) leading dim set to `batch`.
@@ -120,6 +121,7 @@ inline absl::StatusOr<std::unique_ptr<TrainingSession>> open(
   session_options.sync_batch_norm = recipe.sync_batch_norm;
   session_options.shard_optimizer = recipe.shard_optimizer;
   session_options.device = recipe.device;
+  session_options.cuda_graph = recipe.cuda_graph;
   return TrainingSession::create(std::move(graph), session_options);
 }
 

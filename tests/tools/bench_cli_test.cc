@@ -79,6 +79,30 @@ TEST(BenchCli, TokenInputsReportTokensAndFusionCanBeOff) {
   EXPECT_EQ(unfused_attention["matrix_flops_per_step"], fused["matrix_flops_per_step"]);
 }
 
+// --comm trains as a data-parallel group of one rank: the step's gradients go through the
+// communicator, which changes nothing in the training (the same final loss, bit for bit: a sum
+// over one rank), only the time. NCCL needs a GPU.
+TEST(BenchCli, CommTrainsAGroupOfOneThroughTheCommunicator) {
+  const nlohmann::json alone = bench_json("mlp", "--optimizer adamw");
+  const nlohmann::json grouped = bench_json("mlp", "--optimizer adamw --comm gloo");
+  ASSERT_FALSE(alone.is_null());
+  ASSERT_FALSE(grouped.is_null());
+  EXPECT_EQ(alone["comm"], "none");
+  EXPECT_EQ(grouped["comm"], "gloo");
+  EXPECT_EQ(grouped["final_loss"].get<double>(), alone["final_loss"].get<double>());
+  const std::string model = testing::source_path("models/mlp.onnx");
+  const std::string data = testing::source_path("models/mlp.train.npz");
+  CliResult r = run_ampc("bench " + model + " --data " + data + " --steps 2 --comm gloo");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(", through gloo (one rank): 2 steps"));
+  r = run_ampc("bench " + model + " --data " + data + " --comm nccl");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--comm nccl communicates between GPUs: use it with --device cuda"));
+  r = run_ampc("bench " + model + " --data " + data + " --comm mpi");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--comm"));
+}
+
 TEST(BenchCli, BadInputIsNamed) {
   const std::string model = testing::source_path("models/mlp.onnx");
   const std::string data = testing::source_path("models/mlp.train.npz");

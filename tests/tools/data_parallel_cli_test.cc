@@ -21,6 +21,8 @@
 namespace ampc::train_cli {
 namespace {
 
+using ::testing::Not;
+
 class DataParallelCliTest : public TrainCliTest {
  protected:
   // The first `ranks` * n batches of models/<example>.train.npz as n global batches for `ranks`
@@ -121,6 +123,28 @@ TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
   CliResult r = train(trained, "--data " + data("cnn.train.npz") + " --steps 1 --local-batch-norm");
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--local-batch-norm applies to data-parallel training only"));
+}
+
+// --comm picks the communicator: nccl moves GPU memory, so it needs --device cuda (refused before
+// any rank starts), and like the other data-parallel flags it is an error with one rank.
+TEST_F(DataParallelCliTest, CommNcclNeedsCudaAndCommNeedsSeveralRanks) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.05");
+  CliResult r = train(trained, "--nproc 2 --comm nccl --data " + global_batches(2) + " --steps 1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--comm nccl communicates between GPUs: use it with --device cuda"));
+  EXPECT_THAT(r.err, Not(HasSubstr("rank 1")));  // refused before the ranks started
+
+  r = train(trained, "--data " + data("mlp.train.npz") + " --steps 1 --comm gloo");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--comm gloo applies to data-parallel training only"));
+
+  r = train(trained, "--data " + data("mlp.train.npz") + " --steps 1 --comm mpi");
+  EXPECT_NE(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--comm"));
+
+  // gloo, named, on 2 cpu ranks: trains.
+  r = train(trained, "--nproc 2 --comm gloo --data " + global_batches(2) + " --steps 2");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // The example CNN (two BatchNorms) on 2 ranks through the CLI, with the BatchNorm statistics

@@ -14,6 +14,7 @@
 #include "runtime/comm/gloo_communicator.h"
 #include "runtime/comm/tcp_store.h"
 #include "tests/runtime/comm/comm_test_util.h"
+#include "tests/test_util.h"
 
 namespace ampc::runtime::comm {
 namespace {
@@ -180,6 +181,44 @@ TEST(RankEnvironment, ARankWhoseStoreNeverAppearsFailsWithinTheTimeout) {
   absl::StatusOr<std::unique_ptr<Communicator>> group = connect_rank(env, milliseconds(500));
   ASSERT_FALSE(group.ok());
   EXPECT_NE(group.status().message().find("rank 1 of 2"), std::string::npos) << group.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(RankEnvironment, AnUnknownEngineIsRefused) {
+  testing::StoreDirectory store;
+  RankEnvironment env;
+  env.store_directory = store.path();
+  absl::StatusOr<std::unique_ptr<Communicator>> group = connect_rank(env, milliseconds(500), "mpi");
+  ASSERT_FALSE(group.ok());
+  EXPECT_EQ(group.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(group.status().message().find("no communicator engine 'mpi'"), std::string::npos)
+      << group.status();
+}
+
+// Where NCCL cannot run (no GPU here, or no CUDA in this build), every rank of a NCCL group fails
+// with a message naming it, and none waits for the others: rank 0 sends its failure with the id.
+// (tests/gpu/nccl_communicator_test.cc forms NCCL groups where a GPU is.)
+TEST(RankEnvironment, NcclWithoutAGpuFailsOnEveryRankNamingIt) {
+  if (testing::cuda_device_present()) GTEST_SKIP() << "a GPU is here: NCCL can form the group";
+  testing::StoreDirectory store;
+  std::vector<absl::Status> statuses(2);
+  std::vector<std::thread> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      RankEnvironment env;
+      env.rank = rank;
+      env.size = 2;
+      env.store_directory = store.path();
+      statuses[rank] = connect_rank(env, milliseconds(30000), "nccl").status();
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_FALSE(statuses[rank].ok());
+    EXPECT_NE(statuses[rank].message().find(str_cat("rank ", rank, " of 2")), std::string::npos)
+        << statuses[rank];
+  }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
