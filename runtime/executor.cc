@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "compiler/strings.h"
+#include "runtime/comm/communicator.h"
 
 namespace ampc::runtime {
 namespace {
@@ -238,6 +239,10 @@ absl::Status Executor::run(uint64_t random_stream) {
 
 absl::Status Executor::launch(uint64_t random_stream) {
   AMPC_RETURN_IF_ERROR(backend_->make_current());
+  // A failed communicator (a rank that stopped) must not be given more collectives: a recorded
+  // graph's would run on an aborted one.
+  comm::Communicator* group = backend_->context().communicator;
+  if (group != nullptr) AMPC_RETURN_IF_ERROR(group->health());
   if (!random_stream_set_ || random_stream != random_stream_) {
     AMPC_RETURN_IF_ERROR(backend_->set_random_stream(random_stream));
     random_stream_ = random_stream;
@@ -260,7 +265,14 @@ absl::Status Executor::launch(uint64_t random_stream) {
       }
     }
   }
-  if (recorded_ != nullptr) return backend_->launch_graph(recorded_);
+  if (recorded_ != nullptr) {
+    AMPC_RETURN_IF_ERROR(backend_->launch_graph(recorded_));
+    // The graph's collectives were queued without the communicator: it follows the replay.
+    if (group != nullptr && !asynchronous_steps_.empty()) {
+      AMPC_RETURN_IF_ERROR(group->follow(backend_->context().stream, "a replay of the step"));
+    }
+    return absl::OkStatus();
+  }
   if (!options_.check_numerics && !options_.poison_freed_buffers) {
     return launch_steps(random_stream, /*capturing=*/false);
   }
@@ -275,7 +287,8 @@ absl::Status Executor::launch(uint64_t random_stream) {
       status = states_[s]->join(backend_->context());
     }
     if (!status.ok()) {
-      // Work queued before the failure must not outlive this call unreported.
+      // Work queued before the failure (on every stream) must not outlive this call unreported.
+      (void)join_before(steps.size());
       (void)backend_->synchronize();
       return absl::Status(status.code(),
                           str_cat(steps[s].node->describe(), ": ", status.message()));
@@ -312,8 +325,9 @@ absl::Status Executor::launch_steps(uint64_t random_stream, bool capturing) {
       status = steps[s].kernel->fn(contexts_[s]);
     }
     if (!status.ok()) {
-      // Work queued before the failure must not outlive this call unreported (a recording
-      // queued nothing).
+      // Work queued before the failure, on every stream, must not outlive this call unreported
+      // (a recording queued nothing, but must end with every stream it forked joined).
+      if (s < steps.size()) (void)join_before(steps.size());
       if (!capturing) (void)backend_->synchronize();
       if (s == steps.size()) return status;
       return absl::Status(status.code(),

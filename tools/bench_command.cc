@@ -140,7 +140,11 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   AMPC_ASSIGN_OR_RETURN(
       std::unique_ptr<runtime::TrainingSession> session,
       runtime::TrainingSession::create(
-          std::move(graph), runtime::SessionOptions{.device = device, .communicator = group}));
+          std::move(graph),
+          // One rank's BatchNorm statistics are its own either way (and synchronized BatchNorm
+          // is built for the CPU only).
+          runtime::SessionOptions{
+              .device = device, .communicator = group, .sync_batch_norm = false}));
   AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
                         runtime::BatchData::load(flags.data, session->batch_inputs()));
   const runtime::TensorInfo first = session->batch_inputs().front();

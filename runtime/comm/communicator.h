@@ -50,6 +50,12 @@ class Communicator {
   // Ok while the communicator works; else the failure that broke it (a collective that failed
   // or outlasted the timeout, found by the engine, not only by a wait).
   virtual absl::Status health() const { return absl::OkStatus(); }
+  // For engines whose collectives run on a device stream: `what`, the work queued on `stream`
+  // (a cudaStream_t) so far, must finish within the timeout, else the communicator fails (a
+  // replayed CUDA graph's collectives were queued without a call to follow). Else ignored.
+  virtual absl::Status follow(void* /*stream*/, std::string_view /*what*/) {
+    return absl::OkStatus();
+  }
 
   // `data` (count elements) becomes the element-wise `op` of every rank's `data`.
   virtual std::unique_ptr<Work> all_reduce(void* data, int64_t count, DType dtype, ReduceOp op) = 0;

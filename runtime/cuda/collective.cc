@@ -6,11 +6,13 @@
 // gathers or scatters it in place, and the outputs are read out of it. AllReduce (the gradient
 // buckets) runs on the communicator's stream, forked from the backend's once its operands are in
 // its bucket and joined back before the first reader of its outputs (KernelState::join), so the
-// backward's later kernels overlap it; ReduceScatter and AllGather run on the backend's stream,
-// in order. With another communicator (Gloo) they are staged through host memory: the operands
-// are copied to the host, the CPU kernels' code runs there with the communicator, and the results
-// are copied back, with the stream synchronized around it (so such a step cannot be recorded as a
-// CUDA graph). Shard moves this rank's block on the device either way.
+// backward's later kernels overlap it; ReduceScatter and AllGather run there too, and the
+// backend's stream waits for them at once. (Every NCCL collective on one stream: the GPU runs
+// them in the order all ranks queued them.) With another communicator (Gloo) they are staged
+// through host memory: the operands are copied to the host, the CPU kernels' code runs there with
+// the communicator, and the results are copied back, with the stream synchronized around it (so
+// such a step cannot be recorded as a CUDA graph). Shard moves this rank's block on the device
+// either way.
 #include <algorithm>
 #include <memory>
 #include <span>
@@ -29,10 +31,11 @@ NcclCommunicator* nccl_of(const KernelContext& ctx) {
   return ctx.exec == nullptr ? nullptr : dynamic_cast<NcclCommunicator*>(ctx.exec->communicator);
 }
 
-// What init made. For NCCL: 1 / ranks in device memory (AllReduce's mean), and for AllReduce,
-// which overlaps the kernels after it, its own bucket and the events that fork the
-// communication stream from the backend's and join it back. Else the host copies of the node's
-// operands and outputs and the host bucket.
+// What init made. For NCCL: 1 / ranks in device memory (AllReduce's mean), the events that fork
+// the communication stream from the backend's and join it back (every NCCL collective runs on
+// the communication stream, so the GPU runs them in the order every rank queued them), and for
+// AllReduce, which overlaps the kernels after it, its own bucket. Else the host copies of the
+// node's operands and outputs and the host bucket.
 struct CollectiveState final : KernelState {
   ~CollectiveState() override {
     if (inverse != nullptr) (void)cudaFree(inverse);
@@ -40,12 +43,13 @@ struct CollectiveState final : KernelState {
     if (ready != nullptr) (void)cudaEventDestroy(ready);
     if (done != nullptr) (void)cudaEventDestroy(done);
   }
-  bool asynchronous() const override { return done != nullptr; }
+  bool asynchronous() const override { return overlaps; }
   absl::Status join(const ExecutionContext& exec) override {
     return cuda_status(cudaStreamWaitEvent(static_cast<cudaStream_t>(exec.stream), done, 0),
                        "cudaStreamWaitEvent");
   }
 
+  bool overlaps = false;
   float* inverse = nullptr;
   float* bucket = nullptr;
   cudaEvent_t ready = nullptr;  // the operands are in the bucket
@@ -66,11 +70,12 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_collective(const KernelContext
     AMPC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&state->inverse), sizeof(float)));
     AMPC_CUDA_RETURN_IF_ERROR(
         cudaMemcpy(state->inverse, &inverse, sizeof(float), cudaMemcpyHostToDevice));
+    AMPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&state->ready, cudaEventDisableTiming));
+    AMPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
     if (overlaps) {
+      state->overlaps = true;
       AMPC_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&state->bucket),
                                            std::max<int64_t>(bucket_bytes(ctx.node), 4)));
-      AMPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&state->ready, cudaEventDisableTiming));
-      AMPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&state->done, cudaEventDisableTiming));
     }
     return state;
   }
@@ -181,6 +186,22 @@ absl::Status all_reduce(const KernelContext& ctx) {
   });
 }
 
+// Queues `collective(stream)` on the communication stream, in order with the backend's stream
+// on both sides: the communication stream waits for what is queued so far, and the backend's
+// waits for the collective.
+template <typename Collective>
+absl::Status in_stream_order(const KernelContext& ctx, NcclCommunicator& nccl,
+                             Collective&& collective) {
+  auto& state = static_cast<CollectiveState&>(*ctx.state);
+  const cudaStream_t stream = stream_of(ctx);
+  const auto side = static_cast<cudaStream_t>(nccl.communication_stream());
+  AMPC_CUDA_RETURN_IF_ERROR(cudaEventRecord(state.ready, stream));
+  AMPC_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side, state.ready, 0));
+  AMPC_RETURN_IF_ERROR(collective(side));
+  AMPC_CUDA_RETURN_IF_ERROR(cudaEventRecord(state.done, side));
+  return cuda_status(cudaStreamWaitEvent(stream, state.done, 0), "cudaStreamWaitEvent");
+}
+
 // runtime/comm/sharding.cc's reduce-scatter on the device: the send buffer holds `ranks` blocks,
 // block r holding every operand's block r (zero-padded) in operand order.
 absl::Status reduce_scatter_on_device(const KernelContext& ctx, NcclCommunicator& nccl, int ranks) {
@@ -208,8 +229,9 @@ absl::Status reduce_scatter_on_device(const KernelContext& ctx, NcclCommunicator
     }
     offset += shard;
   }
-  AMPC_RETURN_IF_ERROR(nccl.reduce_scatter_on(stream_of(ctx), send, received, block, DType::kF32,
-                                              comm::ReduceOp::kSum));
+  AMPC_RETURN_IF_ERROR(in_stream_order(ctx, nccl, [&](cudaStream_t side) {
+    return nccl.reduce_scatter_on(side, send, received, block, DType::kF32, comm::ReduceOp::kSum);
+  }));
   offset = 0;
   for (const TensorArg& output : ctx.outputs) {
     AMPC_RETURN_IF_ERROR(
@@ -267,7 +289,9 @@ absl::Status all_gather_on_device(const KernelContext& ctx, NcclCommunicator& nc
         copy_on_device(stream_of(ctx), send + offset, operand.data, operand.byte_size()));
     offset += operand.byte_size();
   }
-  AMPC_RETURN_IF_ERROR(nccl.all_gather_on(stream_of(ctx), send, gathered, block, DType::kU8));
+  AMPC_RETURN_IF_ERROR(in_stream_order(ctx, nccl, [&](cudaStream_t side) {
+    return nccl.all_gather_on(side, send, gathered, block, DType::kU8);
+  }));
   offset = 0;
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     const int64_t shard_bytes = ctx.inputs[k].byte_size();

@@ -20,6 +20,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <utility>
@@ -100,14 +101,22 @@ struct NcclCommunicator::State {
   bool aborted = false;         // guarded by mutex
   bool stopping = false;        // guarded by mutex
   std::thread watchdog;
+  // Held shared by every NCCL call on `comm` and exclusively by the abort: in blocking mode NCCL
+  // must not free the communicator under a call in progress. A call that blocks (NCCL connecting
+  // to a peer that is gone) delays the abort, not the failure: later calls fail at once.
+  std::shared_mutex calls;
 
-  // Keeps `status` (the first failure) and aborts the NCCL communicator. Holds `mutex`.
+  // Keeps `status` (the first failure) and aborts the NCCL communicator, now or (when a call is
+  // in progress) at the watchdog's next look. Holds `mutex`.
   void fail_locked(absl::Status status) {
     if (failure.ok()) failure = std::move(status);
-    if (!aborted && comm != nullptr) {
-      aborted = true;
-      (void)ncclCommAbort(comm);
-    }
+    abort_locked();
+  }
+  void abort_locked() {
+    if (aborted || comm == nullptr || !calls.try_lock()) return;
+    aborted = true;
+    (void)ncclCommAbort(comm);
+    calls.unlock();
   }
 
   // The failure NCCL reports asynchronously (a peer that failed), if any. Holds `mutex`.
@@ -125,7 +134,10 @@ struct NcclCommunicator::State {
     std::unique_lock lock(mutex);
     while (!stopping) {
       wake.wait_for(lock, std::chrono::milliseconds(50));
-      if (!failure.ok()) continue;
+      if (!failure.ok()) {
+        abort_locked();  // if a call was in progress before
+        continue;
+      }
       check_async_locked();
       while (failure.ok() && !pending.empty()) {
         Pending& oldest = pending.front();
@@ -161,8 +173,12 @@ struct NcclCommunicator::State {
   template <typename Call>
   absl::Status enqueue(cudaStream_t on, const std::string& what, Call&& collective,
                        cudaEvent_t* done) {
-    if (absl::Status now = health(); !now.ok()) return now;
-    const ncclResult_t queued = collective(on);
+    ncclResult_t queued;
+    {
+      std::shared_lock calling(calls);
+      if (absl::Status now = health(); !now.ok()) return now;
+      queued = collective(on);
+    }
     std::lock_guard lock(mutex);
     if (!failure.ok()) return failure;
     if (queued != ncclSuccess) {
@@ -190,6 +206,19 @@ struct NcclCommunicator::State {
       pending.push_back({event, Clock::now() + timeout, what});
     }
     return absl::OkStatus();
+  }
+
+  // Gives the watchdog the work queued on `on` so far, named `what`, with the timeout.
+  absl::Status follow(cudaStream_t on, std::string what) {
+    cudaEvent_t event = nullptr;
+    AMPC_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    if (const cudaError_t recorded = cudaEventRecord(event, on); recorded != cudaSuccess) {
+      (void)cudaEventDestroy(event);
+      return cuda_status(recorded, "cudaEventRecord");
+    }
+    std::lock_guard lock(mutex);
+    pending.push_back({event, Clock::now() + timeout, std::move(what)});
+    return failure;
   }
 };
 
@@ -241,23 +270,28 @@ NcclCommunicator::NcclCommunicator(int rank, int size, std::unique_ptr<State> st
 }
 
 NcclCommunicator::~NcclCommunicator() {
+  (void)cudaSetDevice(state_->device);
+  // Destroying a communicator under a running collective is undefined: what is queued on the
+  // communication stream finishes first, under the watchdog, whose timeout aborts it instead.
+  const absl::Status followed = state_->follow(state_->stream, "the collectives queued last");
   {
-    std::lock_guard lock(state_->mutex);
+    std::unique_lock lock(state_->mutex);
+    while (followed.ok() && state_->failure.ok() && !state_->pending.empty()) {
+      state_->wake.wait_for(lock, std::chrono::milliseconds(10));
+    }
     state_->stopping = true;
   }
   state_->wake.notify_all();
   state_->watchdog.join();
-  (void)cudaSetDevice(state_->device);
   bool aborted;
   {
     std::lock_guard lock(state_->mutex);
+    if (!state_->failure.ok()) state_->abort_locked();  // no call is in progress now
     aborted = state_->aborted;
-    if (!aborted && state_->failure.ok()) {
-      // Queued work first: destroying a communicator under a running collective is undefined.
-      (void)cudaStreamSynchronize(state_->stream);
-      for (Pending& pending : state_->pending) (void)cudaEventSynchronize(pending.event);
+    for (Pending& pending : state_->pending) {
+      if (aborted) (void)cudaEventSynchronize(pending.event);  // aborted kernels return
+      (void)cudaEventDestroy(pending.event);
     }
-    for (Pending& pending : state_->pending) (void)cudaEventDestroy(pending.event);
     state_->pending.clear();
   }
   if (!aborted) (void)ncclCommDestroy(state_->comm);
@@ -267,6 +301,10 @@ NcclCommunicator::~NcclCommunicator() {
 int NcclCommunicator::device() const { return state_->device; }
 
 void* NcclCommunicator::communication_stream() const { return state_->stream; }
+
+absl::Status NcclCommunicator::follow(void* stream, std::string_view what) {
+  return state_->follow(static_cast<cudaStream_t>(stream), std::string(what));
+}
 
 bool NcclCommunicator::supports(DType dtype) const { return nccl_type(dtype).has_value(); }
 

@@ -10,9 +10,11 @@
 // Two ways to queue a device collective:
 //   - the Communicator calls return a Work; they run on the communicator's own stream, and
 //     wait() polls it until the collective finished, failed, or outlasted the timeout;
-//   - the `*_on(stream, ...)` calls queue on the caller's stream (the backend's, from the CUDA
-//     kernels of ampc.AllReduce and the sharded optimizer's collectives), so the collective is
-//     ordered with the kernels around it and no host thread waits for it.
+//   - the `*_on(stream, ...)` calls queue on the caller's stream, and no host thread waits for
+//     them: the CUDA kernels of ampc.AllReduce and the sharded optimizer's collectives queue on
+//     communication_stream() after making it wait for the backend's stream (and join it back
+//     with an event), so all of a rank's NCCL collectives run on one stream, in the order every
+//     rank queued them.
 // A watchdog thread checks NCCL's asynchronous error state and the collectives queued on
 // streams: a peer that failed or a collective that outlasts the timeout aborts the NCCL
 // communicator (its kernels return, so no stream is left hanging), and health() and every later
@@ -46,6 +48,9 @@ class NcclCommunicator final : public comm::Communicator {
   // host group's.
   bool supports(DType dtype) const override;
   absl::Status health() const override;
+  // The watchdog follows the work queued on `stream` so far: a replayed CUDA graph holding this
+  // communicator's collectives gets the timeout too.
+  absl::Status follow(void* stream, std::string_view what) override;
 
   std::unique_ptr<comm::Work> all_reduce(void* data, int64_t count, DType dtype,
                                          comm::ReduceOp op) override;
