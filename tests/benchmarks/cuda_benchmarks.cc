@@ -9,13 +9,20 @@
 // Each run of a session ends with one synchronization (to read the device error word), so one
 // iteration is `kRunsPerIteration` runs, timed by the wall clock; the rates count only the
 // kernels' work, so the per-run synchronization is charged against them.
+// - nccl_all_reduce/<MiB>: NCCL's all-reduce of an f32 bucket, one rank on this GPU.
 // docs/benchmarks.md records the figures, the device and the command.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
 
 #include "benchmark/benchmark.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
+#include "runtime/comm/launch.h"
 #include "runtime/executor.h"
 #include "runtime/session.h"
 
@@ -23,6 +30,13 @@ namespace ampc::runtime {
 namespace {
 
 constexpr int kRunsPerIteration = 20;
+
+// A fresh, empty directory for a group to meet in.
+std::string testing_store_directory() {
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "ampc_cuda_bench_XXXXXX").string();
+  return mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
+}
 
 bool have_gpu() {
   static const bool present = create_backend(Device::kCuda).ok();
@@ -252,6 +266,47 @@ void memcpy_device(benchmark::State& state) {
   cudaFree(to);
 }
 BENCHMARK(memcpy_device)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// NCCL's all-reduce of an f32 bucket of `state.range(0)` MiB on this GPU, as a group of one rank
+// (one GPU is what a lent machine has): the time of one all-reduce and its algorithm bandwidth
+// (bucket bytes / time). Bus bandwidth, nccl-tests' figure for comparing machines, is the
+// algorithm bandwidth times 2 (N - 1) / N: 0 for one rank, so the figure here is NCCL's cost per
+// call and per byte, not the link's.
+void nccl_all_reduce(benchmark::State& state) {
+  if (!have_gpu()) {
+    state.SkipWithError("no usable CUDA device");
+    return;
+  }
+  const std::string store = testing_store_directory();
+  comm::RankEnvironment env;
+  env.store_directory = store;
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> group =
+      comm::connect_rank(env, std::chrono::seconds(60), "nccl");
+  std::filesystem::remove_all(store);
+  if (!group.ok()) {
+    state.SkipWithError(std::string(group.status().message()).c_str());
+    return;
+  }
+  const int64_t count = state.range(0) * (1 << 20) / 4;
+  void* bucket = nullptr;
+  if (cudaMalloc(&bucket, static_cast<size_t>(count) * 4) != cudaSuccess) {
+    state.SkipWithError("cannot allocate");
+    return;
+  }
+  cudaMemset(bucket, 0, static_cast<size_t>(count) * 4);
+  for (auto _ : state) {
+    const absl::Status done =
+        (*group)->all_reduce_now(bucket, count, DType::kF32, comm::ReduceOp::kSum);
+    if (!done.ok()) {
+      state.SkipWithError(std::string(done.message()).c_str());
+      break;
+    }
+  }
+  state.counters["algbw GB/s"] = benchmark::Counter(
+      static_cast<double>(count) * 4 * 1e-9 * state.iterations(), benchmark::Counter::kIsRate);
+  cudaFree(bucket);
+}
+BENCHMARK(nccl_all_reduce)->Arg(1)->Arg(25)->Arg(256)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 }  // namespace ampc::runtime
