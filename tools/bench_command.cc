@@ -8,13 +8,11 @@
 // CUDA: device memory in use after the steps less before the session), and the fused nodes.
 #include "tools/bench_command.h"
 
-#include <stdlib.h>
 #include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -92,26 +90,6 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
   return options;
 }
 
-// The data-parallel group of one rank that --comm asks for (null for none), met in a fresh
-// directory.
-absl::StatusOr<std::shared_ptr<runtime::comm::Communicator>> group_of_one(
-    const std::string& engine) {
-  if (engine == "none") return std::shared_ptr<runtime::comm::Communicator>();
-  std::string store = (std::filesystem::temp_directory_path() / "ampc_bench_XXXXXX").string();
-  if (mkdtemp(store.data()) == nullptr) {
-    return absl::UnavailableError(str_cat("--comm ", engine, ": cannot make a directory in ",
-                                          std::filesystem::temp_directory_path().string()));
-  }
-  runtime::comm::RankEnvironment env;
-  env.store_directory = store;
-  absl::StatusOr<std::unique_ptr<runtime::comm::Communicator>> group =
-      runtime::comm::connect_rank(env, std::chrono::seconds(60), engine);
-  std::error_code ignored;
-  std::filesystem::remove_all(store, ignored);
-  if (!group.ok()) return group.status();
-  return std::shared_ptr<runtime::comm::Communicator>(*std::move(group));
-}
-
 absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device) {
   Figures figures;
   AMPC_ASSIGN_OR_RETURN(const CompileOptions options, compile_options(flags));
@@ -135,8 +113,11 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   plan.reset();
   const std::optional<int64_t> rss_before = resident_high_water(/*reset=*/true);
   const absl::StatusOr<int64_t> device_before = device_memory(device);
-  AMPC_ASSIGN_OR_RETURN(std::shared_ptr<runtime::comm::Communicator> group,
-                        group_of_one(flags.comm));
+  // --comm: a data-parallel group of one rank through that communicator.
+  std::shared_ptr<runtime::comm::Communicator> group;
+  if (flags.comm != "none") {
+    AMPC_ASSIGN_OR_RETURN(group, runtime::comm::connect_alone(flags.comm, std::chrono::minutes(1)));
+  }
   AMPC_ASSIGN_OR_RETURN(
       std::unique_ptr<runtime::TrainingSession> session,
       runtime::TrainingSession::create(

@@ -1,7 +1,10 @@
 // The launchers' environment; runtime/comm/launch.h.
 #include "runtime/comm/launch.h"
 
+#include <stdlib.h>
+
 #include <charconv>
+#include <filesystem>
 #include <string_view>
 
 #include "compiler/strings.h"
@@ -108,6 +111,22 @@ absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment
                                           ": this ampc was built without CUDA, so without NCCL; "
                                           "use the gloo communicator"));
 #endif
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> connect_alone(std::string_view engine,
+                                                            std::chrono::milliseconds timeout) {
+  std::string store = (std::filesystem::temp_directory_path() / "ampc_group_XXXXXX").string();
+  if (mkdtemp(store.data()) == nullptr) {
+    return absl::UnavailableError(str_cat("cannot make a directory in ",
+                                          std::filesystem::temp_directory_path().string(),
+                                          " for a group of one rank"));
+  }
+  RankEnvironment env;
+  env.store_directory = store;
+  absl::StatusOr<std::unique_ptr<Communicator>> group = connect_rank(env, timeout, engine);
+  std::error_code ignored;
+  std::filesystem::remove_all(store, ignored);
+  return group;
 }
 
 }  // namespace ampc::runtime::comm

@@ -49,4 +49,10 @@ absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment
                                                            std::chrono::milliseconds timeout,
                                                            std::string_view engine = "gloo");
 
+// A group of one rank, this process, through `engine` (as connect_rank), met in a fresh
+// temporary directory that is removed once the group is formed: a session given it trains
+// data-parallel through the communicator, for measuring what the communicator costs.
+absl::StatusOr<std::unique_ptr<Communicator>> connect_alone(std::string_view engine,
+                                                            std::chrono::milliseconds timeout);
+
 }  // namespace ampc::runtime::comm

@@ -164,10 +164,10 @@ absl::Status all_reduce_on_device(const KernelContext& ctx, NcclCommunicator& nc
       layout.dims[0] = n;
       layout.strides[0][0] = 1;
       layout.strides[1][0] = 0;
-      AMPC_RETURN_IF_ERROR(
-          launched(launch_binary(BinaryOp::kMul, Elem::kF32, Elem::kF32, state.bucket + at,
-                                 state.inverse, output.data, layout, ErrorSink{}, side),
-                   ctx));
+      AMPC_RETURN_IF_ERROR(launched(
+          launch_binary(BinaryOp::kMul, Elem::kF32, Elem::kF32, state.bucket + at, state.inverse,
+                        output.data, layout, ErrorSink{ctx.exec->error, ctx.step}, side),
+          ctx));
     }
     at += n;
   }

@@ -13,10 +13,8 @@
 // docs/benchmarks.md records the figures, the device and the command.
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <stdlib.h>
 
 #include <chrono>
-#include <filesystem>
 #include <string>
 
 #include "benchmark/benchmark.h"
@@ -30,13 +28,6 @@ namespace ampc::runtime {
 namespace {
 
 constexpr int kRunsPerIteration = 20;
-
-// A fresh, empty directory for a group to meet in.
-std::string testing_store_directory() {
-  std::string pattern =
-      (std::filesystem::temp_directory_path() / "ampc_cuda_bench_XXXXXX").string();
-  return mkdtemp(pattern.data()) != nullptr ? pattern : std::string();
-}
 
 bool have_gpu() {
   static const bool present = create_backend(Device::kCuda).ok();
@@ -277,12 +268,8 @@ void nccl_all_reduce(benchmark::State& state) {
     state.SkipWithError("no usable CUDA device");
     return;
   }
-  const std::string store = testing_store_directory();
-  comm::RankEnvironment env;
-  env.store_directory = store;
   absl::StatusOr<std::unique_ptr<comm::Communicator>> group =
-      comm::connect_rank(env, std::chrono::seconds(60), "nccl");
-  std::filesystem::remove_all(store);
+      comm::connect_alone("nccl", std::chrono::seconds(60));
   if (!group.ok()) {
     state.SkipWithError(std::string(group.status().message()).c_str());
     return;

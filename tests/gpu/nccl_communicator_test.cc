@@ -17,8 +17,7 @@
 
 #include "ampc/float_types.h"
 #include "gtest/gtest.h"
-#include "runtime/comm/gloo_communicator.h"
-#include "tests/runtime/comm/comm_test_util.h"
+#include "runtime/comm/launch.h"
 #include "tests/runtime/data_parallel_test_util.h"
 #include "tests/test_util.h"
 
@@ -28,20 +27,12 @@ namespace {
 #define SKIP_WITHOUT_GPU() \
   if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device"
 
-// A group of one rank: Gloo over a fresh directory, NCCL over it on GPU 0.
+// A group of one rank through `engine` ("gloo" or "nccl", on GPU 0).
 std::shared_ptr<comm::Communicator> group_of_one(const std::string& engine) {
-  testing::StoreDirectory store;
-  comm::GlooOptions options;
-  options.store_directory = store.path();
-  options.timeout = std::chrono::seconds(60);
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> gloo = comm::connect_gloo(options);
-  EXPECT_TRUE(gloo.ok()) << gloo.status();
-  if (!gloo.ok()) return nullptr;
-  if (engine == "gloo") return std::shared_ptr<comm::Communicator>(*std::move(gloo));
-  absl::StatusOr<std::unique_ptr<comm::Communicator>> nccl =
-      cuda::connect_nccl(*std::move(gloo), cuda::NcclOptions{.device = 0});
-  EXPECT_TRUE(nccl.ok()) << nccl.status();
-  return nccl.ok() ? std::shared_ptr<comm::Communicator>(*std::move(nccl)) : nullptr;
+  absl::StatusOr<std::unique_ptr<comm::Communicator>> group =
+      comm::connect_alone(engine, std::chrono::seconds(60));
+  EXPECT_TRUE(group.ok()) << group.status();
+  return group.ok() ? std::shared_ptr<comm::Communicator>(*std::move(group)) : nullptr;
 }
 
 // Device memory holding `values`.
