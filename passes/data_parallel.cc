@@ -330,10 +330,12 @@ Node* add_after(Graph& step, Node* after, std::string_view domain, std::string_v
   return node;
 }
 
-// ZeRO stage 1: see data_parallel.h. Returns the sharded state.
-absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
-    Graph& step, const std::vector<Value*>& grads, const DataParallelOptions& options,
-    const std::unordered_set<std::string_view>& sum_updates, int& collectives) {
+// ZeRO stage 1: see data_parallel.h. Adds the sharded state and the copies to `rewrite`.
+absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
+                             const DataParallelOptions& options,
+                             const std::unordered_set<std::string_view>& sum_updates,
+                             DataParallelRewrite& rewrite) {
+  int& collectives = rewrite.collectives;
   const int64_t ranks = options.ranks;
   std::vector<Node*> updates;
   for (Node* node : step.node_list()) {
@@ -365,8 +367,23 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
       Value* grad = bucket.grads[i];
       Value* block = scatter->output(static_cast<int>(i));
       block->set_name(step.unique_value_name(str_cat(grad->name(), ".rank_block")));
-      read_summed(grad, in_gradient_dtype(step, block, grad, *scatter, bucket.before), scatter,
-                  sum_updates);
+      Value* reduced = in_gradient_dtype(step, block, grad, *scatter, bucket.before);
+      // A gradient the backward computed in f16 or bf16 and widened (and moved) losslessly is
+      // summed there by the unsharded step and rounded back once: so is its block here.
+      std::vector<Node*> chain;
+      const Value* origin = computed_from(grad, chain);
+      if (reduced->dtype() == DType::kF32 &&
+          (origin->dtype() == DType::kF16 || origin->dtype() == DType::kBF16)) {
+        Value* rounded = in_gradient_dtype(step, reduced, origin, *scatter, bucket.before);
+        Node* widen = step.create_node(kOnnxDomain, "Cast", {rounded},
+                                       {TensorType{DType::kF32, rounded->shape()}},
+                                       {{"to", DType::kF32}}, bucket.before);
+        widen->set_name(str_cat(scatter->name(), "/Cast"));
+        widen->mutable_precision() = scatter->precision();
+        widen->output(0)->set_name(step.unique_value_name(str_cat(block->name(), ".rounded")));
+        reduced = widen->output(0);
+      }
+      read_summed(grad, reduced, scatter, sum_updates);
     }
   }
 
@@ -398,45 +415,84 @@ absl::StatusOr<std::vector<ShardedState>> shard_optimizer(
   }
 
   // Each rank updates its block of every parameter and keeps its block of the moments; the
-  // updated blocks are gathered into every rank's parameters.
-  std::vector<ShardedState> sharded;
+  // updated blocks are gathered into every rank's parameters, or into their low-precision
+  // copies where the forward reads those (then a rank keeps only its block of the f32 master
+  // weights).
+  std::unordered_map<std::string_view, const Value*> in_eval;
+  if (options.eval != nullptr) {
+    for (const Value* init : options.eval->initializers()) in_eval[init->name()] = init;
+  }
+  auto shard_state = [&](Value* state, int64_t shard) {
+    rewrite.sharded_state.push_back({state->name(), state->shape(), *state->initializer()});
+    step.set_initializer_data(state, Tensor(TensorType{DType::kF32, {shard}}));
+  };
   std::vector<Value*> blocks;
   std::vector<int64_t> shapes;
   std::vector<std::optional<TensorType>> types;
+  std::vector<const LowPrecisionCopy*> copy_of;  // per block: the copy it is gathered into
+  Node* gather_at = updates.empty() ? nullptr : next_node(step, updates.back());
+  rewrite.copies.reserve(updates.size());
   for (Node* update : updates) {
     Value* parameter = update->operand(0);
-    const int64_t shard = block_elements(parameter->type().num_elements(), ranks);
-    Node* cut = step.create_node(kAmpcDomain, "Shard", {parameter},
-                                 {TensorType{DType::kF32, {shard}}}, {{"ranks", ranks}}, update);
-    cut->set_name(str_cat("data_parallel/Shard.", parameter->name()));
-    cut->output(0)->set_name(step.unique_value_name(str_cat(parameter->name(), ".rank_block")));
-    update->set_operand(0, cut->output(0));
+    const TensorType whole = parameter->type();
+    const int64_t shard = block_elements(whole.num_elements(), ranks);
     for (int i = 2; i < update->num_operands(); ++i) {
       Value* moment = update->operand(i);
       if (moment == nullptr || moment->kind() != Value::Kind::kInitializer ||
-          moment->is_constant() || moment->type() != parameter->type()) {
+          moment->is_constant() || moment->type() != whole) {
         continue;
       }
-      sharded.push_back({moment->name(), moment->shape()});
-      step.set_initializer_data(moment, Tensor(TensorType{DType::kF32, {shard}}));
+      shard_state(moment, shard);
     }
-    blocks.push_back(update->output(0));  // the updated block (a graph output until gathered)
-    types.push_back(parameter->type());
-    shapes.push_back(static_cast<int64_t>(parameter->shape().size()));
-    shapes.insert(shapes.end(), parameter->shape().begin(), parameter->shape().end());
+    const auto eval_parameter = in_eval.find(parameter->name());
+    std::optional<LowPrecisionCopy> copy =
+        low_precision_copy(*parameter, *update, options.eval,
+                           eval_parameter == in_eval.end() ? nullptr : eval_parameter->second);
+    Value* block = update->output(0);  // the updated block (a graph output until gathered)
+    if (copy.has_value()) {
+      read_through_copy(step, *parameter, *copy, *parameter->initializer());
+      shard_state(parameter, shard);  // the update reads and writes the block itself
+      Node* cast =
+          step.create_node(kOnnxDomain, "Cast", {block}, {TensorType{copy->dtype, {shard}}},
+                           {{"to", copy->dtype}}, gather_at);
+      cast->set_name(str_cat("data_parallel/Cast.", parameter->name()));
+      cast->output(0)->set_name(step.unique_value_name(str_cat(copy->copy, ".rank_block")));
+      block = cast->output(0);
+      types.push_back(TensorType{copy->dtype, whole.shape});
+      rewrite.copies.push_back(*std::move(copy));
+      copy_of.push_back(&rewrite.copies.back());
+    } else {
+      Node* cut = step.create_node(kAmpcDomain, "Shard", {parameter},
+                                   {TensorType{DType::kF32, {shard}}}, {{"ranks", ranks}}, update);
+      cut->set_name(str_cat("data_parallel/Shard.", parameter->name()));
+      cut->output(0)->set_name(step.unique_value_name(str_cat(parameter->name(), ".rank_block")));
+      update->set_operand(0, cut->output(0));
+      types.push_back(whole);
+      copy_of.push_back(nullptr);
+    }
+    blocks.push_back(block);
+    shapes.push_back(static_cast<int64_t>(whole.shape.size()));
+    shapes.insert(shapes.end(), whole.shape.begin(), whole.shape.end());
   }
   if (!updates.empty()) {
-    Node* gather =
-        step.create_node(kAmpcDomain, "AllGather", blocks, types,
-                         {{"ranks", ranks}, {"shape", shapes}}, next_node(step, updates.back()));
+    Node* gather = step.create_node(kAmpcDomain, "AllGather", blocks, types,
+                                    {{"ranks", ranks}, {"shape", shapes}}, gather_at);
     gather->set_name("data_parallel/AllGather");
     for (size_t i = 0; i < blocks.size(); ++i) {
-      replace_value(step, blocks[i], gather->output(static_cast<int>(i)), gather);
+      Value* gathered = gather->output(static_cast<int>(i));
+      if (copy_of[i] == nullptr) {
+        replace_value(step, blocks[i], gathered, gather);
+        continue;
+      }
+      // The copy's next value: new state of the step.
+      const std::string next = step.unique_value_name(str_cat(copy_of[i]->copy, ".next"));
+      gathered->set_name(next);
+      step.add_output(gathered);
+      step.add_state_update(copy_of[i]->copy, next);
     }
     ++collectives;
   }
-  AMPC_RETURN_IF_ERROR(infer_graph_types(step).status());
-  return sharded;
+  return infer_graph_types(step).status();
 }
 
 }  // namespace
@@ -459,8 +515,7 @@ absl::StatusOr<DataParallelRewrite> insert_gradient_all_reduce(Graph& step,
   }
   DataParallelRewrite rewrite;
   if (options.shard_optimizer) {
-    AMPC_ASSIGN_OR_RETURN(rewrite.sharded_state,
-                          shard_optimizer(step, grads, options, sum_updates, rewrite.collectives));
+    AMPC_RETURN_IF_ERROR(shard_optimizer(step, grads, options, sum_updates, rewrite));
   } else {
     rewrite.collectives = all_reduce_gradients(step, grads, options, sum_updates);
   }

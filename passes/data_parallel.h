@@ -32,9 +32,14 @@
 //   overflow check, norm and clipping run on the blocks, whether any block overflowed and the
 //   squared norms are summed over the ranks (two one-element AllReduces), each update reads its
 //   parameter's block (ampc.Shard) and its moments' blocks, and one ampc.AllGather after the last
-//   update gives every rank the whole updated parameters. The parameters stay whole (the
-//   forward reads them), and need to be f32 master weights. The moments are the returned
-//   sharded state.
+//   update gives every rank the whole updated parameters. The parameters need to be f32 master
+//   weights. Those the forward reads in f32 stay whole on every rank; those it reads only
+//   through Casts to f16 or bf16 (in the step and in `eval`; passes/master_weights.h) are read
+//   through a persistent whole copy in that dtype instead, and each rank keeps only its block of
+//   their f32 master weights: the update reads and writes the block, and the AllGather gathers
+//   the updated blocks cast to the copy's dtype into the copy (half the bytes of f32). The
+//   moments and those master weights are the returned sharded state; the copies are returned
+//   for the session to read the eval graph through them too.
 //   A step that accumulates gradients (`ampc compile --accumulate`): the gradients the optimizer
 //   reads are the window's running sums, and those are what is summed over the ranks, at every
 //   run of the window (the optimizer uses them only at the window's end); the running sums the
@@ -48,14 +53,17 @@
 
 #include "ampc/status.h"
 #include "compiler/ir.h"
+#include "passes/master_weights.h"
 
 namespace ampc {
 
-// A piece of optimizer state the sharded optimizer keeps one block of on each rank: its name and
-// its whole shape (what a checkpoint holds).
+// A piece of optimizer state the sharded optimizer keeps one block of on each rank: its name, its
+// whole shape (what a checkpoint holds) and its whole value when the rewrite began (the step's
+// initializer is left zero: rank r's block is for the session to cut, with rank 0's values).
 struct ShardedState {
   std::string name;
   Shape shape;
+  Tensor initial;
 };
 
 struct DataParallelOptions {
@@ -67,11 +75,17 @@ struct DataParallelOptions {
   bool shard_optimizer = false;
   // The loss output's name (TrainingSession's).
   std::string_view loss = "loss";
+  // The eval graph beside the step, whose readers of a parameter must also be Casts for its
+  // master weights to be sharded (null: none).
+  const Graph* eval = nullptr;
 };
 
 struct DataParallelRewrite {
   int collectives = 0;                      // collective nodes added
   std::vector<ShardedState> sharded_state;  // with shard_optimizer
+  // With shard_optimizer: the parameters whose master weights are sharded, read through their
+  // low-precision copies (new state of the step, updated by the AllGather).
+  std::vector<LowPrecisionCopy> copies;
 };
 
 // Rewrites `step` (a training step: a graph with state updates) in place.

@@ -182,13 +182,17 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
       AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
       continue;
     }
-    // This rank's block of the whole moment.
+    // This rank's block of the whole tensor.
     AMPC_ASSIGN_OR_RETURN(Tensor block, step_->initializer(name));
     const TensorType flat{value.dtype(), {value.num_elements()}};
     const TensorType block_type = block.type();
     comm::shard_on_host(TensorArg{&flat, const_cast<uint8_t*>(value.bytes().data())},
                         TensorArg{&block_type, block.mutable_bytes().data()}, rank());
     AMPC_RETURN_IF_ERROR(step_->set_initializer(name, block));
+  }
+  for (const LowPrecisionCopy& copy : copies_) {
+    AMPC_RETURN_IF_ERROR(
+        step_->set_initializer(copy.copy, narrowed(file.tensors.at(copy.parameter), copy.dtype)));
   }
   steps_done_ = steps_done;
   eval_stale_ = true;

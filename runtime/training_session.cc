@@ -104,16 +104,20 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   }
   // A session given a group trains data-parallel over it, even a group of one (whose sums are
   // its own values: the step is the single rank's, through the communicator).
+  std::vector<ShardedState> sharded;
   if (group != nullptr) {
     AMPC_ASSIGN_OR_RETURN(DataParallelRewrite rewrite,
                           insert_gradient_all_reduce(
                               *step, DataParallelOptions{.ranks = group->size(),
                                                          .sync_batch_norm = options.sync_batch_norm,
                                                          .shard_optimizer = options.shard_optimizer,
-                                                         .loss = session->loss_}));
-    for (ShardedState& sharded : rewrite.sharded_state) {
-      session->sharded_.emplace(std::move(sharded.name), std::move(sharded.shape));
+                                                         .loss = session->loss_,
+                                                         .eval = graph.get()}));
+    for (const ShardedState& sharded : rewrite.sharded_state) {
+      session->sharded_.emplace(sharded.name, sharded.shape);
     }
+    sharded = std::move(rewrite.sharded_state);
+    session->copies_ = std::move(rewrite.copies);
     if (options.device == Device::kCuda && options.sync_batch_norm) {
       for (const auto& node : step->nodes()) {
         if (node->op_type() != "SyncBatchNormalization") continue;
@@ -130,8 +134,10 @@ absl::StatusOr<std::unique_ptr<TrainingSession>> TrainingSession::create(
   AMPC_ASSIGN_OR_RETURN(session->step_,
                         InferenceSession::create(std::move(step), options, backend));
   AMPC_RETURN_IF_ERROR(session->make_stats_log());
+  AMPC_RETURN_IF_ERROR(session->install_shards(std::move(sharded)));
   if (group != nullptr && group->size() > 1) AMPC_RETURN_IF_ERROR(session->broadcast_state(0));
   if (graph != nullptr) {
+    session->read_eval_through_copies(*graph);
     // The eval graph reads the step's state (parameters, running statistics) where the step
     // updates it: no second copy, and nothing to copy between a step and an evaluation.
     const Graph& step_graph = session->step_->graph();
@@ -204,9 +210,11 @@ bool TrainingSession::has_state(std::string_view name) const {
 }
 
 std::vector<std::string> TrainingSession::state_names() const {
+  std::set<std::string_view> copies;
+  for (const LowPrecisionCopy& copy : copies_) copies.insert(copy.copy);
   std::vector<std::string> names;
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
-    names.push_back(update.state);
+    if (!copies.contains(update.state)) names.push_back(update.state);
   }
   return names;
 }
@@ -482,6 +490,20 @@ absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(const Te
 }
 
 absl::Status TrainingSession::set_state(std::string_view name, const TensorView& value) {
+  for (const LowPrecisionCopy& copy : copies_) {
+    if (name == copy.parameter) {
+      return absl::FailedPreconditionError(
+          str_cat("'", name, "' is a master weight each rank keeps one block of (the sharded ",
+                  "optimizer), read through its copy '", copy.copy,
+                  "': it cannot be set alone; load_checkpoint restores it"));
+    }
+    if (name == copy.copy) {
+      return absl::FailedPreconditionError(
+          str_cat("'", name, "' is the low-precision copy of '", copy.parameter,
+                  "' (the sharded optimizer's): it follows that parameter and cannot be set "
+                  "alone; load_checkpoint restores it"));
+    }
+  }
   AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
   eval_stale_ = true;
   counter_unchecked_ = true;
@@ -506,10 +528,21 @@ absl::Status TrainingSession::export_inference_model(const std::string& path,
   }
   AMPC_RETURN_IF_ERROR(settle());
   std::unique_ptr<Graph> graph = eval_->graph().clone();
+  // The master weights of the parameters read through copies, whole again (every rank calls).
+  std::set<std::string> restored;
+  std::set<std::string_view> read;
+  for (const Value* init : eval_->graph().initializers()) read.insert(init->name());
+  for (const LowPrecisionCopy& copy : copies_) {
+    AMPC_ASSIGN_OR_RETURN(Tensor whole, whole_state(copy.parameter));
+    if (!read.contains(copy.copy)) continue;
+    AMPC_RETURN_IF_ERROR(restore_master_weights(*graph, copy, std::move(whole)));
+    restored.insert(copy.parameter);
+  }
+  if (rank() != 0) return absl::OkStatus();  // rank 0 writes
   const std::vector<std::string> names = state_names();
   const std::set<std::string> state(names.begin(), names.end());
   for (Value* init : graph->initializers()) {
-    if (!state.contains(init->name())) continue;
+    if (!state.contains(init->name()) || restored.contains(init->name())) continue;
     AMPC_ASSIGN_OR_RETURN(Tensor value, step_->initializer(init->name()));
     graph->set_initializer_data(init, std::move(value));
   }

@@ -31,6 +31,7 @@
 
 #include "compiler/ir.h"
 #include "compiler/onnx_io.h"
+#include "passes/data_parallel.h"
 #include "runtime/session.h"
 
 namespace ampc::runtime {
@@ -100,31 +101,43 @@ class TrainingSession {
   std::vector<std::string> state_names() const;
   bool has_state(std::string_view name) const;
 
-  // A piece of state, by initializer name: with SessionOptions::shard_optimizer, a moment is this
-  // rank's block of it (sharded_state() names them).
+  // A piece of state, by initializer name: with SessionOptions::shard_optimizer, a moment or a
+  // sharded master weight is this rank's block of it (sharded_state() names them).
   absl::StatusOr<Tensor> state(std::string_view name) const { return step_->initializer(name); }
-  // The state each rank keeps one block of (the sharded optimizer's moments), with whole shapes.
+  // A piece of state whole: a sharded one gathered from every rank's block, so in a
+  // data-parallel group every rank must ask for it, in the same order.
+  absl::StatusOr<Tensor> whole_state(const std::string& name) const;
+  // The state each rank keeps one block of (the sharded optimizer's moments and master weights),
+  // with whole shapes.
   const std::map<std::string, Shape, std::less<>>& sharded_state() const { return sharded_; }
+  // The parameters whose f32 master weights are sharded, and the whole low-precision copies the
+  // step and the eval graph read instead (passes/master_weights.h). A copy is state of the step
+  // but not in state_names(): it is its parameter cast, rebuilt from the whole parameter
+  // whenever that is restored.
+  const std::vector<LowPrecisionCopy>& low_precision_copies() const { return copies_; }
+  // Sets a piece of state (this rank's block of a sharded one). A sharded master weight is
+  // refused (its copy could not follow): load_checkpoint() restores those.
   absl::Status set_state(std::string_view name, const TensorView& value);
 
   // Writes every piece of state and the step count to a safetensors file, through a temporary
   // file and a rename (a crash never leaves a half-written checkpoint). It waits for the queued
   // steps first and fails, writing nothing, when one of them met a data error. In a
-  // data-parallel group every rank calls it (a sharded moment is gathered whole from every
-  // rank's block) and rank 0 writes the file.
+  // data-parallel group every rank calls it (sharded state is gathered whole from every rank's
+  // block) and rank 0 writes the file.
   absl::Status save_checkpoint(const std::string& path) const;
   // Whether save_checkpoint writes the file here: rank 0 of a data-parallel group, or alone.
   bool writes_checkpoints() const { return rank() == 0; }
   // Restores what save_checkpoint wrote. The file must hold exactly this model's state, each
-  // tensor with its type (a sharded moment whole: each rank takes its block, whatever the
-  // number of ranks that saved it); on any error the session is unchanged. Restoring clears a
+  // tensor with its type (sharded state whole: each rank takes its block, whatever the number
+  // of ranks that saved it); on any error the session is unchanged. Restoring clears a
   // data error found after its step (queue_step), and drops the stats of queued steps.
   absl::Status load_checkpoint(const std::string& path);
 
   // Writes the eval graph with the current parameters as an inference model: no training step,
   // and (kDropped) without the loss output and the inputs only it reads (labels) when other
   // outputs remain; kKept keeps them, so running the file evaluates the loss. `options` says
-  // whether the weights go to a data file beside it.
+  // whether the weights go to a data file beside it. In a data-parallel group every rank calls
+  // it (sharded master weights are gathered whole) and rank 0 writes the file.
   enum class ExportedLoss { kDropped, kKept };
   absl::Status export_inference_model(const std::string& path, const ExportOptions& options = {},
                                       ExportedLoss loss = ExportedLoss::kDropped) const;
@@ -161,6 +174,11 @@ class TrainingSession {
   absl::Status settle() const;
   // Makes every rank's state rank `root`'s (data-parallel start-up).
   absl::Status broadcast_state(int root);
+  // Sets each rank's block of the sharded state from rank 0's whole initial values, and the
+  // low-precision copies from those (runtime/training_sharding.cc).
+  absl::Status install_shards(std::vector<ShardedState> sharded);
+  // The eval graph reads the low-precision copies instead of casting those parameters.
+  void read_eval_through_copies(Graph& eval) const;
   // Clears the gradient sums and the micro-step counter of an accumulation window.
   absl::Status abandon_window();
   // One call of the step graph: sets the batch and `lr`, runs, writes the state updates.
@@ -177,8 +195,7 @@ class TrainingSession {
   std::set<std::string, std::less<>> shared_with_eval_;
   // The sharded optimizer's state (one block per rank), with whole shapes.
   std::map<std::string, Shape, std::less<>> sharded_;
-  // A piece of state whole: a sharded one gathered from every rank (all ranks must ask).
-  absl::StatusOr<Tensor> whole_state(const std::string& name) const;
+  std::vector<LowPrecisionCopy> copies_;
   // This rank's place in its group (rank 0 of 1 without one).
   int rank() const;
   int ranks() const;

@@ -380,6 +380,12 @@ int train(const TrainFlags& flags) {
         return report_error(status);
       }
     }
+    // Sharded master weights are gathered from every rank for the export; rank 0 writes it.
+    if (!flags.export_path.empty()) {
+      if (absl::Status status = session.export_inference_model(flags.export_path); !status.ok()) {
+        return report_error(status);
+      }
+    }
     return 0;
   }
   if (!checkpoint.empty()) {
@@ -419,7 +425,9 @@ int train(const TrainFlags& flags) {
         !status.ok()) {
       return report_error(status);
     }
-    std::cerr << "ampc: wrote the trained inference model " << flags.export_path << "\n";
+    if (session.writes_checkpoints()) {  // rank 0 writes it
+      std::cerr << "ampc: wrote the trained inference model " << flags.export_path << "\n";
+    }
   }
   return 0;
 }
@@ -544,9 +552,10 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
       ->capture_default_str();
   train->add_flag("--shard-optimizer", flags.shard_optimizer,
                   "With more than one rank, ZeRO stage 1: each rank keeps and updates one block of "
-                  "every optimizer moment (momentum, Adam's moments), 1/N of their memory; the "
-                  "training is the unsharded one's, and checkpoints hold the whole moments, so "
-                  "--resume may use another number of ranks");
+                  "every optimizer moment (momentum, Adam's moments) and, at fp16/bf16, of the f32 "
+                  "master weights the forward reads only in low precision (read through an f16 or "
+                  "bf16 copy); 1/N of their memory. The training is the unsharded one's, and "
+                  "checkpoints hold the whole state, so --resume may use another number of ranks");
   train->add_flag("--local-batch-norm", flags.local_batch_norm,
                   "With more than one rank, normalize BatchNorm by each rank's shard alone (as "
                   "PyTorch's DDP without SyncBatchNorm) instead of by the whole batch's "

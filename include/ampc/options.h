@@ -60,8 +60,9 @@ struct SessionOptions {
   // rank's own (`ampc train --local-batch-norm`).
   bool sync_batch_norm = true;
   // With more than one rank: ZeRO stage 1 (`ampc train --shard-optimizer`). Each rank keeps and
-  // updates one block of every optimizer moment; checkpoints hold the whole moments, so a resume
-  // may change the number of ranks.
+  // updates one block of every optimizer moment, and of the f32 master weights of every
+  // parameter the forward reads only in f16 or bf16 (through a persistent copy in that dtype);
+  // checkpoints hold the whole state, so a resume may change the number of ranks.
   bool shard_optimizer = false;
 };
 

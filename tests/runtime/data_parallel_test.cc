@@ -232,7 +232,9 @@ TEST(DataParallel, NoNodeBeforeTheLastBucketReadsASummedGradient) {
       }
     }
     // With fp16, the f16 weights' gradients are cast back to f16 after their sums.
-    if (fp16) EXPECT_GT(casts_back, 0);
+    if (fp16) {
+      EXPECT_GT(casts_back, 0);
+    }
   }
 }
 

@@ -181,8 +181,10 @@ inline RunLog train(const Recipe& recipe, TrainingSession& session, int rank, in
     if (!stats.ok()) break;
     run.stats.push_back(*stats);
   }
+  // Whole: sharded state gathered from every rank (each rank runs this at once).
   for (const std::string& name : session.state_names()) {
-    absl::StatusOr<Tensor> value = session.state(name);
+    absl::StatusOr<Tensor> value = session.whole_state(name);
+    EXPECT_TRUE(value.ok()) << "rank " << rank << ": " << value.status();
     if (value.ok()) run.state[name] = value->to_double_vector();
   }
   return run;
@@ -297,15 +299,10 @@ inline void expect_same_training(const Recipe& recipe, int ranks, float lr, doub
       }
     }
   }
-  // Every rank holds the same state, bit for bit (but its own block of a sharded moment).
+  // Every rank holds the same state, bit for bit (sharded state gathered whole).
   for (int rank = 1; rank < ranks; ++rank) {
     for (const auto& [name, value] : group[0].state) {
-      const bool own_block =
-          recipe.shard_optimizer && (name.ends_with("momentum_buffer") ||
-                                     name.ends_with("exp_avg") || name.ends_with("exp_avg_sq"));
-      if (!own_block) {
-        EXPECT_EQ(group[rank].state.at(name), value) << name;
-      }
+      EXPECT_EQ(group[rank].state.at(name), value) << name;
     }
   }
 }

@@ -8,12 +8,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <regex>
 #include <thread>
 
+#include "compiler/onnx_io.h"
 #include "runtime/safetensors.h"
 #include "tests/runtime/comm/comm_test_util.h"
 #include "tests/tools/train_cli_test_util.h"
@@ -116,6 +118,42 @@ TEST_F(DataParallelCliTest, AShardedOptimizerTrainsLikeTheUnshardedOneAndResumes
                              " --steps 10 --resume --checkpoint " + path("ckpt"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("after step 8"));
+}
+
+// At fp16, --shard-optimizer also shards the master weights the forward reads in f16: the 2
+// ranks log the unsharded ranks' losses exactly, and every rank takes part in --export (the
+// weights are gathered) while rank 0 writes the unsharded ranks' weights, bit for bit.
+TEST_F(DataParallelCliTest, ShardedMasterWeightsExportTheUnshardedModel) {
+  const std::string ranks_model = compile("mlp", "--precision fp16 --optimizer adamw --lr 0.01");
+  const std::string global = global_batches(3);
+  for (const std::string run : {"plain", "sharded"}) {
+    CliResult r = train(ranks_model, "--nproc 2 --data " + global + " --steps 6 --log " +
+                                         path(run + ".jsonl") + " --export " + path(run + ".onnx") +
+                                         (run == "sharded" ? " --shard-optimizer" : ""));
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("wrote the trained inference model"),
+              r.err.rfind("wrote the trained inference model"))
+        << r.err;
+  }
+  const std::vector<LogLine> plain = read_log(path("plain.jsonl"));
+  const std::vector<LogLine> sharded = read_log(path("sharded.jsonl"));
+  ASSERT_EQ(sharded.size(), plain.size());
+  for (size_t i = 0; i < plain.size(); ++i) EXPECT_EQ(sharded[i].loss, plain[i].loss) << i + 1;
+  absl::StatusOr<std::unique_ptr<Graph>> a = import_onnx_file(path("sharded.onnx"));
+  absl::StatusOr<std::unique_ptr<Graph>> b = import_onnx_file(path("plain.onnx"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_EQ((*a)->initializers().size(), (*b)->initializers().size());
+  for (const Value* x : (*b)->initializers()) {
+    const Value* y = nullptr;
+    for (const Value* init : (*a)->initializers()) {
+      if (init->name() == x->name()) y = init;
+    }
+    ASSERT_NE(y, nullptr) << x->name();
+    EXPECT_EQ(y->type(), x->type()) << x->name();
+    EXPECT_TRUE(std::ranges::equal(y->initializer()->bytes(), x->initializer()->bytes()))
+        << x->name();
+  }
 }
 
 TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
