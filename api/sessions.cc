@@ -112,6 +112,12 @@ std::vector<TensorInfo> TrainingSession::weight_infos() const {
   if (const Graph* eval = impl_->eval_graph(); eval != nullptr) {
     for (const Value* init : eval->initializers()) {
       if (impl_->has_state(init->name())) infos.push_back({init->name(), init->type()});
+      // A copy the eval graph reads for sharded master weights: those are the weight.
+      for (const LowPrecisionCopy& copy : impl_->low_precision_copies()) {
+        if (copy.copy != init->name()) continue;
+        infos.push_back(
+            {copy.parameter, TensorType{DType::kF32, impl_->sharded_state().at(copy.parameter)}});
+      }
     }
   }
   return infos;

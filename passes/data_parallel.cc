@@ -422,36 +422,46 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
   if (options.eval != nullptr) {
     for (const Value* init : options.eval->initializers()) in_eval[init->name()] = init;
   }
-  auto shard_state = [&](Value* state, int64_t shard) {
-    rewrite.sharded_state.push_back({state->name(), state->shape(), *state->initializer()});
-    step.set_initializer_data(state, Tensor(TensorType{DType::kF32, {shard}}));
-  };
+  // The parameters read through copies first (their Casts go), then the blocks.
+  std::vector<std::optional<LowPrecisionCopy>> copies(updates.size());
+  for (size_t u = 0; u < updates.size(); ++u) {
+    Value* parameter = updates[u]->operand(0);
+    const auto eval_parameter = in_eval.find(parameter->name());
+    copies[u] =
+        low_precision_copy(*parameter, *updates[u], options.eval,
+                           eval_parameter == in_eval.end() ? nullptr : eval_parameter->second);
+    if (copies[u].has_value()) {
+      read_through_copy(step, *parameter, *copies[u], *parameter->initializer());
+    }
+  }
   std::vector<Value*> blocks;
   std::vector<int64_t> shapes;
   std::vector<std::optional<TensorType>> types;
   std::vector<const LowPrecisionCopy*> copy_of;  // per block: the copy it is gathered into
   Node* gather_at = updates.empty() ? nullptr : next_node(step, updates.back());
   rewrite.copies.reserve(updates.size());
-  for (Node* update : updates) {
+  for (size_t u = 0; u < updates.size(); ++u) {
+    Node* update = updates[u];
     Value* parameter = update->operand(0);
     const TensorType whole = parameter->type();
     const int64_t shard = block_elements(whole.num_elements(), ranks);
+    const TensorType block_type{DType::kF32, {shard}};
     for (int i = 2; i < update->num_operands(); ++i) {
       Value* moment = update->operand(i);
       if (moment == nullptr || moment->kind() != Value::Kind::kInitializer ||
           moment->is_constant() || moment->type() != whole) {
         continue;
       }
-      shard_state(moment, shard);
+      rewrite.sharded_state.push_back({moment->name(), moment->shape()});
+      step.set_initializer_data(moment, Tensor(block_type));
     }
-    const auto eval_parameter = in_eval.find(parameter->name());
-    std::optional<LowPrecisionCopy> copy =
-        low_precision_copy(*parameter, *update, options.eval,
-                           eval_parameter == in_eval.end() ? nullptr : eval_parameter->second);
+    std::optional<LowPrecisionCopy>& copy = copies[u];
     Value* block = update->output(0);  // the updated block (a graph output until gathered)
     if (copy.has_value()) {
-      read_through_copy(step, *parameter, *copy, *parameter->initializer());
-      shard_state(parameter, shard);  // the update reads and writes the block itself
+      // The update reads and writes the block of the master weights itself.
+      rewrite.sharded_state.push_back(
+          {parameter->name(), parameter->shape(), *parameter->initializer()});
+      step.set_initializer_data(parameter, Tensor(block_type));
       Node* cast =
           step.create_node(kOnnxDomain, "Cast", {block}, {TensorType{copy->dtype, {shard}}},
                            {{"to", copy->dtype}}, gather_at);
@@ -462,8 +472,8 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
       rewrite.copies.push_back(*std::move(copy));
       copy_of.push_back(&rewrite.copies.back());
     } else {
-      Node* cut = step.create_node(kAmpcDomain, "Shard", {parameter},
-                                   {TensorType{DType::kF32, {shard}}}, {{"ranks", ranks}}, update);
+      Node* cut = step.create_node(kAmpcDomain, "Shard", {parameter}, {block_type},
+                                   {{"ranks", ranks}}, update);
       cut->set_name(str_cat("data_parallel/Shard.", parameter->name()));
       cut->output(0)->set_name(step.unique_value_name(str_cat(parameter->name(), ".rank_block")));
       update->set_operand(0, cut->output(0));

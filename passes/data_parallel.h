@@ -47,6 +47,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -58,12 +59,13 @@
 namespace ampc {
 
 // A piece of optimizer state the sharded optimizer keeps one block of on each rank: its name, its
-// whole shape (what a checkpoint holds) and its whole value when the rewrite began (the step's
-// initializer is left zero: rank r's block is for the session to cut, with rank 0's values).
+// whole shape (what a checkpoint holds) and, for master weights, their whole value when the
+// rewrite began (the step's initializer is left zero: rank r's block is for the session to cut,
+// from rank 0's values). Moments start at zero.
 struct ShardedState {
   std::string name;
   Shape shape;
-  Tensor initial;
+  std::optional<Tensor> initial = std::nullopt;
 };
 
 struct DataParallelOptions {

@@ -203,6 +203,9 @@ std::vector<TensorInfo> TrainingSession::eval_outputs() const {
 }
 
 bool TrainingSession::has_state(std::string_view name) const {
+  for (const LowPrecisionCopy& copy : copies_) {
+    if (copy.copy == name) return false;  // as in state_names()
+  }
   for (const Graph::StateUpdate& update : step_->graph().state_updates()) {
     if (update.state == name) return true;
   }

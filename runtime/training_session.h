@@ -174,8 +174,8 @@ class TrainingSession {
   absl::Status settle() const;
   // Makes every rank's state rank `root`'s (data-parallel start-up).
   absl::Status broadcast_state(int root);
-  // Sets each rank's block of the sharded state from rank 0's whole initial values, and the
-  // low-precision copies from those (runtime/training_sharding.cc).
+  // Sets each rank's block of the sharded master weights from rank 0's whole initial values, and
+  // the low-precision copies from those (runtime/training_sharding.cc).
   absl::Status install_shards(std::vector<ShardedState> sharded);
   // The eval graph reads the low-precision copies instead of casting those parameters.
   void read_eval_through_copies(Graph& eval) const;

@@ -13,7 +13,8 @@ namespace ampc::runtime {
 absl::Status TrainingSession::install_shards(std::vector<ShardedState> sharded) {
   std::map<std::string_view, const Tensor*> whole;
   for (ShardedState& state : sharded) {
-    Tensor& value = state.initial;
+    if (!state.initial.has_value()) continue;  // a moment: its blocks start at zero
+    Tensor& value = *state.initial;
     if (ranks() > 1) {  // rank 0's values, as broadcast_state gives every other piece of state
       const std::span<uint8_t> bytes = value.mutable_bytes();
       AMPC_RETURN_IF_ERROR(step_->backend().context().communicator->broadcast_now(

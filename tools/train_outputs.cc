@@ -56,8 +56,13 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
     }
     AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
     if (const Graph* eval = session.eval_graph(); eval != nullptr) {
-      AMPC_RETURN_IF_ERROR(
-          check_free_space(parent, initializer_bytes(*eval), "the --export folder"));
+      // A parameter read through a low-precision copy is exported as its f32 master weights.
+      int64_t bytes = initializer_bytes(*eval);
+      for (const LowPrecisionCopy& copy : session.low_precision_copies()) {
+        const TensorType whole{DType::kF32, session.sharded_state().at(copy.parameter)};
+        bytes += whole.byte_size() - TensorType{copy.dtype, whole.shape}.byte_size();
+      }
+      AMPC_RETURN_IF_ERROR(check_free_space(parent, bytes, "the --export folder"));
     }
   }
   if (!checkpoint_dir.empty()) {
@@ -81,9 +86,13 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
       return absl::InvalidArgumentError(str_cat("cannot write into --checkpoint folder '",
                                                 checkpoint_dir, "': ", std::strerror(errno)));
     }
-    int64_t bytes = 0;
+    int64_t bytes = 0;  // the whole state, sharded state included
     for (const Value* value : session.graph().initializers()) {
-      if (session.has_state(value->name())) bytes += value->type().byte_size();
+      if (!session.has_state(value->name())) continue;
+      const auto sharded = session.sharded_state().find(value->name());
+      bytes += sharded == session.sharded_state().end()
+                   ? value->type().byte_size()
+                   : TensorType{value->dtype(), sharded->second}.byte_size();
     }
     AMPC_RETURN_IF_ERROR(check_free_space(dir, bytes, "the --checkpoint folder"));
   }

@@ -21,7 +21,7 @@ namespace {
 // ZeRO stage 1: each rank keeps and updates one block of every moment, and the group trains as
 // one rank with the whole batch (and as the unsharded group): 2 and 4 ranks, SGD with momentum
 // and AdamW, f32 within 1e-6; fp16 with the same skipped steps and scales; the CNN example with
-// its BatchNorms; accumulation over 2 micro-batches.
+// its BatchNorms; accumulation over 2 micro-batches, at f32 and at fp16.
 TEST(ShardedOptimizer, TheShardedOptimizerTrainsLikeOneRankWithTheWholeBatch) {
   for (auto kind : {OptimizerOptions::Kind::kSgd, OptimizerOptions::Kind::kAdamW}) {
     for (int ranks : {2, 4}) {
@@ -37,6 +37,9 @@ TEST(ShardedOptimizer, TheShardedOptimizerTrainsLikeOneRankWithTheWholeBatch) {
                        5e-3);
   expect_same_training(Recipe{.example = "cnn", .shard_optimizer = true}, 4, 0.05f, 1e-6, 1e-5);
   expect_same_training(Recipe{.accumulate = 2, .shard_optimizer = true}, 2, 0.05f, 1e-6);
+  // Sharded master weights (fp16) over an accumulation window: gathered after every run.
+  expect_same_training(Recipe{.fp16 = true, .accumulate = 2, .shard_optimizer = true}, 2, 0.05f,
+                       5e-3);
 }
 
 // 3 ranks and a w1 of 4 x 8 = 32 elements: blocks of 11 (the last padded with one zero). The
