@@ -191,6 +191,13 @@ std::vector<Recipe> recipes() {
           Recipe{.fp16 = true, .loss_scale = LossScaleOptions{}, .device = Device::kCuda},
           Recipe{.optimizer = OptimizerOptions::Kind::kAdamW,
                  .shard_optimizer = true,
+                 .device = Device::kCuda},
+          // Sharded f32 master weights read through f16 copies: the AllGather moves f16 and f32
+          // blocks in one call.
+          Recipe{.fp16 = true,
+                 .optimizer = OptimizerOptions::Kind::kAdamW,
+                 .loss_scale = LossScaleOptions{},
+                 .shard_optimizer = true,
                  .device = Device::kCuda}};
 }
 
