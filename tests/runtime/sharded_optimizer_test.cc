@@ -109,7 +109,8 @@ TEST(ShardedOptimizer, MasterWeightsReadOnlyInLowPrecisionKeepOneBlockPerRank) {
 // (overflowing, so steps are skipped) train, evaluate and export exactly as the unsharded group
 // does. A rank's gradient block is the same f32 sum rounded once, its update the same elementwise
 // operations, and the copy is the Cast the forward did. The GPT example has its LayerNorm weights
-// read in f32: those stay whole, the others are read through copies.
+// read in f32, the CNN its BatchNorm weights: those stay whole, the others are read through
+// copies.
 TEST(ShardedOptimizer, ShardedMasterWeightsTrainEvaluateAndExportAsTheUnshardedGroup) {
   LossScaleOptions scale;
   scale.init = 0x1p24f;
@@ -119,8 +120,8 @@ TEST(ShardedOptimizer, ShardedMasterWeightsTrainEvaluateAndExportAsTheUnshardedG
        .optimizer = OptimizerOptions::Kind::kAdamW,
        .loss_scale = scale,
        .shard_optimizer = true},
-        Recipe{
-            .example = "tiny_gpt", .fp16 = true, .loss_scale = scale, .shard_optimizer = true}}) {
+        Recipe{.example = "tiny_gpt", .fp16 = true, .loss_scale = scale, .shard_optimizer = true},
+        Recipe{.example = "cnn", .fp16 = true, .loss_scale = scale, .shard_optimizer = true}}) {
     SCOPED_TRACE(sharded.example.empty() ? "perceptron" : sharded.example);
     Recipe whole = sharded;
     whole.shard_optimizer = false;
