@@ -4,8 +4,8 @@
 // Per channel c of X [N, C, D1, ...] over its count = N * D1 * ... elements (n, d), in row-major
 // order:
 //   mean = sum of x / count,  var = sum of (x - mean)^2 / count   (the population variance)
-// each sum sequential in the compute type, one thread per channel, so the bits do not depend on
-// the thread count.
+// each sum in the compute type, one thread per channel, in an order fixed by the shape alone
+// (BatchShape::channel_sum), so the bits do not depend on the thread count.
 //
 // With a data-parallel group (ampc.SyncBatchNormalization, and the gradient's all_ranks), the
 // sums and counts are every rank's together: each rank's sum of x and its count are summed over
@@ -44,13 +44,26 @@ struct BatchShape {
     for (size_t d = 2; d < x.size(); ++d) spatial *= x[d];
   }
 
-  // Calls f(i) for the flat index of every element of channel c, in row-major order.
-  template <typename F>
-  void for_channel(int64_t c, F&& f) const {
+  // The sum of f(i) over the elements of channel c, in C. Element o of each of its rows of
+  // `spatial` elements is added into partial sum o mod kLanes, row after row, and the partial
+  // sums are then added pairwise (kLanes / 2 apart, then a quarter, ...). The order depends on
+  // the shape alone; the kLanes independent sums vectorize and do not wait on one another.
+  static constexpr int kLanes = 16;
+  template <typename C, typename F>
+  C channel_sum(int64_t c, F&& f) const {
+    C partial[kLanes] = {};
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t first = (b * channels + c) * spatial;
-      for (int64_t i = first; i < first + spatial; ++i) f(i);
+      int64_t o = 0;
+      for (; o + kLanes <= spatial; o += kLanes) {
+        for (int j = 0; j < kLanes; ++j) partial[j] += f(first + o + j);
+      }
+      for (; o < spatial; ++o) partial[o % kLanes] += f(first + o);
     }
+    for (int width = kLanes / 2; width > 0; width /= 2) {
+      for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+    }
+    return partial[0];
   }
 };
 
@@ -65,9 +78,7 @@ absl::StatusOr<C> batch_statistics(std::span<const T> x, const BatchShape& shape
   std::vector<C> sums(channels + 1);
   parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      C sum = 0;
-      shape.for_channel(c, [&](int64_t i) { sum += load(x[i]); });
-      sums[c] = sum;
+      sums[c] = shape.channel_sum<C>(c, [&](int64_t i) { return static_cast<C>(load(x[i])); });
     }
   });
   sums[channels] = static_cast<C>(shape.batch * shape.spatial);
@@ -78,12 +89,11 @@ absl::StatusOr<C> batch_statistics(std::span<const T> x, const BatchShape& shape
   std::vector<C> square_sums(channels);
   parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
-      C square_sum = 0;
-      shape.for_channel(c, [&](int64_t i) {
-        const C centered = load(x[i]) - mean[c];
-        square_sum += centered * centered;
+      const C m = mean[c];
+      square_sums[c] = shape.channel_sum<C>(c, [&](int64_t i) {
+        const C centered = load(x[i]) - m;
+        return centered * centered;
       });
-      square_sums[c] = square_sum;
     }
   });
   AMPC_RETURN_IF_ERROR(sum_over_ranks(square_sums, group));

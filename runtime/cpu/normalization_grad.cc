@@ -164,13 +164,10 @@ absl::Status batch_norm_grad(const KernelContext& ctx) {
   parallel_for(channels, 1, [&](int64_t begin, int64_t end) {
     for (int64_t c = begin; c < end; ++c) {
       inv_std[c] = C(1) / std::sqrt(var[c] + epsilon);
-      C scale_sum = 0, bias_sum = 0;
-      shape.for_channel(c, [&](int64_t i) {
-        scale_sum += load(dy[i]) * ((load(x[i]) - mean[c]) * inv_std[c]);
-        bias_sum += load(dy[i]);
-      });
-      dscale[c] = scale_sum;
-      dbias[c] = bias_sum;
+      const C m = mean[c], s = inv_std[c];
+      dscale[c] = shape.channel_sum<C>(
+          c, [&](int64_t i) { return static_cast<C>(load(dy[i])) * ((load(x[i]) - m) * s); });
+      dbias[c] = shape.channel_sum<C>(c, [&](int64_t i) { return static_cast<C>(load(dy[i])); });
     }
   });
   // dX's sums: with all_ranks, every rank's (dScale and dB stay this rank's: the gradient

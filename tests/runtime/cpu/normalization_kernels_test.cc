@@ -1,8 +1,10 @@
 // LayerNormalization and BatchNormalization on the CPU backend against hand-derived values,
 // naive f64 computations written here and, for f16/bf16 data, bit for bit against "upcast to f32,
 // compute the documented formulas in f32 in the documented order, round once".
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -262,23 +264,25 @@ TEST(BatchNormKernel, LowPrecisionDataWithF32StatisticsEqualsF32RoundedOnce) {
     const std::vector<Tensor> out =
         batch_norm("training_mode=1", {xt, f32(scale), f32(bias), f32(mean_in), f32(var_in)}, true);
     ASSERT_EQ(out.size(), 3u);
-    // The f32 computation in the documented order.
+    // The f32 computation in the documented order (batch_statistics.h): element s of each row
+    // into partial sum s mod 16, row after row, then the partial sums added 8 apart, 4, 2, 1.
     const std::vector<float> xf = as_floats(xt);
     const float epsilon = 1e-5f, momentum = 0.9f;
+    auto channel_sum = [&](int64_t c, const std::function<float(float)>& f) {
+      std::array<float, 16> partial{};
+      for (int64_t n = 0; n < N; ++n) {
+        for (int64_t s = 0; s < S; ++s) partial[s % 16] += f(xf[(n * C + c) * S + s]);
+      }
+      for (int width = 8; width > 0; width /= 2) {
+        for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+      }
+      return partial[0];
+    };
     std::vector<float> y(xf.size()), running_mean, running_var;
     for (int64_t c = 0; c < C; ++c) {
-      float sum = 0, square_sum = 0;
-      for (int64_t n = 0; n < N; ++n) {
-        for (int64_t s = 0; s < S; ++s) sum += xf[(n * C + c) * S + s];
-      }
-      const float mean = sum / static_cast<float>(N * S);
-      for (int64_t n = 0; n < N; ++n) {
-        for (int64_t s = 0; s < S; ++s) {
-          const float d = xf[(n * C + c) * S + s] - mean;
-          square_sum += d * d;
-        }
-      }
-      const float var = square_sum / static_cast<float>(N * S);
+      const float mean = channel_sum(c, [](float v) { return v; }) / static_cast<float>(N * S);
+      const float var = channel_sum(c, [&](float v) { return (v - mean) * (v - mean); }) /
+                        static_cast<float>(N * S);
       const float std_dev = std::sqrt(var + epsilon);
       for (int64_t n = 0; n < N; ++n) {
         for (int64_t s = 0; s < S; ++s) {
