@@ -123,4 +123,14 @@ absl::Status write_file_atomically(const std::string& path,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> make_temporary_directory(std::string_view prefix) {
+  const std::filesystem::path temp = std::filesystem::temp_directory_path();
+  std::string pattern = (temp / str_cat(prefix, "XXXXXX")).string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    return absl::UnavailableError(
+        str_cat("cannot make a directory under ", temp.string(), ": ", std::strerror(errno)));
+  }
+  return pattern;
+}
+
 }  // namespace ampc

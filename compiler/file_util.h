@@ -26,4 +26,8 @@ absl::Status write_file_atomically(const std::string& path, std::string_view byt
 absl::Status write_file_atomically(const std::string& path,
                                    std::span<const std::span<const uint8_t>> pieces);
 
+// A new, empty directory `<temp>/<prefix>XXXXXX` (mkdtemp's, mode 0700) in the system's
+// temporary directory; its path, or an error naming where it could not be made.
+absl::StatusOr<std::string> make_temporary_directory(std::string_view prefix);
+
 }  // namespace ampc

@@ -536,8 +536,9 @@ absl::Status TrainingSession::export_inference_model(const std::string& path,
   std::set<std::string_view> read;
   for (const Value* init : eval_->graph().initializers()) read.insert(init->name());
   for (const LowPrecisionCopy& copy : copies_) {
-    AMPC_ASSIGN_OR_RETURN(Tensor whole, whole_state(copy.parameter));
+    // Every rank's eval graph reads the same copies, so every rank gathers the same ones.
     if (!read.contains(copy.copy)) continue;
+    AMPC_ASSIGN_OR_RETURN(Tensor whole, whole_state(copy.parameter));
     AMPC_RETURN_IF_ERROR(restore_master_weights(*graph, copy, std::move(whole)));
     restored.insert(copy.parameter);
   }

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <iterator>
 
+#include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/comm/launch.h"
 
@@ -67,13 +68,13 @@ int exit_code(int status) {
 }  // namespace
 
 int run_local_ranks(int nproc) {
-  std::string pattern = (std::filesystem::temp_directory_path() / "ampc_ranks_XXXXXX").string();
-  if (mkdtemp(pattern.data()) == nullptr) {
-    std::cerr << "ampc: error: --nproc: cannot make a rendezvous directory under "
-              << std::filesystem::temp_directory_path() << ": " << std::strerror(errno) << "\n";
+  const absl::StatusOr<std::string> made = make_temporary_directory("ampc_ranks_");
+  if (!made.ok()) {
+    std::cerr << "ampc: error: --nproc: a rendezvous directory: " << made.status().message()
+              << "\n";
     return 1;
   }
-  const std::string store = pattern;
+  const std::string store = *made;
   const std::vector<std::string> arguments = without_nproc(own_arguments());
   std::vector<pid_t> ranks(nproc, -1);
   for (int rank = 0; rank < nproc; ++rank) {

@@ -1,12 +1,11 @@
 // The launchers' environment; runtime/comm/launch.h.
 #include "runtime/comm/launch.h"
 
-#include <stdlib.h>
-
 #include <charconv>
 #include <filesystem>
 #include <string_view>
 
+#include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/comm/gloo_communicator.h"
 #if AMPC_HAVE_CUDA
@@ -115,17 +114,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment
 
 absl::StatusOr<std::unique_ptr<Communicator>> connect_alone(std::string_view engine,
                                                             std::chrono::milliseconds timeout) {
-  std::string store = (std::filesystem::temp_directory_path() / "ampc_group_XXXXXX").string();
-  if (mkdtemp(store.data()) == nullptr) {
-    return absl::UnavailableError(str_cat("cannot make a directory in ",
-                                          std::filesystem::temp_directory_path().string(),
-                                          " for a group of one rank"));
+  absl::StatusOr<std::string> store = make_temporary_directory("ampc_group_");
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        str_cat("a group of one rank: ", store.status().message()));
   }
   RankEnvironment env;
-  env.store_directory = store;
+  env.store_directory = *store;
   absl::StatusOr<std::unique_ptr<Communicator>> group = connect_rank(env, timeout, engine);
   std::error_code ignored;
-  std::filesystem::remove_all(store, ignored);
+  std::filesystem::remove_all(*store, ignored);
   return group;
 }
 
