@@ -24,7 +24,14 @@
 //   its rank: [rank_1, dims_1..., rank_2, dims_2...]), in si's dtype. One collective; it moves
 //   bytes, so the result is each rank's values exactly.
 // In a group of one (no communicator) they are a flatten (and conversion), a flatten and a
-// reshape. A group whose size is not `ranks` is an error when the node runs. Their gradients are
+// reshape.
+// window = 1 on AllReduce and ReduceScatter (the data-parallel rewrite sets it on the sums of an
+//   accumulation window's running gradient sums, and on what only the window's last run reads):
+//   on a run inside the window, not its last (KernelContext::inside_window), nothing is
+//   communicated and each output is what a group of one gives, this rank's own values: gi in
+//   f32 (AllReduce, `mean` or not), this rank's block of gi in f32 (ReduceScatter). On the
+//   window's last run, and on every run of a step that does not accumulate, they are as above. A
+//   group whose size is not `ranks` is an error when the node runs. Their gradients are
 // their adjoints (ReduceScatter's and Shard's an AllGather, AllGather's a ReduceScatter); the
 // data-parallel rewrite inserts them after autodiff, so training never differentiates them.
 #include "compiler/grad_builder.h"
@@ -154,7 +161,7 @@ OpDef all_reduce() {
       "f32, in one collective";
   def.inputs = {variadic_input("operands", {DType::kF16, DType::kBF16, DType::kF32, DType::kF64})};
   def.outputs = {variadic_input("reduced")};
-  def.attrs = {flag_attr("mean", 0)};
+  def.attrs = {flag_attr("mean", 0), flag_attr("window", 0)};
   def.infer = infer_all_reduce;
   def.gradient = all_reduce_grad;
   def.autocast.category = AutocastCategory::kDeny;
@@ -217,7 +224,7 @@ OpDef reduce_scatter() {
       "`ranks` blocks, in f32, in one collective";
   def.inputs = {variadic_input("operands", {DType::kF16, DType::kBF16, DType::kF32, DType::kF64})};
   def.outputs = {variadic_input("blocks")};
-  def.attrs = {attr("ranks", int64_t{1})};
+  def.attrs = {attr("ranks", int64_t{1}), flag_attr("window", 0)};
   def.infer = infer_reduce_scatter;
   def.gradient = gather_grad;
   def.autocast.category = AutocastCategory::kDeny;

@@ -227,6 +227,14 @@ Value* in_gradient_dtype(Graph& step, Value* reduced, const Value* grad, const N
   return cast->output(0);
 }
 
+// With accumulation (running sums carried to the next run), the collectives whose results only
+// the window's last run reads sum on that run only: `window` (ops/collective.cc).
+Attributes window_attrs(const std::unordered_set<std::string_view>& sum_updates,
+                        Attributes attrs = {}) {
+  if (!sum_updates.empty()) attrs["window"] = int64_t{1};
+  return attrs;
+}
+
 // Every reader of `grad` but `except` and the accumulation's running sums reads `summed`.
 void read_summed(Value* grad, Value* summed, const Node* except,
                  const std::unordered_set<std::string_view>& sum_updates) {
@@ -282,7 +290,8 @@ int all_reduce_gradients(Graph& step, std::vector<Value*> grads, const DataParal
       types.push_back(
           TensorType{grad->dtype() == DType::kF64 ? DType::kF64 : DType::kF32, grad->shape()});
     }
-    Node* sum = step.create_node(kAmpcDomain, "AllReduce", bucket.grads, types, {}, bucket.before);
+    Node* sum = step.create_node(kAmpcDomain, "AllReduce", bucket.grads, types,
+                                 window_attrs(sum_updates), bucket.before);
     sum->set_name(str_cat("data_parallel/AllReduce.", added));
     for (size_t i = 0; i < bucket.grads.size(); ++i) {
       Value* grad = bucket.grads[i];
@@ -361,7 +370,7 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
                                  {block_elements(grad->type().num_elements(), ranks)}});
     }
     Node* scatter = step.create_node(kAmpcDomain, "ReduceScatter", bucket.grads, types,
-                                     {{"ranks", ranks}}, bucket.before);
+                                     window_attrs(sum_updates, {{"ranks", ranks}}), bucket.before);
     scatter->set_name(str_cat("data_parallel/ReduceScatter.", collectives++));
     for (size_t i = 0; i < bucket.grads.size(); ++i) {
       Value* grad = bucket.grads[i];
@@ -394,8 +403,8 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
       Value* found_inf = node->output(0);
       Node* as_float =
           add_after(step, node, kOnnxDomain, "Cast", {found_inf}, scalar, {{"to", DType::kF32}});
-      Node* sum =
-          add_after(step, as_float, kAmpcDomain, "AllReduce", {as_float->output(0)}, scalar);
+      Node* sum = add_after(step, as_float, kAmpcDomain, "AllReduce", {as_float->output(0)}, scalar,
+                            window_attrs(sum_updates));
       Value* zero = step.add_initializer(step.unique_value_name("data_parallel.zero"),
                                          Tensor::from_f32({}, {0.0f}));
       zero->set_constant(true);
@@ -407,7 +416,8 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
     if (is_ampc(*node, "GlobalNorm")) {
       Value* norm = node->output(0);
       Node* square = add_after(step, node, kOnnxDomain, "Mul", {norm, norm}, scalar);
-      Node* sum = add_after(step, square, kAmpcDomain, "AllReduce", {square->output(0)}, scalar);
+      Node* sum = add_after(step, square, kAmpcDomain, "AllReduce", {square->output(0)}, scalar,
+                            window_attrs(sum_updates));
       Node* root = add_after(step, sum, kOnnxDomain, "Sqrt", {sum->output(0)}, scalar);
       replace_value(step, norm, root->output(0), square);
       ++collectives;

@@ -41,9 +41,11 @@
 //   moments and those master weights are the returned sharded state; the copies are returned
 //   for the session to read the eval graph through them too.
 //   A step that accumulates gradients (`ampc compile --accumulate`): the gradients the optimizer
-//   reads are the window's running sums, and those are what is summed over the ranks, at every
-//   run of the window (the optimizer uses them only at the window's end); the running sums the
-//   step carries to its next run stay each rank's own.
+//   reads are the window's running sums, and those are what is summed over the ranks; the running
+//   sums the step carries to its next run stay each rank's own. The optimizer uses the sums only
+//   on the window's last run, so their collectives (and, sharded, the overflow flag's and the
+//   norm's) get `window` = 1: on the window's other runs they communicate nothing and give each
+//   rank's own values (ops/collective.cc; a TrainingSession tells the runs apart).
 #pragma once
 
 #include <cstdint>

@@ -61,6 +61,11 @@ Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend
       backend_(std::move(backend)),
       options_(std::move(options)),
       found_inf_(graph_output(graph, "found_inf")) {
+  for (const Node* node : graph_.node_list()) {
+    if (node->domain() == kAmpcDomain && int_attr_or(*node, "window", 0) != 0) {
+      has_window_collectives_ = true;
+    }
+  }
   for (const Value* init : graph_.initializers()) {
     auto it = options_.shared_initializers.find(init->name());
     if (it != options_.shared_initializers.end()) shared_[init] = it->second;
@@ -69,7 +74,9 @@ Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend
 
 // States may hold library objects made on the device; they go before the memory they describe.
 Executor::~Executor() {
-  if (recorded_ != nullptr) backend_->destroy_graph(recorded_);
+  for (void* recorded : recorded_) {
+    if (recorded != nullptr) backend_->destroy_graph(recorded);
+  }
   states_.clear();
 }
 
@@ -237,7 +244,7 @@ absl::Status Executor::run(uint64_t random_stream) {
   return finish();
 }
 
-absl::Status Executor::launch(uint64_t random_stream) {
+absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
   AMPC_RETURN_IF_ERROR(backend_->make_current());
   // A failed communicator (a rank that stopped) must not be given more collectives: a recorded
   // graph's would run on an aborted one.
@@ -250,23 +257,26 @@ absl::Status Executor::launch(uint64_t random_stream) {
   }
   const bool graphs =
       options_.use_graph && !options_.check_numerics && !options_.poison_freed_buffers;
-  if (graphs && recorded_ == nullptr && !graph_tried_) {
+  // Collectives marked `window` run differently inside a window: their own recording.
+  inside_window = inside_window && has_window_collectives_;
+  void*& recorded = recorded_[inside_window ? 1 : 0];
+  if (graphs && recorded == nullptr && !graph_tried_[inside_window ? 1 : 0] && graph_status_.ok()) {
     // Record the steps once; the recording runs nothing, so the graph is launched below.
-    graph_tried_ = true;
+    graph_tried_[inside_window ? 1 : 0] = true;
     graph_status_ = backend_->begin_capture();
     if (graph_status_.ok()) {
-      const absl::Status recorded = launch_steps(random_stream, /*capturing=*/true);
+      const absl::Status status = launch_steps(random_stream, inside_window, /*capturing=*/true);
       absl::StatusOr<void*> graph = backend_->end_capture();
-      if (!recorded.ok()) return recorded;  // a kernel that fails at launch fails eagerly too
+      if (!status.ok()) return status;  // a kernel that fails at launch fails eagerly too
       if (graph.ok()) {
-        recorded_ = *graph;
+        recorded = *graph;
       } else {
         graph_status_ = graph.status();
       }
     }
   }
-  if (recorded_ != nullptr) {
-    AMPC_RETURN_IF_ERROR(backend_->launch_graph(recorded_));
+  if (recorded != nullptr) {
+    AMPC_RETURN_IF_ERROR(backend_->launch_graph(recorded));
     // The graph's collectives were queued without the communicator: it follows the replay.
     if (group != nullptr && !asynchronous_steps_.empty()) {
       AMPC_RETURN_IF_ERROR(group->follow(backend_->context().stream, "a replay of the step"));
@@ -274,12 +284,13 @@ absl::Status Executor::launch(uint64_t random_stream) {
     return absl::OkStatus();
   }
   if (!options_.check_numerics && !options_.poison_freed_buffers) {
-    return launch_steps(random_stream, /*capturing=*/false);
+    return launch_steps(random_stream, inside_window, /*capturing=*/false);
   }
   const std::vector<PlanStep>& steps = plan_.steps();
   absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
     contexts_[s].random_stream = random_stream;
+    contexts_[s].inside_window = inside_window;
     absl::Status status = join_before(s);
     if (status.ok()) status = steps[s].kernel->fn(contexts_[s]);
     // The checks read the outputs at once: no overlap here.
@@ -314,7 +325,7 @@ absl::Status Executor::launch(uint64_t random_stream) {
   return absl::OkStatus();
 }
 
-absl::Status Executor::launch_steps(uint64_t random_stream, bool capturing) {
+absl::Status Executor::launch_steps(uint64_t random_stream, bool inside_window, bool capturing) {
   const std::vector<PlanStep>& steps = plan_.steps();
   for (size_t s = 0; s <= steps.size(); ++s) {
     // Past the last step: every asynchronous step joins the stream, so the run (or the
@@ -322,6 +333,7 @@ absl::Status Executor::launch_steps(uint64_t random_stream, bool capturing) {
     absl::Status status = join_before(s);
     if (status.ok() && s < steps.size()) {
       contexts_[s].random_stream = random_stream;
+      contexts_[s].inside_window = inside_window;
       status = steps[s].kernel->fn(contexts_[s]);
     }
     if (!status.ok()) {

@@ -60,7 +60,9 @@ class Executor {
   // Queues every step without waiting for the device (the CPU runs them before it returns). A
   // kernel that fails when launched fails it; what kernels record in the device error word is
   // reported by finish(). With check_numerics it waits, as run() does.
-  absl::Status launch(uint64_t random_stream);
+  // `inside_window`: KernelContext::inside_window for this run (a graph with collectives marked
+  // `window` records one CUDA graph for each).
+  absl::Status launch(uint64_t random_stream, bool inside_window = false);
   // Waits for the work queued on the backend and turns the first data error recorded since the
   // last wait into a Status naming the node.
   absl::Status finish();
@@ -81,7 +83,7 @@ class Executor {
 
   Backend& backend() const { return *backend_; }
   // Whether runs replay a recorded graph; why not, when one was asked for and could not be made.
-  bool uses_graph() const { return recorded_ != nullptr; }
+  bool uses_graph() const { return recorded_[0] != nullptr || recorded_[1] != nullptr; }
   const absl::Status& graph_status() const { return graph_status_; }
   // Where `value` lives on the device.
   std::byte* address_of(const Value* value) const { return address(value); }
@@ -123,11 +125,14 @@ class Executor {
   bool random_stream_set_ = false;
   uint64_t random_stream_ = 0;
   // The recorded run (ExecutorOptions::use_graph), or null.
-  void* recorded_ = nullptr;
-  bool graph_tried_ = false;
+  // The recorded graphs: [1] of runs inside an accumulation window, when the graph has collectives
+  // marked `window` (else every run uses [0]).
+  void* recorded_[2] = {nullptr, nullptr};
+  bool graph_tried_[2] = {false, false};
+  bool has_window_collectives_ = false;
   absl::Status graph_status_;
   // Queues every step's kernel (no checks between them); `capturing` while a graph records.
-  absl::Status launch_steps(uint64_t random_stream, bool capturing);
+  absl::Status launch_steps(uint64_t random_stream, bool inside_window, bool capturing);
 };
 
 }  // namespace ampc::runtime

@@ -82,6 +82,10 @@ struct KernelContext {
   // draws new masks and a resumed run draws the same ones; an InferenceSession keeps 0 unless told.
   // (CUDA kernels read the same number from ExecutionContext::random_stream in device memory.)
   uint64_t random_stream = 0;
+  // Whether this run is one of an accumulation window's first K - 1 runs (`ampc compile
+  // --accumulate K`; a TrainingSession sets it): the collectives marked `window` then leave each
+  // rank's values its own, as in a group of one, and communicate nothing (ops/collective.cc).
+  bool inside_window = false;
   // The backend's execution context; null only for CPU kernels called directly by a test.
   ExecutionContext* exec = nullptr;
   // What KernelDef::init made for this node, or null.

@@ -166,7 +166,7 @@ absl::Status InferenceSession::launch() {
     }
   }
   has_run_ = false;
-  const absl::Status launched = executor_->launch(random_stream_);
+  const absl::Status launched = executor_->launch(random_stream_, inside_window_);
   // The lender may reuse its memory now: on the CPU the kernels have run; elsewhere it was copied.
   release_lent_inputs();
   AMPC_RETURN_IF_ERROR(launched);

@@ -93,6 +93,9 @@ class InferenceSession {
 
   // The random stream the next runs draw from (KernelContext::random_stream; 0 by default).
   void set_random_stream(uint64_t stream) { random_stream_ = stream; }
+  // Whether the next runs are inside an accumulation window, not its last run
+  // (KernelContext::inside_window; false by default).
+  void set_inside_window(bool inside) { inside_window_ = inside; }
 
   // Lends `inputs` by name (lend_input), runs, and returns every output by name.
   absl::StatusOr<std::map<std::string, Tensor>> run(const TensorViews& inputs);
@@ -122,6 +125,7 @@ class InferenceSession {
   std::vector<bool> input_lent_;  // set for the next launch only
   bool has_run_ = false;
   uint64_t random_stream_ = 0;
+  bool inside_window_ = false;
 };
 
 }  // namespace ampc::runtime

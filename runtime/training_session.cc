@@ -381,6 +381,8 @@ absl::Status TrainingSession::queue_views(const std::vector<TensorViews>& micro_
         (static_cast<uint64_t>(steps_done_) * static_cast<uint64_t>(k) + static_cast<uint64_t>(i)) *
             ranks +
         rank;
+    // The window's sums are summed over the ranks on its last run only (ops/collective.cc).
+    step_->set_inside_window(i + 1 < k);
     const absl::Status ran = run_step_graph(micro_batches[static_cast<size_t>(i)], lr, stream);
     if (!ran.ok()) {
       if (k == 1) return ran;

@@ -62,7 +62,30 @@ absl::Status reduce_scatter(const std::vector<TensorArg>& operands,
   return absl::OkStatus();
 }
 
+template <typename C>
+void own_blocks(const std::vector<TensorArg>& operands, const std::vector<TensorArg>& outputs,
+                int rank) {
+  for (size_t k = 0; k < operands.size(); ++k) {
+    const int64_t n = operands[k].num_elements();
+    const int64_t shard = outputs[k].num_elements();
+    C* out = static_cast<C*>(outputs[k].data);
+    for (int64_t j = 0; j < shard; ++j) {
+      const int64_t i = rank * shard + j;
+      out[j] = i < n ? read_float_element<C>(operands[k], i) : C(0);
+    }
+  }
+}
+
 }  // namespace
+
+void own_blocks_on_host(const std::vector<TensorArg>& operands,
+                        const std::vector<TensorArg>& outputs, int rank) {
+  if (!outputs.empty() && outputs[0].dtype() == DType::kF64) {
+    own_blocks<double>(operands, outputs, rank);
+  } else {
+    own_blocks<float>(operands, outputs, rank);
+  }
+}
 
 absl::StatusOr<std::pair<int, int>> place_in_group(const Communicator* group, int64_t ranks,
                                                    const Node& node) {

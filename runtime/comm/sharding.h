@@ -30,6 +30,10 @@ int64_t all_gather_bucket_bytes(const Node& node);
 absl::Status reduce_scatter_on_host(const std::vector<TensorArg>& operands,
                                     const std::vector<TensorArg>& outputs,
                                     std::span<std::byte> bucket, Communicator* group, int ranks);
+// ReduceScatter with nothing communicated (a `window` node inside an accumulation window): each
+// output is this rank's block of its own operand, in the outputs' dtype (f32, or f64).
+void own_blocks_on_host(const std::vector<TensorArg>& operands,
+                        const std::vector<TensorArg>& outputs, int rank);
 void shard_on_host(const TensorArg& operand, const TensorArg& output, int rank);
 absl::Status all_gather_on_host(const std::vector<TensorArg>& operands,
                                 const std::vector<TensorArg>& outputs, std::span<std::byte> bucket,

@@ -132,6 +132,37 @@ absl::Status copy_on_device(cudaStream_t stream, void* to, const void* from, int
       "cudaMemcpyAsync");
 }
 
+// A `window` collective on a run inside an accumulation window (ops/collective.cc): nothing is
+// communicated, and each output is this rank's block `rank` of its own operand in f32 (AllReduce:
+// rank 0 of one block, the whole operand), on the backend's stream. An overlapping node's `done`
+// is recorded there, so the executor's join finds this run's work.
+bool keeps_own_values(const KernelContext& ctx) {
+  return ctx.inside_window && int_attr_or(ctx.node, "window", 0) != 0;
+}
+
+absl::Status own_values_on_device(const KernelContext& ctx, int rank) {
+  const cudaStream_t stream = stream_of(ctx);
+  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
+    const TensorArg& operand = ctx.inputs[k];
+    const TensorArg& output = ctx.outputs[k];
+    const int64_t shard = output.num_elements();
+    const int64_t first = std::min<int64_t>(operand.num_elements(), rank * shard);
+    const int64_t copied = std::min(operand.num_elements() - first, shard);
+    auto* to = static_cast<float*>(output.data);
+    AMPC_RETURN_IF_ERROR(
+        to_f32(ctx, stream, operand.dtype(),
+               static_cast<const std::byte*>(operand.data) + first * dtype_size(operand.dtype()),
+               to, copied));
+    if (copied < shard) {
+      AMPC_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+          to + copied, 0, static_cast<size_t>(shard - copied) * sizeof(float), stream));
+    }
+  }
+  auto& state = static_cast<CollectiveState&>(*ctx.state);
+  if (state.overlaps) AMPC_CUDA_RETURN_IF_ERROR(cudaEventRecord(state.done, stream));
+  return absl::OkStatus();
+}
+
 // On the backend's stream, the operands go into the node's bucket (every operand in f32, in
 // operand order); the communication stream waits for that, NCCL sums the bucket there, and each
 // output becomes its slice (times 1 / ranks rounded once with `mean`). The kernels queued after
@@ -176,6 +207,7 @@ absl::Status all_reduce_on_device(const KernelContext& ctx, NcclCommunicator& nc
 }
 
 absl::Status all_reduce(const KernelContext& ctx) {
+  if (keeps_own_values(ctx)) return own_values_on_device(ctx, 0);
   if (NcclCommunicator* nccl = nccl_of(ctx); nccl != nullptr) {
     return all_reduce_on_device(ctx, *nccl);
   }
@@ -245,6 +277,7 @@ absl::Status reduce_scatter(const KernelContext& ctx) {
   comm::Communicator* group = ctx.exec->communicator;
   AMPC_ASSIGN_OR_RETURN(auto place,
                         comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
+  if (keeps_own_values(ctx)) return own_values_on_device(ctx, place.first);
   if (NcclCommunicator* nccl = nccl_of(ctx); nccl != nullptr) {
     return reduce_scatter_on_device(ctx, *nccl, place.second);
   }

@@ -6,7 +6,9 @@
 // and its own Gloo connections over the loopback.
 #include "passes/data_parallel.h"
 
+#include <atomic>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -293,6 +295,84 @@ TEST(DataParallel, RanksThatAccumulateGradientsTrainLikeOneRankAccumulatingTheWh
   for (auto kind : {OptimizerOptions::Kind::kSgd, OptimizerOptions::Kind::kAdamW}) {
     SCOPED_TRACE(kind == OptimizerOptions::Kind::kSgd ? "sgd" : "adamw");
     expect_same_training(Recipe{.optimizer = kind, .accumulate = 2}, 2, 0.05f, 1e-6);
+  }
+}
+
+// A rank's group, counting the elements each kind of collective moves.
+class CountingGroup final : public comm::Communicator {
+ public:
+  explicit CountingGroup(std::shared_ptr<comm::Communicator> group)
+      : Communicator(group->rank(), group->size()), group_(std::move(group)) {}
+  std::string_view engine() const override { return group_->engine(); }
+  bool supports(DType dtype) const override { return group_->supports(dtype); }
+  std::unique_ptr<comm::Work> all_reduce(void* data, int64_t count, DType dtype,
+                                         comm::ReduceOp op) override {
+    (count > 1 ? bucket_elements : scalar_sums) += count > 1 ? count : 1;
+    return group_->all_reduce(data, count, dtype, op);
+  }
+  std::unique_ptr<comm::Work> broadcast(void* data, int64_t count, DType dtype, int root) override {
+    return group_->broadcast(data, count, dtype, root);
+  }
+  std::unique_ptr<comm::Work> all_gather(const void* send, void* gathered, int64_t count,
+                                         DType dtype) override {
+    return group_->all_gather(send, gathered, count, dtype);
+  }
+  std::unique_ptr<comm::Work> reduce_scatter(const void* send, void* received, int64_t count,
+                                             DType dtype, comm::ReduceOp op) override {
+    scattered_elements += count;
+    return group_->reduce_scatter(send, received, count, dtype, op);
+  }
+
+  std::atomic<int64_t> bucket_elements = 0;     // all-reduced in calls of more than one element
+  std::atomic<int64_t> scalar_sums = 0;         // all-reduce calls of one element
+  std::atomic<int64_t> scattered_elements = 0;  // each rank's block, per reduce-scatter
+
+ private:
+  std::shared_ptr<comm::Communicator> group_;
+};
+
+// Accumulating K = 4 micro-batches on 2 ranks, the gradients are summed once per step, on the
+// window's last run (the perceptron's w1 [4, 8], b1 [8], w2 [8, 3]: 64 elements, one bucket),
+// not on every run; only the loss's mean (for the log) is reduced on each of the 4 runs. With
+// the sharded optimizer, the gradients are reduce-scattered once per step, and the overflow
+// flag's and norm's sums follow them.
+TEST(DataParallel, AccumulatingRanksSumTheirGradientsOnlyOnTheWindowsLastRun) {
+  constexpr int kCounted = 3;
+  LossScaleOptions scale;
+  for (bool sharded : {false, true}) {
+    SCOPED_TRACE(sharded ? "sharded optimizer" : "plain");
+    const Recipe recipe{.fp16 = sharded,
+                        .loss_scale = sharded ? std::optional(scale) : std::nullopt,
+                        .accumulate = 4,
+                        .shard_optimizer = sharded};
+    std::vector<int64_t> buckets(2), scalars(2), scattered(2);
+    on_ranks(2, [&](int rank, std::shared_ptr<comm::Communicator> gloo) {
+      auto counting = std::make_shared<CountingGroup>(std::move(gloo));
+      absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+          open(recipe, whole_batch(recipe) / 2, counting);
+      ASSERT_TRUE(session.ok()) << session.status();
+      ASSERT_EQ((*session)->accumulation_steps(), 4);
+      counting->bucket_elements = 0;  // after the start-up's checks and broadcasts
+      counting->scalar_sums = 0;
+      counting->scattered_elements = 0;
+      const RunLog run = train(recipe, **session, rank, 2, 0.05f, 0, kCounted);
+      EXPECT_EQ(run.stats.size(), static_cast<size_t>(kCounted));
+      buckets[rank] = counting->bucket_elements;
+      scalars[rank] = counting->scalar_sums;
+      scattered[rank] = counting->scattered_elements;
+    });
+    constexpr int64_t kGradientElements = 4 * 8 + 8 + 8 * 3;
+    for (int rank = 0; rank < 2; ++rank) {
+      SCOPED_TRACE(str_cat("rank ", rank));
+      if (sharded) {
+        // Blocks of 16, 4 and 12 elements; the overflow flag and the norm once per step.
+        EXPECT_EQ(scattered[rank], kCounted * kGradientElements / 2);
+        EXPECT_EQ(scalars[rank], kCounted * (4 + 2));
+      } else {
+        EXPECT_EQ(buckets[rank], kCounted * kGradientElements);
+        EXPECT_EQ(scalars[rank], kCounted * 4);
+      }
+    }
   }
 }
 
