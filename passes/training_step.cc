@@ -11,6 +11,10 @@
 //   ONNX defines the new variance from the biased batch variance; PyTorch (whose exports these
 //   graphs mostly are) from the unbiased one, n/(n-1) times larger, n = elements per channel.
 //   The default follows PyTorch; RunningVariance::kBiased keeps ONNX's definition.
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
 #include "compiler/strings.h"
 #include "passes/passes.h"
 
@@ -219,8 +223,25 @@ class BatchNormStatePass final : public Pass {
   std::string_view name() const override { return "batchnorm-state"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+    // Each running statistic's newest value so far, in graph order. A module applied to several
+    // inputs (one BatchNorm over both branches of a siamese net) is several nodes reading the
+    // same statistics: as in PyTorch, where each call moves the buffers in place, each node
+    // moves the value the one before it left, and the last one's is the state update.
+    std::vector<std::pair<Value*, Value*>> newest;  // (state, newest value)
+    std::unordered_map<const Value*, size_t> index;
+    auto chain = [&](Node& node, int operand, Value* state) {
+      auto [it, added] = index.emplace(state, newest.size());
+      if (added) {
+        newest.emplace_back(state, nullptr);
+      } else {
+        node.set_operand(operand, newest[it->second].second);
+      }
+      return it->second;
+    };
     bool changed = false;
-    for (Node* node : graph.node_list()) {
+    const std::vector<Node*> nodes = graph.node_list();
+    for (size_t at = 0; at < nodes.size(); ++at) {
+      Node* node = nodes[at];
       if (node->domain() != kOnnxDomain || node->op_type() != "BatchNormalization" ||
           node->def() == nullptr || node->int_attr("training_mode") != 1) {
         continue;
@@ -234,38 +255,44 @@ class BatchNormStatePass final : public Pass {
       if (!node->has_output(1) || !node->has_output(2)) {
         node = rebuild_batch_norm(graph, node, 1, 3);
       }
+      const size_t mean_at = chain(*node, 3, mean);
+      const size_t var_at = chain(*node, 4, var);
       Value* new_mean = node->output(1);
       Value* new_var = node->output(2);
       const Shape& x = node->operand(0)->shape();
       const int64_t channels = x.size() >= 2 ? x[1] : 1;
       const int64_t n = node->operand(0)->type().num_elements() / std::max<int64_t>(channels, 1);
       if (variance_ == RunningVariance::kUnbiased && n > 1) {
-        new_var = unbiased(graph, *node, n);
+        // Right after the node: a later node applying the module reads it.
+        new_var =
+            unbiased(graph, *node, n, var->name(), at + 1 < nodes.size() ? nodes[at + 1] : nullptr);
       }
-      add_update(graph, mean, new_mean);
-      add_update(graph, var, new_var);
+      newest[mean_at].second = new_mean;
+      newest[var_at].second = new_var;
       changed = true;
     }
+    for (const auto& [state, update] : newest) add_update(graph, state, update);
     return changed;
   }
 
  private:
   // m*v + (R - m*v) * n/(n-1): R = m*v + (1-m)*batch_var is the node's running variance, so
   // this is m*v + (1-m)*batch_var*n/(n-1), the running variance from the unbiased batch variance.
-  static Value* unbiased(Graph& graph, Node& node, int64_t n) {
+  static Value* unbiased(Graph& graph, Node& node, int64_t n, const std::string& state,
+                         Node* before) {
     Value* var = node.operand(4);
     const TensorType& type = var->type();
-    const std::string base = node.name().empty() ? var->name() : node.name();
+    const std::string base = node.name().empty() ? state : node.name();
     auto add = [&](std::string_view op, Value* a, Value* b) {
-      Node* created = graph.create_node(kOnnxDomain, op, {a, b}, {type});
+      Node* created = graph.create_node(kOnnxDomain, op, {a, b}, {type}, {}, before);
       created->set_name(str_cat(base, "/running_var/", op));
       return created->output(0);
     };
     Value* momentum = scalar_constant(graph, type.dtype, node.float_attr("momentum"),
-                                      str_cat(var->name(), ".momentum"));
+                                      str_cat(state, ".momentum"));
     Value* correction =
         scalar_constant(graph, type.dtype, static_cast<double>(n) / static_cast<double>(n - 1),
-                        str_cat(var->name(), ".bessel"));
+                        str_cat(state, ".bessel"));
     Value* kept = add("Mul", var, momentum);
     Value* added = add("Sub", node.output(2), kept);
     return add("Add", kept, add("Mul", added, correction));

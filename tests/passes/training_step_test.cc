@@ -204,6 +204,46 @@ TEST(BatchNormState, RunningVarianceFromTheBiasedBatchVarianceLikeOnnx) {
   expect_running_statistics(RunningVariance::kBiased);
 }
 
+// One BatchNorm module applied to two inputs (a siamese net's shared layer) is two nodes reading
+// the same running statistics. As in PyTorch, where each call moves the buffers in place, the
+// second moves what the first left, and the step has one update per statistic: the second's.
+TEST(BatchNormState, AModuleAppliedTwiceMovesItsStatisticsTwiceInOrder) {
+  constexpr std::string_view kShared = R"(
+    graph g(%x: f32[2,2,1,3], %z: f32[2,2,1,3]) opset(17) {
+      init %scale: f32[2] = [1.0, 2.0]
+      init %bias: f32[2] = [0.0, 0.5]
+      init %mean: f32[2] = [0.5, -1.0]
+      init %var: f32[2] = [2.0, 0.5]
+      %y, %m, %v = BatchNormalization<momentum=0.75, training_mode=1>(%x, %scale, %bias, %mean, %var) : f32[2,2,1,3], f32[2], f32[2]
+      %y2, %m2, %v2 = BatchNormalization<momentum=0.75, training_mode=1>(%z, %scale, %bias, %mean, %var) : f32[2,2,1,3], f32[2], f32[2]
+      %s = Add(%y, %y2) : f32[2,2,1,3]
+      %loss = ReduceSum<keepdims=0>(%s) : f32[]
+      return %loss
+    })";
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kShared);
+  ASSERT_NE(graph, nullptr);
+  auto pass = make_batchnorm_state_pass(RunningVariance::kUnbiased);
+  ASSERT_TRUE(*run_pass(*pass, *graph));
+  const std::vector<Graph::StateUpdate> want_updates = {{"mean", "mean.next"}, {"var", "var.next"}};
+  EXPECT_EQ(graph->state_updates(), want_updates);
+  std::map<std::string, Tensor> inputs = batch_norm_input();
+  // z's channel 0 holds {2, 4, 6, 8, 10, 12}, channel 1 {-3, 0, 3, -3, 0, 3} (n = 6).
+  inputs.emplace("z", Tensor::from_f32({2, 2, 1, 3}, {2, 4, 6, -3, 0, 3, 8, 10, 12, -3, 0, 3}));
+  std::unique_ptr<Graph> copy = graph->clone();
+  const Tensor mean = run_graph(std::move(graph), inputs, "mean.next");
+  const Tensor var = run_graph(std::move(copy), inputs, "var.next");
+  // x: batch means 3.5 and 0.5, biased variances 17.5/6 and 1.5/6; z: 7 and 0, 70/6 and 36/6.
+  const double x_mean[] = {3.5, 0.5}, x_var[] = {17.5 / 6, 1.5 / 6};
+  const double z_mean[] = {7.0, 0.0}, z_var[] = {70.0 / 6, 36.0 / 6};
+  const double start_mean[] = {0.5, -1.0}, start_var[] = {2.0, 0.5};
+  for (int c = 0; c < 2; ++c) {
+    const double after_x_mean = 0.75 * start_mean[c] + 0.25 * x_mean[c];
+    const double after_x_var = 0.75 * start_var[c] + 0.25 * x_var[c] * 6 / 5;
+    EXPECT_NEAR(mean.element_as_double(c), 0.75 * after_x_mean + 0.25 * z_mean[c], 1e-6) << c;
+    EXPECT_NEAR(var.element_as_double(c), 0.75 * after_x_var + 0.25 * z_var[c] * 6 / 5, 1e-6) << c;
+  }
+}
+
 // A training model written and read back is the same model: both graphs, the state bindings,
 // which initializers are program constants, and the metadata; shared parameters are stored once.
 TEST(TrainingModelFile, RoundTripsThroughOnnx) {
