@@ -1,8 +1,7 @@
 // Ops expanded at import into the ops ONNX defines them with: RMSNormalization and Attention
 // (opset 23), GroupNormalization (18, and 21 with per-channel scale), InstanceNormalization,
-// LpNormalization and ReduceLogSumExp (max-shifted, as PyTorch's logsumexp),
-// so that every backend runs them and autodiff differentiates them with no new kernels or
-// gradient rules. Fused kernels for them belong to the optimizing passes, not to import.
+// and LpNormalization, so that every backend runs them and autodiff differentiates them with no new
+// kernels or gradient rules. Fused kernels for them belong to the optimizing passes, not to import.
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -188,58 +187,6 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
 
 // log(sum(exp(x))) over `axes` as m + log(sum(exp(x - m))), m the maximum (0 where it is
 // infinite, so an all -inf slice gives -inf, not NaN), as PyTorch's logsumexp computes it.
-absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
-                                      ImportSink& sink) {
-  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
-                        read_attributes(proto, label,
-                                        {{"axes", onnx::AttributeProto::INTS},
-                                         {"keepdims", onnx::AttributeProto::INT},
-                                         {"noop_with_empty_axes", onnx::AttributeProto::INT}}));
-  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
-  if (!is_arithmetic_float(x->dtype())) {
-    return invalid(str_cat(label, ": data is ", dtype_name(x->dtype()), "; it must be float"));
-  }
-  std::optional<std::vector<int64_t>> axes;
-  if (auto it = attrs.int_lists.find("axes"); it != attrs.int_lists.end()) axes = it->second;
-  if (has_input(proto, 1)) {
-    AMPC_ASSIGN_OR_RETURN(Value * axes_value, tensor_input(proto, 1, label, sink));
-    const Tensor* known = sink.known_value(axes_value);
-    if (known == nullptr) {
-      return absl::UnimplementedError(
-          str_cat(label, ": axes '", proto.input(1), "' must be known at compile time"));
-    }
-    axes = known->to_i64_vector();
-  }
-  if (axes && axes->empty()) axes.reset();
-  const bool keepdims = attrs.i("keepdims", 1) != 0;
-  Emitter e(proto, label, sink);
-  if (!axes && attrs.i("noop_with_empty_axes", 0) != 0) {
-    if (e.output(0).empty()) return absl::OkStatus();
-    return e.op("Identity", {x}, {}, e.output(0)).status();
-  }
-  Attributes reduce = {{"keepdims", AttrValue(int64_t{1})}};
-  if (axes) reduce.emplace("axes", AttrValue(*axes));
-  AMPC_ASSIGN_OR_RETURN(Value * max, e.op("ReduceMax", {x}, reduce));
-  AMPC_ASSIGN_OR_RETURN(Value * infinite, e.op("IsInf", {max}));
-  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, x->dtype()));
-  AMPC_ASSIGN_OR_RETURN(Value * shift, e.op("Where", {infinite, zero, max}));
-  AMPC_ASSIGN_OR_RETURN(Value * shifted, e.op("Sub", {x, shift}));
-  AMPC_ASSIGN_OR_RETURN(Value * exp, e.op("Exp", {shifted}));
-  AMPC_ASSIGN_OR_RETURN(Value * sum, e.op("ReduceSum", {exp}, reduce));
-  AMPC_ASSIGN_OR_RETURN(Value * log, e.op("Log", {sum}));
-  if (keepdims) {
-    if (e.output(0).empty()) return absl::OkStatus();
-    return e.op("Add", {log, shift}, {}, e.output(0)).status();
-  }
-  AMPC_ASSIGN_OR_RETURN(Value * kept, e.op("Add", {log, shift}));
-  if (e.output(0).empty()) return absl::OkStatus();
-  if (!axes) {
-    AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({0}, {})));
-    return e.op("Reshape", {kept, to}, {}, e.output(0)).status();
-  }
-  return e.op("Squeeze", {kept}, {{"axes", AttrValue(*axes)}}, e.output(0)).status();
-}
-
 // Y = softmax(softcap(Q K^T * scale) + causal bias + mask) V over Q, K, V of shape
 // [B, heads, S, H] (or [B, S, heads * H] with q_num_heads and kv_num_heads), K and V heads
 // repeated for grouped-query attention, past_key/past_value concatenated in front of K and V.
@@ -463,6 +410,30 @@ absl::Status lower_lp_normalization(const onnx::NodeProto& proto, const std::str
   AMPC_ASSIGN_OR_RETURN(Value * vanishes, e.op("Equal", {norm, zero}));
   AMPC_ASSIGN_OR_RETURN(Value * divided, e.op("Div", {x, norm}));
   return e.op("Where", {vanishes, zero, divided}, {}, e.output(0)).status();
+}
+
+// Sign(x) = (x > 0) - (x < 0) in x's dtype; NaN stays NaN. Its gradient is zero (the
+// comparisons have none), as PyTorch's sign has.
+absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink) {
+  AMPC_RETURN_IF_ERROR(read_attributes(proto, label, {}).status());
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  const DType dtype = x->dtype();
+  if (!is_arithmetic_float(dtype) && dtype != DType::kI64 && dtype != DType::kI32 &&
+      dtype != DType::kI8) {
+    return invalid(str_cat(label, ": input is ", dtype_name(dtype),
+                           "; ampc takes Sign of float, i64, i32 and i8 data"));
+  }
+  Emitter e(proto, label, sink);
+  if (e.output(0).empty()) return absl::OkStatus();
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * above, e.op("Greater", {x, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * below, e.op("Less", {x, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * plus, e.cast(above, dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * minus, e.cast(below, dtype));
+  if (!is_arithmetic_float(dtype)) return e.op("Sub", {plus, minus}, {}, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * sign, e.op("Sub", {plus, minus}));
+  AMPC_ASSIGN_OR_RETURN(Value * nan, e.op("IsNaN", {x}));
+  return e.op("Where", {nan, x, sign}, {}, e.output(0)).status();
 }
 
 }  // namespace ampc::onnx_io::lowering

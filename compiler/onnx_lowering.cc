@@ -302,13 +302,20 @@ constexpr std::string_view kLoweredOps[] = {
     "CastLike",
     "ConcatFromSequence",
     "ConvTranspose",
+    "DepthToSpace",
     "Einsum",
     "GroupNormalization",
     "InstanceNormalization",
     "LpNormalization",
     "OneHot",
     "RMSNormalization",
+    "ReduceL1",
+    "ReduceL2",
+    "ReduceLogSum",
     "ReduceLogSumExp",
+    "ReduceMin",
+    "ReduceProd",
+    "ReduceSumSquare",
     "Resize",
     "RotaryEmbedding",
     "SequenceAt",
@@ -317,6 +324,8 @@ constexpr std::string_view kLoweredOps[] = {
     "SequenceErase",
     "SequenceInsert",
     "SequenceLength",
+    "Sign",
+    "SpaceToDepth",
     "SplitToSequence",
     "Upsample",
 };
@@ -507,20 +516,29 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those
-  // of the definitions, 12 for Einsum (its first), and 11 for InstanceNormalization and
-  // ReduceLogSumExp (their expansions need reductions with negative axes, as ampc has them).
+  // of the definitions, 12 for Einsum (its first), and 11 for InstanceNormalization and the
+  // reductions (their expansions need reductions with negative axes, as ampc has them).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
+      {"DepthToSpace", {11, &lowering::lower_depth_space}},
       {"Einsum", {12, &lowering::lower_einsum}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
       {"LpNormalization", {1, &lowering::lower_lp_normalization}},
       {"OneHot", {9, &lowering::lower_one_hot}},
+      {"ReduceL1", {11, &lowering::lower_reduce_via_sum}},
+      {"ReduceL2", {11, &lowering::lower_reduce_via_sum}},
+      {"ReduceLogSum", {11, &lowering::lower_reduce_via_sum}},
       {"ReduceLogSumExp", {11, &lowering::lower_reduce_log_sum_exp}},
+      {"ReduceMin", {11, &lowering::lower_reduce_min_or_prod}},
+      {"ReduceProd", {11, &lowering::lower_reduce_min_or_prod}},
+      {"ReduceSumSquare", {11, &lowering::lower_reduce_via_sum}},
       {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
       {"Resize", {10, &lowering::lower_resize}},
       {"RotaryEmbedding", {23, &lowering::lower_rotary_embedding}},
+      {"Sign", {9, &lowering::lower_sign}},
+      {"SpaceToDepth", {1, &lowering::lower_depth_space}},
       {"Upsample", {9, &lowering::lower_resize}},
   };
   if (auto it = kExpanded.find(op); it != kExpanded.end()) {

@@ -122,8 +122,21 @@ absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const st
                                           ImportSink& sink);
 absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
                                        ImportSink& sink);
+
+// ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum; ReduceMin and ReduceProd; ReduceLogSumExp
+// (compiler/onnx_reduce_ops.cc).
+absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
+                                  ImportSink& sink);
+absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::string& label,
+                                      ImportSink& sink);
 absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
                                       ImportSink& sink);
+
+// DepthToSpace and SpaceToDepth (compiler/onnx_layout_ops.cc); Sign
+// (compiler/onnx_function_ops.cc).
+absl::Status lower_depth_space(const onnx::NodeProto& proto, const std::string& label,
+                               ImportSink& sink);
+absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
 // ConvTranspose, Resize and Upsample (compiler/onnx_spatial_ops.cc).
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,

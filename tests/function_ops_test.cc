@@ -1,10 +1,11 @@
 // The ops the importer expands into the ops ONNX defines them with (Attention, RMSNormalization,
-// GroupNormalization, InstanceNormalization, ReduceLogSumExp, LpNormalization, RotaryEmbedding,
-// OneHot; ReduceLogSumExp and OneHot are checked against ONNX's test data by the conformance
-// suites), and ConvTranspose and Resize, which it lowers onto
-// ConvGradData and Gather/Mul/Add (ONNX's test data checks them too; the references here add the
-// modes PyTorch uses and those newer than the test data):
-// outputs against references recorded from onnx's reference evaluator and checked against
+// GroupNormalization, InstanceNormalization, the reductions without kernels of their own
+// (ReduceLogSumExp, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceMin, ReduceProd of
+// shape arithmetic), LpNormalization, RotaryEmbedding, OneHot, DepthToSpace, SpaceToDepth, Sign;
+// those and OneHot are checked against ONNX's test data by the conformance suites), and
+// ConvTranspose and Resize, which it lowers onto ConvGradData and Gather/Mul/Add (ONNX's test data
+// checks them too; the references here add the modes PyTorch uses and those newer than the test
+// data): outputs against references recorded from onnx's reference evaluator and checked against
 // PyTorch (tests/data/function_ops/make_refs.py), and gradients against central differences in
 // f64. The expansions are sums of at most a few dozen products, so f32 outputs are compared
 // within 1e-5 (relative, plus 1e-6 absolute) and f16 ones within one f16 ulp.
@@ -340,6 +341,94 @@ TEST(FunctionOps, ErrorsNameTheNode) {
                                           "q_num_heads and kv_num_heads"),
             std::string::npos)
       << graph.status();
+}
+
+// `op` of X [2, 3, 4] over axes {1} (as an input: opset 18), weighted and summed.
+testing::ModelBuilder reduction_loss_model(const std::string& op, bool through_exp = false) {
+  testing::ModelBuilder m(18);
+  m.input("X", onnx::TensorProto::DOUBLE, {"2", "3", "4"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"2", "4"});
+  onnx::TensorProto& axes = m.initializer("axes", onnx::TensorProto::INT64, {1});
+  axes.add_int64_data(1);
+  if (through_exp) m.node("Exp", {"X"}, {"positive"}, "exp");  // ReduceLogSum needs sums > 0
+  testing::add_int_attr(m.node(op, {through_exp ? "positive" : "X", "axes"}, {"Y"}, "reduce"),
+                        "keepdims", 0);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  return m;
+}
+
+// ReduceL1, ReduceL2 (F.normalize's norm), ReduceSumSquare, ReduceLogSum and ReduceMin expand
+// into ReduceSum or ReduceMax and element-wise ops (their values are checked against ONNX's test
+// data by the conformance suites); their gradients against central differences.
+TEST(FunctionOpGradients, ReductionsExpandedIntoReduceSumAndReduceMax) {
+  for (const char* op : {"ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceMin"}) {
+    SCOPED_TRACE(op);
+    expect_gradients_match(reduction_loss_model(op), "^X$");
+  }
+  expect_gradients_match(reduction_loss_model("ReduceLogSum", /*through_exp=*/true), "^X$");
+}
+
+// PyTorch's var() and std() divide by the element count, ReduceProd(Gather(Shape(x))): known at
+// compile time, it becomes a constant. ReduceProd of data computed at run time is refused, naming
+// the node.
+TEST(FunctionOps, ReduceProdOfShapeArithmeticIsFoldedAndOfRunTimeDataRefused) {
+  testing::ModelBuilder m(17);
+  m.input("X", onnx::TensorProto::FLOAT, {"2", "3", "5"});
+  m.node("Shape", {"X"}, {"shape"}, "shape");
+  onnx::TensorProto& dims = m.initializer("dims", onnx::TensorProto::INT64, {2});
+  dims.add_int64_data(1);
+  dims.add_int64_data(2);
+  m.node("Gather", {"shape", "dims"}, {"reduced_dims"}, "gather");
+  testing::add_int_attr(m.node("ReduceProd", {"reduced_dims"}, {"count"}, "count"), "keepdims", 0);
+  testing::add_int_attr(m.node("Cast", {"count"}, {"count_f"}, "cast"), "to",
+                        onnx::TensorProto::FLOAT);
+  m.node("Mul", {"X", "count_f"}, {"Y"}, "scale");
+  m.output("Y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "var.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(5);
+  const Tensor x = testing::random_tensor((*graph)->inputs()[0]->type(), rng, -1.0, 1.0);
+  absl::StatusOr<std::vector<Tensor>> y = runtime::interpret_graph(**graph, {x});
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int64_t i = 0; i < x.num_elements(); ++i) {
+    // 3 * 5, one IEEE multiply: the exact product rounded to f32 once.
+    const auto want = static_cast<float>(x.element_as_double(i) * 15.0);
+    EXPECT_EQ(y->at(0).element_as_double(i), static_cast<double>(want)) << i;
+  }
+
+  testing::ModelBuilder r(17);
+  r.input("X", onnx::TensorProto::FLOAT, {"2", "3"});
+  testing::add_int_attr(r.node("ReduceProd", {"X"}, {"Y"}, "product"), "keepdims", 0);
+  r.output("Y");
+  graph = import_onnx_bytes(r.bytes(), "prod.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'product' (ReduceProd): ReduceProd of 'X', a "
+                                          "value computed at run time, is not supported"),
+            std::string::npos)
+      << graph.status();
+}
+
+// DepthToSpace (pixel_shuffle; DCR and CRD) and SpaceToDepth move data: their gradients move it
+// back.
+TEST(FunctionOpGradients, DepthToSpaceAndSpaceToDepth) {
+  for (const char* mode : {"DCR", "CRD", ""}) {
+    SCOPED_TRACE(mode);
+    const bool to_space = std::string_view(mode) != "";
+    testing::ModelBuilder m(13);
+    m.input("X", onnx::TensorProto::DOUBLE, {"1", to_space ? "8" : "2", "2", to_space ? "3" : "6"});
+    m.input("W", onnx::TensorProto::DOUBLE,
+            {"1", to_space ? "2" : "8", to_space ? "4" : "1", to_space ? "6" : "3"});
+    onnx::NodeProto& node =
+        m.node(to_space ? "DepthToSpace" : "SpaceToDepth", {"X"}, {"Y"}, "move");
+    testing::add_int_attr(node, "blocksize", 2);
+    if (to_space) testing::add_string_attr(node, "mode", mode);
+    m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+    testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+    m.output("loss");
+    expect_gradients_match(m, "^X$");
+  }
 }
 
 }  // namespace

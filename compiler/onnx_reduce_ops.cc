@@ -1,0 +1,225 @@
+// The reductions ampc has no kernel of its own for, expanded at import into the ops ONNX defines
+// them with (so every backend runs them and autodiff differentiates them with no new kernels or
+// gradient rules): ReduceL1 = ReduceSum(Abs), ReduceL2 = Sqrt(ReduceSum(x * x)), ReduceSumSquare,
+// ReduceLogSum = Log(ReduceSum), ReduceLogSumExp (max-shifted, as PyTorch's logsumexp), and
+// ReduceMin = -ReduceMax(-x) on floats (negation is exact, so the result is bit for bit). A
+// ReduceMin or ReduceProd whose input is known at compile time (shape arithmetic: the element
+// count PyTorch's var() and std() divide by is ReduceProd(Gather(Shape(x)))) becomes its value;
+// ReduceProd of a value computed at run time is not supported.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "compiler/onnx_lowering_internal.h"
+#include "compiler/strings.h"
+
+namespace ampc::onnx_io::lowering {
+namespace {
+
+// A reduction's operand and what it reduces: `axes` (nullopt: every axis) and `keepdims`.
+struct Reduction {
+  Value* x = nullptr;
+  std::optional<std::vector<int64_t>> axes;
+  bool keepdims = true;
+  bool noop = false;  // noop_with_empty_axes with no axes: the output is the (mapped) input
+};
+
+absl::StatusOr<Reduction> read_reduction(const onnx::NodeProto& proto, const std::string& label,
+                                         ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"axes", onnx::AttributeProto::INTS},
+                                         {"keepdims", onnx::AttributeProto::INT},
+                                         {"noop_with_empty_axes", onnx::AttributeProto::INT}}));
+  if (proto.output_size() > 1) {
+    return invalid(
+        str_cat(label, " has ", proto.output_size(), " outputs; ", proto.op_type(), " has one"));
+  }
+  Reduction r;
+  AMPC_ASSIGN_OR_RETURN(r.x, tensor_input(proto, 0, label, sink));
+  if (auto it = attrs.int_lists.find("axes"); it != attrs.int_lists.end()) r.axes = it->second;
+  if (has_input(proto, 1)) {
+    AMPC_ASSIGN_OR_RETURN(Value * axes_value, tensor_input(proto, 1, label, sink));
+    const Tensor* known = sink.known_value(axes_value);
+    if (known == nullptr) {
+      return absl::UnimplementedError(
+          str_cat(label, ": axes '", proto.input(1), "' must be known at compile time"));
+    }
+    r.axes = known->to_i64_vector();
+  }
+  if (r.axes && r.axes->empty()) r.axes.reset();
+  r.keepdims = attrs.i("keepdims", 1) != 0;
+  r.noop = !r.axes && attrs.i("noop_with_empty_axes", 0) != 0;
+  const int64_t rank = static_cast<int64_t>(r.x->shape().size());
+  if (r.axes) {
+    for (int64_t& axis : *r.axes) {
+      if (axis < -rank || axis >= rank) {
+        return invalid(str_cat(label, ": axis ", axis, " is out of range for rank ", rank));
+      }
+      if (axis < 0) axis += rank;
+    }
+  }
+  return r;
+}
+
+absl::Status float_operand(const Reduction& r, const std::string& label) {
+  if (is_arithmetic_float(r.x->dtype())) return absl::OkStatus();
+  return invalid(str_cat(label, ": data is ", dtype_name(r.x->dtype()), "; it must be float"));
+}
+
+// `op`(ReduceSum or ReduceMax) of `x` as `r` says, into the node's output.
+absl::StatusOr<Value*> reduce(Emitter& e, std::string_view op, Value* x, const Reduction& r,
+                              bool keepdims, std::string output = "") {
+  if (r.noop) return e.op("Identity", {x}, {}, std::move(output));
+  Attributes attrs = {{"keepdims", AttrValue(int64_t{keepdims ? 1 : 0})}};
+  if (r.axes) attrs.emplace("axes", AttrValue(*r.axes));
+  return e.op(op, {x}, std::move(attrs), std::move(output));
+}
+
+// The reduction of a value known at compile time, element by element in index order: int64
+// arithmetic for integer types, double for floats (rounded once to the dtype). An empty
+// reduction gives the identity (`none`).
+struct FoldOp {
+  std::function<double(double, double)> f;
+  std::function<int64_t(int64_t, int64_t)> i;
+  double none_f;
+  int64_t none_i;
+};
+
+Tensor fold(const Tensor& x, const Reduction& r, const FoldOp& op) {
+  const Shape& in = x.shape();
+  const size_t rank = in.size();
+  std::vector<bool> reduced(rank, !r.axes.has_value());
+  if (r.axes) {
+    for (int64_t axis : *r.axes) reduced[static_cast<size_t>(axis)] = true;
+  }
+  if (r.noop) std::fill(reduced.begin(), reduced.end(), false);
+  Shape out_shape;
+  for (size_t d = 0; d < rank; ++d) {
+    if (!reduced[d]) {
+      out_shape.push_back(in[d]);
+    } else if (r.keepdims) {
+      out_shape.push_back(1);
+    }
+  }
+  Tensor out(TensorType{x.dtype(), out_shape});
+  const bool integer = !is_arithmetic_float(x.dtype());
+  std::vector<bool> started(static_cast<size_t>(out.num_elements()), false);
+  std::vector<double> doubles(started.size());
+  std::vector<int64_t> ints(started.size());
+  std::vector<int64_t> index(rank, 0);
+  for (int64_t e = 0; e < x.num_elements(); ++e) {
+    int64_t at = 0;
+    for (size_t d = 0; d < rank; ++d) {
+      if (!reduced[d]) at = at * in[d] + index[d];
+    }
+    const auto o = static_cast<size_t>(at);
+    if (integer) {
+      ints[o] = started[o] ? op.i(ints[o], x.element_as_i64(e)) : x.element_as_i64(e);
+    } else {
+      doubles[o] = started[o] ? op.f(doubles[o], x.element_as_double(e)) : x.element_as_double(e);
+    }
+    started[o] = true;
+    for (size_t d = rank; d-- > 0;) {
+      if (++index[d] < in[d]) break;
+      index[d] = 0;
+    }
+  }
+  for (size_t o = 0; o < started.size(); ++o) {
+    if (integer) {
+      out.set_element_i64(static_cast<int64_t>(o), started[o] ? ints[o] : op.none_i);
+    } else {
+      out.set_element(static_cast<int64_t>(o), started[o] ? doubles[o] : op.none_f);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
+                                  ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Reduction r, read_reduction(proto, label, sink));
+  AMPC_RETURN_IF_ERROR(float_operand(r, label));
+  Emitter e(proto, label, sink);
+  const std::string& op = proto.op_type();
+  Value* x = r.x;
+  if (op == "ReduceL1") {
+    AMPC_ASSIGN_OR_RETURN(x, e.op("Abs", {x}));
+  } else if (op == "ReduceL2" || op == "ReduceSumSquare") {
+    AMPC_ASSIGN_OR_RETURN(x, e.op("Mul", {x, x}));
+  }
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (op == "ReduceL1" || op == "ReduceSumSquare") {
+    return reduce(e, "ReduceSum", x, r, r.keepdims, e.output(0)).status();
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * sum, reduce(e, "ReduceSum", x, r, r.keepdims));
+  return e.op(op == "ReduceL2" ? "Sqrt" : "Log", {sum}, {}, e.output(0)).status();
+}
+
+absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::string& label,
+                                      ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Reduction r, read_reduction(proto, label, sink));
+  Emitter e(proto, label, sink);
+  const bool prod = proto.op_type() == "ReduceProd";
+  if (const Tensor* known = sink.known_value(r.x); known != nullptr) {
+    if (e.output(0).empty()) return absl::OkStatus();
+    const FoldOp product{std::multiplies<double>(), std::multiplies<int64_t>(), 1.0, 1};
+    const FoldOp minimum{[](double a, double b) { return std::isnan(b) ? b : std::min(a, b); },
+                         [](int64_t a, int64_t b) { return std::min(a, b); },
+                         std::numeric_limits<double>::infinity(),
+                         std::numeric_limits<int64_t>::max()};
+    Tensor value = fold(*known, r, prod ? product : minimum);
+    return e.op("Constant", {}, {{"value", AttrValue(std::move(value))}}, e.output(0)).status();
+  }
+  if (prod) {
+    return absl::UnimplementedError(
+        str_cat(label, ": ReduceProd of '", proto.input(0),
+                "', a value computed at run time, is not supported (only of values known at "
+                "compile time, such as shape arithmetic)"));
+  }
+  if (!is_arithmetic_float(r.x->dtype())) {
+    return absl::UnimplementedError(str_cat(label, ": ReduceMin of ", dtype_name(r.x->dtype()),
+                                            " data computed at run time is not supported "
+                                            "(float data is)"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * negated, e.op("Neg", {r.x}));
+  AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", negated, r, r.keepdims));
+  if (e.output(0).empty()) return absl::OkStatus();
+  return e.op("Neg", {max}, {}, e.output(0)).status();
+}
+
+absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
+                                      ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Reduction r, read_reduction(proto, label, sink));
+  AMPC_RETURN_IF_ERROR(float_operand(r, label));
+  Emitter e(proto, label, sink);
+  if (r.noop) {
+    if (e.output(0).empty()) return absl::OkStatus();
+    return e.op("Identity", {r.x}, {}, e.output(0)).status();
+  }
+  Value* x = r.x;
+  AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", x, r, /*keepdims=*/true));
+  AMPC_ASSIGN_OR_RETURN(Value * infinite, e.op("IsInf", {max}));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, x->dtype()));
+  AMPC_ASSIGN_OR_RETURN(Value * shift, e.op("Where", {infinite, zero, max}));
+  AMPC_ASSIGN_OR_RETURN(Value * shifted, e.op("Sub", {x, shift}));
+  AMPC_ASSIGN_OR_RETURN(Value * exp, e.op("Exp", {shifted}));
+  AMPC_ASSIGN_OR_RETURN(Value * sum, reduce(e, "ReduceSum", exp, r, /*keepdims=*/true));
+  AMPC_ASSIGN_OR_RETURN(Value * log, e.op("Log", {sum}));
+  if (r.keepdims) {
+    if (e.output(0).empty()) return absl::OkStatus();
+    return e.op("Add", {log, shift}, {}, e.output(0)).status();
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * kept, e.op("Add", {log, shift}));
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (!r.axes) {
+    AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({0}, {})));
+    return e.op("Reshape", {kept, to}, {}, e.output(0)).status();
+  }
+  return e.op("Squeeze", {kept}, {{"axes", AttrValue(*r.axes)}}, e.output(0)).status();
+}
+
+}  // namespace ampc::onnx_io::lowering
