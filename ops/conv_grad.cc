@@ -376,6 +376,10 @@ OpDef conv_grad_data_def() {
   def.attrs.push_back(attr("group", int64_t{1}));
   def.infer = infer_conv_grad_data;
   def.gradient = conv_grad_data_gradient;
+  // Import lowers ConvTranspose onto it: matrix work, in low precision as Conv is (and as
+  // PyTorch's autocast runs conv_transpose).
+  def.autocast.category = AutocastCategory::kAllow;
+  def.autocast.accumulate = DType::kF32;
   def.samples = {
       {"2-D grouped, stride 2, pads 1",
        {f32({1, 4, 3, 3}), f32({4, 2, 3, 3})},

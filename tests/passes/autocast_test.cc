@@ -78,6 +78,28 @@ TEST(Autocast, DenySpreadsForwardThroughClearAndFollowAllowThroughThem) {
   EXPECT_TRUE(diagnostics.warnings().empty());
 }
 
+// ConvTranspose, which import lowers onto ampc.ConvGradData (Conv's input gradient), is matrix
+// work on the allow list like Conv, in fp16 and bf16.
+TEST(Autocast, TransposedConvolutionIsOnTheAllowList) {
+  constexpr std::string_view kUp = R"(
+    graph g(%x: f32[1,4,3,3]) opset(17) {
+      init %w: f32[4,2,3,3] = elided
+      %y = ampc.ConvGradData<input_shape=[1,2,5,5]>(%x, %w) {name="up"} : f32[1,2,5,5]
+      return %y
+    })";
+  for (const DType low : {DType::kF16, DType::kBF16}) {
+    Diagnostics diagnostics;
+    PrecisionPolicy policy;
+    policy.low = low;
+    std::unique_ptr<Graph> graph = autocast(kUp, policy, diagnostics);
+    ASSERT_NE(graph, nullptr);
+    EXPECT_EQ(decisions(*graph),
+              (std::vector<std::string>{
+                  str_cat("up: ", dtype_name(low), " acc f32: allow-list ampc.ConvGradData")}));
+    EXPECT_TRUE(diagnostics.warnings().empty());
+  }
+}
+
 // A follow node reading a low value and a weight stays fp32 (reading the weight in fp16 would
 // round it, as PyTorch's type promotion of fp16 + fp32 does); a constant that fp16 holds exactly
 // does not count; one it cannot hold does.
