@@ -363,14 +363,6 @@ class Importer : public onnx_io::ImportSink {
       return absl::UnimplementedError(
           str_cat(what, "; ampc implements ", proto.op_type(), " for ", opset_ranges(others)));
     }
-    if (domain.empty() &&
-        (proto.op_type() == "LSTM" || proto.op_type() == "GRU" || proto.op_type() == "RNN")) {
-      return absl::UnimplementedError(str_cat(
-          what,
-          "; ampc has no recurrent ops (LSTM, GRU, RNN): step the cell in the model's forward "
-          "(torch.nn.LSTMCell or GRUCell in a Python loop over the sequence), which exports as "
-          "MatMul, Sigmoid and Tanh"));
-    }
     const std::string supported = registry.supported_names(domain);
     if (supported.empty()) {
       return absl::UnimplementedError(

@@ -138,6 +138,10 @@ absl::Status lower_depth_space(const onnx::NodeProto& proto, const std::string& 
                                ImportSink& sink);
 absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
+// LSTM, GRU and RNN, unrolled over the sequence (compiler/onnx_recurrent_ops.cc).
+absl::Status lower_recurrent(const onnx::NodeProto& proto, const std::string& label,
+                             ImportSink& sink);
+
 // ConvTranspose, Resize and Upsample (compiler/onnx_spatial_ops.cc).
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
                                   ImportSink& sink);

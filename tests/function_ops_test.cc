@@ -431,5 +431,70 @@ TEST(FunctionOpGradients, DepthToSpaceAndSpaceToDepth) {
   }
 }
 
+// `op` over X [batch 2, steps 3, input 4] (layout 1, as PyTorch's batch_first exports it) in both
+// directions, with biases and initial states, its Y weighted and summed: backpropagation through
+// the unrolled time steps, against central differences.
+testing::ModelBuilder recurrent_loss_model(const std::string& op, int gates,
+                                           const std::vector<std::pair<std::string, int>>& ints,
+                                           bool peepholes = false) {
+  constexpr int kHidden = 3;
+  const std::string g = std::to_string(gates * kHidden);
+  testing::ModelBuilder m(17);
+  m.input("X", onnx::TensorProto::DOUBLE, {"2", "3", "4"});
+  m.input("Wx", onnx::TensorProto::DOUBLE, {"2", g, "4"});
+  m.input("Rh", onnx::TensorProto::DOUBLE, {"2", g, "3"});
+  m.input("B", onnx::TensorProto::DOUBLE, {"2", std::to_string(2 * gates * kHidden)});
+  m.input("H0", onnx::TensorProto::DOUBLE, {"2", "2", "3"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"2", "3", "2", "3"});
+  std::vector<std::string> inputs = {"X", "Wx", "Rh", "B", "", "H0"};
+  if (op == "LSTM") {
+    m.input("C0", onnx::TensorProto::DOUBLE, {"2", "2", "3"});
+    inputs.push_back("C0");
+    if (peepholes) {
+      m.input("P", onnx::TensorProto::DOUBLE, {"2", "9"});
+      inputs.push_back("P");
+    }
+  }
+  onnx::NodeProto& node = m.node(op, inputs, {"Y"}, "recurrent");
+  testing::add_int_attr(node, "hidden_size", kHidden);
+  testing::add_int_attr(node, "layout", 1);
+  testing::add_string_attr(node, "direction", "bidirectional");
+  for (const auto& [name, value] : ints) testing::add_int_attr(node, name, value);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  return m;
+}
+
+// LSTM, GRU and RNN unroll into MatMul, Slice, the activations and element-wise ops (their values
+// are checked against ONNX's test data by the conformance suites).
+TEST(FunctionOpGradients, RecurrentOpsUnrolledOverTheSequence) {
+  const std::string every = "^(X|Wx|Rh|B|H0|C0|P)$";
+  expect_gradients_match(recurrent_loss_model("LSTM", 4, {}), every);
+  expect_gradients_match(recurrent_loss_model("LSTM", 4, {}, /*peepholes=*/true), every);
+  expect_gradients_match(recurrent_loss_model("GRU", 3, {{"linear_before_reset", 1}}), every);
+  expect_gradients_match(recurrent_loss_model("GRU", 3, {{"linear_before_reset", 0}}), every);
+  expect_gradients_match(recurrent_loss_model("RNN", 1, {}), every);
+}
+
+// What the unrolling cannot do is refused naming the node: sequences of other lengths than the
+// whole (PyTorch's packed sequences), and activations with parameters.
+TEST(FunctionOps, RecurrentOpsRefuseWhatTheyCannotUnroll) {
+  testing::ModelBuilder m(17);
+  m.input("X", onnx::TensorProto::FLOAT, {"3", "2", "4"});
+  m.input("Wx", onnx::TensorProto::FLOAT, {"1", "12", "4"});
+  m.input("Rh", onnx::TensorProto::FLOAT, {"1", "12", "3"});
+  m.input("lengths", onnx::TensorProto::INT32, {"2"});
+  testing::add_int_attr(m.node("LSTM", {"X", "Wx", "Rh", "", "lengths"}, {"Y"}, "lstm"),
+                        "hidden_size", 3);
+  m.output("Y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "lstm.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'lstm' (LSTM): sequence_lens 'lengths' must be "
+                                          "known at compile time and equal the sequence length"),
+            std::string::npos)
+      << graph.status();
+}
+
 }  // namespace
 }  // namespace ampc

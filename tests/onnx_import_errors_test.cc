@@ -7,7 +7,6 @@
 
 #include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
-#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "tests/onnx_model_builder.h"
@@ -115,18 +114,6 @@ TEST(OnnxImportErrors, UnsupportedOpNamesNodeOpDomainOpsetAndTheNearestSupported
   const std::string nearest = message.substr(message.find("supports: "));
   EXPECT_TRUE(absl::StrContains(nearest, "ReduceMax") && absl::StrContains(nearest, "ReduceMean"))
       << message;
-  // The recurrent ops have no near equivalent: the message says what to export instead.
-  for (const char* op : {"LSTM", "GRU", "RNN"}) {
-    ModelBuilder recurrent;
-    recurrent.input("x", onnx::TensorProto::FLOAT, {"2", "3", "4"});
-    recurrent.node(op, {"x"}, {"y"}, "rnn");
-    recurrent.output("y");
-    expect_import_error(recurrent.bytes(),
-                        {str_cat("node 'rnn' (", op, "): op '", op, "'"),
-                         "is not supported by ampc; ampc has no recurrent ops (LSTM, GRU, RNN): "
-                         "step the cell in the model's forward"},
-                        {}, absl::StatusCode::kUnimplemented);
-  }
 }
 
 TEST(OnnxImportErrors, OpAtAnUnsupportedOpsetSaysWhichOpsetsAreSupported) {
