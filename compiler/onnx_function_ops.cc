@@ -437,3 +437,54 @@ absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, 
 }
 
 }  // namespace ampc::onnx_io::lowering
+
+namespace ampc::onnx_io {
+
+absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
+                                             ImportSink& sink) {
+  using lowering::Emitter;
+  AMPC_ASSIGN_OR_RETURN(lowering::NodeAttributes attrs,
+                        lowering::read_attributes(proto, label,
+                                                  {{"ignore_index", onnx::AttributeProto::INT},
+                                                   {"reduction", onnx::AttributeProto::STRING}}));
+  AMPC_ASSIGN_OR_RETURN(Value * scores, lowering::tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * labels, lowering::tensor_input(proto, 1, label, sink));
+  const Shape& shape = scores->shape();
+  if (shape.size() < 2 || labels->shape() != shape || labels->dtype() != scores->dtype()) {
+    return lowering::invalid(
+        str_cat(label, ": float labels are class probabilities and must match the scores' type ",
+                type_to_string(scores->type()), "; they are ", type_to_string(labels->type())));
+  }
+  const std::string reduction = attrs.s("reduction", "mean");
+  if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+    return lowering::invalid(str_cat(label, ": reduction is \"", reduction,
+                                     "\"; it must be \"mean\", \"sum\" or \"none\""));
+  }
+  Emitter e(proto, label, sink);
+  const Attributes classes = {{"axis", AttrValue(int64_t{1})}};
+  AMPC_ASSIGN_OR_RETURN(Value * log_prob, e.op("LogSoftmax", {scores}, classes, e.output(1)));
+  AMPC_ASSIGN_OR_RETURN(Value * weighted, e.op("Mul", {log_prob, labels}));
+  if (lowering::has_input(proto, 2)) {
+    AMPC_ASSIGN_OR_RETURN(Value * weights, lowering::tensor_input(proto, 2, label, sink));
+    if (weights->shape() != Shape{shape[1]}) {
+      return lowering::invalid(str_cat(label, ": weights are ", shape_to_string(weights->shape()),
+                                       "; they must be [", shape[1], "], one per class"));
+    }
+    Shape per_class(shape.size(), 1);
+    per_class[1] = shape[1];
+    AMPC_ASSIGN_OR_RETURN(Value * spread, e.reshape(weights, per_class));
+    AMPC_ASSIGN_OR_RETURN(weighted, e.op("Mul", {weighted, spread}));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * summed, e.op("ReduceSum", {weighted},
+                                             {{"axes", AttrValue(std::vector<int64_t>{1})},
+                                              {"keepdims", AttrValue(int64_t{0})}}));
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (reduction == "none") return e.op("Neg", {summed}, {}, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * loss, e.op("Neg", {summed}));
+  return e
+      .op(reduction == "mean" ? "ReduceMean" : "ReduceSum", {loss},
+          {{"keepdims", AttrValue(int64_t{0})}}, e.output(0))
+      .status();
+}
+
+}  // namespace ampc::onnx_io

@@ -478,6 +478,15 @@ class Importer : public onnx_io::ImportSink {
       lowered_ = nullptr;
       return lowered;
     }
+    if (domain.empty() && proto.op_type() == "SoftmaxCrossEntropyLoss" && proto.input_size() > 1) {
+      const Value* labels = find_value(proto.input(1));
+      if (labels != nullptr && is_arithmetic_float(labels->dtype())) {
+        lowered_ = &proto;
+        absl::Status lowered = onnx_io::lower_soft_target_cross_entropy(proto, label, *this);
+        lowered_ = nullptr;
+        return lowered;
+      }
+    }
     AMPC_ASSIGN_OR_RETURN(const OpDef* def, find_def(proto, domain, label));
     AMPC_ASSIGN_OR_RETURN(Attributes attrs, import_attrs(proto, *def, label));
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));

@@ -330,6 +330,7 @@ constexpr std::string_view kLoweredOps[] = {
     "Sign",
     "SpaceToDepth",
     "SplitToSequence",
+    "TopK",
     "Upsample",
 };
 // clang-format on
@@ -545,6 +546,7 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       {"RotaryEmbedding", {23, &lowering::lower_rotary_embedding}},
       {"Sign", {9, &lowering::lower_sign}},
       {"SpaceToDepth", {1, &lowering::lower_depth_space}},
+      {"TopK", {11, &lowering::lower_top_k}},
       {"Upsample", {9, &lowering::lower_resize}},
   };
   if (auto it = kExpanded.find(op); it != kExpanded.end()) {

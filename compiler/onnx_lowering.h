@@ -79,6 +79,15 @@ class ImportSink {
   virtual int64_t opset() = 0;
 };
 
+// SoftmaxCrossEntropyLoss against class probabilities (float labels shaped like the scores), which
+// PyTorch's exporters write for F.cross_entropy with soft targets though ONNX defines the op for
+// class indices only: lowered to what PyTorch computes, -sum_c(labels * weight_c *
+// LogSoftmax(scores)) over the class axis, then the mean over the rest (or sum, or none). As in
+// PyTorch, the gradient reaches the labels too where they depend on trained weights; ONNX has no
+// detach(), so soft targets a model detaches are differentiated (freeze a teacher's weights).
+absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
+                                             ImportSink& sink);
+
 // Lowers the ops above in one graph, node by node, in order; holds the graph's sequences.
 class ImportLowering {
  public:

@@ -123,14 +123,15 @@ absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const st
 absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
                                        ImportSink& sink);
 
-// ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum; ReduceMin and ReduceProd; ReduceLogSumExp
-// (compiler/onnx_reduce_ops.cc).
+// ReduceL1, ReduceL2, ReduceSumSquare and ReduceLogSum; ReduceMin and ReduceProd; ReduceLogSumExp;
+// TopK (compiler/onnx_reduce_ops.cc).
 absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
                                   ImportSink& sink);
 absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::string& label,
                                       ImportSink& sink);
 absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,
                                       ImportSink& sink);
+absl::Status lower_top_k(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
 // DepthToSpace and SpaceToDepth (compiler/onnx_layout_ops.cc); Sign
 // (compiler/onnx_function_ops.cc).

@@ -5,7 +5,11 @@
 // ReduceMin = -ReduceMax(-x) on floats (negation is exact, so the result is bit for bit). A
 // ReduceMin or ReduceProd whose input is known at compile time (shape arithmetic: the element
 // count PyTorch's var() and std() divide by is ReduceProd(Gather(Shape(x)))) becomes its value;
-// ReduceProd of a value computed at run time is not supported.
+// ReduceProd of a value computed at run time is not supported. TopK (float data, K known at
+// compile time) is K rounds of ArgMax (ArgMin for the smallest), each taking the first of equal
+// elements as ONNX's TopK does and masking it to -inf (+inf) for the next, its values gathered
+// from the input (GatherElements), so their gradient reaches the taken elements only; K rounds
+// cost K passes over the input: meant for the small K of mixture-of-experts routing.
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -189,6 +193,65 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
   AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", negated, r, r.keepdims));
   if (e.output(0).empty()) return absl::OkStatus();
   return e.op("Neg", {max}, {}, e.output(0)).status();
+}
+
+absl::Status lower_top_k(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"axis", onnx::AttributeProto::INT},
+                                         {"largest", onnx::AttributeProto::INT},
+                                         {"sorted", onnx::AttributeProto::INT}}));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * k_value, tensor_input(proto, 1, label, sink));
+  if (!is_arithmetic_float(x->dtype())) {
+    return absl::UnimplementedError(
+        str_cat(label, ": TopK of ", dtype_name(x->dtype()), " data is not supported (float is)"));
+  }
+  const Tensor* known_k = sink.known_value(k_value);
+  if (known_k == nullptr || known_k->num_elements() != 1) {
+    return absl::UnimplementedError(
+        str_cat(label, ": K '", proto.input(1), "' must be one value known at compile time"));
+  }
+  const int64_t k = known_k->element_as_i64(0);
+  const auto rank = static_cast<int64_t>(x->shape().size());
+  int64_t axis = attrs.i("axis", -1);
+  if (rank == 0 || axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  const int64_t extent = x->shape()[static_cast<size_t>(axis)];
+  if (k < 1 || k > extent) {
+    return invalid(str_cat(label, ": K is ", k, "; it must be 1 to ", extent,
+                           " (the input's extent along axis ", axis, ")"));
+  }
+  const bool largest = attrs.i("largest", 1) != 0;
+  Emitter e(proto, label, sink);
+  const Attributes along = {{"axis", AttrValue(axis)}};
+  Value* left = x;  // the elements not taken yet; taken ones masked to -inf (+inf)
+  std::vector<Value*> taken;
+  for (int64_t round = 0; round < k; ++round) {
+    AMPC_ASSIGN_OR_RETURN(Value * index,
+                          e.op(largest ? "ArgMax" : "ArgMin", {left},
+                               {{"axis", AttrValue(axis)}, {"keepdims", AttrValue(int64_t{1})}}));
+    taken.push_back(index);
+    if (round + 1 == k) break;
+    const double masked = largest ? -std::numeric_limits<double>::infinity()
+                                  : std::numeric_limits<double>::infinity();
+    const Shape& shape = index->shape();
+    AMPC_ASSIGN_OR_RETURN(
+        Value * fill, e.constant(Tensor::from_doubles(
+                          x->dtype(), shape,
+                          std::vector<double>(static_cast<size_t>(num_elements(shape)), masked))));
+    AMPC_ASSIGN_OR_RETURN(left, e.op("ScatterElements", {left, index, fill}, along));
+  }
+  Value* indices = taken[0];
+  if (taken.size() > 1) {
+    AMPC_ASSIGN_OR_RETURN(indices, e.op("Concat", taken, along, e.output(1)));
+  } else if (!e.output(1).empty()) {
+    AMPC_ASSIGN_OR_RETURN(indices, e.op("Identity", {indices}, {}, e.output(1)));
+  }
+  if (e.output(0).empty()) return absl::OkStatus();
+  return e.op("GatherElements", {x, indices}, along, e.output(0)).status();
 }
 
 absl::Status lower_reduce_log_sum_exp(const onnx::NodeProto& proto, const std::string& label,

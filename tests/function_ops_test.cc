@@ -477,6 +477,61 @@ TEST(FunctionOpGradients, RecurrentOpsUnrolledOverTheSequence) {
   expect_gradients_match(recurrent_loss_model("RNN", 1, {}), every);
 }
 
+// TopK is rounds of ArgMax (ArgMin) and a GatherElements: the values' gradient reaches the taken
+// elements only (their values are checked against ONNX's test data by the conformance suites).
+TEST(FunctionOpGradients, TopKValuesLargestAndSmallest) {
+  for (const int largest : {1, 0}) {
+    SCOPED_TRACE(largest);
+    testing::ModelBuilder m(17);
+    m.input("X", onnx::TensorProto::DOUBLE, {"3", "5"});
+    m.input("W", onnx::TensorProto::DOUBLE, {"3", "2"});
+    onnx::TensorProto& k = m.initializer("k", onnx::TensorProto::INT64, {1});
+    k.add_int64_data(2);
+    onnx::NodeProto& top = m.node("TopK", {"X", "k"}, {"values", "indices"}, "top");
+    testing::add_int_attr(top, "largest", largest);
+    m.node("Mul", {"values", "W"}, {"weighted"}, "weigh");
+    testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+    m.output("loss");
+    expect_gradients_match(m, "^X$");
+  }
+}
+
+// F.cross_entropy against class probabilities, as PyTorch's exporters write it
+// (SoftmaxCrossEntropyLoss with float labels): -sum_c p_c w_c log_softmax(x)_c, averaged over the
+// rows, against that formula in double; and its gradient against central differences.
+TEST(FunctionOps, CrossEntropyAgainstClassProbabilities) {
+  auto model = [](onnx::TensorProto::DataType type) {
+    testing::ModelBuilder m(17);
+    m.input("X", type, {"2", "3"});
+    m.input("P", type, {"2", "3"});
+    m.input("Wc", type, {"3"});
+    m.node("SoftmaxCrossEntropyLoss", {"X", "P", "Wc"}, {"loss"}, "xent");
+    m.output("loss");
+    return m;
+  };
+  absl::StatusOr<std::unique_ptr<Graph>> graph =
+      import_onnx_bytes(model(onnx::TensorProto::FLOAT).bytes(), "soft.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<float> x = {1.0f, -0.5f, 2.0f, 0.25f, 0.0f, -1.0f};
+  const std::vector<float> p = {0.25f, 0.25f, 0.5f, 1.0f, 0.0f, 0.0f};
+  const std::vector<float> w = {1.0f, 2.0f, 0.5f};
+  absl::StatusOr<std::vector<Tensor>> loss = runtime::interpret_graph(
+      **graph,
+      {Tensor::from_f32({2, 3}, x), Tensor::from_f32({2, 3}, p), Tensor::from_f32({3}, w)});
+  ASSERT_TRUE(loss.ok()) << loss.status();
+  double want = 0;
+  for (int row = 0; row < 2; ++row) {
+    double total = 0;
+    for (int c = 0; c < 3; ++c) total += std::exp(static_cast<double>(x[row * 3 + c]));
+    for (int c = 0; c < 3; ++c) {
+      const double log_prob = static_cast<double>(x[row * 3 + c]) - std::log(total);
+      want -= static_cast<double>(p[row * 3 + c]) * static_cast<double>(w[c]) * log_prob / 2;
+    }
+  }
+  EXPECT_NEAR(loss->at(0).element_as_double(0), want, 1e-5 * std::abs(want));
+  expect_gradients_match(model(onnx::TensorProto::DOUBLE), "^(X|P)$");
+}
+
 // What the unrolling cannot do is refused naming the node: sequences of other lengths than the
 // whole (PyTorch's packed sequences), and activations with parameters.
 TEST(FunctionOps, RecurrentOpsRefuseWhatTheyCannotUnroll) {
