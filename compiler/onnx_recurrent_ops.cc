@@ -7,7 +7,9 @@
 // linear_before_reset either way, `clip`, and the activations Sigmoid, Tanh and Relu are
 // supported; sequence_lens only when every length is the whole sequence (known at compile time:
 // packed sequences of other lengths are not), and LSTM's input_forget only at 0.
+#include <map>
 #include <optional>
+#include <utility>
 
 #include "compiler/onnx_lowering_internal.h"
 #include "compiler/strings.h"
@@ -26,9 +28,10 @@ struct Recurrence {
   bool batch_first = false;
   bool linear_before_reset = false;
   std::optional<float> clip;
-  // Per direction: RNN f; GRU f, g; LSTM f, g, h (ONNX's names).
+  // Per direction (`per_direction` each): RNN f; GRU f, g; LSTM f, g, h (ONNX's names).
   std::vector<std::string> activations;
-  Value* seq_w = nullptr;  // the inputs, as imported
+  size_t per_direction = 1;
+  Value* x = nullptr;  // the inputs, as imported
   Value* w = nullptr;
   Value* r = nullptr;
   Value* b = nullptr;
@@ -96,7 +99,8 @@ absl::StatusOr<Recurrence> read_recurrence(const onnx::NodeProto& proto, const s
   if (rec.clip && !(*rec.clip > 0)) {
     return invalid(str_cat(label, ": clip is ", *rec.clip, "; it must be > 0"));
   }
-  const size_t per_direction = rec.cell == Cell::kLstm ? 3 : rec.cell == Cell::kGru ? 2 : 1;
+  rec.per_direction = rec.cell == Cell::kLstm ? 3 : rec.cell == Cell::kGru ? 2 : 1;
+  const size_t per_direction = rec.per_direction;
   if (activations.empty()) {
     for (int d = 0; d < rec.directions; ++d) {
       if (rec.cell != Cell::kRnn) activations.push_back("Sigmoid");
@@ -116,7 +120,7 @@ absl::StatusOr<Recurrence> read_recurrence(const onnx::NodeProto& proto, const s
   }
   rec.activations = std::move(activations);
 
-  AMPC_ASSIGN_OR_RETURN(rec.seq_w, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(rec.x, tensor_input(proto, 0, label, sink));
   AMPC_ASSIGN_OR_RETURN(rec.w, tensor_input(proto, 1, label, sink));
   AMPC_ASSIGN_OR_RETURN(rec.r, tensor_input(proto, 2, label, sink));
   if (has_input(proto, 3)) {
@@ -131,9 +135,9 @@ absl::StatusOr<Recurrence> read_recurrence(const onnx::NodeProto& proto, const s
   if (rec.cell == Cell::kLstm && has_input(proto, 7)) {
     AMPC_ASSIGN_OR_RETURN(rec.peepholes, tensor_input(proto, 7, label, sink));
   }
-  const Shape& x = rec.seq_w->shape();
-  if (x.size() != 3 || !is_arithmetic_float(rec.seq_w->dtype())) {
-    return invalid(str_cat(label, ": X is ", type_to_string(rec.seq_w->type()),
+  const Shape& x = rec.x->shape();
+  if (x.size() != 3 || !is_arithmetic_float(rec.x->dtype())) {
+    return invalid(str_cat(label, ": X is ", type_to_string(rec.x->type()),
                            "; it must be a float tensor of rank 3"));
   }
   const int64_t steps = x[rec.batch_first ? 1 : 0];
@@ -177,7 +181,7 @@ class Unroller {
   Unroller(const Recurrence& rec, Emitter& e) : rec_(rec), e_(e) {}
 
   absl::Status run() {
-    Value* x = rec_.seq_w;
+    Value* x = rec_.x;
     if (rec_.batch_first) {
       AMPC_ASSIGN_OR_RETURN(x, e_.transpose(x, {1, 0, 2}));
     }
@@ -209,16 +213,26 @@ class Unroller {
   }
 
  private:
+  // The i64 constant `values` shaped `shape`, made once and shared by every step that reads it
+  // (most of the unrolled graph would otherwise be the same few constants).
+  absl::StatusOr<Value*> constant(const Shape& shape, std::vector<int64_t> values) {
+    auto [it, added] = constants_.try_emplace(std::pair(shape, values), nullptr);
+    if (added) {
+      AMPC_ASSIGN_OR_RETURN(it->second, e_.constant(Tensor::from_i64(shape, std::move(values))));
+    }
+    return it->second;
+  }
+
   absl::StatusOr<Value*> index(Value* value, int64_t i, int64_t axis = 0) {
-    AMPC_ASSIGN_OR_RETURN(Value * at, e_.constant(Tensor::from_i64({}, {i})));
+    AMPC_ASSIGN_OR_RETURN(Value * at, constant({}, {i}));
     return e_.op("Gather", {value, at}, {{"axis", AttrValue(axis)}});
   }
 
   // Columns [first, first + count) of a 2-D value.
   absl::StatusOr<Value*> columns(Value* value, int64_t first, int64_t count) {
-    AMPC_ASSIGN_OR_RETURN(Value * starts, e_.constant(Tensor::from_i64({1}, {first})));
-    AMPC_ASSIGN_OR_RETURN(Value * ends, e_.constant(Tensor::from_i64({1}, {first + count})));
-    AMPC_ASSIGN_OR_RETURN(Value * axes, e_.constant(Tensor::from_i64({1}, {-1})));
+    AMPC_ASSIGN_OR_RETURN(Value * starts, constant({1}, {first}));
+    AMPC_ASSIGN_OR_RETURN(Value * ends, constant({1}, {first + count}));
+    AMPC_ASSIGN_OR_RETURN(Value * axes, constant({1}, {-1}));
     return e_.op("Slice", {value, starts, ends, axes});
   }
 
@@ -258,9 +272,7 @@ class Unroller {
                          std::vector<Value*>& cs) {
     const int64_t hidden = rec_.hidden;
     const int64_t g = rec_.gates * hidden;
-    const std::string* f = &rec_.activations[static_cast<size_t>(d) * (rec_.gates == 4   ? 3
-                                                                       : rec_.gates == 3 ? 2
-                                                                                         : 1)];
+    const std::string* f = &rec_.activations[static_cast<size_t>(d) * rec_.per_direction];
     AMPC_ASSIGN_OR_RETURN(Value * w, index(rec_.w, d));  // [g, input]
     AMPC_ASSIGN_OR_RETURN(Value * w_t, e_.transpose(w, {1, 0}));
     AMPC_ASSIGN_OR_RETURN(Value * r, index(rec_.r, d));  // [g, hidden]
@@ -394,6 +406,7 @@ class Unroller {
 
   const Recurrence& rec_;
   Emitter& e_;
+  std::map<std::pair<Shape, std::vector<int64_t>>, Value*> constants_;
   int64_t steps_ = 0;
   int64_t batch_ = 0;
 };

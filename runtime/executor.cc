@@ -259,10 +259,11 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
       options_.use_graph && !options_.check_numerics && !options_.poison_freed_buffers;
   // Collectives marked `window` run differently inside a window: their own recording.
   inside_window = inside_window && has_window_collectives_;
-  void*& recorded = recorded_[inside_window ? 1 : 0];
-  if (graphs && recorded == nullptr && !graph_tried_[inside_window ? 1 : 0] && graph_status_.ok()) {
+  const int kind = inside_window ? 1 : 0;
+  void*& recorded = recorded_[kind];
+  if (graphs && recorded == nullptr && !graph_tried_[kind] && graph_status_.ok()) {
     // Record the steps once; the recording runs nothing, so the graph is launched below.
-    graph_tried_[inside_window ? 1 : 0] = true;
+    graph_tried_[kind] = true;
     graph_status_ = backend_->begin_capture();
     if (graph_status_.ok()) {
       const absl::Status status = launch_steps(random_stream, inside_window, /*capturing=*/true);

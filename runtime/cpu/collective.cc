@@ -8,14 +8,9 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// A `window` collective on a run inside an accumulation window: nothing is communicated.
-bool keeps_own_values(const KernelContext& ctx) {
-  return ctx.inside_window && int_attr_or(ctx.node, "window", 0) != 0;
-}
-
 absl::Status all_reduce(const KernelContext& ctx) {
   comm::Communicator* communicator = ctx.exec != nullptr ? ctx.exec->communicator : nullptr;
-  if (keeps_own_values(ctx)) communicator = nullptr;  // a group of one's sum
+  if (comm::keeps_own_values(ctx)) communicator = nullptr;  // a group of one's sum
   return comm::all_reduce_on_host(ctx.inputs, ctx.outputs, int_attr_or(ctx.node, "mean", 0) != 0,
                                   ctx.workspace, communicator);
 }
@@ -28,7 +23,7 @@ absl::Status reduce_scatter(const KernelContext& ctx) {
   comm::Communicator* group = group_of(ctx);
   AMPC_ASSIGN_OR_RETURN(auto place,
                         comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
-  if (keeps_own_values(ctx)) {
+  if (comm::keeps_own_values(ctx)) {
     comm::own_blocks_on_host(ctx.inputs, ctx.outputs, place.first);
     return absl::OkStatus();
   }

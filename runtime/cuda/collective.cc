@@ -136,10 +136,6 @@ absl::Status copy_on_device(cudaStream_t stream, void* to, const void* from, int
 // communicated, and each output is this rank's block `rank` of its own operand in f32 (AllReduce:
 // rank 0 of one block, the whole operand), on the backend's stream. An overlapping node's `done`
 // is recorded there, so the executor's join finds this run's work.
-bool keeps_own_values(const KernelContext& ctx) {
-  return ctx.inside_window && int_attr_or(ctx.node, "window", 0) != 0;
-}
-
 absl::Status own_values_on_device(const KernelContext& ctx, int rank) {
   const cudaStream_t stream = stream_of(ctx);
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
@@ -207,7 +203,7 @@ absl::Status all_reduce_on_device(const KernelContext& ctx, NcclCommunicator& nc
 }
 
 absl::Status all_reduce(const KernelContext& ctx) {
-  if (keeps_own_values(ctx)) return own_values_on_device(ctx, 0);
+  if (comm::keeps_own_values(ctx)) return own_values_on_device(ctx, 0);
   if (NcclCommunicator* nccl = nccl_of(ctx); nccl != nullptr) {
     return all_reduce_on_device(ctx, *nccl);
   }
@@ -277,7 +273,7 @@ absl::Status reduce_scatter(const KernelContext& ctx) {
   comm::Communicator* group = ctx.exec->communicator;
   AMPC_ASSIGN_OR_RETURN(auto place,
                         comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
-  if (keeps_own_values(ctx)) return own_values_on_device(ctx, place.first);
+  if (comm::keeps_own_values(ctx)) return own_values_on_device(ctx, place.first);
   if (NcclCommunicator* nccl = nccl_of(ctx); nccl != nullptr) {
     return reduce_scatter_on_device(ctx, *nccl, place.second);
   }
