@@ -19,18 +19,23 @@
 //   sum over the ranks of gi cut as above, in f32 (f64 for f64 operands), every rank's gi
 //   converted to f32 exactly and summed in the communicator's fixed order. One collective.
 // Shard<ranks>(x) -> this rank's block of x cut as above, in x's dtype (a copy).
-// AllGather<shape>(s1, ..., sn) -> (x1, ..., xn): xi is the first prod(shape_i) elements of every
-//   rank's si in rank order, shaped shape_i (the shapes concatenated in `shape`, each prefixed by
-//   its rank: [rank_1, dims_1..., rank_2, dims_2...]), in si's dtype. One collective; it moves
-//   bytes, so the result is each rank's values exactly.
+// AllGather<shape>(s1, ..., sn[, k1, ..., kn]) -> (x1, ..., xn): xi is the first prod(shape_i)
+//   elements of every rank's si in rank order, shaped shape_i (the shapes concatenated in
+//   `shape`, each prefixed by its rank: [rank_1, dims_1..., rank_2, dims_2...]), in si's dtype.
+//   One collective; it moves bytes, so the result is each rank's values exactly. The optional
+//   kept values ki, of xi's type, are what xi was before (the state the gather updates: a
+//   parameter, or its low-precision copy): a kernel may write xi over ki, and with `window` they
+//   are the outputs on a run inside the window (below).
 // In a group of one (no communicator) they are a flatten (and conversion), a flatten and a
 // reshape.
 // window = 1 on AllReduce and ReduceScatter (the data-parallel rewrite sets it on the sums of an
 //   accumulation window's running gradient sums, and on what only the window's last run reads):
 //   on a run inside the window, not its last (KernelContext::inside_window), nothing is
 //   communicated and each output is what a group of one gives, this rank's own values: gi in
-//   f32 (AllReduce, `mean` or not), this rank's block of gi in f32 (ReduceScatter). On the
-//   window's last run, and on every run of a step that does not accumulate, they are as above. A
+//   f32 (AllReduce, `mean` or not), this rank's block of gi in f32 (ReduceScatter). On AllGather
+//   (which then has its kept values) each xi is ki: the parameters change on the window's last
+//   run only, so the gather would give them back unchanged. On the window's last run, and on
+//   every run of a step that does not accumulate, they are as above. A
 //   group whose size is not `ranks` is an error when the node runs. Their gradients are
 // their adjoints (ReduceScatter's and Shard's an AllGather, AllGather's a ReduceScatter); the
 // data-parallel rewrite inserts them after autodiff, so training never differentiates them.
@@ -108,13 +113,20 @@ absl::StatusOr<std::vector<Shape>> all_gather_shapes(const std::vector<int64_t>&
 
 absl::Status infer_all_gather(InferenceContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(int64_t ranks, ranks_attr(ctx));
-  if (ctx.num_inputs() == 0 || ctx.num_outputs() != ctx.num_inputs()) {
-    return absl::InvalidArgumentError(str_cat("one output per operand: ", ctx.num_inputs(),
-                                              " operands, ", ctx.num_outputs(), " outputs"));
+  const int blocks = ctx.num_outputs();
+  const bool kept = ctx.num_inputs() == 2 * blocks;
+  if (blocks == 0 || (ctx.num_inputs() != blocks && !kept)) {
+    return absl::InvalidArgumentError(
+        str_cat("one output per block (and at most one kept value per output): ", ctx.num_inputs(),
+                " operands, ", blocks, " outputs"));
+  }
+  if (ctx.int_attr("window") != 0 && !kept) {
+    return absl::InvalidArgumentError(
+        "window = 1 needs the kept values (what each output keeps inside the window)");
   }
   AMPC_ASSIGN_OR_RETURN(std::vector<Shape> shapes,
-                        all_gather_shapes(ctx.ints_attr("shape"), ctx.num_inputs()));
-  for (int i = 0; i < ctx.num_inputs(); ++i) {
+                        all_gather_shapes(ctx.ints_attr("shape"), blocks));
+  for (int i = 0; i < blocks; ++i) {
     const TensorType& in = ctx.input_type(i);
     const int64_t elements = num_elements(shapes[i]);
     if (in.shape.size() != 1 || in.shape[0] != shard_elements(elements, ranks)) {
@@ -123,7 +135,13 @@ absl::Status infer_all_gather(InferenceContext& ctx) {
                   shape_to_string(shapes[i]), " over ", ranks, " ranks ([",
                   shard_elements(elements, ranks), "])"));
     }
-    ctx.set_output(i, TensorType{in.dtype, shapes[i]});
+    const TensorType gathered{in.dtype, shapes[i]};
+    if (kept && ctx.input_type(blocks + i) != gathered) {
+      return absl::InvalidArgumentError(str_cat("kept value ", i, " (operand ", blocks + i, ") is ",
+                                                type_to_string(ctx.input_type(blocks + i)),
+                                                ", not the gathered ", type_to_string(gathered)));
+    }
+    ctx.set_output(i, gathered);
   }
   return absl::OkStatus();
 }
@@ -204,10 +222,11 @@ absl::StatusOr<Grads> gather_grad(GradBuilder& b) {
   return grads;
 }
 
+// The kept values get none: the gather's outputs are the gathered blocks.
 absl::StatusOr<Grads> scatter_grad(GradBuilder& b) {
   Grads grads(b.node().num_operands(), nullptr);
   const int64_t ranks = b.node().int_attr("ranks");
-  for (int i = 0; i < b.node().num_operands(); ++i) {
+  for (int i = 0; i < b.node().num_outputs(); ++i) {
     if (!b.needs_grad(i)) continue;
     Value* block = b.ampc_op("ReduceScatter", {b.grad_of_output_or_zeros(i)}, {{"ranks", ranks}});
     grads[i] = in_dtype(b, block, b.input(i)->dtype());
@@ -270,9 +289,10 @@ OpDef all_gather() {
   def.domain = std::string(kAmpcDomain);
   def.name = "AllGather";
   def.summary = "every rank's block of each operand, concatenated in rank order and reshaped";
-  def.inputs = {variadic_input("blocks", kFloatTypes)};
+  def.inputs = {variadic_input("blocks_and_kept", kFloatTypes)};
   def.outputs = {variadic_input("gathered")};
-  def.attrs = {attr("ranks", int64_t{1}), required_attr("shape", AttrKind::kInts)};
+  def.attrs = {attr("ranks", int64_t{1}), required_attr("shape", AttrKind::kInts),
+               flag_attr("window", 0)};
   def.infer = infer_all_gather;
   def.gradient = scatter_grad;
   def.autocast.category = AutocastCategory::kDeny;
@@ -286,6 +306,11 @@ OpDef all_gather() {
        {TensorType{DType::kF16, {4}}},
        {},
        {{"shape", std::vector<int64_t>{2, 2, 2}}},
+       {TensorType{DType::kF16, {2, 2}}}},
+      {"an f16 copy kept inside an accumulation window",
+       {TensorType{DType::kF16, {4}}, TensorType{DType::kF16, {2, 2}}},
+       {},
+       {{"shape", std::vector<int64_t>{2, 2, 2}}, {"window", int64_t{1}}},
        {TensorType{DType::kF16, {2, 2}}}},
   };
   return def;

@@ -434,6 +434,7 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
   }
   // The parameters read through copies first (their Casts go), then the blocks.
   std::vector<std::optional<LowPrecisionCopy>> copies(updates.size());
+  std::vector<Value*> copy_values(updates.size(), nullptr);
   for (size_t u = 0; u < updates.size(); ++u) {
     Value* parameter = updates[u]->operand(0);
     const auto eval_parameter = in_eval.find(parameter->name());
@@ -441,10 +442,11 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
         low_precision_copy(*parameter, *updates[u], options.eval,
                            eval_parameter == in_eval.end() ? nullptr : eval_parameter->second);
     if (copies[u].has_value()) {
-      read_through_copy(step, *parameter, *copies[u], *parameter->initializer());
+      copy_values[u] = read_through_copy(step, *parameter, *copies[u], *parameter->initializer());
     }
   }
   std::vector<Value*> blocks;
+  std::vector<Value*> kept;  // per block: the state its gathered value replaces
   std::vector<int64_t> shapes;
   std::vector<std::optional<TensorType>> types;
   std::vector<const LowPrecisionCopy*> copy_of;  // per block: the copy it is gathered into
@@ -479,6 +481,7 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
       cast->output(0)->set_name(step.unique_value_name(str_cat(copy->copy, ".rank_block")));
       block = cast->output(0);
       types.push_back(TensorType{copy->dtype, whole.shape});
+      kept.push_back(copy_values[u]);
       rewrite.copies.push_back(*std::move(copy));
       copy_of.push_back(&rewrite.copies.back());
     } else {
@@ -488,6 +491,7 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
       cut->output(0)->set_name(step.unique_value_name(str_cat(parameter->name(), ".rank_block")));
       update->set_operand(0, cut->output(0));
       types.push_back(whole);
+      kept.push_back(parameter);
       copy_of.push_back(nullptr);
     }
     blocks.push_back(block);
@@ -495,8 +499,13 @@ absl::Status shard_optimizer(Graph& step, const std::vector<Value*>& grads,
     shapes.insert(shapes.end(), whole.shape.begin(), whole.shape.end());
   }
   if (!updates.empty()) {
-    Node* gather = step.create_node(kAmpcDomain, "AllGather", blocks, types,
-                                    {{"ranks", ranks}, {"shape", shapes}}, gather_at);
+    // The gather reads the state it replaces too: its outputs may be stored over that state,
+    // and inside an accumulation window (no update) they are that state.
+    std::vector<Value*> operands = blocks;
+    operands.insert(operands.end(), kept.begin(), kept.end());
+    Node* gather = step.create_node(
+        kAmpcDomain, "AllGather", operands, types,
+        window_attrs(sum_updates, {{"ranks", ranks}, {"shape", shapes}}), gather_at);
     gather->set_name("data_parallel/AllGather");
     for (size_t i = 0; i < blocks.size(); ++i) {
       Value* gathered = gather->output(static_cast<int>(i));

@@ -133,7 +133,11 @@ struct KernelDef {
   // of every operand before it writes that element of any output. When empty, output 0 follows
   // in_place_operand and the other outputs overwrite nothing.
   std::vector<int> in_place_operands;
-  int in_place_operand_for(int output) const {
+  // For variadic nodes (AllGather over its kept values): the operand output `output` of `node`
+  // may overwrite, -1 none, under the same rule. When set, in_place_operands is not read.
+  int (*in_place_operand_of)(const Node& node, int output) = nullptr;
+  int in_place_operand_for(const Node& node, int output) const {
+    if (in_place_operand_of != nullptr) return in_place_operand_of(node, output);
     if (in_place_operands.empty()) return output == 0 ? in_place_operand : -1;
     return output < static_cast<int>(in_place_operands.size()) ? in_place_operands[output] : -1;
   }

@@ -231,7 +231,7 @@ absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device dev
       // reads the state (reading it at this step, element before element, is the update).
       if (auto it = state_of_update.find(output); b < 0 && it != state_of_update.end()) {
         const Value* state = it->second;
-        const int operand = kernel->in_place_operand_for(i);
+        const int operand = kernel->in_place_operand_for(*node, i);
         auto reader = last_reader.find(state);
         if (operand >= 0 && node->has_operand(operand) && node->operand(operand) == state &&
             reader != last_reader.end() && reader->second == step) {

@@ -105,8 +105,20 @@ int64_t reduce_scatter_bucket_bytes(const Node& node) {
 
 int64_t all_gather_bucket_bytes(const Node& node) {
   int64_t bytes = 0;
-  for (const Value* operand : node.operands()) bytes += operand->type().byte_size();
+  for (int i = 0; i < node.num_outputs(); ++i) bytes += node.operand(i)->type().byte_size();
   return bytes * (node.int_attr("ranks") + 1);
+}
+
+int all_gather_kept_operand(const Node& node, int output) {
+  return node.num_operands() == 2 * node.num_outputs() ? node.num_outputs() + output : -1;
+}
+
+void kept_values_on_host(const std::vector<TensorArg>& operands,
+                         const std::vector<TensorArg>& outputs) {
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    const TensorArg& kept = operands[outputs.size() + k];
+    if (kept.data != outputs[k].data) std::memcpy(outputs[k].data, kept.data, kept.byte_size());
+  }
 }
 
 absl::Status reduce_scatter_on_host(const std::vector<TensorArg>& operands,
@@ -133,12 +145,13 @@ absl::Status all_gather_on_host(const std::vector<TensorArg>& operands,
                                 const std::vector<TensorArg>& outputs, std::span<std::byte> bucket,
                                 Communicator* group, int ranks) {
   // Each rank's blocks of every operand, in operand order, as bytes.
+  const std::span<const TensorArg> blocks(operands.data(), outputs.size());
   int64_t block = 0;
-  for (const TensorArg& operand : operands) block += operand.byte_size();
+  for (const TensorArg& operand : blocks) block += operand.byte_size();
   std::byte* send = bucket.data();
   std::byte* gathered = send + block;
   int64_t offset = 0;
-  for (const TensorArg& operand : operands) {
+  for (const TensorArg& operand : blocks) {
     std::memcpy(send + offset, operand.data, operand.byte_size());
     offset += operand.byte_size();
   }
@@ -148,8 +161,8 @@ absl::Status all_gather_on_host(const std::vector<TensorArg>& operands,
     std::memcpy(gathered, send, block);
   }
   offset = 0;
-  for (size_t k = 0; k < operands.size(); ++k) {
-    const int64_t shard_bytes = operands[k].byte_size();
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const int64_t shard_bytes = blocks[k].byte_size();
     int64_t left = outputs[k].byte_size();
     auto* out = static_cast<std::byte*>(outputs[k].data);
     for (int r = 0; r < ranks && left > 0; ++r) {

@@ -35,8 +35,16 @@ absl::Status reduce_scatter_on_host(const std::vector<TensorArg>& operands,
 void own_blocks_on_host(const std::vector<TensorArg>& operands,
                         const std::vector<TensorArg>& outputs, int rank);
 void shard_on_host(const TensorArg& operand, const TensorArg& output, int rank);
+// Reads the first outputs.size() operands (the blocks), not the kept values after them.
 absl::Status all_gather_on_host(const std::vector<TensorArg>& operands,
                                 const std::vector<TensorArg>& outputs, std::span<std::byte> bucket,
                                 Communicator* group, int ranks);
+// An AllGather's operand each output may be written over (KernelDef::in_place_operand_of): its
+// kept value, when the node has them.
+int all_gather_kept_operand(const Node& node, int output);
+// AllGather with nothing communicated (a `window` node inside an accumulation window): each
+// output is its kept value (nothing to copy where the output is stored over it).
+void kept_values_on_host(const std::vector<TensorArg>& operands,
+                         const std::vector<TensorArg>& outputs);
 
 }  // namespace ampc::runtime::comm

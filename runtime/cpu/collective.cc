@@ -41,14 +41,20 @@ absl::Status all_gather(const KernelContext& ctx) {
   comm::Communicator* group = group_of(ctx);
   AMPC_ASSIGN_OR_RETURN(auto place,
                         comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
+  if (comm::keeps_own_values(ctx)) {
+    comm::kept_values_on_host(ctx.inputs, ctx.outputs);
+    return absl::OkStatus();
+  }
   return comm::all_gather_on_host(ctx.inputs, ctx.outputs, ctx.workspace, group, place.second);
 }
 
-void add(KernelRegistry& r, std::string_view op, KernelFn fn, WorkspaceFn workspace) {
+void add(KernelRegistry& r, std::string_view op, KernelFn fn, WorkspaceFn workspace,
+         int (*in_place_operand_of)(const Node&, int) = nullptr) {
   KernelDef def = ampc_kernel_def(std::string(op), {.workspace_bytes = workspace});
   def.device = Device::kCpu;
   def.dtypes = {DType::kF32, DType::kF64, DType::kF16, DType::kBF16};
   def.fn = fn;
+  def.in_place_operand_of = in_place_operand_of;
   r.add(std::move(def));
 }
 
@@ -56,7 +62,7 @@ void register_collective_kernels(KernelRegistry& r) {
   add(r, "AllReduce", &all_reduce, &comm::all_reduce_bucket_bytes);
   add(r, "ReduceScatter", &reduce_scatter, &comm::reduce_scatter_bucket_bytes);
   add(r, "Shard", &shard, nullptr);
-  add(r, "AllGather", &all_gather, &comm::all_gather_bucket_bytes);
+  add(r, "AllGather", &all_gather, &comm::all_gather_bucket_bytes, &comm::all_gather_kept_operand);
 }
 
 static KernelRegistration kReg(&register_collective_kernels);

@@ -79,7 +79,9 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_collective(const KernelContext
     }
     return state;
   }
-  for (const TensorArg& arg : ctx.inputs) state->operands.emplace_back(arg.byte_size());
+  for (size_t i = 0; i < ctx.outputs.size(); ++i) {
+    state->operands.emplace_back(ctx.inputs[i].byte_size());  // what staged() copies
+  }
   for (const TensorArg& arg : ctx.outputs) state->outputs.emplace_back(arg.byte_size());
   const int64_t bytes = bucket_bytes(ctx.node);
   state->host_bucket.resize(static_cast<size_t>((bytes + 7) / 8));
@@ -87,12 +89,14 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_collective(const KernelContext
 }
 
 // Copies the operands to the host, runs `collective` on the host copies, copies the outputs
-// back; the stream is synchronized around it.
+// back; the stream is synchronized around it. One operand per output is copied: an AllGather's
+// kept values after its blocks are not read.
 template <typename Collective>
 absl::Status staged(const KernelContext& ctx, Collective&& collective) {
   auto& staging = static_cast<CollectiveState&>(*ctx.state);
   const cudaStream_t stream = stream_of(ctx);
   std::vector<TensorArg> operands = ctx.inputs, outputs = ctx.outputs;
+  operands.resize(outputs.size());
   for (size_t i = 0; i < operands.size(); ++i) {
     AMPC_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(staging.operands[i].data(), operands[i].data,
                                               operands[i].byte_size(), cudaMemcpyDeviceToHost,
@@ -308,12 +312,13 @@ absl::Status shard(const KernelContext& ctx) {
 // runtime/comm/sharding.cc's all-gather on the device: every operand's bytes in operand order
 // are one rank's block; output k takes operand k's part of each rank's block, in rank order.
 absl::Status all_gather_on_device(const KernelContext& ctx, NcclCommunicator& nccl, int ranks) {
+  const std::span<const TensorArg> blocks(ctx.inputs.data(), ctx.outputs.size());
   int64_t block = 0;
-  for (const TensorArg& operand : ctx.inputs) block += operand.byte_size();
+  for (const TensorArg& operand : blocks) block += operand.byte_size();
   std::byte* send = ctx.workspace.data();
   std::byte* gathered = send + block;
   int64_t offset = 0;
-  for (const TensorArg& operand : ctx.inputs) {
+  for (const TensorArg& operand : blocks) {
     AMPC_RETURN_IF_ERROR(
         copy_on_device(stream_of(ctx), send + offset, operand.data, operand.byte_size()));
     offset += operand.byte_size();
@@ -322,8 +327,8 @@ absl::Status all_gather_on_device(const KernelContext& ctx, NcclCommunicator& nc
     return nccl.all_gather_on(side, send, gathered, block, DType::kU8);
   }));
   offset = 0;
-  for (size_t k = 0; k < ctx.inputs.size(); ++k) {
-    const int64_t shard_bytes = ctx.inputs[k].byte_size();
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const int64_t shard_bytes = blocks[k].byte_size();
     int64_t left = ctx.outputs[k].byte_size();
     auto* out = static_cast<std::byte*>(ctx.outputs[k].data);
     for (int r = 0; r < ranks && left > 0; ++r) {
@@ -342,6 +347,16 @@ absl::Status all_gather(const KernelContext& ctx) {
   comm::Communicator* group = ctx.exec->communicator;
   AMPC_ASSIGN_OR_RETURN(auto place,
                         comm::place_in_group(group, ctx.node.int_attr("ranks"), ctx.node));
+  if (comm::keeps_own_values(ctx)) {
+    // Each output is its kept value: nothing to do where the output is stored over it.
+    for (size_t k = 0; k < ctx.outputs.size(); ++k) {
+      const TensorArg& kept = ctx.inputs[ctx.outputs.size() + k];
+      if (kept.data == ctx.outputs[k].data) continue;
+      AMPC_RETURN_IF_ERROR(
+          copy_on_device(stream_of(ctx), ctx.outputs[k].data, kept.data, kept.byte_size()));
+    }
+    return absl::OkStatus();
+  }
   if (NcclCommunicator* nccl = nccl_of(ctx); nccl != nullptr) {
     return all_gather_on_device(ctx, *nccl, place.second);
   }
@@ -367,9 +382,11 @@ void register_cuda_collective_kernels(KernelRegistry& r) {
                        &init_collective<&comm::reduce_scatter_bucket_bytes, false>,
                        &comm::reduce_scatter_bucket_bytes));
   r.add(cuda_ampc_kernel_def("Shard", kCudaFloatTypes, &shard));
-  r.add(collective_def("AllGather", &all_gather,
-                       &init_collective<&comm::all_gather_bucket_bytes, false>,
-                       &comm::all_gather_bucket_bytes));
+  KernelDef gather = collective_def("AllGather", &all_gather,
+                                    &init_collective<&comm::all_gather_bucket_bytes, false>,
+                                    &comm::all_gather_bucket_bytes);
+  gather.in_place_operand_of = &comm::all_gather_kept_operand;
+  r.add(std::move(gather));
 }
 
 static KernelRegistration kRegistration(&register_cuda_collective_kernels);

@@ -315,6 +315,7 @@ class CountingGroup final : public comm::Communicator {
   }
   std::unique_ptr<comm::Work> all_gather(const void* send, void* gathered, int64_t count,
                                          DType dtype) override {
+    ++gathers;
     return group_->all_gather(send, gathered, count, dtype);
   }
   std::unique_ptr<comm::Work> reduce_scatter(const void* send, void* received, int64_t count,
@@ -326,6 +327,7 @@ class CountingGroup final : public comm::Communicator {
   std::atomic<int64_t> bucket_elements = 0;     // all-reduced in calls of more than one element
   std::atomic<int64_t> scalar_sums = 0;         // all-reduce calls of one element
   std::atomic<int64_t> scattered_elements = 0;  // each rank's block, per reduce-scatter
+  std::atomic<int64_t> gathers = 0;             // all-gather calls
 
  private:
   std::shared_ptr<comm::Communicator> group_;
@@ -334,8 +336,8 @@ class CountingGroup final : public comm::Communicator {
 // Accumulating K = 4 micro-batches on 2 ranks, the gradients are summed once per step, on the
 // window's last run (the perceptron's w1 [4, 8], b1 [8], w2 [8, 3]: 64 elements, one bucket),
 // not on every run; only the loss's mean (for the log) is reduced on each of the 4 runs. With
-// the sharded optimizer, the gradients are reduce-scattered once per step, and the overflow
-// flag's and norm's sums follow them.
+// the sharded optimizer, the gradients are reduce-scattered once per step, the overflow flag's
+// and norm's sums follow them, and the updated parameters are gathered once per step.
 TEST(DataParallel, AccumulatingRanksSumTheirGradientsOnlyOnTheWindowsLastRun) {
   constexpr int kCounted = 3;
   LossScaleOptions scale;
@@ -345,7 +347,7 @@ TEST(DataParallel, AccumulatingRanksSumTheirGradientsOnlyOnTheWindowsLastRun) {
                         .loss_scale = sharded ? std::optional(scale) : std::nullopt,
                         .accumulate = 4,
                         .shard_optimizer = sharded};
-    std::vector<int64_t> buckets(2), scalars(2), scattered(2);
+    std::vector<int64_t> buckets(2), scalars(2), scattered(2), gathers(2);
     on_ranks(2, [&](int rank, std::shared_ptr<comm::Communicator> gloo) {
       auto counting = std::make_shared<CountingGroup>(std::move(gloo));
       absl::StatusOr<std::unique_ptr<TrainingSession>> session =
@@ -355,11 +357,19 @@ TEST(DataParallel, AccumulatingRanksSumTheirGradientsOnlyOnTheWindowsLastRun) {
       counting->bucket_elements = 0;  // after the start-up's checks and broadcasts
       counting->scalar_sums = 0;
       counting->scattered_elements = 0;
+      counting->gathers = 0;
       const RunLog run = train(recipe, **session, rank, 2, 0.05f, 0, kCounted);
       EXPECT_EQ(run.stats.size(), static_cast<size_t>(kCounted));
       buckets[rank] = counting->bucket_elements;
       scalars[rank] = counting->scalar_sums;
       scattered[rank] = counting->scattered_elements;
+      // Less the gathers of train()'s whole_state reads at the end, counted again here.
+      gathers[rank] = counting->gathers;
+      counting->gathers = 0;
+      for (const std::string& name : (*session)->state_names()) {
+        ASSERT_TRUE((*session)->whole_state(name).ok()) << name;
+      }
+      gathers[rank] -= counting->gathers;
     });
     constexpr int64_t kGradientElements = 4 * 8 + 8 + 8 * 3;
     for (int rank = 0; rank < 2; ++rank) {
@@ -368,6 +378,7 @@ TEST(DataParallel, AccumulatingRanksSumTheirGradientsOnlyOnTheWindowsLastRun) {
         // Blocks of 16, 4 and 12 elements; the overflow flag and the norm once per step.
         EXPECT_EQ(scattered[rank], kCounted * kGradientElements / 2);
         EXPECT_EQ(scalars[rank], kCounted * (4 + 2));
+        EXPECT_EQ(gathers[rank], kCounted);
       } else {
         EXPECT_EQ(buckets[rank], kCounted * kGradientElements);
         EXPECT_EQ(scalars[rank], kCounted * 4);

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "passes/data_parallel.h"
+#include "runtime/plan.h"
 #include "tests/runtime/data_parallel_test_util.h"
 
 namespace ampc::runtime::data_parallel_testing {
@@ -251,8 +252,9 @@ TEST(ShardedOptimizer, AShardedCheckpointResumesOnAnyNumberOfRanks) {
   }
 }
 
-// The perceptron of 8 rows compiled with AdamW, at fp16 or f32; null when that fails.
-std::unique_ptr<Graph> compiled_perceptron(bool fp16) {
+// The perceptron of 8 rows compiled with AdamW, at fp16 or f32, accumulating `accumulate`
+// micro-batches; null when that fails.
+std::unique_ptr<Graph> compiled_perceptron(bool fp16, int64_t accumulate = 1) {
   CompileOptions options;
   if (fp16) {
     options.mixed_precision = MixedPrecisionOptions{};
@@ -260,6 +262,7 @@ std::unique_ptr<Graph> compiled_perceptron(bool fp16) {
   }
   options.training = TrainingOptions{};
   options.training->optimizer.kind = OptimizerOptions::Kind::kAdamW;
+  options.training->accumulate = accumulate;
   std::unique_ptr<Graph> graph = testing::parse_or_fail(mlp_model(8));
   Diagnostics diagnostics;
   if (graph == nullptr || !compile_graph(*graph, options, diagnostics).ok()) return nullptr;
@@ -354,6 +357,44 @@ TEST(ShardedOptimizer, TheStepGathersLowPrecisionCopiesOfShardedMasterWeights) {
     }
     if (copies.contains(init->name())) {
       EXPECT_EQ(init->dtype(), DType::kF16);
+    }
+  }
+}
+
+// The gather also reads the state each of its outputs replaces (w1's and w2's f16 copies, the
+// whole b1), so the plan stores every gathered parameter over its state: no second copy of the
+// parameters at the end of the step, and nothing to gather inside an accumulation window.
+TEST(ShardedOptimizer, TheGatherWritesEachParameterOverTheStateItReplaces) {
+  for (int64_t accumulate : {1, 4}) {
+    SCOPED_TRACE(str_cat("accumulate ", accumulate));
+    std::unique_ptr<Graph> graph = compiled_perceptron(/*fp16=*/true, accumulate);
+    ASSERT_NE(graph, nullptr);
+    Graph& step = *graph->mutable_training_step();
+    ASSERT_TRUE(
+        insert_gradient_all_reduce(step, {.ranks = 4, .shard_optimizer = true, .eval = graph.get()})
+            .ok());
+    std::map<std::string, std::string> state_of;  // update -> state
+    for (const Graph::StateUpdate& update : step.state_updates()) {
+      state_of[update.update] = update.state;
+    }
+    const Node* gather = nullptr;
+    for (const auto& node : step.nodes()) {
+      if (node->op_type() == "AllGather") gather = node.get();
+    }
+    ASSERT_NE(gather, nullptr);
+    const int blocks = gather->num_outputs();
+    ASSERT_EQ(blocks, 3);
+    ASSERT_EQ(gather->num_operands(), 2 * blocks);
+    EXPECT_EQ(gather->int_attr("window"), accumulate > 1 ? 1 : 0);
+    absl::StatusOr<std::unique_ptr<Plan>> plan = Plan::build(step, Device::kCpu);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    for (int i = 0; i < blocks; ++i) {
+      const Value* gathered = gather->output(i);
+      const Value* kept = gather->operand(blocks + i);
+      ASSERT_TRUE(state_of.contains(gathered->name())) << gathered->name();
+      EXPECT_EQ(kept->name(), state_of.at(gathered->name()));
+      EXPECT_EQ(kept->kind(), Value::Kind::kInitializer);
+      EXPECT_TRUE((*plan)->updates_in_place(gathered)) << gathered->name();
     }
   }
 }
