@@ -12,7 +12,9 @@
 //   Q, Kt and V are equal. Kt is the keys already transposed, as MatMul reads them in the pattern.
 //   A row whose every key is masked out gives NaN, as Softmax of a row of -inf does.
 // ampc.AttentionGrad(dY, Q, Kt, V, Y, LSE, mask?) -> (dQ, dKt, dV), with
-//   P_ij = exp(s_ij - LSE_i), dP_ij = dY_i . V_j, d_i = dY_i . Y_i, dS_ij = P_ij (dP_ij - d_i):
+//   P_ij = exp(s_ij - LSE_i) (recomputed from the row's scores where LSE_i is too large to hold
+//   log(sum) to f32 precision: numeric::lse_holds_log_sum), dP_ij = dY_i . V_j,
+//   d_i = dY_i . Y_i, dS_ij = P_ij (dP_ij - d_i):
 //   dQ_i = scale sum_j dS_ij Kt_:j, dKt_:j = scale sum_i dS_ij Q_i, dV_j = sum_i P_ij dY_i.
 // Numerics (runtime/cpu/attention.cc): every element is read in f32 (f64 for f64), dots and sums
 // accumulate in that type and each result is rounded once on store: the unfused graph rounds the

@@ -520,6 +520,22 @@ AMPC_HD bool dropout_keeps(uint64_t key, int64_t i, double ratio) {
   return uniform >= ratio;
 }
 
+// ---- Attention's probabilities in the backward ---------------------------------------------
+
+// ampc.AttentionGrad recomputes P_ij = exp(s_ij - LSE_i) from the forward's LSE_i = max_i +
+// log(sum_i), which holds log(sum_i) only to within half an ulp of LSE_i. Beyond |LSE_i| = 2^7
+// in f32 (2^36 in f64) that ulp exceeds 2^-17 and P would be off by more than the forward's own
+// rounding; such a row's scores are all huge (every key masked by a large finite bias: Hugging
+// Face's eager attention adds finfo(float32).min, so a fully masked row has LSE -3.4e38, and
+// max + log(S) rounds back to max: P would be 1 for every key, not 1/S). The backward then
+// recomputes the row's max and the log of its sum from the scores (a NaN LSE, a row of -inf,
+// goes that way too and stays NaN). Else its max is LSE and the log of its sum 0, so
+// P = exp((s - max) - log_sum) is exp(s - LSE) exactly.
+template <typename X>
+AMPC_HD bool lse_holds_log_sum(X lse) {
+  return fabs(lse) < (sizeof(X) == sizeof(float) ? X(128) : X(68719476736.0));
+}
+
 // ---- Dynamic loss scaling ------------------------------------------------------------------
 
 // torch._amp_update_scale_ (and, with hysteresis > 1, Megatron-LM's DynamicGradScaler): the

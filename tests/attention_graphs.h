@@ -30,9 +30,13 @@ inline void mark_constants(Graph& graph) {
 
 struct AttentionCase {
   int64_t batch = 2, heads = 2, t = 16, d = 8, dv = 5;
-  // The mask as an additive 0 / -inf bias (Add) with Q and Kt scaled, else bool (Where) with the
-  // scores scaled.
+  // The mask as an additive 0 / `fill` bias (Add) with Q and Kt scaled, else bool (Where) with
+  // the scores scaled.
   bool bias = false;
+  std::string fill = "-inf";
+  // Keys 0 .. padded - 1 are masked for every query besides the causal mask (left padding): the
+  // first `padded` rows keep no key.
+  int64_t padded = 0;
 };
 
 inline std::string attention_graph(DType dtype, const AttentionCase& c) {
@@ -46,7 +50,8 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   for (int64_t i = 0; i < c.t; ++i) {
     for (int64_t j = 0; j < c.t; ++j) {
       if (!mask.empty()) mask += ", ";
-      mask += c.bias ? (j <= i ? "0.0" : "-inf") : (j <= i ? "true" : "false");
+      const bool keep = j <= i && j >= c.padded;
+      mask += c.bias ? (keep ? "0.0" : c.fill) : (keep ? "true" : "false");
     }
   }
   std::string text =

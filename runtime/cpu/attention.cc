@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
@@ -30,6 +31,7 @@
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/gemm_core.h"
 #include "runtime/cpu/vector_math.h"
+#include "runtime/numeric.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -234,6 +236,16 @@ std::pair<C, C> exponentiate(C* row, int64_t keys) {
   return {top, sum};
 }
 
+// A row of scores' maximum and the log of the sum of exp(score - max), as the forward has them.
+template <typename C>
+std::pair<C, C> max_and_log_sum(const C* row, int64_t keys) {
+  C top = -std::numeric_limits<C>::infinity();
+  for (int64_t j = 0; j < keys; ++j) top = top < row[j] ? row[j] : top;
+  C sum = 0;
+  for (int64_t j = 0; j < keys; ++j) sum += numeric::exp(row[j] - top);
+  return {top, numeric::log(sum)};
+}
+
 // What both kernels read of the node: the sizes (Q, Kt, V are operands first .. first + 2), the
 // scale and the mask.
 template <typename C>
@@ -370,9 +382,11 @@ absl::Status attention_grad(const KernelContext& ctx) {
           for (int64_t x = 0; x < n.dv; ++x) d += dy_row[x] * load(y_row[x]);
           C* p = probs.data() + r * keys;
           C* g = ds.data() + r * keys;
-          const C row_lse = lse[row];
+          // P = exp((s - max) - log_sum), from the LSE where it holds log_sum (numeric.h).
+          C max = lse[row], log_sum = 0;
+          if (!numeric::lse_holds_log_sum(max)) std::tie(max, log_sum) = max_and_log_sum(p, keys);
 #pragma omp simd
-          for (int64_t j = 0; j < keys; ++j) p[j] -= row_lse;
+          for (int64_t j = 0; j < keys; ++j) p[j] = (p[j] - max) - log_sum;
           exp_array(p, p, keys);
 #pragma omp simd
           for (int64_t j = 0; j < keys; ++j) {

@@ -73,7 +73,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_attention(const KernelContext&
 absl::StatusOr<std::unique_ptr<KernelState>> init_attention_grad(const KernelContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<KernelState> state, init_params(ctx, 1, 6));
   const AttentionParams& p = static_cast<const AttentionState&>(*state).params;
-  state->workspace_bytes = p.batch * p.t * static_cast<int64_t>(sizeof(float));
+  state->workspace_bytes = attention_grad_workspace_floats(p) * static_cast<int64_t>(sizeof(float));
   return state;
 }
 

@@ -94,11 +94,20 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 }
 
-// Per query row: d_i = dY_i . Y_i into `delta`, dS over the keys, dQ_i = scale sum_j dS_ij K_j.
+// The backward's per-row values in the workspace: d_i = dY_i . Y_i, and the max and log-sum
+// P is recomputed with (numeric::lse_holds_log_sum), each batch * T floats.
+struct GradRows {
+  float* delta;
+  float* max;
+  float* log_sum;
+};
+
+// Per query row: d_i, the row's max and log-sum into `rows`, dS over the keys, dQ_i = scale
+// sum_j dS_ij K_j.
 template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_grad_rows_kernel(const T* dy, const T* q, const T* kt, const T* v, const T* y,
-                               const float* lse, const void* mask, T* dq, float* delta,
+                               const float* lse, const void* mask, T* dq, GradRows rows,
                                AttentionParams p) {
   extern __shared__ float ds[];
   const BlockTeam team;
@@ -106,6 +115,19 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const int64_t b = row / p.t;
     const int64_t i = row % p.t;
     const int64_t mask_base = p.has_mask ? mask_batch_offset(p, b) : 0;
+    float max = lse[row], log_sum = 0;
+    if (!numeric::lse_holds_log_sum(max)) {  // the same for the whole block
+      max = -std::numeric_limits<float>::infinity();
+      for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+        ds[j] = score_of(p, q, kt, mask, row, b, i, j, mask_base);
+        max = MaxOf{}(max, ds[j]);
+      }
+      max = team.reduce(max, MaxOf{});
+      float sum = 0;
+      for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) sum += numeric::exp(ds[j] - max);
+      log_sum = numeric::log(team.reduce(sum, Plus{}));
+      __syncthreads();  // `ds` is rewritten below
+    }
     const T* dy_row = dy + row * p.dv;
     float d = 0;
     for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
@@ -114,7 +136,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
     d = team.reduce(d, Plus{});
     const T* v_b = v + b * p.s * p.dv;
     for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
-      const float prob = numeric::exp(score_of(p, q, kt, mask, row, b, i, j, mask_base) - lse[row]);
+      const float prob =
+          numeric::exp((score_of(p, q, kt, mask, row, b, i, j, mask_base) - max) - log_sum);
       float dp = 0;
       if (prob != 0) {
         for (int64_t x = 0; x < p.dv; ++x) dp += load(dy_row[x]) * load(v_b[j * p.dv + x]);
@@ -128,7 +151,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
       for (int64_t j = 0; j < p.s; ++j) acc += ds[j] * load(kt_b[x * p.s + j]);
       dq[row * p.d + x] = store<T>(p.scale * acc);
     }
-    if (threadIdx.x == 0) delta[row] = d;
+    if (threadIdx.x == 0) {
+      rows.delta[row] = d;
+      rows.max[row] = max;
+      rows.log_sum[row] = log_sum;
+    }
     __syncthreads();
   }
 }
@@ -136,9 +163,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
 // Per key: dKt_:j = scale sum_i dS_ij Q_i and dV_j = sum_i P_ij dY_i.
 template <typename T>
 __global__ void __launch_bounds__(kAttentionThreads)
-    attention_grad_keys_kernel(const T* dy, const T* q, const T* kt, const T* v, const float* lse,
-                               const float* delta, const void* mask, T* dkt, T* dv,
-                               AttentionParams p) {
+    attention_grad_keys_kernel(const T* dy, const T* q, const T* kt, const T* v, GradRows rows,
+                               const void* mask, T* dkt, T* dv, AttentionParams p) {
   extern __shared__ float shared[];
   float* probs = shared;
   float* ds = shared + p.t;
@@ -149,13 +175,14 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const T* v_row = v + key * p.dv;
     for (int64_t i = threadIdx.x; i < p.t; i += blockDim.x) {
       const int64_t row = b * p.t + i;
-      const float prob = numeric::exp(score_of(p, q, kt, mask, row, b, i, j, mask_base) - lse[row]);
+      const float prob = numeric::exp(
+          (score_of(p, q, kt, mask, row, b, i, j, mask_base) - rows.max[row]) - rows.log_sum[row]);
       float dp = 0;
       if (prob != 0) {
         for (int64_t x = 0; x < p.dv; ++x) dp += load(dy[row * p.dv + x]) * load(v_row[x]);
       }
       probs[i] = prob;
-      ds[i] = prob == 0 ? 0.0f : prob * (dp - delta[row]);
+      ds[i] = prob == 0 ? 0.0f : prob * (dp - rows.delta[row]);
     }
     __syncthreads();
     for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
@@ -196,9 +223,11 @@ cudaError_t launch_attention(Elem type, const void* q, const void* kt, const voi
 
 cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, const void* kt,
                                   const void* v, const void* y, const float* lse, const void* mask,
-                                  void* dq, void* dkt, void* dv, float* delta,
+                                  void* dq, void* dkt, void* dv, float* workspace,
                                   const AttentionParams& params, cudaStream_t stream) {
   if (params.batch * params.t == 0 || params.batch * params.s == 0) return cudaGetLastError();
+  const int64_t n = params.batch * params.t;
+  const GradRows per_row{workspace, workspace + n, workspace + 2 * n};
   return visit_float_elem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* dy_t = static_cast<const T*>(dy);
@@ -207,14 +236,13 @@ cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, cons
     const T* v_t = static_cast<const T*>(v);
     attention_grad_rows_kernel<T>
         <<<row_blocks(params.batch * params.t), kAttentionThreads, floats(params.s), stream>>>(
-            dy_t, q_t, kt_t, v_t, static_cast<const T*>(y), lse, mask, static_cast<T*>(dq), delta,
+            dy_t, q_t, kt_t, v_t, static_cast<const T*>(y), lse, mask, static_cast<T*>(dq), per_row,
             params);
-    const cudaError_t rows = cudaGetLastError();
-    if (rows != cudaSuccess) return rows;
+    const cudaError_t launched = cudaGetLastError();
+    if (launched != cudaSuccess) return launched;
     attention_grad_keys_kernel<T>
         <<<row_blocks(params.batch * params.s), kAttentionThreads, floats(2 * params.t), stream>>>(
-            dy_t, q_t, kt_t, v_t, lse, delta, mask, static_cast<T*>(dkt), static_cast<T*>(dv),
-            params);
+            dy_t, q_t, kt_t, v_t, per_row, mask, static_cast<T*>(dkt), static_cast<T*>(dv), params);
     return cudaGetLastError();
   });
 }

@@ -4,11 +4,11 @@
 //
 // The work is split as the CPU kernels split it (runtime/cpu/attention.cc): one block per query
 // row holds the row's S scores in shared memory (never the T x S matrix); the backward
-// recomputes the probabilities from the saved LSE, once per query row (dQ, and d_i = dY_i . Y_i
-// into the workspace) and once per key (dKt, dV), so every output element is summed by one
-// thread in a fixed order. Elements are read into f32, dots and sums accumulate in f32 and each
-// result is rounded once; the block's maximum and sum are reduced as a tree, an order the CPU's
-// sequential one differs from within the contract's reduction tolerance.
+// recomputes the probabilities from the saved LSE (numeric::lse_holds_log_sum), once per query
+// row (dQ, and d_i = dY_i . Y_i into the workspace) and once per key (dKt, dV), so every output
+// element is summed by one thread in a fixed order. Elements are read into f32, dots and sums
+// accumulate in f32 and each result is rounded once; the block's maximum and sum are reduced as a
+// tree, an order the CPU's sequential one differs from within the contract's reduction tolerance.
 #pragma once
 
 #include <cstdint>
@@ -44,10 +44,14 @@ cudaError_t launch_attention(Elem type, const void* q, const void* kt, const voi
                              const void* mask, void* y, float* lse, const AttentionParams& params,
                              cudaStream_t stream);
 
-// dQ, dKt and dV of ampc.AttentionGrad; `delta` is workspace of batch * T floats.
+// dQ, dKt and dV of ampc.AttentionGrad; `workspace` holds attention_grad_workspace_floats.
 cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, const void* kt,
                                   const void* v, const void* y, const float* lse, const void* mask,
-                                  void* dq, void* dkt, void* dv, float* delta,
+                                  void* dq, void* dkt, void* dv, float* workspace,
                                   const AttentionParams& params, cudaStream_t stream);
+// Per query row: d_i = dY_i . Y_i and the max and log-sum the probabilities are recomputed with.
+inline int64_t attention_grad_workspace_floats(const AttentionParams& params) {
+  return 3 * params.batch * params.t;
+}
 
 }  // namespace ampc::runtime::cuda

@@ -250,6 +250,44 @@ TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
   }
 }
 
+// Hugging Face's eager attention masks with the dtype's lowest finite value, and under left
+// padding the first rows keep no key: every score of such a row rounds to that value, and its
+// softmax (the unfused graph's) is uniform over all keys. The fused backward must not take the
+// saved LSE, max + log(T) rounded back to max, for the log of the row's sum: it would give each
+// key P = 1, not 1/T. In f64 (the f32 value, far from f64's lowest: a LSE of -3.4e38) and in
+// f32, where the bias is the lowest value itself; 16 and 150 positions, 3 rows fully masked.
+TEST(FusedAttention, RowsMaskedByTheLowestFiniteBiasAreUniformInTheGradientToo) {
+  for (const int64_t t : {int64_t{16}, int64_t{150}}) {
+    SCOPED_TRACE(str_cat("t = ", t));
+    const testing::AttentionCase c{
+        .t = t, .bias = true, .fill = "-3.4028234663852886e+38", .padded = 3};
+    std::mt19937 rng(5);
+    const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
+    const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
+    ASSERT_EQ(reference.size(), 4u);
+    // A fully masked row's output is the mean of V's rows (an independent check of the
+    // reference: the uniform softmax).
+    const std::vector<double>& v = testing::as_type(inputs.at("v"), DType::kF64).to_double_vector();
+    for (int64_t x = 0; x < c.dv; ++x) {
+      double mean = 0;
+      for (int64_t j = 0; j < t; ++j) mean += v[j * c.dv + x];
+      EXPECT_NEAR(reference.at("y")[x], mean / static_cast<double>(t), 1e-12) << x;
+    }
+    const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+    ASSERT_EQ(fused64.size(), 4u);
+    for (const auto& [name, want] : reference) {
+      EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+    }
+    const auto fused = testing::run_attention(DType::kF32, c, true, inputs);
+    ASSERT_EQ(fused.size(), 4u);
+    for (const auto& [name, want] : reference) {
+      EXPECT_LT(testing::relative_error(fused.at(name), want),
+                8 * 0x1p-24 * std::sqrt(static_cast<double>(t)))
+          << name << " in f32";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Masks, FusedAttentionNumerics,
                          ::testing::Combine(::testing::Values(false, true),
                                             ::testing::Values(int64_t{16}, int64_t{150})),
