@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <span>
+#include <tuple>
 
 #include "ops/elementwise_grad.h"
 #include "ops/op_util.h"
@@ -237,6 +238,11 @@ OpDef unary(std::string name, std::string summary, std::vector<DType> dtypes,
   return def;
 }
 
+double floor_of(std::span<const double> a) { return std::floor(a[0]); }
+double ceil_of(std::span<const double> a) { return std::ceil(a[0]); }
+// nearbyint in the default rounding mode: halves to even.
+double round_half_even(std::span<const double> a) { return std::nearbyint(a[0]); }
+
 void register_unary(OpRegistry& registry) {
   using Ints = std::span<const int64_t>;
   using Reals = std::span<const double>;
@@ -253,6 +259,20 @@ void register_unary(OpRegistry& registry) {
     return fold_map(ctx, nullptr, [](Reals a) { return 1.0 / a[0]; });
   };
   registry.add(std::move(reciprocal));
+
+  // Floor, Ceil and Round (halves to even, as numpy's round) give integers exactly representable
+  // in the operand's dtype: exact in every dtype. Their derivative is 0 wherever it exists, so
+  // no gradient flows back through them (PyTorch's is zeros).
+  for (auto [name, summary, fn] :
+       {std::tuple{"Floor", "the largest integer <= x", &floor_of},
+        std::tuple{"Ceil", "the smallest integer >= x", &ceil_of},
+        std::tuple{"Round", "the nearest integer, halves to even", &round_half_even}}) {
+    OpDef def = unary(name, summary, kFloatTypes, AutocastCategory::kClear);
+    def.since_opset = std::string_view(name) == "Round" ? 11 : 6;
+    def.no_gradient_outputs = {0};
+    def.fold = [fn](const FoldContext& ctx) { return fold_map(ctx, nullptr, fn); };
+    registry.add(std::move(def));
+  }
 
   // Negation and absolute value change no bits but the sign: exact in every dtype.
   std::vector<DType> signed_types = kFloatTypes;

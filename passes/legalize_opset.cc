@@ -33,6 +33,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
   static const std::map<std::string_view, LowPrecisionSince, std::less<>> kSince = {
       {"AveragePool", {1, 22}},
       {"BatchNormalization", {1, 14}},
+      {"Ceil", {6, 13}},
       {"Celu", {0, 0}},
       {"ConstantOfShape", {9, 20}},
       {"Conv", {1, 22}},
@@ -41,6 +42,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"CumSum", {14, 14}},
       {"Elu", {1, 22}},
       {"Equal", {11, 13}},
+      {"Floor", {6, 13}},
       {"GlobalAveragePool", {1, 22}},
       {"GreaterOrEqual", {12, 16}},
       {"HardSigmoid", {1, 22}},
@@ -53,6 +55,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"NegativeLogLikelihoodLoss", {12, 22}},
       {"PRelu", {1, 16}},
       {"Range", {0, 0}},
+      {"Round", {11, 22}},
       {"Scatter", {9, 0}},
       {"Selu", {1, 22}},
       {"Sin", {7, 22}},

@@ -37,6 +37,9 @@ AMPC_MATH_FN(log1p)
 AMPC_MATH_FN(tanh)
 AMPC_MATH_FN(erf)
 AMPC_MATH_FN(sqrt)
+AMPC_MATH_FN(floor)
+AMPC_MATH_FN(ceil)
+AMPC_MATH_FN(rint)
 AMPC_MATH_FN(sin)
 AMPC_MATH_FN(cos)
 AMPC_MATH_FN(fabs)
@@ -286,6 +289,26 @@ struct Log {
   template <typename X>
   AMPC_HD X operator()(X x) const {
     return log(x);
+  }
+};
+// Floor, Ceil and Round (halves to even: rint in the default rounding mode) are exact: their
+// result is representable in the operand's type, and an integral, infinite or NaN x is itself.
+struct Floor {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return floor(x);
+  }
+};
+struct Ceil {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return ceil(x);
+  }
+};
+struct Round {
+  template <typename X>
+  AMPC_HD X operator()(X x) const {
+    return rint(x);
   }
 };
 struct Reciprocal {

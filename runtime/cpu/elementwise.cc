@@ -26,14 +26,17 @@ namespace {
 // The scalar operations are runtime/numeric.h's, shared with the CUDA kernels.
 using numeric::Abs;
 using numeric::Add;
+using numeric::Ceil;
 using numeric::Div;
 using numeric::Exp;
+using numeric::Floor;
 using numeric::Log;
 using numeric::Max;
 using numeric::Min;
 using numeric::Mul;
 using numeric::Neg;
 using numeric::Reciprocal;
+using numeric::Round;
 using numeric::Sqrt;
 using numeric::Sub;
 
@@ -257,6 +260,9 @@ void register_elementwise_kernels(KernelRegistry& r) {
   add_unary_float<Exp>(r, "Exp");
   add_unary_float<Log>(r, "Log");
   add_unary_float<Reciprocal>(r, "Reciprocal");
+  add_unary_float<Floor>(r, "Floor");
+  add_unary_float<Ceil>(r, "Ceil");
+  add_unary_float<Round>(r, "Round");
   add_kernels<float, double, Float16, BFloat16, int64_t, int32_t, int8_t>(
       r, in_place("Neg"), []<typename T>() { return &unary_kernel<T, Neg>; });
   add_numeric(r, in_place("Abs"), []<typename T>() { return &unary_kernel<T, Abs>; });

@@ -210,6 +210,9 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "Log", kCudaFloatTypes, &unary<UnaryOp::kLog>);
   add(r, "Reciprocal", {DType::kF32, DType::kF16, DType::kBF16, DType::kF64},
       &unary<UnaryOp::kReciprocal>);
+  add(r, "Floor", kCudaFloatTypes, &unary<UnaryOp::kFloor>);
+  add(r, "Ceil", kCudaFloatTypes, &unary<UnaryOp::kCeil>);
+  add(r, "Round", kCudaFloatTypes, &unary<UnaryOp::kRound>);
   add(r, "Neg", kCudaNumericTypes, &unary<UnaryOp::kNeg>);
   add(r, "Abs", kCudaNumericTypes, &unary<UnaryOp::kAbs>);
   add(r, "Not", {DType::kBool}, &unary<UnaryOp::kNot>);

@@ -353,6 +353,12 @@ cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t 
       // Also f64: the loss scaler's inverse scale is 1 / scale in f64, as GradScaler's.
       if (type == Elem::kF64) return map_same<double>(x, y, n, numeric::Reciprocal{}, stream);
       return float_unary(type, x, y, n, numeric::Reciprocal{}, stream);
+    case UnaryOp::kFloor:
+      return float_unary(type, x, y, n, numeric::Floor{}, stream);
+    case UnaryOp::kCeil:
+      return float_unary(type, x, y, n, numeric::Ceil{}, stream);
+    case UnaryOp::kRound:
+      return float_unary(type, x, y, n, numeric::Round{}, stream);
     case UnaryOp::kNeg:
       return numeric_unary(type, x, y, n, numeric::Neg{}, stream);
     case UnaryOp::kAbs:

@@ -94,6 +94,9 @@ enum class UnaryOp : uint8_t {
   kExp,
   kLog,
   kReciprocal,
+  kFloor,
+  kCeil,
+  kRound,
   kNeg,
   kAbs,
   kNot,    // bool

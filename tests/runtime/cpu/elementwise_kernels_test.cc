@@ -167,6 +167,35 @@ TEST(ElementwiseKernels, UnaryMathMatchesF64Reference) {
   EXPECT_TRUE(std::isnan(elements<float>(run_op("Sqrt", {&s}, {DType::kF32, {5}}))[0]));
 }
 
+// Floor, Ceil and Round by IEEE's rules: halves round to even, the sign of a zero result is x's
+// (Ceil(-0.5) = -0), integral values (2^24 + 2 in f32, 2^11 + 2 in f16) and infinities are
+// themselves, NaN stays NaN.
+TEST(ElementwiseKernels, FloorCeilAndRoundFollowIeee) {
+  const std::vector<float> x = {-2.5f, -1.5f, -0.5f,       0.5f,  1.5f, 2.5f,
+                                2.7f,  -2.7f, 16777218.0f, -kInf, kNaN};
+  const Tensor t = Tensor::from_f32({11}, x);
+  const auto run = [&](const char* op) {
+    return elements<float>(run_op(op, {&t}, {DType::kF32, {11}}));
+  };
+  const std::vector<float> floor = run("Floor"), ceil = run("Ceil"), round = run("Round");
+  const std::vector<float> want_floor = {-3, -2, -1, 0, 1, 2, 2, -3, 16777218.0f, -kInf};
+  const std::vector<float> want_ceil = {-2, -1, -0.0f, 1, 2, 3, 3, -2, 16777218.0f, -kInf};
+  const std::vector<float> want_round = {-2, -2, -0.0f, 0, 2, 2, 3, -3, 16777218.0f, -kInf};
+  for (size_t i = 0; i + 1 < x.size(); ++i) {
+    SCOPED_TRACE(x[i]);
+    EXPECT_EQ(floor[i], want_floor[i]);
+    EXPECT_EQ(ceil[i], want_ceil[i]);
+    EXPECT_EQ(std::signbit(ceil[i]), std::signbit(want_ceil[i]));
+    EXPECT_EQ(round[i], want_round[i]);
+    EXPECT_EQ(std::signbit(round[i]), std::signbit(want_round[i]));
+  }
+  EXPECT_TRUE(std::isnan(floor.back()) && std::isnan(ceil.back()) && std::isnan(round.back()));
+  // f16: 2050 is integral, 0.5 rounds to 0 and 1.5 to 2.
+  const Tensor h = Tensor::from_doubles(DType::kF16, {3}, {2050.0, 0.5, 1.5});
+  const Tensor rounded = run_op("Round", {&h}, {DType::kF16, {3}});
+  EXPECT_EQ(rounded.to_double_vector(), (std::vector<double>{2050.0, 0.0, 2.0}));
+}
+
 TEST(ElementwiseKernels, PowFloatBaseWithAnyExponentType) {
   const Tensor base = Tensor::from_f32({2, 3}, {2.0f, 3.0f, 0.5f, 10.0f, 1.5f, 4.0f});
   const Tensor exponent = Tensor::from_f32({3}, {0.5f, 2.0f, -1.5f});
