@@ -56,6 +56,7 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     // Before autodiff, so that the backward is the fused gradient; after autocast, so that the
     // fused node reads the MatMuls' operands in their precision.
     pipeline.add(on_training_step(make_fuse_attention_pass()));
+    pipeline.add(on_training_step(make_safe_softmax_pass()));
     AutodiffOptions autodiff = training->autodiff;
     OptimizerOptions optimizer = training->optimizer;
     if (std::optional<LossScaleOptions> scaling = effective_loss_scale(options)) {

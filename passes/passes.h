@@ -138,6 +138,11 @@ struct LossOptions {
 // "append-loss": the loss node for a model that outputs a prediction. See passes/training_step.cc.
 std::unique_ptr<Pass> make_append_loss_pass(LossOptions options);
 
+// "safe-softmax" (on the training step, before autodiff): Where(IsNaN(p), 0, p) over p =
+// Softmax(x), PyTorch's exported safe softmax, keeps rows of x that are all -inf out of the
+// Softmax, so that their gradient is 0 rather than NaN; the forward is unchanged.
+std::unique_ptr<Pass> make_safe_softmax_pass();
+
 // "training-step": the graph's clone becomes its training step (Graph::training_step); the graph
 // itself goes to eval mode (BatchNormalization on running statistics, Dropout removed).
 std::unique_ptr<Pass> make_training_step_pass();
