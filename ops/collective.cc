@@ -222,10 +222,14 @@ absl::StatusOr<Grads> gather_grad(GradBuilder& b) {
   return grads;
 }
 
-// The kept values get none: the gather's outputs are the gathered blocks.
+// The kept values get zeros: the outputs are the gathered blocks (inside an accumulation
+// window, where they are the kept values, nothing differentiates).
 absl::StatusOr<Grads> scatter_grad(GradBuilder& b) {
   Grads grads(b.node().num_operands(), nullptr);
   const int64_t ranks = b.node().int_attr("ranks");
+  for (int i = b.node().num_outputs(); i < b.node().num_operands(); ++i) {
+    if (b.needs_grad(i)) grads[i] = b.constant(Tensor(b.input(i)->type()));
+  }
   for (int i = 0; i < b.node().num_outputs(); ++i) {
     if (!b.needs_grad(i)) continue;
     Value* block = b.ampc_op("ReduceScatter", {b.grad_of_output_or_zeros(i)}, {{"ranks", ranks}});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include "compiler/strings.h"
 #include "runtime/comm/communicator.h"
@@ -293,6 +294,16 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
     contexts_[s].random_stream = random_stream;
     contexts_[s].inside_window = inside_window;
     absl::Status status = join_before(s);
+    // The inputs are read before the node runs: it may write an output over one of them.
+    std::optional<NumericInputs> inputs;
+    if (status.ok() && options_.check_numerics && first_non_finite.ok()) {
+      absl::StatusOr<NumericInputs> read_inputs = numeric_inputs(static_cast<int>(s));
+      if (read_inputs.ok()) {
+        inputs = *std::move(read_inputs);
+      } else {
+        status = read_inputs.status();
+      }
+    }
     if (status.ok()) status = steps[s].kernel->fn(contexts_[s]);
     // The checks read the outputs at once: no overlap here.
     if (status.ok() && states_[s] != nullptr && states_[s]->asynchronous()) {
@@ -306,7 +317,7 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
                           str_cat(steps[s].node->describe(), ": ", status.message()));
     }
     if (options_.check_numerics && first_non_finite.ok()) {
-      absl::Status numerics = check_numerics(static_cast<int>(s));
+      absl::Status numerics = check_numerics(static_cast<int>(s), *inputs);
       if (found_inf_ == nullptr) AMPC_RETURN_IF_ERROR(numerics);
       first_non_finite = std::move(numerics);
     }
@@ -388,28 +399,42 @@ absl::Status Executor::data_error(const DeviceError& error) const {
   return absl::InvalidArgumentError(str_cat(where, ": ", describe_device_error(error)));
 }
 
-// The first inf or NaN among a step's float outputs, described with its inputs' ranges.
-absl::Status Executor::check_numerics(int step) const {
+// The first NaN among a step's float outputs when no float input holds a NaN, or inf when none
+// holds an inf, described with its inputs' ranges. What a node makes of non-finite inputs of
+// the same kind is theirs: a -inf an attention mask holds on purpose, and what it spreads to
+// (the masked scores), is no error; a NaN made of it (inf - inf) is.
+absl::StatusOr<Executor::NumericInputs> Executor::numeric_inputs(int step) const {
+  const KernelContext& ctx = contexts_[step];
+  NumericInputs inputs;
+  for (int k = 0; k < static_cast<int>(ctx.inputs.size()); ++k) {
+    if (!is_checked_float(ctx.inputs[k])) continue;
+    AMPC_ASSIGN_OR_RETURN(const Tensor in, read(ctx.node.operand(k)));
+    for (int64_t i = 0; i < in.num_elements() && !(inputs.nan && inputs.inf); ++i) {
+      const double x = in.element_as_double(i);
+      inputs.nan |= std::isnan(x);
+      inputs.inf |= std::isinf(x);
+    }
+    inputs.ranges.push_back(str_cat("%", ctx.node.operand(k)->name(), " ",
+                                    type_to_string(in.type()), " ", value_range(in)));
+  }
+  return inputs;
+}
+
+absl::Status Executor::check_numerics(int step, const NumericInputs& inputs) const {
   const KernelContext& ctx = contexts_[step];
   const Node& node = ctx.node;
+  if (inputs.nan && inputs.inf) return absl::OkStatus();
   for (int o = 0; o < static_cast<int>(ctx.outputs.size()); ++o) {
     if (!is_checked_float(ctx.outputs[o])) continue;
     AMPC_ASSIGN_OR_RETURN(const Tensor out, read(node.output(o)));
     for (int64_t i = 0; i < out.num_elements(); ++i) {
       const double x = out.element_as_double(i);
-      if (std::isfinite(x)) continue;
-      std::vector<std::string> inputs;
-      for (int k = 0; k < static_cast<int>(ctx.inputs.size()); ++k) {
-        if (!is_checked_float(ctx.inputs[k])) continue;
-        AMPC_ASSIGN_OR_RETURN(const Tensor in, read(node.operand(k)));
-        inputs.push_back(str_cat("%", node.operand(k)->name(), " ", type_to_string(in.type()), " ",
-                                 value_range(in)));
-      }
-      return absl::OutOfRangeError(
-          str_cat("--check-numerics: ", node.describe(), " wrote ", std::isnan(x) ? "NaN" : "inf",
-                  " to output ", o, " %", node.output(o)->name(), " (", type_to_string(out.type()),
-                  ") at element ", i,
-                  "; its float inputs: ", inputs.empty() ? "none" : str_join(inputs, "; ")));
+      if (std::isfinite(x) || (std::isnan(x) ? inputs.nan : inputs.inf)) continue;
+      return absl::OutOfRangeError(str_cat(
+          "--check-numerics: ", node.describe(), " wrote ", std::isnan(x) ? "NaN" : "inf",
+          " to output ", o, " %", node.output(o)->name(), " (", type_to_string(out.type()),
+          ") at element ", i,
+          "; its float inputs: ", inputs.ranges.empty() ? "none" : str_join(inputs.ranges, "; ")));
     }
   }
   return absl::OkStatus();

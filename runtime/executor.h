@@ -95,7 +95,15 @@ class Executor {
            ExecutorOptions options);
   absl::Status allocate_and_bind();
   std::byte* address(const Value* value) const;
-  absl::Status check_numerics(int step) const;
+  // What --check-numerics reads of a step's float inputs before it runs: whether any holds a
+  // NaN or an inf, and each one's range for the message.
+  struct NumericInputs {
+    bool nan = false;
+    bool inf = false;
+    std::vector<std::string> ranges;
+  };
+  absl::StatusOr<NumericInputs> numeric_inputs(int step) const;
+  absl::Status check_numerics(int step, const NumericInputs& inputs) const;
   // Makes the stream wait for the asynchronous steps step `s` reads (s == steps: all of them).
   absl::Status join_before(size_t s);
   // Finds the joins once the states are made.

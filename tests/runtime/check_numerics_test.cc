@@ -47,5 +47,33 @@ TEST(CheckNumerics, TheFirstNonFiniteOutputNamesTheNodeAndItsInputs) {
   EXPECT_TRUE(std::isinf(unchecked->at("y").element_as_double(1)));
 }
 
+// An attention mask's -inf is on purpose: a node that spreads an inf it reads (the masked
+// scores) is no error, nor is a Softmax that makes 0 of it. A NaN made of infs (inf - inf) is.
+TEST(CheckNumerics, InfinitiesAMaskHoldsOnPurposeAreNoError) {
+  constexpr std::string_view kMasked = R"(
+    graph g(%x: f32[2,3]) opset(17) {
+      init %c_keep: bool[2,3] = [true, false, true, true, true, false]
+      init %c_ninf: f32[] = [-inf]
+      %s = Where(%c_keep, %x, %c_ninf) {name="mask"} : f32[2,3]
+      %t = Add(%s, %x) {name="shift"} : f32[2,3]
+      %p = Softmax<axis=-1>(%t) {name="softmax"} : f32[2,3]
+      %d = Sub(%t, %s) {name="difference"} : f32[2,3]
+      return %p, %d
+    })";
+  SessionOptions options;
+  options.check_numerics = true;
+  absl::StatusOr<std::unique_ptr<InferenceSession>> session =
+      InferenceSession::create(testing::parse_or_fail(kMasked), options);
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<std::map<std::string, Tensor>> result =
+      (*session)->run({{"x", Tensor::from_f32({2, 3}, {1, 2, 3, 4, 5, 6})}});
+  ASSERT_FALSE(result.ok());
+  // mask, shift and softmax pass; (-inf) - (-inf) at element 1 is the first NaN.
+  EXPECT_NE(std::string(result.status().message())
+                .find("node 'difference' (Sub) wrote NaN to output 0 %d (f32[2,3]) at element 1"),
+            std::string::npos)
+      << result.status();
+}
+
 }  // namespace
 }  // namespace ampc::runtime
