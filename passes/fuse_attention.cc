@@ -42,16 +42,6 @@ bool is_op(const Node* node, std::string_view op) {
   return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op;
 }
 
-// The value of a one-element initializer autodiff does not train by default, or nullopt.
-std::optional<double> constant_scalar(const Value* value) {
-  const Tensor* data = value->initializer();
-  if (data == nullptr || !data_by_default(*value) || value->type().num_elements() != 1 ||
-      !is_float(value->dtype()) || !data->has_data()) {
-    return std::nullopt;
-  }
-  return data->element_as_double(0);
-}
-
 // Whether a weight (an initializer autodiff may train) is among the values `value` is computed
 // from.
 bool reads_weights(const Value* value) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "compiler/ir.h"
 
@@ -43,6 +44,17 @@ inline bool data_by_default(const Value& value) {
   if (value.initializer() == nullptr) return false;
   return value.is_constant() || holds_mask_fill(value) ||
          (is_float(value.dtype()) && value.shape().empty());
+}
+
+// The value of a one-element float initializer autodiff does not train by default, or nullopt
+// (a scale, a mask's fill, a guard's 0).
+inline std::optional<double> constant_scalar(const Value* value) {
+  const Tensor* data = value->initializer();
+  if (data == nullptr || !data_by_default(*value) || value->type().num_elements() != 1 ||
+      !is_float(value->dtype()) || !data->has_data()) {
+    return std::nullopt;
+  }
+  return data->element_as_double(0);
 }
 
 }  // namespace ampc

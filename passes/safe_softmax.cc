@@ -29,17 +29,9 @@ bool is_op(const Node* node, std::string_view op) {
   return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op;
 }
 
-// Whether `value` is a one-element constant 0 (the Where's fill).
-bool is_zero_constant(const Value* value) {
-  const Tensor* data = value->initializer();
-  return data != nullptr && data_by_default(*value) && value->type().num_elements() == 1 &&
-         is_arithmetic_float(value->dtype()) && data->has_data() &&
-         data->element_as_double(0) == 0.0;
-}
-
 // The Softmax whose NaNs `where` zeroes: Where(IsNaN(p), 0, p) with p = Softmax(x); else null.
 Node* guarded_softmax(const Node& where) {
-  if (!is_op(&where, "Where") || !is_zero_constant(where.operand(1))) return nullptr;
+  if (!is_op(&where, "Where") || constant_scalar(where.operand(1)) != 0.0) return nullptr;
   const Node* is_nan = where.operand(0)->producer();
   Value* p = where.operand(2);
   if (!is_op(is_nan, "IsNaN") || is_nan->operand(0) != p) return nullptr;

@@ -30,9 +30,9 @@ C read_float_element(const TensorArg& arg, int64_t i) {
   }
 }
 
-// Whether `ctx`'s node is a `window` collective (AllReduce, ReduceScatter) on a run inside an
-// accumulation window (ops/collective.cc): it then communicates nothing and gives each rank's
-// own values.
+// Whether `ctx`'s node is a `window` collective (AllReduce, ReduceScatter, AllGather) on a run
+// inside an accumulation window (ops/collective.cc): it then communicates nothing and gives each
+// rank's own values (AllGather: its kept values).
 inline bool keeps_own_values(const KernelContext& ctx) {
   return ctx.inside_window && int_attr_or(ctx.node, "window", 0) != 0;
 }
