@@ -91,6 +91,7 @@ struct FoldContext {
 using InferFn = std::function<absl::Status(InferenceContext&)>;
 using FoldFn = std::function<absl::StatusOr<std::vector<Tensor>>(const FoldContext&)>;
 using GradFn = std::function<absl::StatusOr<std::vector<Value*>>(GradBuilder&)>;
+using IdentityFn = std::function<bool(const Node&)>;
 
 struct OpDef {
   std::string domain;  // "" for the standard ONNX domain
@@ -118,6 +119,10 @@ struct OpDef {
   // Outputs no gradient flows back from (running statistics, saved mean and variance): a loss
   // that reads them does not make the inputs trainable through them.
   std::vector<int> no_gradient_outputs;
+  // Optional: whether `node` is the identity from its input 0 to its output 0 whatever its data
+  // (Dropout with a constant ratio of 0, or not in training). canonicalize removes such a node
+  // when nothing reads its other outputs; gradient rules ask it too.
+  IdentityFn identity;
   std::vector<OpSample> samples;
 
   const AttrSpec* find_attr(std::string_view attr_name) const;

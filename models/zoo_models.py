@@ -167,6 +167,49 @@ class BertMlm(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100), logits
 
 
+class PaddedDecoder(nn.Module):
+    """A decoder trained on left-padded batches, with both of Hugging Face's attention masks:
+    layer 0 adds the eager bias (0 where a key is kept, finfo(float32).min elsewhere) to the
+    scores and drops the probabilities with p = 0, layer 1 passes a causal-and-padding bool mask to scaled_dot_product_attention. The
+    query rows of the padding keep no key: the bias makes them uniform over all keys, the bool
+    mask makes them 0 (PyTorch's safe softmax). The loss reads every position, padding
+    included, so that those rows' gradients are not zero."""
+
+    def __init__(self, vocab=64, dim=32, heads=4, max_len=16):
+        super().__init__()
+        self.heads = heads
+        self.embed, self.pos = nn.Embedding(vocab, dim), nn.Embedding(max_len, dim)
+        self.layers = nn.ModuleList()
+        for _ in range(2):
+            self.layers.append(nn.ModuleDict(dict(
+                norm1=nn.LayerNorm(dim), qkv=nn.Linear(dim, 3 * dim, bias=False),
+                out=nn.Linear(dim, dim, bias=False), norm2=nn.LayerNorm(dim),
+                fc=nn.Linear(dim, 4 * dim), fc_out=nn.Linear(4 * dim, dim))))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        nn.init.normal_(self.embed.weight, std=0.02)
+
+    def forward(self, idx, attention_mask, targets):
+        b, t = idx.shape
+        x = self.embed(idx) + self.pos(torch.arange(t))
+        causal = torch.ones(t, t, dtype=torch.bool).tril()
+        keep = causal[None, None] & attention_mask[:, None, None, :].bool()  # [B, 1, T, T]
+        bias = (~keep).to(x.dtype) * torch.finfo(x.dtype).min
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer["qkv"](layer["norm1"](x)).view(b, t, 3, self.heads, -1).permute(
+                2, 0, 3, 1, 4)
+            if i == 0:
+                scores = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5) + bias
+                # Hugging Face's eager attention, attention_dropout=0.0 included.
+                a = F.dropout(scores.softmax(-1), p=0.0, training=self.training) @ v
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+            x = x + layer["out"](a.transpose(1, 2).reshape(b, t, -1))
+            x = x + layer["fc_out"](F.gelu(layer["fc"](layer["norm2"](x))))
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
+
+
 # ----------------------------------------------------------------------------- vision
 
 
@@ -317,6 +360,12 @@ def mlm_batch(g, b=2, t=16):
     return {"input_ids": ids, "attention_mask": mask, "labels": labels}
 
 
+def left_padded_batch(g, b=2, t=16):
+    lengths = torch.tensor([t, t - 5])
+    mask = (torch.arange(t)[None, :] >= (t - lengths)[:, None]).to(torch.int64)
+    return {"idx": tokens(g, (b, t)), "attention_mask": mask, "targets": tokens(g, (b, t))}
+
+
 def normal_image_batch(g, b, c, h, w, classes=10):
     # Normal pixels: max pooling over grid pixels would meet ties that f32 rounding breaks.
     return {"x": torch.randn((b, c, h, w), generator=g), "y": torch.randint(0, classes, (b,), generator=g)}
@@ -346,6 +395,7 @@ ZOO = {
     "gpt2": (Gpt2, lm_batch, TRANSFORMER_EXPORTERS),
     "llama": (Llama, lm_batch, TRANSFORMER_EXPORTERS),
     "bert_mlm": (BertMlm, mlm_batch, TRANSFORMER_EXPORTERS),
+    "padded_decoder": (PaddedDecoder, left_padded_batch, TRANSFORMER_EXPORTERS),
     "res_cnn": (ResCnn, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
     "resnet18": (resnet18_narrow, lambda g: normal_image_batch(g, 8, 3, 40, 40),
                  VISION_EXPORTERS),

@@ -10,7 +10,9 @@
 //           that it never keeps the T x S probabilities.
 //   Q, Kt and V share one float type, which is Y's; LSE is f32 (f64 for f64). The batch dims of
 //   Q, Kt and V are equal. Kt is the keys already transposed, as MatMul reads them in the pattern.
-//   A row whose every key is masked out gives NaN, as Softmax of a row of -inf does.
+//   A row whose every key is masked out gives NaN, as Softmax of a row of -inf does; with
+//   `safe` set it gives Y_i = 0, LSE_i = -inf and no gradient, as PyTorch's safe softmax
+//   (Where(IsNaN(Softmax(s)), 0, .), which its exports write for a masked attention) does.
 // ampc.AttentionGrad(dY, Q, Kt, V, Y, LSE, mask?) -> (dQ, dKt, dV), with
 //   P_ij = exp(s_ij - LSE_i) (recomputed from the row's scores where LSE_i is too large to hold
 //   log(sum) to f32 precision: numeric::lse_holds_log_sum), dP_ij = dY_i . V_j,
@@ -110,9 +112,10 @@ absl::StatusOr<Grads> attention_grad(GradBuilder& b) {
   std::vector<Value*> operands = {b.grad_of_output(0), b.input(0),  b.input(1),
                                   b.input(2),          b.output(0), b.output(1)};
   if (b.has_input(3)) operands.push_back(b.input(3));
-  std::vector<Value*> grads =
-      b.op_n(kAmpcDomain, "AttentionGrad", operands, 3,
-             {{"scale", node.float_attr("scale")}, {"mask_keep", node.int_attr("mask_keep")}});
+  std::vector<Value*> grads = b.op_n(kAmpcDomain, "AttentionGrad", operands, 3,
+                                     {{"scale", node.float_attr("scale")},
+                                      {"mask_keep", node.int_attr("mask_keep")},
+                                      {"safe", node.int_attr("safe")}});
   if (b.has_input(3)) grads.push_back(nullptr);
   return grads;
 }
@@ -131,6 +134,13 @@ Tensor causal_mask(int64_t t, int64_t s) {
   return mask;
 }
 
+// [T, S] with (i, j) kept for j <= i, except in row 0, which keeps no key.
+Tensor causal_mask_with_empty_row(int64_t t, int64_t s) {
+  Tensor mask = causal_mask(t, s);
+  mask.set_element_i64(0, 0);
+  return mask;
+}
+
 // [S] additive: 0 for the first `kept` keys, -inf for the rest (padding).
 Tensor key_padding_bias(int64_t s, int64_t kept) {
   std::vector<double> bias(s, 0.0);
@@ -146,7 +156,7 @@ OpDef attention() {
   def.inputs = {input("Q", kFloatTypes), input("Kt", kFloatTypes), input("V", kFloatTypes),
                 optional_input("mask", kMaskTypes)};
   def.outputs = {input("Y"), input("LSE")};
-  def.attrs = {attr("scale", 1.0f), flag_attr("mask_keep", 1)};
+  def.attrs = {attr("scale", 1.0f), flag_attr("mask_keep", 1), flag_attr("safe", 0)};
   def.infer = infer_attention;
   // Its inputs are the MatMuls' (low precision under autocast); the softmax inside is f32.
   def.autocast.category = AutocastCategory::kDeny;
@@ -185,6 +195,12 @@ OpDef attention() {
        {{3, key_padding_bias(70, 61)}},
        {},
        {typed(DType::kF32, {66, 2}), typed(DType::kF32, {66})}},
+      {"safe, a query row with no key",
+       {typed(DType::kF32, {2, 4, 3}), typed(DType::kF32, {2, 3, 4}), typed(DType::kF32, {2, 4, 5}),
+        typed(DType::kBool, {4, 4})},
+       {{3, causal_mask_with_empty_row(4, 4)}},
+       {{"scale", 0.5f}, {"safe", int64_t{1}}},
+       {typed(DType::kF32, {2, 4, 5}), typed(DType::kF32, {2, 4})}},
   };
   return def;
 }
@@ -199,7 +215,7 @@ OpDef attention_grad_def() {
                 input("Y", kFloatTypes),           input("LSE", kFloatTypes),
                 optional_input("mask", kMaskTypes)};
   def.outputs = {input("dQ"), input("dKt"), input("dV")};
-  def.attrs = {attr("scale", 1.0f), flag_attr("mask_keep", 1)};
+  def.attrs = {attr("scale", 1.0f), flag_attr("mask_keep", 1), flag_attr("safe", 0)};
   def.infer = infer_attention_grad;
   def.autocast.category = AutocastCategory::kDeny;
   def.no_gradient_inputs = {0, 1, 2, 3, 4, 5};

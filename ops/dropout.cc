@@ -57,24 +57,24 @@ const Tensor* constant_data(const Value* value) {
 }
 
 // Whether the node is the identity whatever its data: no training_mode, or a constant false
-// one, or a constant ratio of 0.
-bool is_identity(const GradBuilder& b) {
-  if (!b.has_input(2)) return true;
-  if (const Tensor* training = constant_data(b.input(2))) {
+// one, or a constant ratio of 0 (its input, or the attribute where the input is omitted).
+bool dropout_is_identity(const Node& node) {
+  if (!node.has_operand(2)) return true;
+  if (const Tensor* training = constant_data(node.operand(2))) {
     if (training->element_as_i64(0) == 0) return true;
   }
-  if (b.has_input(1)) {
-    const Tensor* ratio = constant_data(b.input(1));
+  if (node.has_operand(1)) {
+    const Tensor* ratio = constant_data(node.operand(1));
     return ratio != nullptr && ratio->element_as_double(0) == 0;
   }
-  return b.node().float_attr("ratio") == 0;
+  return node.float_attr("ratio") == 0;
 }
 
 // d/dx dropout(x) = dy * mask / (1 - ratio) in training, dy otherwise: DropoutGrad on the
 // forward node's mask, or (no mask output) a Dropout of dy that draws the same mask again.
 absl::StatusOr<Grads> dropout_grad(GradBuilder& b) {
   Value* dy = b.grad_of_output(0);
-  if (is_identity(b)) return Grads{dy};
+  if (dropout_is_identity(b.node())) return Grads{dy};
   Value* ratio = b.has_input(1) ? b.input(1) : nullptr;
   Attributes attrs = b.node().attrs();  // seed and ratio, as the forward node has them
   if (b.node().has_output(1)) {
@@ -100,6 +100,7 @@ OpDef dropout_op() {
   def.autocast.category = AutocastCategory::kClear;
   def.gradient = dropout_grad;
   def.no_gradient_inputs = {1};  // the ratio
+  def.identity = dropout_is_identity;
   const Tensor ratio_half = Tensor::from_f32({}, {0.5f});
   const Tensor training = Tensor::from_doubles(DType::kBool, {}, {1});
   def.samples = {

@@ -136,10 +136,8 @@ class Walker {
     std::vector<std::string> scalars;
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
-      // A rank-0 float initializer is a constant an exporter lifted out of the graph (an
-      // exponent, an epsilon) far more often than a parameter, and so is a one-element one the
-      // dynamo exporter named val_<n> (an attention's √scale; a [1] parameter, such as the bias
-      // of a one-output Linear, keeps its module's name): trained only by name.
+      // A lifted constant (passes/mask_data.h) is far more often an exporter's constant than a
+      // parameter: trained only by name.
       const bool named = trainable && std::regex_search(init->name(), *trainable);
       if (is_float_value(init) && is_lifted_constant(*init) && !named &&
           (!freeze || !std::regex_search(init->name(), *freeze))) {
@@ -165,12 +163,6 @@ class Walker {
     }
     held_constant_ = std::move(scalars);
     return candidates;
-  }
-
-  static bool is_lifted_constant(const Value& init) {
-    if (init.type().shape.empty()) return true;
-    static const std::regex kDynamoConstant("^_?val_[0-9]+$");
-    return init.type().num_elements() == 1 && std::regex_match(init.name(), kDynamoConstant);
   }
 
   // An initializer every reader takes through an operand that has no gradient (BatchNorm's

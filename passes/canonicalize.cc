@@ -4,7 +4,10 @@
 //   - Identity is removed: its output's uses read its input instead. When the output is a graph
 //     output, the input takes over the output's name if it is a plain node output; an Identity
 //     whose input is a graph input, an initializer or another graph output, and whose output is a
-//     graph output, is kept (the interface needs both names).
+//     graph output, is kept (the interface needs both names). So is any node its OpDef::identity
+//     says is the identity from input 0 to output 0 (Dropout with a ratio of 0, which PyTorch's
+//     training-mode exports write for `attention_dropout=0.0`), when nothing reads its other
+//     outputs.
 //   - Opset normalization: for each OpDef::attrs_as_inputs entry (ReduceSum/ReduceMean axes,
 //     Squeeze/Unsqueeze axes, Split's split, ...) whose input the node passes as an initializer,
 //     the value moves into the attribute and the input is dropped, so later passes read one
@@ -26,8 +29,20 @@ bool identity_removable(const Node& identity) {
   return input->kind() == Value::Kind::kNodeOutput && !input->is_graph_output();
 }
 
+// Identity, or a node its OpDef says is the identity from input 0 to output 0 and whose other
+// outputs nothing reads.
+bool is_identity(const Node& node) {
+  if (node.domain() == kOnnxDomain && node.op_type() == "Identity") return true;
+  if (node.def() == nullptr || !node.def()->identity || !node.def()->identity(node)) return false;
+  for (int i = 1; i < node.num_outputs(); ++i) {
+    if (node.has_output(i) && !node.output(i)->is_dead()) return false;
+  }
+  return node.has_operand(0) && node.has_output(0) &&
+         node.operand(0)->type() == node.output(0)->type();
+}
+
 bool remove_identity(Graph& graph, Node& node) {
-  if (node.domain() != kOnnxDomain || node.op_type() != "Identity") return false;
+  if (!is_identity(node)) return false;
   if (!node.has_operand(0) || !node.has_output(0) || !identity_removable(node)) return false;
   node.output(0)->replace_all_uses_with(node.operand(0));
   graph.erase_node(&node);

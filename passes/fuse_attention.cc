@@ -9,7 +9,10 @@
 // may stand anywhere between (autocast puts them around the f32 Softmax). Q and Kt may each be
 // a Mul or Div by a constant scalar that only the MatMul reads (PyTorch's export of
 // scaled_dot_product_attention scales both by the scale's square root): the fused node's scale
-// is the product of the factors, applied once to the product. Every value inside
+// is the product of the factors, applied once to the product. The probabilities may pass
+// PyTorch's safe softmax, Where(IsNaN(p), 0, p) (its TorchScript export of
+// scaled_dot_product_attention with a mask): the fused node is then `safe`, giving 0 for a row
+// with no key as the guard does (a NaN from NaN scores stays NaN). Every value inside
 // the pattern must have the pattern's next node as its only reader, so nothing that is read
 // elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
 // type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to
@@ -42,8 +45,8 @@ bool is_op(const Node* node, std::string_view op) {
   return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op;
 }
 
-// Whether a weight (an initializer autodiff may train) is among the values `value` is computed
-// from.
+// Whether a weight (a float initializer autodiff may train) is among the values `value` is
+// computed from. A bool or integer initializer (a causal mask the exporter folded) is data.
 bool reads_weights(const Value* value) {
   std::vector<const Value*> stack = {value};
   std::unordered_set<const Value*> seen;
@@ -51,7 +54,9 @@ bool reads_weights(const Value* value) {
     const Value* v = stack.back();
     stack.pop_back();
     if (!seen.insert(v).second) continue;
-    if (v->kind() == Value::Kind::kInitializer && !data_by_default(*v)) return true;
+    if (v->kind() == Value::Kind::kInitializer && is_float(v->dtype()) && !data_by_default(*v)) {
+      return true;
+    }
     if (const Node* producer = v->producer()) {
       for (const Value* operand : producer->operands()) {
         if (operand != nullptr) stack.push_back(operand);
@@ -70,6 +75,7 @@ struct AttentionMatch {
   Value* mask = nullptr;
   int64_t mask_keep = 1;
   double scale = 1.0;
+  bool safe = false;       // behind a safe-softmax guard: a row with no key gives 0
   Node* output = nullptr;  // the MatMul with V
 };
 
@@ -201,11 +207,21 @@ class Matcher {
     return value;
   }
 
-  // The Softmax's output, over float Casts, into MatMul(probabilities, V).
+  // The Softmax's output, over float Casts and at most one safe-softmax guard, into
+  // MatMul(probabilities, V).
   bool match_output(Node* softmax) {
     Value* value = softmax->output(0);
     std::vector<Node*> casts;
     while (true) {
+      if (!match_.safe) {
+        if (Node* guard = safe_softmax_guard(value)) {
+          match_.safe = true;
+          casts.push_back(guard->operand(0)->producer());  // the IsNaN
+          casts.push_back(guard);
+          value = guard->output(0);
+          continue;
+        }
+      }
       if (!private_value(value)) return false;
       Node* reader = value->uses().front().user;
       if (is_op(reader, "Cast") && is_float(reader->output(0)->dtype())) {
@@ -227,6 +243,24 @@ class Matcher {
       match_.nodes.push_back(reader);
       return true;
     }
+  }
+
+  // The Where of PyTorch's safe softmax, Where(IsNaN(p), 0, p), when `p` is read by it and its
+  // IsNaN alone; else null.
+  static Node* safe_softmax_guard(Value* p) {
+    if (p->uses().size() != 2 || p->is_graph_output()) return nullptr;
+    for (const Use& use : p->uses()) {
+      Node* guard = use.user;
+      if (!is_op(guard, "Where") || use.operand != 2 || guard->operand(1) == p) continue;
+      Value* nan = guard->operand(0);
+      const std::optional<double> fill = constant_scalar(guard->operand(1));
+      if (!private_value(nan) || !is_op(nan->producer(), "IsNaN") ||
+          nan->producer()->operand(0) != p || !fill || *fill != 0) {
+        continue;
+      }
+      return guard;
+    }
+    return nullptr;
   }
 
   static bool broadcasts(const Shape& from, const Shape& to) {
@@ -272,6 +306,7 @@ class FuseAttentionPass final : public Pass {
     Attributes attrs;
     attrs["scale"] = static_cast<float>(m.scale);
     if (m.mask != nullptr && m.mask->dtype() == DType::kBool) attrs["mask_keep"] = m.mask_keep;
+    if (m.safe) attrs["safe"] = int64_t{1};
     Node* fused = graph.create_node(kAmpcDomain, "Attention", operands,
                                     {out->output(0)->type(), lse}, std::move(attrs), out);
     if (!out->name().empty()) fused->set_name(str_cat(out->name(), "/attention"));

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <regex>
 
 #include "compiler/ir.h"
 
@@ -37,13 +38,22 @@ inline bool holds_mask_fill(const Value& value) {
   return false;
 }
 
+// Whether the float initializer `value` is a constant an exporter lifted out of the graph: a
+// scalar of rank 0 (an exponent, an epsilon, a temperature), or a one-element tensor named as
+// torch.onnx's dynamo exporter names the constants it lifts (val_<n>: an attention's square-root
+// scale). A [1] parameter, such as the bias of a one-output Linear, keeps its module's name.
+inline bool is_lifted_constant(const Value& value) {
+  if (value.type().shape.empty()) return true;
+  static const std::regex kDynamoConstant("^_?val_[0-9]+$");
+  return value.type().num_elements() == 1 && std::regex_match(value.name(), kDynamoConstant);
+}
+
 // Whether autodiff takes the initializer `value` as data by default (without --trainable naming
-// it): a program constant, a mask fill, or a float scalar of rank 0 (an exponent, an epsilon, a
-// temperature an exporter lifted out of the graph).
+// it): a program constant, a mask fill, or a lifted constant.
 inline bool data_by_default(const Value& value) {
   if (value.initializer() == nullptr) return false;
   return value.is_constant() || holds_mask_fill(value) ||
-         (is_float(value.dtype()) && value.shape().empty());
+         (is_float(value.dtype()) && is_lifted_constant(value));
 }
 
 // The value of a one-element float initializer autodiff does not train by default, or nullopt

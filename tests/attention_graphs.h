@@ -37,6 +37,9 @@ struct AttentionCase {
   // Keys 0 .. padded - 1 are masked for every query besides the causal mask (left padding): the
   // first `padded` rows keep no key.
   int64_t padded = 0;
+  // The probabilities pass PyTorch's safe softmax, Where(IsNaN(p), 0, p), as its TorchScript
+  // export of scaled_dot_product_attention with a mask writes them.
+  bool safe = false;
 };
 
 inline std::string attention_graph(DType dtype, const AttentionCase& c) {
@@ -82,8 +85,14 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   }
   text += str_cat("  %p = Softmax<axis=-1>(", softmax_in, ") : ", wide, scores, "\n");
   std::string probs = "%p";
+  if (c.safe) {
+    text += str_cat("  init %c_zero: ", wide, "[] = [0.0]\n");
+    text += str_cat("  %nan = IsNaN(%p) : bool", scores, "\n");
+    text += str_cat("  %pg = Where(%nan, %c_zero, %p) : ", wide, scores, "\n");
+    probs = "%pg";
+  }
   if (wide != t) {
-    text += str_cat("  %pn = Cast<to=", t, ">(%p) : ", t, scores, "\n");
+    text += str_cat("  %pn = Cast<to=", t, ">(", probs, ") : ", t, scores, "\n");
     probs = "%pn";
   }
   text += str_cat("  %y = MatMul(", probs, ", %v) : ", t, shape(c.dv, c.t), "\n");
@@ -114,6 +123,9 @@ inline std::map<std::string, std::vector<double>> run_attention(
     absl::StatusOr<bool> fused = make_fuse_attention_pass()->run(*graph, context);
     EXPECT_TRUE(fused.ok() && *fused) << "the pattern did not fuse";
   }
+  // As the training pipeline does after fuse-attention: an unfused guard's gradient is 0.
+  absl::StatusOr<bool> guarded = make_safe_softmax_pass()->run(*graph, context);
+  EXPECT_TRUE(guarded.ok()) << guarded.status();
   AutodiffOptions autodiff;
   autodiff.include_graph_inputs = true;
   absl::StatusOr<bool> changed = make_autodiff_pass(autodiff)->run(*graph, context);

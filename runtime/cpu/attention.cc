@@ -236,6 +236,12 @@ std::pair<C, C> exponentiate(C* row, int64_t keys) {
   return {top, sum};
 }
 
+// Whether a row whose maximum score is `max` keeps no key (every score -inf).
+template <typename C>
+bool is_empty_row(C max) {
+  return max == -std::numeric_limits<C>::infinity();
+}
+
 // A row of scores' maximum and the log of the sum of exp(score - max), as the forward has them.
 template <typename C>
 std::pair<C, C> max_and_log_sum(const C* row, int64_t keys) {
@@ -253,10 +259,12 @@ struct AttentionCall {
   AttentionCall(const KernelContext& ctx, int first, int mask_operand)
       : n(dims_of(ctx.input(first).shape(), ctx.input(first + 2).shape())),
         scale(static_cast<C>(ctx.node.float_attr("scale"))),
+        safe(ctx.node.int_attr("safe") != 0),
         mask(ctx, mask_operand, n, ctx.input(first).shape()) {}
 
   AttentionDims n;
   C scale;
+  bool safe;  // a row with no key gives 0 and no gradient
   MaskReader mask;
 };
 
@@ -288,7 +296,12 @@ absl::Status attention(const KernelContext& ctx) {
                    const int64_t keys = extents[item];
                    tile_scores(q, kt, n, b, r0, rows, keys, call.scale, call.mask, scores.data());
                    for (int64_t r = 0; r < rows; ++r) {
-                     const auto [max, sum] = exponentiate(scores.data() + r * keys, keys);
+                     C* row = scores.data() + r * keys;
+                     auto [max, sum] = exponentiate(row, keys);
+                     if (call.safe && is_empty_row(max)) {  // Y_i = 0, LSE_i = -inf
+                       std::fill_n(row, keys, C(0));
+                       sum = 1;
+                     }
                      sums[r] = sum;
                      if (with_lse) lse[b * n.t + r0 + r] = max + std::log(sum);
                    }
@@ -385,6 +398,11 @@ absl::Status attention_grad(const KernelContext& ctx) {
           // P = exp((s - max) - log_sum), from the LSE where it holds log_sum (numeric.h).
           C max = lse[row], log_sum = 0;
           if (!numeric::lse_holds_log_sum(max)) std::tie(max, log_sum) = max_and_log_sum(p, keys);
+          if (call.safe && is_empty_row(max)) {  // no probability, no gradient
+            std::fill_n(p, keys, C(0));
+            std::fill_n(g, keys, C(0));
+            continue;
+          }
 #pragma omp simd
           for (int64_t j = 0; j < keys; ++j) p[j] = (p[j] - max) - log_sum;
           exp_array(p, p, keys);

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ct
   p.s = v[rank - 2];
   p.dv = v[rank - 1];
   p.scale = ctx.node.float_attr("scale");
+  p.safe = ctx.node.int_attr("safe") != 0;
   if (p.s > kMaxAttentionKeys || p.t > kMaxAttentionQueries) {
     return absl::UnimplementedError(str_cat("attention over ", p.t, " queries and ", p.s,
                                             " keys: the CUDA kernels hold at most ",

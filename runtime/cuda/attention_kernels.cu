@@ -57,6 +57,9 @@ __device__ float score_of(const AttentionParams& p, const T* q, const T* kt, con
   return score;
 }
 
+// Whether a row whose maximum score is `max` keeps no key (every score -inf).
+__device__ bool is_empty_row(float max) { return max == -std::numeric_limits<float>::infinity(); }
+
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return a < b ? b : a; }
 };
@@ -82,13 +85,15 @@ __global__ void __launch_bounds__(kAttentionThreads)
       scores[j] = numeric::exp(scores[j] - max);
       sum += scores[j];
     }
-    sum = team.reduce(sum, Plus{});  // its barriers also publish `scores`
+    sum = team.reduce(sum, Plus{});                  // its barriers also publish `scores`
+    const bool empty = p.safe && is_empty_row(max);  // the same for the whole block
     const T* v_b = v + b * p.s * p.dv;
     for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
       float acc = 0;
-      for (int64_t j = 0; j < p.s; ++j) acc += scores[j] * load(v_b[j * p.dv + x]);
-      y[row * p.dv + x] = store<T>(acc / sum);
+      for (int64_t j = 0; j < p.s && !empty; ++j) acc += scores[j] * load(v_b[j * p.dv + x]);
+      y[row * p.dv + x] = store<T>(empty ? 0.0f : acc / sum);
     }
+    if (empty) sum = 1;  // LSE = -inf
     if (lse != nullptr && threadIdx.x == 0) lse[row] = max + numeric::log(sum);
     __syncthreads();  // `scores` is the next row's
   }
@@ -135,9 +140,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     d = team.reduce(d, Plus{});
     const T* v_b = v + b * p.s * p.dv;
+    const bool empty = p.safe && is_empty_row(max);  // no probability, no gradient
     for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
       const float prob =
-          numeric::exp((score_of(p, q, kt, mask, row, b, i, j, mask_base) - max) - log_sum);
+          empty ? 0.0f
+                : numeric::exp((score_of(p, q, kt, mask, row, b, i, j, mask_base) - max) - log_sum);
       float dp = 0;
       if (prob != 0) {
         for (int64_t x = 0; x < p.dv; ++x) dp += load(dy_row[x]) * load(v_b[j * p.dv + x]);
@@ -175,8 +182,11 @@ __global__ void __launch_bounds__(kAttentionThreads)
     const T* v_row = v + key * p.dv;
     for (int64_t i = threadIdx.x; i < p.t; i += blockDim.x) {
       const int64_t row = b * p.t + i;
-      const float prob = numeric::exp(
-          (score_of(p, q, kt, mask, row, b, i, j, mask_base) - rows.max[row]) - rows.log_sum[row]);
+      const float prob =
+          p.safe && is_empty_row(rows.max[row])
+              ? 0.0f
+              : numeric::exp((score_of(p, q, kt, mask, row, b, i, j, mask_base) - rows.max[row]) -
+                             rows.log_sum[row]);
       float dp = 0;
       if (prob != 0) {
         for (int64_t x = 0; x < p.dv; ++x) dp += load(dy[row * p.dv + x]) * load(v_row[x]);

@@ -27,6 +27,8 @@ struct AttentionParams {
   // Q [batch.., T, D], Kt [batch.., D, S], V [batch.., S, Dv]; `batch` the batch dims' product.
   int64_t batch = 1, t = 0, s = 0, d = 0, dv = 0;
   float scale = 1;
+  // A query row with no key (every score -inf) gives Y = 0 and no gradient, not NaN.
+  bool safe = false;
   // The mask, when `has_mask`: bool (masks out where it differs from `keep`) or a float bias
   // (added), read at mask_batch_offset(b) + i * mask_row_stride + j * mask_col_stride, where
   // the offset of batch b sums its index along batch dim k times mask_batch_strides[k].

@@ -2,7 +2,8 @@
 // ampc.AttentionGrad against the CPU kernels on the same graph, within the contract's tolerance
 // for reductions (both accumulate in f32; the CUDA block reduces the row's maximum and sum as a
 // tree where the CPU adds sequentially), in f32, f16 and bf16, with a bool mask and a bias, and
-// for rows longer than a block (300 keys over 256 threads).
+// for rows longer than a block (300 keys over 256 threads), and safe with rows that keep no
+// key (0, with no gradient).
 #include <random>
 
 #include "gtest/gtest.h"
@@ -43,11 +44,14 @@ INSTANTIATE_TEST_SUITE_P(
     Shapes, AttentionCuda,
     ::testing::Values(Case{{}, DType::kF32}, Case{{}, DType::kF16}, Case{{}, DType::kBF16},
                       Case{{.bias = true}, DType::kF16},
+                      Case{{.padded = 3, .safe = true}, DType::kF32},
+                      Case{{.bias = true, .padded = 3, .safe = true}, DType::kBF16},
                       Case{{.batch = 1, .heads = 3, .t = 300, .d = 64, .dv = 64}, DType::kF32},
                       Case{{.batch = 1, .heads = 3, .t = 300, .d = 64, .dv = 64}, DType::kBF16}),
     [](const auto& info) {
       const Case& c = info.param;
-      return str_cat(dtype_name(c.dtype), c.shape.bias ? "_bias" : "_mask", "_t", c.shape.t);
+      return str_cat(dtype_name(c.dtype), c.shape.bias ? "_bias" : "_mask", "_t", c.shape.t,
+                     c.shape.safe ? "_safe_padded" : "");
     });
 
 }  // namespace

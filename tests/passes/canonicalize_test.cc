@@ -237,6 +237,77 @@ TEST(Canonicalize, DropoutRatioInputBecomesFloatAttribute) {
     })"));
 }
 
+// PyTorch's training-mode exports write Dropout(x, ratio, training_mode=true) for every
+// nn.Dropout, ratio 0 included (Hugging Face's attention_dropout=0.0): the identity, which the
+// attention pattern must not see as a node between Softmax and MatMul.
+TEST(Canonicalize, DropoutOfRatioZeroIsRemoved) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %zero: f32[] = [0]
+      init %training: bool[] = [true]
+      %a = Relu(%x) : f32[4]
+      %b = Dropout(%a, %zero, %training) : f32[4]
+      %y = Sigmoid(%b) : f32[4]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %zero: f32[] = [0]
+      init %training: bool[] = [true]
+      %a = Relu(%x) : f32[4]
+      %y = Sigmoid(%a) : f32[4]
+      return %y
+    })"));
+}
+
+// Without training_mode, or with a constant false one, Dropout is the identity whatever its
+// ratio; a mask nothing reads does not keep it.
+TEST(Canonicalize, DropoutOutsideTrainingIsRemoved) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %half: f32[] = [0.5]
+      init %off: bool[] = [false]
+      %a = Relu(%x) : f32[4]
+      %b = Dropout(%a, %half) : f32[4]
+      %c, %unread = Dropout(%b, %half, %off) : f32[4], bool[4]
+      %y = Sigmoid(%c) : f32[4]
+      return %y
+    })",
+                                  R"(
+    graph g(%x: f32[4]) opset(13) {
+      init %half: f32[] = [0.5]
+      init %off: bool[] = [false]
+      %a = Relu(%x) : f32[4]
+      %y = Sigmoid(%a) : f32[4]
+      return %y
+    })"));
+}
+
+// A Dropout that may drop (a nonzero ratio in training, or a training_mode known only at run
+// time) stays, and so does one whose mask is read (the mask is a value of its own).
+TEST(Canonicalize, DropoutThatMayDropOrWhoseMaskIsReadStays) {
+  EXPECT_TRUE(expect_canonicalize(R"(
+    graph g(%x: f32[4], %training: bool[]) opset(13) {
+      init %zero: f32[] = [0]
+      init %tenth: f32[] = [0.1]
+      init %on: bool[] = [true]
+      %a = Dropout(%x, %tenth, %on) : f32[4]
+      %b = Dropout(%a, %tenth, %training) : f32[4]
+      %c, %mask = Dropout(%b, %zero, %on) : f32[4], bool[4]
+      return %c, %mask
+    })",
+                                  R"(
+    graph g(%x: f32[4], %training: bool[]) opset(13) {
+      init %zero: f32[] = [0]
+      init %tenth: f32[] = [0.1]
+      init %on: bool[] = [true]
+      %a = Dropout<ratio=0.1>(%x, _, %on) : f32[4]
+      %b = Dropout<ratio=0.1>(%a, _, %training) : f32[4]
+      %c, %mask = Dropout<ratio=0>(%b, _, %on) : f32[4], bool[4]
+      return %c, %mask
+    })"));
+}
+
 // Values computed by nodes are fold-constants' business; once folded, they move here.
 TEST(Canonicalize, AxesComputedByNodesStayInputs) {
   constexpr std::string_view kGraph = R"(

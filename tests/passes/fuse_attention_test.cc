@@ -1,10 +1,11 @@
 // fuse-attention: what fuses (the pattern with a bool or additive mask, a Mul or Div scale or
-// none, float casts between) and what must not (the probabilities read elsewhere, a finite fill
-// value, a mask before the scale, a bias computed from a weight, a Softmax over another axis);
-// and the fused node's output and its gradients (autodiff through ampc.AttentionGrad) against
-// the unfused pattern's, on the CPU. The reference for the numerics is the unfused graph run in
-// f64: the fused node in f32 and in f16 must be as close to it as the unfused graph in the same
-// type is (within a factor), and within a tolerance that scales with the sums' lengths.
+// none, float casts between, PyTorch's safe-softmax guard) and what must not (the probabilities
+// read elsewhere, a finite fill value, a mask before the scale, a bias computed from a weight, a
+// Softmax over another axis); and the fused node's output and its gradients (autodiff through
+// ampc.AttentionGrad) against the unfused pattern's, on the CPU. The reference for the numerics is
+// the unfused graph run in f64: the fused node in f32 and in f16 must be as close to it as the
+// unfused graph in the same type is (within a factor), and within a tolerance that scales with the
+// sums' lengths.
 #include "passes/fuse_attention.h"
 
 #include <cstdio>
@@ -139,6 +140,106 @@ TEST(FuseAttention, ScalesOfQAndKtFoldIntoTheScale) {
       %y, %y.lse = ampc.Attention<scale=0.5>(%qs, %kt, %v) : f32[3,2], f32[3]
       return %y, %qs
     })");
+}
+
+// The dynamo exporter's optimizer folds the causal mask into a bool initializer, which the
+// padding mask is combined with before it becomes a bias: a bool (or integer) initializer is
+// never a weight, so the bias is data.
+TEST(FuseAttention, BiasesFromAFoldedBoolMaskFuse) {
+  expect_fusion(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[1,4]) opset(17) {
+      init %causal: bool[3,4] = [true, false, false, false, true, true, false, false, true, true, true, false]
+      init %zero: f32[] = [0.0]
+      init %lowest: f32[] = [-3.4028234663852886e+38]
+      %keep = And(%causal, %m) : bool[3,4]
+      %b = Where(%keep, %zero, %lowest) : f32[3,4]
+      %s = MatMul(%q, %kt) : f32[3,4]
+      %sb = Add(%s, %b) : f32[3,4]
+      %p = Softmax(%sb) : f32[3,4]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[1,4]) opset(17) {
+      init %causal: bool[3,4] = [true, false, false, false, true, true, false, false, true, true, true, false]
+      init %zero: f32[] = [0.0]
+      init %lowest: f32[] = [-3.4028234663852886e+38]
+      %keep = And(%causal, %m) : bool[3,4]
+      %b = Where(%keep, %zero, %lowest) : f32[3,4]
+      %y, %y.lse = ampc.Attention<scale=1.0>(%q, %kt, %v, %b) : f32[3,2], f32[3]
+      return %y
+    })");
+}
+
+// The dynamo exporter's default optimizer lifts the square-root scale into a one-element
+// initializer named val_<n>, which autodiff takes as a constant (not a weight; passes/mask_data.h),
+// and so does the fusion. A [1] initializer named as a module's parameter stays a weight: see
+// below.
+TEST(FuseAttention, ScalesTheDynamoExporterLiftedFold) {
+  expect_fusion(R"(
+    graph g(%q: f32[3,2], %kt: f32[2,3], %v: f32[3,2]) opset(17) {
+      init %val_94: f32[1] = [0.5]
+      %qs = Mul(%q, %val_94) : f32[3,2]
+      %kts = Mul(%kt, %val_94) : f32[2,3]
+      %s = MatMul(%qs, %kts) : f32[3,3]
+      %p = Softmax(%s) : f32[3,3]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[3,2], %kt: f32[2,3], %v: f32[3,2]) opset(17) {
+      %y, %y.lse = ampc.Attention<scale=0.25>(%q, %kt, %v) : f32[3,2], f32[3]
+      return %y
+    })");
+}
+
+// PyTorch's TorchScript export of scaled_dot_product_attention with a mask guards the
+// probabilities with its safe softmax, Where(IsNaN(p), 0, p), before the cast autocast puts
+// there: the fused node is `safe`. A guard whose IsNaN something else reads, or that fills with
+// another value, is not PyTorch's and stays.
+TEST(FuseAttention, TheSafeSoftmaxGuardMakesTheFusedNodeSafe) {
+  expect_fusion(R"(
+    graph g(%q: f16[3,2], %kt: f16[2,4], %v: f16[4,2], %m: bool[3,4]) opset(17) {
+      init %c_ninf: f16[] = [-inf]
+      init %c_zero: f32[] = [0.0]
+      %s = MatMul(%q, %kt) : f16[3,4]
+      %sm = Where(%m, %s, %c_ninf) : f16[3,4]
+      %s32 = Cast<to=f32>(%sm) : f32[3,4]
+      %p = Softmax(%s32) : f32[3,4]
+      %nan = IsNaN(%p) : bool[3,4]
+      %pg = Where(%nan, %c_zero, %p) : f32[3,4]
+      %p16 = Cast<to=f16>(%pg) : f16[3,4]
+      %y = MatMul(%p16, %v) : f16[3,2]
+      return %y
+    })",
+                R"(
+    graph g(%q: f16[3,2], %kt: f16[2,4], %v: f16[4,2], %m: bool[3,4]) opset(17) {
+      %y, %y.lse = ampc.Attention<mask_keep=1, safe=1, scale=1.0>(%q, %kt, %v, %m) : f16[3,2], f32[3]
+      return %y
+    })");
+  // A guard filling with `fill`, whose IsNaN the graph returns too when `nan_read`.
+  const auto guarded = [](std::string_view fill, bool nan_read) {
+    return str_cat(R"(
+      graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+        init %c_ninf: f32[] = [-inf]
+        init %c_fill: f32[] = [)",
+                   fill, R"(]
+        %s = MatMul(%q, %kt) : f32[3,4]
+        %sm = Where(%m, %s, %c_ninf) : f32[3,4]
+        %p = Softmax(%sm) : f32[3,4]
+        %nan = IsNaN(%p) : bool[3,4]
+        %pg = Where(%nan, %c_fill, %p) : f32[3,4]
+        %y = MatMul(%pg, %v) : f32[3,2]
+        return %y)",
+                   nan_read ? ", %nan" : "", "\n}");
+  };
+  expect_fusion(guarded("0.0", false), R"(
+    graph g(%q: f32[3,2], %kt: f32[2,4], %v: f32[4,2], %m: bool[3,4]) opset(17) {
+      %y, %y.lse = ampc.Attention<mask_keep=1, safe=1, scale=1.0>(%q, %kt, %v, %m) : f32[3,2], f32[3]
+      return %y
+    })");
+  expect_unchanged(guarded("1.0", false));
+  expect_unchanged(guarded("0.0", true));
 }
 
 TEST(FuseAttention, WhatIsReadElsewhereOrComputedDifferentlyStays) {
@@ -284,6 +385,50 @@ TEST(FusedAttention, RowsMaskedByTheLowestFiniteBiasAreUniformInTheGradientToo) 
       EXPECT_LT(testing::relative_error(fused.at(name), want),
                 8 * 0x1p-24 * std::sqrt(static_cast<double>(t)))
           << name << " in f32";
+    }
+  }
+}
+
+// Under PyTorch's safe softmax a query row that keeps no key (left padding, masked with -inf)
+// is 0, and so is its gradient. The fused node (safe) against the unfused graph with the guard,
+// made differentiable by the safe-softmax pass, in f64; the masked rows' outputs and dQ are
+// exactly 0 (the guard's definition, an independent check of both); in f32 within the GEMM
+// tolerance. Bool and additive masks, one and three query tiles.
+TEST(FusedAttention, RowsWithNoKeyBehindTheSafeSoftmaxAreZeroWithNoGradient) {
+  for (const bool bias : {false, true}) {
+    for (const int64_t t : {int64_t{16}, int64_t{150}}) {
+      SCOPED_TRACE(str_cat(bias ? "bias" : "bool mask", ", t = ", t));
+      const testing::AttentionCase c{.t = t, .bias = bias, .padded = 3, .safe = true};
+      std::mt19937 rng(7);
+      const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
+      const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
+      ASSERT_EQ(reference.size(), 4u);
+      const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+      ASSERT_EQ(fused64.size(), 4u);
+      for (const auto& [name, want] : reference) {
+        EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+      }
+      const auto fused = testing::run_attention(DType::kF32, c, true, inputs);
+      ASSERT_EQ(fused.size(), 4u);
+      for (const auto& [name, want] : reference) {
+        for (const double x : fused.at(name)) ASSERT_TRUE(std::isfinite(x)) << name;
+        EXPECT_LT(testing::relative_error(fused.at(name), want),
+                  8 * 0x1p-24 * std::sqrt(static_cast<double>(t)))
+            << name << " in f32";
+      }
+      // Rows 0 .. 2 of every (batch, head): Y and dQ are 0.
+      for (const auto* run : {&reference, &fused64, &fused}) {
+        for (int64_t bh = 0; bh < c.batch * c.heads; ++bh) {
+          for (int64_t i = 0; i < c.padded; ++i) {
+            for (int64_t x = 0; x < c.dv; ++x) {
+              EXPECT_EQ(run->at("y")[(bh * t + i) * c.dv + x], 0.0) << bh << " " << i;
+            }
+            for (int64_t x = 0; x < c.d; ++x) {
+              EXPECT_EQ(run->at("q.grad")[(bh * t + i) * c.d + x], 0.0) << bh << " " << i;
+            }
+          }
+        }
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // The model zoo (models/zoo/, written by models/export_zoo.py): small versions of GPT-2, a
-// Llama-style decoder, a BERT-style masked LM, ResNet-18, MobileNetV3-small, a U-Net, a GRU and
-// LSTM tagger and the models of user reports, each as PyTorch's exporters wrote it.
+// Llama-style decoder, a BERT-style masked LM, a decoder on left-padded batches, ResNet-18,
+// MobileNetV3-small, a U-Net, a GRU and LSTM tagger and the models of user reports, each as
+// PyTorch's exporters wrote it.
 //
 // - Every file in the folder imports, or fails naming the op, its domain and opset and the
 //   nearest ops ampc supports.
@@ -97,6 +98,36 @@ TEST(Zoo, ManifestListsEveryFileAndNamesWhyAnExportIsNotTrained) {
     }
   }
   EXPECT_GE(faithful_runs().size(), 6u * 8);
+}
+
+// The left-padded decoder, compiled for training from the TorchScript export and both dynamo
+// ones (the default one folds the causal mask into a bool initializer and lifts the scales):
+// both attentions fuse, the eager one (finfo.min bias; in the TorchScript file its
+// probabilities go through Dropout with ratio 0) and the scaled_dot_product_attention one
+// behind PyTorch's safe-softmax guard, which is `safe`; no Dropout is left on the step. (The
+// training of the faithful files against PyTorch is among the runs below.)
+TEST(Zoo, TheLeftPaddedDecodersAttentionsBothFuseTheGuardedOneSafe) {
+  for (const char* exporter : {"torchscript", "dynamo", "dynamo_raw"}) {
+    SCOPED_TRACE(exporter);
+    CompileOptions options;
+    options.training = TrainingOptions{};
+    Diagnostics diagnostics;
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        compile_file(zoo_path(str_cat("padded_decoder.", exporter, ".onnx")), options, diagnostics);
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    const Graph* step = (*graph)->training_step();
+    ASSERT_NE(step, nullptr);
+    int fused = 0;
+    int safe = 0;
+    for (const Node* node : step->node_list()) {
+      EXPECT_NE(node->op_type(), "Dropout") << node->describe();
+      if (node->domain() != kAmpcDomain || node->op_type() != "Attention") continue;
+      ++fused;
+      if (node->int_attr("safe") != 0) ++safe;
+    }
+    EXPECT_EQ(fused, 2);
+    EXPECT_EQ(safe, 1);
+  }
 }
 
 // "file/optimizer/precision", as tests/runtime/zoo_known_deviations.txt names a run.
