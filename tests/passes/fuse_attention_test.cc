@@ -311,6 +311,29 @@ TEST(FuseAttention, WhatIsReadElsewhereOrComputedDifferentlyStays) {
 
 // ---- Numerics ------------------------------------------------------------------------------
 
+using AttentionRun = std::map<std::string, std::vector<double>>;
+
+// The unfused graph of `c` in f64 (the reference), and the fused node in f64 and f32, checked
+// against it: within f64 rounding, and within 8 u sqrt(T) in f32. Empty after a failure.
+std::vector<AttentionRun> expect_fused_near_reference(const testing::AttentionCase& c,
+                                                      const std::map<std::string, Tensor>& inputs) {
+  const AttentionRun reference = testing::run_attention(DType::kF64, c, false, inputs);
+  const AttentionRun fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+  const AttentionRun fused = testing::run_attention(DType::kF32, c, true, inputs);
+  if (reference.size() != 4 || fused64.size() != 4 || fused.size() != 4) {
+    ADD_FAILURE() << "a run failed";
+    return {};
+  }
+  for (const auto& [name, want] : reference) {
+    EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+    for (const double x : fused.at(name)) EXPECT_TRUE(std::isfinite(x)) << name;
+    EXPECT_LT(testing::relative_error(fused.at(name), want),
+              8 * 0x1p-24 * std::sqrt(static_cast<double>(c.t)))
+        << name << " in f32";
+  }
+  return {reference, fused64, fused};
+}
+
 // Masks as a bool Where (the scores scaled) or an additive bias (Q and Kt each scaled by the
 // scale's square root, as PyTorch exports them); 16 positions (one CPU tile of queries) or 150
 // (three tiles, each reading the keys up to its last row under the causal mask).
@@ -364,27 +387,15 @@ TEST(FusedAttention, RowsMaskedByTheLowestFiniteBiasAreUniformInTheGradientToo) 
         .t = t, .bias = true, .fill = "-3.4028234663852886e+38", .padded = 3};
     std::mt19937 rng(5);
     const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
-    const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
-    ASSERT_EQ(reference.size(), 4u);
+    const std::vector<AttentionRun> runs = expect_fused_near_reference(c, inputs);
+    ASSERT_EQ(runs.size(), 3u);
     // A fully masked row's output is the mean of V's rows (an independent check of the
     // reference: the uniform softmax).
     const std::vector<double>& v = testing::as_type(inputs.at("v"), DType::kF64).to_double_vector();
     for (int64_t x = 0; x < c.dv; ++x) {
       double mean = 0;
       for (int64_t j = 0; j < t; ++j) mean += v[j * c.dv + x];
-      EXPECT_NEAR(reference.at("y")[x], mean / static_cast<double>(t), 1e-12) << x;
-    }
-    const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
-    ASSERT_EQ(fused64.size(), 4u);
-    for (const auto& [name, want] : reference) {
-      EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
-    }
-    const auto fused = testing::run_attention(DType::kF32, c, true, inputs);
-    ASSERT_EQ(fused.size(), 4u);
-    for (const auto& [name, want] : reference) {
-      EXPECT_LT(testing::relative_error(fused.at(name), want),
-                8 * 0x1p-24 * std::sqrt(static_cast<double>(t)))
-          << name << " in f32";
+      EXPECT_NEAR(runs[0].at("y")[x], mean / static_cast<double>(t), 1e-12) << x;
     }
   }
 }
@@ -401,30 +412,17 @@ TEST(FusedAttention, RowsWithNoKeyBehindTheSafeSoftmaxAreZeroWithNoGradient) {
       const testing::AttentionCase c{.t = t, .bias = bias, .padded = 3, .safe = true};
       std::mt19937 rng(7);
       const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
-      const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
-      ASSERT_EQ(reference.size(), 4u);
-      const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
-      ASSERT_EQ(fused64.size(), 4u);
-      for (const auto& [name, want] : reference) {
-        EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
-      }
-      const auto fused = testing::run_attention(DType::kF32, c, true, inputs);
-      ASSERT_EQ(fused.size(), 4u);
-      for (const auto& [name, want] : reference) {
-        for (const double x : fused.at(name)) ASSERT_TRUE(std::isfinite(x)) << name;
-        EXPECT_LT(testing::relative_error(fused.at(name), want),
-                  8 * 0x1p-24 * std::sqrt(static_cast<double>(t)))
-            << name << " in f32";
-      }
+      const std::vector<AttentionRun> runs = expect_fused_near_reference(c, inputs);
+      ASSERT_EQ(runs.size(), 3u);
       // Rows 0 .. 2 of every (batch, head): Y and dQ are 0.
-      for (const auto* run : {&reference, &fused64, &fused}) {
+      for (const AttentionRun& run : runs) {
         for (int64_t bh = 0; bh < c.batch * c.heads; ++bh) {
           for (int64_t i = 0; i < c.padded; ++i) {
             for (int64_t x = 0; x < c.dv; ++x) {
-              EXPECT_EQ(run->at("y")[(bh * t + i) * c.dv + x], 0.0) << bh << " " << i;
+              EXPECT_EQ(run.at("y")[(bh * t + i) * c.dv + x], 0.0) << bh << " " << i;
             }
             for (int64_t x = 0; x < c.d; ++x) {
-              EXPECT_EQ(run->at("q.grad")[(bh * t + i) * c.d + x], 0.0) << bh << " " << i;
+              EXPECT_EQ(run.at("q.grad")[(bh * t + i) * c.d + x], 0.0) << bh << " " << i;
             }
           }
         }
