@@ -185,8 +185,6 @@ absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::
   return e.op("Reshape", {added, to}, {}, e.output(0)).status();
 }
 
-// log(sum(exp(x))) over `axes` as m + log(sum(exp(x - m))), m the maximum (0 where it is
-// infinite, so an all -inf slice gives -inf, not NaN), as PyTorch's logsumexp computes it.
 // Y = softmax(softcap(Q K^T * scale) + causal bias + mask) V over Q, K, V of shape
 // [B, heads, S, H] (or [B, S, heads * H] with q_num_heads and kv_num_heads), K and V heads
 // repeated for grouped-query attention, past_key/past_value concatenated in front of K and V.
@@ -319,7 +317,6 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
 
   // Biases: causal (bottom-right aligned: query i sees keys j <= i + past), then the mask.
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  Value* allowed = nullptr;  // bool [.., S, L] when some row may be masked out entirely
   if (attrs.i("is_causal", 0) != 0) {
     std::vector<double> bias(q_len * kv_len, 0.0);
     for (int64_t i = 0; i < q_len; ++i) {
@@ -329,29 +326,25 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
                           e.constant(Tensor::from_doubles(dtype, {q_len, kv_len}, bias)));
     AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, causal}));
   }
-  if (has_input(proto, 3)) {
+  const bool masked = has_input(proto, 3);
+  if (masked) {
     AMPC_ASSIGN_OR_RETURN(Value * mask, tensor_input(proto, 3, label, sink));
     if (mask->dtype() == DType::kBool) {
       AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
       AMPC_ASSIGN_OR_RETURN(Value * blocked, e.scalar(neg_inf, dtype));
-      AMPC_ASSIGN_OR_RETURN(Value * bias, e.op("Where", {mask, zero, blocked}));
-      AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, bias}));
-      // A query row with no key left would be NaN; the definition makes it zero. Its scores
-      // are zeroed first, so that neither the softmax nor its gradient sees -inf - -inf.
-      // (A causal row always keeps key 0, so only the mask can empty one.)
-      AMPC_ASSIGN_OR_RETURN(allowed, e.op("ReduceMax", {mask},
-                                          {{"axes", AttrValue(std::vector<int64_t>{-1})},
-                                           {"keepdims", AttrValue(int64_t{1})}}));
-      AMPC_ASSIGN_OR_RETURN(scores, e.op("Where", {allowed, scores, zero}));
-    } else if (mask->dtype() == dtype) {
-      AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, mask}));
-    } else {
+      AMPC_ASSIGN_OR_RETURN(mask, e.op("Where", {mask, zero, blocked}));
+    } else if (mask->dtype() != dtype) {
       return invalid(str_cat(label, ": attn_mask is ", dtype_name(mask->dtype()),
                              "; it must be bool or ", dtype_name(dtype), " like Q"));
     }
+    AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, mask}));
   }
 
-  // Softmax over the keys, in softmax_precision when given.
+  // Softmax over the keys, in softmax_precision when given. A query row the mask leaves no key
+  // (every score -inf) would be NaN; the definition makes it zero. The guard is PyTorch's safe
+  // softmax, Where(IsNaN(p), 0, p), which the training step fuses into a `safe` ampc.Attention
+  // or keeps out of the Softmax's gradient (passes/safe_softmax.cc). (A causal row always keeps
+  // key 0, so only the mask can empty one.)
   DType softmax_type = dtype;
   if (attrs.has("softmax_precision")) {
     AMPC_ASSIGN_OR_RETURN(softmax_type, float_type_attr(attrs.i("softmax_precision", 1),
@@ -359,11 +352,12 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
   }
   AMPC_ASSIGN_OR_RETURN(Value * wide, e.cast(scores, softmax_type));
   AMPC_ASSIGN_OR_RETURN(Value * probs, e.op("Softmax", {wide}, {{"axis", AttrValue(int64_t{-1})}}));
-  AMPC_ASSIGN_OR_RETURN(probs, e.cast(probs, dtype));
-  if (allowed != nullptr) {
-    AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
-    AMPC_ASSIGN_OR_RETURN(probs, e.op("Where", {allowed, probs, zero}));
+  if (masked) {
+    AMPC_ASSIGN_OR_RETURN(Value * nan, e.op("IsNaN", {probs}));
+    AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, softmax_type));
+    AMPC_ASSIGN_OR_RETURN(probs, e.op("Where", {nan, zero, probs}));
   }
+  AMPC_ASSIGN_OR_RETURN(probs, e.cast(probs, dtype));
 
   if (e.output(0).empty()) return absl::OkStatus();
   if (!flat) return e.op("MatMul", {probs, v}, {}, e.output(0)).status();

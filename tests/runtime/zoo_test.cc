@@ -100,14 +100,15 @@ TEST(Zoo, ManifestListsEveryFileAndNamesWhyAnExportIsNotTrained) {
   EXPECT_GE(faithful_runs().size(), 6u * 8);
 }
 
-// The left-padded decoder, compiled for training from the TorchScript export and both dynamo
-// ones (the default one folds the causal mask into a bool initializer and lifts the scales):
+// The left-padded decoder, compiled for training from each export (dynamo's default one folds
+// the causal mask into a bool initializer and lifts the scales; at opset 23 both attentions
+// are Attention ops, the second with a bool mask, which the importer expands with the guard):
 // both attentions fuse, the eager one (finfo.min bias; in the TorchScript file its
 // probabilities go through Dropout with ratio 0) and the scaled_dot_product_attention one
 // behind PyTorch's safe-softmax guard, which is `safe`; no Dropout is left on the step. (The
 // training of the faithful files against PyTorch is among the runs below.)
 TEST(Zoo, TheLeftPaddedDecodersAttentionsBothFuseTheGuardedOneSafe) {
-  for (const char* exporter : {"torchscript", "dynamo", "dynamo_raw"}) {
+  for (const char* exporter : {"torchscript", "dynamo", "dynamo_raw", "dynamo_opset23"}) {
     SCOPED_TRACE(exporter);
     CompileOptions options;
     options.training = TrainingOptions{};

@@ -238,8 +238,26 @@ def more_ops():
           lambda t: partial({**t, "table": torch.from_numpy(table)}))
 
 
+def masked_rows():
+    # A float mask whose row 1 of batch 0, head 2 is -inf for every key, and a bool mask that
+    # leaves one row of a causal attention no key: the definition makes both rows zero (its
+    # reference decides that on the bias), where a plain softmax would give NaN.
+    b, heads, s, d = 2, 3, 4, 4
+    q, k, v = normal(b, heads, s, d), normal(b, heads, s, d), normal(b, heads, s, d)
+    bias = normal(b, heads, s, s)
+    bias[0, 2, 1, :] = -np.inf
+    bias[1, 0, 3, 1] = -np.inf
+    write("attention_float_mask_empty_row", "Attention",
+          [("Q", q), ("K", k), ("V", v), ("attn_mask", bias)], ["Y"], {})
+    keep = np.ones((1, 1, s, s), dtype=bool)
+    keep[0, 0, 2, :] = False
+    write("attention_causal_bool_mask_empty_row", "Attention",
+          [("Q", q), ("K", k), ("V", v), ("attn_mask", keep)], ["Y"], dict(is_causal=1))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
     spatial()
     more_ops()
+    masked_rows()
