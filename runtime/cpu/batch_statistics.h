@@ -14,6 +14,7 @@
 // additions. Every rank gets the same bits.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <type_traits>
@@ -51,19 +52,34 @@ struct BatchShape {
   static constexpr int kLanes = 16;
   template <typename C, typename F>
   C channel_sum(int64_t c, F&& f) const {
-    C partial[kLanes] = {};
+    return channel_sums<C, 1>(c, [&](int64_t i) { return std::array<C, 1>{f(i)}; })[0];
+  }
+
+  // N sums over channel c in one pass, f(i) giving the N terms of element i: each sum is
+  // channel_sum's of its terms, in its order (the same bits).
+  template <typename C, size_t N, typename F>
+  std::array<C, N> channel_sums(int64_t c, F&& f) const {
+    C partial[N][kLanes] = {};
+    const auto add = [&](int lane, int64_t i) {
+      const std::array<C, N> terms = f(i);
+      for (size_t k = 0; k < N; ++k) partial[k][lane] += terms[k];
+    };
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t first = (b * channels + c) * spatial;
       int64_t o = 0;
       for (; o + kLanes <= spatial; o += kLanes) {
-        for (int j = 0; j < kLanes; ++j) partial[j] += f(first + o + j);
+        for (int j = 0; j < kLanes; ++j) add(j, first + o + j);
       }
-      for (; o < spatial; ++o) partial[o % kLanes] += f(first + o);
+      for (; o < spatial; ++o) add(static_cast<int>(o % kLanes), first + o);
     }
-    for (int width = kLanes / 2; width > 0; width /= 2) {
-      for (int j = 0; j < width; ++j) partial[j] += partial[j + width];
+    std::array<C, N> sums;
+    for (size_t k = 0; k < N; ++k) {
+      for (int width = kLanes / 2; width > 0; width /= 2) {
+        for (int j = 0; j < width; ++j) partial[k][j] += partial[k][j + width];
+      }
+      sums[k] = partial[k][0];
     }
-    return partial[0];
+    return sums;
   }
 };
 

@@ -27,6 +27,7 @@
 // depend on the thread count. All sums are taken before dX is written, and each dX element after
 // its own dY element is read, so dX may share dY's buffer.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -165,9 +166,13 @@ absl::Status batch_norm_grad(const KernelContext& ctx) {
     for (int64_t c = begin; c < end; ++c) {
       inv_std[c] = C(1) / std::sqrt(var[c] + epsilon);
       const C m = mean[c], s = inv_std[c];
-      dscale[c] = shape.channel_sum<C>(
-          c, [&](int64_t i) { return static_cast<C>(load(dy[i])) * ((load(x[i]) - m) * s); });
-      dbias[c] = shape.channel_sum<C>(c, [&](int64_t i) { return static_cast<C>(load(dy[i])); });
+      // One pass over dY and X for both sums.
+      const std::array<C, 2> sums = shape.channel_sums<C, 2>(c, [&](int64_t i) {
+        const C g = load(dy[i]);
+        return std::array<C, 2>{g * ((load(x[i]) - m) * s), g};
+      });
+      dscale[c] = sums[0];
+      dbias[c] = sums[1];
     }
   });
   // dX's sums: with all_ranks, every rank's (dScale and dB stay this rank's: the gradient

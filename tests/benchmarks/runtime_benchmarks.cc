@@ -1,7 +1,7 @@
 // Benchmarks of the CPU backend (Google Benchmark; not a test, run by hand):
 //   build/tests/ampc_benchmarks [--benchmark_filter=...]
-// The f32 forward pass of each model in models/, the GEMM kernel (MatMul f32 and f16), and
-// Gloo's all-reduce between two ranks of this machine.
+// The f32 forward pass of each model in models/, BatchNormalizationGrad, the GEMM kernel (MatMul
+// f32 and f16), and Gloo's all-reduce between two ranks of this machine.
 // Times are wall-clock (the kernels run on every core). docs/benchmarks.md records the figures
 // and the machine.
 #include <random>
@@ -55,40 +55,81 @@ BENCHMARK_CAPTURE(model_forward, tiny_gpt, std::string("tiny_gpt"))
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// An n x n x n MatMul of `dtype` through a session (kernel, upcast and rounding included).
-void gemm(benchmark::State& state, DType dtype) {
-  const int64_t n = state.range(0);
-  const std::string type = str_cat(dtype_name(dtype), "[", n, ",", n, "]");
-  absl::StatusOr<std::unique_ptr<Graph>> graph =
-      parse_graph(str_cat("graph g(%a: ", type, ", %b: ", type,
-                          ") {\n  %c = MatMul(%a, %b) : ", type, "\n  return %c\n}"));
+// A session of the text IR graph `text`; null, the benchmark skipped with the error, when it
+// cannot be made.
+std::unique_ptr<InferenceSession> session_of(benchmark::State& state, const std::string& text) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(text);
   if (!graph.ok()) {
     state.SkipWithError(std::string(graph.status().message()).c_str());
-    return;
+    return nullptr;
   }
   absl::StatusOr<std::unique_ptr<InferenceSession>> session =
       InferenceSession::create(*std::move(graph));
   if (!session.ok()) {
     state.SkipWithError(std::string(session.status().message()).c_str());
-    return;
+    return nullptr;
   }
+  return *std::move(session);
+}
+
+// Runs `session` once per iteration of `state`.
+void run_each_iteration(benchmark::State& state, InferenceSession& session) {
+  for (auto _ : state) {
+    if (absl::Status ran = session.run(); !ran.ok()) {
+      state.SkipWithError(std::string(ran.message()).c_str());
+      return;
+    }
+  }
+}
+
+// An n x n x n MatMul of `dtype` through a session (kernel, upcast and rounding included).
+void gemm(benchmark::State& state, DType dtype) {
+  const int64_t n = state.range(0);
+  const std::string type = str_cat(dtype_name(dtype), "[", n, ",", n, "]");
+  std::unique_ptr<InferenceSession> session =
+      session_of(state, str_cat("graph g(%a: ", type, ", %b: ", type,
+                                ") {\n  %c = MatMul(%a, %b) : ", type, "\n  return %c\n}"));
+  if (session == nullptr) return;
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> uniform(-1, 1);
   std::vector<double> values(n * n);
   for (double& v : values) v = uniform(rng);
   const Tensor operand = Tensor::from_doubles(dtype, {n, n}, values);
-  (void)(*session)->set_input("a", operand);
-  (void)(*session)->set_input("b", operand);
-  for (auto _ : state) {
-    if (absl::Status ran = (*session)->run(); !ran.ok()) {
-      state.SkipWithError(std::string(ran.message()).c_str());
-      return;
-    }
-  }
+  (void)session->set_input("a", operand);
+  (void)session->set_input("b", operand);
+  run_each_iteration(state, *session);
   // The operations of one iteration, times the iterations, over the elapsed time.
   state.counters["FLOP/s"] = benchmark::Counter(
       2.0 * n * n * n, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
+// BatchNormalizationGrad in training mode over X [32, 64, 32, 32] of `dtype` (2M elements; f32
+// statistics): the batch statistics, dScale and dB, then dX.
+void batch_norm_grad(benchmark::State& state, DType dtype) {
+  const Shape shape = {32, 64, 32, 32};
+  const std::string type = str_cat(dtype_name(dtype), "[32,64,32,32]");
+  std::unique_ptr<InferenceSession> session = session_of(
+      state, str_cat("graph g(%dy: ", type, ", %x: ", type,
+                     ", %scale: f32[64], %mean: f32[64], %var: f32[64]) {\n"
+                     "  %dx, %dscale, %db = ampc.BatchNormalizationGrad<training_mode=1>(%dy, %x, "
+                     "%scale, %mean, %var) : ",
+                     type, ", f32[64], f32[64]\n  return %dx, %dscale, %db\n}"));
+  if (session == nullptr) return;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> uniform(-1, 1);
+  std::vector<double> values(num_elements(shape));
+  for (double& v : values) v = uniform(rng);
+  const Tensor data = Tensor::from_doubles(dtype, shape, values);
+  const Tensor channel = Tensor::from_doubles(DType::kF32, {64}, std::vector<double>(64, 1.0));
+  (void)session->set_input("dy", data);
+  (void)session->set_input("x", data);
+  for (const char* name : {"scale", "mean", "var"}) (void)session->set_input(name, channel);
+  run_each_iteration(state, *session);
+}
+BENCHMARK_CAPTURE(batch_norm_grad, f32, DType::kF32)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(batch_norm_grad, bf16, DType::kBF16)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 BENCHMARK_CAPTURE(gemm, f32, DType::kF32)
     ->Arg(256)
     ->Arg(512)
