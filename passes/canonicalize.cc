@@ -30,20 +30,19 @@ bool identity_removable(const Node& identity) {
 }
 
 // Identity, or a node its OpDef says is the identity from input 0 to output 0 and whose other
-// outputs nothing reads.
+// outputs nothing reads. The node has operand 0 and output 0.
 bool is_identity(const Node& node) {
   if (node.domain() == kOnnxDomain && node.op_type() == "Identity") return true;
   if (node.def() == nullptr || !node.def()->identity || !node.def()->identity(node)) return false;
   for (int i = 1; i < node.num_outputs(); ++i) {
     if (node.has_output(i) && !node.output(i)->is_dead()) return false;
   }
-  return node.has_operand(0) && node.has_output(0) &&
-         node.operand(0)->type() == node.output(0)->type();
+  return node.operand(0)->type() == node.output(0)->type();
 }
 
 bool remove_identity(Graph& graph, Node& node) {
-  if (!is_identity(node)) return false;
-  if (!node.has_operand(0) || !node.has_output(0) || !identity_removable(node)) return false;
+  if (!node.has_operand(0) || !node.has_output(0)) return false;
+  if (!is_identity(node) || !identity_removable(node)) return false;
   node.output(0)->replace_all_uses_with(node.operand(0));
   graph.erase_node(&node);
   return true;

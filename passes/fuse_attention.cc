@@ -211,13 +211,13 @@ class Matcher {
   // MatMul(probabilities, V).
   bool match_output(Node* softmax) {
     Value* value = softmax->output(0);
-    std::vector<Node*> casts;
+    std::vector<Node*> between;  // the casts and the guard
     while (true) {
       if (!match_.safe) {
         if (Node* guard = safe_softmax_guard(value)) {
           match_.safe = true;
-          casts.push_back(guard->operand(0)->producer());  // the IsNaN
-          casts.push_back(guard);
+          between.push_back(guard->operand(0)->producer());  // the IsNaN
+          between.push_back(guard);
           value = guard->output(0);
           continue;
         }
@@ -225,7 +225,7 @@ class Matcher {
       if (!private_value(value)) return false;
       Node* reader = value->uses().front().user;
       if (is_op(reader, "Cast") && is_float(reader->output(0)->dtype())) {
-        casts.push_back(reader);
+        between.push_back(reader);
         value = reader->output(0);
         continue;
       }
@@ -239,7 +239,7 @@ class Matcher {
       }
       match_.v = v;
       match_.output = reader;
-      match_.nodes.insert(match_.nodes.end(), casts.begin(), casts.end());
+      match_.nodes.insert(match_.nodes.end(), between.begin(), between.end());
       match_.nodes.push_back(reader);
       return true;
     }

@@ -559,6 +559,13 @@ AMPC_HD bool lse_holds_log_sum(X lse) {
   return fabs(lse) < (sizeof(X) == sizeof(float) ? X(128) : X(68719476736.0));
 }
 
+// Whether a row of scores whose maximum is `max` keeps no key (every score -inf): a safe
+// attention (ampc.Attention's `safe`) gives it 0 and no gradient, where the softmax is NaN.
+template <typename X>
+AMPC_HD bool is_empty_row(X max) {
+  return is_inf(max) && max < X(0);
+}
+
 // ---- Dynamic loss scaling ------------------------------------------------------------------
 
 // torch._amp_update_scale_ (and, with hysteresis > 1, Megatron-LM's DynamicGradScaler): the

@@ -236,12 +236,6 @@ std::pair<C, C> exponentiate(C* row, int64_t keys) {
   return {top, sum};
 }
 
-// Whether a row whose maximum score is `max` keeps no key (every score -inf).
-template <typename C>
-bool is_empty_row(C max) {
-  return max == -std::numeric_limits<C>::infinity();
-}
-
 // A row of scores' maximum and the log of the sum of exp(score - max), as the forward has them.
 template <typename C>
 std::pair<C, C> max_and_log_sum(const C* row, int64_t keys) {
@@ -298,7 +292,7 @@ absl::Status attention(const KernelContext& ctx) {
                    for (int64_t r = 0; r < rows; ++r) {
                      C* row = scores.data() + r * keys;
                      auto [max, sum] = exponentiate(row, keys);
-                     if (call.safe && is_empty_row(max)) {  // Y_i = 0, LSE_i = -inf
+                     if (call.safe && numeric::is_empty_row(max)) {  // Y_i = 0, LSE_i = -inf
                        std::fill_n(row, keys, C(0));
                        sum = 1;
                      }
@@ -398,7 +392,7 @@ absl::Status attention_grad(const KernelContext& ctx) {
           // P = exp((s - max) - log_sum), from the LSE where it holds log_sum (numeric.h).
           C max = lse[row], log_sum = 0;
           if (!numeric::lse_holds_log_sum(max)) std::tie(max, log_sum) = max_and_log_sum(p, keys);
-          if (call.safe && is_empty_row(max)) {  // no probability, no gradient
+          if (call.safe && numeric::is_empty_row(max)) {  // no probability, no gradient
             std::fill_n(p, keys, C(0));
             std::fill_n(g, keys, C(0));
             continue;

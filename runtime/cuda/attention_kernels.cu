@@ -57,9 +57,6 @@ __device__ float score_of(const AttentionParams& p, const T* q, const T* kt, con
   return score;
 }
 
-// Whether a row whose maximum score is `max` keeps no key (every score -inf).
-__device__ bool is_empty_row(float max) { return max == -std::numeric_limits<float>::infinity(); }
-
 struct MaxOf {
   __device__ float operator()(float a, float b) const { return a < b ? b : a; }
 };
@@ -85,8 +82,8 @@ __global__ void __launch_bounds__(kAttentionThreads)
       scores[j] = numeric::exp(scores[j] - max);
       sum += scores[j];
     }
-    sum = team.reduce(sum, Plus{});                  // its barriers also publish `scores`
-    const bool empty = p.safe && is_empty_row(max);  // the same for the whole block
+    sum = team.reduce(sum, Plus{});                           // its barriers also publish `scores`
+    const bool empty = p.safe && numeric::is_empty_row(max);  // the same for the whole block
     const T* v_b = v + b * p.s * p.dv;
     for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
       float acc = 0;
@@ -140,7 +137,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     }
     d = team.reduce(d, Plus{});
     const T* v_b = v + b * p.s * p.dv;
-    const bool empty = p.safe && is_empty_row(max);  // no probability, no gradient
+    const bool empty = p.safe && numeric::is_empty_row(max);  // no probability, no gradient
     for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
       const float prob =
           empty ? 0.0f
@@ -183,7 +180,7 @@ __global__ void __launch_bounds__(kAttentionThreads)
     for (int64_t i = threadIdx.x; i < p.t; i += blockDim.x) {
       const int64_t row = b * p.t + i;
       const float prob =
-          p.safe && is_empty_row(rows.max[row])
+          p.safe && numeric::is_empty_row(rows.max[row])
               ? 0.0f
               : numeric::exp((score_of(p, q, kt, mask, row, b, i, j, mask_base) - rows.max[row]) -
                              rows.log_sum[row]);
