@@ -1,4 +1,6 @@
-// ONNX export: Graph -> ModelProto, generic over each op's OpDef (no per-op code).
+// ONNX export: Graph -> ModelProto, generic over each op's OpDef, but for ops whose ONNX form
+// differs from ampc's: ampc.ConvGradData (written as ConvTranspose), BatchNormalization at
+// opsets 9-13 and Dropout before 12 (training mode written as outputs).
 //
 // Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
@@ -263,6 +265,75 @@ class Exporter {
     write_attr("output_padding", AttrValue(output_padding), proto.add_attribute());
   }
 
+  // BatchNormalization at opsets 9-13 has no training_mode attribute: the file marks training
+  // mode by the mean and var outputs (compiler/onnx_legacy_ops.cc reads them back).
+  static bool is_batch_norm_before_14(const Node& node) {
+    return node.domain() == kOnnxDomain && node.op_type() == "BatchNormalization" &&
+           node.graph()->opset(kOnnxDomain) < 14;
+  }
+
+  // The form has all five outputs (ONNX's checker allows one or five); saved_mean and saved_var
+  // name nothing ampc computes, so nothing in the file reads them.
+  void write_batch_norm_mode(const Node& node, onnx::NodeProto& proto) {
+    if (node.int_attr("training_mode") == 0) return;
+    static constexpr const char* kSuffixes[] = {"", ".mean", ".var", ".saved_mean", ".saved_var"};
+    while (proto.output_size() < 5) proto.add_output("");
+    for (int i = 1; i < 5; ++i) {
+      if (proto.output(i).empty())
+        proto.set_output(i, fresh_name(str_cat(node.name(), kSuffixes[i])));
+    }
+  }
+
+  // Dropout before opset 12 has no ratio or training_mode input: the file marks training by the
+  // mask output (compiler/onnx_legacy_ops.cc reads it back), and ratio is an attribute.
+  static bool is_dropout_before_12(const Node& node) {
+    return node.domain() == kOnnxDomain && node.op_type() == "Dropout" &&
+           node.graph()->opset(kOnnxDomain) < 12;
+  }
+
+  // The data of `value` when the file holds it: an initializer's or a Constant node's.
+  static const Tensor* known_data(const Value* value) {
+    if (const Tensor* data = value->initializer(); data != nullptr && data->has_data()) {
+      return data;
+    }
+    const Node* producer = value->producer();
+    if (producer != nullptr && producer->domain() == kOnnxDomain &&
+        producer->op_type() == "Constant" && producer->find_attr("value") != nullptr) {
+      return &producer->tensor_attr("value");
+    }
+    return nullptr;
+  }
+
+  absl::Status write_dropout_mode(const Node& node, onnx::NodeProto& proto) {
+    const int64_t opset = node.graph()->opset(kOnnxDomain);
+    auto unwritable = [&](std::string_view what) {
+      return absl::FailedPreconditionError(str_cat(node.describe(), ": ", what,
+                                                   ", which Dropout cannot say before opset 12 "
+                                                   "(the file's opset is ",
+                                                   opset, ")"));
+    };
+    bool training = false;
+    if (node.has_operand(2)) {
+      const Tensor* flag = known_data(node.operand(2));
+      if (flag == nullptr) return unwritable("its training_mode is computed at run time");
+      training = flag->element_as_i64(0) != 0;
+    }
+    if (node.has_operand(1)) {
+      const Tensor* ratio = known_data(node.operand(1));
+      if (ratio == nullptr) return unwritable("its ratio is computed at run time");
+      write_attr("ratio", AttrValue(static_cast<float>(ratio->element_as_double(0))),
+                 proto.add_attribute());
+    }
+    proto.mutable_input()->DeleteSubrange(1, proto.input_size() - 1);
+    if (!training) {
+      if (node.has_output(1)) return unwritable("its mask is read outside training mode");
+      return absl::OkStatus();
+    }
+    if (proto.output_size() < 2) proto.add_output("");
+    if (proto.output(1).empty()) proto.set_output(1, fresh_name(str_cat(node.name(), ".mask")));
+    return absl::OkStatus();
+  }
+
   absl::Status write_node(const Node& node, onnx::GraphProto& graph) {
     onnx::NodeProto* proto = graph.add_node();
     const bool conv_transpose = is_conv_grad_data(node);
@@ -288,8 +359,16 @@ class Exporter {
       write_conv_transpose_attrs(node, *proto);
       return absl::OkStatus();
     }
+    const bool legacy_batch_norm = is_batch_norm_before_14(node);
+    if (legacy_batch_norm) write_batch_norm_mode(node, *proto);
+    const bool legacy_dropout = is_dropout_before_12(node);
+    if (legacy_dropout) AMPC_RETURN_IF_ERROR(write_dropout_mode(node, *proto));
     for (const auto& [name, value] : node.attrs()) {
-      if (!as_inputs.contains(name)) write_attr(name, value, proto->add_attribute());
+      if (as_inputs.contains(name) || (legacy_batch_norm && name == "training_mode") ||
+          (legacy_dropout && name == "ratio" && node.has_operand(1))) {
+        continue;
+      }
+      write_attr(name, value, proto->add_attribute());
     }
     return absl::OkStatus();
   }

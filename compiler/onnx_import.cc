@@ -457,6 +457,9 @@ class Importer : public onnx_io::ImportSink {
                     "); ampc lowers sequences to tensors at import, so only ",
                     str_join(onnx_io::ops_lowered_at_import(), ", "), " may read one"));
       }
+      if (auto why = undefined_.find(name); value == nullptr && why != undefined_.end()) {
+        return absl::UnimplementedError(str_cat(label, " reads '", name, "', ", why->second));
+      }
       if (value == nullptr) {
         return invalid(str_cat(label, " reads value '", name,
                                "', which is not defined before it (ONNX requires nodes in "
@@ -475,6 +478,13 @@ class Importer : public onnx_io::ImportSink {
     if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
       lowered_ = &proto;
       absl::Status lowered = lowering_.lower(proto, label, *this);
+      lowered_ = nullptr;
+      return lowered;
+    }
+    if (domain.empty() && domain_listed(domain) &&
+        onnx_io::legacy_form_lowered(proto.op_type(), graph_->opset(domain))) {
+      lowered_ = &proto;
+      absl::Status lowered = onnx_io::lower_legacy_form(proto, label, *this);
       lowered_ = nullptr;
       return lowered;
     }
@@ -602,6 +612,15 @@ class Importer : public onnx_io::ImportSink {
 
   int64_t opset() override { return graph_->opset(""); }
 
+  void leave_undefined(const std::string& name, std::string why) override {
+    undefined_.insert_or_assign(name, std::move(why));
+  }
+
+  const std::string* why_undefined(const std::string& name) const override {
+    auto it = undefined_.find(name);
+    return it == undefined_.end() ? nullptr : &it->second;
+  }
+
   std::string fresh_name(std::string_view hint) override {
     std::string name(hint);
     for (int n = 1; values_.contains(name) || lowering_.is_sequence(name); ++n) {
@@ -619,6 +638,9 @@ class Importer : public onnx_io::ImportSink {
         return absl::UnimplementedError(str_cat("graph output '", name, "' is a sequence (from ",
                                                 lowering_.defined_by(name),
                                                 "); ampc supports tensor outputs only"));
+      }
+      if (auto why = undefined_.find(name); value == nullptr && why != undefined_.end()) {
+        return absl::UnimplementedError(str_cat("graph output '", name, "' is ", why->second));
       }
       if (value == nullptr) {
         return invalid(
@@ -656,6 +678,8 @@ class Importer : public onnx_io::ImportSink {
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
+  // Outputs of lowered nodes that ampc does not compute, and why (ImportSink::leave_undefined).
+  std::unordered_map<std::string, std::string> undefined_;
   // The node being lowered (import_node), while its lowering emits nodes.
   const onnx::NodeProto* lowered_ = nullptr;
 };

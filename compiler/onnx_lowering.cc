@@ -129,6 +129,9 @@ absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const s
     return invalid(str_cat(label, ": input ", i, " is missing"));
   }
   Value* value = sink.tensor(proto.input(i));
+  if (const std::string* why = sink.why_undefined(proto.input(i)); value == nullptr && why) {
+    return absl::UnimplementedError(str_cat(label, " reads '", proto.input(i), "', ", *why));
+  }
   if (value == nullptr) {
     return invalid(str_cat(label, " reads value '", proto.input(i),
                            "', which is not a tensor defined before it"));
@@ -240,8 +243,9 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
   const std::string& op = proto.op_type();
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those
-  // of the definitions, 12 for Einsum (its first), and 11 for InstanceNormalization and the
-  // reductions (their expansions need reductions with negative axes, as ampc has them).
+  // of the definitions, 12 for Einsum (its first), 7 for InstanceNormalization (its expansion's
+  // Sub, Mul and Div broadcast from 7; before, only by the legacy `broadcast` attribute), and 1
+  // for the reductions (whose opset-1 forms ampc has).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
@@ -251,16 +255,16 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       {"LSTM", {11, &lowering::lower_recurrent}},
       {"RNN", {11, &lowering::lower_recurrent}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
-      {"InstanceNormalization", {11, &lowering::lower_instance_normalization}},
+      {"InstanceNormalization", {7, &lowering::lower_instance_normalization}},
       {"LpNormalization", {1, &lowering::lower_lp_normalization}},
       {"OneHot", {9, &lowering::lower_one_hot}},
-      {"ReduceL1", {11, &lowering::lower_reduce_via_sum}},
-      {"ReduceL2", {11, &lowering::lower_reduce_via_sum}},
-      {"ReduceLogSum", {11, &lowering::lower_reduce_via_sum}},
-      {"ReduceLogSumExp", {11, &lowering::lower_reduce_log_sum_exp}},
-      {"ReduceMin", {11, &lowering::lower_reduce_min_or_prod}},
-      {"ReduceProd", {11, &lowering::lower_reduce_min_or_prod}},
-      {"ReduceSumSquare", {11, &lowering::lower_reduce_via_sum}},
+      {"ReduceL1", {1, &lowering::lower_reduce_via_sum}},
+      {"ReduceL2", {1, &lowering::lower_reduce_via_sum}},
+      {"ReduceLogSum", {1, &lowering::lower_reduce_via_sum}},
+      {"ReduceLogSumExp", {1, &lowering::lower_reduce_log_sum_exp}},
+      {"ReduceMin", {1, &lowering::lower_reduce_min_or_prod}},
+      {"ReduceProd", {1, &lowering::lower_reduce_min_or_prod}},
+      {"ReduceSumSquare", {1, &lowering::lower_reduce_via_sum}},
       {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
       {"Resize", {10, &lowering::lower_resize}},
       {"RotaryEmbedding", {23, &lowering::lower_rotary_embedding}},

@@ -77,6 +77,11 @@ class ImportSink {
   virtual std::string fresh_name(std::string_view hint) = 0;
   // The model's opset of the standard domain.
   virtual int64_t opset() = 0;
+  // Leaves `name`, an output of the node being lowered that ampc does not compute, undefined:
+  // a node or graph output that reads it fails with `why`.
+  virtual void leave_undefined(const std::string& name, std::string why) = 0;
+  // Why `name` was left undefined, or null.
+  virtual const std::string* why_undefined(const std::string& name) const = 0;
 };
 
 // SoftmaxCrossEntropyLoss against class probabilities (float labels shaped like the scores), which
@@ -87,6 +92,14 @@ class ImportSink {
 // detach(), so soft targets a model detaches are differentiated (freeze a teacher's weights).
 absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
                                              ImportSink& sink);
+
+// The forms ops had at old opsets that ampc lowers at import to what its definitions of those
+// opsets hold (compiler/onnx_legacy_ops.cc): Softmax and LogSoftmax before 13, BatchNormalization
+// at opsets 9 to 13 and Dropout at 7 to 11 (whose training mode the file marks by outputs).
+// Whether `op_type` of the standard domain is one at `opset`:
+bool legacy_form_lowered(std::string_view op_type, int64_t opset);
+absl::Status lower_legacy_form(const onnx::NodeProto& proto, const std::string& label,
+                               ImportSink& sink);
 
 // Lowers the ops above in one graph, node by node, in order; holds the graph's sequences.
 class ImportLowering {

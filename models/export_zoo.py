@@ -12,6 +12,9 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
   * <model>.<exporter>.onnx for each exporter that exported the model, exporters:
       - torchscript: torch.onnx.export(dynamo=False, opset_version=17,
                      training=TrainingMode.TRAINING, do_constant_folding=False)
+      - torchscript_opset12: the same at opset 12, the oldest that has the cross-entropy loss
+                     (Softmax on its 2-D coercion, BatchNormalization's five training-mode
+                     outputs, LayerNorm and GroupNorm as the ops they are made of)
       - dynamo:      torch.onnx.export(dynamo=True, training=TrainingMode.TRAINING), every
                      other argument at its default (PyTorch's default exporter)
       - dynamo_raw:  the same with optimize=False and opset_version=20: the exporter's graph
@@ -31,9 +34,9 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
   * manifest.json: one entry per (model, exporter): the file, and whether the export is
     faithful to the training model (and `parameters`, the initializers that are PyTorch
     parameters: what to train, since float buffers are initializers too): its loss under
-    onnx's reference evaluator equals
-    PyTorch's training-mode loss on batch 0 (relative 1e-4), every parameter is an initializer
-    of the file under its PyTorch name, and BatchNormalization runs in training mode. An
+    onnx's reference evaluator (with BatchNormalization as PyTorch reads it: see the class)
+    equals PyTorch's training-mode loss on batch 0 (relative 1e-4), every parameter is an
+    initializer of the file under its PyTorch name, and BatchNormalization runs in training mode. An
     exporter that failed or wrote a different model is recorded with the reason, and the file
     of an unfaithful export is kept (an importer must still read it) but its training is not
     compared with PyTorch's. The default exporter's optimizer (optimize=True) writes inference
@@ -57,6 +60,7 @@ import numpy as np
 import onnx
 import onnx.numpy_helper
 import onnx.reference
+import onnx.reference.op_run
 import torch
 import torch.nn as nn
 
@@ -95,8 +99,9 @@ LEARNING_RATES = {"resnet18": {"sgd": 0.001, "adamw": 1e-4}}
 def export(model, args, names, path, exporter, external_data):
     kwargs = dict(input_names=names, output_names=["loss", "logits"],
                   training=torch.onnx.TrainingMode.TRAINING)
-    if exporter == "torchscript":
-        torch.onnx.export(model, args, path, dynamo=False, opset_version=17,
+    if exporter.startswith("torchscript"):
+        opset = 12 if exporter == "torchscript_opset12" else 17
+        torch.onnx.export(model, args, path, dynamo=False, opset_version=opset,
                           do_constant_folding=False, **kwargs)
     elif exporter == "dynamo":
         torch.onnx.export(model, args, path, dynamo=True, external_data=external_data, **kwargs)
@@ -106,9 +111,40 @@ def export(model, args, names, path, exporter, external_data):
                           external_data=external_data, **kwargs)
 
 
+class BatchNormalization(onnx.reference.op_run.OpRun):
+    """BatchNormalization for onnx's reference evaluator as PyTorch and onnxruntime read every
+    opset of it: in training mode (training_mode=1 from opset 14; before it, outputs past Y) Y is
+    normalized with the batch's statistics. The evaluator's own opset 9-13 form normalizes with
+    the updated running statistics and takes any node for training mode, so it cannot show a
+    TorchScript export below opset 14 faithful. The running statistics are updated as in every
+    opset (momentum times the old, plus the batch's); saved_mean and saved_var are the batch's."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, momentum=None, training_mode=None):
+        node = self.onnx_node
+        if any(a.name == "training_mode" for a in node.attribute):
+            training = training_mode == 1
+        else:
+            training = len([o for o in node.output if o]) > 1
+        stats = (mean, var)
+        if training:
+            axes = tuple(i for i in range(x.ndim) if i != 1)
+            stats = (x.mean(axis=axes), x.var(axis=axes))
+        shape = (1, -1) + (1,) * (x.ndim - 2)
+        eps = 1e-5 if epsilon is None else epsilon
+        y = ((x - stats[0].reshape(shape)) / np.sqrt(stats[1].reshape(shape) + eps)
+             * scale.reshape(shape) + bias.reshape(shape))
+        m = 0.9 if momentum is None else momentum
+        running = (mean * m + stats[0] * (1 - m), var * m + stats[1] * (1 - m))
+        outputs = (y,) + running + stats
+        return tuple(o.astype(x.dtype) for o in outputs[:len(node.output)])
+
+
 def onnx_loss(path, feeds):
     model = onnx.load(path)
-    return float(onnx.reference.ReferenceEvaluator(model).run(["loss"], feeds)[0])
+    evaluator = onnx.reference.ReferenceEvaluator(model, new_ops=[BatchNormalization])
+    return float(evaluator.run(["loss"], feeds)[0])
 
 
 def parameter_aliases(model):
@@ -138,8 +174,11 @@ def unfaithful_because(model, path):
     if lost:
         reasons.append(f"parameters {', '.join(lost[:4])}{' ...' if len(lost) > 4 else ''} "
                        "are not initializers of the file")
-    inference_bn = [n.name for n in graph.node if n.op_type == "BatchNormalization" and not any(
-        a.name == "training_mode" and a.i == 1 for a in n.attribute)]
+    opset = next(o.version for o in onnx.load(path, load_external_data=False).opset_import
+                 if o.domain in ("", "ai.onnx"))
+    inference_bn = [n.name for n in graph.node if n.op_type == "BatchNormalization" and not (
+        any(a.name == "training_mode" and a.i == 1 for a in n.attribute)
+        or (opset < 14 and len([o for o in n.output if o]) > 1))]
     if inference_bn and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         reasons.append("BatchNormalization is exported in inference mode")
     return "; ".join(reasons)

@@ -389,19 +389,23 @@ def flat_batch(g, b=8, classes=10):
 # name -> (model factory, batch factory, exporters to try)
 ALL_EXPORTERS = ("torchscript", "dynamo", "dynamo_raw")
 TRANSFORMER_EXPORTERS = ALL_EXPORTERS + ("dynamo_opset23",)
+# Models whose layers the TorchScript exporter can also write at opset 12 (the first with the
+# cross-entropy loss): Softmax on its 2-D coercion, BatchNormalization's training form before
+# opset 14 (five outputs, no training_mode), LayerNorm and GroupNorm as their decompositions.
+OPSET12 = ("torchscript_opset12",)
 VISION_EXPORTERS = ("torchscript", "dynamo")
 ZOO = {
     "gpt_block": (GptBlockModel, lm_batch, TRANSFORMER_EXPORTERS),
     "gpt2": (Gpt2, lm_batch, TRANSFORMER_EXPORTERS),
     "llama": (Llama, lm_batch, TRANSFORMER_EXPORTERS),
-    "bert_mlm": (BertMlm, mlm_batch, TRANSFORMER_EXPORTERS),
+    "bert_mlm": (BertMlm, mlm_batch, TRANSFORMER_EXPORTERS + OPSET12),
     "padded_decoder": (PaddedDecoder, left_padded_batch, TRANSFORMER_EXPORTERS),
-    "res_cnn": (ResCnn, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
+    "res_cnn": (ResCnn, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS + OPSET12),
     "resnet18": (resnet18_narrow, lambda g: normal_image_batch(g, 8, 3, 40, 40),
                  VISION_EXPORTERS),
     "mobilenet_v3_small": (mobilenet_v3_small, lambda g: image_batch(g, 16, 3, 64, 64),
                            VISION_EXPORTERS),
     "mlp_wide": (MlpWide, flat_batch, ("dynamo",)),
-    "unet": (UNet, mask_batch, ALL_EXPORTERS),
-    "rnn_tagger": (RnnTagger, lm_batch, ALL_EXPORTERS),
+    "unet": (UNet, mask_batch, ALL_EXPORTERS + OPSET12),
+    "rnn_tagger": (RnnTagger, lm_batch, ALL_EXPORTERS + OPSET12),
 }

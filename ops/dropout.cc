@@ -87,9 +87,11 @@ absl::StatusOr<Grads> dropout_grad(GradBuilder& b) {
 OpDef dropout_op() {
   OpDef def;
   def.name = "Dropout";
-  // From 10 the mask is bool. 12 moves ratio to an input and adds training_mode; without
-  // training_mode (or with it false) the op is the identity and the mask all true.
-  def.since_opset = 10;
+  // 12 moves ratio to an input and adds training_mode; without training_mode (or with it false)
+  // the op is the identity and the mask all true. Before 12 a file marks training by the mask
+  // output, which the importer records as a training_mode operand (compiler/onnx_legacy_ops.cc)
+  // and export writes back; before 10 the mask was of the data's type, and is not computed.
+  def.since_opset = 7;
   def.summary = "zeroes elements with probability ratio in training, scaling the rest";
   def.inputs = {input("data", kFloatTypes), optional_input("ratio", kFloatTypes),
                 optional_input("training_mode", {DType::kBool})};

@@ -67,19 +67,19 @@ absl::Status infer_sync_batch_norm(InferenceContext& ctx) {
   return absl::OkStatus();
 }
 
-// Opsets 9-13: the same op in inference mode. Their training form (outputs mean, var,
-// saved_mean, saved_var) computes other statistics, so it is refused rather than misread.
+// Opsets 9-13: the file format marks training mode by outputs past Y (mean and var, the updated
+// running statistics, as running_mean and running_var from 14; saved_mean and saved_var). The
+// importer records it as `training_mode` (compiler/onnx_legacy_ops.cc) and export writes it back
+// as the outputs, so the node means what opset 14's does; saved_mean and saved_var, which
+// runtimes fill differently, are not computed.
 absl::Status infer_batch_norm_v9(InferenceContext& ctx) {
-  AMPC_RETURN_IF_ERROR(check_batch_norm_inputs(ctx).status());
-  for (int i = 1; i < ctx.num_outputs(); ++i) {
+  for (int i = 3; i < ctx.num_outputs(); ++i) {
     if (ctx.has_output(i)) {
-      return absl::InvalidArgumentError(
-          "the training-mode outputs (mean, var, saved_mean, saved_var) of BatchNormalization "
-          "before opset 14 are not supported; export the model with opset 14 or later");
+      return absl::UnimplementedError(
+          "saved_mean and saved_var (outputs 3 and 4) are not computed by ampc");
     }
   }
-  ctx.set_output(0, ctx.input_type(0));
-  return absl::OkStatus();
+  return infer_batch_norm(ctx);
 }
 
 // ---- LayerNormalization --------------------------------------------------------------------
@@ -315,15 +315,18 @@ OpDef batch_norm_v9_def() {
   OpDef def = batch_norm_base();
   def.since_opset = 9;  // 9 dropped `spatial`; before it the op had other modes
   def.until_opset = 13;
-  def.summary = "per-channel normalization with given statistics (inference mode)";
+  def.summary = "per-channel normalization; training mode when it has the mean and var outputs";
   def.outputs = {input("Y"), optional_input("mean"), optional_input("var"),
                  optional_input("saved_mean"), optional_input("saved_var")};
-  def.attrs = {attr("epsilon", 1e-5f), attr("momentum", 0.9f)};
+  // training_mode is not an ONNX attribute at these opsets: see infer_batch_norm_v9.
+  def.attrs = {attr("epsilon", 1e-5f), attr("momentum", 0.9f), flag_attr("training_mode", 0)};
   def.infer = infer_batch_norm_v9;
   def.no_gradient_outputs = {1, 2, 3, 4};
   def.samples = {
       batch_norm_sample("2-D image", f32({2, 3, 4, 5}), DType::kF32, {}, 1),
       batch_norm_sample("1-D input, one channel", f16({6}), DType::kF16, {{"epsilon", 0.001f}}, 1),
+      batch_norm_sample("training, mean and var outputs", f32({3, 2, 2, 3}), DType::kF32,
+                        {{"training_mode", int64_t{1}}, {"momentum", 0.8f}}, 3),
   };
   return def;
 }

@@ -133,8 +133,9 @@ OpDef reduction(std::string name, std::string summary, int axes_input_since,
                 std::vector<DType> dtypes, AutocastCategory category, GradFn gradient) {
   OpDef def;
   def.name = std::move(name);
-  // Opset 11 introduced negative axes; later versions only widen types and move the axes.
-  def.since_opset = 11;
+  // Opset 1's definition, as later ones: opset 11 allows negative axes (which ampc accepts at
+  // any opset, a widening), later ones widen types and move the axes to an input.
+  def.since_opset = 1;
   def.summary = std::move(summary);
   def.inputs = {input("data", std::move(dtypes)), optional_input("axes", {DType::kI64})};
   def.outputs = {input("reduced")};
@@ -199,7 +200,7 @@ absl::Status infer_arg_reduce(InferenceContext& ctx) {
 OpDef arg_reduction(std::string name, std::string summary) {
   OpDef def;
   def.name = std::move(name);
-  def.since_opset = 11;  // negative axes from 11, select_last_index from 12, bf16 from 13
+  def.since_opset = 1;  // negative axes (11) widen; select_last_index (12) defaults to opset 1's
   def.summary = std::move(summary);
   def.inputs = {input("data", kNumericTypes)};
   def.outputs = {input("reduced")};

@@ -259,7 +259,7 @@ absl::Status infer_flatten(InferenceContext& ctx) {
 OpDef squeeze_op() {
   OpDef def;
   def.name = "Squeeze";
-  def.since_opset = 11;  // negative axes from 11; axes become an input at 13
+  def.since_opset = 1;  // negative axes (11) only widen; axes become an input at 13
   def.summary = "removes dims of size 1 (the given axes, or all)";
   def.inputs = {input("data"), optional_input("axes", {DType::kI64})};
   def.outputs = {input("squeezed")};
@@ -288,7 +288,7 @@ OpDef squeeze_op() {
 OpDef unsqueeze_op() {
   OpDef def;
   def.name = "Unsqueeze";
-  def.since_opset = 11;  // negative axes from 11; axes become an input at 13
+  def.since_opset = 1;  // negative axes (11) only widen; axes become an input at 13
   def.summary = "inserts dims of size 1 at the given axes of the output";
   def.inputs = {input("data"), optional_input("axes", {DType::kI64})};
   def.outputs = {input("expanded")};

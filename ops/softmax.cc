@@ -2,8 +2,10 @@
 // their gradients, the internal ops ampc.SoftmaxGrad and ampc.LogSoftmaxGrad, whose own gradients
 // (second order) are composed of standard ops.
 //
-// Only the opset 13 definition is registered: before 13 both ops flattened the input to 2-D at
-// `axis` and normalized over all trailing dims, a different function.
+// Before opset 13 both ops coerce the input to 2-D at `axis` (default 1) and normalize over all
+// the trailing dims together. That definition is registered for the last axis only, where it is
+// opset 13's: the importer writes any other axis as Flatten, the op and Reshape
+// (compiler/onnx_legacy_ops.cc), so passes, gradients and kernels see one function.
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -18,6 +20,20 @@ absl::Status infer_softmax(InferenceContext& ctx) {
   AMPC_RETURN_IF_ERROR(
       normalize_axis(ctx.int_attr("axis"), static_cast<int64_t>(in.shape.size())).status());
   ctx.set_output(0, in);
+  return absl::OkStatus();
+}
+
+// Opsets 1-12 over the last axis only: the axis of the 2-D coercion must be the last dim.
+absl::Status infer_coerced_softmax(InferenceContext& ctx) {
+  AMPC_RETURN_IF_ERROR(infer_softmax(ctx));
+  const int64_t rank = static_cast<int64_t>(ctx.input_type(0).shape.size());
+  AMPC_ASSIGN_OR_RETURN(int64_t axis, normalize_axis(ctx.int_attr("axis"), rank));
+  if (axis != rank - 1) {
+    return absl::InvalidArgumentError(
+        str_cat("axis ", ctx.int_attr("axis"), " is not the last of rank ", rank,
+                "; before opset 13 ampc takes the op over the last axis, and its ONNX import "
+                "writes another axis as Flatten, the op and Reshape"));
+  }
   return absl::OkStatus();
 }
 
@@ -128,9 +144,28 @@ OpDef softmax_grad_def(std::string name, std::string summary, GradFn gradient) {
   return def;
 }
 
+// The opset 1-12 definition over its last axis (the 2-D coercion at the last dim).
+OpDef coerced_softmax(OpDef def) {
+  def.since_opset = 1;
+  def.until_opset = 12;
+  def.attrs = {attr("axis", int64_t{1})};
+  def.infer = infer_coerced_softmax;
+  const TensorType x3 = typed(DType::kF32, {2, 3, 4});
+  def.samples = {
+      {"default axis 1 of 2-D", {typed(DType::kF32, {2, 5})}, {}, {}, {typed(DType::kF32, {2, 5})}},
+      {"axis 2 of 3-D", {x3}, {}, {{"axis", int64_t{2}}}, {x3}},
+      {"axis -1 of 3-D", {x3}, {}, {{"axis", int64_t{-1}}}, {x3}},
+  };
+  return def;
+}
+
 void register_softmax_ops(OpRegistry& registry) {
-  registry.add(softmax("Softmax", "exp(x) / sum(exp(x)) along axis", softmax_grad));
-  registry.add(softmax("LogSoftmax", "x - log(sum(exp(x))) along axis", log_softmax_grad));
+  for (auto [name, summary, gradient] :
+       {std::tuple{"Softmax", "exp(x) / sum(exp(x)) along axis", &softmax_grad},
+        std::tuple{"LogSoftmax", "x - log(sum(exp(x))) along axis", &log_softmax_grad}}) {
+    registry.add(softmax(name, summary, gradient));
+    registry.add(coerced_softmax(softmax(name, summary, gradient)));
+  }
   registry.add(
       softmax_grad_def("SoftmaxGrad", "y * (dy - sum(dy * y)) along axis", softmax_grad_grad));
   registry.add(softmax_grad_def("LogSoftmaxGrad", "dy - exp(y) * sum(dy) along axis",

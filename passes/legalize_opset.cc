@@ -1,10 +1,10 @@
 // legalize-opset: writes the graph at an opset where every node's element types are legal ONNX.
 //
 // Mixed precision puts f16 and bf16 on ops whose ONNX definitions admitted those types only in
-// later opsets: bf16 Conv, pooling, Elu, Sin and others from 22, IsInf from 20, bf16
-// comparisons and Where from 16. A graph at an older opset with such a node is raised to the
-// lowest opset that admits every node's types (silently: the file's opset says so), when ampc
-// defines each op of the graph there (ampc's ops keep their meaning across the versions it
+// later opsets: bf16 on most ops from 13, bf16 Conv, pooling, Elu, Sin and others from 22, IsInf
+// from 20, bf16 comparisons and Where from 16. A graph at an older opset with such a node is raised
+// to the lowest opset that admits every node's types (silently: the file's opset says so), when
+// ampc defines each op of the graph there (ampc's ops keep their meaning across the versions it
 // registers them for; attributes that later opsets take as inputs are written in that form on
 // export). A node whose type no opset
 // admits (Celu and Range take neither f16 nor bf16) is left as it is, with a warning.
@@ -71,9 +71,6 @@ int opset_needed(const Node& node) {
   // ampc.ConvGradData is written as ConvTranspose (compiler/onnx_export.cc).
   const bool conv_transpose = node.domain() == kAmpcDomain && node.op_type() == "ConvGradData";
   if (!node.domain().empty() && !conv_transpose) return 0;
-  const auto& table = low_precision_since();
-  auto it = table.find(conv_transpose ? "ConvTranspose" : node.op_type());
-  if (it == table.end()) return 0;
   bool f16 = false;
   bool bf16 = false;
   auto note = [&](const Value* value) {
@@ -85,7 +82,16 @@ int opset_needed(const Node& node) {
   for (int i = 0; i < node.num_outputs(); ++i) {
     if (node.has_output(i)) note(node.output(i));
   }
-  int needed = 0;
+  // BatchNormalization's scale, bias and statistics may differ in type from X from opset 15 (T1
+  // and T2): autocast keeps them fp32 beside f16 or bf16 data.
+  const bool mixed_batch_norm = node.op_type() == "BatchNormalization" && node.num_operands() > 1 &&
+                                node.operand(0)->dtype() != node.operand(1)->dtype();
+  const auto& table = low_precision_since();
+  auto it = table.find(conv_transpose ? "ConvTranspose" : node.op_type());
+  // Opset 13 added bf16 to most ops (Cast, the arithmetic, MatMul, the activations, the
+  // reductions, data movement); the table has the ops that admitted it later, or never.
+  if (it == table.end()) return bf16 ? 13 : 0;
+  int needed = mixed_batch_norm ? 15 : bf16 ? 13 : 0;
   for (const auto& [used, since] : {std::pair{f16, it->second.f16}, {bf16, it->second.bf16}}) {
     if (!used) continue;
     if (since == 0) return -1;

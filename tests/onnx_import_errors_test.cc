@@ -117,14 +117,14 @@ TEST(OnnxImportErrors, UnsupportedOpNamesNodeOpDomainOpsetAndTheNearestSupported
 }
 
 TEST(OnnxImportErrors, OpAtAnUnsupportedOpsetSaysWhichOpsetsAreSupported) {
-  ModelBuilder m(11);
+  ModelBuilder m(8);
   m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
-  m.node("Softmax", {"x"}, {"y"}, "sm");
+  m.node("BatchNormalization", {"x", "x", "x", "x", "x"}, {"y"}, "bn");
   m.output("y");
-  // Softmax before opset 13 coerces its input to 2-D; ampc implements the opset-13 meaning.
-  expect_import_error(m.bytes(), {"node 'sm' (Softmax): op 'Softmax' (domain 'ai.onnx', opset "
-                                  "11) is not supported by ampc; ampc implements Softmax for "
-                                  "opsets 13"});
+  // Before opset 9 BatchNormalization had `spatial` and is_test.
+  expect_import_error(m.bytes(), {"node 'bn' (BatchNormalization): op 'BatchNormalization' (domain "
+                                  "'ai.onnx', opset 8) is not supported by ampc; ampc implements "
+                                  "BatchNormalization for opsets 9 to 13, 14 and later"});
 }
 
 TEST(OnnxImportErrors, OpOfAnUnknownDomainSaysSo) {

@@ -137,7 +137,7 @@ absl::Status batch_norm(const KernelContext& ctx) {
   const Node& node = ctx.node;
   const BatchShape shape(ctx.input(0).shape());
   const int64_t batch = shape.batch, channels = shape.channels, spatial = shape.spatial;
-  // Opsets 9-13 (no training_mode attribute) are inference only.
+  // Every opset has training_mode: the importer records opsets 9-13's training form in it.
   const bool training = sync || int_attr_or(node, "training_mode", 0) != 0;
   const C epsilon = static_cast<C>(float_attr_or(node, "epsilon", 1e-5f));
   const C momentum = static_cast<C>(float_attr_or(node, "momentum", 0.9f));

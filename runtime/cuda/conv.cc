@@ -500,7 +500,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_batch_norm(const KernelContext
   s.channels = shape.size() >= 2 ? shape[1] : 1;
   s.spatial = 1;
   for (size_t d = 2; d < shape.size(); ++d) s.spatial *= shape[d];
-  // Opsets 9-13 (no training_mode attribute) are inference only.
+  // Every opset has training_mode: the importer records opsets 9-13's training form in it.
   const AttrValue* training = node.find_attr("training_mode");
   s.training = training != nullptr && std::get<int64_t>(*training) != 0;
   s.epsilon = float_attr_or(node, "epsilon", 1e-5f);

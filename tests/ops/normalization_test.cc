@@ -63,9 +63,13 @@ TEST(BatchNormalization, Opset14AndInferenceFormOfOpset9AreAccepted) {
   }
   // Before 9 the op had `spatial` and other output semantics.
   EXPECT_FALSE(infer_op(batch_norm(f32({2, 3, 4}), 3, {}, 1, 8)).ok());
-  // Opset 9's training outputs (mean, var, saved_mean, saved_var) are refused, with a pointer.
-  EXPECT_THAT(error_of(batch_norm(f32({2, 3, 4}), 3, {}, 5, 12)),
-              AllOf(HasSubstr("before opset 14"), HasSubstr("saved_mean")));
+  // The training form of opsets 9-13 (mean and var outputs) is recorded in training_mode by the
+  // importer; saved_mean and saved_var are not computed.
+  EXPECT_THAT(infer_ok(batch_norm(f32({2, 3, 4}), 3, {{"training_mode", int64_t{1}}}, 3, 12)),
+              ElementsAre(f32({2, 3, 4}), f32({3}), f32({3})));
+  EXPECT_THAT(error_of(batch_norm(f32({2, 3, 4}), 3, {{"training_mode", int64_t{1}}}, 5, 12)),
+              AllOf(HasSubstr("saved_mean"), HasSubstr("not computed")));
+  EXPECT_THAT(error_of(batch_norm(f32({2, 3, 4}), 3, {}, 3, 12)), HasSubstr("training_mode=0"));
 }
 
 TEST(BatchNormalization, RunningStatisticsOutsideTrainingModeAreAnError) {

@@ -49,10 +49,18 @@ TEST(Softmax, IntegerInputIsRejected) {
   EXPECT_THAT(message(out), HasSubstr("does not accept"));
 }
 
-TEST(Softmax, OnlyTheOpset13SemanticsAreRegistered) {
-  // Before 13 the ops coerced the input to 2-D: a different function, not registered.
+TEST(Softmax, BeforeOpset13OnlyTheLastAxisOfTheTwoDCoercionIsRegistered) {
+  // Before 13 the ops coerced the input to 2-D at `axis` (default 1); over the last axis that is
+  // opset 13's function, and import writes any other axis as Flatten, op, Reshape.
   for (const char* op : {"Softmax", "LogSoftmax"}) {
-    EXPECT_EQ(OpRegistry::global().find("", op, 12), nullptr) << op;
+    const OpDef* old = OpRegistry::global().find("", op, 12);
+    ASSERT_NE(old, nullptr) << op;
+    EXPECT_EQ(old->since_opset, 1);
+    EXPECT_EQ(old->until_opset, 12);
+    EXPECT_EQ(std::get<int64_t>(*old->find_attr("axis")->default_value), 1);
+    EXPECT_EQ(old->autocast.category, AutocastCategory::kDeny);
+    EXPECT_TRUE(infer(op, {f32({2, 3, 4})}, {{"axis", int64_t{2}}}, 12).ok());
+    EXPECT_FALSE(infer(op, {f32({2, 3, 4})}, {{"axis", int64_t{1}}}, 12).ok());
     const OpDef* def = OpRegistry::global().find("", op, 13);
     ASSERT_NE(def, nullptr) << op;
     ASSERT_NE(def->find_attr("axis"), nullptr);

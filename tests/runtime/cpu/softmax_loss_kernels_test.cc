@@ -80,25 +80,6 @@ TEST(SoftmaxKernel, AlongEachAxisMatchesNaiveF64) {
   }
 }
 
-TEST(SoftmaxKernel, BeforeOpset13CoercesTo2D) {
-  // Opset 11 Softmax<axis=1> on [2,3,4] normalizes rows of 3 * 4 = 12 elements. Only the opset 13
-  // OpDef is registered, so the graph is parsed without verifying it.
-  const std::vector<double> x = random_values(2 * 3 * 4, 2);
-  for (bool log : {false, true}) {
-    const std::string op = log ? "LogSoftmax" : "Softmax";
-    for (const char* attrs : {"<axis=1>", ""}) {  // 1 is also the default before opset 13
-      absl::StatusOr<std::unique_ptr<Graph>> graph =
-          parse_graph(str_cat("graph g(%x: f64[2,3,4]) opset(11) {\n  %y = ", op, attrs,
-                              "(%x) : f64[2,3,4]\n  return %y\n}\n"));
-      ASSERT_TRUE(graph.ok()) << graph.status();
-      absl::StatusOr<std::vector<Tensor>> y =
-          runtime::interpret_graph(**graph, {Tensor::from_doubles(DType::kF64, {2, 3, 4}, x)});
-      ASSERT_TRUE(y.ok()) << y.status();
-      expect_near_all((*y)[0], naive_softmax(x, 2, 12, 1, log), 1e-14);
-    }
-  }
-}
-
 // "Upcast to f32, max-subtract, exp in f32, sum in f32 in order, divide (or x - m - log s)".
 std::vector<float> f32_softmax_rows(const std::vector<float>& x, int64_t n, bool log) {
   std::vector<float> y(x.size());
