@@ -1,6 +1,7 @@
 // Activations: Relu, LeakyRelu, PRelu, Sigmoid, Tanh, Erf, Gelu, Softplus, Softsign, HardSigmoid,
-// HardSwish, Elu, Selu, Celu, Mish, and the trigonometric Sin and Cos (rotary position
-// embeddings). Shape-preserving, float only (PRelu's slope broadcasts to X).
+// HardSwish, Elu, Selu, Celu, Mish, the trigonometric Sin and Cos (rotary position embeddings),
+// Tan, Asin, Acos, Atan and the hyperbolic Sinh, Cosh, Asinh, Acosh, Atanh. Shape-preserving,
+// float only (PRelu's slope broadcasts to X).
 //
 // Their gradients, and the ampc-domain ops ReluGrad, LeakyReluGrad and GeluGrad that the
 // gradients of Relu, LeakyRelu and Gelu are made of (one fused element-wise pass each; the others
@@ -182,6 +183,53 @@ absl::StatusOr<Grads> sin_grad(GradBuilder& b) {
 }
 absl::StatusOr<Grads> cos_grad(GradBuilder& b) {
   return Grads{b.op("Neg", {b.op("Mul", {b.grad_of_output(0), b.op("Sin", {b.input(0)})})})};
+}
+
+// The derivatives of the other trigonometric and hyperbolic functions, from x (Tan's from y):
+//   tan: dy * (1 + y^2)          asin: dy / sqrt(1 - x^2)      acos: -dy / sqrt(1 - x^2)
+//   atan: dy / (1 + x^2)         sinh: dy * cosh(x)            cosh: dy * sinh(x)
+//   asinh: dy / sqrt(x^2 + 1)    acosh: dy / sqrt(x^2 - 1)     atanh: dy / (1 - x^2)
+Value* one_plus(GradBuilder& b, double sign, Value* square) {
+  Value* one = b.scalar(1, square->dtype());
+  return sign > 0 ? b.op("Add", {one, square}) : b.op("Sub", {one, square});
+}
+absl::StatusOr<Grads> tan_grad(GradBuilder& b) {
+  Value* y = b.output(0);
+  return Grads{b.op("Mul", {b.grad_of_output(0), one_plus(b, 1, b.op("Mul", {y, y}))})};
+}
+absl::StatusOr<Grads> asin_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  return Grads{
+      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_plus(b, -1, b.op("Mul", {x, x}))})})};
+}
+absl::StatusOr<Grads> acos_grad(GradBuilder& b) {
+  AMPC_ASSIGN_OR_RETURN(Grads grads, asin_grad(b));
+  return Grads{b.op("Neg", {grads[0]})};
+}
+absl::StatusOr<Grads> atan_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  return Grads{b.op("Div", {b.grad_of_output(0), one_plus(b, 1, b.op("Mul", {x, x}))})};
+}
+absl::StatusOr<Grads> sinh_grad(GradBuilder& b) {
+  return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Cosh", {b.input(0)})})};
+}
+absl::StatusOr<Grads> cosh_grad(GradBuilder& b) {
+  return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Sinh", {b.input(0)})})};
+}
+absl::StatusOr<Grads> asinh_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  return Grads{
+      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_plus(b, 1, b.op("Mul", {x, x}))})})};
+}
+absl::StatusOr<Grads> acosh_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  Value* square = b.op("Mul", {x, x});
+  return Grads{b.op("Div", {b.grad_of_output(0),
+                            b.op("Sqrt", {b.op("Sub", {square, b.scalar(1, x->dtype())})})})};
+}
+absl::StatusOr<Grads> atanh_grad(GradBuilder& b) {
+  Value* x = b.input(0);
+  return Grads{b.op("Div", {b.grad_of_output(0), one_plus(b, -1, b.op("Mul", {x, x}))})};
 }
 
 // d/dx gelu(x) = dy * (Phi(x) + x * phi(x)), or the derivative of the tanh approximation.
@@ -401,6 +449,29 @@ void register_activation_ops(OpRegistry& registry) {
   OpDef cos = activation("Cos", 7, AutocastCategory::kFollow, "cos(x)");
   cos.gradient = cos_grad;
   registry.add(std::move(cos));
+
+  // PyTorch's autocast runs tan, asin, acos, sinh and cosh in fp32 (their results lose most of
+  // fp16's precision near the poles and overflow early); the others follow their input.
+  struct Math {
+    const char* name;
+    int since_opset;
+    AutocastCategory category;
+    const char* summary;
+    absl::StatusOr<Grads> (*gradient)(GradBuilder&);
+  };
+  for (const Math& m : {Math{"Tan", 7, AutocastCategory::kDeny, "tan(x)", &tan_grad},
+                        Math{"Asin", 7, AutocastCategory::kDeny, "asin(x)", &asin_grad},
+                        Math{"Acos", 7, AutocastCategory::kDeny, "acos(x)", &acos_grad},
+                        Math{"Atan", 7, AutocastCategory::kFollow, "atan(x)", &atan_grad},
+                        Math{"Sinh", 9, AutocastCategory::kDeny, "sinh(x)", &sinh_grad},
+                        Math{"Cosh", 9, AutocastCategory::kDeny, "cosh(x)", &cosh_grad},
+                        Math{"Asinh", 9, AutocastCategory::kFollow, "asinh(x)", &asinh_grad},
+                        Math{"Acosh", 9, AutocastCategory::kFollow, "acosh(x)", &acosh_grad},
+                        Math{"Atanh", 9, AutocastCategory::kFollow, "atanh(x)", &atanh_grad}}) {
+    OpDef def = activation(m.name, m.since_opset, m.category, m.summary);
+    def.gradient = m.gradient;
+    registry.add(std::move(def));
+  }
 
   register_activation_grad_ops(registry);
 }

@@ -2,13 +2,15 @@
 //
 // Pad (opset 11 on: pads, constant_value and, from 18, axes are inputs): widens (or, with
 // negative pads, crops) each axis. Modes constant (the value, default 0), reflect (mirrored
-// without repeating the edge) and edge (the edge repeated). `pads` (and `axes`) must be known at
-// compile time: the output shape depends on them.
+// without repeating the edge), edge (the edge repeated) and wrap (opset 19: the other end of the
+// axis, PyTorch's circular padding; pads up to the axis size, as PyTorch's, and no crop of the
+// same axis). `pads` (and `axes`) must be known at compile time: the output shape depends on
+// them.
 //
 // Gradient: in constant mode, Pad with the pads negated and the value 0 (the crop of what was
-// widened, the zero-fill of what was cropped). Reflect and edge read an input element several
-// times: ampc.PadGrad(dY, X, pads) adds each element of dY into the input element it was read
-// from (pads: [begin..., end...] over every axis, constant).
+// widened, the zero-fill of what was cropped). Reflect, edge and wrap read an input element
+// several times: ampc.PadGrad(dY, X, pads) adds each element of dY into the input element it was
+// read from (pads: [begin..., end...] over every axis, constant).
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
 
@@ -54,9 +56,9 @@ absl::StatusOr<std::vector<int64_t>> full_pads(const InferenceContext& ctx) {
 absl::Status infer_pad(InferenceContext& ctx) {
   const TensorType& in = ctx.input_type(0);
   const std::string& mode = ctx.node().string_attr("mode");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") {
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
     return absl::InvalidArgumentError(
-        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge)"));
+        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge, wrap)"));
   }
   if (ctx.has_input(2)) {
     const TensorType& value = ctx.input_type(2);
@@ -80,6 +82,16 @@ absl::Status infer_pad(InferenceContext& ctx) {
         (pads[d] >= in.shape[d] || pads[rank + d] >= in.shape[d])) {
       return absl::InvalidArgumentError(str_cat("reflect padding of axis ", d, " (size ",
                                                 in.shape[d], ") must be below its size, got ",
+                                                pads[d], " and ", pads[rank + d]));
+    }
+    if (mode == "wrap" && reads_beyond &&
+        (pads[d] > in.shape[d] || pads[rank + d] > in.shape[d] || pads[d] < 0 ||
+         pads[rank + d] < 0)) {
+      // A crop beside a wrap has two readings (PyTorch wraps around the cropped axis, numpy
+      // refuses): neither is taken.
+      return absl::InvalidArgumentError(str_cat("wrap padding of axis ", d, " (size ", in.shape[d],
+                                                ") must be at most its size and not beside a "
+                                                "crop, got ",
                                                 pads[d], " and ", pads[rank + d]));
     }
     if (mode != "constant" && reads_beyond && in.shape[d] == 0) {
@@ -146,7 +158,7 @@ OpDef pad_grad_op() {
   OpDef def;
   def.domain = std::string(kAmpcDomain);
   def.name = "PadGrad";
-  def.summary = "adds each dY element into the X element Pad read it from (reflect, edge)";
+  def.summary = "adds each dY element into the X element Pad read it from (reflect, edge, wrap)";
   def.inputs = {input("dY", kFloatTypes), input("X", kFloatTypes), input("pads", kIndexTypes)};
   def.outputs = {input("dX")};
   def.attrs = {attr("mode", std::string("reflect"))};
@@ -165,6 +177,11 @@ OpDef pad_grad_op() {
        {{2, Tensor::from_i64({4}, {0, 2, 0, 1})}},
        {{"mode", std::string("edge")}},
        {x}},
+      {"wrap, the whole axis on one side",
+       {TensorType{DType::kF32, {4, 7}}, x, TensorType{DType::kI64, {4}}},
+       {{2, Tensor::from_i64({4}, {1, 3, 1, 1})}},
+       {{"mode", std::string("wrap")}},
+       {x}},
   };
   return def;
 }
@@ -173,7 +190,7 @@ OpDef pad_op() {
   OpDef def;
   def.name = "Pad";
   def.since_opset = 11;
-  def.summary = "pads (or, with negative pads, crops) each axis: constant, reflect or edge";
+  def.summary = "pads (or, with negative pads, crops) each axis: constant, reflect, edge or wrap";
   def.inputs = {input("data"), input("pads", kIndexTypes), optional_input("constant_value"),
                 optional_input("axes", kIndexTypes)};
   def.outputs = {input("output")};
@@ -209,6 +226,11 @@ OpDef pad_op() {
        {pads({2, 1}), {3, Tensor::from_i64({1}, {-1})}},
        {{"mode", std::string("edge")}},
        {TensorType{DType::kF32, {2, 6}}}},
+      {"wrap, a whole axis, a crop of another",
+       {f32_2x3, TensorType{DType::kI64, {4}}},
+       {pads({2, -1, 1, 0})},
+       {{"mode", std::string("wrap")}},
+       {TensorType{DType::kF32, {5, 2}}}},
   };
   return def;
 }

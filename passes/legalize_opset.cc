@@ -2,7 +2,8 @@
 //
 // Mixed precision puts f16 and bf16 on ops whose ONNX definitions admitted those types only in
 // later opsets: bf16 on most ops from 13, bf16 Conv, pooling, Elu, Sin and others from 22, IsInf
-// from 20, bf16 comparisons and Where from 16. A graph at an older opset with such a node is raised
+// from 20, bf16 comparisons and Where from 16. Pad's wrap mode, which ampc reads at any opset,
+// is ONNX's from 19. A graph at an older opset with such a node is raised
 // to the lowest opset that admits every node's types (silently: the file's opset says so), when
 // ampc defines each op of the graph there (ampc's ops keep their meaning across the versions it
 // registers them for; attributes that later opsets take as inputs are written in that form on
@@ -31,6 +32,12 @@ struct LowPrecisionSince {
 };
 const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_since() {
   static const std::map<std::string_view, LowPrecisionSince, std::less<>> kSince = {
+      {"Acos", {7, 22}},
+      {"Acosh", {9, 22}},
+      {"Asin", {7, 22}},
+      {"Asinh", {9, 22}},
+      {"Atan", {7, 22}},
+      {"Atanh", {9, 22}},
       {"AveragePool", {1, 22}},
       {"BatchNormalization", {1, 14}},
       {"Ceil", {6, 13}},
@@ -39,6 +46,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"Conv", {1, 22}},
       {"ConvTranspose", {1, 22}},
       {"Cos", {7, 22}},
+      {"Cosh", {9, 22}},
       {"CumSum", {14, 14}},
       {"Elu", {1, 22}},
       {"Equal", {11, 13}},
@@ -59,14 +67,17 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"Scatter", {9, 0}},
       {"Selu", {1, 22}},
       {"Sin", {7, 22}},
+      {"Sinh", {9, 22}},
       {"Softplus", {1, 22}},
       {"Softsign", {1, 22}},
+      {"Tan", {7, 22}},
       {"Where", {9, 16}},
   };
   return kSince;
 }
 
-// The opset the node's f16 or bf16 operands need (0: none needed; -1: no opset admits them).
+// The opset the node's f16 or bf16 operands need, or an attribute value a later opset brought
+// (0: none needed; -1: no opset admits the types).
 int opset_needed(const Node& node) {
   // ampc.ConvGradData is written as ConvTranspose (compiler/onnx_export.cc).
   const bool conv_transpose = node.domain() == kAmpcDomain && node.op_type() == "ConvGradData";
@@ -90,8 +101,10 @@ int opset_needed(const Node& node) {
   auto it = table.find(conv_transpose ? "ConvTranspose" : node.op_type());
   // Opset 13 added bf16 to most ops (Cast, the arithmetic, MatMul, the activations, the
   // reductions, data movement); the table has the ops that admitted it later, or never.
-  if (it == table.end()) return bf16 ? 13 : 0;
   int needed = mixed_batch_norm ? 15 : bf16 ? 13 : 0;
+  // Pad's wrap mode (PyTorch's circular padding) is ONNX's from opset 19.
+  if (node.op_type() == "Pad" && node.string_attr("mode") == "wrap") needed = std::max(needed, 19);
+  if (it == table.end()) return needed;
   for (const auto& [used, since] : {std::pair{f16, it->second.f16}, {bf16, it->second.bf16}}) {
     if (!used) continue;
     if (since == 0) return -1;

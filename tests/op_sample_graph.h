@@ -33,6 +33,8 @@ inline Tensor random_input(const TensorType& type, const std::string& op, int in
   for (int64_t i = 0; i < t.num_elements(); ++i) {
     double x = uniform(rng);
     if (positive.contains(op) && input == 0) x = magnitude(rng);
+    if (op == "Asin" || op == "Acos" || op == "Atanh") x *= 0.45;  // inside (-1, 1)
+    if (op == "Acosh") x = 1 + magnitude(rng);                     // inside [1, inf)
     if (op == "Div" && input == 1) x = std::copysign(magnitude(rng), x);
     t.set_element(i, x);  // rounds to the dtype
   }

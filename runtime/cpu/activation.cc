@@ -1,6 +1,6 @@
 // CPU kernels for the activations of ops/activation.cc: Relu, LeakyRelu, PRelu, Sigmoid, Tanh,
 // Erf, Gelu (exact, and approximate="tanh"), Softplus, Softsign, HardSigmoid, HardSwish, Elu,
-// Selu, Celu, Mish, Sin, Cos.
+// Selu, Celu, Mish, Sin, Cos, and Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh.
 //
 // Numerics: f16 and bf16 are computed in f32 and rounded once on store, f32 in f32, f64 in f64.
 // The formulas are runtime/numeric.h's, which the CUDA kernels share; transcendental results are
@@ -19,7 +19,8 @@
 //   Celu(x) = x > 0 ? x : alpha * expm1(x / alpha)
 //   Mish(x) = x * tanh(Softplus(x))
 //   PRelu(x, slope) = x < 0 ? slope * x : x   (slope broadcast to x)
-//   Sin, Cos       = std::sin, std::cos
+//   Sin, Cos, Tan, Asin, ... = std::sin, std::cos, std::tan, std::asin, ... (NaN outside the
+//                  domain)
 // with the constants rounded to the compute type. Relu, LeakyRelu and PRelu keep NaN a NaN.
 #include <cmath>
 #include <string>
@@ -137,6 +138,11 @@ absl::Status cos_kernel(const KernelContext& ctx) {
   return activation<T>(ctx, numeric::Cos{});
 }
 
+template <typename T, typename Fn>
+absl::Status math_kernel(const KernelContext& ctx) {
+  return activation<T>(ctx, Fn{});
+}
+
 template <typename Make>
 void add_activation(KernelRegistry& r, std::string op, Make make) {
   // Shape-preserving and element by element: the output may take over the input's buffer.
@@ -163,6 +169,15 @@ void register_activation_kernels(KernelRegistry& r) {
   add_activation(r, "PRelu", []<typename T>() { return &prelu<T>; });
   add_activation(r, "Sin", []<typename T>() { return &sin_kernel<T>; });
   add_activation(r, "Cos", []<typename T>() { return &cos_kernel<T>; });
+  add_activation(r, "Tan", []<typename T>() { return &math_kernel<T, numeric::Tan>; });
+  add_activation(r, "Asin", []<typename T>() { return &math_kernel<T, numeric::Asin>; });
+  add_activation(r, "Acos", []<typename T>() { return &math_kernel<T, numeric::Acos>; });
+  add_activation(r, "Atan", []<typename T>() { return &math_kernel<T, numeric::Atan>; });
+  add_activation(r, "Sinh", []<typename T>() { return &math_kernel<T, numeric::Sinh>; });
+  add_activation(r, "Cosh", []<typename T>() { return &math_kernel<T, numeric::Cosh>; });
+  add_activation(r, "Asinh", []<typename T>() { return &math_kernel<T, numeric::Asinh>; });
+  add_activation(r, "Acosh", []<typename T>() { return &math_kernel<T, numeric::Acosh>; });
+  add_activation(r, "Atanh", []<typename T>() { return &math_kernel<T, numeric::Atanh>; });
 }
 
 static KernelRegistration kRegistration(&register_activation_kernels);

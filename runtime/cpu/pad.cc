@@ -2,7 +2,8 @@
 //
 // Each output element of Pad reads the input element its index maps to, axis by axis: index
 // o - begin, then, outside [0, n): constant mode writes the value (0 without one), reflect
-// mirrors without repeating the edge (-1 -> 1, n -> n - 2), edge clamps. Elements are copied as
+// mirrors without repeating the edge (-1 -> 1, n -> n - 2), edge clamps, wrap takes the other end
+// (-1 -> n - 1, n -> 0; pads up to n). Elements are copied as
 // bytes, so every dtype is exact. PadGrad walks dY with the same map and adds each element into
 // the dX element it was read from, in the compute type (f32 for f16 and bf16), in row-major
 // order of dY, rounding each dX element once at the end; it runs on one thread, so its bits do
@@ -16,11 +17,13 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-enum class Mode { kConstant, kReflect, kEdge };
+enum class Mode { kConstant, kReflect, kEdge, kWrap };
 
 Mode mode_of(const Node& node) {
   const std::string& mode = node.string_attr("mode");
-  return mode == "reflect" ? Mode::kReflect : mode == "edge" ? Mode::kEdge : Mode::kConstant;
+  if (mode == "reflect") return Mode::kReflect;
+  if (mode == "edge") return Mode::kEdge;
+  return mode == "wrap" ? Mode::kWrap : Mode::kConstant;
 }
 
 // The pads of every axis, [begin..., end...], from Pad's pads and axes operands.
@@ -53,6 +56,8 @@ int64_t source_index(int64_t o, int64_t begin, int64_t n, Mode mode) {
       return i < 0 ? -i : 2 * (n - 1) - i;  // pads < n: one reflection suffices
     case Mode::kEdge:
       return i < 0 ? 0 : n - 1;
+    case Mode::kWrap:
+      return i < 0 ? i + n : i - n;  // pads <= n: one wrap suffices
   }
   return -1;
 }

@@ -272,9 +272,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_pad(const KernelContext& ctx) 
     mode = DimRule::kPadReflect;
   } else if (mode_name == "edge") {
     mode = DimRule::kPadEdge;
+  } else if (mode_name == "wrap") {
+    mode = DimRule::kPadWrap;
   } else if (mode_name != "constant") {
     return absl::InvalidArgumentError(
-        str_cat("mode \"", mode_name, "\" is not supported (constant, reflect, edge)"));
+        str_cat("mode \"", mode_name, "\" is not supported (constant, reflect, edge, wrap)"));
   }
   const Shape& in_shape = ctx.input(0).shape();
   const Shape& out_shape = ctx.output(0).shape();

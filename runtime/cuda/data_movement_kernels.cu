@@ -49,6 +49,8 @@ __device__ __forceinline__ int64_t pad_source(int64_t o, int64_t begin, int64_t 
       return i < 0 ? -i : 2 * (n - 1) - i;
     case DimRule::kPadEdge:
       return i < 0 ? 0 : n - 1;
+    case DimRule::kPadWrap:
+      return i < 0 ? i + n : i - n;
     default:
       return -1;
   }

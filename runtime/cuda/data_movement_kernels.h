@@ -20,6 +20,7 @@ enum class DimRule : uint8_t {
   kPadConstant,  // o - pad_begin; outside [0, in_dim): the pad value (0 without one)
   kPadReflect,   // mirrored without repeating the edge: -1 -> 1, in_dim -> in_dim - 2
   kPadEdge,      // clamped to [0, in_dim)
+  kPadWrap,      // the other end: -1 -> in_dim - 1, in_dim -> 0
 };
 
 // `size` elements, walked row-major over `dims`: the element at multi-index o is written to

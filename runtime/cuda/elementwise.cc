@@ -205,6 +205,15 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   add(r, "PRelu", kCudaFloatTypes, &binary<BinaryOp::kPRelu>, 0, &init_binary);
   add(r, "Sin", kCudaFloatTypes, &unary<UnaryOp::kSin>);
   add(r, "Cos", kCudaFloatTypes, &unary<UnaryOp::kCos>);
+  add(r, "Tan", kCudaFloatTypes, &unary<UnaryOp::kTan>);
+  add(r, "Asin", kCudaFloatTypes, &unary<UnaryOp::kAsin>);
+  add(r, "Acos", kCudaFloatTypes, &unary<UnaryOp::kAcos>);
+  add(r, "Atan", kCudaFloatTypes, &unary<UnaryOp::kAtan>);
+  add(r, "Sinh", kCudaFloatTypes, &unary<UnaryOp::kSinh>);
+  add(r, "Cosh", kCudaFloatTypes, &unary<UnaryOp::kCosh>);
+  add(r, "Asinh", kCudaFloatTypes, &unary<UnaryOp::kAsinh>);
+  add(r, "Acosh", kCudaFloatTypes, &unary<UnaryOp::kAcosh>);
+  add(r, "Atanh", kCudaFloatTypes, &unary<UnaryOp::kAtanh>);
   add(r, "Sqrt", kCudaFloatTypes, &unary<UnaryOp::kSqrt>);
   add(r, "Exp", kCudaFloatTypes, &unary<UnaryOp::kExp>);
   add(r, "Log", kCudaFloatTypes, &unary<UnaryOp::kLog>);

@@ -343,6 +343,24 @@ cudaError_t launch_unary(UnaryOp op, Elem type, const void* x, void* y, int64_t 
       return float_unary(type, x, y, n, numeric::Sin{}, stream);
     case UnaryOp::kCos:
       return float_unary(type, x, y, n, numeric::Cos{}, stream);
+    case UnaryOp::kTan:
+      return float_unary(type, x, y, n, numeric::Tan{}, stream);
+    case UnaryOp::kAsin:
+      return float_unary(type, x, y, n, numeric::Asin{}, stream);
+    case UnaryOp::kAcos:
+      return float_unary(type, x, y, n, numeric::Acos{}, stream);
+    case UnaryOp::kAtan:
+      return float_unary(type, x, y, n, numeric::Atan{}, stream);
+    case UnaryOp::kSinh:
+      return float_unary(type, x, y, n, numeric::Sinh{}, stream);
+    case UnaryOp::kCosh:
+      return float_unary(type, x, y, n, numeric::Cosh{}, stream);
+    case UnaryOp::kAsinh:
+      return float_unary(type, x, y, n, numeric::Asinh{}, stream);
+    case UnaryOp::kAcosh:
+      return float_unary(type, x, y, n, numeric::Acosh{}, stream);
+    case UnaryOp::kAtanh:
+      return float_unary(type, x, y, n, numeric::Atanh{}, stream);
     case UnaryOp::kSqrt:
       return float_unary(type, x, y, n, numeric::Sqrt{}, stream);
     case UnaryOp::kExp:

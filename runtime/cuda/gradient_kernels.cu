@@ -370,7 +370,8 @@ __global__ void batch_norm_dx_kernel(const T* dy, const T* x, const S* scale, co
 // ---- PadGrad -------------------------------------------------------------------------------
 
 // The output indices o (ascending ranges [lo, hi]) of a padded dim that Pad read input index i
-// from: o = i + begin, and for reflect the two mirror images, for edge the clamped runs.
+// from: o = i + begin, and for reflect the two mirror images, for edge the clamped runs, for
+// wrap the images one axis length either side (pads <= n).
 struct OutputRanges {
   int count = 0;
   int64_t lo[3], hi[3];
@@ -405,6 +406,11 @@ __device__ OutputRanges ranges_reading(int64_t i, int64_t n, int64_t begin, int6
       r.add(first, last, out);
       break;
     }
+    case PadMode::kWrap:
+      r.add(main - n, main - n, out);
+      r.add(main, main, out);
+      r.add(main + n, main + n, out);
+      break;
   }
   return r;
 }

@@ -99,7 +99,7 @@ cudaError_t launch_batch_norm_grad(Elem type, Elem stats_type, const void* dy, c
 // dY elements the Pad read from it (pads `begin` per dim; mode constant, reflect or edge as
 // runtime/cpu/pad.cc's source_index), added from 0 in dY's row-major order in f32 and rounded
 // once: the CPU's bits.
-enum class PadMode : uint8_t { kConstant, kReflect, kEdge };
+enum class PadMode : uint8_t { kConstant, kReflect, kEdge, kWrap };
 struct PadGradParams {
   int rank = 0;
   PadMode mode = PadMode::kConstant;

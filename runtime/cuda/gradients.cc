@@ -208,9 +208,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_pad_grad(const KernelContext& 
     p.mode = PadMode::kReflect;
   } else if (mode == "edge") {
     p.mode = PadMode::kEdge;
+  } else if (mode == "wrap") {
+    p.mode = PadMode::kWrap;
   } else if (mode != "constant") {
     return absl::InvalidArgumentError(
-        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge)"));
+        str_cat("mode \"", mode, "\" is not supported (constant, reflect, edge, wrap)"));
   }
   for (int d = 0; d < rank; ++d) {
     p.in[d] = x[d];

@@ -15,7 +15,8 @@ namespace ampc {
 namespace {
 
 // The interval each op's float inputs are drawn from: away from kinks (0 for Relu, Abs) and
-// inside the domain (Log, Sqrt, a Pow base, a divisor). Default: |x| in [0.2, 1], either sign.
+// inside the domain (Log, Sqrt, a Pow base, a divisor, Asin, Acosh...). Default: |x| in [0.2, 1],
+// either sign.
 struct Range {
   double low;
   double high;
@@ -29,6 +30,9 @@ Range input_range(const std::string& op, int input) {
   // signs differ).
   if (op == "Mod" && input == 1) return {1.5, 2.0, true};
   if (op == "Pow" && input == 1) return {0.5, 2.0, true};
+  // Inside the domains, away from the poles of the derivatives at 1 (and -1).
+  if (op == "Asin" || op == "Acos" || op == "Atanh") return {0.2, 0.8, true};
+  if (op == "Acosh") return {1.2, 2.0, false};
   return {0.2, 1.0, true};
 }
 

@@ -7,7 +7,10 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "compiler/strings.h"
+#include "compiler/text_ir.h"
+#include "compiler/verifier.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
@@ -447,6 +450,35 @@ TEST(PadKernel, CropsWidensAndPadsChosenAxes) {
           {x});
   ASSERT_EQ(y.size(), 1u);
   EXPECT_EQ(y[0].to_double_vector(), (std::vector<double>{2, 3, 3, 3, 5, 6, 6, 6}));
+}
+
+// Wrap (opset 19, PyTorch's circular padding): an index before the axis reads from its end, one
+// past it from its start, as numpy.pad(mode="wrap") does (the expected values are numpy's);
+// pads up to the whole axis.
+TEST(PadKernel, WrapTakesTheOtherEndOfTheAxis) {
+  const Tensor x = Tensor::from_i64({2, 3}, {1, 2, 3, 4, 5, 6});
+  std::vector<Tensor> y = run(R"(
+    graph g(%x: i64[2,3]) opset(19) {
+      init %pads: i64[4] = [1, 3, 2, 1]
+      %y = Pad<mode="wrap">(%x, %pads) : i64[5,7]
+      return %y
+    })",
+                              {x});
+  ASSERT_EQ(y.size(), 1u);
+  // Rows: x[1], x[0], x[1], x[0], x[1]; columns: 3 before (the whole row), 1 after.
+  EXPECT_EQ(y[0].to_double_vector(),
+            (std::vector<double>{4, 5, 6, 4, 5, 6, 4, 1, 2, 3, 1, 2, 3, 1, 4, 5, 6, 4,
+                                 5, 6, 4, 1, 2, 3, 1, 2, 3, 1, 4, 5, 6, 4, 5, 6, 4}));
+  // A crop beside a wrap of the same axis has two readings (PyTorch wraps around the cropped
+  // axis, numpy refuses), so it is refused.
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(R"(
+    graph g(%x: i64[2,3]) opset(19) {
+      init %pads: i64[4] = [0, -1, 0, 2]
+      %y = Pad<mode="wrap">(%x, %pads) : i64[2,4]
+      return %y
+    })");
+  const absl::Status status = graph.ok() ? verify(**graph) : graph.status();
+  EXPECT_TRUE(absl::StrContains(status.message(), "not beside a crop")) << status;
 }
 
 }  // namespace

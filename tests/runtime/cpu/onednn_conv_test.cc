@@ -158,7 +158,9 @@ TEST(OnednnConv, RandomF32WithinTheSumBoundOfDirectF64Sums) {
                             num_elements(c.y()) / c.w[0], "ConvGradFilter");
   }
   // The bound was checked on oneDNN's kernels, not only on the im2col fallback.
-  if (cpu_has_avx2()) EXPECT_GE(taken, 8);
+  if (cpu_has_avx2()) {
+    EXPECT_GE(taken, 8);
+  }
 }
 
 TEST(OnednnConv, EnvironmentSelectsTheIm2colKernels) {
