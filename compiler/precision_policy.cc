@@ -15,8 +15,8 @@ namespace {
 
 // The ops fp16 denies only because their results overflow its range; bf16 has fp32's range.
 const std::set<std::string, std::less<>>& bf16_follow_ops() {
-  static const auto* ops =
-      new std::set<std::string, std::less<>>{"Exp", "Log", "Reciprocal", "Pow", "Softplus"};
+  static const auto* ops = new std::set<std::string, std::less<>>{
+      "Exp", "Log", "Reciprocal", "Pow", "Softplus", "Sinh", "Cosh"};
   return *ops;
 }
 

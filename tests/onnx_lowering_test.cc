@@ -1,6 +1,7 @@
-// What the importer rewrites (compiler/onnx_lowering.h): model-local functions inlined, CastLike
-// to Cast, sequences to the tensors they hold. Results are checked by running the imported graph
-// on the CPU against values worked out by hand (data movement and IEEE casts: bit-exact).
+// What the importer rewrites (compiler/onnx_lowering.h): model-local functions inlined, an If of
+// a condition known at import to its branch, CastLike to Cast, sequences to the tensors they
+// hold. Results are checked by running the imported graph on the CPU against values worked out
+// by hand (data movement and IEEE casts: bit-exact).
 #include <cstring>
 
 #include "absl/strings/match.h"
@@ -69,6 +70,80 @@ int count_ops(const Graph& graph, std::string_view op_type) {
   int n = 0;
   for (const auto& node : graph.nodes()) n += node->op_type() == op_type;
   return n;
+}
+
+// ---- If with a condition known at import ----------------------------------------------------
+
+// x [2, D, 3]; y = x.squeeze(1) as PyTorch's TorchScript exporter writes it when it cannot prove
+// D is 1: If(Shape(x)[1] == 1, Squeeze(x, [1]), Identity(x)).
+ModelBuilder squeeze_if_model(int64_t d) {
+  ModelBuilder m(17);
+  m.input("x", onnx::TensorProto::FLOAT, {"2", std::to_string(d), "3"});
+  m.node("Shape", {"x"}, {"shape"}, "shape");
+  constant_i64(m, "one_index", {}, {1});
+  m.node("Gather", {"shape", "one_index"}, {"dim"}, "dim");
+  constant_i64(m, "one", {}, {1});
+  m.node("Equal", {"dim", "one"}, {"is_one"}, "is_one");
+  onnx::NodeProto& branch = m.node("If", {"is_one"}, {"y"}, "squeeze_if");
+  onnx::AttributeProto* then_attr = branch.add_attribute();
+  then_attr->set_name("then_branch");
+  then_attr->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* then_graph = then_attr->mutable_g();
+  then_graph->set_name("then");
+  {
+    onnx::NodeProto* axes = then_graph->add_node();
+    axes->set_op_type("Constant");
+    axes->add_output("axes");
+    onnx::AttributeProto* value = axes->add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+    value->mutable_t()->add_dims(1);
+    value->mutable_t()->add_int64_data(1);
+    onnx::NodeProto* squeeze = then_graph->add_node();
+    squeeze->set_op_type("Squeeze");
+    squeeze->add_input("x");
+    squeeze->add_input("axes");
+    squeeze->add_output("squeezed");
+    then_graph->add_output()->set_name("squeezed");
+  }
+  onnx::AttributeProto* else_attr = branch.add_attribute();
+  else_attr->set_name("else_branch");
+  else_attr->set_type(onnx::AttributeProto::GRAPH);
+  onnx::GraphProto* else_graph = else_attr->mutable_g();
+  else_graph->set_name("else");
+  onnx::NodeProto* identity = else_graph->add_node();
+  identity->set_op_type("Identity");
+  identity->add_input("x");
+  identity->add_output("same");
+  else_graph->add_output()->set_name("same");
+  m.output("y");
+  return m;
+}
+
+TEST(StaticIf, TheBranchTheKnownConditionTakesIsImportedInPlace) {
+  for (const int64_t d : {1, 2}) {
+    SCOPED_TRACE(str_cat("dim ", d));
+    std::unique_ptr<Graph> graph = import_ok(squeeze_if_model(d));
+    ASSERT_NE(graph, nullptr);
+    EXPECT_EQ(count_ops(*graph, "If"), 0);
+    EXPECT_EQ(count_ops(*graph, "Squeeze"), d == 1 ? 1 : 0);
+    ASSERT_EQ(graph->outputs().size(), 1u);
+    EXPECT_EQ(graph->outputs()[0]->shape(), d == 1 ? (Shape{2, 3}) : (Shape{2, d, 3}));
+    std::vector<float> x(6 * d);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+    const std::vector<Tensor> y = run(*graph, {Tensor::from_f32({2, d, 3}, x)});
+    ASSERT_EQ(y.size(), 1u);
+    EXPECT_EQ(floats(y[0]), x);  // squeezing or not moves no element
+  }
+}
+
+TEST(StaticIf, AConditionComputedAtRunTimeIsRefused) {
+  ModelBuilder m = squeeze_if_model(1);
+  m.input("flag", onnx::TensorProto::BOOL, {});
+  m.graph().mutable_node(m.graph().node_size() - 1)->set_input(0, "flag");
+  expect_import_error(m, {"node 'squeeze_if' (If): its condition 'flag' is computed at run time",
+                          "known at import"});
 }
 
 // ---- CastLike ----------------------------------------------------------------------------
