@@ -106,11 +106,12 @@ absl::Status lower_batch_norm_v9(const onnx::NodeProto& proto, const std::string
 absl::Status lower_dropout_before_12(const onnx::NodeProto& proto, const std::string& label,
                                      ImportSink& sink) {
   AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
-                        read_attributes(proto, label, {{"ratio", onnx::AttributeProto::FLOAT}}));
+                        read_attributes(proto, label,
+                                        {{"ratio", onnx::AttributeProto::FLOAT},
+                                         {"seed", onnx::AttributeProto::INT}}));
   if (proto.input_size() != 1) {
     return invalid(str_cat(label, " has ", proto.input_size(),
-                           " inputs; Dropout has one (data) "
-                           "before opset 12"));
+                           " inputs; Dropout has one (data) before opset 12"));
   }
   if (proto.output_size() > 2) {
     return invalid(str_cat(label, " has ", proto.output_size(), " outputs; Dropout has 2"));
@@ -133,6 +134,8 @@ absl::Status lower_dropout_before_12(const onnx::NodeProto& proto, const std::st
   }
   Attributes node_attrs;
   for (const auto& [name, value] : attrs.floats) node_attrs.emplace(name, AttrValue(value));
+  // ampc's seed, which its export writes.
+  for (const auto& [name, value] : attrs.ints) node_attrs.emplace(name, AttrValue(value));
   return sink.emit("Dropout", std::move(operands), std::move(node_attrs), outputs, proto.name())
       .status();
 }

@@ -1,5 +1,5 @@
-// Import-time lowering of CastLike, sequences and the expanded ops (compiler/onnx_lowering.h);
-// model-local functions are inlined by compiler/onnx_inliner.cc.
+// Import-time lowering of CastLike, Size, sequences and the expanded ops
+// (compiler/onnx_lowering.h); model-local functions are inlined by compiler/onnx_inliner.cc.
 #include "compiler/onnx_lowering.h"
 
 #include <algorithm>
@@ -54,6 +54,7 @@ constexpr std::string_view kLoweredOps[] = {
     "SequenceInsert",
     "SequenceLength",
     "Sign",
+    "Size",
     "SpaceToDepth",
     "SplitToSequence",
     "TopK",
@@ -294,6 +295,15 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
     Attributes cast = {{"to", AttrValue(target->dtype())}};
     if (proto.attribute_size() > 0) cast.emplace("saturate", AttrValue(attrs.at("saturate")));
     return sink.emit("Cast", {input}, std::move(cast), {out}, proto.name()).status();
+  }
+
+  // Size: the element count, known at import since shapes are static.
+  if (op == "Size") {
+    AMPC_RETURN_IF_ERROR(int_attributes(proto, label, {}).status());
+    AMPC_ASSIGN_OR_RETURN(Value * input, tensor_input(proto, 0, label, sink));
+    if (out.empty()) return absl::OkStatus();
+    const Tensor count = Tensor::from_i64({}, {input->type().num_elements()});
+    return sink.emit("Constant", {}, {{"value", AttrValue(count)}}, {out}, proto.name()).status();
   }
 
   if (op == "SequenceEmpty") {

@@ -4,7 +4,8 @@
 //   inlined: each call becomes the function's nodes, with its values renamed under the call
 //   and its attribute references resolved against the call's attributes and the function's
 //   defaults. This happens on the protos, before any node is imported.
-// - CastLike becomes Cast to the target's element type, which the IR always knows statically.
+// - CastLike becomes Cast to the target's element type, which the IR always knows statically;
+//   Size the constant element count of its input.
 // - RMSNormalization and Attention (opset 23), GroupNormalization, InstanceNormalization,
 //   ReduceLogSumExp and LpNormalization (compiler/onnx_function_ops.cc), RotaryEmbedding (23)
 //   and OneHot (compiler/onnx_encoding_ops.cc) become the ops their definitions are made of;

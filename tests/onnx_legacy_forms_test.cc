@@ -372,6 +372,14 @@ TEST(LegacyForms, DropoutWithItsMaskOutputBeforeOpset12DropsAsInTraining) {
   }
 }
 
+TEST(LegacyForms, DropoutKeepsTheSeedAmpcsExportWrites) {
+  ModelBuilder m = dropout_model(11, {"y", "mask"});
+  add_int_attr(*m.graph().mutable_node(0), "seed", 7);
+  std::unique_ptr<Graph> graph = import_ok(m.bytes());
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(only_node(*graph, "Dropout")->int_attr("seed"), 7);
+}
+
 TEST(LegacyForms, DropoutsFloatMaskBeforeOpset10IsNotComputedAndReadingItSaysSo) {
   ModelBuilder m = dropout_model(9, {"y", "mask"});
   m.node("Mul", {"y", "mask"}, {"z"}, "mul");
