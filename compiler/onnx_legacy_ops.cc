@@ -32,6 +32,14 @@ using lowering::NodeAttributes;
 using lowering::read_attributes;
 using lowering::tensor_input;
 
+// The node's attributes as read (`known` in read_attributes), for the node it lowers to.
+Attributes as_attributes(const NodeAttributes& read) {
+  Attributes attrs;
+  for (const auto& [name, value] : read.floats) attrs.emplace(name, AttrValue(value));
+  for (const auto& [name, value] : read.ints) attrs.emplace(name, AttrValue(value));
+  return attrs;
+}
+
 absl::Status lower_coerced_softmax(const onnx::NodeProto& proto, const std::string& label,
                                    ImportSink& sink) {
   AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
@@ -58,9 +66,7 @@ absl::Status lower_coerced_softmax(const onnx::NodeProto& proto, const std::stri
   AMPC_ASSIGN_OR_RETURN(Value * rows, e.op("Flatten", {x}, {{"axis", AttrValue(axis)}}));
   AMPC_ASSIGN_OR_RETURN(Value * normalized,
                         e.op(proto.op_type(), {rows}, {{"axis", AttrValue(int64_t{1})}}));
-  AMPC_ASSIGN_OR_RETURN(Value * target,
-                        e.constant(Tensor::from_i64({rank}, std::vector<int64_t>(shape))));
-  return e.op("Reshape", {normalized, target}, {}, e.output(0)).status();
+  return e.reshape(normalized, shape, e.output(0)).status();
 }
 
 absl::Status lower_batch_norm_v9(const onnx::NodeProto& proto, const std::string& label,
@@ -96,8 +102,8 @@ absl::Status lower_batch_norm_v9(const onnx::NodeProto& proto, const std::string
                                    "PyTorch's exports do not read it)"));
     }
   }
-  Attributes node_attrs = {{"training_mode", AttrValue(int64_t{training ? 1 : 0})}};
-  for (const auto& [name, value] : attrs.floats) node_attrs.emplace(name, AttrValue(value));
+  Attributes node_attrs = as_attributes(attrs);
+  node_attrs.emplace("training_mode", AttrValue(int64_t{training ? 1 : 0}));
   return sink
       .emit("BatchNormalization", std::move(operands), std::move(node_attrs), outputs, proto.name())
       .status();
@@ -132,11 +138,8 @@ absl::Status lower_dropout_before_12(const onnx::NodeProto& proto, const std::st
                                          "type before opset 10 and which ampc does not compute"));
     }
   }
-  Attributes node_attrs;
-  for (const auto& [name, value] : attrs.floats) node_attrs.emplace(name, AttrValue(value));
-  // ampc's seed, which its export writes.
-  for (const auto& [name, value] : attrs.ints) node_attrs.emplace(name, AttrValue(value));
-  return sink.emit("Dropout", std::move(operands), std::move(node_attrs), outputs, proto.name())
+  // ratio, and ampc's seed (which its export writes).
+  return sink.emit("Dropout", std::move(operands), as_attributes(attrs), outputs, proto.name())
       .status();
 }
 

@@ -76,10 +76,10 @@ class Emitter {
     return op("Cast", {value}, {{"to", AttrValue(to)}});
   }
 
-  absl::StatusOr<Value*> reshape(Value* value, const Shape& shape) {
+  absl::StatusOr<Value*> reshape(Value* value, const Shape& shape, std::string output = "") {
     AMPC_ASSIGN_OR_RETURN(Value * target,
                           constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
-    return op("Reshape", {value, target});
+    return op("Reshape", {value, target}, {}, std::move(output));
   }
 
   absl::StatusOr<Value*> transpose(Value* value, std::vector<int64_t> perm) {

@@ -189,18 +189,16 @@ absl::StatusOr<Grads> cos_grad(GradBuilder& b) {
 //   tan: dy * (1 + y^2)          asin: dy / sqrt(1 - x^2)      acos: -dy / sqrt(1 - x^2)
 //   atan: dy / (1 + x^2)         sinh: dy * cosh(x)            cosh: dy * sinh(x)
 //   asinh: dy / sqrt(x^2 + 1)    acosh: dy / sqrt(x^2 - 1)     atanh: dy / (1 - x^2)
-Value* one_plus(GradBuilder& b, double sign, Value* square) {
-  Value* one = b.scalar(1, square->dtype());
-  return sign > 0 ? b.op("Add", {one, square}) : b.op("Sub", {one, square});
-}
+Value* one_plus(GradBuilder& b, Value* v) { return b.op("Add", {b.scalar(1, v->dtype()), v}); }
+Value* one_minus(GradBuilder& b, Value* v) { return b.op("Sub", {b.scalar(1, v->dtype()), v}); }
 absl::StatusOr<Grads> tan_grad(GradBuilder& b) {
   Value* y = b.output(0);
-  return Grads{b.op("Mul", {b.grad_of_output(0), one_plus(b, 1, b.op("Mul", {y, y}))})};
+  return Grads{b.op("Mul", {b.grad_of_output(0), one_plus(b, b.op("Mul", {y, y}))})};
 }
 absl::StatusOr<Grads> asin_grad(GradBuilder& b) {
   Value* x = b.input(0);
   return Grads{
-      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_plus(b, -1, b.op("Mul", {x, x}))})})};
+      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_minus(b, b.op("Mul", {x, x}))})})};
 }
 absl::StatusOr<Grads> acos_grad(GradBuilder& b) {
   AMPC_ASSIGN_OR_RETURN(Grads grads, asin_grad(b));
@@ -208,7 +206,7 @@ absl::StatusOr<Grads> acos_grad(GradBuilder& b) {
 }
 absl::StatusOr<Grads> atan_grad(GradBuilder& b) {
   Value* x = b.input(0);
-  return Grads{b.op("Div", {b.grad_of_output(0), one_plus(b, 1, b.op("Mul", {x, x}))})};
+  return Grads{b.op("Div", {b.grad_of_output(0), one_plus(b, b.op("Mul", {x, x}))})};
 }
 absl::StatusOr<Grads> sinh_grad(GradBuilder& b) {
   return Grads{b.op("Mul", {b.grad_of_output(0), b.op("Cosh", {b.input(0)})})};
@@ -219,7 +217,7 @@ absl::StatusOr<Grads> cosh_grad(GradBuilder& b) {
 absl::StatusOr<Grads> asinh_grad(GradBuilder& b) {
   Value* x = b.input(0);
   return Grads{
-      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_plus(b, 1, b.op("Mul", {x, x}))})})};
+      b.op("Div", {b.grad_of_output(0), b.op("Sqrt", {one_plus(b, b.op("Mul", {x, x}))})})};
 }
 absl::StatusOr<Grads> acosh_grad(GradBuilder& b) {
   Value* x = b.input(0);
@@ -229,7 +227,7 @@ absl::StatusOr<Grads> acosh_grad(GradBuilder& b) {
 }
 absl::StatusOr<Grads> atanh_grad(GradBuilder& b) {
   Value* x = b.input(0);
-  return Grads{b.op("Div", {b.grad_of_output(0), one_plus(b, -1, b.op("Mul", {x, x}))})};
+  return Grads{b.op("Div", {b.grad_of_output(0), one_minus(b, b.op("Mul", {x, x}))})};
 }
 
 // d/dx gelu(x) = dy * (Phi(x) + x * phi(x)), or the derivative of the tanh approximation.

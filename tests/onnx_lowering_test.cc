@@ -52,10 +52,14 @@ Tensor iota_3x4() {
   return Tensor::from_f32({3, 4}, values);
 }
 
-onnx::NodeProto& constant_i64(ModelBuilder& m, const std::string& name,
+// A Constant node of `graph` (the model's, or a branch of an If) making `name` an i64 tensor.
+onnx::NodeProto& constant_i64(onnx::GraphProto& graph, const std::string& name,
                               const std::vector<int64_t>& dims,
                               const std::vector<int64_t>& values) {
-  onnx::NodeProto& node = m.node("Constant", {}, {name}, name);
+  onnx::NodeProto& node = *graph.add_node();
+  node.set_op_type("Constant");
+  node.set_name(name);
+  node.add_output(name);
   onnx::AttributeProto* attr = node.add_attribute();
   attr->set_name("value");
   attr->set_type(onnx::AttributeProto::TENSOR);
@@ -64,6 +68,12 @@ onnx::NodeProto& constant_i64(ModelBuilder& m, const std::string& name,
   for (int64_t d : dims) t->add_dims(d);
   for (int64_t v : values) t->add_int64_data(v);
   return node;
+}
+
+onnx::NodeProto& constant_i64(ModelBuilder& m, const std::string& name,
+                              const std::vector<int64_t>& dims,
+                              const std::vector<int64_t>& values) {
+  return constant_i64(m.graph(), name, dims, values);
 }
 
 int count_ops(const Graph& graph, std::string_view op_type) {
@@ -91,15 +101,7 @@ ModelBuilder squeeze_if_model(int64_t d) {
   onnx::GraphProto* then_graph = then_attr->mutable_g();
   then_graph->set_name("then");
   {
-    onnx::NodeProto* axes = then_graph->add_node();
-    axes->set_op_type("Constant");
-    axes->add_output("axes");
-    onnx::AttributeProto* value = axes->add_attribute();
-    value->set_name("value");
-    value->set_type(onnx::AttributeProto::TENSOR);
-    value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
-    value->mutable_t()->add_dims(1);
-    value->mutable_t()->add_int64_data(1);
+    constant_i64(*then_graph, "axes", {1}, {1});
     onnx::NodeProto* squeeze = then_graph->add_node();
     squeeze->set_op_type("Squeeze");
     squeeze->add_input("x");
