@@ -311,6 +311,7 @@ std::unique_ptr<Graph> Graph::clone() const {
   for (const Value* v : initializers_) {
     map[v] = copy->add_initializer(v->name(), v->data_);
     map[v]->is_constant_ = v->is_constant_;
+    map[v]->declared_ = v->declared_;
   }
   for (const auto& node : nodes_) {
     std::vector<Value*> operands;

@@ -82,6 +82,14 @@ class Value {
   // arithmetic, a constant a pass added), not a weight: autodiff never trains it.
   bool is_constant() const { return is_constant_; }
   void set_constant(bool constant) { is_constant_ = constant; }
+  // What the exporter declared an initializer (PyTorch's graph signature), where the file says:
+  // a parameter, which trains even where it looks like a constant the exporter lifted (a scalar),
+  // or a buffer (register_buffer: a rotary frequency table, a fixed bias), which autodiff trains
+  // only when --trainable names it.
+  enum class Declared { kUnknown, kParameter, kBuffer };
+  Declared declared() const { return declared_; }
+  void set_declared(Declared declared) { declared_ = declared; }
+  bool is_buffer() const { return declared_ == Declared::kBuffer; }
 
   // Points every use (node operands and graph outputs) at `other`. When this value is a graph
   // output and `other` is a node output that is not one yet, `other` takes this value's name, so
@@ -106,6 +114,7 @@ class Value {
   std::list<std::unique_ptr<Value>>::iterator position_;  // graph inputs and initializers
   Tensor data_;                                           // initializers only
   bool is_constant_ = false;
+  Declared declared_ = Declared::kUnknown;
 };
 
 class Node {

@@ -18,6 +18,7 @@
 #include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
+#include "compiler/onnx_metadata.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "google/protobuf/arena.h"
@@ -27,10 +28,6 @@ namespace {
 
 // The IR version written: the newest that libonnx 1.12's checker accepts.
 constexpr int64_t kExportIrVersion = 8;
-
-// Marks an initializer that is a program constant (Value::is_constant) in its TensorProto's
-// doc_string, so a re-imported model does not train it.
-constexpr std::string_view kConstantDoc = "ampc: constant";
 
 // The weights an export writes beside the model (ONNX external data): the tensors' bytes in
 // order, each at an offset aligned to kAlignment, all in one file.
@@ -126,7 +123,12 @@ class Exporter {
       if (shared) continue;
       onnx::TensorProto* tensor = proto.add_initializer();
       tensor->set_name(names_.at(init));
-      if (init->is_constant()) tensor->set_doc_string(std::string(kConstantDoc));
+      if (init->is_constant()) tensor->set_doc_string(std::string(onnx_io::kConstantDoc));
+      if (init->declared() == Value::Declared::kParameter) {
+        tensor->set_doc_string(std::string(onnx_io::kParameterDoc));
+      } else if (init->declared() == Value::Declared::kBuffer) {
+        tensor->set_doc_string(std::string(onnx_io::kBufferDoc));
+      }
       if (external_ != nullptr && data->type().byte_size() >= kExternalDataMinBytes) {
         external_->add(*data, tensor);
       } else {
@@ -364,6 +366,12 @@ class Exporter {
     const bool legacy_dropout = is_dropout_before_12(node);
     if (legacy_dropout) AMPC_RETURN_IF_ERROR(write_dropout_mode(node, *proto));
     for (const auto& [name, value] : node.attrs()) {
+      if (const AttrSpec* spec = node.def()->find_attr(name); spec != nullptr && spec->extension) {
+        AMPC_CHECK(attr_kind(value) == AttrKind::kInt);
+        onnx_io::add_metadata_prop(*proto, onnx_io::extension_attr_key(name),
+                                   str_cat(std::get<int64_t>(value)));
+        continue;
+      }
       if (as_inputs.contains(name) || (legacy_batch_norm && name == "training_mode") ||
           (legacy_dropout && name == "ratio" && node.has_operand(1))) {
         continue;

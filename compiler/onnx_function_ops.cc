@@ -434,51 +434,160 @@ absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, 
 
 namespace ampc::onnx_io {
 
-absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
-                                             ImportSink& sink) {
-  using lowering::Emitter;
-  AMPC_ASSIGN_OR_RETURN(lowering::NodeAttributes attrs,
+namespace {
+
+// What both cross-entropy lowerings read of a SoftmaxCrossEntropyLoss node.
+struct CrossEntropyNode {
+  lowering::NodeAttributes attrs;
+  std::string reduction;
+  Value* scores = nullptr;   // [N, C, ...]
+  Value* targets = nullptr;  // class indices [N, ...] or probabilities shaped like the scores
+  Value* weights = nullptr;  // [C], or null
+};
+
+absl::StatusOr<CrossEntropyNode> read_cross_entropy(const onnx::NodeProto& proto,
+                                                    const std::string& label, ImportSink& sink) {
+  CrossEntropyNode node;
+  AMPC_ASSIGN_OR_RETURN(node.attrs,
                         lowering::read_attributes(proto, label,
                                                   {{"ignore_index", onnx::AttributeProto::INT},
                                                    {"reduction", onnx::AttributeProto::STRING}}));
-  AMPC_ASSIGN_OR_RETURN(Value * scores, lowering::tensor_input(proto, 0, label, sink));
-  AMPC_ASSIGN_OR_RETURN(Value * labels, lowering::tensor_input(proto, 1, label, sink));
-  const Shape& shape = scores->shape();
-  if (shape.size() < 2 || labels->shape() != shape || labels->dtype() != scores->dtype()) {
-    return lowering::invalid(
-        str_cat(label, ": float labels are class probabilities and must match the scores' type ",
-                type_to_string(scores->type()), "; they are ", type_to_string(labels->type())));
-  }
-  const std::string reduction = attrs.s("reduction", "mean");
-  if (reduction != "mean" && reduction != "sum" && reduction != "none") {
-    return lowering::invalid(str_cat(label, ": reduction is \"", reduction,
+  node.reduction = node.attrs.s("reduction", "mean");
+  if (node.reduction != "mean" && node.reduction != "sum" && node.reduction != "none") {
+    return lowering::invalid(str_cat(label, ": reduction is \"", node.reduction,
                                      "\"; it must be \"mean\", \"sum\" or \"none\""));
   }
-  Emitter e(proto, label, sink);
-  const Attributes classes = {{"axis", AttrValue(int64_t{1})}};
-  AMPC_ASSIGN_OR_RETURN(Value * log_prob, e.op("LogSoftmax", {scores}, classes, e.output(1)));
-  AMPC_ASSIGN_OR_RETURN(Value * weighted, e.op("Mul", {log_prob, labels}));
-  if (lowering::has_input(proto, 2)) {
-    AMPC_ASSIGN_OR_RETURN(Value * weights, lowering::tensor_input(proto, 2, label, sink));
-    if (weights->shape() != Shape{shape[1]}) {
-      return lowering::invalid(str_cat(label, ": weights are ", shape_to_string(weights->shape()),
-                                       "; they must be [", shape[1], "], one per class"));
-    }
-    Shape per_class(shape.size(), 1);
-    per_class[1] = shape[1];
-    AMPC_ASSIGN_OR_RETURN(Value * spread, e.reshape(weights, per_class));
-    AMPC_ASSIGN_OR_RETURN(weighted, e.op("Mul", {weighted, spread}));
+  AMPC_ASSIGN_OR_RETURN(node.scores, lowering::tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(node.targets, lowering::tensor_input(proto, 1, label, sink));
+  const Shape& shape = node.scores->shape();
+  if (shape.size() < 2 || !is_arithmetic_float(node.scores->dtype())) {
+    return lowering::invalid(str_cat(label, ": scores are ", type_to_string(node.scores->type()),
+                                     "; they must be float [N, C, ...]"));
   }
-  AMPC_ASSIGN_OR_RETURN(Value * summed, e.op("ReduceSum", {weighted},
+  if (lowering::has_input(proto, 2)) {
+    AMPC_ASSIGN_OR_RETURN(node.weights, lowering::tensor_input(proto, 2, label, sink));
+    if (node.weights->shape() != Shape{shape[1]}) {
+      return lowering::invalid(str_cat(label, ": weights are ",
+                                       shape_to_string(node.weights->shape()), "; they must be [",
+                                       shape[1], "], one per class"));
+    }
+  }
+  return node;
+}
+
+// -sum_c(weight_c * values_c) over the class axis (1) of `values`, shaped like the scores;
+// `output` names it, or a fresh name is made.
+absl::StatusOr<Value*> negated_class_sum(lowering::Emitter& e, const CrossEntropyNode& node,
+                                         Value* values, std::string output = "") {
+  if (node.weights != nullptr) {
+    Shape per_class(values->shape().size(), 1);
+    per_class[1] = values->shape()[1];
+    AMPC_ASSIGN_OR_RETURN(Value * spread, e.reshape(node.weights, per_class));
+    AMPC_ASSIGN_OR_RETURN(values, e.op("Mul", {values, spread}));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * summed, e.op("ReduceSum", {values},
                                              {{"axes", AttrValue(std::vector<int64_t>{1})},
                                               {"keepdims", AttrValue(int64_t{0})}}));
+  return e.op("Neg", {summed}, {}, std::move(output));
+}
+
+}  // namespace
+
+absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
+                                             ImportSink& sink, double smoothing) {
+  AMPC_ASSIGN_OR_RETURN(const CrossEntropyNode node, read_cross_entropy(proto, label, sink));
+  Value* labels = node.targets;
+  const Shape& shape = node.scores->shape();
+  if (labels->shape() != shape || labels->dtype() != node.scores->dtype()) {
+    return lowering::invalid(str_cat(
+        label, ": float labels are class probabilities and must match the scores' type ",
+        type_to_string(node.scores->type()), "; they are ", type_to_string(labels->type())));
+  }
+  lowering::Emitter e(proto, label, sink);
+  if (smoothing > 0) {
+    // PyTorch's: labels * (1 - smoothing) + smoothing / C.
+    AMPC_ASSIGN_OR_RETURN(Value * kept, e.scalar(1 - smoothing, labels->dtype()));
+    AMPC_ASSIGN_OR_RETURN(Value * spread,
+                          e.scalar(smoothing / static_cast<double>(shape[1]), labels->dtype()));
+    AMPC_ASSIGN_OR_RETURN(Value * scaled, e.op("Mul", {labels, kept}));
+    AMPC_ASSIGN_OR_RETURN(labels, e.op("Add", {scaled, spread}));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * log_prob, e.op("LogSoftmax", {node.scores},
+                                               {{"axis", AttrValue(int64_t{1})}}, e.output(1)));
+  AMPC_ASSIGN_OR_RETURN(Value * product, e.op("Mul", {log_prob, labels}));
   if (e.output(0).empty()) return absl::OkStatus();
-  if (reduction == "none") return e.op("Neg", {summed}, {}, e.output(0)).status();
-  AMPC_ASSIGN_OR_RETURN(Value * loss, e.op("Neg", {summed}));
+  if (node.reduction == "none") return negated_class_sum(e, node, product, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * loss, negated_class_sum(e, node, product));
   return e
-      .op(reduction == "mean" ? "ReduceMean" : "ReduceSum", {loss},
+      .op(node.reduction == "mean" ? "ReduceMean" : "ReduceSum", {loss},
           {{"keepdims", AttrValue(int64_t{0})}}, e.output(0))
       .status();
+}
+
+absl::Status lower_label_smoothed_cross_entropy(const onnx::NodeProto& proto,
+                                                const std::string& label, ImportSink& sink,
+                                                double smoothing) {
+  AMPC_ASSIGN_OR_RETURN(const CrossEntropyNode node, read_cross_entropy(proto, label, sink));
+  const Shape& shape = node.scores->shape();
+  const DType dtype = node.scores->dtype();
+  lowering::Emitter e(proto, label, sink);
+  std::vector<Value*> operands = {node.scores, node.targets};
+  if (node.weights != nullptr) operands.push_back(node.weights);
+  Attributes loss_attrs = {{"reduction", AttrValue(node.reduction)}};
+  const bool ignores = node.attrs.has("ignore_index");
+  if (ignores) loss_attrs.emplace("ignore_index", AttrValue(node.attrs.i("ignore_index", 0)));
+  AMPC_ASSIGN_OR_RETURN(Value * nll, e.op("SoftmaxCrossEntropyLoss", operands, loss_attrs));
+  // Each position's -sum_c(weight_c * log_softmax_c), zero where the target is ignored.
+  AMPC_ASSIGN_OR_RETURN(Value * log_prob, e.op("LogSoftmax", {node.scores},
+                                               {{"axis", AttrValue(int64_t{1})}}, e.output(1)));
+  AMPC_ASSIGN_OR_RETURN(Value * smooth, negated_class_sum(e, node, log_prob));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+  Value* kept = nullptr;  // the positions whose target is not ignored
+  if (ignores) {
+    AMPC_ASSIGN_OR_RETURN(
+        Value * ignored,
+        e.scalar(static_cast<double>(node.attrs.i("ignore_index", 0)), node.targets->dtype()));
+    AMPC_ASSIGN_OR_RETURN(Value * equal, e.op("Equal", {node.targets, ignored}));
+    AMPC_ASSIGN_OR_RETURN(kept, e.op("Not", {equal}));
+    AMPC_ASSIGN_OR_RETURN(smooth, e.op("Where", {kept, smooth, zero}));
+  }
+  const Attributes all = {{"keepdims", AttrValue(int64_t{0})}};
+  if (node.reduction != "none") {
+    AMPC_ASSIGN_OR_RETURN(smooth, e.op("ReduceSum", {smooth}, all));
+  }
+  if (node.reduction == "mean") {
+    // Divided as the loss is: by the summed weights of the kept targets' classes, or their count.
+    Value* denominator = nullptr;
+    if (node.weights == nullptr && kept == nullptr) {
+      int64_t positions = shape[0];
+      for (size_t d = 2; d < shape.size(); ++d) positions *= shape[d];
+      AMPC_ASSIGN_OR_RETURN(denominator, e.scalar(static_cast<double>(positions), dtype));
+    } else {
+      Value* counted = nullptr;
+      if (node.weights != nullptr) {
+        Value* safe = node.targets;
+        if (kept != nullptr) {
+          AMPC_ASSIGN_OR_RETURN(Value * first, e.scalar(0, node.targets->dtype()));
+          AMPC_ASSIGN_OR_RETURN(safe, e.op("Where", {kept, node.targets, first}));
+        }
+        AMPC_ASSIGN_OR_RETURN(counted, e.op("Gather", {node.weights, safe}));
+        if (kept != nullptr) {
+          AMPC_ASSIGN_OR_RETURN(counted, e.op("Where", {kept, counted, zero}));
+        }
+      } else {
+        AMPC_ASSIGN_OR_RETURN(counted, e.cast(kept, dtype));
+      }
+      AMPC_ASSIGN_OR_RETURN(denominator, e.op("ReduceSum", {counted}, all));
+    }
+    AMPC_ASSIGN_OR_RETURN(smooth, e.op("Div", {smooth, denominator}));
+  }
+  if (e.output(0).empty()) return absl::OkStatus();
+  // (1 - smoothing) * loss + smoothing / C * smooth, as PyTorch's cross_entropy adds them.
+  AMPC_ASSIGN_OR_RETURN(Value * keep, e.scalar(1 - smoothing, dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * spread, e.scalar(smoothing / static_cast<double>(shape[1]), dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * hard, e.op("Mul", {nll, keep}));
+  AMPC_ASSIGN_OR_RETURN(Value * soft, e.op("Mul", {smooth, spread}));
+  return e.op("Add", {hard, soft}, {}, e.output(0)).status();
 }
 
 }  // namespace ampc::onnx_io

@@ -20,6 +20,7 @@
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering.h"
+#include "compiler/onnx_metadata.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
@@ -158,9 +159,6 @@ std::string shape_flag_hint(const std::string& name, const std::vector<InputDim>
   return str_cat("--shape ", name, ":", str_join(parts, "x"));
 }
 
-// Written by the exporter on initializers that are program constants (Value::is_constant).
-constexpr std::string_view kConstantDoc = "ampc: constant";
-
 class Importer : public onnx_io::ImportSink {
  public:
   // `outer`: the graph whose initializers this one may read by name (the eval graph, when
@@ -228,6 +226,8 @@ class Importer : public onnx_io::ImportSink {
       return absl::UnimplementedError(str_cat("sparse initializers are not supported ('",
                                               graph.sparse_initializer(0).values().name(), "')"));
     }
+    const std::unordered_map<std::string, Value::Declared> declared =
+        onnx_io::torch_signature(graph);
     for (int i = 0; i < graph.initializer_size(); ++i) {
       const onnx::TensorProto& proto = graph.initializer(i);
       if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
@@ -237,7 +237,14 @@ class Importer : public onnx_io::ImportSink {
       }
       AMPC_ASSIGN_OR_RETURN(Tensor data, onnx_io::tensor_from_proto(proto, what, base_dir_));
       Value* value = graph_->add_initializer(proto.name(), std::move(data));
-      value->set_constant(proto.doc_string() == kConstantDoc);
+      value->set_constant(proto.doc_string() == onnx_io::kConstantDoc);
+      if (proto.doc_string() == onnx_io::kParameterDoc) {
+        value->set_declared(Value::Declared::kParameter);
+      } else if (proto.doc_string() == onnx_io::kBufferDoc) {
+        value->set_declared(Value::Declared::kBuffer);
+      } else if (auto it = declared.find(proto.name()); it != declared.end()) {
+        value->set_declared(it->second);
+      }
       AMPC_RETURN_IF_ERROR(define(proto.name(), value, what));
     }
     return absl::OkStatus();
@@ -423,9 +430,11 @@ class Importer : public onnx_io::ImportSink {
             str_cat(where, " refers to a function attribute, which is not supported"));
       }
       const AttrSpec* spec = def.find_attr(attr.name());
-      if (spec == nullptr) {
+      if (spec == nullptr || spec->extension) {
         std::vector<std::string> known;
-        for (const AttrSpec& s : def.attrs) known.push_back(s.name);
+        for (const AttrSpec& s : def.attrs) {
+          if (!s.extension) known.push_back(s.name);
+        }
         return invalid(str_cat(where, " is not an attribute of ", def.qualified_name(),
                                " at opset ", graph_->opset(def.domain), " (it has ",
                                known.empty() ? "none" : str_join(known, ", "), ")"));
@@ -434,12 +443,43 @@ class Importer : public onnx_io::ImportSink {
       AMPC_ASSIGN_OR_RETURN(AttrValue value, attr_value(attr, *spec, where));
       attrs.emplace(attr.name(), std::move(value));
     }
+    AMPC_RETURN_IF_ERROR(import_extension_attrs(proto, def, label, attrs));
     for (const AttrSpec& spec : def.attrs) {
       if (spec.required && !attrs.contains(spec.name)) {
         return invalid(str_cat(label, ": required attribute '", spec.name, "' is missing"));
       }
     }
     return attrs;
+  }
+
+  // What the node's metadata adds to its attributes: what PyTorch's dynamo exporter recorded
+  // of it and its ONNX form lost (an embedding's padding_idx, a batch norm's training mode),
+  // and ampc's own `ampc.<name>` entries for the op's extension attributes
+  // (AttrSpec::extension).
+  absl::Status import_extension_attrs(const onnx::NodeProto& proto, const OpDef& def,
+                                      const std::string& label, Attributes& attrs) {
+    for (const auto& [name, value] : onnx_io::torch_recorded_attrs(proto)) {
+      if (def.find_attr(name) != nullptr) attrs.insert_or_assign(name, AttrValue(value));
+    }
+    if (std::none_of(def.attrs.begin(), def.attrs.end(),
+                     [](const AttrSpec& spec) { return spec.extension; })) {
+      return absl::OkStatus();
+    }
+    for (const auto& [key, text] : onnx_io::metadata_props(proto)) {
+      for (const AttrSpec& spec : def.attrs) {
+        if (!spec.extension || key != onnx_io::extension_attr_key(spec.name)) continue;
+        const std::string where = str_cat(label, ": metadata '", key, "'");
+        AMPC_CHECK(spec.kind == AttrKind::kInt);
+        errno = 0;
+        char* end = nullptr;
+        const long long value = std::strtoll(text.c_str(), &end, 10);
+        if (text.empty() || errno != 0 || *end != '\0') {
+          return invalid(str_cat(where, " is '", text, "', not an integer"));
+        }
+        attrs.insert_or_assign(spec.name, AttrValue(int64_t{value}));
+      }
+    }
+    return absl::OkStatus();
   }
 
   absl::StatusOr<std::vector<Value*>> node_operands(const onnx::NodeProto& proto,
@@ -493,9 +533,13 @@ class Importer : public onnx_io::ImportSink {
     }
     if (domain.empty() && proto.op_type() == "SoftmaxCrossEntropyLoss" && proto.input_size() > 1) {
       const Value* labels = find_value(proto.input(1));
-      if (labels != nullptr && is_arithmetic_float(labels->dtype())) {
+      const bool soft = labels != nullptr && is_arithmetic_float(labels->dtype());
+      const double smoothing = onnx_io::torch_label_smoothing(proto);
+      if (soft || smoothing > 0) {
         lowered_ = &proto;
-        absl::Status lowered = onnx_io::lower_soft_target_cross_entropy(proto, label, *this);
+        absl::Status lowered =
+            soft ? onnx_io::lower_soft_target_cross_entropy(proto, label, *this, smoothing)
+                 : onnx_io::lower_label_smoothed_cross_entropy(proto, label, *this, smoothing);
         lowered_ = nullptr;
         return lowered;
       }
@@ -723,6 +767,7 @@ class Importer : public onnx_io::ImportSink {
     if (outer == nullptr) return nullptr;
     Value* copy = graph_->add_initializer(name, *outer->initializer());
     copy->set_constant(outer->is_constant());
+    copy->set_declared(outer->declared());
     values_.emplace(name, copy);
     return copy;
   }

@@ -91,8 +91,20 @@ class ImportSink {
 // LogSoftmax(scores)) over the class axis, then the mean over the rest (or sum, or none). As in
 // PyTorch, the gradient reaches the labels too where they depend on trained weights; ONNX has no
 // detach(), so soft targets a model detaches are differentiated (freeze a teacher's weights).
+// `smoothing` > 0: PyTorch's label_smoothing, which mixes the labels with the uniform
+// distribution (labels * (1 - smoothing) + smoothing / C) first.
 absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,
-                                             ImportSink& sink);
+                                             ImportSink& sink, double smoothing = 0);
+
+// SoftmaxCrossEntropyLoss against class indices with PyTorch's label_smoothing (which the
+// dynamo exporter records in the node's metadata and ONNX's op cannot hold;
+// compiler/onnx_metadata.h): (1 - smoothing) times the op, plus smoothing / C times the mean of
+// -sum_c(weight_c * LogSoftmax(scores)_c) over the positions whose target is not ignored
+// (divided, for "mean", as the op divides: by the summed weights of the targets' classes), as
+// PyTorch's cross_entropy computes it.
+absl::Status lower_label_smoothed_cross_entropy(const onnx::NodeProto& proto,
+                                                const std::string& label, ImportSink& sink,
+                                                double smoothing);
 
 // The forms ops had at old opsets that ampc lowers at import to what its definitions of those
 // opsets hold (compiler/onnx_legacy_ops.cc): Softmax and LogSoftmax before 13, BatchNormalization

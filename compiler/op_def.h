@@ -47,6 +47,10 @@ struct AttrSpec {
   // For an int attribute, the values ONNX defines ({0, 1} for a flag such as transB); a node
   // with another value is an error naming the node and the attribute.
   std::optional<std::pair<int64_t, int64_t>> int_range;
+  // An attribute ampc adds to an ONNX op (Gather's padding_idx): ONNX files carry it in the
+  // node's metadata_props as `ampc.<name>` (compiler/onnx_metadata.h), never in the attribute
+  // list, which ONNX's checker holds to the op's definition.
+  bool extension = false;
 };
 
 // An attribute that later opsets pass as an input (ReduceSum's axes from opset 13, Squeeze's

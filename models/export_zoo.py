@@ -53,6 +53,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import sys
 import warnings
 
@@ -127,6 +128,7 @@ class BatchNormalization(onnx.reference.op_run.OpRun):
             training = training_mode == 1
         else:
             training = len([o for o in node.output if o]) > 1
+        training = training or recorded_training(node)
         stats = (mean, var)
         if training:
             axes = tuple(i for i in range(x.ndim) if i != 1)
@@ -141,9 +143,67 @@ class BatchNormalization(onnx.reference.op_run.OpRun):
         return tuple(o.astype(x.dtype) for o in outputs[:len(node.output)])
 
 
+class SoftmaxCrossEntropyLoss(onnx.reference.op_run.OpRun):
+    """SoftmaxCrossEntropyLoss for onnx's reference evaluator with the label smoothing PyTorch's
+    dynamo exporter records in the node's FX node (the op has no attribute for it), computed as
+    PyTorch's cross_entropy documents it: (1 - e) * the op's loss + e / C * the same reduction of
+    -sum_c(weight_c * log_softmax_c), zero at ignored targets, a mean dividing by the summed
+    weights of the kept targets' classes. Class-index targets only (what the zoo uses)."""
+
+    op_domain = ""
+
+    def _run(self, scores, targets, weights=None, ignore_index=None, reduction=None):
+        reduction = (reduction or b"mean")
+        reduction = reduction.decode() if isinstance(reduction, bytes) else reduction
+        shifted = scores - scores.max(axis=1, keepdims=True)
+        log_prob = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+        classes = scores.shape[1]
+        w = np.ones(classes, scores.dtype) if weights is None else weights
+        kept = np.ones(targets.shape, bool) if ignore_index is None else targets != ignore_index
+        safe = np.where(kept, targets, 0)
+        picked = np.take_along_axis(log_prob, np.expand_dims(safe, 1), axis=1).squeeze(1)
+        nll = np.where(kept, -w[safe] * picked, 0)
+        shape = (1, -1) + (1,) * (scores.ndim - 2)
+        smooth = np.where(kept, -(log_prob * w.reshape(shape)).sum(axis=1), 0)
+        if reduction == "mean":
+            total = np.where(kept, w[safe], 0).sum()
+            nll, smooth = nll.sum() / total, smooth.sum() / total
+        elif reduction == "sum":
+            nll, smooth = nll.sum(), smooth.sum()
+        e = recorded_label_smoothing(self.onnx_node)
+        loss = (1 - e) * nll + e / classes * smooth
+        return (np.asarray(loss, dtype=scores.dtype), log_prob.astype(scores.dtype))[
+            :len(self.onnx_node.output)]
+
+
+def fx_call_args(node):
+    """The arguments of the aten call PyTorch's dynamo exporter recorded in the node's FX node
+    (metadata_props `pkg.torch.onnx.fx_node`), as strings; None without one."""
+    for prop in node.metadata_props:
+        if prop.key == "pkg.torch.onnx.fx_node":
+            call = re.search(r"\]\(args = \(([^)]*)\)", prop.value)
+            return [a.strip() for a in call.group(1).split(",")] if call else None
+    return None
+
+
+def recorded_label_smoothing(node):
+    args = fx_call_args(node) or []
+    return float(args[5]) if len(args) > 5 else 0.0
+
+
+def recorded_training(node):
+    """Whether PyTorch's dynamo exporter recorded that the batch norm `node` ran in training mode:
+    the `training` argument of the aten call in the node's FX node (metadata_props), which the
+    inference form the exporter writes for it loses (ampc reads it the same way)."""
+    is_batch_norm = any(p.key == "pkg.torch.onnx.fx_node" and "batch_norm" in p.value
+                        for p in node.metadata_props)
+    return is_batch_norm and (fx_call_args(node) or [])[5:6] == ["True"]
+
+
 def onnx_loss(path, feeds):
     model = onnx.load(path)
-    evaluator = onnx.reference.ReferenceEvaluator(model, new_ops=[BatchNormalization])
+    evaluator = onnx.reference.ReferenceEvaluator(
+        model, new_ops=[BatchNormalization, SoftmaxCrossEntropyLoss])
     return float(evaluator.run(["loss"], feeds)[0])
 
 
@@ -178,9 +238,17 @@ def unfaithful_because(model, path):
                  if o.domain in ("", "ai.onnx"))
     inference_bn = [n.name for n in graph.node if n.op_type == "BatchNormalization" and not (
         any(a.name == "training_mode" and a.i == 1 for a in n.attribute)
-        or (opset < 14 and len([o for o in n.output if o]) > 1))]
+        or (opset < 14 and len([o for o in n.output if o]) > 1) or recorded_training(n))]
     if inference_bn and any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         reasons.append("BatchNormalization is exported in inference mode")
+    if any(isinstance(m, nn.Embedding) and m.padding_idx is not None for m in model.modules()):
+        # ONNX's Gather has no padding_idx; the dynamo exporter records the aten.embedding call
+        # it came from in the node's metadata (onnx >= 1.16), which ampc reads.
+        recorded = [n for n in graph.node if n.op_type == "Gather" and any(
+            p.key == "pkg.torch.onnx.fx_node" and "aten.embedding" in p.value
+            for p in n.metadata_props)]
+        if not recorded:
+            reasons.append("the embedding's padding_idx is not in the file (its row would train)")
     return "; ".join(reasons)
 
 
@@ -258,7 +326,35 @@ def add_eval_losses(entry, model, batches, names, eval_batch, path):
         entry["buffers_from_export"] = changed
 
 
-def build(name, out_dir, refs_only=False, manifest_entries=()):
+def check(entry, model, path, feeds, want, training_data):
+    """Fills `entry` for the exported file at `path`: whether it is faithful to `model` (its loss
+    on the batch `feeds` is PyTorch's, `want`, and it lost nothing that can be told from the
+    file), why not, its parameters and op types, and a faithful one's eval losses."""
+    batches, names, eval_batch = training_data
+    file = os.path.basename(path)
+    try:
+        got = onnx_loss(path, feeds)
+        lost = unfaithful_because(model, path)
+        same_loss = abs(got - want) <= FAITHFUL_RTOL * abs(want)
+        faithful = same_loss and not lost
+        reason = "" if same_loss else (f"the exported model's loss on batch 0 is {got:.6g} "
+                                       f"under onnx's reference evaluator, PyTorch's "
+                                       f"{want:.6g}")
+        if lost:
+            reason = f"{reason}; {lost}" if reason else lost
+    except Exception as e:
+        faithful, reason = False, f"onnx's reference evaluator fails: {first_line(e)}"
+    entry.update(status="ok" if faithful else "unfaithful", reason=reason,
+                 parameters=parameter_initializers(model, path))
+    if faithful:
+        add_eval_losses(entry, model, batches, names, eval_batch, path)
+    ops = sorted({n.op_type for n in onnx.load(path, load_external_data=False).graph.node})
+    entry["ops"] = ops
+    size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
+    print(f"  {file}: {entry['status']} {reason} ({size / 1024:.0f} KiB, {len(ops)} op types)")
+
+
+def build(name, out_dir, refs_only=False, manifest_entries=(), recheck=False):
     factory, make_batch, exporters = ZOO[name]
     torch.manual_seed(0)
     model = factory().train()
@@ -271,6 +367,22 @@ def build(name, out_dir, refs_only=False, manifest_entries=()):
     args = tuple(batches[n][0] for n in names)
     with torch.no_grad():
         want = copy.deepcopy(model).train()(*args)[0].item()
+
+    if recheck:
+        # The files as they are: only what the manifest says of them is recomputed.
+        entries = []
+        for old in manifest_entries:
+            if old["model"] != name:
+                continue
+            if old["status"] == "export failed":
+                entries.append(old)
+                continue
+            entry = {k: old[k] for k in ("model", "exporter", "file", "inputs")}
+            check(entry, model, os.path.join(out_dir, entry["file"]),
+                  {n: batches[n][0].numpy() for n in names}, want, (batches, names, eval_batch))
+            entry["f32_vs_f64"] = old["f32_vs_f64"]
+            entries.append(entry)
+        return entries
 
     entries = []
     for exporter in exporters if not refs_only else ():
@@ -289,27 +401,8 @@ def build(name, out_dir, refs_only=False, manifest_entries=()):
             entries.append(entry)
             print(f"  {file}: export failed: {entry['reason']}")
             continue
-        feeds = {n: batches[n][0].numpy() for n in names}
-        try:
-            got = onnx_loss(path, feeds)
-            lost = unfaithful_because(model, path)
-            same_loss = abs(got - want) <= FAITHFUL_RTOL * abs(want)
-            faithful = same_loss and not lost
-            reason = "" if same_loss else (f"the exported model's loss on batch 0 is {got:.6g} "
-                                           f"under onnx's reference evaluator, PyTorch's "
-                                           f"{want:.6g}")
-            if lost:
-                reason = f"{reason}; {lost}" if reason else lost
-        except Exception as e:
-            faithful, reason = False, f"onnx's reference evaluator fails: {first_line(e)}"
-        entry.update(status="ok" if faithful else "unfaithful", reason=reason,
-                     parameters=parameter_initializers(model, path))
-        if faithful:
-            add_eval_losses(entry, model, batches, names, eval_batch, path)
-        ops = sorted({n.op_type for n in onnx.load(path, load_external_data=False).graph.node})
-        entry["ops"] = ops
-        size = os.path.getsize(path) + (os.path.getsize(path + ".data") if os.path.exists(path + ".data") else 0)
-        print(f"  {file}: {entry['status']} {reason} ({size / 1024:.0f} KiB, {len(ops)} op types)")
+        check(entry, model, path, {n: batches[n][0].numpy() for n in names}, want,
+              (batches, names, eval_batch))
         entries.append(entry)
 
     for entry in manifest_entries:
@@ -359,6 +452,9 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated model names")
     parser.add_argument("--refs-only", action="store_true",
                         help="rewrite only the <model>.train_ref.npz files, not the exports")
+    parser.add_argument("--recheck", action="store_true",
+                        help="recompute the manifest's entries (faithful or not, parameters, "
+                             "eval losses) from the files as they are, exporting nothing")
     args = parser.parse_args()
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
@@ -369,15 +465,18 @@ def main():
             sys.exit(f"unknown model {n!r} (models: {', '.join(ZOO)})")
     manifest_path = os.path.join(args.out, "manifest.json")
     entries = []
-    if os.path.exists(manifest_path) and (args.only or args.refs_only):
+    if os.path.exists(manifest_path) and (args.only or args.refs_only or args.recheck):
         with open(manifest_path) as f:
             entries = json.load(f)["entries"]
-        if not args.refs_only:
-            entries = [e for e in entries if e["model"] not in names]
+    old_entries = list(entries)
+    if not args.refs_only:
+        entries = [e for e in entries if e["model"] not in names]
     for n in names:
         print(n)
         if args.refs_only:
             build(n, args.out, refs_only=True, manifest_entries=entries)
+        elif args.recheck:
+            entries += build(n, args.out, manifest_entries=old_entries, recheck=True)
         else:
             entries += build(n, args.out)
     entries.sort(key=lambda e: (e["model"], e["exporter"]))

@@ -210,6 +210,44 @@ class PaddedDecoder(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
 
 
+class PaddedTagger(nn.Module):
+    """A token tagger built as Hugging Face's encoders are: token embeddings with a padding_idx
+    (PyTorch never moves that row), a fixed sinusoidal position table registered as a buffer
+    (not a parameter: PyTorch does not train it), one pre-LayerNorm self-attention layer whose
+    keys skip the padding, and per-token logits. The loss reads every position, padding
+    included, so that the padding row and the table do get gradients a trainer must not apply;
+    it is cross-entropy with label smoothing, class weights (a buffer) and ignored targets,
+    which ONNX's SoftmaxCrossEntropyLoss cannot say all of (the dynamo exporter records the
+    smoothing in the node's metadata; the TorchScript exporter refuses it)."""
+
+    def __init__(self, vocab=64, dim=32, heads=4, max_len=16, pad=0):
+        super().__init__()
+        self.heads, self.pad = heads, pad
+        self.embed = nn.Embedding(vocab, dim, padding_idx=pad)
+        angles = torch.arange(max_len)[:, None] / 10000 ** (torch.arange(0, dim, 2) / dim)
+        table = torch.zeros(max_len, dim)
+        table[:, 0::2], table[:, 1::2] = angles.sin(), angles.cos()
+        self.register_buffer("positions", table)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.out = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc, self.fc_out = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.head = nn.Linear(dim, vocab)
+        self.register_buffer("class_weights", torch.linspace(0.5, 1.5, vocab))
+
+    def forward(self, idx, targets):
+        b, t = idx.shape
+        x = self.embed(idx) + self.positions[:t]
+        keep = (idx != self.pad)[:, None, None, :]  # [B, 1, 1, T]: keys that are tokens
+        q, k, v = self.qkv(self.norm1(x)).view(b, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        x = x + self.out(a.transpose(1, 2).reshape(b, t, -1))
+        x = x + self.fc_out(F.gelu(self.fc(self.norm2(x))))
+        logits = self.head(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), weight=self.class_weights,
+                               ignore_index=-100, label_smoothing=0.1)
+        return loss, logits
+
+
 # ----------------------------------------------------------------------------- vision
 
 
@@ -366,6 +404,15 @@ def left_padded_batch(g, b=2, t=16):
     return {"idx": tokens(g, (b, t)), "attention_mask": mask, "targets": tokens(g, (b, t))}
 
 
+def right_padded_batch(g, b=2, t=16, pad=0):
+    lengths = torch.tensor([t, t - 5])
+    ids = torch.randint(1, 64, (b, t), generator=g)
+    ids = torch.where(torch.arange(t)[None, :] < lengths[:, None], ids, torch.full_like(ids, pad))
+    targets = tokens(g, (b, t))
+    ignored = torch.rand((b, t), generator=g) < 0.2
+    return {"idx": ids, "targets": torch.where(ignored, torch.full_like(targets, -100), targets)}
+
+
 def normal_image_batch(g, b, c, h, w, classes=10):
     # Normal pixels: max pooling over grid pixels would meet ties that f32 rounding breaks.
     return {"x": torch.randn((b, c, h, w), generator=g), "y": torch.randint(0, classes, (b,), generator=g)}
@@ -400,6 +447,7 @@ ZOO = {
     "llama": (Llama, lm_batch, TRANSFORMER_EXPORTERS),
     "bert_mlm": (BertMlm, mlm_batch, TRANSFORMER_EXPORTERS + OPSET12),
     "padded_decoder": (PaddedDecoder, left_padded_batch, TRANSFORMER_EXPORTERS),
+    "padded_tagger": (PaddedTagger, right_padded_batch, TRANSFORMER_EXPORTERS),
     "res_cnn": (ResCnn, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS + OPSET12),
     "resnet18": (resnet18_narrow, lambda g: normal_image_batch(g, 8, 3, 40, 40),
                  VISION_EXPORTERS),

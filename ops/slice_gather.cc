@@ -5,6 +5,11 @@
 // tied embedding's gradient sums its uses. The gradient ops carry the input's shape as their
 // `shape` attribute, so their output types are static.
 //
+// PyTorch's embedding takes a padding_idx, a row that gets no gradient; ONNX's Gather cannot say
+// so, and ampc's Gather has it as an extension attribute (AttrSpec::extension; import reads it
+// from the dynamo exporter's node metadata), passed on to GatherGrad, which adds nothing at that
+// row.
+//
 // Slice's starts/ends/axes/steps need their values at compile time. The folds copy element
 // bytes, so they are exact for every dtype; index arithmetic is int64, with the clamping of Slice
 // done so that INT64_MAX / INT64_MIN bounds and steps never overflow.
@@ -259,11 +264,23 @@ OpDef slice_grad_op() {
 
 // ---- Gather -----------------------------------------------------------------------------------
 
+// padding_idx, when set, is a row of the gathered axis (PyTorch's, made non-negative).
+absl::Status check_padding_idx(InferenceContext& ctx, int64_t dim) {
+  if (!ctx.has_attr("padding_idx")) return absl::OkStatus();
+  const int64_t row = ctx.int_attr("padding_idx");
+  if (row < 0 || row >= dim) {
+    return absl::InvalidArgumentError(
+        str_cat("padding_idx ", row, " is not a row of the gathered axis of size ", dim));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status infer_gather(InferenceContext& ctx) {
   const TensorType& data = ctx.input_type(0);
   AMPC_RETURN_IF_ERROR(expect_rank_at_least(ctx, 0, 1));
   AMPC_ASSIGN_OR_RETURN(const int64_t axis,
                         normalize_axis(ctx.int_attr("axis"), data.shape.size()));
+  AMPC_RETURN_IF_ERROR(check_padding_idx(ctx, data.shape[axis]));
   const Shape& indices = ctx.input_type(1).shape;
   Shape out(data.shape.begin(), data.shape.begin() + axis);
   out.insert(out.end(), indices.begin(), indices.end());
@@ -303,13 +320,29 @@ absl::StatusOr<std::vector<Tensor>> fold_gather(const FoldContext& ctx) {
 }
 
 // d/dx gather(x, indices, axis) = zeros shaped like x, plus each slice of dy added at the row its
-// index picked: repeated indices sum.
+// index picked: repeated indices sum. PyTorch's padding_idx row gets none (not the derivative:
+// the row stays as it is, as in PyTorch).
 absl::StatusOr<Grads> gather_grad(GradBuilder& b) {
   const Shape& shape = b.input(0)->shape();
   AMPC_ASSIGN_OR_RETURN(const int64_t axis,
                         normalize_axis(b.node().int_attr("axis"), shape.size()));
-  return Grads{b.ampc_op("GatherGrad", {b.grad_of_output(0), b.input(1)},
-                         {{"axis", axis}, {"shape", shape}})};
+  if (b.node().int_attr("scale_grad_by_freq") != 0) {
+    return absl::UnimplementedError(
+        "an embedding with scale_grad_by_freq has no gradient in ampc (train it without)");
+  }
+  Attributes attrs = {{"axis", axis}, {"shape", shape}};
+  if (const AttrValue* padding = b.node().find_attr("padding_idx")) {
+    attrs.emplace("padding_idx", *padding);
+  }
+  return Grads{b.ampc_op("GatherGrad", {b.grad_of_output(0), b.input(1)}, std::move(attrs))};
+}
+
+// The extension attributes PyTorch's embedding has beside what Gather does (AttrSpec::extension).
+std::vector<AttrSpec> embedding_attrs() {
+  AttrSpec padding = optional_attr("padding_idx", AttrKind::kInt);
+  AttrSpec by_freq = flag_attr("scale_grad_by_freq", 0);
+  padding.extension = by_freq.extension = true;
+  return {padding, by_freq};
 }
 
 OpDef gather_op() {
@@ -320,6 +353,7 @@ OpDef gather_op() {
   def.inputs = {input("data"), input("indices", kIndexTypes)};
   def.outputs = {input("output")};
   def.attrs = {attr("axis", int64_t{0})};
+  for (AttrSpec& spec : embedding_attrs()) def.attrs.push_back(std::move(spec));
   def.infer = infer_gather;
   def.fold = fold_gather;
   def.gradient = gather_grad;
@@ -367,6 +401,7 @@ absl::Status infer_gather_grad(InferenceContext& ctx) {
                                               " is not the shape of a tensor of rank 1 or more"));
   }
   AMPC_ASSIGN_OR_RETURN(const int64_t axis, normalize_axis(ctx.int_attr("axis"), shape.size()));
+  AMPC_RETURN_IF_ERROR(check_padding_idx(ctx, shape[axis]));
   const Shape& indices = ctx.input_type(1).shape;
   Shape expected(shape.begin(), shape.begin() + axis);
   expected.insert(expected.end(), indices.begin(), indices.end());
@@ -389,13 +424,26 @@ OpDef gather_grad_op() {
   def.summary = "Gather's gradient: zeros of `shape` plus dY's slices added at their indices";
   def.inputs = {input("dY", kFloatTypes), input("indices", kIndexTypes)};
   def.outputs = {input("dX")};
-  def.attrs = {attr("axis", int64_t{0}), required_attr("shape", AttrKind::kInts)};
+  def.attrs = {attr("axis", int64_t{0}), required_attr("shape", AttrKind::kInts),
+               optional_attr("padding_idx", AttrKind::kInt)};
   def.infer = infer_gather_grad;
   def.autocast.category = AutocastCategory::kClear;
-  // Linear in dY: d/d(dY) gather_grad(dY) = gather(g) at the same indices.
+  // Linear in dY: d/d(dY) gather_grad(dY) = gather(g) at the same indices, of g with the
+  // padding_idx row zeroed when there is one.
   def.gradient = [](GradBuilder& b) -> absl::StatusOr<Grads> {
-    return Grads{
-        b.op("Gather", {b.grad_of_output(0), b.input(1)}, {{"axis", b.node().int_attr("axis")}})};
+    const Shape& shape = b.node().ints_attr("shape");
+    AMPC_ASSIGN_OR_RETURN(const int64_t axis,
+                          normalize_axis(b.node().int_attr("axis"), shape.size()));
+    Value* g = b.grad_of_output(0);
+    if (const AttrValue* padding = b.node().find_attr("padding_idx")) {
+      Shape rows(shape.size() - axis, 1);
+      rows[0] = shape[axis];
+      std::vector<double> keep(shape[axis], 1.0);
+      keep[std::get<int64_t>(*padding)] = 0.0;
+      Value* mask = b.constant(Tensor::from_doubles(DType::kBool, rows, keep));
+      g = b.op("Where", {mask, g, b.scalar(0.0, g->dtype())});
+    }
+    return Grads{b.op("Gather", {g, b.input(1)}, {{"axis", axis}})};
   };
   def.samples = {
       {"f32 axis 0, repeated and negative indices",
@@ -413,6 +461,18 @@ OpDef gather_grad_op() {
        {},
        {{"axis", int64_t{1}}, {"shape", std::vector<int64_t>{2, 5, 3}}},
        {{DType::kBF16, {2, 5, 3}}}},
+      {"padding_idx: that row gets nothing",
+       {{DType::kF32, {2, 3, 3}}, {DType::kI64, {2, 3}}},
+       {{1, Tensor::from_i64({2, 3}, {0, 4, -1, 2, 0, -5})}},
+       {{"shape", std::vector<int64_t>{5, 3}}, {"padding_idx", int64_t{0}}},
+       {{DType::kF32, {5, 3}}}},
+      {"f16 padding_idx on axis 1, picked by a negative index",
+       {{DType::kF16, {2, 5, 3}}, {DType::kI32, {5}}},
+       {{1, i32s({3, 1, 3, -4, 1})}},
+       {{"axis", int64_t{1}},
+        {"shape", std::vector<int64_t>{2, 4, 3}},
+        {"padding_idx", int64_t{3}}},
+       {{DType::kF16, {2, 4, 3}}}},
   };
   return def;
 }

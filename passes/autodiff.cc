@@ -61,16 +61,15 @@ class Walker {
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> candidates, trainable_candidates());
     mark_active(candidates);
     mark_reaching(loss);
-    std::vector<std::string> held;
-    for (const std::string& name : held_constant_) {
-      const auto it = std::find_if(graph_.initializers().begin(), graph_.initializers().end(),
-                                   [&](const Value* v) { return v->name() == name; });
-      if (it != graph_.initializers().end() && reaches_loss_.contains(*it)) held.push_back(name);
-    }
-    if (!held.empty()) {
+    if (std::vector<std::string> held = reaching_loss(held_constant_); !held.empty()) {
       context_.warn(str_cat("lifted constants ", str_join(held, ", "),
                             " are taken as constants and not trained (name them in --trainable "
                             "to train them)"));
+    }
+    if (std::vector<std::string> held = reaching_loss(held_buffers_); !held.empty()) {
+      context_.warn(str_cat("buffers ", str_join(held, ", "),
+                            " are not trained, as in PyTorch (the exporter declared them "
+                            "buffers; name them in --trainable to train them)"));
     }
     std::vector<Value*> trainable;
     for (Value* candidate : candidates) {
@@ -134,14 +133,22 @@ class Walker {
       candidates.push_back(value);
     };
     std::vector<std::string> scalars;
+    std::vector<std::string> buffers;
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
       // A lifted constant (passes/mask_data.h) is far more often an exporter's constant than a
       // parameter: trained only by name.
       const bool named = trainable && std::regex_search(init->name(), *trainable);
       if (is_float_value(init) && is_lifted_constant(*init) && !named &&
+          init->declared() != Value::Declared::kParameter &&
           (!freeze || !std::regex_search(init->name(), *freeze))) {
         scalars.push_back(init->name());
+        continue;
+      }
+      if (init->is_buffer() && !named) {
+        if (is_float_value(init) && (!freeze || !std::regex_search(init->name(), *freeze))) {
+          buffers.push_back(init->name());
+        }
         continue;
       }
       if (holds_mask_fill(*init)) {
@@ -162,7 +169,21 @@ class Walker {
       for (Value* input : graph_.inputs()) consider(input);
     }
     held_constant_ = std::move(scalars);
+    held_buffers_ = std::move(buffers);
     return candidates;
+  }
+
+  // Those of the initializers `names` the loss depends on.
+  std::vector<std::string> reaching_loss(const std::vector<std::string>& names) const {
+    std::vector<std::string> reaching;
+    for (const std::string& name : names) {
+      const auto it = std::find_if(graph_.initializers().begin(), graph_.initializers().end(),
+                                   [&](const Value* v) { return v->name() == name; });
+      if (it != graph_.initializers().end() && reaches_loss_.contains(*it)) {
+        reaching.push_back(name);
+      }
+    }
+    return reaching;
   }
 
   // An initializer every reader takes through an operand that has no gradient (BatchNorm's
@@ -355,7 +376,8 @@ class Walker {
   std::unordered_set<const Value*> active_;
   std::unordered_set<const Value*> reaches_loss_;
   // Scalar (rank-0) initializers left out of the default trainable set.
-  std::vector<std::string> held_constant_;
+  std::vector<std::string> held_constant_;  // lifted constants, by name
+  std::vector<std::string> held_buffers_;   // buffers the exporter declared, by name
   std::unordered_map<const Value*, std::vector<Value*>> contributions_;
 };
 

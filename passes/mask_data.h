@@ -49,11 +49,13 @@ inline bool is_lifted_constant(const Value& value) {
 }
 
 // Whether autodiff takes the initializer `value` as data by default (without --trainable naming
-// it): a program constant, a mask fill, or a lifted constant.
+// it): a program constant, a buffer, a mask fill, or a lifted constant (unless the exporter
+// declared it a parameter).
 inline bool data_by_default(const Value& value) {
   if (value.initializer() == nullptr) return false;
-  return value.is_constant() || holds_mask_fill(value) ||
-         (is_float(value.dtype()) && is_lifted_constant(value));
+  return value.is_constant() || value.is_buffer() || holds_mask_fill(value) ||
+         (is_float(value.dtype()) && is_lifted_constant(value) &&
+          value.declared() != Value::Declared::kParameter);
 }
 
 // The value of a one-element float initializer autodiff does not train by default, or nullopt

@@ -82,7 +82,7 @@ int64_t gather_grad_workspace(const Node& node) {
 }
 
 // dX[outer, r, inner] = sum over j with indices[j] == r (wrapped) of dY[outer, j, inner], summed
-// in j order.
+// in j order; nothing at the padding_idx row when there is one.
 template <typename T>
 absl::Status gather_grad_kernel(const KernelContext& ctx) {
   using Acc = compute_t<T>;
@@ -94,6 +94,8 @@ absl::Status gather_grad_kernel(const KernelContext& ctx) {
   const int64_t outer = product(shape, 0, axis);
   const int64_t inner = product(shape, axis + 1, shape.size());
   const int64_t count = indices.size();
+  const AttrValue* padding = ctx.node.find_attr("padding_idx");
+  const int64_t skip = padding != nullptr ? std::get<int64_t>(*padding) : -1;
   const T* dy = ctx.input(0).in<T>().data();
   T* dx = ctx.output(0).out<T>().data();
   Acc* acc = nullptr;
@@ -115,6 +117,7 @@ absl::Status gather_grad_kernel(const KernelContext& ctx) {
                      std::fill(rows + r * inner + c0, rows + r * inner + c1, Acc(0));
                    }
                    for (int64_t j = 0; j < count; ++j) {
+                     if (indices[j] == skip) continue;
                      const T* from = dy + (o * count + j) * inner;
                      Acc* to = rows + indices[j] * inner;
                      for (int64_t c = c0; c < c1; ++c) to[c] += load(from[c]);

@@ -502,6 +502,7 @@ __global__ void gather_keys_kernel(const I* indices, GatherGradShape shape, int6
       record_device_error(sink.error, kIndexOutOfRange, sink.step, j, value, shape.dim);
       r = shape.dim;  // sorted last, added nowhere
     }
+    if (r == shape.skip) r = shape.dim;
     keys[j] = r;
     positions[j] = static_cast<int32_t>(j);
   }

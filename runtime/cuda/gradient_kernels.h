@@ -114,9 +114,11 @@ cudaError_t launch_pad_grad(Elem type, const void* dy, void* dx, const PadGradPa
 // wrapped) of dy [outer, j, inner], added from 0 in j order and rounded once, as the CPU adds it
 // (so bit for bit): the indices are sorted stably with their positions (a radix sort), and one
 // thread per output element adds its run of equal indices in order. An index outside
-// [-dim, dim) is recorded in `sink` and adds nothing. Indices are i64 or i32.
+// [-dim, dim) is recorded in `sink` and adds nothing; nor does one that picks row `skip` (the
+// padding_idx; -1: none). Indices are i64 or i32.
 struct GatherGradShape {
   int64_t outer = 1, dim = 0, inner = 1, count = 0;
+  int64_t skip = -1;
 };
 // Scratch: sort keys and positions, and the sort's own (asks the CUDA library, so it needs a
 // device).

@@ -299,6 +299,9 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_gather_grad(const KernelContex
   shape.dim = data[axis];
   for (int64_t d = axis + 1; d < rank; ++d) shape.inner *= data[d];
   shape.count = ctx.input(1).num_elements();
+  if (const AttrValue* padding = ctx.node.find_attr("padding_idx")) {
+    shape.skip = std::get<int64_t>(*padding);
+  }
   if (shape.count > std::numeric_limits<int32_t>::max()) {
     return absl::UnimplementedError(
         str_cat(shape.count, " indices: the cuda GatherGrad kernel takes at most 2^31 - 1"));

@@ -12,6 +12,7 @@
 //   (a low-precision run against the f32 reference: the documented bar for mixed precision);
 //   the trained model, exported with its loss and run as `ampc run` runs it, gives PyTorch's
 //   eval-mode loss on a held-out batch within the same bars.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +198,39 @@ TEST(Zoo, UnfaithfulExportsStillTrainWithFiniteLosses) {
     ++trained;
   }
   EXPECT_GE(trained, 4);
+}
+
+// PyTorch's dynamo exporter records which initializers are parameters and which are buffers (the
+// exported program's graph signature, in the graph's metadata): from its faithful exports, ampc
+// trains exactly PyTorch's parameters with no --trainable (float buffers such as a rotary or
+// position table, and BatchNorm's statistics, stay as they are).
+TEST(Zoo, DynamoExportsTrainPyTorchsParametersByDefault) {
+  std::ifstream in(zoo_path("manifest.json"));
+  ASSERT_TRUE(in);
+  const nlohmann::json manifest = nlohmann::json::parse(in);
+  int checked = 0;
+  for (const nlohmann::json& entry : manifest.at("entries")) {
+    const std::string exporter = entry.at("exporter");
+    if (entry.at("status") != "ok" || !exporter.starts_with("dynamo")) continue;
+    const std::string file = entry.at("file");
+    CompileOptions options;
+    options.training = TrainingOptions{};
+    options.training->optimizer.kind = OptimizerOptions::Kind::kSgd;
+    Diagnostics diagnostics;
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        compile_file(zoo_path(file), options, diagnostics);
+    ASSERT_TRUE(graph.ok()) << file << ": " << graph.status();
+    std::vector<std::string> trained;
+    for (const auto& node : (*graph)->training_step()->nodes()) {
+      if (node->op_type() == "SGD") trained.push_back(node->operand(0)->name());
+    }
+    std::sort(trained.begin(), trained.end());
+    std::vector<std::string> parameters = entry.at("parameters");
+    std::sort(parameters.begin(), parameters.end());
+    EXPECT_EQ(trained, parameters) << file;
+    ++checked;
+  }
+  EXPECT_GE(checked, 10);
 }
 
 // The arrays `<prefix><input>` of a train_ref.npz by input: float ones as stored, or int8

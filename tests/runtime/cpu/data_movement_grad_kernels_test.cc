@@ -3,10 +3,13 @@
 // slicing a tensor whose elements are their own positions; GatherGrad against a naive scatter-add
 // in f64 over values whose sums are exact, so every dtype's result is the f64 sum rounded once.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "compiler/strings.h"
+#include "compiler/text_ir.h"
+#include "compiler/verifier.h"
 #include "gtest/gtest.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 
@@ -167,6 +170,7 @@ struct GatherCase {
   int64_t axis;
   Shape indices_shape;
   std::vector<int64_t> indices;
+  std::optional<int64_t> padding_idx = std::nullopt;
 };
 
 Shape gathered_shape(const GatherCase& c) {
@@ -183,6 +187,7 @@ absl::StatusOr<std::vector<Tensor>> try_gather_grad(const GatherCase& c, const T
       str_cat("graph g(%dy: ", type_text(dy.dtype(), dy.shape()), ") opset(17, ampc:1) {\n",
               "  init %i: ", type_text(index_type, c.indices_shape), " = ", ints_text(c.indices),
               "\n  %dx = ampc.GatherGrad<axis=", c.axis, ", shape=", ints_text(c.shape),
+              c.padding_idx ? str_cat(", padding_idx=", *c.padding_idx) : "",
               ">(%dy, %i) : ", type_text(dy.dtype(), c.shape), "\n  return %dx\n}"),
       {dy});
 }
@@ -249,6 +254,45 @@ TEST(GatherGradKernel, TiedEmbeddingSumIsTheSameOnOneThreadAndMany) {
   const std::vector<double> expected =
       naive_gather_grad(dy.to_double_vector(), c.shape, 0, indices);
   testing::expect_near_all(one_thread, expected, 1e-5);
+}
+
+// PyTorch's embedding backward with a padding_idx leaves that row zero: the indices that pick it
+// (negative ones too, once wrapped) add nothing; the other rows are the plain sums.
+TEST(GatherGradKernel, PaddingRowGetsNothing) {
+  const std::vector<GatherCase> cases = {
+      {{5, 3}, 0, {2, 3}, {0, 4, -1, 2, 0, -5}, 0},  // row 0 picked three times
+      {{2, 4, 3}, 1, {5}, {3, 1, 3, -4, 1}, 3},
+      {{2, 4, 3}, 1, {5}, {3, 1, 3, -4, 1}, 2},  // a row no index picks
+      {{6, 1000}, 0, {4}, {5, 0, 5, 5}, 5},
+  };
+  for (const GatherCase& c : cases) {
+    const int64_t axis = c.axis < 0 ? c.axis + static_cast<int64_t>(c.shape.size()) : c.axis;
+    const Shape dy_shape = gathered_shape(c);
+    const std::vector<double> dy = exact_values(num_elements(dy_shape), 7);
+    std::vector<double> dx = naive_gather_grad(dy, c.shape, axis, c.indices);
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= c.shape[d];
+    for (size_t d = axis + 1; d < c.shape.size(); ++d) inner *= c.shape[d];
+    for (int64_t o = 0; o < outer; ++o) {
+      for (int64_t i = 0; i < inner; ++i) dx[(o * c.shape[axis] + *c.padding_idx) * inner + i] = 0;
+    }
+    for (DType dtype : kFloatDTypes) {
+      SCOPED_TRACE(str_cat(dtype_name(dtype), " shape ", shape_to_string(c.shape), " padding ",
+                           *c.padding_idx));
+      const Tensor got = run_gather_grad(c, Tensor::from_doubles(dtype, dy_shape, dy), DType::kI32);
+      EXPECT_TRUE(same_tensor(got, Tensor::from_doubles(dtype, c.shape, dx)));
+    }
+  }
+}
+
+TEST(GatherGradKernel, PaddingIdxOutsideTheAxisIsAnError) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(
+      "graph g(%dy: f32[2, 2], %i: i64[2]) opset(17, ampc:1) {\n"
+      "  %dx = ampc.GatherGrad<axis=0, shape=[3, 2], padding_idx=3>(%dy, %i) : f32[3, 2]\n"
+      "  return %dx\n}");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const absl::Status verified = verify(**graph);
+  EXPECT_NE(verified.message().find("padding_idx 3 is not a row"), std::string::npos) << verified;
 }
 
 TEST(GatherGradKernel, OutOfRangeIndexIsAnErrorNamingIt) {

@@ -1,0 +1,182 @@
+// ONNX metadata_props on graphs and nodes (compiler/onnx_metadata.h).
+#include "compiler/onnx_metadata.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <regex>
+#include <set>
+
+#include "compiler/strings.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+#include "google/protobuf/unknown_field_set.h"
+
+namespace ampc::onnx_io {
+namespace {
+
+namespace pb = google::protobuf;
+
+// metadata_props' field number in the ONNX releases that define it on these messages.
+constexpr int kNodeMetadataField = 9;
+constexpr int kGraphMetadataField = 16;
+
+MetadataProps read_props(const pb::Message& message, int field_number) {
+  MetadataProps props;
+  auto add = [&](const onnx::StringStringEntryProto& entry) {
+    props.emplace_back(entry.key(), entry.value());
+  };
+  const pb::Reflection* reflection = message.GetReflection();
+  if (const pb::FieldDescriptor* field = message.GetDescriptor()->FindFieldByNumber(field_number);
+      field != nullptr && field->name() == "metadata_props") {
+    for (int i = 0; i < reflection->FieldSize(message, field); ++i) {
+      onnx::StringStringEntryProto entry;
+      entry.CopyFrom(reflection->GetRepeatedMessage(message, field, i));
+      add(entry);
+    }
+    return props;
+  }
+  const pb::UnknownFieldSet& unknown = reflection->GetUnknownFields(message);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const pb::UnknownField& field = unknown.field(i);
+    if (field.number() != field_number || field.type() != pb::UnknownField::TYPE_LENGTH_DELIMITED) {
+      continue;
+    }
+    onnx::StringStringEntryProto entry;
+    if (entry.ParseFromString(field.length_delimited())) add(entry);
+  }
+  return props;
+}
+
+std::optional<std::string> find_prop(const MetadataProps& props, std::string_view key) {
+  for (const auto& [k, v] : props) {
+    if (k == key) return v;
+  }
+  return std::nullopt;
+}
+
+bool in_onnx_domain(const onnx::NodeProto& node) {
+  return node.domain().empty() || node.domain() == "ai.onnx";
+}
+
+// The aten call a node's FX node records (`pkg.torch.onnx.fx_node`): "%embedding :
+// [num_users=1] = call_function[target=torch.ops.aten.embedding.default](args = (%p_weight, %x,
+// 0), kwargs = {})".
+struct FxCall {
+  std::string op;  // "embedding"
+  std::vector<std::string> args;
+  std::string kwargs;
+
+  // Argument `position`, or the keyword argument `keyword`; empty when neither is there.
+  std::string arg(size_t position, const std::string& keyword) const {
+    std::smatch found;
+    const std::regex by_name("'?" + keyword + R"('?: ([^,]+))");
+    if (std::regex_search(kwargs, found, by_name)) return found[1].str();
+    return position < args.size() ? args[position] : "";
+  }
+};
+
+std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
+  const std::optional<std::string> fx = find_prop(metadata_props(node), "pkg.torch.onnx.fx_node");
+  if (!fx) return std::nullopt;
+  static const std::regex kCall(
+      R"(target=torch\.ops\.aten\.([A-Za-z_]+)\.[A-Za-z_]+\]\(args = \(([^)]*)\), kwargs = \{([^}]*)\})");
+  std::smatch match;
+  if (!std::regex_search(*fx, match, kCall)) return std::nullopt;
+  FxCall call{match[1].str(), {}, match[3].str()};
+  const std::string listed = match[2].str();
+  for (size_t begin = 0; begin <= listed.size();) {
+    const size_t comma = std::min(listed.find(',', begin), listed.size());
+    std::string arg = listed.substr(begin, comma - begin);
+    arg.erase(0, arg.find_first_not_of(' '));
+    call.args.push_back(std::move(arg));
+    begin = comma + 1;
+  }
+  return call;
+}
+
+}  // namespace
+
+MetadataProps metadata_props(const onnx::NodeProto& node) {
+  return read_props(node, kNodeMetadataField);
+}
+
+MetadataProps metadata_props(const onnx::GraphProto& graph) {
+  return read_props(graph, kGraphMetadataField);
+}
+
+void add_metadata_prop(onnx::NodeProto& node, std::string_view key, std::string_view value) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key(std::string(key));
+  entry.set_value(std::string(value));
+  const pb::Reflection* reflection = node.GetReflection();
+  if (const pb::FieldDescriptor* field =
+          node.GetDescriptor()->FindFieldByNumber(kNodeMetadataField);
+      field != nullptr && field->name() == "metadata_props") {
+    reflection->AddMessage(&node, field)->CopyFrom(entry);
+    return;
+  }
+  reflection->MutableUnknownFields(&node)->AddLengthDelimited(kNodeMetadataField,
+                                                              entry.SerializeAsString());
+}
+
+std::string extension_attr_key(std::string_view name) { return str_cat("ampc.", name); }
+
+std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph) {
+  std::unordered_map<std::string, Value::Declared> declared;
+  const std::optional<std::string> signature =
+      find_prop(metadata_props(graph), "pkg.torch.export.ExportedProgram.graph_signature");
+  if (!signature) return declared;
+  // One input per line: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
+  static const std::regex kLine(
+      R"(^\s*\S+:\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)')", std::regex::multiline);
+  for (auto it = std::sregex_iterator(signature->begin(), signature->end(), kLine);
+       it != std::sregex_iterator(); ++it) {
+    declared[(*it)[2].str()] =
+        (*it)[1] == "PARAMETER" ? Value::Declared::kParameter : Value::Declared::kBuffer;
+  }
+  return declared;
+}
+
+std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node) {
+  std::map<std::string, int64_t> attrs;
+  if (!in_onnx_domain(node)) return attrs;
+  const std::optional<FxCall> call = fx_call(node);
+  if (!call) return attrs;
+  if (node.op_type() == "Gather" && call->op == "embedding") {
+    // aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False)
+    const std::string padding = call->arg(2, "padding_idx");
+    errno = 0;
+    char* end = nullptr;
+    const long long value = std::strtoll(padding.c_str(), &end, 10);
+    if (!padding.empty() && errno == 0 && *end == '\0' && value >= 0) {
+      attrs["padding_idx"] = value;
+    }
+    if (call->arg(3, "scale_grad_by_freq") == "True") attrs["scale_grad_by_freq"] = 1;
+  }
+  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
+  static const std::set<std::string, std::less<>> kBatchNorms = {
+      "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm",
+      "batch_norm"};
+  if (node.op_type() == "BatchNormalization" && kBatchNorms.contains(call->op) &&
+      call->arg(5, "training") == "True") {
+    attrs["training_mode"] = 1;
+  }
+  return attrs;
+}
+
+double torch_label_smoothing(const onnx::NodeProto& node) {
+  if (!in_onnx_domain(node) || node.op_type() != "SoftmaxCrossEntropyLoss") return 0;
+  const std::optional<FxCall> call = fx_call(node);
+  // aten.cross_entropy_loss(self, target, weight=None, reduction=Mean, ignore_index=-100,
+  // label_smoothing=0.0)
+  if (!call || call->op != "cross_entropy_loss") return 0;
+  const std::string text = call->arg(5, "label_smoothing");
+  errno = 0;
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !(value > 0 && value <= 1)) return 0;
+  return value;
+}
+
+}  // namespace ampc::onnx_io

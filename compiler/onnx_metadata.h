@@ -1,0 +1,61 @@
+// ONNX's metadata_props (key/value strings) on graphs and nodes, and what ampc and PyTorch's
+// exporter record there (internal to compiler/onnx_*.cc).
+//
+// ONNX 1.16 added metadata_props to GraphProto (field 16) and NodeProto (field 9); the ONNX
+// protobuf ampc builds against may predate them, in which case protobuf keeps them as unknown
+// fields. These functions read and write both forms.
+//
+// What is read there:
+// - `ampc.<attribute>` on a node: an ampc extension attribute of an ONNX op (AttrSpec::extension),
+//   which ONNX's attribute list cannot hold (the checker refuses attributes an op does not define).
+// - PyTorch's dynamo exporter (torch.onnx.export(..., dynamo=True)) records the exported
+//   program's graph signature on the graph (`pkg.torch.export.ExportedProgram.graph_signature`:
+//   each initializer a PARAMETER, BUFFER or CONSTANT_TENSOR) and each node's FX node
+//   (`pkg.torch.onnx.fx_node`: the aten call it came from, with its arguments), from which what
+//   the node's ONNX form lost is recovered.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "compiler/ir.h"
+#include "onnx/onnx_pb.h"
+
+namespace ampc::onnx_io {
+
+using MetadataProps = std::vector<std::pair<std::string, std::string>>;
+
+MetadataProps metadata_props(const onnx::NodeProto& node);
+MetadataProps metadata_props(const onnx::GraphProto& graph);
+void add_metadata_prop(onnx::NodeProto& node, std::string_view key, std::string_view value);
+
+// The key under which an extension attribute `name` travels on a node.
+std::string extension_attr_key(std::string_view name);
+
+// What a PyTorch graph signature on `graph` declares each initializer, by name: PARAMETER, or
+// BUFFER and CONSTANT_TENSOR (register_buffer: a rotary frequency table, a fixed bias; tensors
+// the program captured), which PyTorch does not train. Empty when the graph has no signature.
+std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph);
+
+// The attributes PyTorch's dynamo exporter recorded of a node (its FX node, in the node's
+// metadata) that the node's ONNX form lost:
+// - Gather made from aten.embedding: `padding_idx` (the row that gets no gradient) when >= 0,
+//   and `scale_grad_by_freq` = 1 when set (extension attributes, AttrSpec::extension);
+// - BatchNormalization made from a batch norm that ran in training mode (the dynamo exporter
+//   writes the inference form, normalizing by the running statistics, for
+//   aten._native_batch_norm_legit_functional with training=True): `training_mode` = 1.
+// Empty for other nodes, and for files without the metadata (TorchScript exports).
+std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node);
+
+// For a SoftmaxCrossEntropyLoss PyTorch's dynamo exporter made from cross_entropy with
+// label_smoothing > 0 (which ONNX's op cannot hold, and the exporter drops): the smoothing;
+// else 0.
+double torch_label_smoothing(const onnx::NodeProto& node);
+
+}  // namespace ampc::onnx_io

@@ -1,0 +1,463 @@
+// What ampc reads from the metadata_props of graphs and nodes (compiler/onnx_metadata.h), which
+// ONNX 1.16 added (GraphProto field 16, NodeProto field 9) and PyTorch's dynamo exporter fills:
+// the exported program's graph signature (which initializers are parameters and which are
+// buffers, which PyTorch does not train) and each node's FX node, the aten call it came from (an
+// embedding's padding_idx, the row PyTorch never moves; a batch norm's training mode;
+// cross-entropy's label smoothing). The models here are built by hand with those fields written
+// as ONNX defines them. References: training results worked out by hand (SGD with lr 1 on a sum
+// of gathered rows moves each row by the number of times it was picked), and PyTorch's
+// documented label-smoothing formula computed here in f64. The zoo's padded_tagger and
+// res_cnn.dynamo_raw (tests/runtime/zoo_test.cc) check all of it against PyTorch's training.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/interpreter.h"
+#include "runtime/training_session.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/test_util.h"
+
+namespace ampc {
+namespace {
+
+using testing::add_int_attr;
+using testing::ModelBuilder;
+
+constexpr int kNodeMetadataField = 9;
+constexpr int kGraphMetadataField = 16;
+
+void add_metadata(google::protobuf::Message& message, int field, const std::string& key,
+                  const std::string& value) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key(key);
+  entry.set_value(value);
+  message.GetReflection()->MutableUnknownFields(&message)->AddLengthDelimited(
+      field, entry.SerializeAsString());
+}
+
+std::vector<std::pair<std::string, std::string>> node_metadata(const onnx::NodeProto& node) {
+  std::vector<std::pair<std::string, std::string>> props;
+  const google::protobuf::UnknownFieldSet& unknown = node.GetReflection()->GetUnknownFields(node);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    if (unknown.field(i).number() != kNodeMetadataField) continue;
+    onnx::StringStringEntryProto entry;
+    EXPECT_TRUE(entry.ParseFromString(unknown.field(i).length_delimited()));
+    props.emplace_back(entry.key(), entry.value());
+  }
+  return props;
+}
+
+// As torch.onnx's dynamo exporter writes it.
+std::string fx_embedding(const std::string& args, const std::string& kwargs = "") {
+  return "%embedding : [num_users=1] = call_function[target=torch.ops.aten.embedding.default](" +
+         ("args = (" + args + "), kwargs = {" + kwargs + "})");
+}
+
+constexpr char kSignature[] =
+    "\n# inputs\np_w: PARAMETER target='w'\np_temp: PARAMETER target='temp'\n"
+    "b_table: BUFFER target='table' persistent=False\nc_scale: CONSTANT_TENSOR target='scale'\n"
+    "ids: USER_INPUT\n\n# outputs\nsum: USER_OUTPUT\n";
+
+// loss = sum((w[ids] + table) * scale) * temp: w [4, 3] and temp (a scalar, as CLIP's logit
+// scale) parameters, table [2, 3] a buffer, scale [3] a constant tensor; ids [2] picks rows of w.
+struct Model {
+  ModelBuilder builder;
+  onnx::NodeProto* gather = nullptr;
+};
+
+Model embedding_model(bool signature = true) {
+  Model m;
+  ModelBuilder& b = m.builder;
+  b.input("ids", onnx::TensorProto::INT64, {"2"});
+  b.initializer_f32("w", {4, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  b.initializer_f32("table", {2, 3}, {0.5, 0.5, 0.5, 0.25, 0.25, 0.25});
+  b.initializer_f32("scale", {3}, {1, 1, 1});
+  b.initializer_f32("temp", {}, {1});
+  m.gather = &b.node("Gather", {"w", "ids"}, {"rows"}, "embed");
+  b.node("Add", {"rows", "table"}, {"shifted"}, "add");
+  b.node("Mul", {"shifted", "scale"}, {"scaled"}, "mul");
+  add_int_attr(b.node("ReduceSum", {"scaled"}, {"sum"}, "sum"), "keepdims", 0);
+  b.node("Mul", {"sum", "temp"}, {"loss"}, "temperature");
+  b.output("loss");
+  if (signature) {
+    add_metadata(b.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+                 kSignature);
+  }
+  return m;
+}
+
+std::unique_ptr<Graph> import_ok(const std::string& bytes) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(bytes, "torch.onnx");
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? *std::move(graph) : nullptr;
+}
+
+const Value* initializer(const Graph& graph, std::string_view name) {
+  for (const Value* init : graph.initializers()) {
+    if (init->name() == name) return init;
+  }
+  ADD_FAILURE() << "no initializer " << name;
+  return nullptr;
+}
+
+const Node* first_node(const Graph& graph, std::string_view op_type) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() == op_type) return node.get();
+  }
+  ADD_FAILURE() << "no " << op_type << " node";
+  return nullptr;
+}
+
+CompileOptions sgd(float lr, std::string trainable = "") {
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  options.training->optimizer.kind = OptimizerOptions::Kind::kSgd;
+  options.training->lr = lr;
+  options.training->autodiff.trainable = std::move(trainable);
+  return options;
+}
+
+// The initializers the compiled step updates with an optimizer node, by name.
+std::vector<std::string> trained(const Graph& graph) {
+  std::vector<std::string> names;
+  for (const auto& node : graph.training_step()->nodes()) {
+    if (node->op_type() == "SGD") names.push_back(node->operand(0)->name());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(TorchGraphSignature, ParametersTrainAndBuffersAndConstantTensorsDoNot) {
+  std::unique_ptr<Graph> graph = import_ok(embedding_model().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(initializer(*graph, "w")->declared(), Value::Declared::kParameter);
+  EXPECT_EQ(initializer(*graph, "temp")->declared(), Value::Declared::kParameter);
+  EXPECT_TRUE(initializer(*graph, "table")->is_buffer());
+  EXPECT_TRUE(initializer(*graph, "scale")->is_buffer());
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  // temp is a scalar, which ampc takes for a lifted constant where the file does not say.
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"temp", "w"}));
+  bool warned = false;
+  for (const std::string& warning : diagnostics.warnings()) {
+    warned |= absl::StrContains(warning, "buffers table, scale are not trained");
+  }
+  EXPECT_TRUE(warned) << str_join(diagnostics.warnings(), "\n");
+}
+
+TEST(TorchGraphSignature, TrainableNamesABufferToTrainIt) {
+  std::unique_ptr<Graph> graph = import_ok(embedding_model().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^(w|table)$"), diagnostics).ok());
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"table", "w"}));
+}
+
+TEST(TorchGraphSignature, WithoutOneEveryFloatInitializerButLiftedConstantsTrains) {
+  // TorchScript exports have no signature: ONNX does not tell buffers from weights, and a scalar
+  // is far more often an exporter's constant than a parameter.
+  std::unique_ptr<Graph> graph = import_ok(embedding_model(false).builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"scale", "table", "w"}));
+}
+
+TEST(TorchGraphSignature, WhatTheSignatureSaidSurvivesExportAndImport) {
+  std::unique_ptr<Graph> graph = import_ok(embedding_model().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(*bytes));
+  for (const onnx::TensorProto& init : model.graph().initializer()) {
+    const bool parameter = init.name() == "w" || init.name() == "temp";
+    EXPECT_EQ(init.doc_string(), parameter ? "ampc: parameter" : "ampc: buffer") << init.name();
+  }
+  std::unique_ptr<Graph> again = import_ok(*bytes);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(initializer(*again, "table")->is_buffer());
+  EXPECT_TRUE(initializer(*again, "scale")->is_buffer());
+  EXPECT_EQ(initializer(*again, "temp")->declared(), Value::Declared::kParameter);
+  EXPECT_EQ(initializer(*again, "w")->declared(), Value::Declared::kParameter);
+}
+
+// ---- padding_idx ---------------------------------------------------------------------------
+
+// The embedding model with the Gather's FX node calling aten.embedding with `args`, imported.
+std::unique_ptr<Graph> import_embedding(const std::string& args) {
+  Model m = embedding_model();
+  add_metadata(*m.gather, kNodeMetadataField, "pkg.torch.onnx.fx_node", fx_embedding(args));
+  return import_ok(m.builder.bytes());
+}
+
+std::optional<int64_t> padding_of(const std::string& bytes) {
+  std::unique_ptr<Graph> graph = import_ok(bytes);
+  if (graph == nullptr) return std::nullopt;
+  const Node* gather = first_node(*graph, "Gather");
+  const AttrValue* padding = gather ? gather->find_attr("padding_idx") : nullptr;
+  if (padding == nullptr) return std::nullopt;
+  return std::get<int64_t>(*padding);
+}
+
+TEST(TorchEmbedding, PaddingIdxIsReadFromTheFxNode) {
+  struct Case {
+    std::string args, kwargs;
+    std::optional<int64_t> padding;
+  };
+  for (const Case& c :
+       {Case{"%p_w, %ids, 2", "", 2}, Case{"%p_w, %ids", "", std::nullopt},
+        Case{"%p_w, %ids, -1", "", std::nullopt}, Case{"%p_w, %ids", "padding_idx: 1", 1},
+        Case{"%p_w, %ids, 3, False, False", "", 3}}) {
+    SCOPED_TRACE(c.args + " {" + c.kwargs + "}");
+    Model m = embedding_model();
+    add_metadata(*m.gather, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+                 fx_embedding(c.args, c.kwargs));
+    EXPECT_EQ(padding_of(m.builder.bytes()), c.padding);
+  }
+  // Another aten op's node is not an embedding.
+  Model m = embedding_model();
+  add_metadata(*m.gather, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%index_select : [num_users=1] = call_function[target=torch.ops.aten.index_select."
+               "default](args = (%p_w, 0, %ids), kwargs = {})");
+  EXPECT_EQ(padding_of(m.builder.bytes()), std::nullopt);
+}
+
+// Training w alone, with row 2 the padding: d loss / d w[r] is, in each column, the number of
+// times ids picks r (scale and temp are 1), so SGD with lr 1 moves each row by minus that count,
+// except the padding row, which stays as it was, as PyTorch's embedding backward leaves it.
+TEST(TorchEmbedding, ThePaddingRowIsNotTrained) {
+  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, 2");
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^w$"), diagnostics).ok());
+  const Node* gather_grad = first_node(*graph->training_step(), "GatherGrad");
+  ASSERT_NE(gather_grad, nullptr);
+  EXPECT_EQ(gather_grad->int_attr("padding_idx"), 2);
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  for (const std::vector<int64_t>& ids : {std::vector<int64_t>{2, 0}, {2, 2}, {1, 1}}) {
+    SCOPED_TRACE(str_cat("ids ", ids[0], ", ", ids[1]));
+    absl::StatusOr<Tensor> before = (*session)->state("w");
+    ASSERT_TRUE(before.ok()) << before.status();
+    absl::StatusOr<runtime::StepStats> stats =
+        (*session)->step({{"ids", Tensor::from_i64({2}, ids)}}, 1.0f);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    absl::StatusOr<Tensor> after = (*session)->state("w");
+    ASSERT_TRUE(after.ok()) << after.status();
+    for (int64_t row = 0; row < 4; ++row) {
+      const int picks = row == 2 ? 0 : static_cast<int>(std::count(ids.begin(), ids.end(), row));
+      for (int64_t col = 0; col < 3; ++col) {
+        EXPECT_EQ(after->element_as_double(row * 3 + col),
+                  before->element_as_double(row * 3 + col) - picks)
+            << "w[" << row << ", " << col << "]";
+      }
+    }
+  }
+}
+
+TEST(TorchEmbedding, PaddingIdxTravelsInTheNodesMetadataNotItsAttributes) {
+  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, 1");
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(*bytes));
+  const onnx::NodeProto* gather = nullptr;
+  for (const onnx::NodeProto& node : model.graph().node()) {
+    if (node.op_type() == "Gather") gather = &node;
+  }
+  ASSERT_NE(gather, nullptr);
+  for (const onnx::AttributeProto& attr : gather->attribute())
+    EXPECT_NE(attr.name(), "padding_idx");
+  EXPECT_EQ(node_metadata(*gather),
+            (std::vector<std::pair<std::string, std::string>>{{"ampc.padding_idx", "1"}}));
+  EXPECT_EQ(padding_of(*bytes), 1);
+}
+
+TEST(TorchEmbedding, BadPaddingIsAnErrorNamingTheNode) {
+  {
+    // ONNX's Gather has no such attribute.
+    Model m = embedding_model();
+    add_int_attr(*m.gather, "padding_idx", 1);
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        import_onnx_bytes(m.builder.bytes(), "torch.onnx");
+    ASSERT_FALSE(graph.ok());
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "'padding_idx' is not an attribute"))
+        << graph.status();
+  }
+  {
+    Model m = embedding_model();
+    add_metadata(*m.gather, kNodeMetadataField, "ampc.padding_idx", "one");
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        import_onnx_bytes(m.builder.bytes(), "torch.onnx");
+    ASSERT_FALSE(graph.ok());
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "embed")) << graph.status();
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "'one', not an integer"))
+        << graph.status();
+  }
+  {
+    Model m = embedding_model();
+    add_metadata(*m.gather, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+                 fx_embedding("%p_w, %ids, 4"));
+    absl::StatusOr<std::unique_ptr<Graph>> graph =
+        import_onnx_bytes(m.builder.bytes(), "torch.onnx");
+    ASSERT_FALSE(graph.ok());
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "embed")) << graph.status();
+    EXPECT_TRUE(absl::StrContains(graph.status().message(), "padding_idx 4 is not a row"))
+        << graph.status();
+  }
+}
+
+TEST(TorchEmbedding, ScaleGradByFreqRunsButDoesNotTrain) {
+  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, -1, True");
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  const absl::Status compiled = compile_graph(*graph, sgd(1.0f), diagnostics);
+  ASSERT_FALSE(compiled.ok());
+  EXPECT_TRUE(absl::StrContains(compiled.message(), "scale_grad_by_freq")) << compiled;
+  EXPECT_TRUE(absl::StrContains(compiled.message(), "embed")) << compiled;
+}
+
+// ---- BatchNormalization's training mode ---------------------------------------------------
+
+// The dynamo exporter writes a batch norm that ran in training mode in its inference form (Y
+// alone, no training_mode), normalizing by the running statistics; its FX node says training.
+TEST(TorchBatchNorm, TrainingModeIsReadFromTheFxNode) {
+  struct Case {
+    std::string call;
+    int64_t training_mode;
+  };
+  const std::string args =
+      "(%conv, %p_bn_weight, %p_bn_bias, %b_bn_running_mean, "
+      "%b_bn_running_var, ";
+  for (const Case& c :
+       {Case{"_native_batch_norm_legit_functional.default](args = " + args + "True, 0.1, 1e-05)",
+             1},
+        Case{"_native_batch_norm_legit_functional.default](args = " + args + "False, 0.1, 1e-05)",
+             0},
+        Case{"native_batch_norm.default](args = " + args + "True, 0.1, 1e-05)", 1},
+        Case{"_native_batch_norm_legit_no_training.default](args = " + args + "0.1, 1e-05)", 0},
+        Case{"", 0}}) {
+    SCOPED_TRACE(c.call);
+    ModelBuilder b(18);
+    b.input("x", onnx::TensorProto::FLOAT, {"2", "3", "4"});
+    for (const char* name : {"scale", "bias", "mean", "var"}) {
+      b.initializer_f32(name, {3}, {1, 1, 1});
+    }
+    onnx::NodeProto& bn =
+        b.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"}, "bn");
+    if (!c.call.empty()) {
+      add_metadata(bn, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+                   "%_native_batch_norm_legit_functional : [num_users=3] = call_function[target="
+                   "torch.ops.aten." +
+                       c.call + ", kwargs = {})");
+    }
+    b.output("y");
+    std::unique_ptr<Graph> graph = import_ok(b.bytes());
+    ASSERT_NE(graph, nullptr);
+    EXPECT_EQ(first_node(*graph, "BatchNormalization")->int_attr("training_mode"), c.training_mode);
+  }
+}
+
+// ---- Cross-entropy's label smoothing -------------------------------------------------------
+
+// PyTorch's cross_entropy with label_smoothing e, class-index targets, in f64: (1 - e) * the
+// weighted NLL + e / C * the same reduction of -sum_c(w_c * log_softmax_c), both zero at ignored
+// targets, a mean dividing both by the summed weights of the kept targets' classes.
+std::vector<double> smoothed_cross_entropy(const std::vector<double>& x, int64_t classes,
+                                           const std::vector<int64_t>& y,
+                                           const std::vector<double>& w, double e,
+                                           const std::string& reduction) {
+  const auto n = static_cast<int64_t>(y.size());
+  std::vector<double> nll(n, 0.0), smooth(n, 0.0);
+  double total = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (y[i] == -100) continue;
+    double max = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < classes; ++c) max = std::max(max, x[i * classes + c]);
+    for (int64_t c = 0; c < classes; ++c) sum += std::exp(x[i * classes + c] - max);
+    for (int64_t c = 0; c < classes; ++c) {
+      const double log_prob = x[i * classes + c] - max - std::log(sum);
+      smooth[i] -= w[c] * log_prob;
+      if (c == y[i]) nll[i] = -w[c] * log_prob;
+    }
+    total += w[y[i]];
+  }
+  std::vector<double> loss;
+  if (reduction == "none") {
+    for (int64_t i = 0; i < n; ++i) loss.push_back((1 - e) * nll[i] + e / classes * smooth[i]);
+    return loss;
+  }
+  double a = 0, b = 0;
+  for (int64_t i = 0; i < n; ++i) a += nll[i], b += smooth[i];
+  if (reduction == "mean") a /= total, b /= total;
+  return {(1 - e) * a + e / classes * b};
+}
+
+TEST(TorchCrossEntropy, LabelSmoothingIsReadFromTheFxNodeAndComputedAsPyTorchDoes) {
+  const int64_t classes = 4;
+  const std::vector<double> x = {0.5, -1.0, 2.0, 0.25, 1.5, 1.5, -0.5, 0.0, -2.0, 0.75, 1.0, 3.0};
+  const std::vector<int64_t> y = {2, -100, 3};
+  for (const std::string reduction : {"mean", "sum", "none"}) {
+    for (const bool weighted : {false, true}) {
+      SCOPED_TRACE(str_cat(reduction, weighted ? ", class weights" : ""));
+      const std::vector<double> w =
+          weighted ? std::vector<double>{0.5, 1.0, 1.5, 2.0} : std::vector<double>(4, 1.0);
+      ModelBuilder b;
+      b.input("x", onnx::TensorProto::DOUBLE, {"3", "4"});
+      b.input("y", onnx::TensorProto::INT64, {"3"});
+      std::vector<std::string> inputs = {"x", "y"};
+      std::string weight_arg = "None";
+      if (weighted) {
+        onnx::TensorProto& init = b.initializer("w", onnx::TensorProto::DOUBLE, {4});
+        for (double v : w) init.add_double_data(v);
+        inputs.push_back("w");
+        weight_arg = "%b_w";
+      }
+      onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", inputs, {"loss"}, "ce");
+      add_int_attr(loss, "ignore_index", -100);
+      testing::add_string_attr(loss, "reduction", reduction);
+      add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+                   "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
+                   "cross_entropy_loss.default](args = (%x, %y, " +
+                       weight_arg + ", 1, -100, 0.1), kwargs = {})");
+      b.output("loss");
+      std::unique_ptr<Graph> graph = import_ok(b.bytes());
+      ASSERT_NE(graph, nullptr);
+      absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
+          *graph, {Tensor::from_doubles(DType::kF64, {3, 4}, x), Tensor::from_i64({3}, y)});
+      ASSERT_TRUE(out.ok()) << out.status();
+      const std::vector<double> want = smoothed_cross_entropy(x, classes, y, w, 0.1, reduction);
+      ASSERT_EQ((*out)[0].num_elements(), static_cast<int64_t>(want.size()));
+      for (size_t i = 0; i < want.size(); ++i) {
+        // f64 sums of 4 and 3 terms in another order.
+        EXPECT_NEAR((*out)[0].element_as_double(static_cast<int64_t>(i)), want[i], 1e-14)
+            << "element " << i;
+      }
+    }
+  }
+}
+
+TEST(TorchCrossEntropy, WithoutLabelSmoothingTheOpStaysOneNode) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
+  b.input("y", onnx::TensorProto::INT64, {"3"});
+  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"loss"}, "ce");
+  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
+               "cross_entropy_loss.default](args = (%x, %y, None, 1, -100, 0.0), kwargs = {})");
+  b.output("loss");
+  std::unique_ptr<Graph> graph = import_ok(b.bytes());
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->num_nodes(), 1);
+}
+
+}  // namespace
+}  // namespace ampc
