@@ -466,7 +466,7 @@ OpDef gather_grad_op() {
        {{1, Tensor::from_i64({2, 3}, {0, 4, -1, 2, 0, -5})}},
        {{"shape", std::vector<int64_t>{5, 3}}, {"padding_idx", int64_t{0}}},
        {{DType::kF32, {5, 3}}}},
-      {"f16 padding_idx on axis 1, picked by a negative index",
+      {"f16 padding_idx on axis 1, picked twice",
        {{DType::kF16, {2, 5, 3}}, {DType::kI32, {5}}},
        {{1, i32s({3, 1, 3, -4, 1})}},
        {{"axis", int64_t{1}},

@@ -82,6 +82,7 @@ class Walker {
                               "'; it gets no gradient and stays frozen"));
       }
     }
+    warn_undeclared(trainable);
     if (trainable.empty()) return false;
 
     add_contribution(loss, seed(loss));
@@ -171,6 +172,30 @@ class Walker {
     held_constant_ = std::move(scalars);
     held_buffers_ = std::move(buffers);
     return candidates;
+  }
+
+  // Where the file declares its parameters (PyTorch's graph signature), a trained initializer it
+  // does not declare was made by the exporter's optimizer from parameters (a weight folded into
+  // its transpose, say): training it trains another model than PyTorch's, worth a warning.
+  void warn_undeclared(const std::vector<Value*>& trainable) const {
+    if (!options_.trainable.empty() ||
+        std::none_of(graph_.initializers().begin(), graph_.initializers().end(),
+                     [](const Value* v) { return v->declared() != Value::Declared::kUnknown; })) {
+      return;
+    }
+    std::vector<std::string> undeclared;
+    for (const Value* value : trainable) {
+      if (value->initializer() != nullptr && value->declared() == Value::Declared::kUnknown) {
+        undeclared.push_back(value->name());
+      }
+    }
+    if (undeclared.empty()) return;
+    context_.warn(str_cat(
+        "initializers ", str_join(undeclared, ", "),
+        " train as parameters, but the exported program does not declare them (PyTorch's graph "
+        "signature): the exporter's optimizer made them from parameters, folding a transpose or "
+        "merging equal ones, so this trains another model than PyTorch's; export with "
+        "torch.onnx.export(..., optimize=False), or name what trains with --trainable"));
   }
 
   // Those of the initializers `names` the loss depends on.

@@ -187,6 +187,39 @@ TEST(TorchGraphSignature, WhatTheSignatureSaidSurvivesExportAndImport) {
   EXPECT_EQ(initializer(*again, "w")->declared(), Value::Declared::kParameter);
 }
 
+// A file whose signature declares w only, and an initializer the exporter's optimizer made
+// (folded from a parameter, as the default exporter writes a transposed weight): it trains, with a
+// warning naming it, unless --trainable says what trains.
+TEST(TorchGraphSignature, AnUndeclaredInitializerThatTrainsIsNamedInAWarning) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"3"});
+  b.initializer_f32("w", {3}, {1, 2, 3});
+  b.initializer_f32("val_4", {3}, {4, 5, 6});
+  b.node("Add", {"x", "w"}, {"shifted"}, "add");
+  b.node("Mul", {"shifted", "val_4"}, {"scaled"}, "mul");
+  add_int_attr(b.node("ReduceSum", {"scaled"}, {"loss"}, "sum"), "keepdims", 0);
+  b.output("loss");
+  add_metadata(b.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+               "\n# inputs\np_w: PARAMETER target='w'\nx: USER_INPUT\n");
+  for (const std::string trainable : {"", "^w$"}) {
+    SCOPED_TRACE(trainable.empty() ? "default" : "--trainable " + trainable);
+    std::unique_ptr<Graph> graph = import_ok(b.bytes());
+    ASSERT_NE(graph, nullptr);
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, trainable), diagnostics).ok());
+    bool warned = false;
+    for (const std::string& warning : diagnostics.warnings()) {
+      warned |= absl::StrContains(warning,
+                                  "initializers val_4 train as parameters, but the "
+                                  "exported program does not declare them");
+    }
+    EXPECT_EQ(warned, trainable.empty()) << str_join(diagnostics.warnings(), "\n");
+    const std::vector<std::string> want =
+        trainable.empty() ? std::vector<std::string>{"val_4", "w"} : std::vector<std::string>{"w"};
+    EXPECT_EQ(trained(*graph), want);
+  }
+}
+
 // ---- padding_idx ---------------------------------------------------------------------------
 
 // The embedding model with the Gather's FX node calling aten.embedding with `args`, imported.
