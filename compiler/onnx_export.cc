@@ -123,8 +123,9 @@ class Exporter {
       if (shared) continue;
       onnx::TensorProto* tensor = proto.add_initializer();
       tensor->set_name(names_.at(init));
-      if (init->is_constant()) tensor->set_doc_string(std::string(onnx_io::kConstantDoc));
-      if (init->declared() == Value::Declared::kParameter) {
+      if (init->is_constant()) {
+        tensor->set_doc_string(std::string(onnx_io::kConstantDoc));
+      } else if (init->declared() == Value::Declared::kParameter) {
         tensor->set_doc_string(std::string(onnx_io::kParameterDoc));
       } else if (init->declared() == Value::Declared::kBuffer) {
         tensor->set_doc_string(std::string(onnx_io::kBufferDoc));
@@ -366,7 +367,8 @@ class Exporter {
     const bool legacy_dropout = is_dropout_before_12(node);
     if (legacy_dropout) AMPC_RETURN_IF_ERROR(write_dropout_mode(node, *proto));
     for (const auto& [name, value] : node.attrs()) {
-      if (const AttrSpec* spec = node.def()->find_attr(name); spec != nullptr && spec->extension) {
+      if (const AttrSpec* spec = node.def() != nullptr ? node.def()->find_attr(name) : nullptr;
+          spec != nullptr && spec->extension) {
         AMPC_CHECK(attr_kind(value) == AttrKind::kInt);
         onnx_io::add_metadata_prop(*proto, onnx_io::extension_attr_key(name),
                                    str_cat(std::get<int64_t>(value)));

@@ -443,7 +443,7 @@ class Importer : public onnx_io::ImportSink {
       AMPC_ASSIGN_OR_RETURN(AttrValue value, attr_value(attr, *spec, where));
       attrs.emplace(attr.name(), std::move(value));
     }
-    AMPC_RETURN_IF_ERROR(import_extension_attrs(proto, def, label, attrs));
+    AMPC_RETURN_IF_ERROR(import_metadata_attrs(proto, def, label, attrs));
     for (const AttrSpec& spec : def.attrs) {
       if (spec.required && !attrs.contains(spec.name)) {
         return invalid(str_cat(label, ": required attribute '", spec.name, "' is missing"));
@@ -456,8 +456,8 @@ class Importer : public onnx_io::ImportSink {
   // of it and its ONNX form lost (an embedding's padding_idx, a batch norm's training mode),
   // and ampc's own `ampc.<name>` entries for the op's extension attributes
   // (AttrSpec::extension).
-  absl::Status import_extension_attrs(const onnx::NodeProto& proto, const OpDef& def,
-                                      const std::string& label, Attributes& attrs) {
+  absl::Status import_metadata_attrs(const onnx::NodeProto& proto, const OpDef& def,
+                                     const std::string& label, Attributes& attrs) {
     for (const auto& [name, value] : onnx_io::torch_recorded_attrs(proto)) {
       if (def.find_attr(name) != nullptr) attrs.insert_or_assign(name, AttrValue(value));
     }
@@ -470,13 +470,9 @@ class Importer : public onnx_io::ImportSink {
         if (!spec.extension || key != onnx_io::extension_attr_key(spec.name)) continue;
         const std::string where = str_cat(label, ": metadata '", key, "'");
         AMPC_CHECK(spec.kind == AttrKind::kInt);
-        errno = 0;
-        char* end = nullptr;
-        const long long value = std::strtoll(text.c_str(), &end, 10);
-        if (text.empty() || errno != 0 || *end != '\0') {
-          return invalid(str_cat(where, " is '", text, "', not an integer"));
-        }
-        attrs.insert_or_assign(spec.name, AttrValue(int64_t{value}));
+        const std::optional<int64_t> value = onnx_io::parse_int64(text);
+        if (!value) return invalid(str_cat(where, " is '", text, "', not an integer"));
+        attrs.insert_or_assign(spec.name, AttrValue(*value));
       }
     }
     return absl::OkStatus();

@@ -98,10 +98,10 @@ absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const
 
 // SoftmaxCrossEntropyLoss against class indices with PyTorch's label_smoothing (which the
 // dynamo exporter records in the node's metadata and ONNX's op cannot hold;
-// compiler/onnx_metadata.h): (1 - smoothing) times the op, plus smoothing / C times the mean of
-// -sum_c(weight_c * LogSoftmax(scores)_c) over the positions whose target is not ignored
-// (divided, for "mean", as the op divides: by the summed weights of the targets' classes), as
-// PyTorch's cross_entropy computes it.
+// compiler/onnx_metadata.h): (1 - smoothing) times the op, plus smoothing / C times the same
+// reduction of -sum_c(weight_c * LogSoftmax(scores)_c) over the positions whose target is not
+// ignored (a "mean" divided as the op divides: by the summed weights of the kept targets'
+// classes), as PyTorch's cross_entropy computes it.
 absl::Status lower_label_smoothed_cross_entropy(const onnx::NodeProto& proto,
                                                 const std::string& label, ImportSink& sink,
                                                 double smoothing);

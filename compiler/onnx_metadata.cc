@@ -2,8 +2,7 @@
 #include "compiler/onnx_metadata.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
+#include <charconv>
 #include <regex>
 #include <set>
 
@@ -63,7 +62,8 @@ bool in_onnx_domain(const onnx::NodeProto& node) {
 // [num_users=1] = call_function[target=torch.ops.aten.embedding.default](args = (%p_weight, %x,
 // 0), kwargs = {})".
 struct FxCall {
-  std::string op;  // "embedding"
+  std::string op;        // "embedding"
+  std::string overload;  // "default"
   std::vector<std::string> args;
   std::string kwargs;
 
@@ -80,11 +80,11 @@ std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
   const std::optional<std::string> fx = find_prop(metadata_props(node), "pkg.torch.onnx.fx_node");
   if (!fx) return std::nullopt;
   static const std::regex kCall(
-      R"(target=torch\.ops\.aten\.([A-Za-z_]+)\.[A-Za-z_]+\]\(args = \(([^)]*)\), kwargs = \{([^}]*)\})");
+      R"(target=torch\.ops\.aten\.(\w+)\.(\w+)\]\(args = \(([^)]*)\), kwargs = \{([^}]*)\})");
   std::smatch match;
   if (!std::regex_search(*fx, match, kCall)) return std::nullopt;
-  FxCall call{match[1].str(), {}, match[3].str()};
-  const std::string listed = match[2].str();
+  FxCall call{match[1].str(), match[2].str(), {}, match[4].str()};
+  const std::string listed = match[3].str();
   for (size_t begin = 0; begin <= listed.size();) {
     const size_t comma = std::min(listed.find(',', begin), listed.size());
     std::string arg = listed.substr(begin, comma - begin);
@@ -122,6 +122,15 @@ void add_metadata_prop(onnx::NodeProto& node, std::string_view key, std::string_
 
 std::string extension_attr_key(std::string_view name) { return str_cat("ampc.", name); }
 
+std::optional<int64_t> parse_int64(std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph) {
   std::unordered_map<std::string, Value::Declared> declared;
   const std::optional<std::string> signature =
@@ -129,37 +138,39 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
   if (!signature) return declared;
   // One input per line: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
   static const std::regex kLine(
-      R"(^\s*\S+:\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)')", std::regex::multiline);
-  for (auto it = std::sregex_iterator(signature->begin(), signature->end(), kLine);
-       it != std::sregex_iterator(); ++it) {
-    declared[(*it)[2].str()] =
-        (*it)[1] == "PARAMETER" ? Value::Declared::kParameter : Value::Declared::kBuffer;
+      R"(\s*\S+:\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)'.*)");
+  std::smatch match;
+  for (size_t begin = 0; begin < signature->size();) {
+    const size_t end = std::min(signature->find('\n', begin), signature->size());
+    const std::string line = signature->substr(begin, end - begin);
+    begin = end + 1;
+    if (!std::regex_match(line, match, kLine)) continue;
+    declared[match[2].str()] =
+        match[1] == "PARAMETER" ? Value::Declared::kParameter : Value::Declared::kBuffer;
   }
   return declared;
 }
 
 std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node) {
   std::map<std::string, int64_t> attrs;
-  if (!in_onnx_domain(node)) return attrs;
+  const bool gather = node.op_type() == "Gather";
+  const bool batch_norm = node.op_type() == "BatchNormalization";
+  if (!in_onnx_domain(node) || !(gather || batch_norm)) return attrs;
   const std::optional<FxCall> call = fx_call(node);
   if (!call) return attrs;
-  if (node.op_type() == "Gather" && call->op == "embedding") {
+  if (gather && call->op == "embedding") {
     // aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False)
-    const std::string padding = call->arg(2, "padding_idx");
-    errno = 0;
-    char* end = nullptr;
-    const long long value = std::strtoll(padding.c_str(), &end, 10);
-    if (!padding.empty() && errno == 0 && *end == '\0' && value >= 0) {
-      attrs["padding_idx"] = value;
-    }
+    const std::optional<int64_t> padding = parse_int64(call->arg(2, "padding_idx"));
+    if (padding && *padding >= 0) attrs["padding_idx"] = *padding;
     if (call->arg(3, "scale_grad_by_freq") == "True") attrs["scale_grad_by_freq"] = 1;
   }
-  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...)
+  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...); the no_stats
+  // overload has no running statistics: (input, weight, bias, training, momentum, eps).
   static const std::set<std::string, std::less<>> kBatchNorms = {
       "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm",
       "batch_norm"};
-  if (node.op_type() == "BatchNormalization" && kBatchNorms.contains(call->op) &&
-      call->arg(5, "training") == "True") {
+  const size_t training = call->overload == "no_stats" ? 3 : 5;
+  if (batch_norm && kBatchNorms.contains(call->op) && call->arg(training, "training") == "True") {
     attrs["training_mode"] = 1;
   }
   return attrs;
@@ -172,10 +183,12 @@ double torch_label_smoothing(const onnx::NodeProto& node) {
   // label_smoothing=0.0)
   if (!call || call->op != "cross_entropy_loss") return 0;
   const std::string text = call->arg(5, "label_smoothing");
-  errno = 0;
-  char* end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || errno != 0 || *end != '\0' || !(value > 0 && value <= 1)) return 0;
+  double value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
+      !(value > 0 && value <= 1)) {
+    return 0;
+  }
   return value;
 }
 

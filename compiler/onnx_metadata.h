@@ -37,6 +37,8 @@ void add_metadata_prop(onnx::NodeProto& node, std::string_view key, std::string_
 
 // The key under which an extension attribute `name` travels on a node.
 std::string extension_attr_key(std::string_view name);
+// `text` as a whole decimal integer, or nullopt.
+std::optional<int64_t> parse_int64(std::string_view text);
 
 // What a PyTorch graph signature on `graph` declares each initializer, by name: PARAMETER, or
 // BUFFER and CONSTANT_TENSOR (register_buffer: a rotary frequency table, a fixed bias; tensors

@@ -225,7 +225,8 @@ def parameter_initializers(model, path):
 
 def unfaithful_because(model, path):
     """What the export lost, where it can be told from the file: parameters that are not
-    initializers (folded into constants), BatchNormalization in inference mode."""
+    initializers (folded into constants), BatchNormalization in inference mode (and not recorded
+    as training in its FX node), an embedding's padding_idx."""
     graph = onnx.load(path, load_external_data=False).graph
     initializers = {i.name for i in graph.initializer}
     lost = [names[0] for names in parameter_aliases(model).values()

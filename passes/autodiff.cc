@@ -5,8 +5,9 @@
 //   mask fill (inf, NaN or the type's largest magnitude, passes/mask_data.h): an exporter's
 //   folded attention mask is data, and is not a lifted constant: a scalar (rank 0: an exponent,
 //   an epsilon), or a one-element tensor named as torch.onnx's dynamo exporter names the
-//   constants it lifts (val_<n>: an attention's √scale); --trainable names either kind to
-//   train it),
+//   constants it lifts (val_<n>: an attention's √scale), unless the file declares it a
+//   parameter, and is not what the file declares a buffer (PyTorch's graph signature,
+//   Value::declared); --trainable names a lifted constant or a buffer to train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -14,7 +15,9 @@
 //   and sums the gradients of a value with several readers, in reader order.
 // Assumes: a verified graph with static shapes; the loss is a graph output with one element.
 //   Integer and bool values, and inputs an op lists in no_gradient_inputs, get no gradient.
-//   A trainable candidate the loss does not depend on is reported and left without gradient.
+//   A trainable candidate the loss does not depend on is reported and left without gradient;
+//   lifted constants and buffers the loss depends on, and trained initializers a file with a
+//   signature does not declare, are named in warnings.
 // Numerics: the seed is 1 in the loss's dtype; each gradient has its value's dtype. The forward
 //   graph is unchanged.
 #include <algorithm>
@@ -137,19 +140,19 @@ class Walker {
     std::vector<std::string> buffers;
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
-      // A lifted constant (passes/mask_data.h) is far more often an exporter's constant than a
-      // parameter: trained only by name.
       const bool named = trainable && std::regex_search(init->name(), *trainable);
-      if (is_float_value(init) && is_lifted_constant(*init) && !named &&
-          init->declared() != Value::Declared::kParameter &&
-          (!freeze || !std::regex_search(init->name(), *freeze))) {
-        scalars.push_back(init->name());
-        continue;
-      }
       if (init->is_buffer() && !named) {
         if (is_float_value(init) && (!freeze || !std::regex_search(init->name(), *freeze))) {
           buffers.push_back(init->name());
         }
+        continue;
+      }
+      // A lifted constant (passes/mask_data.h) is far more often an exporter's constant than a
+      // parameter: trained only by name.
+      if (is_float_value(init) && is_lifted_constant(*init) && !named &&
+          init->declared() != Value::Declared::kParameter &&
+          (!freeze || !std::regex_search(init->name(), *freeze))) {
+        scalars.push_back(init->name());
         continue;
       }
       if (holds_mask_fill(*init)) {
@@ -175,8 +178,9 @@ class Walker {
   }
 
   // Where the file declares its parameters (PyTorch's graph signature), a trained initializer it
-  // does not declare was made by the exporter's optimizer from parameters (a weight folded into
-  // its transpose, say): training it trains another model than PyTorch's, worth a warning.
+  // does not declare was made by the exporter's optimizer from parameters or buffers (a weight
+  // folded into its transpose, a lookup of a position table): training it trains another model
+  // than PyTorch's, worth a warning.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty() ||
         std::none_of(graph_.initializers().begin(), graph_.initializers().end(),
@@ -193,8 +197,8 @@ class Walker {
     context_.warn(str_cat(
         "initializers ", str_join(undeclared, ", "),
         " train as parameters, but the exported program does not declare them (PyTorch's graph "
-        "signature): the exporter's optimizer made them from parameters, folding a transpose or "
-        "merging equal ones, so this trains another model than PyTorch's; export with "
+        "signature): the exporter's optimizer made them from parameters or buffers, folding a "
+        "transpose or a lookup, so this trains another model than PyTorch's; export with "
         "torch.onnx.export(..., optimize=False), or name what trains with --trainable"));
   }
 
@@ -400,9 +404,10 @@ class Walker {
   const PassContext& context_;
   std::unordered_set<const Value*> active_;
   std::unordered_set<const Value*> reaches_loss_;
-  // Scalar (rank-0) initializers left out of the default trainable set.
-  std::vector<std::string> held_constant_;  // lifted constants, by name
-  std::vector<std::string> held_buffers_;   // buffers the exporter declared, by name
+  // Initializers left out of the default trainable set, by name: lifted constants, and what the
+  // exporter declared buffers.
+  std::vector<std::string> held_constant_;
+  std::vector<std::string> held_buffers_;
   std::unordered_map<const Value*, std::vector<Value*>> contributions_;
 };
 

@@ -119,6 +119,7 @@ Value* read_through_copy(Graph& graph, Value& parameter, const LowPrecisionCopy&
                                        narrowed(whole, copy.dtype));
   read_low(graph, parameter, value);
   value->set_name(copy.copy);
+  value->set_declared(parameter.declared());  // what the exporter declared it stays
   return value;
 }
 
@@ -140,6 +141,7 @@ absl::Status restore_master_weights(Graph& eval, const LowPrecisionCopy& copy, T
   }
   const Shape shape = whole.shape();
   Value* parameter = eval.add_initializer(copy.parameter, std::move(whole));
+  parameter->set_declared(value->declared());
   Node* cast = eval.create_node(kOnnxDomain, "Cast", {parameter}, {TensorType{copy.dtype, shape}},
                                 {{"to", copy.dtype}}, first_reader);
   cast->set_name(str_cat(copy.parameter, "/to_", dtype_name(copy.dtype)));

@@ -8,15 +8,19 @@
 // of gathered rows moves each row by the number of times it was picked), and PyTorch's
 // documented label-smoothing formula computed here in f64. The zoo's padded_tagger and
 // res_cnn.dynamo_raw (tests/runtime/zoo_test.cc) check all of it against PyTorch's training.
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/text_ir.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "passes/master_weights.h"
 #include "runtime/interpreter.h"
 #include "runtime/training_session.h"
 #include "tests/onnx_model_builder.h"
@@ -185,6 +189,27 @@ TEST(TorchGraphSignature, WhatTheSignatureSaidSurvivesExportAndImport) {
   EXPECT_TRUE(initializer(*again, "scale")->is_buffer());
   EXPECT_EQ(initializer(*again, "temp")->declared(), Value::Declared::kParameter);
   EXPECT_EQ(initializer(*again, "w")->declared(), Value::Declared::kParameter);
+}
+
+// The sharded optimizer has the eval graph read a parameter through a persistent bf16 copy
+// (passes/master_weights.h), and restores the parameter for an export: both keep what the
+// exporter declared it.
+TEST(TorchGraphSignature, WhatWasDeclaredSurvivesALowPrecisionCopy) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(
+      "graph g(%x: bf16[2, 3]) opset(17) {\n"
+      "  init %w: f32[3, 4] = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]\n"
+      "  %low = Cast<to=bf16>(%w) : bf16[3, 4]\n"
+      "  %y = MatMul(%x, %low) : bf16[2, 4]\n"
+      "  return %y\n}");
+  ASSERT_NE(graph, nullptr);
+  Value* w = graph->initializers().front();
+  w->set_declared(Value::Declared::kParameter);
+  const Tensor whole = *w->initializer();
+  const LowPrecisionCopy copy{"w", "w.bf16", DType::kBF16};
+  EXPECT_EQ(read_through_copy(*graph, *w, copy, whole)->declared(), Value::Declared::kParameter);
+  graph->erase_graph_value(w);
+  ASSERT_TRUE(restore_master_weights(*graph, copy, whole).ok());
+  EXPECT_EQ(initializer(*graph, "w")->declared(), Value::Declared::kParameter);
 }
 
 // A file whose signature declares w only, and an initializer the exporter's optimizer made
@@ -476,6 +501,69 @@ TEST(TorchCrossEntropy, LabelSmoothingIsReadFromTheFxNodeAndComputedAsPyTorchDoe
       }
     }
   }
+}
+
+// Without ignore_index the mean divides by the number of positions; scores [N, C, d] put the
+// class axis in the middle.
+TEST(TorchCrossEntropy, LabelSmoothingWithoutIgnoredTargetsOverASpatialAxis) {
+  const std::vector<double> x = {0.5, -1.0, 2.0, 0.25, 1.5, 1.5, -0.5, 0.0, -2.0, 0.75, 1.0, 3.0};
+  const std::vector<int64_t> y = {2, 0};  // [N=1, d=2]; scores [1, 6, 2]: 6 classes
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::DOUBLE, {"1", "6", "2"});
+  b.input("y", onnx::TensorProto::INT64, {"1", "2"});
+  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"loss"}, "ce");
+  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
+               "cross_entropy_loss.default](args = (%x, %y, None, 1, -100, 0.25), kwargs = {})");
+  b.output("loss");
+  std::unique_ptr<Graph> graph = import_ok(b.bytes());
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
+      *graph, {Tensor::from_doubles(DType::kF64, {1, 6, 2}, x), Tensor::from_i64({1, 2}, y)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  // The positions as rows of 6 classes: element (c, d) of the scores is x[c * 2 + d].
+  std::vector<double> rows(12);
+  for (int64_t d = 0; d < 2; ++d) {
+    for (int64_t c = 0; c < 6; ++c) rows[d * 6 + c] = x[c * 2 + d];
+  }
+  const std::vector<double> want =
+      smoothed_cross_entropy(rows, 6, y, std::vector<double>(6, 1.0), 0.25, "mean");
+  EXPECT_NEAR((*out)[0].element_as_double(0), want[0], 1e-14);
+}
+
+// Class probabilities: PyTorch mixes them with the uniform distribution first, then takes the
+// mean over the batch of -sum_c(w_c * q_c * log_softmax_c).
+TEST(TorchCrossEntropy, LabelSmoothingOfClassProbabilities) {
+  const std::vector<double> x = {0.5, -1.0, 2.0, 0.25, 1.5, 1.5, -0.5, 0.0};
+  const std::vector<double> p = {0.5, 0.25, 0.25, 0.0, 0.0, 0.0, 1.0, 0.0};
+  const std::vector<double> w = {0.5, 1.0, 1.5, 2.0};
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::DOUBLE, {"2", "4"});
+  b.input("p", onnx::TensorProto::DOUBLE, {"2", "4"});
+  onnx::TensorProto& init = b.initializer("w", onnx::TensorProto::DOUBLE, {4});
+  for (double v : w) init.add_double_data(v);
+  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "p", "w"}, {"loss"}, "ce");
+  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
+               "cross_entropy_loss.default](args = (%x, %p, %b_w, 1, -100, 0.2), kwargs = {})");
+  b.output("loss");
+  std::unique_ptr<Graph> graph = import_ok(b.bytes());
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
+      *graph,
+      {Tensor::from_doubles(DType::kF64, {2, 4}, x), Tensor::from_doubles(DType::kF64, {2, 4}, p)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  double want = 0;
+  for (int64_t i = 0; i < 2; ++i) {
+    double max = -INFINITY, sum = 0;
+    for (int64_t c = 0; c < 4; ++c) max = std::max(max, x[i * 4 + c]);
+    for (int64_t c = 0; c < 4; ++c) sum += std::exp(x[i * 4 + c] - max);
+    for (int64_t c = 0; c < 4; ++c) {
+      const double q = p[i * 4 + c] * (1 - 0.2) + 0.2 / 4;
+      want -= w[c] * q * (x[i * 4 + c] - max - std::log(sum)) / 2;
+    }
+  }
+  EXPECT_NEAR((*out)[0].element_as_double(0), want, 1e-14);
 }
 
 TEST(TorchCrossEntropy, WithoutLabelSmoothingTheOpStaysOneNode) {
