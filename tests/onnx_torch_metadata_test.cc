@@ -459,6 +459,19 @@ std::vector<double> smoothed_cross_entropy(const std::vector<double>& x, int64_t
   return {(1 - e) * a + e / classes * b};
 }
 
+// A SoftmaxCrossEntropyLoss node "ce" of `inputs` with output "loss", and the FX node the dynamo
+// exporter records for it: aten.cross_entropy_loss called with `args`.
+onnx::NodeProto& recorded_cross_entropy(ModelBuilder& b, const std::vector<std::string>& inputs,
+                                        const std::string& args) {
+  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", inputs, {"loss"}, "ce");
+  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
+               "cross_entropy_loss.default](args = (" +
+                   args + "), kwargs = {})");
+  b.output("loss");
+  return loss;
+}
+
 TEST(TorchCrossEntropy, LabelSmoothingIsReadFromTheFxNodeAndComputedAsPyTorchDoes) {
   const int64_t classes = 4;
   const std::vector<double> x = {0.5, -1.0, 2.0, 0.25, 1.5, 1.5, -0.5, 0.0, -2.0, 0.75, 1.0, 3.0};
@@ -479,14 +492,10 @@ TEST(TorchCrossEntropy, LabelSmoothingIsReadFromTheFxNodeAndComputedAsPyTorchDoe
         inputs.push_back("w");
         weight_arg = "%b_w";
       }
-      onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", inputs, {"loss"}, "ce");
+      onnx::NodeProto& loss =
+          recorded_cross_entropy(b, inputs, "%x, %y, " + weight_arg + ", 1, -100, 0.1");
       add_int_attr(loss, "ignore_index", -100);
       testing::add_string_attr(loss, "reduction", reduction);
-      add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
-                   "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
-                   "cross_entropy_loss.default](args = (%x, %y, " +
-                       weight_arg + ", 1, -100, 0.1), kwargs = {})");
-      b.output("loss");
       std::unique_ptr<Graph> graph = import_ok(b.bytes());
       ASSERT_NE(graph, nullptr);
       absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
@@ -511,11 +520,7 @@ TEST(TorchCrossEntropy, LabelSmoothingWithoutIgnoredTargetsOverASpatialAxis) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::DOUBLE, {"1", "6", "2"});
   b.input("y", onnx::TensorProto::INT64, {"1", "2"});
-  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"loss"}, "ce");
-  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
-               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
-               "cross_entropy_loss.default](args = (%x, %y, None, 1, -100, 0.25), kwargs = {})");
-  b.output("loss");
+  recorded_cross_entropy(b, {"x", "y"}, "%x, %y, None, 1, -100, 0.25");
   std::unique_ptr<Graph> graph = import_ok(b.bytes());
   ASSERT_NE(graph, nullptr);
   absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
@@ -542,11 +547,7 @@ TEST(TorchCrossEntropy, LabelSmoothingOfClassProbabilities) {
   b.input("p", onnx::TensorProto::DOUBLE, {"2", "4"});
   onnx::TensorProto& init = b.initializer("w", onnx::TensorProto::DOUBLE, {4});
   for (double v : w) init.add_double_data(v);
-  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "p", "w"}, {"loss"}, "ce");
-  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
-               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
-               "cross_entropy_loss.default](args = (%x, %p, %b_w, 1, -100, 0.2), kwargs = {})");
-  b.output("loss");
+  recorded_cross_entropy(b, {"x", "p", "w"}, "%x, %p, %b_w, 1, -100, 0.2");
   std::unique_ptr<Graph> graph = import_ok(b.bytes());
   ASSERT_NE(graph, nullptr);
   absl::StatusOr<std::vector<Tensor>> out = runtime::interpret_graph(
@@ -570,11 +571,7 @@ TEST(TorchCrossEntropy, WithoutLabelSmoothingTheOpStaysOneNode) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
   b.input("y", onnx::TensorProto::INT64, {"3"});
-  onnx::NodeProto& loss = b.node("SoftmaxCrossEntropyLoss", {"x", "y"}, {"loss"}, "ce");
-  add_metadata(loss, kNodeMetadataField, "pkg.torch.onnx.fx_node",
-               "%cross_entropy_loss : [num_users=1] = call_function[target=torch.ops.aten."
-               "cross_entropy_loss.default](args = (%x, %y, None, 1, -100, 0.0), kwargs = {})");
-  b.output("loss");
+  recorded_cross_entropy(b, {"x", "y"}, "%x, %y, None, 1, -100, 0.0");
   std::unique_ptr<Graph> graph = import_ok(b.bytes());
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(graph->num_nodes(), 1);
