@@ -14,7 +14,8 @@
 // exactly as the LogSoftmax kernel does it along C, m = max, s = sum of exp(x - m) in class
 // order, log_prob = (x - m) - log(s), so SoftmaxCrossEntropyLoss's log_prob output equals
 // LogSoftmax<axis=1> bit for bit. The per-sample losses stay in the compute type; sum and mean
-// add them (and the weights) sequentially in row-major sample order, divide once and round once.
+// add them (and the weights) in row-major sample order in pairwise_sum.h's order (blocks of 64,
+// then pairwise), divide once and round once.
 // Samples are spread over threads; the reduction runs on one.
 #include <algorithm>
 #include <cmath>
@@ -25,6 +26,7 @@
 #include "compiler/strings.h"
 #include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/pairwise_sum.h"
 #include "runtime/cpu/slicing.h"
 #include "runtime/cpu/vector_math.h"
 
@@ -46,13 +48,14 @@ void write_reduced(const KernelContext& ctx, const SampleLosses<T>& samples, boo
     for (size_t s = 0; s < samples.loss.size(); ++s) out[s] = store<T>(samples.loss[s]);
     return;
   }
-  C sum = 0;
-  for (C loss : samples.loss) sum += loss;
+  PairwiseSum<C> losses;
+  for (C loss : samples.loss) losses.add(loss);
+  C sum = losses.total();
   if (reduction == "mean") {
     if (weighted) {
-      C weight_sum = 0;
-      for (C weight : samples.weight) weight_sum += weight;
-      sum /= weight_sum;
+      PairwiseSum<C> weights;
+      for (C weight : samples.weight) weights.add(weight);
+      sum /= weights.total();
     } else {
       // Every kept sample has weight 1: count them in an integer, exact past 2^24 samples.
       const int64_t counted = std::count(samples.weight.begin(), samples.weight.end(), C(1));

@@ -5,12 +5,14 @@
 // constant operand into the attribute first). No axes, or an empty list, reduce over every
 // dimension unless noop_with_empty_axes asks for the identity. Negative axes count from the end.
 //
-// Numerics: each output element is computed by one loop over its reduced elements in row-major
-// order of the input (the reduced dimensions in their original order), accumulating in f32 for
-// f16, bf16 and f32, in f64 for f64 and in i64 for the integer types (wrapping to the element
-// type on store). ReduceMean divides the sum once by the element count. The result is rounded
-// once on store. Output elements are spread over threads; nothing is combined across threads,
-// so the bits do not depend on the thread count.
+// Numerics: each output element takes its reduced elements in row-major order of the input (the
+// reduced dimensions in their original order). Float sums accumulate in f32 for f16, bf16 and
+// f32 and in f64 for f64, in pairwise_sum.h's order (blocks of 64 added in order, the block sums
+// pairwise), so their error grows with the log of the length; integer sums are exact in i64
+// (wrapping to the element type on store); a maximum is exact. ReduceMean divides the sum once by
+// the element count. The result is rounded once on store. Output elements are spread over
+// threads, and so are the blocks of the few long sums of a reduction with fewer outputs than
+// threads; the order depends on the shapes alone, so the bits do not depend on the thread count.
 //
 // Empty reductions follow ONNX: a sum is 0, a mean of floats NaN (0 / 0; 0 for integers), a
 // maximum the lowest value of the type (-inf for floats, false for bool). ReduceMax propagates
@@ -24,6 +26,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/pairwise_sum.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -155,6 +158,10 @@ void accumulate(accumulate_t<T, R>& acc, T element) {
   }
 }
 
+// Float sums and means, which add in pairwise_sum.h's order.
+template <typename T, Reduction R>
+constexpr bool kPairwise = R != Reduction::kMax&& is_float_v<T>;
+
 template <typename T, Reduction R>
 T finish(accumulate_t<T, R> acc, int64_t count) {
   using A = accumulate_t<T, R>;
@@ -186,24 +193,66 @@ void reduce_columns(const ReduceLayout& layout, std::span<const T> in, std::span
   const int64_t work = layout.reduced_count * std::min(width, kColumnBlock);
   parallel_for(items, std::max<int64_t>(1, 65536 / std::max<int64_t>(1, work)),
                [&](int64_t begin, int64_t end) {
-                 std::array<accumulate_t<T, R>, kColumnBlock> acc;
+                 using A = accumulate_t<T, R>;
+                 std::array<A, kColumnBlock> acc;
+                 std::optional<PairwiseColumnSums<A>> sums;
+                 if constexpr (kPairwise<T, R>) sums.emplace(kColumnBlock);
                  for (int64_t item = begin; item < end; ++item) {
                    const int64_t run = item / blocks_per_run;
                    const int64_t first = run * width + item % blocks_per_run * kColumnBlock;
                    const int64_t n = std::min(kColumnBlock, (run + 1) * width - first);
                    const int64_t base = layout.base_offset(first);
                    std::fill(acc.begin(), acc.begin() + n, initial_value<T, R>());
+                   if constexpr (kPairwise<T, R>) sums->clear();
                    for (int64_t outer : layout.outer_reduced_offsets) {
                      for (int64_t i = 0; i < layout.inner_size; ++i) {
                        const T* row = in.data() + base + outer + i * layout.inner_stride;
-                       for (int64_t w = 0; w < n; ++w) accumulate<T, R>(acc[w], row[w]);
+                       if constexpr (kPairwise<T, R>) {
+                         sums->add_row(row, n, [](T x) { return load(x); });
+                       } else {
+                         for (int64_t w = 0; w < n; ++w) accumulate<T, R>(acc[w], row[w]);
+                       }
                      }
                    }
+                   if constexpr (kPairwise<T, R>) sums->totals(n, acc.data());
                    for (int64_t w = 0; w < n; ++w) {
                      out[first + w] = finish<T, R>(acc[w], layout.reduced_count);
                    }
                  }
                });
+}
+
+// Sums at least this long, of a reduction with fewer outputs than threads (a mean loss, the
+// total of a tensor), are cut into their blocks of kSumBlock across threads.
+constexpr int64_t kParallelSumLength = 1 << 15;
+
+// Each output in turn: the sums of its blocks of kSumBlock terms in parallel, then tree_sum;
+// the bits of the streaming PairwiseSum.
+template <typename T, Reduction R>
+void reduce_long_sums(const ReduceLayout& layout, std::span<const T> in, std::span<T> out) {
+  using A = accumulate_t<T, R>;
+  const int64_t count = layout.reduced_count;
+  std::vector<A> blocks((count + kSumBlock - 1) / kSumBlock);
+  for (int64_t o = 0; o < layout.output_count; ++o) {
+    const int64_t base = layout.base_offset(o);
+    parallel_for(static_cast<int64_t>(blocks.size()), 256, [&](int64_t begin, int64_t end) {
+      for (int64_t b = begin; b < end; ++b) {
+        // Term k is element i of run q: offset base + outer_reduced_offsets[q] + i * stride.
+        const int64_t first = b * kSumBlock;
+        int64_t q = first / layout.inner_size, i = first % layout.inner_size;
+        A sum = A(0);
+        for (int64_t k = first; k < std::min(count, first + kSumBlock); ++k) {
+          sum += load(in[base + layout.outer_reduced_offsets[q] + i * layout.inner_stride]);
+          if (++i == layout.inner_size) {
+            i = 0;
+            ++q;
+          }
+        }
+        blocks[b] = sum;
+      }
+    });
+    out[o] = finish<T, R>(tree_sum(std::span<A>(blocks)), count);
+  }
 }
 
 template <typename T, Reduction R>
@@ -231,17 +280,29 @@ absl::Status reduce(const KernelContext& ctx) {
     reduce_columns<T, R>(layout, in, out);
     return absl::OkStatus();
   }
+  if constexpr (kPairwise<T, R>) {
+    if (layout.output_count < cpu_threads() && layout.reduced_count >= kParallelSumLength) {
+      reduce_long_sums<T, R>(layout, in, out);
+      return absl::OkStatus();
+    }
+  }
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, layout.reduced_count));
   parallel_for(layout.output_count, grain, [&](int64_t begin, int64_t end) {
     for (int64_t o = begin; o < end; ++o) {
       const int64_t base = layout.base_offset(o);
       accumulate_t<T, R> acc = initial_value<T, R>();
+      PairwiseSum<accumulate_t<T, R>> sum;
       for (int64_t outer : layout.outer_reduced_offsets) {
         const T* run = in.data() + base + outer;
         for (int64_t i = 0; i < layout.inner_size; ++i) {
-          accumulate<T, R>(acc, run[i * layout.inner_stride]);
+          if constexpr (kPairwise<T, R>) {
+            sum.add(load(run[i * layout.inner_stride]));
+          } else {
+            accumulate<T, R>(acc, run[i * layout.inner_stride]);
+          }
         }
       }
+      if constexpr (kPairwise<T, R>) acc = sum.total();
       out[o] = finish<T, R>(acc, layout.reduced_count);
     }
   });

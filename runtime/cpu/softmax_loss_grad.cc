@@ -11,11 +11,12 @@
 //   NegativeLogLikelihoodLossGrad: dinput_t = -g * w_t, every other class 0
 // where g is dLoss[sample] for reduction "none", dLoss for "sum", and dLoss / W for "mean", W the
 // sum of the kept samples' weights (their count without weights) added as the forward kernel
-// adds it. With from_scores=1 the log-probabilities are recomputed from the scores exactly as the
-// forward kernel computes them ((x - m) - log(sum of exp(x - m)), in class order). Ignored
-// samples get 0. Each output element is rounded once. Rows and samples are spread over threads,
-// each computed by one; an element is written after its own operands were read, so the gradient
-// may share dY's (softmax) or log_prob's (cross entropy) buffer.
+// adds it (pairwise_sum.h's order over every sample, an ignored one adding 0). With from_scores=1
+// the log-probabilities are recomputed from the scores exactly as the forward kernel computes them
+// ((x - m) - log(sum of exp(x - m)), in class order). Ignored samples get 0. Each output element is
+// rounded once. Rows and samples are spread over threads, each computed by one; an element is
+// written after its own operands were read, so the gradient may share dY's (softmax) or log_prob's
+// (cross entropy) buffer.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -25,6 +26,7 @@
 #include "compiler/strings.h"
 #include "runtime/cpu/class_labels.h"
 #include "runtime/cpu/cpu_kernel_util.h"
+#include "runtime/cpu/pairwise_sum.h"
 #include "runtime/cpu/slicing.h"
 #include "runtime/cpu/vector_math.h"
 #include "runtime/gradient_math.h"
@@ -84,11 +86,10 @@ class LossScale {
     scale_ = load(dloss_[0]);
     if (ctx.node.string_attr("reduction") != "mean") return;
     if (!weights.empty()) {
-      C weight_sum = 0;
-      for (int64_t label : labels) {
-        if (label != ignored) weight_sum += load(weights[label]);
-      }
-      scale_ /= weight_sum;
+      // Every sample's weight, 0 for an ignored one, in the forward kernel's order.
+      PairwiseSum<C> weight_sum;
+      for (int64_t label : labels) weight_sum.add(label != ignored ? load(weights[label]) : C(0));
+      scale_ /= weight_sum.total();
     } else {
       const int64_t kept = std::count_if(labels.begin(), labels.end(),
                                          [&](int64_t label) { return label != ignored; });

@@ -286,6 +286,39 @@ TEST(SoftmaxCrossEntropyLossGradKernel, HandDerivedValues) {
   EXPECT_EQ(nll.to_double_vector(), (std::vector<double>{0, 0, -8, -1, 0, 0}));
 }
 
+// The mean's weight sum W is the forward kernel's, bit for bit, with ignored samples among the
+// kept ones: the forward's sum of per-sample losses of inputs -1 is W in the forward's order
+// (pairwise, an ignored sample adding 0), and each kept sample's gradient at its label is
+// -(dLoss / W) * w_t. Over 1,000 samples the order matters: a left-to-right sum of the kept
+// weights, or a pairwise sum that skips the ignored samples, gives another W.
+TEST(SoftmaxCrossEntropyLossGradKernel, MeanDividesByTheForwardsWeightSum) {
+  const int64_t n = 1000;
+  const std::vector<double> weight_values = {1.1, 0.3, 0.7, 3};
+  std::vector<int64_t> labels(n);
+  std::mt19937 rng(31);
+  for (int64_t& t : labels) t = std::uniform_int_distribution<int64_t>(0, 3)(rng);
+  const Tensor weights = Tensor::from_doubles(DType::kF32, {4}, weight_values);
+  const Tensor scores = Tensor::from_doubles(DType::kF32, {n, 4}, std::vector<double>(n * 4, -1));
+  const Tensor labels_tensor = labels_of(DType::kI64, {n}, labels);
+  const Tensor sum =
+      testing::run_op("NegativeLogLikelihoodLoss", "reduction=\"sum\", ignore_index=3",
+                      {scores, labels_tensor, weights}, {DType::kF32, {}});
+  const float w_sum = static_cast<float>(sum.element_as_double(0));
+  float sequential = 0;
+  for (int64_t t : labels) {
+    if (t != 3) sequential += static_cast<float>(weight_values[t]);
+  }
+  EXPECT_NE(w_sum, sequential);
+  const Tensor dx = run_ampc("NegativeLogLikelihoodLossGrad", "ignore_index=3, classes=4",
+                             {Tensor::from_doubles(DType::kF32, {}, {1.0}), labels_tensor, weights},
+                             scores.type());
+  for (int64_t s = 0; s < n; ++s) {
+    const float want =
+        labels[s] == 3 ? 0.0f : -((1.0f / w_sum) * static_cast<float>(weight_values[labels[s]]));
+    ASSERT_EQ(static_cast<float>(dx.element_as_double(s * 4 + labels[s])), want) << "sample " << s;
+  }
+}
+
 // "Upcast, p = exp(log_prob) in f32, factor = dLoss * w (mean: / kept count), round once".
 std::vector<float> f32_cross_entropy_grad(const std::vector<float>& log_prob,
                                           const std::vector<int64_t>& labels, int64_t C,

@@ -374,6 +374,24 @@ TEST(NegativeLogLikelihoodKernel, KDimensionalMatchesNaiveF64) {
   }
 }
 
+// The sum of 65,536 per-sample losses, the first 2^24 and the others 1, in pairwise_sum.h's
+// order: the first block of 64 stays at 2^24 (each + 1 rounds back to even), the other 1,023
+// blocks add 64 each, exactly; a left-to-right sum would stay at 2^24.
+TEST(NegativeLogLikelihoodKernel, LongSumsArePairwise) {
+  const int64_t n = 65536;
+  std::vector<double> input(n, -1.0);
+  input[0] = -16777216.0;
+  LossCase c;
+  c.op = "NegativeLogLikelihoodLoss";
+  c.scores = Tensor::from_doubles(DType::kF32, {n, 1}, input);
+  c.labels = labels_of(DType::kI64, {n}, std::vector<int64_t>(n, 0));
+  c.reduction = "sum";
+  const double sum = 16777216.0 + 64.0 * 1023;
+  EXPECT_EQ(c.run()[0].element_as_double(0), sum);
+  c.reduction = "mean";
+  EXPECT_EQ(c.run()[0].element_as_double(0), static_cast<double>(static_cast<float>(sum) / n));
+}
+
 TEST(LossKernels, LabelOutOfRangeIsAnErrorNamingIt) {
   for (const char* op : {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"}) {
     LossCase c;

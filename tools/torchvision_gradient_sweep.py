@@ -1,0 +1,221 @@
+#!/usr/bin/env python3
+"""torchvision's classification and segmentation models through PyTorch's exporters at several
+opsets, with ampc's loss and one-step gradients against PyTorch's in f64.
+
+Each model is built by torchvision with 5 classes and random weights (dropout and stochastic
+depth set to 0), wrapped with a cross-entropy loss, and exported in training mode (batch norms
+use the batch's statistics). For each export:
+  loss: `ampc train`'s first-step loss against the module's loss in f64;
+  grad: the gradient of every parameter, read from one SGD step of `ampc train` with lr 2^20
+        (exact in binary, so (before - after) / lr is the gradient to f32's precision), against
+        the f64 gradient; the largest error of a parameter, relative to the parameter's largest
+        gradient (or 1e-3 of the model's largest, if smaller).
+Beside each, PyTorch's own f32 error by the same measure: a model whose batch norms see few
+values per channel, or whose ReLUs see values within rounding of 0, is ill-conditioned, and
+then PyTorch's f32 run is as far from f64 as ampc's. A gradient error more than 10 times
+PyTorch's (and above 1e-5) is marked.
+
+Needs torch, torchvision, onnx, onnxscript and numpy from PyPI:
+
+  venv/bin/python tools/torchvision_gradient_sweep.py [--ampc build/ampc] [--only resnet18,vit]
+      [--exporters torchscript:17,dynamo:18] [--batch 4] [--size 64]
+"""
+import argparse
+import copy
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_training_sweep import quiet  # noqa: E402
+
+CLASSES = 5
+LR = 2.0 ** 20
+
+
+def models(M):
+    """name -> (model factory, smallest image side it takes, segmentation?)."""
+    from torchvision.models.convnext import CNBlockConfig
+    from torchvision.models.swin_transformer import SwinTransformer
+    from torchvision.models.vision_transformer import VisionTransformer
+    seg = M.segmentation
+    return {
+        "resnet18": (lambda: M.resnet18(num_classes=CLASSES), 32, False),
+        "resnet50": (lambda: M.resnet50(num_classes=CLASSES), 32, False),
+        "resnext50": (lambda: M.resnext50_32x4d(num_classes=CLASSES), 32, False),
+        "mobilenet_v2": (lambda: M.mobilenet_v2(num_classes=CLASSES), 32, False),
+        "mobilenet_v3_large": (lambda: M.mobilenet_v3_large(num_classes=CLASSES), 32, False),
+        "efficientnet_b0": (lambda: M.efficientnet_b0(num_classes=CLASSES), 32, False),
+        "efficientnet_v2_s": (lambda: M.efficientnet_v2_s(num_classes=CLASSES), 32, False),
+        "densenet121": (lambda: M.densenet121(num_classes=CLASSES), 32, False),
+        "squeezenet": (lambda: M.squeezenet1_1(num_classes=CLASSES), 64, False),
+        "shufflenet_v2": (lambda: M.shufflenet_v2_x0_5(num_classes=CLASSES), 32, False),
+        "googlenet": (lambda: M.googlenet(num_classes=CLASSES, aux_logits=False,
+                                          init_weights=True), 64, False),
+        "inception_v3": (lambda: M.inception_v3(num_classes=CLASSES, aux_logits=False,
+                                                init_weights=True), 80, False),
+        "mnasnet": (lambda: M.mnasnet0_5(num_classes=CLASSES), 32, False),
+        "regnet_y": (lambda: M.regnet_y_400mf(num_classes=CLASSES), 32, False),
+        "alexnet": (lambda: M.alexnet(num_classes=CLASSES), 64, False),
+        "vgg11_bn": (lambda: M.vgg11_bn(num_classes=CLASSES), 32, False),
+        "vit": (lambda: VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                          hidden_dim=32, mlp_dim=64, num_classes=CLASSES),
+                32, False),
+        "swin": (lambda: SwinTransformer(patch_size=[2, 2], embed_dim=16, depths=[1, 1],
+                                         num_heads=[2, 2], window_size=[4, 4],
+                                         num_classes=CLASSES), 32, False),
+        "convnext": (lambda: M.ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)],
+                                        num_classes=CLASSES), 32, False),
+        "maxvit": (lambda: M.MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2,
+                                    block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
+                                    stochastic_depth_prob=0, num_classes=CLASSES), 32, False),
+        "fcn_resnet50": (lambda: seg.fcn_resnet50(num_classes=CLASSES, weights=None,
+                                                  weights_backbone=None), 32, True),
+        "deeplabv3_mobilenet": (lambda: seg.deeplabv3_mobilenet_v3_large(
+            num_classes=CLASSES, weights=None, weights_backbone=None), 32, True),
+        "lraspp_mobilenet": (lambda: seg.lraspp_mobilenet_v3_large(
+            num_classes=CLASSES, weights=None, weights_backbone=None), 32, True),
+    }
+
+
+# The models whose input side is fixed by their configuration.
+FIXED_SIZE = ("vit", "maxvit")
+
+
+class WithLoss(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.m = model
+        self.loss = nn.CrossEntropyLoss()
+
+    def forward(self, x, y):
+        out = self.m(x)
+        if isinstance(out, dict):  # segmentation models
+            out = out["out"]
+        return self.loss(out, y)
+
+
+def without_dropout(model):
+    from torchvision.ops import StochasticDepth
+    for module in model.modules():
+        if isinstance(module, (nn.Dropout, StochasticDepth)):
+            module.p = 0.0
+    return model
+
+
+def export(module, args, path, exporter):
+    kind, opset = exporter.split(":")
+    kwargs = dict(input_names=["x", "y"], output_names=["loss"], opset_version=int(opset),
+                  training=torch.onnx.TrainingMode.TRAINING)
+    with warnings.catch_warnings(), quiet():
+        warnings.simplefilter("ignore")
+        if kind == "torchscript":
+            torch.onnx.export(module, args, path, dynamo=False, do_constant_folding=False,
+                              **kwargs)
+        else:
+            torch.onnx.export(module, args, path, dynamo=True, optimize=False, **kwargs)
+
+
+def initializers(path):
+    import onnx
+    from onnx import numpy_helper
+    return {t.name: numpy_helper.to_array(t).astype(np.float64)
+            for t in onnx.load(path).graph.initializer}
+
+
+def check(ampc, module, x, y, exporter, work):
+    """One line: ampc's loss and gradient errors against f64, beside PyTorch f32's."""
+    path = os.path.join(work, "model.onnx")
+    try:
+        export(copy.deepcopy(module), (x, y), path, exporter)
+    except Exception as e:  # an exporter that cannot export it: reported
+        return f"export failed: {str(e).strip().splitlines()[0][:100]}"
+    f64 = copy.deepcopy(module).double()
+    loss64 = f64(x.double(), y)
+    loss64.backward()
+    grads = {n: p.grad.numpy() for n, p in f64.named_parameters()}
+    f32 = copy.deepcopy(module)
+    loss32 = f32(x, y)
+    loss32.backward()
+    grads32 = {n: p.grad.numpy() for n, p in f32.named_parameters()}
+
+    data, train = os.path.join(work, "data.npz"), os.path.join(work, "train.onnx")
+    trained, log = os.path.join(work, "trained.onnx"), os.path.join(work, "log.jsonl")
+    np.savez(data, x=x.numpy()[None], y=y.numpy()[None])
+    for command in (["compile", path, "-o", train, "--optimizer", "sgd", "--lr", str(LR)],
+                    ["train", train, "--data", data, "--steps", "1", "--export", trained,
+                     "--log", log]):
+        done = subprocess.run([ampc] + command, capture_output=True, text=True)
+        if done.returncode != 0:
+            return f"{command[0]} failed: {done.stderr.strip().splitlines()[-1][:150]}"
+    with open(log) as f:
+        loss = next(json.loads(line)["loss"] for line in f if '"loss"' in line)
+    before, after = initializers(path), initializers(trained)
+    largest = max(np.abs(g).max() for g in grads.values())
+    worst, worst_name, worst32, missing = 0.0, "", 0.0, []
+    for name, g in grads.items():
+        if name not in before or name not in after:
+            missing.append(name)
+            continue
+        scale = max(np.abs(g).max(), 1e-3 * largest)
+        error = np.abs((before[name] - after[name]) / LR - g).max() / scale
+        if error > worst:
+            worst, worst_name = error, name
+        worst32 = max(worst32, np.abs(grads32[name] - g).max() / scale)
+    exact = loss64.item()
+    line = (f"loss {abs(loss - exact) / abs(exact):.1e} (torch f32 "
+            f"{abs(loss32.item() - exact) / abs(exact):.1e})  grad {worst:.1e} (torch f32 "
+            f"{worst32:.1e}) at {worst_name}")
+    if missing:
+        line += f"  parameters not in the file: {', '.join(missing[:3])}"
+    if worst > 10 * worst32 and worst > 1e-5:
+        line += "  <- differs"
+    return line
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ampc", default=os.path.join(os.path.dirname(__file__), "..", "build",
+                                                       "ampc"))
+    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--exporters", default="torchscript:17,dynamo:18",
+                        help="comma-separated exporter:opset (exporter torchscript or dynamo)")
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--size", type=int, default=64,
+                        help="image side (at least each model's smallest; vit and maxvit take 32)")
+    args = parser.parse_args()
+    import torchvision.models
+    table = models(torchvision.models)
+    names = [n for n in args.only.split(",") if n] or list(table)
+    for name in names:
+        if name not in table:
+            sys.exit(f"unknown model {name!r} (known: {', '.join(table)})")
+    exporters = [e for e in args.exporters.split(",") if e]
+    for exporter in exporters:
+        kind, _, opset = exporter.partition(":")
+        if kind not in ("torchscript", "dynamo") or not opset.isdigit():
+            sys.exit(f"--exporters: {exporter!r} is not torchscript:N or dynamo:N")
+    with tempfile.TemporaryDirectory() as work:
+        for name in names:
+            factory, smallest, segmentation = table[name]
+            side = smallest if name in FIXED_SIZE else max(smallest, args.size)
+            torch.manual_seed(0)
+            module = WithLoss(without_dropout(factory())).train()
+            g = torch.Generator().manual_seed(1)
+            x = torch.randn(args.batch, 3, side, side, generator=g)
+            y = torch.randint(0, CLASSES, (args.batch, side, side) if segmentation
+                              else (args.batch,), generator=g)
+            for exporter in exporters:
+                print(f"{name:20s} {exporter:14s} {check(args.ampc, module, x, y, exporter, work)}",
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
