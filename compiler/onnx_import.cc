@@ -5,22 +5,19 @@
 // and the node or value, never a check failure. Output types come from the ops' inference, run
 // node by node with one TypePropagator so that shape arithmetic resolves as nodes arrive.
 #include <algorithm>
-#include <cctype>
-#include <cerrno>
 #include <climits>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <set>
-#include <sstream>
+#include <map>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
+#include "compiler/onnx_input_types.h"
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering.h"
 #include "compiler/onnx_metadata.h"
+#include "compiler/onnx_op_lookup.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
@@ -32,10 +29,6 @@ namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-std::string domain_label(std::string_view domain) {
-  return domain.empty() ? std::string("ai.onnx") : std::string(domain);
-}
-
 // "node 'fc1' (MatMul)" or "node MatMul producing 'y'": the same words Node::describe uses.
 std::string describe_proto(const onnx::NodeProto& node) {
   const std::string op = node.domain().empty() || node.domain() == "ai.onnx"
@@ -44,119 +37,6 @@ std::string describe_proto(const onnx::NodeProto& node) {
   if (!node.name().empty()) return str_cat("node '", node.name(), "' (", op, ")");
   if (node.output_size() > 0) return str_cat("node ", op, " producing '", node.output(0), "'");
   return str_cat("node ", op);
-}
-
-// "opsets 6 to 12, 13 and later", for messages about an op known at other opsets.
-std::string opset_ranges(const std::vector<const OpDef*>& defs) {
-  std::vector<std::string> parts;
-  for (const OpDef* def : defs) {
-    if (def->until_opset == kLatestOpset) {
-      parts.push_back(str_cat(def->since_opset, " and later"));
-    } else if (def->since_opset == def->until_opset) {
-      parts.push_back(str_cat(def->since_opset));
-    } else {
-      parts.push_back(str_cat(def->since_opset, " to ", def->until_opset));
-    }
-  }
-  return str_cat(
-      defs.size() == 1 && defs[0]->since_opset == defs[0]->until_opset ? "opset " : "opsets ",
-      str_join(parts, ", "));
-}
-
-// The ONNX attribute type of `attr`; very old files leave `type` unset and only fill a field.
-// Edit distance between `a` and `b`, ignoring case, less half their common prefix: ops of one
-// family share a prefix (ReduceLogSumExp, ReduceSum).
-double name_distance(std::string_view a, std::string_view b) {
-  const auto lower = [](char c) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  };
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diagonal = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t above = row[j];
-      row[j] = std::min(
-          {row[j] + 1, row[j - 1] + 1, diagonal + (lower(a[i - 1]) == lower(b[j - 1]) ? 0 : 1)});
-      diagonal = above;
-    }
-  }
-  size_t prefix = 0;
-  while (prefix < a.size() && prefix < b.size() && lower(a[prefix]) == lower(b[prefix])) ++prefix;
-  return static_cast<double>(row[b.size()]) - 0.5 * static_cast<double>(prefix);
-}
-
-// The five ops of `domain` ampc supports (registered or lowered at import) whose names are
-// nearest to `op_type`, nearest first.
-std::vector<std::string> nearest_op_names(const std::string& domain, const std::string& op_type) {
-  std::set<std::string> names;
-  for (const OpDef* def : OpRegistry::global().all()) {
-    if (def->domain == domain) names.insert(def->name);
-  }
-  if (domain.empty()) {
-    for (std::string& name : onnx_io::ops_lowered_at_import()) names.insert(std::move(name));
-  }
-  std::vector<std::pair<double, std::string>> ranked;
-  for (const std::string& name : names) ranked.emplace_back(name_distance(op_type, name), name);
-  std::sort(ranked.begin(), ranked.end());
-  std::vector<std::string> nearest;
-  for (size_t i = 0; i < ranked.size() && i < 5; ++i) nearest.push_back(ranked[i].second);
-  return nearest;
-}
-
-onnx::AttributeProto::AttributeType onnx_attr_type(const onnx::AttributeProto& attr) {
-  if (attr.type() != onnx::AttributeProto::UNDEFINED) return attr.type();
-  if (attr.has_f()) return onnx::AttributeProto::FLOAT;
-  if (attr.has_i()) return onnx::AttributeProto::INT;
-  if (attr.has_s()) return onnx::AttributeProto::STRING;
-  if (attr.has_t()) return onnx::AttributeProto::TENSOR;
-  if (attr.floats_size() > 0) return onnx::AttributeProto::FLOATS;
-  if (attr.ints_size() > 0) return onnx::AttributeProto::INTS;
-  if (attr.strings_size() > 0) return onnx::AttributeProto::STRINGS;
-  return onnx::AttributeProto::UNDEFINED;
-}
-
-onnx::AttributeProto::AttributeType onnx_type_of_kind(AttrKind kind) {
-  switch (kind) {
-    case AttrKind::kInt:
-    case AttrKind::kDType:
-      return onnx::AttributeProto::INT;
-    case AttrKind::kFloat:
-      return onnx::AttributeProto::FLOAT;
-    case AttrKind::kString:
-      return onnx::AttributeProto::STRING;
-    case AttrKind::kInts:
-      return onnx::AttributeProto::INTS;
-    case AttrKind::kFloats:
-      return onnx::AttributeProto::FLOATS;
-    case AttrKind::kStrings:
-      return onnx::AttributeProto::STRINGS;
-    case AttrKind::kTensor:
-      return onnx::AttributeProto::TENSOR;
-  }
-  return onnx::AttributeProto::UNDEFINED;
-}
-
-// A dim of a graph input: its size, or nullopt when symbolic or unknown (with its name, if any).
-struct InputDim {
-  std::optional<int64_t> size;
-  std::string param;
-};
-
-std::string dims_to_string(const std::vector<InputDim>& dims) {
-  std::vector<std::string> parts;
-  for (const InputDim& dim : dims) {
-    parts.push_back(dim.size ? str_cat(*dim.size) : dim.param.empty() ? "?" : dim.param);
-  }
-  return str_cat("[", str_join(parts, ","), "]");
-}
-
-// The `--shape` text that would fix `dims`, with N for each dynamic dim.
-std::string shape_flag_hint(const std::string& name, const std::vector<InputDim>& dims) {
-  std::vector<std::string> parts;
-  for (const InputDim& dim : dims) parts.push_back(dim.size ? str_cat(*dim.size) : "N");
-  return str_cat("--shape ", name, ":", str_join(parts, "x"));
 }
 
 class Importer : public onnx_io::ImportSink {
@@ -196,11 +76,12 @@ class Importer : public onnx_io::ImportSink {
     for (const onnx::OperatorSetIdProto& opset : model.opset_import()) {
       const std::string domain = opset.domain() == "ai.onnx" ? "" : opset.domain();
       if (!seen.insert(domain).second) {
-        return invalid(str_cat("opset_import lists domain '", domain_label(domain), "' twice"));
+        return invalid(
+            str_cat("opset_import lists domain '", onnx_io::domain_label(domain), "' twice"));
       }
       if (opset.version() < 1) {
-        return invalid(str_cat("opset_import gives domain '", domain_label(domain), "' version ",
-                               opset.version(), "; versions start at 1"));
+        return invalid(str_cat("opset_import gives domain '", onnx_io::domain_label(domain),
+                               "' version ", opset.version(), "; versions start at 1"));
       }
       if (domain.empty() && opset.version() > kNewestOnnxOpset) {
         return invalid(str_cat("opset_import gives ai.onnx version ", opset.version(),
@@ -271,209 +152,13 @@ class Importer : public onnx_io::ImportSink {
       }
     }
     for (const onnx::ValueInfoProto* info : inputs) {
-      AMPC_ASSIGN_OR_RETURN(TensorType type, input_type(*info));
+      auto fixed = options_.input_shapes.find(info->name());
+      AMPC_ASSIGN_OR_RETURN(
+          TensorType type,
+          onnx_io::graph_input_type(
+              *info, fixed == options_.input_shapes.end() ? nullptr : &fixed->second));
       const std::string what = str_cat("graph input '", info->name(), "'");
       AMPC_RETURN_IF_ERROR(define(info->name(), graph_->add_input(info->name(), type), what));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<TensorType> input_type(const onnx::ValueInfoProto& info) {
-    const std::string& name = info.name();
-    if (!info.has_type() || !info.type().has_tensor_type()) {
-      return absl::UnimplementedError(
-          str_cat("graph input '", name, "' is not a tensor (ampc supports tensor inputs only)"));
-    }
-    const onnx::TypeProto::Tensor& tensor = info.type().tensor_type();
-    absl::StatusOr<DType> dtype = from_onnx_dtype(tensor.elem_type());
-    if (!dtype.ok()) {
-      return absl::Status(dtype.status().code(),
-                          str_cat("graph input '", name, "': ", dtype.status().message()));
-    }
-    auto fixed = options_.input_shapes.find(name);
-    AMPC_ASSIGN_OR_RETURN(
-        Shape shape,
-        input_shape(name, tensor, fixed == options_.input_shapes.end() ? nullptr : &fixed->second));
-    return TensorType{*dtype, std::move(shape)};
-  }
-
-  // The input's static shape: its dims, with dynamic ones fixed by `fixed` (from --shape).
-  absl::StatusOr<Shape> input_shape(const std::string& name, const onnx::TypeProto::Tensor& tensor,
-                                    const Shape* fixed) {
-    if (fixed != nullptr && !onnx_io::checked_num_elements(*fixed)) {
-      return invalid(str_cat("--shape ", name, " gives ", shape_to_string(*fixed),
-                             ", which is not a valid shape"));
-    }
-    if (!tensor.has_shape()) {
-      if (fixed != nullptr) return *fixed;
-      return invalid(str_cat("graph input '", name, "' has no shape (unknown rank); fix it with ",
-                             "--shape ", name, ":DIMS, e.g. ", name, ":8x3x32x32"));
-    }
-    std::vector<InputDim> dims;
-    for (const onnx::TensorShapeProto::Dimension& dim : tensor.shape().dim()) {
-      if (dim.has_dim_value()) {
-        dims.push_back({dim.dim_value(), ""});
-      } else {
-        dims.push_back({std::nullopt, dim.has_dim_param() ? dim.dim_param() : ""});
-      }
-    }
-    if (fixed != nullptr) return fix_input_shape(name, dims, *fixed);
-    Shape shape;
-    for (int i = 0; i < static_cast<int>(dims.size()); ++i) {
-      if (!dims[i].size) {
-        const std::string param = dims[i].param.empty() ? "" : str_cat(" ('", dims[i].param, "')");
-        return invalid(str_cat("input '", name, "' has a dynamic dim ", i, param, " in ",
-                               dims_to_string(dims), "; fix it with ",
-                               shape_flag_hint(name, dims)));
-      }
-      shape.push_back(*dims[i].size);
-    }
-    if (!onnx_io::checked_num_elements(shape)) {
-      return invalid(
-          str_cat("graph input '", name, "' has invalid shape ", shape_to_string(shape)));
-    }
-    return shape;
-  }
-
-  absl::StatusOr<Shape> fix_input_shape(const std::string& name, const std::vector<InputDim>& dims,
-                                        const Shape& fixed) {
-    if (fixed.size() != dims.size()) {
-      return invalid(str_cat("--shape ", name, " gives ", shape_to_string(fixed), " (rank ",
-                             fixed.size(), "), but input '", name, "' has rank ", dims.size(), " ",
-                             dims_to_string(dims)));
-    }
-    for (size_t i = 0; i < dims.size(); ++i) {
-      if (dims[i].size && *dims[i].size != fixed[i]) {
-        return invalid(str_cat("--shape ", name, " gives ", shape_to_string(fixed), ", but input '",
-                               name, "' has dim ", i, " = ", *dims[i].size, " ",
-                               dims_to_string(dims)));
-      }
-    }
-    return fixed;
-  }
-
-  absl::StatusOr<const OpDef*> find_def(const onnx::NodeProto& proto, const std::string& domain,
-                                        const std::string& label) {
-    const auto& opsets = graph_->opset_imports();
-    if (!opsets.contains(domain)) {
-      return invalid(str_cat(label, " uses domain '", domain_label(domain),
-                             "', which the model's opset_import does not list"));
-    }
-    const int64_t opset = graph_->opset(domain);
-    const OpRegistry& registry = OpRegistry::global();
-    if (const OpDef* def = registry.find(domain, proto.op_type(), opset)) return def;
-    const std::string what =
-        str_cat(label, ": op '", proto.op_type(), "' (domain '", domain_label(domain), "', opset ",
-                opset, ") is not supported by ampc");
-    std::vector<const OpDef*> others = registry.find_all(domain, proto.op_type());
-    if (!others.empty()) {
-      return absl::UnimplementedError(
-          str_cat(what, "; ampc implements ", proto.op_type(), " for ", opset_ranges(others)));
-    }
-    const std::string supported = registry.supported_names(domain);
-    if (supported.empty()) {
-      return absl::UnimplementedError(
-          str_cat(what, "; ampc has no ops in domain '", domain_label(domain),
-                  "' (ai.onnx ops: ", registry.supported_names(""), ")"));
-    }
-    const std::vector<std::string> nearest = nearest_op_names(domain, proto.op_type());
-    return absl::UnimplementedError(str_cat(what, "; the nearest ops ampc supports: ",
-                                            str_join(nearest, ", "), " (`ampc ops` lists all)"));
-  }
-
-  absl::StatusOr<AttrValue> attr_value(const onnx::AttributeProto& attr, const AttrSpec& spec,
-                                       const std::string& where) {
-    const onnx::AttributeProto::AttributeType type = onnx_attr_type(attr);
-    const onnx::AttributeProto::AttributeType want = onnx_type_of_kind(spec.kind);
-    if (type != want) {
-      return invalid(str_cat(where, " is ", onnx::AttributeProto::AttributeType_Name(type),
-                             "; the op takes ", onnx::AttributeProto::AttributeType_Name(want)));
-    }
-    switch (spec.kind) {
-      case AttrKind::kInt:
-        return AttrValue(attr.i());
-      case AttrKind::kDType: {
-        const int code =
-            attr.i() >= INT_MIN && attr.i() <= INT_MAX ? static_cast<int>(attr.i()) : 0;
-        absl::StatusOr<DType> dtype = from_onnx_dtype(code);
-        if (!dtype.ok())
-          return absl::Status(dtype.status().code(),
-                              str_cat(where, ": ", dtype.status().message()));
-        return AttrValue(*dtype);
-      }
-      case AttrKind::kFloat:
-        return AttrValue(attr.f());
-      case AttrKind::kString:
-        return AttrValue(attr.s());
-      case AttrKind::kInts:
-        return AttrValue(std::vector<int64_t>(attr.ints().begin(), attr.ints().end()));
-      case AttrKind::kFloats:
-        return AttrValue(std::vector<float>(attr.floats().begin(), attr.floats().end()));
-      case AttrKind::kStrings:
-        return AttrValue(std::vector<std::string>(attr.strings().begin(), attr.strings().end()));
-      case AttrKind::kTensor: {
-        AMPC_ASSIGN_OR_RETURN(Tensor tensor,
-                              onnx_io::tensor_from_proto(attr.t(), where, base_dir_));
-        return AttrValue(std::move(tensor));
-      }
-    }
-    return absl::InternalError("unknown attribute kind");
-  }
-
-  absl::StatusOr<Attributes> import_attrs(const onnx::NodeProto& proto, const OpDef& def,
-                                          const std::string& label) {
-    Attributes attrs;
-    for (const onnx::AttributeProto& attr : proto.attribute()) {
-      const std::string where = str_cat(label, ": attribute '", attr.name(), "'");
-      if (!attr.ref_attr_name().empty()) {
-        return absl::UnimplementedError(
-            str_cat(where, " refers to a function attribute, which is not supported"));
-      }
-      const AttrSpec* spec = def.find_attr(attr.name());
-      if (spec == nullptr || spec->extension) {
-        std::vector<std::string> known;
-        for (const AttrSpec& s : def.attrs) {
-          if (!s.extension) known.push_back(s.name);
-        }
-        return invalid(str_cat(where, " is not an attribute of ", def.qualified_name(),
-                               " at opset ", graph_->opset(def.domain), " (it has ",
-                               known.empty() ? "none" : str_join(known, ", "), ")"));
-      }
-      if (attrs.contains(attr.name())) return invalid(str_cat(where, " is set twice"));
-      AMPC_ASSIGN_OR_RETURN(AttrValue value, attr_value(attr, *spec, where));
-      attrs.emplace(attr.name(), std::move(value));
-    }
-    AMPC_RETURN_IF_ERROR(import_metadata_attrs(proto, def, label, attrs));
-    for (const AttrSpec& spec : def.attrs) {
-      if (spec.required && !attrs.contains(spec.name)) {
-        return invalid(str_cat(label, ": required attribute '", spec.name, "' is missing"));
-      }
-    }
-    return attrs;
-  }
-
-  // What the node's metadata adds to its attributes: what PyTorch's dynamo exporter recorded
-  // of it and its ONNX form lost (an embedding's padding_idx, a batch norm's training mode),
-  // and ampc's own `ampc.<name>` entries for the op's extension attributes
-  // (AttrSpec::extension).
-  absl::Status import_metadata_attrs(const onnx::NodeProto& proto, const OpDef& def,
-                                     const std::string& label, Attributes& attrs) {
-    for (const auto& [name, value] : onnx_io::torch_recorded_attrs(proto)) {
-      if (def.find_attr(name) != nullptr) attrs.insert_or_assign(name, AttrValue(value));
-    }
-    if (std::none_of(def.attrs.begin(), def.attrs.end(),
-                     [](const AttrSpec& spec) { return spec.extension; })) {
-      return absl::OkStatus();
-    }
-    for (const auto& [key, text] : onnx_io::metadata_props(proto)) {
-      for (const AttrSpec& spec : def.attrs) {
-        if (!spec.extension || key != onnx_io::extension_attr_key(spec.name)) continue;
-        const std::string where = str_cat(label, ": metadata '", key, "'");
-        AMPC_CHECK(spec.kind == AttrKind::kInt);
-        const std::optional<int64_t> value = onnx_io::parse_int64(text);
-        if (!value) return invalid(str_cat(where, " is '", text, "', not an integer"));
-        attrs.insert_or_assign(spec.name, AttrValue(*value));
-      }
     }
     return absl::OkStatus();
   }
@@ -540,8 +225,10 @@ class Importer : public onnx_io::ImportSink {
         return lowered;
       }
     }
-    AMPC_ASSIGN_OR_RETURN(const OpDef* def, find_def(proto, domain, label));
-    AMPC_ASSIGN_OR_RETURN(Attributes attrs, import_attrs(proto, *def, label));
+    AMPC_ASSIGN_OR_RETURN(const OpDef* def, onnx_io::find_op_def(proto, domain, *graph_, label));
+    AMPC_ASSIGN_OR_RETURN(
+        Attributes attrs,
+        onnx_io::node_attrs(proto, *def, graph_->opset(def->domain), base_dir_, label));
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));
     std::vector<std::string> output_names(proto.output().begin(), proto.output().end());
     std::string doc = proto.doc_string();
