@@ -1,6 +1,7 @@
 #include "tools/command_util.h"
 
 #include <cmath>
+#include <iostream>
 
 #include "compiler/strings.h"
 
@@ -37,6 +38,24 @@ absl::StatusOr<runtime::Device> usable_device(const std::string& name) {
                         runtime::create_backend(device));
   (void)backend;
   return device;
+}
+
+int report_error(const absl::Status& status) {
+  std::cerr << "ampc: error: " << status.message() << "\n";
+  return 1;
+}
+
+void print_warnings(const Diagnostics& diagnostics) {
+  for (const std::string& warning : diagnostics.warnings()) {
+    std::cerr << "ampc: warning: " << warning << "\n";
+  }
+}
+
+absl::StatusOr<std::map<std::string, Shape, std::less<>>> parse_shapes(
+    const std::vector<std::string>& flags) {
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (const std::string& flag : flags) AMPC_RETURN_IF_ERROR(parse_shape_flag(flag, shapes));
+  return shapes;
 }
 
 }  // namespace ampc

@@ -1,0 +1,517 @@
+// `ampc compile`: import, the pass pipeline (with --optimizer, the training step; with
+// --precision, mixed precision) and export, with the flags that choose each.
+#include "tools/compile_command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <system_error>
+
+#include "CLI/CLI.hpp"
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "compiler/precision_policy.h"
+#include "compiler/stopwatch.h"
+#include "compiler/strings.h"
+#include "compiler/text_ir.h"
+#include "tools/command_util.h"
+#include "tools/precision_report.h"
+
+namespace ampc {
+namespace {
+
+// Where --dump-after sends text IR: files DIR/NN-PASS.txt, or stderr when no --dump-dir. A file
+// that cannot be written stops the compile.
+std::function<absl::Status(std::string_view, const Graph&)> make_dumper(
+    const std::string& dump_dir) {
+  auto counter = std::make_shared<int>(0);
+  return [dump_dir, counter](std::string_view pass_name, const Graph& graph) -> absl::Status {
+    const std::string text = print_graph(graph, PrintOptions{.max_constant_elements = 16});
+    if (dump_dir.empty()) {
+      std::cerr << "// ----- IR after " << pass_name << " -----\n" << text;
+      return absl::OkStatus();
+    }
+    const std::string file =
+        fmt::format("{}/{:02}-{}.txt", dump_dir, ++*counter, std::string(pass_name));
+    std::ofstream out(file);
+    out << text;
+    out.flush();
+    if (!out) return absl::UnavailableError(str_cat("--dump-dir: cannot write '", file, "'"));
+    return absl::OkStatus();
+  };
+}
+
+// The help group of the training flags; every flag in it needs --optimizer.
+constexpr std::string_view kTrainingGroup = "Training (with --optimizer)";
+
+// The mixed-precision options the flags ask for; unset when they ask for none.
+absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
+    const CompileFlags& flags) {
+  MixedPrecisionOptions options;
+  PrecisionPolicy& policy = options.policy;
+  if (!flags.policy.empty()) AMPC_RETURN_IF_ERROR(read_policy_file(flags.policy, policy));
+  if (!flags.precision.empty()) {
+    AMPC_ASSIGN_OR_RETURN(policy.low, parse_precision(flags.precision));
+    policy.low_source = "--precision";
+  }
+  if (!flags.opt_level.empty()) {
+    AMPC_ASSIGN_OR_RETURN(policy.level, parse_opt_level(flags.opt_level));
+  }
+  for (const std::string& op : flags.allow) {
+    AMPC_RETURN_IF_ERROR(add_op_entry(policy, op, AutocastCategory::kAllow, "--allow " + op));
+  }
+  for (const std::string& op : flags.deny) {
+    AMPC_RETURN_IF_ERROR(add_op_entry(policy, op, AutocastCategory::kDeny, "--deny " + op));
+  }
+  for (const std::string& regex : flags.fp32_nodes) {
+    policy.fp32_nodes.push_back({regex, "--fp32-nodes"});
+  }
+  options.allow_excess_precision = flags.allow_excess_precision;
+  const bool other_flags = !flags.opt_level.empty() || !flags.allow.empty() ||
+                           !flags.deny.empty() || !flags.fp32_nodes.empty() ||
+                           flags.allow_excess_precision || !flags.policy.empty();
+  if (policy.low_source.empty()) {
+    if (other_flags) {
+      return absl::InvalidArgumentError(
+          "--opt-level, --allow, --deny, --fp32-nodes, --policy and --allow-excess-precision "
+          "shape mixed precision: add --precision fp16|bf16 (or \"precision\" in the policy "
+          "file)");
+    }
+    return std::nullopt;
+  }
+  return options;
+}
+
+// Fails naming the given flags among `names` that `reason` makes do nothing.
+absl::Status refuse_flags_without_effect(const CompileFlags& flags,
+                                         const std::vector<std::string_view>& names,
+                                         std::string_view reason) {
+  std::vector<std::string_view> given;
+  for (std::string_view name : names) {
+    if (flags.training_flags_given.contains(std::string(name))) given.push_back(name);
+  }
+  if (given.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      str_cat(str_join(given, ", "), given.size() == 1 ? " does" : " do", " nothing ", reason));
+}
+
+const std::vector<std::string_view> kScaleFlags = {"--scale-init",    "--scale-growth",
+                                                   "--scale-backoff", "--scale-growth-interval",
+                                                   "--scale-min",     "--scale-hysteresis"};
+
+// The training flags that do nothing with this optimizer and loss scaling.
+absl::Status check_training_flags_have_effect(const CompileFlags& flags) {
+  if (flags.optimizer == "sgd") {
+    AMPC_RETURN_IF_ERROR(refuse_flags_without_effect(flags, {"--beta1", "--beta2", "--eps"},
+                                                     "with --optimizer sgd (they are Adam's)"));
+  } else {
+    AMPC_RETURN_IF_ERROR(refuse_flags_without_effect(
+        flags, {"--momentum", "--dampening", "--nesterov"},
+        str_cat("with --optimizer ", flags.optimizer, " (they are SGD's)")));
+  }
+  if (flags.loss_scale == "none") {
+    return refuse_flags_without_effect(flags, kScaleFlags, "with --loss-scale none");
+  }
+  if (flags.loss_scale.starts_with("static:")) {
+    return refuse_flags_without_effect(flags, kScaleFlags,
+                                       "with --loss-scale static:S (the scale stays S)");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFlags& flags) {
+  if (flags.optimizer.empty()) {
+    if (!flags.training_flags_given.empty()) {
+      return absl::InvalidArgumentError(
+          str_cat(str_join(flags.training_flags_given, ", "),
+                  flags.training_flags_given.size() == 1 ? " belongs" : " belong",
+                  " to a training compile; add --optimizer sgd|adam|adamw"));
+    }
+    return std::nullopt;
+  }
+  AMPC_RETURN_IF_ERROR(check_training_flags_have_effect(flags));
+  TrainingOptions options;
+  options.lr = flags.lr;
+  OptimizerOptions& o = options.optimizer;
+  o.kind = flags.optimizer == "sgd"    ? OptimizerOptions::Kind::kSgd
+           : flags.optimizer == "adam" ? OptimizerOptions::Kind::kAdam
+                                       : OptimizerOptions::Kind::kAdamW;
+  o.momentum = flags.momentum;
+  o.dampening = flags.dampening;
+  o.nesterov = flags.nesterov;
+  o.beta1 = flags.beta1;
+  o.beta2 = flags.beta2;
+  o.epsilon = flags.eps;
+  o.weight_decay = flags.weight_decay;
+  o.clip_grad_norm = flags.clip_grad_norm;
+  options.accumulate = flags.accumulate;
+  options.autodiff.trainable = flags.trainable;
+  options.autodiff.freeze = flags.freeze;
+  options.running_variance =
+      flags.running_var == "biased" ? RunningVariance::kBiased : RunningVariance::kUnbiased;
+  options.recompute_cheap = flags.recompute == "cheap";
+  if (options.recompute_cheap && std::find(flags.disabled.begin(), flags.disabled.end(),
+                                           "fuse-elementwise") != flags.disabled.end()) {
+    return absl::InvalidArgumentError(
+        "--recompute cheap does nothing with --disable-pass fuse-elementwise (the fused kernels "
+        "are what recompute)");
+  }
+  if (flags.loss == "cross-entropy" || flags.loss == "mse") {
+    if (flags.label_input.empty()) {
+      return absl::InvalidArgumentError(
+          str_cat("--loss ", flags.loss, " appends a loss and needs --label-input NAME"));
+    }
+    LossOptions loss;
+    loss.kind = flags.loss == "mse" ? LossOptions::Kind::kMse : LossOptions::Kind::kCrossEntropy;
+    loss.prediction = flags.logits;
+    loss.label_input = flags.label_input;
+    options.append_loss = loss;
+  } else if (!flags.label_input.empty() || !flags.logits.empty()) {
+    return absl::InvalidArgumentError(
+        "--label-input and --logits go with --loss cross-entropy or --loss mse");
+  } else {
+    options.autodiff.loss = flags.loss;
+  }
+  // --scale-* flags without --loss-scale shape the dynamic scaling fp16 gets by default
+  // (run_compile refuses them where the compile has none).
+  const bool scale_flags_given =
+      std::any_of(kScaleFlags.begin(), kScaleFlags.end(), [&](std::string_view name) {
+        return flags.training_flags_given.contains(std::string(name));
+      });
+  if (flags.loss_scale == "none") {
+    options.loss_scale_off = true;
+  } else if (!flags.loss_scale.empty() || scale_flags_given) {
+    LossScaleOptions scaling;
+    scaling.init = flags.scale_init;
+    if (flags.loss_scale.starts_with("static:")) {
+      scaling.mode = LossScaleOptions::Mode::kStatic;
+      const std::string value = flags.loss_scale.substr(7);
+      char* end = nullptr;
+      scaling.init = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0') {
+        return absl::InvalidArgumentError(
+            str_cat("--loss-scale '", flags.loss_scale, "': expected static:S with a number S"));
+      }
+    } else if (!flags.loss_scale.empty() && flags.loss_scale != "dynamic") {
+      return absl::InvalidArgumentError(
+          str_cat("unknown --loss-scale '", flags.loss_scale, "' (dynamic, static:S or none)"));
+    }
+    scaling.growth_factor = flags.scale_growth;
+    scaling.backoff_factor = flags.scale_backoff;
+    scaling.growth_interval = flags.scale_growth_interval;
+    scaling.min_scale = flags.scale_min;
+    scaling.hysteresis = flags.scale_hysteresis;
+    options.loss_scale = scaling;
+  }
+  AMPC_RETURN_IF_ERROR(validate_training_options(options));
+  return options;
+}
+
+// The memory of the model compiled again with every node f32 (O0), for `ampc inspect
+// --precision` to compare with (kMetadataPrecisionBaseline). Best effort: the mixed-precision
+// compile is what counts, so a failure here only means no comparison (nullopt).
+std::optional<std::string> o0_baseline(const std::string& input, CompileOptions options) {
+  options.mixed_precision.reset();
+  options.pipeline.dump_after.clear();
+  options.pipeline.dump = nullptr;
+  options.pipeline.timings = nullptr;
+  // The same passes are verified on the compile that counts.
+  options.pipeline.verify_each = false;
+  Diagnostics ignored;  // the compile that counts reports the model's warnings
+  absl::StatusOr<std::unique_ptr<Graph>> o0 = compile_file(input, options, ignored);
+  if (!o0.ok()) return std::nullopt;
+  return precision_baseline(**o0);
+}
+
+// Runs o0_baseline on a thread of its own, beside the compile that counts (it needs only the
+// input file and the options), or when it is asked for where no thread can be started.
+std::future<std::optional<std::string>> start_o0_baseline(const std::string& input,
+                                                          const CompileOptions& options) {
+  try {
+    return std::async(std::launch::async, o0_baseline, input, options);
+  } catch (const std::system_error&) {
+    return std::async(std::launch::deferred, o0_baseline, input, options);
+  }
+}
+
+// --dump-dir needs --dump-after to write anything, and must name a folder that exists or can be
+// made: both checked before the compile starts.
+absl::Status check_dump_dir(const CompileFlags& flags) {
+  if (flags.dump_dir.empty()) return absl::OkStatus();
+  if (flags.dump_after.empty()) {
+    return absl::InvalidArgumentError(
+        "--dump-dir does nothing without --dump-after PASS|all (which passes to dump)");
+  }
+  std::error_code error;
+  std::filesystem::create_directories(flags.dump_dir, error);
+  if (!error && !std::filesystem::is_directory(flags.dump_dir, error)) {
+    error = std::make_error_code(std::errc::not_a_directory);
+  }
+  if (error) {
+    return absl::InvalidArgumentError(
+        str_cat("--dump-dir '", flags.dump_dir, "' cannot be used: ", error.message()));
+  }
+  return absl::OkStatus();
+}
+
+// --time-passes: one line per step of the compile, on stderr.
+void print_timings(const std::vector<PassTiming>& timings) {
+  std::string out = fmt::format("{:<28} {:>9} {:>9} {:>8} {:>10}\n", "ampc: compile step",
+                                "seconds", "verify s", "nodes", "step nodes");
+  double total = 0;
+  for (const PassTiming& t : timings) {
+    out +=
+        fmt::format("{:<28} {:>9.3f} {:>9.3f} {:>8} {:>10}\n", t.name, t.seconds, t.verify_seconds,
+                    t.nodes, t.step_nodes < 0 ? std::string("-") : std::to_string(t.step_nodes));
+    total += t.seconds + t.verify_seconds;
+  }
+  out += fmt::format("{:<28} {:>9.3f}\n", "total", total);
+  std::cerr << out;
+}
+
+int run_compile(const CompileFlags& flags) {
+  if (absl::Status dump_dir = check_dump_dir(flags); !dump_dir.ok()) return report_error(dump_dir);
+  CompileOptions options;
+  absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
+  if (!training.ok()) return report_error(training.status());
+  options.training = *std::move(training);
+  absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed = mixed_precision_options(flags);
+  if (!mixed.ok()) return report_error(mixed.status());
+  options.mixed_precision = *std::move(mixed);
+  if (options.training && flags.loss_scale.empty() &&
+      !(options.mixed_precision && options.mixed_precision->policy.low == DType::kF16 &&
+        options.mixed_precision->policy.level != OptLevel::kO0)) {
+    // Without --loss-scale, scaling comes only with fp16 mixed precision.
+    if (absl::Status status = refuse_flags_without_effect(
+            flags, kScaleFlags,
+            "here: this compile has no loss scaling (fp16 mixed precision has it by default; "
+            "ask for it in other precisions with --loss-scale dynamic)");
+        !status.ok()) {
+      return report_error(status);
+    }
+  }
+  absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
+  if (!shapes.ok()) return report_error(shapes.status());
+  options.import.input_shapes = *std::move(shapes);
+  options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
+  options.pipeline.dump_after.insert(flags.dump_after.begin(), flags.dump_after.end());
+  options.pipeline.dump = make_dumper(flags.dump_dir);
+  std::vector<PassTiming> timings;
+  if (flags.time_passes) options.pipeline.timings = &timings;
+
+  std::future<std::optional<std::string>> baseline;
+  if (options.mixed_precision) baseline = start_o0_baseline(flags.input, options);
+  Diagnostics diagnostics;
+  absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(flags.input, options, diagnostics);
+  print_warnings(diagnostics);
+  if (!graph.ok()) return report_error(graph.status());
+  const int nodes = (*graph)->num_nodes();
+  const int step_nodes = (*graph)->training_step() ? (*graph)->training_step()->num_nodes() : -1;
+  if (baseline.valid()) {
+    const Stopwatch wait;  // the O0 compile's time beyond this one's
+    if (std::optional<std::string> figures = baseline.get()) {
+      (*graph)->set_metadata(std::string(kMetadataPrecisionBaseline), *std::move(figures));
+    }
+    timings.push_back({"o0-baseline", wait.seconds(), 0, nodes, step_nodes});
+  }
+  ExportOptions export_options;
+  if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
+  const Stopwatch export_time;
+  if (absl::Status status = export_onnx_file(**graph, flags.output, export_options); !status.ok()) {
+    return report_error(status);
+  }
+  timings.push_back({"export", export_time.seconds(), 0, nodes, step_nodes});
+  if (flags.time_passes) print_timings(timings);
+  if (const Graph* step = (*graph)->training_step()) {
+    std::cerr << "ampc: wrote " << flags.output << " (eval graph " << (*graph)->num_nodes()
+              << " nodes, training step " << step->num_nodes() << " nodes, "
+              << step->state_updates().size() << " state tensors)\n";
+  } else {
+    std::cerr << "ampc: wrote " << flags.output << " (" << (*graph)->num_nodes() << " nodes)\n";
+  }
+  return 0;
+}
+
+void add_precision_flags(CLI::App& compile, CompileFlags& flags) {
+  const std::string group = "Mixed precision (docs/precision-policy.md)";
+  compile
+      .add_option("--precision", flags.precision,
+                  "Low-precision dtype: fp16, bf16, or fp32 (off). Without it the model keeps "
+                  "its dtypes")
+      ->group(group);
+  compile
+      .add_option("--opt-level", flags.opt_level, "O0 (all fp32), O1 (the lists, default), O2, O3")
+      ->group(group);
+  compile.add_option("--allow", flags.allow, "Put op type OP on the allow list. Repeatable.")
+      ->group(group);
+  compile.add_option("--deny", flags.deny, "Put op type OP on the deny list (fp32). Repeatable.")
+      ->group(group);
+  compile
+      .add_option("--fp32-nodes", flags.fp32_nodes,
+                  "Pin the nodes whose name matches REGEX to fp32. Repeatable.")
+      ->group(group);
+  compile
+      .add_option("--policy", flags.policy,
+                  "A JSON policy file: precision, opt_level, allow, clear, follow, deny, "
+                  "fp32_nodes")
+      ->group(group);
+  compile
+      .add_flag("--allow-excess-precision", flags.allow_excess_precision,
+                "Let eliminate-casts drop casts that round (f32 -> f16 -> f32 read as f32)")
+      ->group(group);
+}
+
+void add_training_flags(CLI::App& compile, CompileFlags& flags) {
+  const std::string group(kTrainingGroup);
+  compile.add_option("--optimizer", flags.optimizer, "Build a training step with this optimizer")
+      ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
+      ->group(group);
+  compile
+      .add_option("--loss", flags.loss,
+                  "The loss: a scalar graph output's name, or cross-entropy / mse to append one "
+                  "(with --label-input)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--label-input", flags.label_input,
+                  "The labels' graph input for an appended loss (created when the model has "
+                  "none): class indices for cross-entropy, targets for mse")
+      ->group(group);
+  compile
+      .add_option("--logits", flags.logits,
+                  "The output an appended loss reads (default: the model's only output); "
+                  "cross-entropy takes classes on axis 1")
+      ->group(group);
+  compile.add_option("--lr", flags.lr, "Default learning rate (ampc train --lr overrides)")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--momentum", flags.momentum, "SGD momentum")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--dampening", flags.dampening, "SGD dampening")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_flag("--nesterov", flags.nesterov, "SGD with Nesterov momentum")->group(group);
+  compile.add_option("--beta1", flags.beta1, "Adam/AdamW beta1")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--beta2", flags.beta2, "Adam/AdamW beta2")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--eps", flags.eps, "Adam/AdamW epsilon")->capture_default_str()->group(group);
+  compile
+      .add_option("--weight-decay", flags.weight_decay,
+                  "L2 penalty (SGD, Adam) or decoupled weight decay (AdamW)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--clip-grad-norm", flags.clip_grad_norm,
+                  "Clip gradients to this global norm (0: off)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--accumulate", flags.accumulate,
+                  "Accumulate gradients over K micro-batches (K calls of the step; ampc train "
+                  "reads K batches per step) and update once with their mean")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--trainable", flags.trainable,
+                  "Train only initializers whose name matches this regex (default: every float "
+                  "initializer the loss depends on)")
+      ->group(group);
+  compile.add_option("--freeze", flags.freeze, "Do not train initializers matching this regex")
+      ->group(group);
+  compile
+      .add_option("--loss-scale", flags.loss_scale,
+                  "Loss scaling: dynamic (PyTorch's GradScaler), static:S, or none (default: "
+                  "dynamic for --precision fp16, none otherwise)")
+      ->group(group);
+  compile.add_option("--scale-init", flags.scale_init, "The first dynamic loss scale")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--scale-growth", flags.scale_growth, "Growth factor of the dynamic scale")
+      ->capture_default_str()
+      ->group(group);
+  compile.add_option("--scale-backoff", flags.scale_backoff, "Backoff factor on an overflow")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-growth-interval", flags.scale_growth_interval,
+                  "Clean steps before the scale grows")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-min", flags.scale_min,
+                  "The scale never backs off below this, and an overflow at it stops ampc train "
+                  "(default: the smallest normal f32)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--scale-hysteresis", flags.scale_hysteresis,
+                  "Overflows in a row before the scale backs off (1: every one, as PyTorch)")
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--bn-running-var", flags.running_var,
+                  "BatchNorm running variance from the unbiased batch variance (PyTorch) or the "
+                  "biased one (ONNX)")
+      ->check(CLI::IsMember({"unbiased", "biased"}))
+      ->capture_default_str()
+      ->group(group);
+  compile
+      .add_option("--recompute", flags.recompute,
+                  "cheap: fused backward kernels recompute element-wise activations from values "
+                  "they read anyway instead of keeping them (less memory, the same bits)")
+      ->check(CLI::IsMember({"none", "cheap"}))
+      ->capture_default_str()
+      ->group(group);
+}
+
+}  // namespace
+
+CLI::App* add_compile_command(CLI::App& app, CompileFlags& flags) {
+  CLI::App* compile =
+      app.add_subcommand("compile",
+                         "Import an ONNX model, canonicalize it, infer static shapes "
+                         "and write the result as ONNX. With --optimizer, also build the "
+                         "training step (backward pass and optimizer update) beside the "
+                         "eval graph (docs/training-graph.md).");
+  compile->add_option("input", flags.input, "The ONNX model to compile")->required();
+  compile->add_option("-o,--output", flags.output, "Where to write the compiled model")->required();
+  compile->add_flag("--external-data", flags.external_data,
+                    "Write the weights to OUTPUT.data beside the model (ONNX external data, as "
+                    "PyTorch does; automatic over 1.75 GiB of weights)");
+  compile->add_option("--shape", flags.shapes,
+                      "Fix an input's shape, NAME:DIMxDIMx... (e.g. x:8x3x32x32); needed for "
+                      "every input with a dynamic dim. Repeatable.");
+  compile->add_option("--dump-after", flags.dump_after,
+                      "Print the text IR after this pass (or `all`). Repeatable. Passes: " +
+                          str_join(compile_pass_names(/*training=*/true), ", "));
+  compile->add_option("--dump-dir", flags.dump_dir,
+                      "Write --dump-after output to DIR/NN-PASS.txt instead of stderr");
+  compile->add_option("--disable-pass", flags.disabled, "Skip this pass. Repeatable.");
+  compile->add_flag("--time-passes", flags.time_passes,
+                    "Print each step's time (import, every pass and the verifier after it, the "
+                    "wait for the O0 baseline of --precision, which compiles on a second thread, "
+                    "export) and the graph's size after it, on stderr");
+  add_training_flags(*compile, flags);
+  add_precision_flags(*compile, flags);
+  return compile;
+}
+
+int run_compile_command(const CLI::App& command, CompileFlags& flags) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->get_group() == kTrainingGroup && option->count() > 0 &&
+        option->get_name() != "--optimizer") {
+      flags.training_flags_given.insert(option->get_name());
+    }
+  }
+  return run_compile(flags);
+}
+
+}  // namespace ampc
