@@ -10,11 +10,15 @@ no constant folding) and the dynamo exporter (`optimize=False`, training mode). 
          against 3 steps of torch.optim.SGD(lr=0.1); the largest relative gap of a step's loss.
 An export PyTorch cannot write is reported as such. The token batches hold the pad token (0 by
 default, `--pad-free` moves it out of the vocabulary the batch draws from), so an embedding's
-padding_idx matters.
+padding_idx matters. With `--gradients`, each dynamo export (opset 18) is checked instead as
+tools/torchvision_gradient_sweep.py checks its models: the loss and every parameter's gradient
+after one step against PyTorch's in f64, beside PyTorch's own f32 error (a parameter tied to
+another, as an embedding to its LM head, is in the file under the other's name).
 
 Needs torch, transformers, onnx, onnxscript and numpy from PyPI:
 
   venv/bin/python tools/hf_training_sweep.py [--ampc build/ampc] [--only gpt2,bert_mlm]
+      [--gradients]
 """
 import argparse
 import contextlib
@@ -228,6 +232,8 @@ def main():
     parser.add_argument("--only", default="", help="comma-separated architecture names")
     parser.add_argument("--pad-free", action="store_true",
                         help="draw tokens from 1..vocab-1, so the pad token 0 is not in a batch")
+    parser.add_argument("--gradients", action="store_true",
+                        help="check the dynamo export's one-step gradients against f64 instead")
     args = parser.parse_args()
     import transformers
     import logging
@@ -246,6 +252,11 @@ def main():
             x, y = batch(kind, args.pad_free, torch.Generator().manual_seed(1))
             with torch.no_grad():
                 want = module(x, y).item()
+            if args.gradients:
+                from torchvision_gradient_sweep import check
+                print(f"{name:16s} {check(args.ampc, module, x, y, 'dynamo:18', work)}",
+                      flush=True)
+                continue
             reference = torch_losses(module, x, y)
             for exporter in ("torchscript", "dynamo"):
                 path = os.path.join(work, f"{name}.{exporter}.onnx")
@@ -264,7 +275,8 @@ def main():
                 worst = max(worst, gap)
                 print(f"{name:16s} {exporter:11s} {fwd}  train {gap:.1e}"
                       f"{'  <- differs' if gap > 1e-4 else ''}", flush=True)
-    print(f"largest training gap: {worst:.1e}")
+    if not args.gradients:
+        print(f"largest training gap: {worst:.1e}")
 
 
 if __name__ == "__main__":

@@ -138,7 +138,7 @@ def check(ampc, module, x, y, exporter, work):
     except Exception as e:  # an exporter that cannot export it: reported
         return f"export failed: {str(e).strip().splitlines()[0][:100]}"
     f64 = copy.deepcopy(module).double()
-    loss64 = f64(x.double(), y)
+    loss64 = f64(x.double() if x.is_floating_point() else x, y)
     loss64.backward()
     grads = {n: p.grad.numpy() for n, p in f64.named_parameters()}
     f32 = copy.deepcopy(module)
@@ -174,7 +174,7 @@ def check(ampc, module, x, y, exporter, work):
             f"{abs(loss32.item() - exact) / abs(exact):.1e})  grad {worst:.1e} (torch f32 "
             f"{worst32:.1e}) at {worst_name}")
     if missing:
-        line += f"  parameters not in the file: {', '.join(missing[:3])}"
+        line += f"  not in the file by name (tied to another?): {', '.join(missing[:3])}"
     if worst > 10 * worst32 and worst > 1e-5:
         line += "  <- differs"
     return line
