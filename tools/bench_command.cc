@@ -182,8 +182,6 @@ std::string mib(int64_t bytes) { return fmt::format("{:.1f} MiB", bytes / 104857
 void print(const BenchFlags& flags, const Figures& f) {
   const double step_ms = median(f.step_ms);
   const double tflops = static_cast<double>(f.flops) / (step_ms * 1e-3) / 1e12;
-  const std::optional<double> mfu =
-      f.peak_tflops ? std::optional<double>(tflops / *f.peak_tflops) : std::nullopt;
   if (flags.format == "json") {
     nlohmann::ordered_json json;
     json["model"] = flags.model;
@@ -206,7 +204,7 @@ void print(const BenchFlags& flags, const Figures& f) {
     json["matrix_flops_per_step"] = f.flops;
     json["tflops_per_second"] = tflops;
     json["peak_tflops"] = f.peak_tflops ? nlohmann::ordered_json(*f.peak_tflops) : nullptr;
-    json["mfu"] = mfu ? nlohmann::ordered_json(*mfu) : nullptr;
+    json["mfu"] = f.peak_tflops ? nlohmann::ordered_json(tflops / *f.peak_tflops) : nullptr;
     json["planned_bytes"] = f.planned_bytes;
     json["measured_bytes"] = f.measured_bytes ? nlohmann::ordered_json(*f.measured_bytes) : nullptr;
     json["final_loss"] = f.final_loss;
@@ -234,9 +232,9 @@ void print(const BenchFlags& flags, const Figures& f) {
   std::cout << fmt::format(
       "  matrix FLOPs     {:.4g} GFLOP a step (MatMul, Gemm, Conv, gradients)\n", f.flops / 1e9);
   std::cout << fmt::format("  achieved         {:.4g} TFLOP/s\n", tflops);
-  if (mfu) {
-    std::cout << fmt::format("  MFU              {:.1f}% of {:.1f} TFLOP/s\n", 100 * *mfu,
-                             *f.peak_tflops);
+  if (f.peak_tflops) {
+    std::cout << fmt::format("  MFU              {:.1f}% of {:.1f} TFLOP/s\n",
+                             100 * tflops / *f.peak_tflops, *f.peak_tflops);
   } else {
     std::cout << "  MFU              - (no peak figure for this device; give --peak-tflops)\n";
   }
