@@ -299,8 +299,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
 
 int run_bench_command(const BenchFlags& flags) {
   if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
-    std::cerr << "ampc: error: " << lr.message() << "\n";
-    return 1;
+    return report_error(lr);
   }
   if (flags.comm == "nccl" && flags.device != "cuda") {
     std::cerr << "ampc: error: --comm nccl communicates between GPUs: use it with --device cuda\n";
@@ -308,13 +307,11 @@ int run_bench_command(const BenchFlags& flags) {
   }
   const absl::StatusOr<runtime::Device> device = usable_device(flags.device);
   if (!device.ok()) {
-    std::cerr << "ampc: error: " << device.status().message() << "\n";
-    return 1;
+    return report_error(device.status());
   }
   absl::StatusOr<Figures> figures = measure(flags, *device);
   if (!figures.ok()) {
-    std::cerr << "ampc: error: " << figures.status().message() << "\n";
-    return 1;
+    return report_error(figures.status());
   }
   print(flags, *figures);
   return std::cout.good() ? 0 : 1;

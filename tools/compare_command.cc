@@ -114,14 +114,12 @@ CLI::App* add_compare_command(CLI::App& app, CompareFlags& flags) {
 
 int run_compare_command(const CompareFlags& flags) {
   if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
-    std::cerr << "ampc: error: " << lr.message() << "\n";
-    return 1;
+    return report_error(lr);
   }
   // The device first: without it nothing below can run.
   const absl::StatusOr<runtime::Device> device = usable_device(flags.device);
   if (!device.ok()) {
-    std::cerr << "ampc: error: " << device.status().message() << "\n";
-    return 1;
+    return report_error(device.status());
   }
   std::vector<Row> rows;
   for (const std::string& precision : flags.precisions) {

@@ -14,16 +14,10 @@
 #include "compiler/strings.h"
 #include "runtime/npy.h"
 #include "runtime/session.h"
+#include "tools/command_util.h"
 
 namespace ampc {
 namespace {
-
-constexpr int kExitError = 1;
-
-int report_error(const absl::Status& status) {
-  std::cerr << "ampc: error: " << status.message() << "\n";
-  return kExitError;
-}
 
 std::string describe(const std::vector<runtime::TensorInfo>& infos) {
   std::vector<std::string> parts;

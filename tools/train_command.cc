@@ -25,6 +25,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/lr_schedule.h"
 #include "runtime/training_session.h"
+#include "tools/command_util.h"
 #include "tools/data_parallel.h"
 #include "tools/evaluation.h"
 #include "tools/train_outputs.h"
@@ -32,7 +33,6 @@
 namespace ampc {
 namespace {
 
-constexpr int kExitError = 1;
 // With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
 // gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
 // scale has then been halved 50 times (from 65536 to below 6e-11), unless --scale-min stopped it.
@@ -42,11 +42,6 @@ constexpr int64_t kMaxSkippedStepsInARow = 50;
 std::atomic<int> stop_signal{0};
 
 extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
-
-int report_error(const absl::Status& status) {
-  std::cerr << "ampc: error: " << status.message() << "\n";
-  return kExitError;
-}
 
 // An f32 figure as a JSON number (the shortest text that reads back as the same f32), or null for
 // NaN and infinities (JSON has neither).

@@ -24,9 +24,10 @@ namespace ampc::runtime::cpu {
 
 inline constexpr int64_t kSumBlock = 64;
 
-// Adds terms in the order above. A binary counter over the finished blocks: whenever the two
-// latest partial sums cover the same number of blocks they are added (earlier + later); total()
-// adds what is left from the latest to the earliest, which is the same tree.
+// Adds terms in the order above. A binary counter over the finished blocks: the partial sums
+// kept are one per set bit of the finished-block count, the earliest the largest; a new block
+// merges with one per trailing 1 bit (earlier + later), as a carry does. total() adds what is
+// left from the latest to the earliest, which is the same tree.
 template <typename A>
 class PairwiseSum {
  public:
@@ -45,23 +46,18 @@ class PairwiseSum {
  private:
   void push_block() {
     A sum = block_;
-    int64_t blocks = 1;
-    while (depth_ > 0 && blocks_[depth_ - 1] == blocks) {
-      sum = sums_[--depth_] + sum;
-      blocks *= 2;
-    }
-    sums_[depth_] = sum;
-    blocks_[depth_++] = blocks;
+    for (uint64_t carry = finished_; carry & 1; carry >>= 1) sum = sums_[--depth_] + sum;
+    sums_[depth_++] = sum;
+    ++finished_;
     block_ = A(0);
     in_block_ = 0;
   }
 
   A block_ = A(0);
   int64_t in_block_ = 0;
-  // One partial sum per set bit of the finished-block count: at most 64.
+  uint64_t finished_ = 0;  // blocks finished
   std::array<A, 64> sums_;
-  std::array<int64_t, 64> blocks_;
-  int depth_ = 0;
+  int depth_ = 0;  // the set bits of finished_
 };
 
 // The sum of block sums in the order above (pairs at distance 1, then 2, 4, ...), in place;
@@ -92,7 +88,7 @@ class PairwiseColumnSums {
 
   // The sums of the first `count` lanes into out[0..count).
   void totals(int64_t count, A* out) const {
-    int depth = static_cast<int>(blocks_.size());
+    int64_t depth = static_cast<int64_t>(sums_.size()) / lanes_;
     if (in_block_ > 0 || depth == 0) {
       for (int64_t w = 0; w < count; ++w) out[w] = block_[w];
     } else {
@@ -108,22 +104,20 @@ class PairwiseColumnSums {
   void clear() {
     std::fill(block_.begin(), block_.end(), A(0));
     in_block_ = 0;
-    blocks_.clear();
+    finished_ = 0;
     sums_.clear();
   }
 
  private:
+  // PairwiseSum's carry, a row of lanes at a time.
   void push_block(int64_t count) {
-    int64_t blocks = 1;
-    while (!blocks_.empty() && blocks_.back() == blocks) {
-      const A* earlier = sums_.data() + (blocks_.size() - 1) * lanes_;
+    for (uint64_t carry = finished_; carry & 1; carry >>= 1) {
+      const A* earlier = sums_.data() + sums_.size() - lanes_;
       for (int64_t w = 0; w < count; ++w) block_[w] = earlier[w] + block_[w];
-      blocks_.pop_back();
-      sums_.resize(blocks_.size() * lanes_);
-      blocks *= 2;
+      sums_.resize(sums_.size() - lanes_);
     }
     sums_.insert(sums_.end(), block_.begin(), block_.end());
-    blocks_.push_back(blocks);
+    ++finished_;
     std::fill(block_.begin(), block_.end(), A(0));
     in_block_ = 0;
   }
@@ -131,8 +125,8 @@ class PairwiseColumnSums {
   int64_t lanes_;
   std::vector<A> block_;
   int64_t in_block_ = 0;
-  std::vector<A> sums_;  // one row of `lanes_` partial sums per entry of blocks_
-  std::vector<int64_t> blocks_;
+  uint64_t finished_ = 0;  // blocks finished
+  std::vector<A> sums_;    // one row of `lanes_` partial sums per set bit of finished_
 };
 
 }  // namespace ampc::runtime::cpu

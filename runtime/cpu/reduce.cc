@@ -160,7 +160,7 @@ void accumulate(accumulate_t<T, R>& acc, T element) {
 
 // Float sums and means, which add in pairwise_sum.h's order.
 template <typename T, Reduction R>
-constexpr bool kPairwise = R != Reduction::kMax&& is_float_v<T>;
+constexpr bool kPairwise = (R != Reduction::kMax) && is_float_v<T>;
 
 template <typename T, Reduction R>
 T finish(accumulate_t<T, R> acc, int64_t count) {
