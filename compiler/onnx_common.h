@@ -15,6 +15,11 @@
 
 namespace ampc::onnx_io {
 
+// An InvalidArgument error: what a malformed file gets.
+inline absl::Status invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
 // The element count of `shape`, or nullopt when a dim is negative or the count (in bytes of the
 // widest element) would overflow: bad files must not make us allocate or overflow.
 std::optional<int64_t> checked_num_elements(const Shape& shape);

@@ -27,7 +27,7 @@
 namespace ampc {
 namespace {
 
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+using onnx_io::invalid;
 
 // "node 'fc1' (MatMul)" or "node MatMul producing 'y'": the same words Node::describe uses.
 std::string describe_proto(const onnx::NodeProto& node) {

@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "compiler/onnx_common.h"
 #include "compiler/onnx_lowering.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
@@ -15,8 +16,6 @@
 
 namespace ampc::onnx_io {
 namespace {
-
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 std::string normalized_domain(const std::string& domain) {
   return domain == "ai.onnx" ? std::string() : domain;

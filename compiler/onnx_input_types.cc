@@ -11,8 +11,6 @@
 namespace ampc::onnx_io {
 namespace {
 
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
 // A dim of a graph input: its size, or nullopt when symbolic or unknown (with its name, if any).
 struct InputDim {
   std::optional<int64_t> size;

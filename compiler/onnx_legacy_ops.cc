@@ -27,7 +27,6 @@ namespace ampc::onnx_io {
 namespace {
 
 using lowering::Emitter;
-using lowering::invalid;
 using lowering::NodeAttributes;
 using lowering::read_attributes;
 using lowering::tensor_input;

@@ -18,8 +18,6 @@ using LowerFn = absl::Status (*)(const onnx::NodeProto&, const std::string&, Imp
 
 namespace {
 
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
 // ---- Lowered ops ---------------------------------------------------------------------------
 
 // clang-format off

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/onnx_common.h"
 #include "compiler/onnx_lowering.h"
 #include "compiler/strings.h"
 
@@ -33,11 +34,6 @@ struct NodeAttributes {
 absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known);
-
-// An InvalidArgument error.
-inline absl::Status invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
 
 // Emits nodes for one lowered node: names its intermediate values after the node.
 class Emitter {

@@ -18,8 +18,6 @@
 namespace ampc::onnx_io {
 namespace {
 
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
 // "opsets 6 to 12, 13 and later", for messages about an op known at other opsets.
 std::string opset_ranges(const std::vector<const OpDef*>& defs) {
   std::vector<std::string> parts;

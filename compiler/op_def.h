@@ -120,6 +120,10 @@ struct OpDef {
   // Float inputs that never get a gradient: statistics, clip bounds, loss weights. (Integer and
   // bool inputs never do anyway.) Autodiff does not look for trainable values behind them.
   std::vector<int> no_gradient_inputs;
+  // Float inputs that are hyperparameters when they are initializers (Clip's bounds): an
+  // initializer read only through such inputs is not trained unless the file declares it a
+  // parameter or --trainable names it. A value computed from trained ones gets its gradient.
+  std::vector<int> hyperparameter_inputs;
   // Outputs no gradient flows back from (running statistics, saved mean and variance): a loss
   // that reads them does not make the inputs trainable through them.
   std::vector<int> no_gradient_outputs;

@@ -360,14 +360,19 @@ void register_extrema(OpRegistry& registry) {
                         AutocastCategory::kClear);
   clip.outputs = {input("output")};
   clip.infer = infer_clip;
-  // The bounds are hyperparameters, not trained (PyTorch's clamp would differentiate them).
-  clip.no_gradient_inputs = {1, 2};
-  // Constant bounds: the gradient check differentiates every graph input it may.
+  // Bounds computed from trained values get gradients, as PyTorch's clamp gives them; bounds
+  // stored as initializers are hyperparameters (ReLU6's 0 and 6), not trained.
+  clip.hyperparameter_inputs = {1, 2};
   clip.samples = {
       {"no bounds", {f32({2, 3})}, {}, {}, {f32({2, 3})}},
       {"both bounds",
        {f32({2, 4}), f32({}), f32({})},
        {{1, scalar_f32(-0.5f)}, {2, scalar_f32(0.6f)}},
+       {},
+       {f32({2, 4})}},
+      {"both bounds computed at run time (differentiated)",
+       {f32({2, 4}), f32({}), f32({})},
+       {},
        {},
        {f32({2, 4})}},
       {"min only, one-element vector",

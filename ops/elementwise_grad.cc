@@ -181,15 +181,65 @@ absl::StatusOr<Grads> extremum_grad(GradBuilder& b) {
   return grads;
 }
 
-// d/dx clip(x, lo, hi) = dy where lo <= x <= hi, else 0: the bounds themselves pass the gradient,
-// as in PyTorch's clamp. The bounds get none (no_gradient_inputs).
+// Clip's gradients are PyTorch's clamp's, which differ with the kind of bound:
+//   - bounds stored as initializers (numbers: ReLU6's 0 and 6) are hyperparameters: x at a
+//     bound passes the whole gradient, x beyond it none (torch.clamp(x, min=0.0, max=6.0));
+//   - bounds computed at run time (torch.clamp with tensor bounds, which the TorchScript
+//     exporter writes as Clip) get gradients, split as PyTorch 2.15's clamp backward splits
+//     them (measured element by element; tests/ops/elementwise_grad_test.cc):
+//       x:  1 inside (lo, hi), 1/2 at lo or at hi alone, 1 at lo == hi;
+//       lo: 1 below lo, 1/2 at lo (lo < hi);  hi: 1 above hi, 1/2 at hi (lo < hi);
+//       where lo > hi every element is hi, and hi gets it all. An absent bound is -inf or inf.
+// The bounds are scalars (ONNX's Clip): their gradients are sums over every element.
 absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   Value* x = b.input(0);
-  Value* dx = b.grad_of_output(0);
-  Value* zero = zero_like(b, x);
-  if (b.has_input(2)) dx = b.op("Where", {b.op("Greater", {x, b.input(2)}), zero, dx});
-  if (b.has_input(1)) dx = b.op("Where", {b.op("Less", {x, b.input(1)}), zero, dx});
-  return Grads{dx, nullptr, nullptr};
+  Value* dy = b.grad_of_output(0);
+  Value* lo = b.has_input(1) ? b.input(1) : nullptr;
+  Value* hi = b.has_input(2) ? b.input(2) : nullptr;
+  auto computed = [](const Value* bound) {
+    return bound != nullptr && bound->initializer() == nullptr;
+  };
+  if (!computed(lo) && !computed(hi)) {
+    Value* zero = zero_like(b, x);
+    Value* dx = dy;
+    if (hi != nullptr) dx = b.op("Where", {b.op("Greater", {x, hi}), zero, dx});
+    if (lo != nullptr) dx = b.op("Where", {b.op("Less", {x, lo}), zero, dx});
+    return Grads{dx, nullptr, nullptr};
+  }
+  const DType dtype = x->dtype();
+  // 1 where `op(a, c)` holds, else 0, in x's dtype; `absent` where the bound is absent.
+  auto indicator = [&](std::string_view op, Value* a, Value* c, double absent) -> Value* {
+    if (a == nullptr || c == nullptr) return b.scalar(absent, dtype);
+    return b.op("Cast", {b.op(op, {a, c})}, {{"to", dtype}});
+  };
+  Value* half = b.scalar(0.5, dtype);
+  auto plus_half_of = [&](Value* sum, Value* a, Value* c) {
+    return b.op("Add", {sum, b.op("Mul", {half, b.op("Mul", {a, c})})});
+  };
+  Value* above_lo = indicator("Greater", x, lo, 1);
+  Value* at_lo = indicator("Equal", x, lo, 0);
+  Value* below_hi = indicator("Less", x, hi, 1);
+  Value* at_hi = indicator("Equal", x, hi, 0);
+  Value* ordered = indicator("LessOrEqual", lo, hi, 1);  // lo <= hi
+  Value* x_share = b.op("Mul", {above_lo, below_hi});
+  x_share = plus_half_of(x_share, at_lo, below_hi);
+  x_share = plus_half_of(x_share, at_hi, above_lo);
+  x_share = b.op("Add", {x_share, b.op("Mul", {at_lo, at_hi})});
+  Grads grads{b.op("Mul", {dy, x_share}), nullptr, nullptr};
+  auto bound_grad = [&](Value* share, Value* bound) {
+    return b.reduce_to_shape(b.op("Mul", {dy, share}), bound->shape());
+  };
+  if (b.needs_grad(1)) {
+    Value* share = b.op("Mul", {indicator("Less", x, lo, 0), ordered});
+    grads[1] = bound_grad(plus_half_of(share, at_lo, below_hi), lo);
+  }
+  if (b.needs_grad(2)) {
+    Value* share = b.op("Mul", {indicator("Greater", x, hi, 0), ordered});
+    share = plus_half_of(share, at_hi, above_lo);
+    share = b.op("Add", {share, indicator("Greater", lo, hi, 0)});
+    grads[2] = bound_grad(share, hi);
+  }
+  return grads;
 }
 
 // d/dx where(c, x, y) = dz where c, else 0; d/dy where(c, x, y) = dz where not c.

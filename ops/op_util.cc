@@ -1,6 +1,9 @@
 #include "ops/op_util.h"
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
+#include <set>
 
 namespace ampc::ops {
 
@@ -140,6 +143,22 @@ absl::StatusOr<std::vector<Tensor>> fold_elementwise(const FoldContext& ctx,
     out.set_element(i, fn(args.data()));
   }
   return std::vector<Tensor>{std::move(out)};
+}
+
+bool is_random_op(const Node& node) {
+  static const std::set<std::string, std::less<>> kRandomOps = {
+      "Dropout",      "RandomUniform",    "RandomUniformLike",
+      "RandomNormal", "RandomNormalLike", "Bernoulli"};
+  return node.domain() == kOnnxDomain && kRandomOps.contains(node.op_type());
+}
+
+std::optional<int64_t> random_seed(const Node& node) {
+  const AttrValue* seed = node.find_attr("seed");
+  if (seed == nullptr) return std::nullopt;
+  if (const int64_t* value = std::get_if<int64_t>(seed)) return *value;
+  const float value = std::get<float>(*seed);
+  if (std::isfinite(value) && std::fabs(value) < 9.0e18f) return static_cast<int64_t>(value);
+  return std::bit_cast<uint32_t>(value);
 }
 
 }  // namespace ampc::ops

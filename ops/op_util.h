@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -115,5 +116,13 @@ std::pair<int64_t, int64_t> shape_range(const Node& node, int64_t rank);
 // unless it has exactly one (strings have no ampc dtype). Its fold and every backend's kernel
 // read it here.
 absl::StatusOr<Tensor> constant_value(const Node& node);
+
+// Whether `node` draws random numbers: Dropout, RandomUniform(Like), RandomNormal(Like),
+// Bernoulli (ops/random.cc).
+bool is_random_op(const Node& node);
+// The seed of a random op's draws (runtime/random_math.h): its `seed` attribute (an int on
+// Dropout; a float on the others, whose integer part counts, or its bits beyond int64's range),
+// nullopt without one.
+std::optional<int64_t> random_seed(const Node& node);
 
 }  // namespace ampc::ops

@@ -141,6 +141,10 @@ class Walker {
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
       const bool named = trainable && std::regex_search(init->name(), *trainable);
+      if (!named && init->declared() != Value::Declared::kParameter &&
+          only_read_as_hyperparameter(*init)) {
+        continue;
+      }
       if (init->is_buffer() && !named) {
         if (is_float_value(init) && (!freeze || !std::regex_search(init->name(), *freeze))) {
           buffers.push_back(init->name());
@@ -223,6 +227,15 @@ class Walker {
     return std::none_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
       return use.user->def() == nullptr ||
              !listed(use.user->def()->no_gradient_inputs, use.operand);
+    });
+  }
+
+  // An initializer every reader takes as a hyperparameter (Clip's bounds).
+  static bool only_read_as_hyperparameter(const Value& value) {
+    if (value.uses().empty()) return false;
+    return std::all_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
+      return use.user->def() != nullptr &&
+             listed(use.user->def()->hyperparameter_inputs, use.operand);
     });
   }
 

@@ -4,18 +4,24 @@
 //   class axis 1, or mean squared error) and the graph input for the labels.
 // training-step: clones the graph as its training step (Graph::training_step), then puts the
 //   graph itself in eval mode: training-mode BatchNormalization reads its running statistics,
-//   Dropout becomes the identity. The passes after it that should act on the step are wrapped in
-//   on_training_step().
+//   Dropout becomes the identity. Before that, each Dropout or random op without a `seed` gets
+//   one of its own (the smallest not yet taken, in graph order): the runtime draws from (seed,
+//   random stream, element index), so two seedless Dropouts would drop the same elements, where
+//   PyTorch's draws are independent. The passes after it that should act on the step are
+//   wrapped in on_training_step().
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
 //   variance become graph outputs and state updates of its running-statistics initializers.
 //   ONNX defines the new variance from the biased batch variance; PyTorch (whose exports these
 //   graphs mostly are) from the unbiased one, n/(n-1) times larger, n = elements per channel.
 //   The default follows PyTorch; RunningVariance::kBiased keeps ONNX's definition.
+#include <optional>
+#include <set>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -185,6 +191,30 @@ bool used(const Node& node, int output) {
   return node.has_output(output) && !node.output(output)->is_dead();
 }
 
+// Gives each random op of `graph` (Dropout, RandomNormalLike, ...) without a seed the smallest
+// seed no random op has yet, in graph order; seeds a file sets are kept. Autodiff copies a
+// forward Dropout's seed to the Dropout that draws its mask again in the backward, so this runs
+// before it.
+void seed_random_ops(Graph& graph) {
+  std::set<int64_t> taken;
+  for (const Node* node : graph.node_list()) {
+    if (!ops::is_random_op(*node)) continue;
+    if (std::optional<int64_t> seed = ops::random_seed(*node)) taken.insert(*seed);
+  }
+  int64_t next = 0;
+  for (Node* node : graph.node_list()) {
+    if (!ops::is_random_op(*node) || node->find_attr("seed") != nullptr) continue;
+    while (taken.contains(next)) ++next;
+    // Dropout's seed is an int; the others' a float, which holds these small integers exactly.
+    if (node->op_type() == "Dropout") {
+      node->mutable_attrs()["seed"] = next;
+    } else {
+      node->mutable_attrs()["seed"] = static_cast<float>(next);
+    }
+    taken.insert(next);
+  }
+}
+
 class TrainingStepPass final : public Pass {
  public:
   std::string_view name() const override { return "training-step"; }
@@ -194,6 +224,7 @@ class TrainingStepPass final : public Pass {
       return absl::FailedPreconditionError(
           "the model is already a training model (it has a training step)");
     }
+    seed_random_ops(graph);  // the step's random ops are its copies
     std::unique_ptr<Graph> step = graph.clone();
     step->set_name(str_cat(graph.name(), ".train_step"));
     for (Node* node : graph.node_list()) {

@@ -42,6 +42,9 @@ std::string describe_device_error(const DeviceError& error) {
       return str_cat("integer Pow of 0 to a negative power at output element ", error.element);
     case kInvalidDropoutRatio:
       return "the Dropout ratio is not in [0, 1)";
+    case kInvalidProbability:
+      return str_cat("the probability at element ", error.element,
+                     " of input 0 'input' is not in [0, 1]");
     default:
       return str_cat("unknown device error code ", error.code);
   }

@@ -23,6 +23,8 @@ enum DeviceErrorCode : int32_t {
   kInvalidDropoutRatio = 4,
   // An integer Pow of 0 to a negative power, writing output element `element`.
   kZeroToNegativePower = 5,
+  // A Bernoulli probability at `element` of the input outside [0, 1] (or NaN).
+  kInvalidProbability = 6,
 };
 
 struct DeviceError {

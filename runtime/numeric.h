@@ -585,29 +585,6 @@ struct IsInf {
   }
 };
 
-// ---- Dropout -------------------------------------------------------------------------------
-
-// SplitMix64's finalizer: a bijection of 64-bit words whose outputs look independent.
-AMPC_HD uint64_t mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// The key of one Dropout node's draw: its seed and the run's random stream.
-AMPC_HD uint64_t dropout_key(uint64_t seed, uint64_t random_stream) {
-  return mix64(seed + 0x9e3779b97f4a7c15ull * random_stream);
-}
-
-// Whether element i is kept: a uniform draw in [0, 1) from (key, i) alone, so the mask depends
-// on neither the thread count nor the device. It is not PyTorch's (or ONNX Runtime's) stream.
-AMPC_HD bool dropout_keeps(uint64_t key, int64_t i, double ratio) {
-  const double uniform = static_cast<double>(mix64(key + static_cast<uint64_t>(i)) >> 11) *
-                         (1.0 / 9007199254740992.0);  // 2^-53
-  return uniform >= ratio;
-}
-
 // ---- Attention's probabilities in the backward ---------------------------------------------
 
 // ampc.AttentionGrad recomputes P_ij = exp(s_ij - LSE_i) from the forward's LSE_i = max_i +

@@ -138,7 +138,7 @@ def check(ampc, module, x, y, exporter, work):
     except Exception as e:  # an exporter that cannot export it: reported
         return f"export failed: {str(e).strip().splitlines()[0][:100]}"
     f64 = copy.deepcopy(module).double()
-    loss64 = f64(x.double() if x.is_floating_point() else x, y)
+    loss64 = f64(*(t.double() if t.is_floating_point() else t for t in (x, y)))
     loss64.backward()
     grads = {n: p.grad.numpy() for n, p in f64.named_parameters()}
     f32 = copy.deepcopy(module)
@@ -166,6 +166,8 @@ def check(ampc, module, x, y, exporter, work):
             continue
         scale = max(np.abs(g).max(), 1e-3 * largest)
         error = np.abs((before[name] - after[name]) / LR - g).max() / scale
+        if not np.isfinite(error):  # a NaN gradient
+            error = np.inf
         if error > worst:
             worst, worst_name = error, name
         worst32 = max(worst32, np.abs(grads32[name] - g).max() / scale)
@@ -180,13 +182,28 @@ def check(ampc, module, x, y, exporter, work):
     return line
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_sweep_arguments(parser, what):
+    """--ampc, --only (`what` names) and --exporters, which the sweeps share."""
     parser.add_argument("--ampc", default=os.path.join(os.path.dirname(__file__), "..", "build",
                                                        "ampc"))
-    parser.add_argument("--only", default="", help="comma-separated model names")
+    parser.add_argument("--only", default="", help=f"comma-separated {what} names")
     parser.add_argument("--exporters", default="torchscript:17,dynamo:18",
                         help="comma-separated exporter:opset (exporter torchscript or dynamo)")
+
+
+def parse_exporters(text):
+    """--exporters as a list of exporter:opset; exits naming a malformed one."""
+    exporters = [e for e in text.split(",") if e]
+    for exporter in exporters:
+        kind, _, opset = exporter.partition(":")
+        if kind not in ("torchscript", "dynamo") or not opset.isdigit():
+            sys.exit(f"--exporters: {exporter!r} is not torchscript:N or dynamo:N")
+    return exporters
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_sweep_arguments(parser, "model")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--size", type=int, default=64,
                         help="image side (at least each model's smallest; vit and maxvit take 32)")
@@ -197,11 +214,7 @@ def main():
     for name in names:
         if name not in table:
             sys.exit(f"unknown model {name!r} (known: {', '.join(table)})")
-    exporters = [e for e in args.exporters.split(",") if e]
-    for exporter in exporters:
-        kind, _, opset = exporter.partition(":")
-        if kind not in ("torchscript", "dynamo") or not opset.isdigit():
-            sys.exit(f"--exporters: {exporter!r} is not torchscript:N or dynamo:N")
+    exporters = parse_exporters(args.exporters)
     with tempfile.TemporaryDirectory() as work:
         for name in names:
             factory, smallest, segmentation = table[name]

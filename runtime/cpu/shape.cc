@@ -6,9 +6,9 @@
 // element size, so one kernel per size serves every dtype; no value is converted. Dropout is the
 // one op here that computes: in training it scales kept elements by 1/(1-ratio) in the compute
 // type (f32 for f16/bf16) and rounds once. Its mask is a hash of (seed, random stream, element
-// index) (runtime/numeric.h, shared with CUDA): the same on any thread count, on every run and on
-// every device, and not PyTorch's (nor numpy's) random stream. A node
-// without a `seed` attribute uses a fixed default seed, so every run of it draws the same mask.
+// index) (runtime/random_math.h, shared with CUDA): the same on any thread count, on every run
+// and on every device, and not PyTorch's (nor numpy's) random stream. A node without a `seed`
+// attribute draws from seed 0 (the training-step pass gives each Dropout of a step its own).
 //
 // Output shapes were inferred at load; the kernels read them instead of re-reading `shape` or
 // `axes` inputs.
@@ -19,6 +19,7 @@
 #include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/numeric.h"
+#include "runtime/random_math.h"
 
 namespace ampc::runtime::cpu {
 namespace {
@@ -78,9 +79,6 @@ absl::Status expand_kernel(const KernelContext& ctx) {
 
 // ---- Dropout ----------------------------------------------------------------------------------
 
-// Used when the node has no `seed` attribute, so that runs are reproducible.
-constexpr uint64_t kDefaultDropoutSeed = 0;
-
 // Inference (no training_mode, or false, or ratio 0): the identity, mask all true. Training:
 // element i is kept when dropout_keeps(seed, i), and output = x * (kept ? 1/(1-ratio) : 0) in
 // the compute type, rounded once (so, as in ONNX's reference and PyTorch, a dropped inf is NaN).
@@ -99,10 +97,8 @@ absl::Status dropout_kernel(const KernelContext& ctx) {
   if (!(ratio > 0 && ratio < 1)) {
     return absl::InvalidArgumentError(str_cat("ratio ", ratio, " is not in [0, 1)"));
   }
-  const uint64_t seed = ctx.node.find_attr("seed")
-                            ? static_cast<uint64_t>(ctx.node.int_attr("seed"))
-                            : kDefaultDropoutSeed;
-  const uint64_t key = numeric::dropout_key(seed, ctx.random_stream);
+  const uint64_t key = numeric::random_key(
+      static_cast<uint64_t>(ops::random_seed(ctx.node).value_or(0)), ctx.random_stream);
   const compute_t<T> scale = static_cast<compute_t<T>>(1.0 / (1.0 - ratio));
   const T* in = ctx.input(0).in<T>().data();
   T* out = ctx.output(0).out<T>().data();

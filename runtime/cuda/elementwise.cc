@@ -1,12 +1,14 @@
-// CUDA kernels of the element-wise ops (ops/elementwise.cc, ops/activation.cc), Cast, Dropout
-// and the views: registration and launch. The math is runtime/numeric.h's and
-// runtime/cast_math.h's, the same the CPU kernels run, so casts, comparisons, data movement and
-// the single-IEEE-operation ops are bit-exact against the CPU and transcendentals within the
-// contract's ulps. Broadcast layouts are computed once, at load (the kernel state).
+// CUDA kernels of the element-wise ops (ops/elementwise.cc, ops/activation.cc), Cast, Dropout,
+// the random ops (ops/random.cc) and the views: registration and launch. The math is
+// runtime/numeric.h's and runtime/cast_math.h's, the same the CPU kernels run, so casts,
+// comparisons, data movement and the single-IEEE-operation ops are bit-exact against the CPU and
+// transcendentals within the contract's ulps. Broadcast layouts are computed once, at load (the
+// kernel state).
 #include <algorithm>
 #include <array>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cuda/cuda_util.h"
 #include "runtime/cuda/layout.h"
 
@@ -169,13 +171,36 @@ absl::Status dropout(const KernelContext& ctx) {
     args.ratio_type = elem(ctx.input(1));
   }
   if (ctx.has_input(2)) args.training = static_cast<const bool*>(ctx.input(2).data);
-  args.seed = ctx.node.find_attr("seed") ? static_cast<uint64_t>(ctx.node.int_attr("seed")) : 0;
+  args.seed = static_cast<uint64_t>(ops::random_seed(ctx.node).value_or(0));
   args.random_stream = ctx.exec->random_stream;
   bool* mask = ctx.has_output(1) ? static_cast<bool*>(ctx.output(1).data) : nullptr;
   return launched(launch_dropout(elem(ctx.input(0)), ctx.input(0).data, ctx.output(0).data, mask,
                                  ctx.output(0).num_elements(), args,
                                  ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
                   ctx);
+}
+
+// The random ops draw on the device from the run's random stream (device memory), as Dropout.
+template <RandomDraw kDraw>
+absl::Status random_draws(const KernelContext& ctx) {
+  RandomArgs args;
+  args.draw = kDraw;
+  if constexpr (kDraw == RandomDraw::kUniform) {
+    args.a = decimal_attr(ctx.node, "low");
+    args.b = decimal_attr(ctx.node, "high");
+  } else if constexpr (kDraw == RandomDraw::kNormal) {
+    args.a = decimal_attr(ctx.node, "mean");
+    args.b = decimal_attr(ctx.node, "scale");
+  } else {
+    args.p = ctx.input(0).data;
+    args.p_type = elem(ctx.input(0));
+  }
+  args.seed = static_cast<uint64_t>(ops::random_seed(ctx.node).value_or(0));
+  args.random_stream = ctx.exec->random_stream;
+  return launched(
+      launch_random(elem(ctx.output(0)), ctx.output(0).data, ctx.output(0).num_elements(), args,
+                    ErrorSink{ctx.exec->error, ctx.step}, stream_of(ctx)),
+      ctx);
 }
 
 // ---- Registration ----------------------------------------------------------------------------
@@ -258,6 +283,18 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   r.add(std::move(where_def));
   add(r, "Cast", all_types, &cast);
   add(r, "Dropout", kCudaFloatTypes, &dropout);
+  // The random ops' key is their output, the type of the draws (the Like forms read only their
+  // input's shape, Bernoulli its probabilities of any float type).
+  const auto add_random = [&r](std::string op, KernelFn fn) {
+    KernelDef def = cuda_kernel_def(std::move(op), kCudaFloatTypes, fn, -1);
+    def.keyed_on = {.output = true, .index = 0};
+    r.add(std::move(def));
+  };
+  add_random("RandomUniform", &random_draws<RandomDraw::kUniform>);
+  add_random("RandomUniformLike", &random_draws<RandomDraw::kUniform>);
+  add_random("RandomNormal", &random_draws<RandomDraw::kNormal>);
+  add_random("RandomNormalLike", &random_draws<RandomDraw::kNormal>);
+  add_random("Bernoulli", &random_draws<RandomDraw::kBernoulli>);
   for (const char* op : {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity"}) {
     add(r, op, all_types, &copy_input);
   }

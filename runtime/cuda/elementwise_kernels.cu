@@ -5,6 +5,7 @@
 #include "runtime/cast_math.h"
 #include "runtime/cuda/elementwise.cuh"
 #include "runtime/numeric.h"
+#include "runtime/random_math.h"
 
 namespace ampc::runtime::cuda {
 namespace {
@@ -586,11 +587,45 @@ __global__ void dropout_kernel(const T* x, T* y, bool* mask, int64_t n, DropoutA
   }
   // The scale in the compute type (f32), as the CPU kernel rounds it.
   const float scale = static_cast<float>(1.0 / (1.0 - ratio));
-  const uint64_t key = numeric::dropout_key(args.seed, *args.random_stream);
+  const uint64_t key = numeric::random_key(args.seed, *args.random_stream);
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     const bool keep = numeric::dropout_keeps(key, i, ratio);
     y[i] = store<T>(load(x[i]) * (keep ? scale : 0.0f));
     if (mask != nullptr) mask[i] = keep;
+  }
+}
+
+// Element i of a probability operand of any float type, as the double the CPU reads.
+__device__ __forceinline__ double load_probability(const void* p, Elem type, int64_t i) {
+  switch (type) {
+    case Elem::kF16:
+      return static_cast<float>(static_cast<const Float16*>(p)[i]);
+    case Elem::kBF16:
+      return static_cast<float>(static_cast<const BFloat16*>(p)[i]);
+    case Elem::kF64:
+      return static_cast<const double*>(p)[i];
+    default:
+      return static_cast<const float*>(p)[i];
+  }
+}
+
+template <typename T>
+__global__ void random_kernel(T* y, int64_t n, RandomArgs args, ErrorSink sink) {
+  const uint64_t key = numeric::random_key(args.seed, *args.random_stream);
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    double value;
+    if (args.draw == RandomDraw::kUniform) {
+      value = numeric::uniform_draw(key, i, numeric::digits_of<T>(), args.a, args.b);
+    } else if (args.draw == RandomDraw::kNormal) {
+      value = numeric::normal_draw(key, i, args.a, args.b);
+    } else {
+      const double p = load_probability(args.p, args.p_type, i);
+      if (!(p >= 0 && p <= 1)) {
+        record_device_error(sink.error, kInvalidProbability, sink.step, i, 0, 0);
+      }
+      value = numeric::bernoulli_draw(key, i, p) ? 1.0 : 0.0;
+    }
+    y[i] = cast_math::convert<T>(value, true);
   }
 }
 
@@ -608,6 +643,16 @@ cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_
     using T = typename decltype(tag)::type;
     dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<const T*>(x),
                                                            static_cast<T*>(y), mask, n, args, sink);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_random(Elem type, void* y, int64_t n, const RandomArgs& args, ErrorSink sink,
+                          cudaStream_t stream) {
+  if (n == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    random_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<T*>(y), n, args, sink);
     return cudaGetLastError();
   });
 }

@@ -165,7 +165,7 @@ cudaError_t launch_cast(Elem from, Elem to, const void* x, void* y, int64_t n, b
                         cudaStream_t stream);
 
 // Dropout: in training, y[i] = x[i] * (kept ? 1/(1-ratio) : 0) with the draw keyed by
-// (seed, *random_stream) as numeric::dropout_key; otherwise (no training flag, a false one, or
+// (seed, *random_stream) as numeric::random_key; otherwise (no training flag, a false one, or
 // ratio 0) y = x and every mask element true. `ratio` (one element of `ratio_type`, or null for
 // `default_ratio`), `training` (one bool, or null: inference) and `random_stream` are device
 // memory, read by the kernel, so they may change between runs. A ratio outside [0, 1) in
@@ -180,6 +180,23 @@ struct DropoutArgs {
 };
 cudaError_t launch_dropout(Elem type, const void* x, void* y, bool* mask, int64_t n,
                            const DropoutArgs& args, ErrorSink sink, cudaStream_t stream);
+
+// The random ops: y[i] of `type` drawn as runtime/random_math.h says from the key of (seed,
+// *random_stream) and i: RandomUniform(Like) low + (high - low) * u (a = low, b = high),
+// RandomNormal(Like) mean + scale * z (a = mean, b = scale), Bernoulli 1 with probability p[i]
+// (`p` of `p_type`), whose probabilities outside [0, 1] are recorded in the error sink.
+enum class RandomDraw { kUniform, kNormal, kBernoulli };
+struct RandomArgs {
+  RandomDraw draw = RandomDraw::kUniform;
+  double a = 0;
+  double b = 1;
+  uint64_t seed = 0;
+  const uint64_t* random_stream = nullptr;
+  const void* p = nullptr;
+  Elem p_type = Elem::kF32;
+};
+cudaError_t launch_random(Elem type, void* y, int64_t n, const RandomArgs& args, ErrorSink sink,
+                          cudaStream_t stream);
 
 // Fills n elements of `element_bytes` bytes with the bytes of `value` (at most 8).
 cudaError_t launch_fill(void* out, int64_t n, int element_bytes, uint64_t value,

@@ -34,6 +34,8 @@ Contract contract_of(const std::string& op) {
   static const std::set<std::string> transcendental = {
       "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Elu", "Selu", "Celu", "Mish",
       "Sin", "Cos", "Pow",
+      // Box-Muller's log and cosine in f64 (runtime/random_math.h).
+      "RandomNormal", "RandomNormalLike",
       // Adam's bias corrections are pow in f64 (CUDA's within 2 ulp of glibc's).
       "Adam", "GeluGrad"};
   static const std::set<std::string> accumulating = {"MatMul",
@@ -265,6 +267,44 @@ TEST(BackendParity, OutOfRangeIndicesAreErrorsOnCuda) {
                                *cuda);
   ASSERT_FALSE(out.ok());
   EXPECT_NE(out.status().message().find("ScatterND"), std::string::npos) << out.status();
+}
+
+// The random ops draw the CPU's numbers on CUDA: uniform and Bernoulli draws bit for bit (the
+// same hash of seed, stream and element, rounded once), normal draws within the transcendental
+// contract; a probability outside [0, 1] is an error through the device error word.
+TEST(BackendParity, RandomDrawsAreTheCpus) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  std::shared_ptr<runtime::Backend> cpu = *runtime::create_backend(runtime::Device::kCpu);
+  std::shared_ptr<runtime::Backend> cuda = *runtime::create_backend(runtime::Device::kCuda);
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(graph g(%p: f32[4096]) opset(17) {
+    %u32 = RandomUniform<shape=[4096], seed=1.0>() : f32[4096]
+    %u16 = RandomUniform<shape=[4096], dtype=f16, low=-2.0, high=3.0>() : f16[4096]
+    %ub = RandomUniformLike<dtype=bf16, seed=2.0>(%p) : bf16[4096]
+    %b = Bernoulli<seed=3.0>(%p) : f32[4096]
+    %bh = Bernoulli<dtype=f16>(%p) : f16[4096]
+    %n32 = RandomNormal<shape=[4096], seed=4.0, mean=1.0, scale=2.0>() : f32[4096]
+    %nb = RandomNormalLike<dtype=bf16>(%p) : bf16[4096]
+    return %u32, %u16, %ub, %b, %bh, %n32, %nb
+  })");
+  ASSERT_NE(graph, nullptr);
+  std::mt19937 rng(20261128);
+  std::uniform_real_distribution<float> probability(0, 1);
+  std::vector<float> p(4096);
+  for (float& v : p) v = probability(rng);
+  const std::vector<Tensor> inputs = {Tensor::from_f32({4096}, p)};
+  absl::StatusOr<std::vector<Tensor>> want = runtime::interpret_graph(*graph, inputs, *cpu);
+  absl::StatusOr<std::vector<Tensor>> got = runtime::interpret_graph(*graph, inputs, *cuda);
+  ASSERT_TRUE(want.ok()) << want.status();
+  ASSERT_TRUE(got.ok()) << got.status();
+  for (size_t o = 0; o < want->size(); ++o) {
+    const Contract contract = o >= 5 ? Contract::kTranscendental : Contract::kExact;
+    EXPECT_EQ(compare((*got)[o], (*want)[o], contract, 1), "") << "output " << o;
+  }
+  p[7] = 1.5f;
+  absl::StatusOr<std::vector<Tensor>> bad =
+      runtime::interpret_graph(*graph, {Tensor::from_f32({4096}, p)}, *cuda);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("element 7 of input 0"), std::string::npos) << bad.status();
 }
 
 // Integer Pow of 0 to a negative power: an error on both backends, through the device error word

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "compiler/strings.h"
 #include "compiler/verifier.h"
 #include "gtest/gtest.h"
 #include "passes/passes.h"
@@ -94,6 +95,49 @@ TEST(ElementwiseGradConventions, ClipPassesTheGradientAtItsBounds) {
     })",
                          {f32({-1, -0.5f, 0, 0.75f, 1, 0.5f})});
   EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 1, 1, 1, 0, 1}));
+  // Bounds stored as initializers are hyperparameters (ReLU6's), not trained.
+  EXPECT_FALSE(grads.contains("lo.grad"));
+  EXPECT_FALSE(grads.contains("hi.grad"));
+}
+
+TEST(ElementwiseGradConventions, ClipBoundsComputedAtRunTimeGetClampsGradients) {
+  // torch.clamp(x, min, max) with tensor bounds: the figures PyTorch 2.15 gives, element by
+  // element (x, lo, hi) -> (dx, dlo, dhi) for a loss of sum(y).
+  struct Case {
+    float x, lo, hi;
+    double dx, dlo, dhi;
+  };
+  const Case cases[] = {
+      {0, 1, 2, 0, 1, 0}, {1, 1, 2, 0.5, 0.5, 0}, {1.5, 1, 2, 1, 0, 0}, {2, 1, 2, 0.5, 0, 0.5},
+      {3, 1, 2, 0, 0, 1}, {0, 1, 1, 0, 1, 0},     {1, 1, 1, 1, 0, 0},   {2, 1, 1, 0, 0, 1},
+      {0, 2, 1, 0, 0, 1}, {1, 2, 1, 0, 0, 1},     {1.5, 2, 1, 0, 0, 1}, {2, 2, 1, 0, 0, 1},
+      {3, 2, 1, 0, 0, 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(str_cat("x ", c.x, ", lo ", c.lo, ", hi ", c.hi));
+    auto grads =
+        gradients(R"(
+      graph g(%x: f32[1], %lo: f32[], %hi: f32[]) {
+        %y = Clip(%x, %lo, %hi) : f32[1]
+        %loss = ReduceSum<keepdims=0>(%y) : f32[]
+        return %loss
+      })",
+                  {f32({c.x}), Tensor::from_f32({}, {c.lo}), Tensor::from_f32({}, {c.hi})});
+    EXPECT_EQ(grads["x.grad"], (std::vector<double>{c.dx}));
+    EXPECT_EQ(grads["lo.grad"], (std::vector<double>{c.dlo}));
+    EXPECT_EQ(grads["hi.grad"], (std::vector<double>{c.dhi}));
+  }
+  // One bound: a tie splits evenly (torch.clamp(x, min=lo) at x == lo: 1/2 each); the bound's
+  // gradient sums over the elements.
+  auto min_only = gradients(R"(
+    graph g(%x: f32[3], %lo: f32[]) {
+      %y = Clip(%x, %lo) : f32[3]
+      %loss = ReduceSum<keepdims=0>(%y) : f32[]
+      return %loss
+    })",
+                            {f32({-1, -0.5f, 0}), Tensor::from_f32({}, {-0.5f})});
+  EXPECT_EQ(min_only["x.grad"], (std::vector<double>{0, 0.5, 1}));
+  EXPECT_EQ(min_only["lo.grad"], (std::vector<double>{1.5}));
 }
 
 TEST(ElementwiseGradConventions, KinksAtZero) {

@@ -152,11 +152,13 @@ TEST(TrainingStep, TheEvalGraphUsesRunningStatisticsAndNoDropout) {
   auto pass = make_training_step_pass();
   ASSERT_TRUE(run_pass(*pass, *graph).ok());
   ASSERT_NE(graph->training_step(), nullptr);
-  // The step is the model as it was.
+  // The step is the model as it was, its Dropout given a seed.
   std::unique_ptr<Graph> step = graph->training_step()->clone();
   EXPECT_EQ(step->name(), "g.train_step");
   step->set_name("g");
-  EXPECT_EQ(print_graph(*step), testing::canonical_text(kBatchNormModel));
+  std::string seeded(kBatchNormModel);
+  seeded.replace(seeded.find("Dropout("), 8, "Dropout<seed=0>(");
+  EXPECT_EQ(print_graph(*step), testing::canonical_text(seeded));
   int batch_norms = 0;
   for (const auto& node : graph->nodes()) {
     EXPECT_NE(node->op_type(), "Dropout");
@@ -167,6 +169,52 @@ TEST(TrainingStep, TheEvalGraphUsesRunningStatisticsAndNoDropout) {
   }
   EXPECT_EQ(batch_norms, 1);
   EXPECT_FALSE(run_pass(*pass, *graph).ok());  // already a training model
+}
+
+// Three Dropouts of the same data, the second seeded by the file.
+constexpr std::string_view kDropoutsModel = R"(
+    graph g(%x: f32[64,64]) opset(17) {
+      init %half: f32[] = [0.5]
+      init %yes: bool[] = [true]
+      %a = Dropout(%x, %half, %yes) : f32[64,64]
+      %b = Dropout<seed=1>(%x, %half, %yes) : f32[64,64]
+      %c = Dropout(%x, %half, %yes) : f32[64,64]
+      %ab = Add(%a, %b) : f32[64,64]
+      %abc = Add(%ab, %c) : f32[64,64]
+      %loss = ReduceSum<keepdims=0>(%abc) : f32[]
+      return %loss, %a, %b, %c
+    })";
+
+TEST(TrainingStep, EachDropoutOfTheStepDrawsItsOwnMask) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kDropoutsModel);
+  ASSERT_NE(graph, nullptr);
+  auto pass = make_training_step_pass();
+  ASSERT_TRUE(run_pass(*pass, *graph).ok());
+  ASSERT_NE(graph->training_step(), nullptr);
+  // Seeds in graph order, the smallest not taken; the file's seed kept.
+  std::vector<int64_t> seeds;
+  for (const auto& node : graph->training_step()->nodes()) {
+    if (node->op_type() == "Dropout") seeds.push_back(node->int_attr("seed"));
+  }
+  EXPECT_EQ(seeds, (std::vector<int64_t>{0, 1, 2}));
+
+  // The masks, read from which elements each output keeps (x is all ones): each pair of
+  // Dropouts disagrees on about half of the 4096 elements, as independent draws with ratio 0.5
+  // do (the same seed would agree on all of them).
+  std::map<std::string, Tensor> inputs = {
+      {"x", Tensor::from_f32({64, 64}, std::vector<float>(64 * 64, 1.0f))}};
+  std::vector<std::vector<double>> kept;
+  for (const char* name : {"a", "b", "c"}) {
+    kept.push_back(run_graph(graph->training_step()->clone(), inputs, name).to_double_vector());
+  }
+  for (size_t i = 0; i < kept.size(); ++i) {
+    for (size_t j = i + 1; j < kept.size(); ++j) {
+      int differ = 0;
+      for (size_t k = 0; k < kept[i].size(); ++k) differ += kept[i][k] != kept[j][k];
+      EXPECT_GT(differ, 1800) << "outputs " << i << " and " << j;
+      EXPECT_LT(differ, 2300) << "outputs " << i << " and " << j;
+    }
+  }
 }
 
 // x's channel 0 holds {1, 2, 3, 4, 5, 6} (n = 6), channel 1 {0, 0, 0, 1, 1, 1}.

@@ -1,0 +1,519 @@
+#!/usr/bin/env python3
+"""PyTorch's layers, losses and tensor functions one at a time through PyTorch's exporters and
+ampc's training step, with ampc's loss and one-step gradients against PyTorch's in f64.
+
+Each case is a small module: a layer with parameters in front (a convolution for images, a
+linear layer for sequences), the layer under test, and a loss (the case's own, or the mean
+squared distance to a fixed random target of the output's shape). It is exported in training
+mode by the TorchScript exporter and the dynamo exporter and checked as
+tools/torchvision_gradient_sweep.py checks its models: the first step's loss and every
+parameter's gradient after one SGD step against PyTorch's in f64, beside PyTorch's own f32
+error. A case whose export ampc cannot compile or train says why, in ampc's words.
+
+Needs torch, onnx, onnxscript and numpy from PyPI:
+
+  venv/bin/python tools/layer_gradient_sweep.py [--ampc build/ampc] [--only hardshrink,lrn]
+      [--exporters torchscript:17,dynamo:18] [--list]
+"""
+import argparse
+import os
+import sys
+import tempfile
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torchvision_gradient_sweep import add_sweep_arguments, check, parse_exporters  # noqa: E402
+
+B, C, H, W = 2, 4, 8, 8  # image batches
+T, D = 6, 8  # sequence batches: B x T x D
+CLASSES = 5
+
+
+class Lambda(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+class ImageCase(nn.Module):
+    """A 3x3 convolution from 3 to C channels, the layer, then the squared distance to y."""
+
+    def __init__(self, layer, channels=3):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, C, 3, padding=1)
+        self.layer = layer
+
+    def forward(self, x, y):
+        return ((self.layer(self.conv(x)) - y) ** 2).mean()
+
+
+class SeqCase(nn.Module):
+    """A linear layer D -> D over B x T x D, the layer, then the squared distance to y."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.proj = nn.Linear(D, D)
+        self.layer = layer
+
+    def forward(self, x, y):
+        out = self.layer(self.proj(x))
+        if isinstance(out, tuple):  # recurrent layers and attention: their first output
+            out = out[0]
+        return ((out - y) ** 2).mean()
+
+
+class LossCase(nn.Module):
+    """A linear layer D -> `width` over B x D, then the loss against y."""
+
+    def __init__(self, loss, width=CLASSES, activation=None):
+        super().__init__()
+        self.proj = nn.Linear(D, width)
+        self.activation = activation or (lambda t: t)
+        self.loss = loss
+
+    def forward(self, x, y):
+        return self.loss(self.activation(self.proj(x)), y)
+
+
+class PairLossCase(nn.Module):
+    """Two linear layers D -> D over B x D, and a loss of the two outputs and y."""
+
+    def __init__(self, loss):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, D), nn.Linear(D, D)
+        self.loss = loss
+
+    def forward(self, x, y):
+        return self.loss(self.a(x), self.b(x), y)
+
+
+class TripletCase(nn.Module):
+    def __init__(self, loss):
+        super().__init__()
+        self.a, self.p, self.n = nn.Linear(D, D), nn.Linear(D, D), nn.Linear(D, D)
+        self.loss = loss
+
+    def forward(self, x, y):
+        return self.loss(self.a(x), self.p(x), self.n(x)) + 0 * y.sum()
+
+
+class EmbeddingCase(nn.Module):
+    """A layer over token ids (B x T), then the squared distance to y."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, y):
+        return ((self.layer(x) - y) ** 2).mean()
+
+
+def image(layer):
+    return ImageCase(layer), "image"
+
+
+def seq(layer):
+    return SeqCase(layer), "seq"
+
+
+def fn(f):
+    return Lambda(f)
+
+
+def cases():
+    """name -> factory of (module, kind of batch: image, seq, tokens, ctc or a flat_* target)."""
+    return {
+        # activations
+        "hardshrink": lambda: image(nn.Hardshrink(0.1)),
+        "softshrink": lambda: image(nn.Softshrink(0.1)),
+        "tanhshrink": lambda: image(nn.Tanhshrink()),
+        "threshold": lambda: image(nn.Threshold(0.1, -1.0)),
+        "relu6": lambda: image(nn.ReLU6()),
+        "hardtanh": lambda: image(nn.Hardtanh(-0.5, 0.5)),
+        "celu": lambda: image(nn.CELU(0.7)),
+        "selu": lambda: image(nn.SELU()),
+        "elu": lambda: image(nn.ELU(0.5)),
+        "leaky_relu": lambda: image(nn.LeakyReLU(0.2)),
+        "prelu": lambda: image(nn.PReLU(C)),
+        "glu": lambda: image(nn.GLU(dim=1)),
+        "logsigmoid": lambda: image(nn.LogSigmoid()),
+        "softsign": lambda: image(nn.Softsign()),
+        "softplus": lambda: image(nn.Softplus(beta=2.0, threshold=1.0)),
+        "hardsigmoid": lambda: image(nn.Hardsigmoid()),
+        "hardswish": lambda: image(nn.Hardswish()),
+        "mish": lambda: image(nn.Mish()),
+        "gelu_tanh": lambda: image(nn.GELU(approximate="tanh")),
+        "softmin": lambda: seq(nn.Softmin(dim=-1)),
+        "log_softmax": lambda: seq(nn.LogSoftmax(dim=1)),
+        # pooling
+        "adaptive_max_pool_1": lambda: image(nn.AdaptiveMaxPool2d(1)),
+        "adaptive_max_pool_2": lambda: image(nn.AdaptiveMaxPool2d(2)),
+        "adaptive_avg_pool_3": lambda: image(nn.AdaptiveAvgPool2d(3)),
+        "max_pool_ceil": lambda: image(nn.MaxPool2d(3, stride=2, ceil_mode=True)),
+        "max_pool_dilated": lambda: image(nn.MaxPool2d(2, dilation=2, padding=1)),
+        "avg_pool_no_pad_count": lambda: image(nn.AvgPool2d(3, stride=2, padding=1,
+                                                            count_include_pad=False)),
+        "avg_pool_ceil": lambda: image(nn.AvgPool2d(3, stride=2, ceil_mode=True)),
+        "lp_pool": lambda: image(nn.LPPool2d(2, 2)),
+        "max_pool_1d": lambda: seq(nn.MaxPool1d(2)),
+        "amax": lambda: image(fn(lambda t: t.amax(dim=(2, 3)))),
+        "max_unpool": lambda: image(MaxUnpool()),
+        # normalization
+        "local_response_norm": lambda: image(nn.LocalResponseNorm(3)),
+        "instance_norm_affine": lambda: image(nn.InstanceNorm2d(C, affine=True)),
+        "group_norm": lambda: image(nn.GroupNorm(2, C)),
+        "layer_norm_2d": lambda: image(nn.LayerNorm([H, W])),
+        "rms_norm": lambda: seq(nn.RMSNorm(D)),
+        "batch_norm_1d": lambda: seq(Lambda(BatchNormSeq())),
+        "normalize": lambda: seq(fn(lambda t: F.normalize(t, dim=-1))),
+        # convolution and resampling
+        "conv_1d": lambda: seq(fn(Conv1dOverTime())),
+        "conv_3d": lambda: image(Conv3dOverChannels()),
+        "conv_transpose_s2": lambda: image(nn.ConvTranspose2d(C, C, 3, stride=2, padding=1,
+                                                              output_padding=1)),
+        "conv_grouped_dilated": lambda: image(nn.Conv2d(C, C, 3, padding=2, dilation=2,
+                                                        groups=2)),
+        "conv_reflect": lambda: image(nn.Conv2d(C, C, 3, padding=1, padding_mode="reflect")),
+        "conv_circular": lambda: image(nn.Conv2d(C, C, 3, padding=1, padding_mode="circular")),
+        "conv_same": lambda: image(nn.Conv2d(C, C, 4, padding="same")),
+        "upsample_nearest": lambda: image(nn.Upsample(scale_factor=2, mode="nearest")),
+        "upsample_bilinear": lambda: image(nn.Upsample(scale_factor=2, mode="bilinear")),
+        "upsample_bilinear_ac": lambda: image(nn.Upsample(scale_factor=2, mode="bilinear",
+                                                          align_corners=True)),
+        "upsample_bicubic": lambda: image(nn.Upsample(scale_factor=2, mode="bicubic")),
+        "interpolate_1_5": lambda: image(fn(lambda t: F.interpolate(t, scale_factor=1.5,
+                                                                    mode="bilinear"))),
+        "pixel_shuffle": lambda: image(nn.PixelShuffle(2)),
+        "pixel_unshuffle": lambda: image(nn.PixelUnshuffle(2)),
+        "grid_sample": lambda: image(GridSample()),
+        "unfold": lambda: image(nn.Unfold(3, padding=1)),
+        "fold": lambda: image(FoldBack()),
+        "channel_shuffle": lambda: image(nn.ChannelShuffle(2)),
+        "reflection_pad": lambda: image(nn.ReflectionPad2d((1, 2, 0, 1))),
+        "replication_pad": lambda: image(nn.ReplicationPad2d(1)),
+        "zero_pad": lambda: image(nn.ZeroPad2d((1, 0, 2, 1))),
+        # tensor functions
+        "cumsum": lambda: seq(fn(lambda t: torch.cumsum(t, dim=1))),
+        "cumprod": lambda: seq(fn(lambda t: torch.cumprod(t, dim=1))),
+        "logsumexp": lambda: seq(fn(lambda t: torch.logsumexp(t, dim=-1))),
+        "var_std": lambda: seq(fn(lambda t: t.var(dim=1, keepdim=True) + t.std(dim=-1, keepdim=True))),
+        "norm_p2": lambda: seq(fn(lambda t: torch.linalg.vector_norm(t, dim=-1))),
+        "cosine_similarity": lambda: seq(fn(lambda t: F.cosine_similarity(t, t.flip(1),
+                                                                           dim=-1))),
+        "pairwise_distance": lambda: seq(fn(lambda t: F.pairwise_distance(t, t.roll(1, 1)))),
+        "cdist": lambda: seq(fn(lambda t: torch.cdist(t, t.flip(1) + 0.5))),
+        "einsum": lambda: seq(fn(lambda t: torch.einsum("btd,bsd->bts", t, t))),
+        "baddbmm": lambda: seq(fn(lambda t: torch.baddbmm(t[:, :, :T], t, t.transpose(1, 2)))),
+        "flip_roll": lambda: seq(fn(lambda t: t.flip(1) * t.roll(2, dims=2))),
+        "tril_triu": lambda: seq(fn(lambda t: torch.tril(t) - torch.triu(t, 1))),
+        "topk": lambda: seq(fn(lambda t: torch.topk(t, 3, dim=-1).values)),
+        "sort": lambda: seq(fn(lambda t: torch.sort(t, dim=-1, descending=True).values)),
+        "max_dim": lambda: seq(fn(lambda t: t.max(dim=1).values)),
+        "clamp_tensor": lambda: seq(fn(lambda t: torch.clamp(t, min=-t.abs().mean(),
+                                                             max=torch.tensor(0.3)))),
+        "masked_fill": lambda: seq(fn(lambda t: t.masked_fill(t < 0, -2.0))),
+        "where": lambda: seq(fn(lambda t: torch.where(t > 0, t * 2, t.exp()))),
+        "gather": lambda: seq(fn(lambda t: torch.gather(t, 2, t.argsort(dim=2)))),
+        "index_select": lambda: seq(fn(lambda t: t.index_select(2, torch.tensor([3, 0, 0, 5])))),
+        "scatter_add": lambda: seq(fn(lambda t: torch.zeros_like(t).scatter_add(
+            2, torch.tensor([0, 1, 1, 3, 0, 2, 7, 7]).expand_as(t).contiguous(), t))),
+        "index_put": lambda: seq(fn(IndexPut())),
+        "atan2": lambda: seq(fn(lambda t: torch.atan2(t, t.flip(2) + 0.5))),
+        "cross": lambda: seq(fn(lambda t: torch.linalg.cross(t[..., :3], t[..., 3:6]))),
+        "outer_kron": lambda: seq(fn(lambda t: torch.kron(t[0, :2, :2], t[1, :2, :2]))),
+        "repeat_interleave": lambda: seq(fn(lambda t: t.repeat_interleave(2, dim=1))),
+        "tensor_unfold": lambda: seq(fn(lambda t: t.unfold(1, 3, 2))),
+        "pow_sqrt_rsqrt": lambda: seq(fn(lambda t: t.pow(3) + (t * t + 1).sqrt().rsqrt())),
+        "trig": lambda: seq(fn(lambda t: t.sin() * t.cos() + t.tan().atan() + t.tanh().asin())),
+        "erf_erfinv": lambda: seq(fn(lambda t: torch.erf(t) + torch.erfinv(torch.tanh(t) * 0.5))),
+        "log1p_expm1": lambda: seq(fn(lambda t: torch.log1p(t.abs()) + torch.expm1(t))),
+        "sinh_cosh": lambda: seq(fn(lambda t: t.sinh() + t.cosh() + t.asinh())),
+        "reciprocal_sign": lambda: seq(fn(lambda t: (t.abs() + 1).reciprocal() * t.sign())),
+        "floor_round_frac": lambda: seq(fn(lambda t: t * t.floor() + t.frac() + t.round())),
+        "min_max_pair": lambda: seq(fn(lambda t: torch.maximum(t, t.flip(1))
+                                       - torch.minimum(t, t.roll(1, 2)))),
+        "prod": lambda: seq(fn(lambda t: t.prod(dim=-1))),
+        "mean_dims": lambda: seq(fn(lambda t: t.mean(dim=(0, 2), keepdim=True) * t)),
+        # recurrent layers and attention
+        "rnn_tanh": lambda: seq(nn.RNN(D, D, batch_first=True)),
+        "rnn_relu_2layer": lambda: seq(nn.RNN(D, D, num_layers=2, nonlinearity="relu",
+                                              batch_first=True)),
+        "lstm_bidirectional": lambda: seq(LstmBack(nn.LSTM(D, D // 2, num_layers=2,
+                                                           bidirectional=True,
+                                                           batch_first=True))),
+        "lstm_proj": lambda: seq(nn.LSTM(D, 10, proj_size=D, batch_first=True)),
+        "gru": lambda: seq(nn.GRU(D, D, batch_first=True)),
+        "multihead_attention": lambda: seq(SelfAttention(nn.MultiheadAttention(D, 2,
+                                                                               batch_first=True))),
+        "mha_kdim": lambda: seq(CrossAttention()),
+        "sdpa_causal": lambda: seq(fn(lambda t: F.scaled_dot_product_attention(
+            t[:, None], t[:, None], t[:, None], is_causal=True)[:, 0])),
+        "transformer_encoder": lambda: seq(nn.TransformerEncoderLayer(
+            D, 2, 16, dropout=0.0, batch_first=True)),
+        "transformer_encoder_prenorm_gelu": lambda: seq(nn.TransformerEncoderLayer(
+            D, 2, 16, dropout=0.0, activation="gelu", norm_first=True, batch_first=True)),
+        "transformer_decoder": lambda: seq(Decoder()),
+        "bilinear": lambda: seq(fn(Bilinear())),
+        # embeddings
+        "embedding_bag_sum": lambda: (EmbeddingCase(BagOf(nn.EmbeddingBag(CLASSES * 2, D,
+                                                                          mode="sum"))),
+                                      "tokens"),
+        "embedding_bag_mean": lambda: (EmbeddingCase(BagOf(nn.EmbeddingBag(CLASSES * 2, D))),
+                                       "tokens"),
+        "embedding_bag_max": lambda: (EmbeddingCase(BagOf(nn.EmbeddingBag(CLASSES * 2, D,
+                                                                          mode="max"))),
+                                      "tokens"),
+        "embedding_max_norm": lambda: (EmbeddingCase(nn.Embedding(CLASSES * 2, D, max_norm=1.0)),
+                                       "tokens"),
+        "one_hot": lambda: (EmbeddingCase(OneHotLinear()), "tokens"),
+        # losses
+        "l1": lambda: (LossCase(nn.L1Loss()), "flat_target"),
+        "smooth_l1": lambda: (LossCase(nn.SmoothL1Loss(beta=0.5)), "flat_target"),
+        "huber": lambda: (LossCase(nn.HuberLoss(delta=0.5)), "flat_target"),
+        "mse_sum": lambda: (LossCase(nn.MSELoss(reduction="sum")), "flat_target"),
+        "bce": lambda: (LossCase(nn.BCELoss(), activation=torch.sigmoid), "flat_prob"),
+        "bce_logits_pos_weight": lambda: (LossCase(nn.BCEWithLogitsLoss(
+            pos_weight=torch.linspace(0.5, 2, CLASSES))), "flat_prob"),
+        "kl_div": lambda: (LossCase(nn.KLDivLoss(reduction="batchmean"),
+                                    activation=lambda t: F.log_softmax(t, -1)), "flat_dist"),
+        "soft_margin": lambda: (LossCase(nn.SoftMarginLoss()), "flat_sign"),
+        "multilabel_soft_margin": lambda: (LossCase(nn.MultiLabelSoftMarginLoss()),
+                                           "flat_prob"),
+        "poisson_nll": lambda: (LossCase(nn.PoissonNLLLoss()), "flat_count"),
+        "gaussian_nll": lambda: (GaussianNll(), "flat_target"),
+        "cross_entropy_smoothing": lambda: (LossCase(nn.CrossEntropyLoss(label_smoothing=0.1)),
+                                            "flat_class"),
+        "cross_entropy_weight_ignore": lambda: (LossCase(nn.CrossEntropyLoss(
+            weight=torch.linspace(0.5, 2, CLASSES), ignore_index=1)), "flat_class"),
+        "cross_entropy_probs": lambda: (LossCase(nn.CrossEntropyLoss()), "flat_dist"),
+        "nll": lambda: (LossCase(nn.NLLLoss(), activation=lambda t: F.log_softmax(t, -1)),
+                        "flat_class"),
+        "multi_margin": lambda: (LossCase(nn.MultiMarginLoss()), "flat_class"),
+        "cosine_embedding": lambda: (PairLossCase(nn.CosineEmbeddingLoss(0.1)), "flat_sign1"),
+        "margin_ranking": lambda: (PairLossCase(lambda a, b, y: nn.MarginRankingLoss(0.1)(
+            a[:, 0], b[:, 0], y)), "flat_sign1"),
+        "hinge_embedding": lambda: (LossCase(nn.HingeEmbeddingLoss()), "flat_sign"),
+        "triplet_margin": lambda: (TripletCase(nn.TripletMarginLoss()), "flat_target"),
+        "ctc": lambda: (Ctc(), "ctc"),
+        # random ops, used so that the result does not depend on the draw
+        "randn_like": lambda: image(fn(lambda t: t + 0.0 * torch.randn_like(t))),
+        "rand_like": lambda: image(fn(lambda t: t * (torch.rand_like(t) >= 0).float())),
+        "bernoulli": lambda: image(fn(lambda t: t * torch.bernoulli(torch.ones_like(t)))),
+        "dropout2d": lambda: image(nn.Dropout2d(0.0)),
+        "alpha_dropout": lambda: image(nn.AlphaDropout(0.0)),
+        "rrelu": lambda: image(nn.RReLU(0.25, 0.25)),
+    }
+
+
+class MaxUnpool(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.MaxPool2d(2, return_indices=True)
+        self.unpool = nn.MaxUnpool2d(2)
+
+    def forward(self, x):
+        out, indices = self.pool(x)
+        return self.unpool(out, indices)
+
+
+class BatchNormSeq(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(D)
+
+    def forward(self, x):
+        return self.bn(x.transpose(1, 2)).transpose(1, 2)
+
+
+class Conv1dOverTime(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv1d(D, D, 3, padding=1, stride=1)
+
+    def forward(self, x):
+        return self.conv(x.transpose(1, 2)).transpose(1, 2)
+
+
+class Conv3dOverChannels(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv3d(1, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x[:, None]).flatten(1, 2)
+
+
+class GridSample(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor([[0.9, 0.1, 0.05], [-0.1, 0.8, 0.0]]))
+
+    def forward(self, x):
+        grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), list(x.shape),
+                             align_corners=False)
+        return F.grid_sample(x, grid, align_corners=False)
+
+
+class FoldBack(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.unfold = nn.Unfold(2, stride=2)
+        self.fold = nn.Fold((H, W), 2, stride=2)
+
+    def forward(self, x):
+        return self.fold(self.unfold(x) * 2)
+
+
+class IndexPut(nn.Module):
+    def forward(self, t):
+        out = t.clone()
+        out[:, 1] = t[:, 2] * 3
+        return out
+
+
+class LstmBack(nn.Module):
+    def __init__(self, lstm):
+        super().__init__()
+        self.lstm = lstm
+
+    def forward(self, x):
+        return self.lstm(x)[0]
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, mha):
+        super().__init__()
+        self.mha = mha
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class CrossAttention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, 2, kdim=4, vdim=6, batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x[..., :4], x[..., 2:], need_weights=False)[0]
+
+
+class Decoder(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.layer(x, x.flip(1), tgt_mask=mask)
+
+
+class Bilinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bilinear = nn.Bilinear(D, D, D)
+
+    def forward(self, x):
+        return self.bilinear(x, x.flip(1))
+
+
+class BagOf(nn.Module):
+    def __init__(self, bag):
+        super().__init__()
+        self.bag = bag
+
+    def forward(self, ids):
+        return self.bag(ids)  # 2-D input: one bag per row
+
+
+class OneHotLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(CLASSES * 2, D)
+
+    def forward(self, ids):
+        return self.proj(F.one_hot(ids, CLASSES * 2).to(self.proj.weight.dtype))
+
+
+class GaussianNll(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.mean, self.var = nn.Linear(D, CLASSES), nn.Linear(D, CLASSES)
+
+    def forward(self, x, y):
+        return nn.GaussianNLLLoss()(self.mean(x), y, F.softplus(self.var(x)) + 0.1)
+
+
+class Ctc(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(D, CLASSES)
+
+    def forward(self, x, y):
+        logp = F.log_softmax(self.proj(x), -1).transpose(0, 1)  # T x B x classes
+        lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long)
+        return F.ctc_loss(logp, y, lengths, torch.full((x.shape[0],), 3, dtype=torch.long))
+
+
+def batch(kind, module, g):
+    """x and y for a case's module."""
+    if kind in ("image", "seq"):
+        x = torch.randn((B, 3, H, W) if kind == "image" else (B, T, D), generator=g)
+        inner = module.layer(module.conv(x) if kind == "image" else module.proj(x))
+        if isinstance(inner, tuple):
+            inner = inner[0]
+        return x, torch.randn(inner.shape, generator=g)
+    if kind == "tokens":
+        x = torch.randint(0, CLASSES * 2, (B, T), generator=g)
+        return x, torch.randn(module.layer(x).shape, generator=g)
+    x = torch.randn(B, D, generator=g)
+    if kind == "ctc":
+        return torch.randn(B, T, D, generator=g), torch.randint(1, CLASSES, (B, 3), generator=g)
+    return x, {
+        "flat_target": lambda: torch.randn(B, CLASSES, generator=g),
+        "flat_prob": lambda: torch.rand(B, CLASSES, generator=g),
+        "flat_dist": lambda: torch.softmax(torch.randn(B, CLASSES, generator=g), -1),
+        "flat_sign": lambda: torch.randint(0, 2, (B, CLASSES), generator=g).float() * 2 - 1,
+        "flat_sign1": lambda: torch.randint(0, 2, (B,), generator=g).float() * 2 - 1,
+        "flat_count": lambda: torch.randint(0, 4, (B, CLASSES), generator=g).float(),
+        "flat_class": lambda: torch.randint(0, CLASSES, (B,), generator=g),
+    }[kind]()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_sweep_arguments(parser, "case")
+    parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    args = parser.parse_args()
+    table = cases()
+    if args.list:
+        print("\n".join(table))
+        return
+    names = [n for n in args.only.split(",") if n] or list(table)
+    for name in names:
+        if name not in table:
+            sys.exit(f"unknown case {name!r} (see --list)")
+    exporters = parse_exporters(args.exporters)
+    with tempfile.TemporaryDirectory() as work:
+        for name in names:
+            torch.manual_seed(0)
+            try:
+                module, kind = table[name]()
+                module.train()
+                x, y = batch(kind, module, torch.Generator().manual_seed(1))
+            except Exception as e:  # the case itself is wrong for this PyTorch
+                print(f"{name:34s} PyTorch cannot run the case: {str(e).splitlines()[0][:100]}")
+                continue
+            for exporter in exporters:
+                line = check(args.ampc, module, x, y, exporter, work)
+                print(f"{name:34s} {exporter:14s} {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
