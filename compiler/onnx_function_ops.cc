@@ -455,21 +455,20 @@ absl::StatusOr<CrossEntropyNode> read_cross_entropy(const onnx::NodeProto& proto
   node.reduction = node.attrs.s("reduction", "mean");
   if (node.reduction != "mean" && node.reduction != "sum" && node.reduction != "none") {
     return invalid(str_cat(label, ": reduction is \"", node.reduction,
-                                     "\"; it must be \"mean\", \"sum\" or \"none\""));
+                           "\"; it must be \"mean\", \"sum\" or \"none\""));
   }
   AMPC_ASSIGN_OR_RETURN(node.scores, lowering::tensor_input(proto, 0, label, sink));
   AMPC_ASSIGN_OR_RETURN(node.targets, lowering::tensor_input(proto, 1, label, sink));
   const Shape& shape = node.scores->shape();
   if (shape.size() < 2 || !is_arithmetic_float(node.scores->dtype())) {
     return invalid(str_cat(label, ": scores are ", type_to_string(node.scores->type()),
-                                     "; they must be float [N, C, ...]"));
+                           "; they must be float [N, C, ...]"));
   }
   if (lowering::has_input(proto, 2)) {
     AMPC_ASSIGN_OR_RETURN(node.weights, lowering::tensor_input(proto, 2, label, sink));
     if (node.weights->shape() != Shape{shape[1]}) {
-      return invalid(str_cat(label, ": weights are ",
-                                       shape_to_string(node.weights->shape()), "; they must be [",
-                                       shape[1], "], one per class"));
+      return invalid(str_cat(label, ": weights are ", shape_to_string(node.weights->shape()),
+                             "; they must be [", shape[1], "], one per class"));
     }
   }
   return node;
