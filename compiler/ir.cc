@@ -324,6 +324,7 @@ std::unique_ptr<Graph> Graph::clone() const {
     n->name_ = node->name_;
     n->doc_string_ = node->doc_string_;
     n->precision_ = node->precision_;
+    n->fp32_pin_ = node->fp32_pin_;
     for (int i = 0; i < node->num_outputs(); ++i) {
       if (!node->has_output(i)) continue;
       n->output(i)->set_name(node->output(i)->name());

@@ -166,6 +166,12 @@ class Node {
   const PrecisionDecision& precision() const { return precision_; }
   PrecisionDecision& mutable_precision() { return precision_; }
 
+  // Why the import that wrote this node keeps it fp32 whatever autocast's lists say (a lowered
+  // op's coordinate arithmetic: GridSample's), or empty. Autocast honours it like --fp32-nodes;
+  // it lives while the model is compiled and is not written to files.
+  const std::string& fp32_pin() const { return fp32_pin_; }
+  void set_fp32_pin(std::string why) { fp32_pin_ = std::move(why); }
+
   // "node 'fc1/MatMul' (MatMul)", for messages.
   std::string describe() const;
 
@@ -186,6 +192,7 @@ class Node {
   std::vector<std::unique_ptr<Value>> outputs_;
   Attributes attrs_;
   PrecisionDecision precision_;
+  std::string fp32_pin_;
   std::list<std::unique_ptr<Node>>::iterator position_;
 };
 

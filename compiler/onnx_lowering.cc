@@ -24,11 +24,13 @@ namespace {
 constexpr std::string_view kLoweredOps[] = {
     "Attention",
     "CastLike",
+    "Col2Im",
     "ConcatFromSequence",
     "ConvTranspose",
     "DepthToSpace",
     "Einsum",
     "GRU",
+    "GridSample",
     "GroupNormalization",
     "InstanceNormalization",
     "LSTM",
@@ -247,12 +249,14 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
   // for the reductions (whose opset-1 forms ampc has).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
+      {"Col2Im", {18, &lowering::lower_col2im}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
       {"DepthToSpace", {11, &lowering::lower_depth_space}},
       {"Einsum", {12, &lowering::lower_einsum}},
       {"GRU", {11, &lowering::lower_recurrent}},
       {"LSTM", {11, &lowering::lower_recurrent}},
       {"RNN", {11, &lowering::lower_recurrent}},
+      {"GridSample", {16, &lowering::lower_grid_sample}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
       {"InstanceNormalization", {7, &lowering::lower_instance_normalization}},
       {"LpNormalization", {1, &lowering::lower_lp_normalization}},

@@ -89,6 +89,9 @@ class Emitter {
 
   const std::string& label() const { return label_; }
 
+  // Nodes emitted from now on are kept fp32 by autocast, for `why` (Node::fp32_pin); "" stops.
+  void pin_fp32(std::string why) { pin_ = std::move(why); }
+
  private:
   absl::StatusOr<Value*> op_in(std::string_view domain, std::string_view op_type,
                                std::vector<Value*> operands, Attributes attrs, std::string output,
@@ -99,6 +102,9 @@ class Emitter {
     AMPC_ASSIGN_OR_RETURN(
         std::vector<Value*> outputs,
         sink_.emit_in(domain, op_type, std::move(operands), std::move(attrs), {output}, node_name));
+    if (!pin_.empty() && outputs.at(0)->producer() != nullptr) {
+      outputs.at(0)->producer()->set_fp32_pin(pin_);
+    }
     return outputs.at(0);
   }
 
@@ -106,6 +112,7 @@ class Emitter {
   const std::string& label_;
   ImportSink& sink_;
   std::string hint_;
+  std::string pin_;
   int count_ = 0;
 };
 
@@ -139,10 +146,16 @@ absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, 
 absl::Status lower_recurrent(const onnx::NodeProto& proto, const std::string& label,
                              ImportSink& sink);
 
-// ConvTranspose, Resize and Upsample (compiler/onnx_spatial_ops.cc).
+// ConvTranspose, Col2Im, Resize and Upsample (compiler/onnx_spatial_ops.cc).
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
                                   ImportSink& sink);
 absl::Status lower_resize(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_col2im(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
+// GridSample (opsets 16 and 20; compiler/onnx_grid_sample.cc): Gathers of X at indices computed
+// from the grid, weighted and summed; the coordinate arithmetic pinned fp32.
+absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& label,
+                               ImportSink& sink);
 
 // LpNormalization (compiler/onnx_function_ops.cc), OneHot and RotaryEmbedding
 // (compiler/onnx_encoding_ops.cc).

@@ -1,4 +1,4 @@
-// ConvTranspose, Resize and Upsample, lowered at import onto ops ampc already has, so every
+// ConvTranspose, Col2Im, Resize and Upsample, lowered at import onto ops ampc already has, so every
 // backend runs them and autodiff differentiates them with no new kernels.
 //
 // ConvTranspose(X, W) is the gradient of a convolution with respect to its input, with X in the
@@ -205,6 +205,102 @@ absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::strin
     AMPC_RETURN_IF_ERROR(e.op("Add", {y, b}, {}, e.output(0)).status());
   }
   return absl::OkStatus();
+}
+
+// ---- Col2Im ----------------------------------------------------------------------------------
+
+// Col2Im (opset 18; PyTorch's nn.Fold) is the adjoint of Im2Col (nn.Unfold), and Im2Col is a
+// convolution whose weight picks one block position per output channel: column channel c * K + k
+// (K the block's positions, row-major) reads channel c at block position k. So Col2Im is that
+// convolution's input gradient, ampc.ConvGradData with group C and the one-hot weight: each image
+// position gets the sum of the column entries that read it. image_shape and block_shape must be
+// known at compile time, as in exported models.
+absl::Status lower_col2im(const onnx::NodeProto& proto, const std::string& label,
+                          ImportSink& sink) {
+  using onnx::AttributeProto;
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs, read_attributes(proto, label,
+                                                              {{"dilations", AttributeProto::INTS},
+                                                               {"pads", AttributeProto::INTS},
+                                                               {"strides", AttributeProto::INTS}}));
+  if (proto.output_size() > 1) {
+    return invalid(str_cat(label, " has ", proto.output_size(), " outputs; Col2Im has one"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  std::vector<std::vector<int64_t>> shapes;
+  for (int i : {1, 2}) {
+    AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
+    const Tensor* known = sink.known_value(value);
+    if (known == nullptr) {
+      return absl::UnimplementedError(
+          str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
+    }
+    std::vector<int64_t> values;
+    for (double v : known->to_double_vector()) values.push_back(static_cast<int64_t>(v));
+    shapes.push_back(std::move(values));
+  }
+  const std::vector<int64_t>& image = shapes[0];
+  const std::vector<int64_t>& block = shapes[1];
+  const size_t n = image.size();
+  if (n == 0 || block.size() != n) {
+    return invalid(str_cat(label, ": image_shape ", shape_to_string(image), " and block_shape ",
+                           shape_to_string(block), " must have one value per spatial axis"));
+  }
+  int64_t block_size = 1;
+  for (size_t i = 0; i < n; ++i) {
+    if (image[i] < 1 || block[i] < 1) {
+      return invalid(str_cat(label, ": image_shape ", shape_to_string(image), " and block_shape ",
+                             shape_to_string(block), " must be positive"));
+    }
+    block_size *= block[i];
+  }
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> strides, per_axis(attrs, "strides", n, 1, 1, label));
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> dilations,
+                        per_axis(attrs, "dilations", n, 1, 1, label));
+  AMPC_ASSIGN_OR_RETURN(std::vector<int64_t> pads, per_axis(attrs, "pads", 2 * n, 0, 0, label));
+  const Shape& xs = x->shape();
+  if (!is_arithmetic_float(x->dtype())) {
+    return invalid(
+        str_cat(label, ": input is ", dtype_name(x->dtype()), "; it must be a float type"));
+  }
+  // The blocks along each axis, and the column layout they make.
+  Shape blocks;
+  int64_t block_count = 1;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t reach = image[i] + pads[i] + pads[i + n] - dilations[i] * (block[i] - 1) - 1;
+    if (reach < 0) {
+      return invalid(str_cat(label, ": block ", block[i], " (dilation ", dilations[i],
+                             ") does not fit image axis ", i, " of ", image[i], " with pads ",
+                             pads[i], " and ", pads[i + n]));
+    }
+    blocks.push_back(reach / strides[i] + 1);
+    block_count *= blocks.back();
+  }
+  if (xs.size() != 3 || xs[1] % block_size != 0 || xs[2] != block_count) {
+    return invalid(str_cat(label, ": input is ", shape_to_string(xs), "; for image ",
+                           shape_to_string(image), " and block ", shape_to_string(block),
+                           " it must be [N, C * ", block_size, ", ", block_count, "]"));
+  }
+  const int64_t channels = xs[1] / block_size;
+
+  Emitter e(proto, label, sink);
+  if (e.output(0).empty()) return absl::OkStatus();
+  Shape columns = {xs[0], xs[1]};
+  columns.insert(columns.end(), blocks.begin(), blocks.end());
+  AMPC_ASSIGN_OR_RETURN(Value * cols, e.reshape(x, columns));
+  Shape weight_shape = {xs[1], 1};
+  weight_shape.insert(weight_shape.end(), block.begin(), block.end());
+  std::vector<double> one_hot(static_cast<size_t>(xs[1] * block_size), 0.0);
+  for (int64_t m = 0; m < xs[1]; ++m) one_hot[m * block_size + m % block_size] = 1.0;
+  AMPC_ASSIGN_OR_RETURN(Value * w,
+                        e.constant(Tensor::from_doubles(x->dtype(), weight_shape, one_hot)));
+  Shape out_shape = {xs[0], channels};
+  out_shape.insert(out_shape.end(), image.begin(), image.end());
+  Attributes conv = {{"input_shape", AttrValue(out_shape)},
+                     {"group", AttrValue(channels)},
+                     {"strides", AttrValue(strides)},
+                     {"pads", AttrValue(pads)},
+                     {"dilations", AttrValue(dilations)}};
+  return e.ampc_op("ConvGradData", {cols, w}, std::move(conv), e.output(0), proto.name()).status();
 }
 
 // ---- Resize ----------------------------------------------------------------------------------

@@ -16,7 +16,8 @@
 //           any is fp32 (deny spreads forward) or a weight (reading it in low precision would
 //           round it); with only constants/weights, fp32. Integer and bool inputs do not count.
 //   none    fp32, and a warning naming the op (once per op type)
-// A node pinned by --fp32-nodes is fp32 whatever its category. O0 makes every node fp32; O2
+// A node pinned by --fp32-nodes, or by the import that lowered an op into it (Node::fp32_pin),
+// is fp32 whatever its category. O0 makes every node fp32; O2
 // every node low but losses and normalizations; O3 every node low. Nodes without float data
 // (shape arithmetic on integers) record that they have none.
 #include <regex>
@@ -133,6 +134,7 @@ class AutocastPass final : public Pass {
             str_cat("pinned by ", pins[i].second->source, " '", pins[i].second->regex, "'"));
       }
     }
+    if (!node.fp32_pin().empty()) return fp32(node.fp32_pin());
     if (policy_.low == DType::kF32) return fp32("--precision fp32");
     switch (policy_.level) {
       case OptLevel::kO0:

@@ -192,6 +192,12 @@ def cases():
         "pixel_shuffle": lambda: image(nn.PixelShuffle(2)),
         "pixel_unshuffle": lambda: image(nn.PixelUnshuffle(2)),
         "grid_sample": lambda: image(GridSample()),
+        "grid_sample_border_align": lambda: image(GridSample("bilinear", "border", True)),
+        "grid_sample_reflection": lambda: image(GridSample("bilinear", "reflection")),
+        "grid_sample_bicubic": lambda: image(GridSample("bicubic", "zeros", True)),
+        "grid_sample_nearest": lambda: image(GridSample("nearest", "reflection")),
+        "grid_sample_learned_grid": lambda: image(LearnedGridSample("bilinear", "border")),
+        "grid_sample_learned_grid_bicubic": lambda: image(LearnedGridSample("bicubic", "zeros")),
         "unfold": lambda: image(nn.Unfold(3, padding=1)),
         "fold": lambda: image(FoldBack()),
         "channel_shuffle": lambda: image(nn.ChannelShuffle(2)),
@@ -350,14 +356,33 @@ class Conv3dOverChannels(nn.Module):
 
 
 class GridSample(nn.Module):
-    def __init__(self):
+    """A spatial transformer's sampler: an affine grid of trained parameters that reaches past
+    the image's edges (so the padding mode matters)."""
+
+    def __init__(self, mode="bilinear", padding_mode="zeros", align_corners=False):
         super().__init__()
-        self.theta = nn.Parameter(torch.tensor([[0.9, 0.1, 0.05], [-0.1, 0.8, 0.0]]))
+        self.theta = nn.Parameter(torch.tensor([[1.15, 0.2, 0.05], [-0.15, 1.1, 0.1]]))
+        self.options = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
 
     def forward(self, x):
         grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), list(x.shape),
-                             align_corners=False)
-        return F.grid_sample(x, grid, align_corners=False)
+                             align_corners=self.options["align_corners"])
+        return F.grid_sample(x, grid, **self.options)
+
+
+class LearnedGridSample(nn.Module):
+    """A trained sampling grid (optical-flow style), which TorchScript exports too (it cannot
+    export affine_grid)."""
+
+    def __init__(self, mode, padding_mode):
+        super().__init__()
+        ys, xs = torch.meshgrid(torch.linspace(-1.2, 1.2, H), torch.linspace(-1.1, 1.3, W),
+                                indexing="ij")
+        self.grid = nn.Parameter(torch.stack([xs * 0.9 + 0.05 * ys, ys], dim=-1)[None])
+        self.options = dict(mode=mode, padding_mode=padding_mode, align_corners=False)
+
+    def forward(self, x):
+        return F.grid_sample(x, self.grid.expand(x.shape[0], -1, -1, -1), **self.options)
 
 
 class FoldBack(nn.Module):

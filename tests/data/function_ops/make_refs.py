@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes the reference cases of tests/function_ops_test.cc: small models of the ONNX ops
 ampc expands at import (Attention, RMSNormalization, GroupNormalization,
-InstanceNormalization) with their inputs and expected outputs.
+InstanceNormalization, ConvTranspose, Resize, GridSample, ...) with their inputs and expected
+outputs.
 
 Each case is <name>.onnx and <name>.npz (the inputs by name, and `output.<name>` for each
 output). The expected outputs are onnx's reference evaluator's; where PyTorch computes the
@@ -255,9 +256,91 @@ def masked_rows():
           [("Q", q), ("K", k), ("V", v), ("attn_mask", keep)], ["Y"], dict(is_causal=1))
 
 
+def grid_samples():
+    # Grids reach beyond [-1, 1] (zeros padding reads 0 there, border the edge, reflection
+    # reflects, several times for [-3, 3]). PyTorch's grid_sample checks every case it computes
+    # the same way: all but cubic with border or reflection at points outside the padded range,
+    # which ONNX pads before taking the taps and PyTorch tap by tap.
+    def uniform(*shape, bound):
+        return rng.uniform(-bound, bound, shape).astype(np.float32)
+
+    def torch_grid_sample(mode, padding, align):
+        return lambda t: F.grid_sample(t["X"], t["grid"], mode=mode, padding_mode=padding,
+                                       align_corners=bool(align))
+
+    x = normal(2, 3, 5, 6)
+    cases = [  # name, mode (opset 20's), padding, align_corners, grid bound, PyTorch agrees
+        ("gridsample_linear_zeros", "linear", "zeros", 0, 1.3, True),
+        ("gridsample_linear_border_align", "linear", "border", 1, 1.5, True),
+        ("gridsample_linear_reflection_align", "linear", "reflection", 1, 3.0, True),
+        ("gridsample_linear_reflection", "linear", "reflection", 0, 3.0, True),
+        ("gridsample_nearest_zeros", "nearest", "zeros", 0, 1.3, True),
+        ("gridsample_nearest_reflection", "nearest", "reflection", 0, 3.0, True),
+        ("gridsample_cubic_zeros_align", "cubic", "zeros", 1, 1.3, True),
+        ("gridsample_cubic_border_inside", "cubic", "border", 0, 1.0, True),
+        ("gridsample_cubic_border", "cubic", "border", 0, 1.5, False),
+        ("gridsample_cubic_reflection", "cubic", "reflection", 1, 3.0, False),
+    ]
+    torch_modes = {"linear": "bilinear", "cubic": "bicubic", "nearest": "nearest"}
+    for name, mode, padding, align, bound, agrees in cases:
+        grid = uniform(2, 4, 7, 2, bound=bound)
+        check = torch_grid_sample(torch_modes[mode], padding, align) if agrees else None
+        write(name, "GridSample", [("X", x), ("grid", grid)], ["Y"],
+              dict(mode=mode, padding_mode=padding, align_corners=align), check, opset=20)
+    # Opset 16's names (onnx's evaluator knows only opset 20's), one row of X.
+    write("gridsample_bicubic_opset16", "GridSample",
+          [("X", normal(1, 2, 1, 5)), ("grid", uniform(1, 3, 4, 2, bound=1.2))], ["Y"],
+          dict(mode="bicubic"), torch_grid_sample("bicubic", "zeros", 0), opset=16,
+          torch_only=True)
+    # Volumetric (opset 20): trilinear, as PyTorch's 5-D grid_sample.
+    write("gridsample_linear_3d_border", "GridSample",
+          [("X", normal(2, 2, 3, 4, 5)), ("grid", uniform(2, 2, 3, 4, 3, bound=1.2))], ["Y"],
+          dict(mode="linear", padding_mode="border"), torch_grid_sample("bilinear", "border", 0),
+          opset=20)
+    # One spatial axis (no PyTorch form), and a size-1 axis reflected with align_corners (which
+    # onnx's evaluator divides by zero on; PyTorch reads that axis's one position).
+    write("gridsample_linear_1d_reflection", "GridSample",
+          [("X", normal(2, 3, 4)), ("grid", uniform(2, 6, 1, bound=2.5))], ["Y"],
+          dict(mode="linear", padding_mode="reflection"), opset=20)
+    write("gridsample_linear_single_row_reflection_align", "GridSample",
+          [("X", normal(1, 2, 1, 4)), ("grid", uniform(1, 3, 3, 2, bound=2.0))], ["Y"],
+          dict(mode="linear", padding_mode="reflection", align_corners=1),
+          torch_grid_sample("bilinear", "reflection", 1), opset=20, torch_only=True)
+    # Nearest moves data: integers too.
+    write("gridsample_nearest_int32", "GridSample",
+          [("X", rng.integers(-100, 100, (1, 2, 3, 4)).astype(np.int32)),
+           ("grid", uniform(1, 3, 5, 2, bound=1.3))], ["Y"], dict(mode="nearest"), opset=20)
+
+
+def col2ims():
+    # nn.Fold's overlapping blocks (each image position sums the entries that read it), then
+    # strides, dilations and asymmetric pads (ONNX's; PyTorch pads symmetrically), and 3-D.
+    def fold(size, kernel, **options):
+        return lambda t: F.fold(t["input"], size, kernel, **options)
+
+    def sizes(*values):
+        return np.array(values, dtype=np.int64)
+
+    write("col2im_overlapping", "Col2Im",
+          [("input", normal(2, 3 * 9, 5 * 6)), ("image_shape", sizes(5, 6)),
+           ("block_shape", sizes(3, 3))], ["Y"], dict(pads=[1, 1, 1, 1]),
+          fold((5, 6), 3, padding=1), opset=18, constants=("image_shape", "block_shape"))
+    write("col2im_strided_dilated", "Col2Im",
+          [("input", normal(1, 2 * 6, 3 * 2)), ("image_shape", sizes(7, 8)),
+           ("block_shape", sizes(2, 3))], ["Y"], dict(strides=[2, 3], dilations=[2, 1]),
+          fold((7, 8), (2, 3), stride=(2, 3), dilation=(2, 1)), opset=18,
+          constants=("image_shape", "block_shape"))
+    write("col2im_asymmetric_pads", "Col2Im",
+          [("input", normal(1, 2 * 4, 4 * 2)), ("image_shape", sizes(4, 4)),
+           ("block_shape", sizes(2, 2))], ["Y"], dict(pads=[1, 0, 0, 0], strides=[1, 2]),
+          opset=18, constants=("image_shape", "block_shape"))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
     spatial()
     more_ops()
     masked_rows()
+    grid_samples()
+    col2ims()
