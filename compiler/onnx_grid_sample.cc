@@ -36,7 +36,7 @@ enum class SampleMode { kNearest, kLinear, kCubic };
 enum class Padding { kZeros, kBorder, kReflection };
 
 // Taps are looked up for positions floor(x) + offset in [-kMargin, d + kMargin): floor(x) is
-// clipped to [-2, d] first, and offsets run from -1 to 2.
+// clipped to [-3, d + 1] first, and offsets run from -1 to 2.
 constexpr int64_t kMargin = 4;
 
 // ONNX's reflection of `x` into [lo, hi], by the nearer border until inside.
@@ -279,17 +279,17 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
         AMPC_ASSIGN_OR_RETURN(coord, g.reflect_outside(coord, outside, axis));
       }
     }
-    // The base tap, floor(x) (x itself for nearest), as an integer in [-2, d]: clipping moves
-    // only positions whose taps all lie outside, and NaN (whose output is NaN through its
-    // weights, or a tap that reads 0) becomes -2.
+    // The base tap, floor(x) (x itself for nearest), as an integer in [-3, d + 1]: clipping
+    // moves only bases whose taps (offsets -1 to 2) all lie outside X, and keeps them outside;
+    // NaN (whose output is NaN through its weights, or a tap that reads 0) becomes -3.
     Value* base = coord;
     Value* fraction = nullptr;
     if (mode != SampleMode::kNearest) {
       AMPC_ASSIGN_OR_RETURN(base, g.unary("Floor", coord));
       AMPC_ASSIGN_OR_RETURN(fraction, g.binary("Sub", coord, base));
     }
-    AMPC_ASSIGN_OR_RETURN(Value * low, g.scalar(-2));
-    AMPC_ASSIGN_OR_RETURN(Value * high, g.scalar(d));
+    AMPC_ASSIGN_OR_RETURN(Value * low, g.scalar(-3));
+    AMPC_ASSIGN_OR_RETURN(Value * high, g.scalar(d + 1));
     AMPC_ASSIGN_OR_RETURN(Value * clipped, e.op("Clip", {base, low, high}));
     AMPC_ASSIGN_OR_RETURN(Value * nan, g.unary("IsNaN", base));
     AMPC_ASSIGN_OR_RETURN(clipped, g.where(nan, low, clipped));

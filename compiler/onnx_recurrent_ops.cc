@@ -155,6 +155,17 @@ absl::StatusOr<Recurrence> read_recurrence(const onnx::NodeProto& proto, const s
   const Shape state =
       rec.batch_first ? Shape{batch, dirs, rec.hidden} : Shape{dirs, batch, rec.hidden};
   AMPC_RETURN_IF_ERROR(check(rec.initial_h, "initial_h", state));
+  // PyTorch's dynamo exporter writes nn.LSTM(proj_size=P) as an LSTM of hidden_size P whose
+  // initial cell state keeps the real hidden size: ONNX's LSTM has no projection.
+  if (rec.initial_c != nullptr && rec.initial_c->shape().size() == 3 &&
+      rec.initial_c->shape().back() > rec.hidden) {
+    return invalid(str_cat(
+        label, ": initial_c is ", shape_to_string(rec.initial_c->shape()), " and initial_h ",
+        shape_to_string(state), ": a cell state wider than hidden_size ", rec.hidden,
+        " is what PyTorch's exporter writes for nn.LSTM(proj_size=", rec.hidden,
+        "), which ONNX's LSTM cannot express (it has no projection); the file does not compute "
+        "the module. Export the LSTM without proj_size (and project with a Linear)"));
+  }
   AMPC_RETURN_IF_ERROR(check(rec.initial_c, "initial_c", state));
   AMPC_RETURN_IF_ERROR(check(rec.peepholes, "P", {dirs, 3 * rec.hidden}));
   if (has_input(proto, 4)) {

@@ -5,7 +5,11 @@
 // ReduceMin = -ReduceMax(-x) on floats (negation is exact, so the result is bit for bit). A
 // ReduceMin or ReduceProd whose input is known at compile time (shape arithmetic: the element
 // count PyTorch's var() and std() divide by is ReduceProd(Gather(Shape(x)))) becomes its value;
-// ReduceProd of a value computed at run time is not supported. TopK (float data, K known at
+// ReduceProd of a value computed at run time is a tree of products per reduced axis: the two
+// halves multiplied (Slice, Mul), an odd length's last position carried over (Concat), until one
+// position is left; Mul's gradient is the other factor, so zeros get exact gradients (no division
+// by the product), and the Muls are pinned fp32 under autocast (Node::fp32_pin), as PyTorch's
+// autocast runs prod in fp32 (products overflow fp16 quickly). TopK (float data, K known at
 // compile time) is K rounds of ArgMax (ArgMin for the smallest), each taking the first of equal
 // elements as ONNX's TopK does and masking it to -inf (+inf) for the next, its values gathered
 // from the input (GatherElements), so their gradient reaches the taken elements only; K rounds
@@ -141,6 +145,72 @@ Tensor fold(const Tensor& x, const Reduction& r, const FoldOp& op) {
   return out;
 }
 
+// ReduceProd of a value computed at run time (see the file comment).
+absl::Status product_tree(Emitter& e, const Reduction& r, const std::string& label, int64_t opset) {
+  if (opset < 10) {
+    return absl::UnimplementedError(
+        str_cat(label,
+                ": ReduceProd of a value computed at run time needs opset 10 or later "
+                "(Slice with inputs); the model imports opset ",
+                opset));
+  }
+  if (e.output(0).empty()) return absl::OkStatus();
+  if (r.noop) return e.op("Identity", {r.x}, {}, e.output(0)).status();
+  const Shape& in = r.x->shape();
+  const auto rank = static_cast<int64_t>(in.size());
+  std::vector<int64_t> axes;
+  if (r.axes) {
+    axes = *r.axes;
+  } else {
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  }
+  std::sort(axes.begin(), axes.end());
+  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
+  Shape kept = in;  // the output with keepdims
+  Shape out;
+  for (int64_t a = 0; a < rank; ++a) {
+    const bool reduced = std::find(axes.begin(), axes.end(), a) != axes.end();
+    if (reduced) kept[a] = 1;
+    if (!reduced || r.keepdims) out.push_back(kept[a]);
+  }
+  const bool empty = std::any_of(axes.begin(), axes.end(), [&](int64_t a) { return in[a] == 0; });
+  if (empty) {  // the product of nothing is 1
+    TensorType type{r.x->dtype(), out};
+    std::vector<double> ones(static_cast<size_t>(type.num_elements()), 1.0);
+    return e
+        .op("Constant", {}, {{"value", AttrValue(Tensor::from_doubles(type.dtype, out, ones))}},
+            e.output(0))
+        .status();
+  }
+  e.pin_fp32(str_cat("product of ", label, " stays fp32"));
+  auto slice = [&](Value* v, int64_t axis, int64_t begin, int64_t end) -> absl::StatusOr<Value*> {
+    AMPC_ASSIGN_OR_RETURN(Value * starts, e.constant(Tensor::from_i64({1}, {begin})));
+    AMPC_ASSIGN_OR_RETURN(Value * ends, e.constant(Tensor::from_i64({1}, {end})));
+    AMPC_ASSIGN_OR_RETURN(Value * along, e.constant(Tensor::from_i64({1}, {axis})));
+    return e.op("Slice", {v, starts, ends, along});
+  };
+  Value* v = r.x;
+  for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+    const int64_t axis = *it;
+    for (int64_t n = in[axis]; n > 1;) {
+      const int64_t half = n / 2;
+      AMPC_ASSIGN_OR_RETURN(Value * first, slice(v, axis, 0, half));
+      AMPC_ASSIGN_OR_RETURN(Value * second, slice(v, axis, half, 2 * half));
+      AMPC_ASSIGN_OR_RETURN(Value * product, e.op("Mul", {first, second}));
+      if (n % 2 == 1) {
+        AMPC_ASSIGN_OR_RETURN(Value * last, slice(v, axis, n - 1, n));
+        AMPC_ASSIGN_OR_RETURN(product,
+                              e.op("Concat", {product, last}, {{"axis", AttrValue(axis)}}));
+      }
+      v = product;
+      n = half + n % 2;
+    }
+  }
+  e.pin_fp32("");
+  if (out == kept) return e.op("Identity", {v}, {}, e.output(0)).status();
+  return e.reshape(v, out, e.output(0)).status();
+}
+
 }  // namespace
 
 absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
@@ -178,12 +248,7 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
     Tensor value = fold(*known, r, prod ? product : minimum);
     return e.op("Constant", {}, {{"value", AttrValue(std::move(value))}}, e.output(0)).status();
   }
-  if (prod) {
-    return absl::UnimplementedError(
-        str_cat(label, ": ReduceProd of '", proto.input(0),
-                "', a value computed at run time, is not supported (only of values known at "
-                "compile time, such as shape arithmetic)"));
-  }
+  if (prod) return product_tree(e, r, label, sink.opset());
   if (!is_arithmetic_float(r.x->dtype())) {
     return absl::UnimplementedError(str_cat(label, ": ReduceMin of ", dtype_name(r.x->dtype()),
                                             " data computed at run time is not supported "

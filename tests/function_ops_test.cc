@@ -1,7 +1,7 @@
 // The ops the importer expands into the ops ONNX defines them with (Attention, RMSNormalization,
 // GroupNormalization, InstanceNormalization, the reductions without kernels of their own
-// (ReduceLogSumExp, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceMin, ReduceProd of
-// shape arithmetic), LpNormalization, RotaryEmbedding, OneHot, DepthToSpace, SpaceToDepth, Sign;
+// (ReduceLogSumExp, ReduceL1, ReduceL2, ReduceSumSquare, ReduceLogSum, ReduceMin, ReduceProd),
+// LpNormalization, RotaryEmbedding, OneHot, DepthToSpace, SpaceToDepth, Sign;
 // those and OneHot are checked against ONNX's test data by the conformance suites), and
 // ConvTranspose, Col2Im, Resize and GridSample, which it lowers onto ConvGradData and
 // Gather/Mul/Add (ONNX's test data checks some; the references here add the modes PyTorch uses
@@ -565,9 +565,8 @@ TEST(FunctionOpGradients, ReductionsExpandedIntoReduceSumAndReduceMax) {
 }
 
 // PyTorch's var() and std() divide by the element count, ReduceProd(Gather(Shape(x))): known at
-// compile time, it becomes a constant. ReduceProd of data computed at run time is refused, naming
-// the node.
-TEST(FunctionOps, ReduceProdOfShapeArithmeticIsFoldedAndOfRunTimeDataRefused) {
+// compile time, it becomes a constant.
+TEST(FunctionOps, ReduceProdOfShapeArithmeticIsFolded) {
   testing::ModelBuilder m(17);
   m.input("X", onnx::TensorProto::FLOAT, {"2", "3", "5"});
   m.node("Shape", {"X"}, {"shape"}, "shape");
@@ -591,17 +590,40 @@ TEST(FunctionOps, ReduceProdOfShapeArithmeticIsFoldedAndOfRunTimeDataRefused) {
     const auto want = static_cast<float>(x.element_as_double(i) * 15.0);
     EXPECT_EQ(y->at(0).element_as_double(i), static_cast<double>(want)) << i;
   }
+}
 
-  testing::ModelBuilder r(17);
-  r.input("X", onnx::TensorProto::FLOAT, {"2", "3"});
-  testing::add_int_attr(r.node("ReduceProd", {"X"}, {"Y"}, "product"), "keepdims", 0);
-  r.output("Y");
-  graph = import_onnx_bytes(r.bytes(), "prod.onnx");
-  ASSERT_FALSE(graph.ok());
-  EXPECT_NE(graph.status().message().find("node 'product' (ReduceProd): ReduceProd of 'X', a "
-                                          "value computed at run time, is not supported"),
-            std::string::npos)
-      << graph.status();
+// ReduceProd of data computed at run time is a tree of products: the f64 products of each row
+// (exact to rounding in another order), and gradients, against central differences, that stay
+// exact with zeros among the factors (one zero: the others' product; two: zero).
+TEST(FunctionOpGradients, ReduceProdOfRunTimeDataWithZeros) {
+  testing::ModelBuilder m(18);
+  m.input("X", onnx::TensorProto::DOUBLE, {"3", "5"});
+  m.input("W", onnx::TensorProto::DOUBLE, {"3"});
+  onnx::TensorProto& axes = m.initializer("axes", onnx::TensorProto::INT64, {1});
+  axes.add_int64_data(1);
+  testing::add_int_attr(m.node("ReduceProd", {"X", "axes"}, {"Y"}, "product"), "keepdims", 0);
+  m.node("Mul", {"Y", "W"}, {"weighted"}, "weigh");
+  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("Y");
+  m.output("loss");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "prod.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  std::mt19937 rng(11);
+  Tensor x = testing::random_tensor((*graph)->inputs()[0]->type(), rng, -1.5, 1.5);
+  x.set_element(2, 0.0);  // row 0: one zero
+  x.set_element(6, 0.0);  // row 1: two
+  x.set_element(8, 0.0);
+  const Tensor w = testing::random_tensor((*graph)->inputs()[1]->type(), rng, -1.5, 1.5);
+  absl::StatusOr<std::vector<Tensor>> y = runtime::interpret_graph(**graph, {x, w});
+  ASSERT_TRUE(y.ok()) << y.status();
+  for (int64_t row = 0; row < 3; ++row) {
+    double want = 1;
+    for (int64_t k = 0; k < 5; ++k) want *= x.element_as_double(row * 5 + k);
+    EXPECT_NEAR(y->at(0).element_as_double(row), want, 1e-15) << row;
+  }
+  absl::StatusOr<testing::GradientCheck> check = testing::check_gradients(**graph, {x, w}, "^X$");
+  ASSERT_TRUE(check.ok()) << check.status().message();
+  EXPECT_LT(check->max_relative_error, 1e-8) << check->worst_input;
 }
 
 // DepthToSpace (pixel_shuffle; DCR and CRD) and SpaceToDepth move data: their gradients move it
@@ -741,6 +763,28 @@ TEST(FunctionOps, RecurrentOpsRefuseWhatTheyCannotUnroll) {
   ASSERT_FALSE(graph.ok());
   EXPECT_NE(graph.status().message().find("node 'lstm' (LSTM): sequence_lens 'lengths' must be "
                                           "known at compile time and equal the sequence length"),
+            std::string::npos)
+      << graph.status();
+}
+
+// What PyTorch's dynamo exporter writes for nn.LSTM(4, 10, proj_size=8): hidden_size 8, a cell
+// state of 10 (ONNX's LSTM has no projection, so the file is not the module).
+TEST(FunctionOps, ProjectedLstmIsRefusedNamingProjSize) {
+  testing::ModelBuilder m(18);
+  m.input("X", onnx::TensorProto::FLOAT, {"3", "2", "4"});
+  m.input("Wx", onnx::TensorProto::FLOAT, {"1", "32", "4"});
+  m.input("Rh", onnx::TensorProto::FLOAT, {"1", "32", "8"});
+  m.input("h0", onnx::TensorProto::FLOAT, {"1", "2", "8"});
+  m.input("c0", onnx::TensorProto::FLOAT, {"1", "2", "10"});
+  testing::add_int_attr(m.node("LSTM", {"X", "Wx", "Rh", "", "", "h0", "c0"}, {"Y"}, "lstm"),
+                        "hidden_size", 8);
+  m.output("Y");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "lstm.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find(
+                "node 'lstm' (LSTM): initial_c is [1,2,10] and initial_h [1,2,8]: a cell state "
+                "wider than hidden_size 8 is what PyTorch's exporter writes for "
+                "nn.LSTM(proj_size=8), which ONNX's LSTM cannot express"),
             std::string::npos)
       << graph.status();
 }

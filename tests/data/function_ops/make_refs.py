@@ -336,6 +336,38 @@ def col2ims():
           opset=18, constants=("image_shape", "block_shape"))
 
 
+def reduce_prods():
+    # ReduceProd of graph inputs (computed at run time): several axes of odd and even lengths,
+    # all axes without keepdims, and integers (exact).
+    axes = lambda *values: np.array(values, dtype=np.int64)
+    write("reduce_prod_axes", "ReduceProd", [("X", normal(3, 4, 5)), ("axes", axes(0, 2))],
+          ["Y"], dict(keepdims=1), lambda t: t["X"].prod(0, keepdim=True).prod(2, keepdim=True),
+          opset=18, constants=("axes",))
+    write("reduce_prod_all", "ReduceProd", [("X", normal(2, 7) * 0.8)], ["Y"],
+          dict(keepdims=0), lambda t: t["X"].prod(), opset=18)
+    write("reduce_prod_int64", "ReduceProd",
+          [("X", rng.integers(-9, 9, (3, 6)).astype(np.int64)), ("axes", axes(-1))], ["Y"],
+          dict(keepdims=0), lambda t: t["X"].prod(-1), opset=18, constants=("axes",))
+
+
+def far_grids():
+    # Points far outside X under zeros padding: every tap of a cubic reads 0 (none may be moved
+    # back inside), and a far 3-D linear case.
+    def uniform(*shape, bound):
+        return rng.uniform(-bound, bound, shape).astype(np.float32)
+
+    write("gridsample_cubic_zeros_far", "GridSample",
+          [("X", normal(1, 2, 4, 5)), ("grid", uniform(1, 5, 6, 2, bound=3.0))], ["Y"],
+          dict(mode="cubic"),
+          lambda t: F.grid_sample(t["X"], t["grid"], mode="bicubic", align_corners=False),
+          opset=20)
+    write("gridsample_linear_zeros_far_3d", "GridSample",
+          [("X", normal(1, 2, 3, 3, 4)), ("grid", uniform(1, 2, 3, 4, 3, bound=3.0))], ["Y"],
+          dict(mode="linear", align_corners=1),
+          lambda t: F.grid_sample(t["X"], t["grid"], mode="bilinear", align_corners=True),
+          opset=20)
+
+
 if __name__ == "__main__":
     main()
     normalizations()
@@ -344,3 +376,5 @@ if __name__ == "__main__":
     masked_rows()
     grid_samples()
     col2ims()
+    reduce_prods()
+    far_grids()
