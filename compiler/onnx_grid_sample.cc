@@ -219,11 +219,9 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
   if (e.output(0).empty()) return absl::OkStatus();
   const int64_t batch = xs[0];
   const int64_t channels = xs[1];
-  Shape out_spatial(gs.begin() + 1, gs.end() - 1);
-  Shape point_shape = {batch};  // [N, O1 .. Or, 1]: one coordinate per output position
-  point_shape.insert(point_shape.end(), out_spatial.begin(), out_spatial.end());
-  Shape index_shape = point_shape;  // [N, O1 .. Or]
-  point_shape.push_back(1);
+  // The rows to gather, one per output position: [N, O1 .. Or]. The coordinates, indices and
+  // weights computed on the way are [N, O1 .. Or, 1] (the grid's slices).
+  const Shape index_shape(gs.begin(), gs.end() - 1);
 
   // X's rows: [N * D1 * .. * Dr, C].
   std::vector<int64_t> to_rows = {0};
@@ -327,27 +325,28 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
       AMPC_ASSIGN_OR_RETURN(reflected_table, e.constant(Tensor::from_i64(
                                                  {static_cast<int64_t>(table.size())}, table)));
     }
+    AMPC_ASSIGN_OR_RETURN(Value * first, e.constant(Tensor::from_i64({}, {0})));
+    AMPC_ASSIGN_OR_RETURN(Value * last, e.constant(Tensor::from_i64({}, {axis.size - 1})));
     for (size_t k = 0; k < offsets.size(); ++k) {
       Tap tap;
       tap.weight = weights[k];
-      AMPC_ASSIGN_OR_RETURN(Value * offset, e.constant(Tensor::from_i64({}, {offsets[k]})));
-      AMPC_ASSIGN_OR_RETURN(Value * position, e.op("Add", {base_index, offset}));
-      AMPC_ASSIGN_OR_RETURN(Value * first, e.constant(Tensor::from_i64({}, {0})));
-      AMPC_ASSIGN_OR_RETURN(Value * last, e.constant(Tensor::from_i64({}, {axis.size - 1})));
       if (padding == Padding::kReflection) {
-        AMPC_ASSIGN_OR_RETURN(Value * margin, e.constant(Tensor::from_i64({}, {kMargin})));
-        AMPC_ASSIGN_OR_RETURN(Value * slot, e.op("Add", {position, margin}));
+        AMPC_ASSIGN_OR_RETURN(Value * slot_offset,
+                              e.constant(Tensor::from_i64({}, {offsets[k] + kMargin})));
+        AMPC_ASSIGN_OR_RETURN(Value * slot, e.op("Add", {base_index, slot_offset}));
         AMPC_ASSIGN_OR_RETURN(tap.index, e.op("Gather", {reflected_table, slot}));
       } else {
+        AMPC_ASSIGN_OR_RETURN(Value * offset, e.constant(Tensor::from_i64({}, {offsets[k]})));
+        AMPC_ASSIGN_OR_RETURN(Value * position, e.op("Add", {base_index, offset}));
         AMPC_ASSIGN_OR_RETURN(tap.index, e.op("Clip", {position, first, last}));
-      }
-      if (padding == Padding::kZeros) {
-        AMPC_ASSIGN_OR_RETURN(Value * from_first, e.op("GreaterOrEqual", {position, first}));
-        AMPC_ASSIGN_OR_RETURN(Value * to_last, e.op("LessOrEqual", {position, last}));
-        AMPC_ASSIGN_OR_RETURN(tap.inside, e.op("And", {from_first, to_last}));
-        if (tap.weight != nullptr) {
-          AMPC_ASSIGN_OR_RETURN(Value * zero, g.scalar(0));
-          AMPC_ASSIGN_OR_RETURN(tap.weight, g.where(tap.inside, tap.weight, zero));
+        if (padding == Padding::kZeros) {
+          AMPC_ASSIGN_OR_RETURN(Value * from_first, e.op("GreaterOrEqual", {position, first}));
+          AMPC_ASSIGN_OR_RETURN(Value * to_last, e.op("LessOrEqual", {position, last}));
+          AMPC_ASSIGN_OR_RETURN(tap.inside, e.op("And", {from_first, to_last}));
+          if (tap.weight != nullptr) {
+            AMPC_ASSIGN_OR_RETURN(Value * zero, g.scalar(0));
+            AMPC_ASSIGN_OR_RETURN(tap.weight, g.where(tap.inside, tap.weight, zero));
+          }
         }
       }
       if (strides[i] != 1) {
@@ -359,7 +358,7 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
   }
 
   // Row n * D1 * .. * Dr of X's rows starts sample n.
-  Shape per_sample(point_shape.size(), 1);
+  Shape per_sample(rank, 1);
   per_sample[0] = batch;
   std::vector<int64_t> starts(batch);
   for (int64_t n = 0; n < batch; ++n) starts[n] = n * positions;
@@ -372,6 +371,11 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
     Value* weight = nullptr;
     Value* inside = nullptr;
   };
+  // `op` of the factors so far (null: none) and `factor` (null: none).
+  auto combine = [&g](std::string_view op, Value* so_far, Value* factor) -> absl::StatusOr<Value*> {
+    if (so_far == nullptr || factor == nullptr) return so_far == nullptr ? factor : so_far;
+    return g.binary(op, so_far, factor);
+  };
   std::vector<Combination> combinations;
   std::vector<size_t> pick(r, 0);
   for (int64_t i = 0; i >= 0;) {
@@ -379,19 +383,10 @@ absl::Status lower_grid_sample(const onnx::NodeProto& proto, const std::string& 
     for (int64_t a = 0; a < r; ++a) {
       const Tap& tap = taps[a][pick[a]];
       AMPC_ASSIGN_OR_RETURN(c.index, e.op("Add", {c.index, tap.index}));
-      if (tap.weight != nullptr) {
-        if (c.weight == nullptr) {
-          c.weight = tap.weight;
-        } else {
-          AMPC_ASSIGN_OR_RETURN(c.weight, g.binary("Mul", c.weight, tap.weight));
-        }
-      }
-      if (mode == SampleMode::kNearest && tap.inside != nullptr) {
-        if (c.inside == nullptr) {
-          c.inside = tap.inside;
-        } else {
-          AMPC_ASSIGN_OR_RETURN(c.inside, g.binary("And", c.inside, tap.inside));
-        }
+      AMPC_ASSIGN_OR_RETURN(c.weight, combine("Mul", c.weight, tap.weight));
+      // Linear and cubic taps outside X already weigh 0.
+      if (mode == SampleMode::kNearest) {
+        AMPC_ASSIGN_OR_RETURN(c.inside, combine("And", c.inside, tap.inside));
       }
     }
     combinations.push_back(c);

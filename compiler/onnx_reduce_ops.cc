@@ -96,22 +96,32 @@ struct FoldOp {
   int64_t none_i;
 };
 
-Tensor fold(const Tensor& x, const Reduction& r, const FoldOp& op) {
-  const Shape& in = x.shape();
-  const size_t rank = in.size();
-  std::vector<bool> reduced(rank, !r.axes.has_value());
+// Which axes of a rank-`rank` operand `r` reduces (none for a noop), and the output's shape.
+std::vector<bool> reduced_axes(const Reduction& r, size_t rank) {
+  std::vector<bool> reduced(rank, !r.axes.has_value() && !r.noop);  // noop holds no axes
   if (r.axes) {
     for (int64_t axis : *r.axes) reduced[static_cast<size_t>(axis)] = true;
   }
-  if (r.noop) std::fill(reduced.begin(), reduced.end(), false);
-  Shape out_shape;
-  for (size_t d = 0; d < rank; ++d) {
+  return reduced;
+}
+
+Shape reduced_shape(const Shape& in, const std::vector<bool>& reduced, bool keepdims) {
+  Shape out;
+  for (size_t d = 0; d < in.size(); ++d) {
     if (!reduced[d]) {
-      out_shape.push_back(in[d]);
-    } else if (r.keepdims) {
-      out_shape.push_back(1);
+      out.push_back(in[d]);
+    } else if (keepdims) {
+      out.push_back(1);
     }
   }
+  return out;
+}
+
+Tensor fold(const Tensor& x, const Reduction& r, const FoldOp& op) {
+  const Shape& in = x.shape();
+  const size_t rank = in.size();
+  const std::vector<bool> reduced = reduced_axes(r, rank);
+  const Shape out_shape = reduced_shape(in, reduced, r.keepdims);
   Tensor out(TensorType{x.dtype(), out_shape});
   const bool integer = !is_arithmetic_float(x.dtype());
   std::vector<bool> started(static_cast<size_t>(out.num_elements()), false);
@@ -157,21 +167,12 @@ absl::Status product_tree(Emitter& e, const Reduction& r, const std::string& lab
   if (e.output(0).empty()) return absl::OkStatus();
   if (r.noop) return e.op("Identity", {r.x}, {}, e.output(0)).status();
   const Shape& in = r.x->shape();
-  const auto rank = static_cast<int64_t>(in.size());
+  const std::vector<bool> reduced = reduced_axes(r, in.size());
+  const Shape kept = reduced_shape(in, reduced, /*keepdims=*/true);
+  const Shape out = reduced_shape(in, reduced, r.keepdims);
   std::vector<int64_t> axes;
-  if (r.axes) {
-    axes = *r.axes;
-  } else {
-    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
-  }
-  std::sort(axes.begin(), axes.end());
-  axes.erase(std::unique(axes.begin(), axes.end()), axes.end());
-  Shape kept = in;  // the output with keepdims
-  Shape out;
-  for (int64_t a = 0; a < rank; ++a) {
-    const bool reduced = std::find(axes.begin(), axes.end(), a) != axes.end();
-    if (reduced) kept[a] = 1;
-    if (!reduced || r.keepdims) out.push_back(kept[a]);
+  for (size_t a = 0; a < in.size(); ++a) {
+    if (reduced[a]) axes.push_back(static_cast<int64_t>(a));
   }
   const bool empty = std::any_of(axes.begin(), axes.end(), [&](int64_t a) { return in[a] == 0; });
   if (empty) {  // the product of nothing is 1

@@ -45,6 +45,18 @@ absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::
   return it->second;
 }
 
+// Input `i` of `proto`, which must be known at compile time, as doubles.
+absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
+                                                 const std::string& label, ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr) {
+    return absl::UnimplementedError(
+        str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
+  }
+  return known->to_double_vector();
+}
+
 }  // namespace
 
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
@@ -228,14 +240,9 @@ absl::Status lower_col2im(const onnx::NodeProto& proto, const std::string& label
   AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
   std::vector<std::vector<int64_t>> shapes;
   for (int i : {1, 2}) {
-    AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
-    const Tensor* known = sink.known_value(value);
-    if (known == nullptr) {
-      return absl::UnimplementedError(
-          str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
-    }
+    AMPC_ASSIGN_OR_RETURN(std::vector<double> known, known_floats(proto, i, label, sink));
     std::vector<int64_t> values;
-    for (double v : known->to_double_vector()) values.push_back(static_cast<int64_t>(v));
+    for (double v : known) values.push_back(static_cast<int64_t>(v));
     shapes.push_back(std::move(values));
   }
   const std::vector<int64_t>& image = shapes[0];
@@ -456,17 +463,6 @@ bool is_identity(const AxisTaps& taps, int64_t in) {
     if (taps.index[0][o] != o || taps.weight[0][o] != 1.0) return false;
   }
   return true;
-}
-
-absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
-                                                 const std::string& label, ImportSink& sink) {
-  AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
-  const Tensor* known = sink.known_value(value);
-  if (known == nullptr) {
-    return absl::UnimplementedError(
-        str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
-  }
-  return known->to_double_vector();
 }
 
 }  // namespace
