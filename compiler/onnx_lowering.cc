@@ -23,18 +23,29 @@ namespace {
 // clang-format off
 constexpr std::string_view kLoweredOps[] = {
     "Attention",
+    "BlackmanWindow",
     "CastLike",
     "Col2Im",
     "ConcatFromSequence",
     "ConvTranspose",
+    "DFT",
     "DepthToSpace",
     "Einsum",
+    "EyeLike",
     "GRU",
+    "GlobalMaxPool",
     "GridSample",
     "GroupNormalization",
+    "HammingWindow",
+    "HannWindow",
+    "Hardmax",
     "InstanceNormalization",
+    "LRN",
     "LSTM",
     "LpNormalization",
+    "MaxUnpool",
+    "Mean",
+    "MelWeightMatrix",
     "OneHot",
     "RMSNormalization",
     "RNN",
@@ -46,17 +57,22 @@ constexpr std::string_view kLoweredOps[] = {
     "ReduceProd",
     "ReduceSumSquare",
     "Resize",
+    "ReverseSequence",
     "RotaryEmbedding",
+    "STFT",
     "SequenceAt",
     "SequenceConstruct",
     "SequenceEmpty",
     "SequenceErase",
     "SequenceInsert",
     "SequenceLength",
+    "Shrink",
     "Sign",
     "Size",
     "SpaceToDepth",
     "SplitToSequence",
+    "Sum",
+    "ThresholdedRelu",
     "TopK",
     "Upsample",
 };
@@ -142,6 +158,35 @@ absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const s
 
 bool has_input(const onnx::NodeProto& proto, int i) {
   return i < proto.input_size() && !proto.input(i).empty();
+}
+
+absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
+                                                 const std::string& label, ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr) {
+    return absl::UnimplementedError(
+        str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
+  }
+  return known->to_double_vector();
+}
+
+absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,
+                                              size_t count, int64_t fill, int64_t min,
+                                              const std::string& label) {
+  auto it = attrs.int_lists.find(name);
+  if (it == attrs.int_lists.end()) return std::vector<int64_t>(count, fill);
+  if (it->second.size() != count) {
+    return invalid(str_cat(label, ": attribute '", name, "' has ", it->second.size(),
+                           " values; X's spatial axes need ", count));
+  }
+  for (int64_t v : it->second) {
+    if (v < min) {
+      return invalid(
+          str_cat(label, ": attribute '", name, "' holds ", v, "; each must be >= ", min));
+    }
+  }
+  return it->second;
 }
 
 int64_t NodeAttributes::i(std::string_view name, int64_t fallback) const {
@@ -245,22 +290,35 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
   const std::string out = proto.output_size() > 0 ? proto.output(0) : std::string();
   // The ops expanded into their definitions, and the opsets from which ampc expands them: those
   // of the definitions, 12 for Einsum (its first), 7 for InstanceNormalization (its expansion's
-  // Sub, Mul and Div broadcast from 7; before, only by the legacy `broadcast` attribute), and 1
-  // for the reductions (whose opset-1 forms ampc has).
+  // Sub, Mul and Div broadcast from 7; before, only by the legacy `broadcast` attribute), 6 for
+  // Sum and Mean (before, they carry the legacy `consumed_inputs`), and 1 for the reductions
+  // (whose opset-1 forms ampc has).
   static const std::map<std::string_view, std::pair<int64_t, LowerFn>, std::less<>> kExpanded = {
       {"Attention", {23, &lowering::lower_attention}},
+      {"BlackmanWindow", {17, &lowering::lower_window}},
       {"Col2Im", {18, &lowering::lower_col2im}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
+      {"DFT", {17, &lowering::lower_dft}},
       {"DepthToSpace", {11, &lowering::lower_depth_space}},
       {"Einsum", {12, &lowering::lower_einsum}},
+      {"EyeLike", {9, &lowering::lower_eye_like}},
       {"GRU", {11, &lowering::lower_recurrent}},
-      {"LSTM", {11, &lowering::lower_recurrent}},
-      {"RNN", {11, &lowering::lower_recurrent}},
+      {"GlobalMaxPool", {1, &lowering::lower_global_max_pool}},
       {"GridSample", {16, &lowering::lower_grid_sample}},
       {"GroupNormalization", {18, &lowering::lower_group_normalization}},
+      {"HammingWindow", {17, &lowering::lower_window}},
+      {"HannWindow", {17, &lowering::lower_window}},
+      {"Hardmax", {1, &lowering::lower_hardmax}},
       {"InstanceNormalization", {7, &lowering::lower_instance_normalization}},
+      {"LRN", {1, &lowering::lower_lrn}},
+      {"LSTM", {11, &lowering::lower_recurrent}},
       {"LpNormalization", {1, &lowering::lower_lp_normalization}},
+      {"MaxUnpool", {9, &lowering::lower_max_unpool}},
+      {"Mean", {6, &lowering::lower_sum_or_mean}},
+      {"MelWeightMatrix", {17, &lowering::lower_mel_weight_matrix}},
       {"OneHot", {9, &lowering::lower_one_hot}},
+      {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
+      {"RNN", {11, &lowering::lower_recurrent}},
       {"ReduceL1", {1, &lowering::lower_reduce_via_sum}},
       {"ReduceL2", {1, &lowering::lower_reduce_via_sum}},
       {"ReduceLogSum", {1, &lowering::lower_reduce_via_sum}},
@@ -268,11 +326,15 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       {"ReduceMin", {1, &lowering::lower_reduce_min_or_prod}},
       {"ReduceProd", {1, &lowering::lower_reduce_min_or_prod}},
       {"ReduceSumSquare", {1, &lowering::lower_reduce_via_sum}},
-      {"RMSNormalization", {23, &lowering::lower_rms_normalization}},
       {"Resize", {10, &lowering::lower_resize}},
+      {"ReverseSequence", {10, &lowering::lower_reverse_sequence}},
       {"RotaryEmbedding", {23, &lowering::lower_rotary_embedding}},
+      {"STFT", {17, &lowering::lower_stft}},
+      {"Shrink", {9, &lowering::lower_shrink}},
       {"Sign", {9, &lowering::lower_sign}},
       {"SpaceToDepth", {1, &lowering::lower_depth_space}},
+      {"Sum", {6, &lowering::lower_sum_or_mean}},
+      {"ThresholdedRelu", {10, &lowering::lower_thresholded_relu}},
       {"TopK", {11, &lowering::lower_top_k}},
       {"Upsample", {9, &lowering::lower_resize}},
   };

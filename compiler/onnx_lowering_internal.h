@@ -15,6 +15,9 @@ namespace ampc::onnx_io::lowering {
 absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const std::string& label,
                                     ImportSink& sink);
 bool has_input(const onnx::NodeProto& proto, int i);
+// Input `i` of `proto` as doubles; an error naming it when it is not known at compile time.
+absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
+                                                 const std::string& label, ImportSink& sink);
 
 // A node's int, float, ints and string attributes, each checked against the op's (`known`: name ->
 // type).
@@ -34,6 +37,12 @@ struct NodeAttributes {
 absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known);
+
+// An INTS attribute with one value per spatial axis (`count`), each >= `min`, or `fill` for each
+// when absent; an error naming the attribute otherwise.
+absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,
+                                              size_t count, int64_t fill, int64_t min,
+                                              const std::string& label);
 
 // Emits nodes for one lowered node: names its intermediate values after the node.
 class Emitter {
@@ -82,6 +91,17 @@ class Emitter {
     return op("Transpose", {value}, {{"perm", AttrValue(std::move(perm))}});
   }
 
+  // `value` padded with zeros by `pads` (ONNX's order: each axis' begin, then each axis' end).
+  // Pad takes its pads as an input from opset 11, as an attribute before.
+  absl::StatusOr<Value*> pad(Value* value, std::vector<int64_t> pads, std::string output = "") {
+    if (sink_.opset() < 11) {
+      return op("Pad", {value}, {{"pads", AttrValue(std::move(pads))}}, std::move(output));
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * amounts,
+                          constant(Tensor::from_i64({static_cast<int64_t>(pads.size())}, pads)));
+    return op("Pad", {value, amounts}, {}, std::move(output));
+  }
+
   // The name of output `i` of the lowered node, or "" when it is not asked for.
   std::string output(int i) const {
     return i < proto_.output_size() ? proto_.output(i) : std::string();
@@ -115,6 +135,33 @@ class Emitter {
   std::string pin_;
   int count_ = 0;
 };
+
+// Sum, Mean, Shrink, ThresholdedRelu, Hardmax, GlobalMaxPool, LRN, EyeLike, MaxUnpool and
+// ReverseSequence (compiler/onnx_composite_ops.cc).
+absl::Status lower_sum_or_mean(const onnx::NodeProto& proto, const std::string& label,
+                               ImportSink& sink);
+absl::Status lower_shrink(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_thresholded_relu(const onnx::NodeProto& proto, const std::string& label,
+                                    ImportSink& sink);
+absl::Status lower_hardmax(const onnx::NodeProto& proto, const std::string& label,
+                           ImportSink& sink);
+absl::Status lower_global_max_pool(const onnx::NodeProto& proto, const std::string& label,
+                                   ImportSink& sink);
+absl::Status lower_lrn(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_eye_like(const onnx::NodeProto& proto, const std::string& label,
+                            ImportSink& sink);
+absl::Status lower_max_unpool(const onnx::NodeProto& proto, const std::string& label,
+                              ImportSink& sink);
+absl::Status lower_reverse_sequence(const onnx::NodeProto& proto, const std::string& label,
+                                    ImportSink& sink);
+
+// DFT, STFT, MelWeightMatrix and HannWindow, HammingWindow, BlackmanWindow
+// (compiler/onnx_spectral_ops.cc).
+absl::Status lower_dft(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_stft(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_mel_weight_matrix(const onnx::NodeProto& proto, const std::string& label,
+                                     ImportSink& sink);
+absl::Status lower_window(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
 // Ops expanded into the ops they are defined by (compiler/onnx_function_ops.cc).
 absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,

@@ -26,37 +26,6 @@ namespace {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
-// An INTS attribute with one value per spatial axis (`count`), or `fill` for each.
-absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,
-                                              size_t count, int64_t fill, int64_t min,
-                                              const std::string& label) {
-  auto it = attrs.int_lists.find(name);
-  if (it == attrs.int_lists.end()) return std::vector<int64_t>(count, fill);
-  if (it->second.size() != count) {
-    return invalid(str_cat(label, ": attribute '", name, "' has ", it->second.size(),
-                           " values; X's spatial axes need ", count));
-  }
-  for (int64_t v : it->second) {
-    if (v < min) {
-      return invalid(
-          str_cat(label, ": attribute '", name, "' holds ", v, "; each must be >= ", min));
-    }
-  }
-  return it->second;
-}
-
-// Input `i` of `proto`, which must be known at compile time, as doubles.
-absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
-                                                 const std::string& label, ImportSink& sink) {
-  AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
-  const Tensor* known = sink.known_value(value);
-  if (known == nullptr) {
-    return absl::UnimplementedError(
-        str_cat(label, ": input ", i, " ('", proto.input(i), "') must be known at compile time"));
-  }
-  return known->to_double_vector();
-}
-
 }  // namespace
 
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
@@ -197,18 +166,7 @@ absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::strin
       pad_all[i + 2] = extra[i];
       pad_all[i + 2 + n + 2] = extra[i + n];
     }
-    // Pad takes its pads as an input from opset 11, as an attribute before.
-    std::vector<Value*> operands = {y};
-    Attributes pad_attrs;
-    if (sink.opset() >= 11) {
-      AMPC_ASSIGN_OR_RETURN(Value * amounts, e.constant(Tensor::from_i64(
-                                                 {static_cast<int64_t>(pad_all.size())}, pad_all)));
-      operands.push_back(amounts);
-    } else {
-      pad_attrs.emplace("pads", AttrValue(pad_all));
-    }
-    AMPC_ASSIGN_OR_RETURN(
-        y, e.op("Pad", std::move(operands), std::move(pad_attrs), has_bias ? "" : e.output(0)));
+    AMPC_ASSIGN_OR_RETURN(y, e.pad(y, std::move(pad_all), has_bias ? "" : e.output(0)));
   }
   if (has_bias) {
     Shape per_channel(n + 1, 1);

@@ -83,14 +83,7 @@ testing::ModelBuilder attention_loss_model(const std::vector<std::string>& q,
 }
 
 void expect_gradients_match(const testing::ModelBuilder& m, const std::string& wrt) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "attention");
-  ASSERT_TRUE(graph.ok()) << graph.status();
-  std::mt19937 rng(3);
-  std::vector<Tensor> inputs;
-  for (const Value* input : (*graph)->inputs()) {
-    inputs.push_back(testing::random_tensor(input->type(), rng, -1.5, 1.5));
-  }
-  absl::StatusOr<testing::GradientCheck> check = testing::check_gradients(**graph, inputs, wrt);
+  absl::StatusOr<testing::GradientCheck> check = testing::check_onnx_gradients(m.bytes(), wrt, 3);
   ASSERT_TRUE(check.ok()) << check.status().message();
   EXPECT_GE(check->inputs_checked, 1);
   EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "compiler/ir.h"
+#include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
 #include "passes/passes.h"
@@ -99,6 +100,23 @@ inline Tensor random_tensor(const TensorType& type, std::mt19937& rng, double lo
   std::vector<double> values(type.num_elements());
   for (double& v : values) v = uniform(rng);
   return Tensor::from_doubles(type.dtype, type.shape, values);
+}
+
+// check_gradients on an ONNX model (`bytes`) imported and canonicalized as a compile does before
+// autodiff (the lowerings' Constant nodes become the initializers gradient rules read, such as
+// Pad's pads), at inputs drawn in [-1.5, 1.5] from `seed`.
+inline absl::StatusOr<GradientCheck> check_onnx_gradients(const std::string& bytes,
+                                                          const std::string& wrt, uint32_t seed) {
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_bytes(bytes, "model.onnx"));
+  PassPipeline pipeline;
+  add_canonicalize_pipeline(pipeline);
+  AMPC_RETURN_IF_ERROR(pipeline.run(*graph, PassContext{}).status());
+  std::mt19937 rng(seed);
+  std::vector<Tensor> inputs;
+  for (const Value* input : graph->inputs()) {
+    inputs.push_back(random_tensor(input->type(), rng, -1.5, 1.5));
+  }
+  return check_gradients(*graph, inputs, wrt);
 }
 
 }  // namespace ampc::testing

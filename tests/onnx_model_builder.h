@@ -89,6 +89,15 @@ inline onnx::AttributeProto& add_int_attr(onnx::NodeProto& node, const std::stri
   return *attr;
 }
 
+inline onnx::AttributeProto& add_float_attr(onnx::NodeProto& node, const std::string& name,
+                                            float value) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::FLOAT);
+  attr->set_f(value);
+  return *attr;
+}
+
 inline onnx::AttributeProto& add_ints_attr(onnx::NodeProto& node, const std::string& name,
                                            const std::vector<int64_t>& values) {
   onnx::AttributeProto* attr = node.add_attribute();

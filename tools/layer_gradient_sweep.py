@@ -164,6 +164,11 @@ def cases():
         "max_pool_1d": lambda: seq(nn.MaxPool1d(2)),
         "amax": lambda: image(fn(lambda t: t.amax(dim=(2, 3)))),
         "max_unpool": lambda: image(MaxUnpool()),
+        # Fourier transforms (dynamo only: TorchScript cannot export them)
+        "spectral_mix": lambda: seq(SpectralMix()),
+        "stft_magnitude": lambda: seq(fn(lambda t: torch.stft(
+            t.reshape(B, T * D), 8, 4, window=torch.hann_window(8), center=False,
+            return_complex=True).abs())),
         # normalization
         "local_response_norm": lambda: image(nn.LocalResponseNorm(3)),
         "instance_norm_affine": lambda: image(nn.InstanceNorm2d(C, affine=True)),
@@ -326,6 +331,17 @@ class MaxUnpool(nn.Module):
     def forward(self, x):
         out, indices = self.pool(x)
         return self.unpool(out, indices)
+
+
+class SpectralMix(nn.Module):
+    """A Fourier layer over time: the one-sided spectrum weighted per frequency, back to time."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(T // 2 + 1, 1))
+
+    def forward(self, x):
+        return torch.fft.irfft(torch.fft.rfft(x, dim=1) * self.weight, n=T, dim=1)
 
 
 class BatchNormSeq(nn.Module):

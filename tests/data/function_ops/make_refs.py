@@ -32,10 +32,14 @@ def normal(*shape, dtype=np.float32):
 
 
 def write(name, op, inputs, outputs, attrs, torch_check=None, opset=23, constants=(),
-          torch_only=False):
+          torch_only=False, reference=None):
     """inputs: [(name, array)] ('' for an omitted optional input); outputs: names; constants:
     the inputs that are initializers (Resize's scales and sizes must be known when compiling);
-    torch_only: PyTorch is the reference (onnx's evaluator cannot run the case)."""
+    torch_only: PyTorch is the reference (onnx's evaluator cannot run the case); reference: a
+    function of the inputs (numpy, by name) giving the output from ONNX's definition, where
+    onnx's evaluator does not follow it (LRN's loops over the batch, not the channels; Hardmax
+    before opset 13 is not coerced to 2-D; Mean does not broadcast; GlobalMaxPool of 3 spatial
+    axes gives another rank)."""
     feeds = {n: a for n, a in inputs if n}
     infos = [h.make_tensor_value_info(n, onnx.helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
              for n, a in inputs if n and n not in constants]
@@ -44,7 +48,9 @@ def write(name, op, inputs, outputs, attrs, torch_check=None, opset=23, constant
     out_infos = [h.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in outputs if n]
     graph = h.make_graph([node], name, infos, out_infos, initializer=inits)
     model = h.make_model(graph, opset_imports=[h.make_opsetid("", opset)], ir_version=10)
-    if torch_only:
+    if reference is not None:
+        results = [reference(feeds)]
+    elif torch_only:
         results = [torch_check({n: torch.from_numpy(a) for n, a in feeds.items()}).numpy()]
     else:
         results = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
@@ -368,6 +374,149 @@ def far_grids():
           opset=20)
 
 
+def lrn_reference(x, size, alpha, beta, bias):
+    # ONNX's LRN: the square sum over channels c - floor((size-1)/2) .. c + ceil((size-1)/2).
+    x64 = x.astype(np.float64)
+    square_sum = np.zeros_like(x64)
+    channels = x.shape[1]
+    for c in range(channels):
+        begin = max(0, c - (size - 1) // 2)
+        end = min(channels, c + size // 2 + 1)
+        square_sum[:, c] = (x64[:, begin:end] ** 2).sum(axis=1)
+    return (x64 / (bias + alpha / size * square_sum) ** beta).astype(x.dtype)
+
+
+def hardmax_coerced(x, axis):
+    # Hardmax before opset 13: one 1 per row of x as 2-D [d0 * .. * d(axis-1), rest].
+    rows = x.reshape(int(np.prod(x.shape[:axis])), -1)
+    y = np.zeros_like(rows)
+    y[np.arange(rows.shape[0]), rows.argmax(axis=1)] = 1
+    return y.reshape(x.shape)
+
+
+def composite_ops():
+    # LRN: an even size (ONNX's window, one channel later than PyTorch's), rank 3; an odd size
+    # at rank 5, where PyTorch's nn.LocalResponseNorm computes the same.
+    x = normal(2, 6, 5)
+    write("lrn_even_size_rank3", "LRN", [("X", x)], ["Y"],
+          dict(size=4, alpha=0.5, beta=0.6, bias=1.5),
+          reference=lambda f: lrn_reference(f["X"], 4, 0.5, 0.6, 1.5), opset=13)
+    write("lrn_odd_size_rank5", "LRN", [("X", normal(2, 5, 2, 3, 2))], ["Y"],
+          dict(size=3, alpha=0.3, beta=0.75, bias=2.0),
+          lambda t: F.local_response_norm(t["X"], 3, alpha=0.3, beta=0.75, k=2.0),
+          reference=lambda f: lrn_reference(f["X"], 3, 0.3, 0.75, 2.0), opset=13)
+
+    # MaxUnpool of PyTorch's max_pool2d (its per-plane indices made whole-tensor, as ONNX's
+    # MaxPool writes them), checked against PyTorch's max_unpool2d; a 1-D case with pads and an
+    # output_shape beyond the unpooled one (zeros appended).
+    pooled, planes = F.max_pool2d(torch.from_numpy(normal(2, 3, 5, 6)), 2, 2, return_indices=True)
+    n, c, h, w = pooled.shape
+    offsets = (np.arange(n * c).reshape(n, c, 1, 1) * 4 * 6).astype(np.int64)
+    whole = planes.numpy() + offsets
+    write("maxunpool_of_max_pool", "MaxUnpool", [("X", pooled.numpy()), ("I", whole)], ["Y"],
+          dict(kernel_shape=[2, 2], strides=[2, 2]),
+          lambda t: F.max_unpool2d(t["X"], planes, 2, 2), opset=11)
+    write("maxunpool_1d_pads_output_shape", "MaxUnpool",
+          [("X", normal(1, 2, 3)), ("I", np.array([[[0, 4, 6], [8, 10, 13]]], dtype=np.int64)),
+           ("output_shape", np.array([1, 2, 9], dtype=np.int64))], ["Y"],
+          dict(kernel_shape=[2], strides=[3], pads=[1, 0]), opset=11,
+          constants=("output_shape",))
+
+    # ReverseSequence with the batch first, rank 4, lengths 0, 1, the whole axis and between;
+    # a length beyond the axis (undefined in ONNX) reverses the whole axis.
+    lens = np.array([0, 1, 5, 3], dtype=np.int64)
+    write("reverse_sequence_batch_first", "ReverseSequence",
+          [("input", normal(4, 5, 2, 3)), ("sequence_lens", lens)], ["Y"],
+          dict(batch_axis=0, time_axis=1), opset=10)
+    write("reverse_sequence_beyond_the_axis", "ReverseSequence",
+          [("input", normal(3, 2, 2)), ("sequence_lens", np.array([7, 2], dtype=np.int64))],
+          ["Y"], {}, reference=lambda f: np.concatenate(
+              [f["input"][::-1, :1], f["input"][[1, 0, 2], 1:]], axis=1), opset=10)
+
+    # Hardmax before opset 13 (coerced to 2-D at the axis) with ties, and at 13 on a middle axis.
+    tied = rng.integers(0, 3, (2, 3, 4)).astype(np.float32)
+    write("hardmax_coerced_opset11", "Hardmax", [("X", tied)], ["Y"], dict(axis=1),
+          reference=lambda f: hardmax_coerced(f["X"], 1), opset=11)
+    write("hardmax_middle_axis_f16", "Hardmax", [("X", normal(2, 3, 4, dtype=np.float16))],
+          ["Y"], dict(axis=1), opset=13)
+
+    # Sum and Mean of three inputs broadcast together; Shrink (softshrink) and ThresholdedRelu
+    # in f16, whose reference computes in f16.
+    parts = [("a", normal(3, 1)), ("b", normal(1, 4)), ("c", normal(4))]
+    write("sum_three_broadcast", "Sum", parts, ["Y"], {},
+          lambda t: t["a"] + t["b"] + t["c"], opset=13)
+    write("mean_three_broadcast_f16", "Mean",
+          [(n, a.astype(np.float16)) for n, a in parts], ["Y"], {},
+          reference=lambda f: (f["a"] + f["b"] + f["c"]) / np.float16(3), opset=13)
+    write("shrink_soft_f16", "Shrink", [("x", normal(3, 7, dtype=np.float16))], ["y"],
+          dict(lambd=0.75, bias=0.75), opset=13)
+    write("thresholded_relu_f16", "ThresholdedRelu", [("x", normal(3, 7, dtype=np.float16))],
+          ["y"], dict(alpha=0.25), opset=13)
+    write("global_max_pool_3d", "GlobalMaxPool", [("x", normal(2, 3, 2, 3, 4))], ["y"], {},
+          lambda t: t["x"].amax(dim=(2, 3, 4), keepdim=True), opset=13, torch_only=True)
+
+
+def as_real(z):
+    return torch.view_as_real(z).contiguous()
+
+
+def spectral_ops():
+    # DFT at opset 20 as dynamo writes torch.fft (axis and dft_length as inputs): a one-sided
+    # spectrum, its real inverse, and a full inverse that truncates; at 17 (axis an attribute),
+    # zero padding and an odd length.
+    i64 = lambda v: np.array(v, dtype=np.int64)
+    x = normal(2, 3, 16, 1)
+    write("dft_rfft_opset20", "DFT", [("x", x), ("n", i64(16)), ("axis", i64(-2))], ["y"],
+          dict(onesided=1), lambda t: as_real(torch.fft.rfft(t["x"][..., 0], dim=-1)),
+          opset=20, constants=("n", "axis"))
+    spectrum = normal(2, 9, 3, 2)
+    write("dft_irfft_opset20", "DFT", [("x", spectrum), ("n", i64(16)), ("axis", i64(1))], ["y"],
+          dict(inverse=1, onesided=1),
+          lambda t: torch.fft.irfft(torch.view_as_complex(t["x"]), n=16, dim=1)[..., None],
+          opset=20, constants=("n", "axis"))
+    write("dft_inverse_truncated_opset20", "DFT",
+          [("x", normal(2, 8, 3, 2)), ("n", i64(6)), ("axis", i64(1))], ["y"], dict(inverse=1),
+          lambda t: as_real(torch.fft.ifft(torch.view_as_complex(t["x"]), n=6, dim=1)),
+          opset=20, constants=("n", "axis"))
+    write("dft_padded_axis0", "DFT", [("x", normal(10, 3, 1)), ("n", i64(12))], ["y"],
+          dict(axis=0), lambda t: as_real(torch.fft.fft(t["x"][..., 0], n=12, dim=0)),
+          opset=17, constants=("n",))
+    write("dft_complex_odd", "DFT", [("x", normal(3, 7, 2))], ["y"], dict(axis=1),
+          lambda t: as_real(torch.fft.fft(torch.view_as_complex(t["x"]), dim=1)), opset=17)
+
+    # STFT with a Hann window (PyTorch's stft without centering), and a complex signal's full
+    # spectrum without a window.
+    signal = normal(2, 40, 1)
+    hann = np.hanning(18)[1:-1].astype(np.float32)  # 16 values, none zero
+    write("stft_hann_window", "STFT",
+          [("signal", signal), ("step", i64(6)), ("window", hann)], ["y"], dict(onesided=1),
+          lambda t: as_real(torch.stft(t["signal"][..., 0], 16, 6, window=t["window"],
+                                       center=False, onesided=True,
+                                       return_complex=True)).transpose(1, 2),
+          opset=17, constants=("step",))
+    write("stft_complex_full", "STFT",
+          [("signal", normal(1, 20, 2)), ("step", i64(5)), ("", None), ("frame", i64(8))],
+          ["y"], dict(onesided=0), opset=17, constants=("step", "frame"))
+
+    # The windows, against PyTorch's (Hamming with ONNX's alpha 25/46).
+    write("hann_window_periodic", "HannWindow", [("size", i64(10))], ["y"], {},
+          lambda t: torch.hann_window(10), opset=17, constants=("size",))
+    write("hamming_window_symmetric", "HammingWindow", [("size", i64(9))], ["y"],
+          dict(periodic=0),
+          lambda t: torch.hamming_window(9, periodic=False, alpha=25 / 46, beta=21 / 46),
+          opset=17, constants=("size",))
+    write("blackman_window_f64", "BlackmanWindow", [("size", i64(12))], ["y"],
+          dict(output_datatype=onnx.TensorProto.DOUBLE),
+          lambda t: torch.blackman_window(12, dtype=torch.float64), opset=17,
+          constants=("size",))
+
+    # A mel filter bank for 16 kHz audio.
+    write("mel_weight_matrix_16k", "MelWeightMatrix",
+          [("bins", i64(10)), ("dft", i64(64)), ("rate", i64(16000)),
+           ("low", np.array(20.0, dtype=np.float32)), ("high", np.array(7000.0, dtype=np.float32))],
+          ["w"], {}, opset=17, constants=("bins", "dft", "rate", "low", "high"))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
@@ -378,3 +527,5 @@ if __name__ == "__main__":
     col2ims()
     reduce_prods()
     far_grids()
+    composite_ops()
+    spectral_ops()
