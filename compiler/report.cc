@@ -121,6 +121,11 @@ std::string summary_text(const Graph& graph, std::string_view what) {
 std::string inspect_text(const Graph& graph) {
   std::string out = print_graph(graph, PrintOptions{.max_constant_elements = 16});
   out += summary_text(graph, "graph");
+  if (auto from = graph.metadata().find("ampc.converted_from_opset");
+      from != graph.metadata().end()) {
+    out += str_cat("  converted: the file's opset ", from->second, " to ", graph.opset(""),
+                   " by ONNX's version converter, for ops ampc has only in newer forms\n");
+  }
   if (const Graph* step = graph.training_step()) {
     out += summary_text(*step, "training step");
     std::vector<std::string> recipe;

@@ -392,9 +392,12 @@ TEST(LegacyForms, DropoutsFloatMaskBeforeOpset10IsNotComputedAndReadingItSaysSo)
       << graph.status();
 }
 
+// (An inference Dropout before opset 11 is converted to opset 13 at import with the rest of its
+// model: tests/onnx_opset_conversion_test.cc.)
 TEST(LegacyForms, ExportWritesDropoutsTrainingModeBackAsTheMaskOutput) {
   for (int64_t opset : {9, 11}) {
     for (const bool training : {true, false}) {
+      if (opset < 11 && !training) continue;
       SCOPED_TRACE(str_cat("opset ", opset, training ? ", training" : ", inference"));
       std::unique_ptr<Graph> graph =
           import_ok(dropout_model(opset, training ? std::vector<std::string>{"y", "mask"}

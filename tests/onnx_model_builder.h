@@ -98,6 +98,15 @@ inline onnx::AttributeProto& add_float_attr(onnx::NodeProto& node, const std::st
   return *attr;
 }
 
+inline onnx::AttributeProto& add_floats_attr(onnx::NodeProto& node, const std::string& name,
+                                             const std::vector<float>& values) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::FLOATS);
+  for (float v : values) attr->add_floats(v);
+  return *attr;
+}
+
 inline onnx::AttributeProto& add_ints_attr(onnx::NodeProto& node, const std::string& name,
                                            const std::vector<int64_t>& values) {
   onnx::AttributeProto* attr = node.add_attribute();
