@@ -638,14 +638,16 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
   // Below opset 11 ops had the forms ampc's gradient rules and kernels do not emit (Equal of
   // floats, Pad, Clip and Slice with attributes, ...): such a model is converted to
   // kConvertedOpset first, and imported as it is only where ONNX's converter cannot convert it,
-  // or where it would lose what the file means: a Dropout with its mask output is PyTorch's
-  // training mode before opset 12 (compiler/onnx_legacy_ops.cc), which the converter makes an
-  // inference Dropout.
+  // and never where it would lose what the file means: a Dropout with its mask output is
+  // PyTorch's training mode before opset 12 (compiler/onnx_legacy_ops.cc), which the converter
+  // makes an inference Dropout.
   // From 11, a model is converted only when it fails for an op ampc implements only in a newer
   // form (else the first error stands). A converted graph holds the newer forms, and its
   // metadata says which opset the file had.
   const int64_t opset = default_opset(model);
-  const bool convertible = opset > 0 && opset < kConvertedOpset && model.training_info_size() == 0;
+  const bool training_dropout = opset < 12 && has_training_dropout(model);
+  const bool convertible =
+      opset > 0 && opset < kConvertedOpset && model.training_info_size() == 0 && !training_dropout;
   std::optional<absl::StatusOr<onnx::ModelProto>> newer;
   std::optional<absl::Status> converted_failure;
   const auto import_converted = [&]() -> absl::StatusOr<std::unique_ptr<Graph>> {
@@ -656,12 +658,22 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
     converted->set_metadata("ampc.converted_from_opset", std::to_string(opset));
     return converted;
   };
-  if (convertible && opset < kConvertFirstBelow && !has_training_dropout(model)) {
+  if (convertible && opset < kConvertFirstBelow) {
     absl::StatusOr<std::unique_ptr<Graph>> converted = import_converted();
     if (converted.ok()) return converted;
     converted_failure = converted.status();
   }
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_model(model, options, base_dir);
+  if (!graph.ok() && graph.status().code() == absl::StatusCode::kUnimplemented &&
+      training_dropout) {
+    graph = absl::Status(
+        graph.status().code(),
+        str_cat(graph.status().message(), " (ampc does not convert the model to opset ",
+                kConvertedOpset,
+                " with ONNX's version converter: its Dropout with a mask output, PyTorch's "
+                "training mode before opset 12, would become an inference Dropout; export the "
+                "model at opset 12 or later)"));
+  }
   if (!graph.ok() && graph.status().code() == absl::StatusCode::kUnimplemented && convertible) {
     absl::StatusOr<std::unique_ptr<Graph>> retry =
         converted_failure.has_value() ? *converted_failure : import_converted();

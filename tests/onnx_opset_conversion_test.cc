@@ -174,5 +174,25 @@ TEST(OpsetConversion, AModelTheConverterCannotConvertKeepsItsErrorAndSaysWhy) {
       << graph.status();
 }
 
+// A Dropout with its mask output is PyTorch's training mode before opset 12, which the converter
+// would turn into an inference Dropout: such a model is never converted, and an op it needs
+// converted for says why.
+TEST(OpsetConversion, ATrainingDropoutBeforeOpset12KeepsTheModelUnconverted) {
+  ModelBuilder m = old_model(10, {"2", "4"});
+  testing::add_ints_attr(m.node("Pad", {"X"}, {"padded"}, "pad"), "pads", {0, 1, 0, 1});
+  m.node("Dropout", {"padded"}, {"Y", "mask"}, "drop");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "old.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'pad' (Pad): op 'Pad' (domain 'ai.onnx', opset "
+                                          "10) is not supported by ampc"),
+            std::string::npos)
+      << graph.status();
+  EXPECT_NE(graph.status().message().find("its Dropout with a mask output, PyTorch's training "
+                                          "mode before opset 12, would become an inference "
+                                          "Dropout; export the model at opset 12 or later"),
+            std::string::npos)
+      << graph.status();
+}
+
 }  // namespace
 }  // namespace ampc
