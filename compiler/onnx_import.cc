@@ -24,6 +24,7 @@
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
 #include "google/protobuf/arena.h"
+#include "onnx/checker.h"
 #include "onnx/version_converter/convert.h"
 
 namespace ampc {
@@ -546,7 +547,23 @@ bool has_training_dropout(const onnx::ModelProto& model) {
 
 // `model` converted to kConvertedOpset by ONNX's version converter.
 absl::StatusOr<onnx::ModelProto> converted_model(const onnx::ModelProto& model) {
+  // The converter trusts its input (a node without outputs crashes it): only a model ONNX's
+  // checker accepts is converted. Graph outputs without a type, which ampc infers and the
+  // checker refuses, are left out of the check.
   onnx::ModelProto copy = model;
+  {
+    onnx::ModelProto checked = model;
+    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> typed;
+    for (const onnx::ValueInfoProto& output : checked.graph().output()) {
+      if (output.has_type()) *typed.Add() = output;
+    }
+    checked.mutable_graph()->mutable_output()->Swap(&typed);
+    try {
+      onnx::checker::check_model(checked);
+    } catch (const std::exception& e) {
+      return absl::UnimplementedError(str_cat("ONNX's checker rejects the model: ", e.what()));
+    }
+  }
   // The converter resolves node inputs among the graph's inputs only (IR 3's rule, where every
   // initializer is listed as an input too): list the others for it, and drop them after.
   std::unordered_set<std::string> listed;

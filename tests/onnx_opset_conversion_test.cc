@@ -174,6 +174,22 @@ TEST(OpsetConversion, AModelTheConverterCannotConvertKeepsItsErrorAndSaysWhy) {
       << graph.status();
 }
 
+// ONNX's converter trusts its input (a node without outputs crashed it): a model ONNX's checker
+// rejects is not converted, and the error says why.
+TEST(OpsetConversion, AMalformedModelIsNotGivenToTheConverter) {
+  ModelBuilder m = old_model(9, {"1", "1", "4", "4"});
+  testing::add_ints_attr(m.node("AveragePool", {"X"}, {}, "pool"), "kernel_shape", {2, 2});
+  m.node("Relu", {"X"}, {"Y"}, "relu");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "old.onnx");
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("node 'pool' (AveragePool)"), std::string::npos)
+      << graph.status();
+  EXPECT_NE(graph.status().message().find("the model does not convert: ONNX's checker rejects "
+                                          "the model"),
+            std::string::npos)
+      << graph.status();
+}
+
 // A Dropout with its mask output is PyTorch's training mode before opset 12, which the converter
 // would turn into an inference Dropout: such a model is never converted, and an op it needs
 // converted for says why.
