@@ -245,13 +245,7 @@ absl::Status lower_eye_like(const onnx::NodeProto& proto, const std::string& lab
   }
   DType dtype = like->dtype();
   if (attrs.ints.contains("dtype")) {
-    const auto code = static_cast<int>(attrs.i("dtype", 0));
-    absl::StatusOr<DType> chosen = from_onnx_dtype(code);
-    if (!chosen.ok()) {
-      return invalid(str_cat(label, ": dtype is ", onnx_dtype_name(code),
-                             ", which is not an ampc element type"));
-    }
-    dtype = *chosen;
+    AMPC_ASSIGN_OR_RETURN(dtype, element_type_attr(attrs.i("dtype", 0), str_cat(label, ": dtype")));
   }
   const int64_t k = attrs.i("k", 0);
   std::vector<double> values(static_cast<size_t>(shape[0] * shape[1]), 0.0);

@@ -19,13 +19,12 @@
 #include "compiler/onnx_lowering.h"
 #include "compiler/onnx_metadata.h"
 #include "compiler/onnx_op_lookup.h"
+#include "compiler/onnx_opset_conversion.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
 #include "google/protobuf/arena.h"
-#include "onnx/checker.h"
-#include "onnx/version_converter/convert.h"
 
 namespace ampc {
 namespace {
@@ -521,107 +520,6 @@ absl::Status import_training_info(const onnx::ModelProto& model,
   return absl::OkStatus();
 }
 
-// The opset models are converted to when theirs is older than the forms ampc implements for one
-// of their ops: ONNX's own version converter (its adapters rewrite each op's older form: Pad's,
-// Clip's and Slice's attributes as inputs, Upsample as Resize, BatchNormalization's `spatial`,
-// ...) brings the model to this opset, which ampc covers.
-constexpr int kConvertedOpset = 13;
-// Models below this opset are converted before import (see import_bytes).
-constexpr int kConvertFirstBelow = 11;
-
-int64_t default_opset(const onnx::ModelProto& model) {
-  for (const onnx::OperatorSetIdProto& id : model.opset_import()) {
-    if (id.domain().empty() || id.domain() == "ai.onnx") return id.version();
-  }
-  return 0;
-}
-
-// Whether the model has a Dropout with its mask output, which means training before opset 12.
-bool has_training_dropout(const onnx::ModelProto& model) {
-  const auto& nodes = model.graph().node();
-  return std::any_of(nodes.begin(), nodes.end(), [](const onnx::NodeProto& node) {
-    return node.op_type() == "Dropout" && node.output_size() > 1 && !node.output(1).empty() &&
-           (node.domain().empty() || node.domain() == "ai.onnx");
-  });
-}
-
-// `model` converted to kConvertedOpset by ONNX's version converter.
-absl::StatusOr<onnx::ModelProto> converted_model(const onnx::ModelProto& model) {
-  // The converter trusts its input (a node without outputs crashes it): only a model ONNX's
-  // checker accepts is converted. Graph outputs without a type, which ampc infers and the
-  // checker refuses, are left out of the check.
-  onnx::ModelProto copy = model;
-  {
-    onnx::ModelProto checked = model;
-    google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> typed;
-    for (const onnx::ValueInfoProto& output : checked.graph().output()) {
-      if (output.has_type()) *typed.Add() = output;
-    }
-    checked.mutable_graph()->mutable_output()->Swap(&typed);
-    try {
-      onnx::checker::check_model(checked);
-    } catch (const std::exception& e) {
-      return absl::UnimplementedError(str_cat("ONNX's checker rejects the model: ", e.what()));
-    }
-  }
-  // The converter resolves node inputs among the graph's inputs only (IR 3's rule, where every
-  // initializer is listed as an input too): list the others for it, and drop them after.
-  std::unordered_set<std::string> listed;
-  for (const onnx::ValueInfoProto& input : copy.graph().input()) listed.insert(input.name());
-  std::unordered_set<std::string> added;
-  for (const onnx::TensorProto& init : copy.graph().initializer()) {
-    if (listed.contains(init.name()) || !added.insert(init.name()).second) continue;
-    onnx::ValueInfoProto* input = copy.mutable_graph()->add_input();
-    input->set_name(init.name());
-    onnx::TypeProto::Tensor* type = input->mutable_type()->mutable_tensor_type();
-    type->set_elem_type(init.data_type());
-    onnx::TensorShapeProto* shape = type->mutable_shape();
-    for (int64_t dim : init.dims()) shape->add_dim()->set_dim_value(dim);
-  }
-  // Pad before opset 11 in constant mode with its default value unwritten: the converter
-  // requires it (and keeps it, wrongly, for the other modes).
-  if (default_opset(copy) < 11) {
-    for (onnx::NodeProto& node : *copy.mutable_graph()->mutable_node()) {
-      if (node.op_type() != "Pad" || !(node.domain().empty() || node.domain() == "ai.onnx"))
-        continue;
-      const auto& attrs = node.attribute();
-      const auto named = [&](std::string_view name) {
-        return std::find_if(attrs.begin(), attrs.end(),
-                            [&](const auto& a) { return a.name() == name; });
-      };
-      const bool constant_mode = named("mode") == attrs.end() || named("mode")->s() == "constant";
-      if (constant_mode && named("value") == attrs.end()) {
-        onnx::AttributeProto* value = node.add_attribute();
-        value->set_name("value");
-        value->set_type(onnx::AttributeProto::FLOAT);
-        value->set_f(0.0f);
-      }
-    }
-  }
-  onnx::ModelProto converted;
-  try {
-    converted = onnx::version_conversion::ConvertVersion(copy, kConvertedOpset);
-  } catch (const std::exception& e) {
-    return absl::UnimplementedError(e.what());
-  }
-  // The converter writes Reshape's former `shape` attribute as a Constant without dims.
-  for (onnx::NodeProto& node : *converted.mutable_graph()->mutable_node()) {
-    if (node.op_type() != "Constant") continue;
-    for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
-      onnx::TensorProto& t = *attr.mutable_t();
-      if (attr.name() == "value" && t.dims_size() == 0 && t.int64_data_size() > 1) {
-        t.add_dims(t.int64_data_size());
-      }
-    }
-  }
-  google::protobuf::RepeatedPtrField<onnx::ValueInfoProto> inputs;
-  for (const onnx::ValueInfoProto& input : converted.graph().input()) {
-    if (!added.contains(input.name())) *inputs.Add() = input;
-  }
-  converted.mutable_graph()->mutable_input()->Swap(&inputs);
-  return converted;
-}
-
 absl::StatusOr<std::unique_ptr<Graph>> import_model(const onnx::ModelProto& model,
                                                     const ImportOptions& options,
                                                     const std::filesystem::path& base_dir) {
@@ -654,28 +552,28 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
   if (model.opset_import_size() == 0) return not_a_model(source, "no opset_import");
   // Below opset 11 ops had the forms ampc's gradient rules and kernels do not emit (Equal of
   // floats, Pad, Clip and Slice with attributes, ...): such a model is converted to
-  // kConvertedOpset first, and imported as it is only where ONNX's converter cannot convert it,
-  // and never where it would lose what the file means: a Dropout with its mask output is
-  // PyTorch's training mode before opset 12 (compiler/onnx_legacy_ops.cc), which the converter
+  // kConvertedOpset first, and imported as it is only where ONNX's converter cannot
+  // convert it, and never where it would lose what the file means: a Dropout with its mask output
+  // is PyTorch's training mode before opset 12 (compiler/onnx_legacy_ops.cc), which the converter
   // makes an inference Dropout.
   // From 11, a model is converted only when it fails for an op ampc implements only in a newer
   // form (else the first error stands). A converted graph holds the newer forms, and its
   // metadata says which opset the file had.
-  const int64_t opset = default_opset(model);
-  const bool training_dropout = opset < 12 && has_training_dropout(model);
-  const bool convertible =
-      opset > 0 && opset < kConvertedOpset && model.training_info_size() == 0 && !training_dropout;
+  const int64_t opset = onnx_io::default_opset(model);
+  const bool training_dropout = opset < 12 && onnx_io::has_training_dropout(model);
+  const bool convertible = opset > 0 && opset < onnx_io::kConvertedOpset &&
+                           model.training_info_size() == 0 && !training_dropout;
   std::optional<absl::StatusOr<onnx::ModelProto>> newer;
   std::optional<absl::Status> converted_failure;
   const auto import_converted = [&]() -> absl::StatusOr<std::unique_ptr<Graph>> {
-    if (!newer.has_value()) newer = converted_model(model);
+    if (!newer.has_value()) newer = onnx_io::converted_model(model);
     if (!newer->ok()) return newer->status();
     AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> converted,
                           import_model(**newer, options, base_dir));
     converted->set_metadata("ampc.converted_from_opset", std::to_string(opset));
     return converted;
   };
-  if (convertible && opset < kConvertFirstBelow) {
+  if (convertible && opset < onnx_io::kConvertFirstBelow) {
     absl::StatusOr<std::unique_ptr<Graph>> converted = import_converted();
     if (converted.ok()) return converted;
     converted_failure = converted.status();
@@ -686,7 +584,7 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
     graph = absl::Status(
         graph.status().code(),
         str_cat(graph.status().message(), " (ampc does not convert the model to opset ",
-                kConvertedOpset,
+                onnx_io::kConvertedOpset,
                 " with ONNX's version converter: its Dropout with a mask output, PyTorch's "
                 "training mode before opset 12, would become an inference Dropout; export the "
                 "model at opset 12 or later)"));
@@ -697,11 +595,12 @@ absl::StatusOr<std::unique_ptr<Graph>> import_bytes(std::string_view bytes, std:
     if (retry.ok()) {
       graph = std::move(retry);
     } else {
-      graph = absl::Status(graph.status().code(),
-                           str_cat(graph.status().message(), " (converted to opset ",
-                                   kConvertedOpset, " by ONNX's version converter, the model ",
-                                   newer->ok() ? "still fails: " : "does not convert: ",
-                                   retry.status().message(), ")"));
+      graph = absl::Status(
+          graph.status().code(),
+          str_cat(graph.status().message(), " (converted to opset ", onnx_io::kConvertedOpset,
+                  " by ONNX's version converter, the model ",
+                  newer->ok() ? "still fails: " : "does not convert: ", retry.status().message(),
+                  ")"));
     }
   }
   if (!graph.ok()) {

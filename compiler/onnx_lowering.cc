@@ -171,6 +171,13 @@ absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, i
   return known->to_double_vector();
 }
 
+absl::StatusOr<DType> element_type_attr(int64_t code, const std::string& what) {
+  absl::StatusOr<DType> dtype = from_onnx_dtype(static_cast<int>(code));
+  if (dtype.ok()) return dtype;
+  return invalid(str_cat(what, " is ", onnx_dtype_name(static_cast<int>(code)),
+                         ", which is not an ampc element type"));
+}
+
 absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,
                                               size_t count, int64_t fill, int64_t min,
                                               const std::string& label) {

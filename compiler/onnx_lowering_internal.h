@@ -38,6 +38,10 @@ absl::StatusOr<NodeAttributes> read_attributes(
     const onnx::NodeProto& proto, const std::string& label,
     const std::map<std::string, onnx::AttributeProto::AttributeType, std::less<>>& known);
 
+// An element type attribute (`dtype`, `output_datatype`) holding ONNX's `code`; an error naming
+// `what` when ampc has no such type.
+absl::StatusOr<DType> element_type_attr(int64_t code, const std::string& what);
+
 // An INTS attribute with one value per spatial axis (`count`), each >= `min`, or `fill` for each
 // when absent; an error naming the attribute otherwise.
 absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,

@@ -306,12 +306,8 @@ absl::Status lower_mel_weight_matrix(const onnx::NodeProto& proto, const std::st
                            ", sample_rate ", sample_rate,
                            " must be positive and 0 <= lower_edge_hertz < upper_edge_hertz"));
   }
-  const auto code = static_cast<int>(attrs.i("output_datatype", 1));
-  absl::StatusOr<DType> dtype = from_onnx_dtype(code);
-  if (!dtype.ok()) {
-    return invalid(str_cat(label, ": output_datatype is ", onnx_dtype_name(code),
-                           ", which is not an ampc element type"));
-  }
+  AMPC_ASSIGN_OR_RETURN(DType dtype, element_type_attr(attrs.i("output_datatype", 1),
+                                                       str_cat(label, ": output_datatype")));
   const int64_t spectrogram_bins = dft_length / 2 + 1;
   const auto mel = [](double hz) { return 2595 * std::log1p(hz / 700) / std::log(10.0); };
   const double low_mel = mel(low[0]);
@@ -350,7 +346,7 @@ absl::Status lower_mel_weight_matrix(const onnx::NodeProto& proto, const std::st
   if (e.output(0).empty()) return absl::OkStatus();
   return e
       .op("Constant", {},
-          {{"value", AttrValue(Tensor::from_doubles(*dtype, {spectrogram_bins, mel_bins}, w))}},
+          {{"value", AttrValue(Tensor::from_doubles(dtype, {spectrogram_bins, mel_bins}, w))}},
           e.output(0))
       .status();
 }
@@ -370,12 +366,8 @@ absl::Status lower_window(const onnx::NodeProto& proto, const std::string& label
   }
   AMPC_ASSIGN_OR_RETURN(int64_t size, known_scalar(proto, 0, label, sink, "size"));
   if (size < 1) return invalid(str_cat(label, ": size is ", size, "; it must be at least 1"));
-  const auto code = static_cast<int>(attrs.i("output_datatype", 1));
-  absl::StatusOr<DType> dtype = from_onnx_dtype(code);
-  if (!dtype.ok()) {
-    return invalid(str_cat(label, ": output_datatype is ", onnx_dtype_name(code),
-                           ", which is not an ampc element type"));
-  }
+  AMPC_ASSIGN_OR_RETURN(DType dtype, element_type_attr(attrs.i("output_datatype", 1),
+                                                       str_cat(label, ": output_datatype")));
   const double period = static_cast<double>(attrs.i("periodic", 1) != 0 ? size : size - 1);
   std::vector<double> w(static_cast<size_t>(size));
   for (int64_t n = 0; n < size; ++n) {
@@ -393,7 +385,7 @@ absl::Status lower_window(const onnx::NodeProto& proto, const std::string& label
   Emitter e(proto, label, sink);
   if (e.output(0).empty()) return absl::OkStatus();
   return e
-      .op("Constant", {}, {{"value", AttrValue(Tensor::from_doubles(*dtype, {size}, w))}},
+      .op("Constant", {}, {{"value", AttrValue(Tensor::from_doubles(dtype, {size}, w))}},
           e.output(0))
       .status();
 }
