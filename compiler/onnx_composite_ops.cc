@@ -2,9 +2,9 @@
 // them and autodiff differentiates them with no new kernels: Sum and Mean (Adds), Shrink and
 // ThresholdedRelu (comparisons and Where), Hardmax (ArgMax against positions), GlobalMaxPool
 // (ReduceMax), LRN (AveragePool over channels), EyeLike (a constant), MaxUnpool
-// (ScatterElements) and ReverseSequence (Gather). Each follows ONNX's definition and its
-// node tests; where they disagree with PyTorch's layer of the same name, the note at the
-// lowering says how.
+// (ScatterElements), ReverseSequence (Gather), Swish and SwiGLU (Sigmoid and Muls) and CumProd
+// (a scan of Muls). Each follows ONNX's definition and its node tests; where they disagree with
+// PyTorch's layer of the same name, the note at the lowering says how.
 #include <cmath>
 #include <numeric>
 
@@ -403,6 +403,131 @@ absl::Status lower_reverse_sequence(const onnx::NodeProto& proto, const std::str
   AMPC_ASSIGN_OR_RETURN(Value * gathered,
                         e.op("Gather", {rows, row}, {{"axis", AttrValue(int64_t{0})}}));
   return e.reshape(gathered, shape, e.output(0)).status();
+}
+
+// Swish(x) = x * Sigmoid(alpha * x) (opset 24; at alpha 1 PyTorch's SiLU, lowered to the
+// Mul(x, Sigmoid(x)) PyTorch's exporters write for it); SwiGLU(a, b) = Swish(a) * b (opset 28),
+// a and b of one shape. alpha is rounded to x's type, as the reference's arithmetic in that type
+// does.
+absl::Status lower_swish(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label, {{"alpha", onnx::AttributeProto::FLOAT}}));
+  AMPC_RETURN_IF_ERROR(expect_outputs(proto, label, 1));
+  const bool gated = proto.op_type() == "SwiGLU";
+  const int operands = gated ? 2 : 1;
+  if (proto.input_size() != operands) {
+    return invalid(str_cat(label, " has ", proto.input_size(), " inputs; ", proto.op_type(),
+                           " has ", operands));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  AMPC_RETURN_IF_ERROR(expect_float(label, "input 0", x));
+  Value* value = nullptr;
+  if (gated) {
+    AMPC_ASSIGN_OR_RETURN(value, tensor_input(proto, 1, label, sink));
+    if (value->type() != x->type()) {
+      return invalid(str_cat(label, ": the gate A is ", type_to_string(x->type()),
+                             " and the value B is ", type_to_string(value->type()),
+                             "; SwiGLU takes them of one type and shape (it does not broadcast)"));
+    }
+  }
+  Emitter e(proto, label, sink);
+  if (e.output(0).empty()) return absl::OkStatus();
+  Value* argument = x;
+  if (const float alpha = attrs.f("alpha", 1.0F); alpha != 1.0F) {
+    AMPC_ASSIGN_OR_RETURN(Value * scale, e.scalar(alpha, x->dtype()));
+    AMPC_ASSIGN_OR_RETURN(argument, e.op("Mul", {x, scale}));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * gate, e.op("Sigmoid", {argument}));
+  if (!gated) return e.op("Mul", {x, gate}, {}, e.output(0)).status();
+  AMPC_ASSIGN_OR_RETURN(Value * swish, e.op("Mul", {x, gate}));
+  return e.op("Mul", {swish, value}, {}, e.output(0)).status();
+}
+
+// CumProd(x, axis) (opset 26): the running product along `axis` by a scan of log2(n) steps, each
+// multiplying y by y shifted s places along the axis (ones shifted in), s = 1, 2, 4, ...;
+// `exclusive` shifts x one place first, `reverse` runs it on x reversed along the axis (a Gather)
+// and reverses back. The products are grouped differently from a left-to-right product (a
+// rounding per factor either way), and autodiff differentiates the Muls, so a zero among the
+// factors gets the gradient it should. The axis must be known at compile time.
+absl::Status lower_cum_prod(const onnx::NodeProto& proto, const std::string& label,
+                            ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"exclusive", onnx::AttributeProto::INT},
+                                         {"reverse", onnx::AttributeProto::INT}}));
+  AMPC_RETURN_IF_ERROR(expect_outputs(proto, label, 1));
+  AMPC_ASSIGN_OR_RETURN(Value * x, tensor_input(proto, 0, label, sink));
+  const DType dtype = x->dtype();
+  if (!is_arithmetic_float(dtype) && dtype != DType::kI64 && dtype != DType::kI32) {
+    return invalid(str_cat(label, ": input is ", dtype_name(dtype),
+                           "; ampc takes CumProd of float, i64 and i32 data"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * axis_value, tensor_input(proto, 1, label, sink));
+  if ((axis_value->dtype() != DType::kI64 && axis_value->dtype() != DType::kI32) ||
+      axis_value->type().num_elements() != 1) {
+    return invalid(str_cat(label, ": axis is ", type_to_string(axis_value->type()),
+                           "; it must be an int32 or int64 scalar"));
+  }
+  const Tensor* known_axis = sink.known_value(axis_value);
+  if (known_axis == nullptr) {
+    return absl::UnimplementedError(
+        str_cat(label, ": axis '", proto.input(1), "' must be known at compile time"));
+  }
+  const Shape& shape = x->type().shape;
+  const auto rank = static_cast<int64_t>(shape.size());
+  int64_t axis = known_axis->element_as_i64(0);
+  if (axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for an input of rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  for (const char* flag : {"exclusive", "reverse"}) {
+    if (const int64_t v = attrs.i(flag, 0); v != 0 && v != 1) {
+      return invalid(str_cat(label, ": attribute '", flag, "' is ", v, "; it must be 0 or 1"));
+    }
+  }
+  const bool exclusive = attrs.i("exclusive", 0) != 0;
+  const bool reverse = attrs.i("reverse", 0) != 0;
+  Emitter e(proto, label, sink);
+  if (e.output(0).empty()) return absl::OkStatus();
+  const int64_t n = shape[static_cast<size_t>(axis)];
+  if (n == 0 || (n == 1 && !exclusive)) return e.op("Identity", {x}, {}, e.output(0)).status();
+
+  const Attributes along = {{"axis", AttrValue(axis)}};
+  const auto flip = [&](Value* t, std::string output = "") -> absl::StatusOr<Value*> {
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = n - 1 - i;
+    AMPC_ASSIGN_OR_RETURN(Value * indices, e.constant(Tensor::from_i64({n}, order)));
+    return e.op("Gather", {t, indices}, along, std::move(output));
+  };
+  // t's first n - s entries along the axis after s ones (a Pad with 1); all ones when s = n.
+  AMPC_ASSIGN_OR_RETURN(Value * one, e.scalar(1, dtype));
+  const auto shift = [&](Value* t, int64_t s) -> absl::StatusOr<Value*> {
+    if (s == n) {
+      AMPC_ASSIGN_OR_RETURN(Value * dims, e.constant(Tensor::from_i64({rank}, shape)));
+      return e.op("Expand", {one, dims});
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * starts, e.constant(Tensor::from_i64({1}, {0})));
+    AMPC_ASSIGN_OR_RETURN(Value * ends, e.constant(Tensor::from_i64({1}, {n - s})));
+    AMPC_ASSIGN_OR_RETURN(Value * axes, e.constant(Tensor::from_i64({1}, {axis})));
+    AMPC_ASSIGN_OR_RETURN(Value * kept, e.op("Slice", {t, starts, ends, axes}));
+    std::vector<int64_t> pads(2 * static_cast<size_t>(rank), 0);
+    pads[static_cast<size_t>(axis)] = s;
+    AMPC_ASSIGN_OR_RETURN(Value * amounts, e.constant(Tensor::from_i64({2 * rank}, pads)));
+    return e.op("Pad", {kept, amounts, one});
+  };
+  Value* y = x;
+  if (reverse) {
+    AMPC_ASSIGN_OR_RETURN(y, flip(y));
+  }
+  if (exclusive) {
+    AMPC_ASSIGN_OR_RETURN(y, shift(y, 1));
+  }
+  for (int64_t s = 1; s < n; s *= 2) {
+    AMPC_ASSIGN_OR_RETURN(Value * earlier, shift(y, s));
+    AMPC_ASSIGN_OR_RETURN(y, e.op("Mul", {y, earlier}));
+  }
+  if (reverse) return flip(y, e.output(0)).status();
+  return e.op("Identity", {y}, {}, e.output(0)).status();
 }
 
 }  // namespace ampc::onnx_io::lowering

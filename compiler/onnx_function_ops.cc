@@ -12,6 +12,13 @@
 namespace ampc::onnx_io::lowering {
 namespace {
 
+// Positions 0 .. n-1 as i64, laid along the one axis of `shape` that is n long.
+absl::StatusOr<Value*> positions(Emitter& e, int64_t n, Shape shape) {
+  std::vector<int64_t> iota(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) iota[static_cast<size_t>(i)] = i;
+  return e.constant(Tensor::from_i64(std::move(shape), iota));
+}
+
 absl::StatusOr<DType> float_type_attr(int64_t code, const std::string& what) {
   absl::StatusOr<DType> dtype = from_onnx_dtype(static_cast<int>(code));
   if (!dtype.ok() || !is_arithmetic_float(*dtype)) {
@@ -194,15 +201,37 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
                         read_attributes(proto, label,
                                         {{"is_causal", onnx::AttributeProto::INT},
                                          {"kv_num_heads", onnx::AttributeProto::INT},
+                                         {"left_window_size", onnx::AttributeProto::INT},
+                                         {"right_window_size", onnx::AttributeProto::INT},
                                          {"q_num_heads", onnx::AttributeProto::INT},
                                          {"qk_matmul_output_mode", onnx::AttributeProto::INT},
                                          {"scale", onnx::AttributeProto::FLOAT},
                                          {"softcap", onnx::AttributeProto::FLOAT},
                                          {"softmax_precision", onnx::AttributeProto::INT}}));
-  if (proto.input_size() > 6 && !proto.input(6).empty()) {
-    return absl::UnimplementedError(
-        str_cat(label, ": input 6 (nonpad_kv_seqlen) is not supported"));
+  // Opset 24 adds input 6 (nonpad_kv_seqlen), 25 the sliding window's bounds.
+  const int64_t opset = sink.opset();
+  const int max_inputs = opset >= 24 ? 7 : 6;
+  if (proto.input_size() > max_inputs) {
+    return invalid(str_cat(label, " has ", proto.input_size(), " inputs; Attention has ",
+                           max_inputs, " at opset ", opset));
   }
+  int64_t window[2] = {-1, -1};  // left, right; -1 leaves that side unbounded
+  for (int side = 0; side < 2; ++side) {
+    const char* name = side == 0 ? "left_window_size" : "right_window_size";
+    if (!attrs.has(name)) continue;
+    if (opset < 25) {
+      return invalid(str_cat(label, ": attribute '", name,
+                             "' is an attribute of Attention from opset 25; the model imports "
+                             "opset ",
+                             opset));
+    }
+    window[side] = attrs.i(name, -1);
+    if (window[side] < -1) {
+      return invalid(str_cat(label, ": attribute '", name, "' is ", window[side],
+                             "; it must be -1 (unbounded) or >= 0"));
+    }
+  }
+  const bool windowed = window[0] >= 0 || window[1] >= 0;
   if (proto.output_size() > 3 && !proto.output(3).empty()) {
     return absl::UnimplementedError(
         str_cat(label,
@@ -270,6 +299,19 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
   if (has_input(proto, 4) != has_input(proto, 5)) {
     return invalid(str_cat(label, ": past_key and past_value go together"));
   }
+  Value* nonpad = nullptr;
+  if (has_input(proto, 6)) {
+    if (has_input(proto, 4)) {
+      return invalid(str_cat(label,
+                             ": nonpad_kv_seqlen (an external cache's lengths) cannot be combined "
+                             "with past_key and past_value"));
+    }
+    AMPC_ASSIGN_OR_RETURN(nonpad, tensor_input(proto, 6, label, sink));
+    if (nonpad->dtype() != DType::kI64 || nonpad->type().shape != Shape{batch}) {
+      return invalid(str_cat(label, ": nonpad_kv_seqlen is ", type_to_string(nonpad->type()),
+                             "; it must be i64[", batch, "], one length per batch entry"));
+    }
+  }
   if (has_input(proto, 4)) {
     AMPC_ASSIGN_OR_RETURN(Value * past_key, tensor_input(proto, 4, label, sink));
     AMPC_ASSIGN_OR_RETURN(Value * past_value, tensor_input(proto, 5, label, sink));
@@ -315,16 +357,60 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
     AMPC_ASSIGN_OR_RETURN(scores, e.op("Mul", {bounded, cap}));
   }
 
-  // Biases: causal (bottom-right aligned: query i sees keys j <= i + past), then the mask.
+  // Biases of 0 or -inf: causal and the sliding window, both aligned bottom-right (a query at
+  // in-block index i is at absolute position p = i + offset: query i sees keys j <= p, and
+  // p - left <= j <= p + right), and the keys past each batch entry's nonpad_kv_seqlen; then the
+  // mask. The offset is the past's length, or with nonpad_kv_seqlen, that length - q_len per
+  // batch entry, known only at run time.
   const double neg_inf = -std::numeric_limits<double>::infinity();
-  if (attrs.i("is_causal", 0) != 0) {
+  const bool causal = attrs.i("is_causal", 0) != 0;
+  if (nonpad != nullptr) {
+    AMPC_ASSIGN_OR_RETURN(Value * lengths, e.reshape(nonpad, {batch, 1, 1, 1}));
+    AMPC_ASSIGN_OR_RETURN(Value * keys, positions(e, kv_len, {1, 1, 1, kv_len}));
+    AMPC_ASSIGN_OR_RETURN(Value * queries, positions(e, q_len, {1, 1, q_len, 1}));
+    AMPC_ASSIGN_OR_RETURN(Value * q_count, e.constant(Tensor::from_i64({}, {q_len})));
+    AMPC_ASSIGN_OR_RETURN(Value * offset, e.op("Sub", {lengths, q_count}));
+    AMPC_ASSIGN_OR_RETURN(Value * at, e.op("Add", {queries, offset}));
+    AMPC_ASSIGN_OR_RETURN(Value * allowed, e.op("Less", {keys, lengths}));
+    const auto also = [&](Value* condition) -> absl::Status {
+      AMPC_ASSIGN_OR_RETURN(allowed, e.op("And", {allowed, condition}));
+      return absl::OkStatus();
+    };
+    const auto shifted = [&](int64_t shift) -> absl::StatusOr<Value*> {
+      AMPC_ASSIGN_OR_RETURN(Value * amount, e.constant(Tensor::from_i64({}, {shift})));
+      return e.op("Add", {at, amount});
+    };
+    if (causal) {
+      AMPC_ASSIGN_OR_RETURN(Value * seen, e.op("LessOrEqual", {keys, at}));
+      AMPC_RETURN_IF_ERROR(also(seen));
+    }
+    if (window[0] >= 0) {
+      AMPC_ASSIGN_OR_RETURN(Value * first, shifted(-window[0]));
+      AMPC_ASSIGN_OR_RETURN(Value * seen, e.op("LessOrEqual", {first, keys}));
+      AMPC_RETURN_IF_ERROR(also(seen));
+    }
+    if (window[1] >= 0) {
+      AMPC_ASSIGN_OR_RETURN(Value * last, shifted(window[1]));
+      AMPC_ASSIGN_OR_RETURN(Value * seen, e.op("LessOrEqual", {keys, last}));
+      AMPC_RETURN_IF_ERROR(also(seen));
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+    AMPC_ASSIGN_OR_RETURN(Value * blocked, e.scalar(neg_inf, dtype));
+    AMPC_ASSIGN_OR_RETURN(Value * bias, e.op("Where", {allowed, zero, blocked}));
+    AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, bias}));
+  } else if (causal || windowed) {
     std::vector<double> bias(q_len * kv_len, 0.0);
     for (int64_t i = 0; i < q_len; ++i) {
-      for (int64_t j = i + past + 1; j < kv_len; ++j) bias[i * kv_len + j] = neg_inf;
+      const int64_t p = i + past;
+      for (int64_t j = 0; j < kv_len; ++j) {
+        const bool seen = (!causal || j <= p) && (window[0] < 0 || p - window[0] <= j) &&
+                          (window[1] < 0 || j <= p + window[1]);
+        if (!seen) bias[i * kv_len + j] = neg_inf;
+      }
     }
-    AMPC_ASSIGN_OR_RETURN(Value * causal,
+    AMPC_ASSIGN_OR_RETURN(Value * blocks,
                           e.constant(Tensor::from_doubles(dtype, {q_len, kv_len}, bias)));
-    AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, causal}));
+    AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, blocks}));
   }
   const bool masked = has_input(proto, 3);
   if (masked) {
@@ -337,14 +423,25 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
       return invalid(str_cat(label, ": attn_mask is ", dtype_name(mask->dtype()),
                              "; it must be bool or ", dtype_name(dtype), " like Q"));
     }
+    // From opset 24 a mask shorter than the keys blocks the keys past its end (one of length 1
+    // too, as ONNX's reference pads it); before, it broadcasts.
+    const Shape& mask_shape = mask->type().shape;
+    if (opset >= 24 && !mask_shape.empty() && mask_shape.back() < kv_len) {
+      std::vector<int64_t> pads(2 * mask_shape.size(), 0);
+      pads.back() = kv_len - mask_shape.back();
+      AMPC_ASSIGN_OR_RETURN(
+          Value * amounts, e.constant(Tensor::from_i64({static_cast<int64_t>(pads.size())}, pads)));
+      AMPC_ASSIGN_OR_RETURN(Value * blocked, e.scalar(neg_inf, dtype));
+      AMPC_ASSIGN_OR_RETURN(mask, e.op("Pad", {mask, amounts, blocked}));
+    }
     AMPC_ASSIGN_OR_RETURN(scores, e.op("Add", {scores, mask}));
   }
 
-  // Softmax over the keys, in softmax_precision when given. A query row the mask leaves no key
-  // (every score -inf) would be NaN; the definition makes it zero. The guard is PyTorch's safe
-  // softmax, Where(IsNaN(p), 0, p), which the training step fuses into a `safe` ampc.Attention
-  // or keeps out of the Softmax's gradient (passes/safe_softmax.cc). (A causal row always keeps
-  // key 0, so only the mask can empty one.)
+  // Softmax over the keys, in softmax_precision when given. A query row the biases leave no key
+  // (every score -inf: a mask's, a window's, or a length's) would be NaN; the definition makes it
+  // zero. The guard is PyTorch's safe softmax, Where(IsNaN(p), 0, p), which the training step
+  // fuses into a `safe` ampc.Attention or keeps out of the Softmax's gradient
+  // (passes/safe_softmax.cc). (A causal row alone always keeps key 0.)
   DType softmax_type = dtype;
   if (attrs.has("softmax_precision")) {
     AMPC_ASSIGN_OR_RETURN(softmax_type, float_type_attr(attrs.i("softmax_precision", 1),
@@ -352,7 +449,7 @@ absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& la
   }
   AMPC_ASSIGN_OR_RETURN(Value * wide, e.cast(scores, softmax_type));
   AMPC_ASSIGN_OR_RETURN(Value * probs, e.op("Softmax", {wide}, {{"axis", AttrValue(int64_t{-1})}}));
-  if (masked) {
+  if (masked || windowed || nonpad != nullptr) {
     AMPC_ASSIGN_OR_RETURN(Value * nan, e.op("IsNaN", {probs}));
     AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, softmax_type));
     AMPC_ASSIGN_OR_RETURN(probs, e.op("Where", {nan, zero, probs}));

@@ -85,10 +85,10 @@ class Importer : public onnx_io::ImportSink {
         return invalid(str_cat("opset_import gives domain '", onnx_io::domain_label(domain),
                                "' version ", opset.version(), "; versions start at 1"));
       }
-      if (domain.empty() && opset.version() > kNewestOnnxOpset) {
+      if (domain.empty() && opset.version() > onnx_io::kNewestOnnxOpset) {
         return invalid(str_cat("opset_import gives ai.onnx version ", opset.version(),
-                               "; ampc implements ai.onnx up to opset ", kNewestOnnxOpset,
-                               " (export the model again at opset ", kNewestOnnxOpset,
+                               "; ampc implements ai.onnx up to opset ", onnx_io::kNewestOnnxOpset,
+                               " (export the model again at opset ", onnx_io::kNewestOnnxOpset,
                                " or lower)"));
       }
       graph_->set_opset(domain, opset.version());

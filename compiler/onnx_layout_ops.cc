@@ -23,11 +23,15 @@ absl::Status lower_depth_space(const onnx::NodeProto& proto, const std::string& 
   const int64_t b = attrs.i("blocksize", 0);
   if (b < 1) return invalid(str_cat(label, ": blocksize is ", b, "; it must be >= 1"));
   const std::string mode = attrs.s("mode", "DCR");
-  if (to_space && mode != "DCR" && mode != "CRD") {
+  if (mode != "DCR" && mode != "CRD") {
     return invalid(str_cat(label, ": mode is \"", mode, "\"; it must be \"DCR\" or \"CRD\""));
   }
-  if (!to_space && attrs.has("mode")) {
-    return invalid(str_cat(label, ": SpaceToDepth has no attribute 'mode'"));
+  // SpaceToDepth takes `mode` from opset 28; before, its order is DCR's.
+  if (!to_space && attrs.has("mode") && sink.opset() < 28) {
+    return invalid(str_cat(label,
+                           ": SpaceToDepth has attribute 'mode' from opset 28; the model "
+                           "imports opset ",
+                           sink.opset()));
   }
   const int64_t n = shape[0], c = shape[1], h = shape[2], w = shape[3];
   Emitter e(proto, label, sink);
@@ -55,8 +59,10 @@ absl::Status lower_depth_space(const onnx::NodeProto& proto, const std::string& 
       return invalid(str_cat(label, ": the input's height ", h, " and width ", w,
                              " are not multiples of blocksize ", b));
     }
+    // Inverse to DepthToSpace's: DCR puts the block's offsets outside the channels, CRD inside.
     split = {n, c, h / b, b, w / b, b};
-    perm = {0, 3, 5, 1, 2, 4};
+    perm = mode == "DCR" ? std::vector<int64_t>{0, 3, 5, 1, 2, 4}
+                         : std::vector<int64_t>{0, 1, 3, 5, 2, 4};
     joined = {n, c * b * b, h / b, w / b};
   }
   AMPC_ASSIGN_OR_RETURN(Value * blocks, e.reshape(x, split));

@@ -7,6 +7,7 @@
 
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering_internal.h"
+#include "compiler/onnx_op_lookup.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 
@@ -28,6 +29,7 @@ constexpr std::string_view kLoweredOps[] = {
     "Col2Im",
     "ConcatFromSequence",
     "ConvTranspose",
+    "CumProd",
     "DFT",
     "DepthToSpace",
     "Einsum",
@@ -72,6 +74,8 @@ constexpr std::string_view kLoweredOps[] = {
     "SpaceToDepth",
     "SplitToSequence",
     "Sum",
+    "SwiGLU",
+    "Swish",
     "ThresholdedRelu",
     "TopK",
     "Upsample",
@@ -305,6 +309,7 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       {"BlackmanWindow", {17, &lowering::lower_window}},
       {"Col2Im", {18, &lowering::lower_col2im}},
       {"ConvTranspose", {1, &lowering::lower_conv_transpose}},
+      {"CumProd", {26, &lowering::lower_cum_prod}},
       {"DFT", {17, &lowering::lower_dft}},
       {"DepthToSpace", {11, &lowering::lower_depth_space}},
       {"Einsum", {12, &lowering::lower_einsum}},
@@ -341,6 +346,8 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       {"Sign", {9, &lowering::lower_sign}},
       {"SpaceToDepth", {1, &lowering::lower_depth_space}},
       {"Sum", {6, &lowering::lower_sum_or_mean}},
+      {"SwiGLU", {28, &lowering::lower_swish}},
+      {"Swish", {24, &lowering::lower_swish}},
       {"ThresholdedRelu", {10, &lowering::lower_thresholded_relu}},
       {"TopK", {11, &lowering::lower_top_k}},
       {"Upsample", {9, &lowering::lower_resize}},
@@ -349,7 +356,8 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
     const auto [since, lower_fn] = it->second;
     if (sink.opset() < since) {
       return absl::UnimplementedError(str_cat(label, ": ampc implements ", op, " from opset ",
-                                              since, "; the model imports opset ", sink.opset()));
+                                              since, "; the model imports opset ", sink.opset(),
+                                              opset_mismatch_hint(op, sink.opset())));
     }
     return lower_fn(proto, label, sink);
   }

@@ -140,8 +140,8 @@ class Emitter {
   int count_ = 0;
 };
 
-// Sum, Mean, Shrink, ThresholdedRelu, Hardmax, GlobalMaxPool, LRN, EyeLike, MaxUnpool and
-// ReverseSequence (compiler/onnx_composite_ops.cc).
+// Sum, Mean, Shrink, ThresholdedRelu, Hardmax, GlobalMaxPool, LRN, EyeLike, MaxUnpool,
+// ReverseSequence, Swish and SwiGLU, and CumProd (compiler/onnx_composite_ops.cc).
 absl::Status lower_sum_or_mean(const onnx::NodeProto& proto, const std::string& label,
                                ImportSink& sink);
 absl::Status lower_shrink(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
@@ -158,6 +158,9 @@ absl::Status lower_max_unpool(const onnx::NodeProto& proto, const std::string& l
                               ImportSink& sink);
 absl::Status lower_reverse_sequence(const onnx::NodeProto& proto, const std::string& label,
                                     ImportSink& sink);
+absl::Status lower_swish(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+absl::Status lower_cum_prod(const onnx::NodeProto& proto, const std::string& label,
+                            ImportSink& sink);
 
 // DFT, STFT, MelWeightMatrix and HannWindow, HammingWindow, BlackmanWindow
 // (compiler/onnx_spectral_ops.cc).

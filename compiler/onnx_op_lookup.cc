@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <climits>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -178,6 +179,29 @@ std::string domain_label(std::string_view domain) {
   return domain.empty() ? std::string("ai.onnx") : std::string(domain);
 }
 
+std::string opset_mismatch_hint(std::string_view op_type, int64_t model_opset) {
+  static const std::map<std::string_view, int64_t, std::less<>> kIntroduced = {
+      {"AffineGrid", 20},
+      {"Attention", 23},
+      {"Col2Im", 18},
+      {"CumProd", 26},
+      {"Gelu", 20},
+      {"GroupNormalization", 18},
+      {"Mish", 18},
+      {"RMSNormalization", 23},
+      {"RotaryEmbedding", 23},
+      {"SwiGLU", 28},
+      {"Swish", 24},
+      {"TensorScatter", 24},
+  };
+  auto it = kIntroduced.find(op_type);
+  if (it == kIntroduced.end() || model_opset >= it->second) return "";
+  return str_cat("; ", op_type, " is not in ONNX before opset ", it->second,
+                 ", so the file's opset_import does not fit its ops (PyTorch's exporter writes "
+                 "such a file, left at opset 18, when ONNX's version converter cannot bring its "
+                 "graph to the opset_version asked for: export at a lower one, such as 23)");
+}
+
 absl::StatusOr<const OpDef*> find_op_def(const onnx::NodeProto& proto, const std::string& domain,
                                          const Graph& graph, const std::string& label) {
   const auto& opsets = graph.opset_imports();
@@ -193,8 +217,9 @@ absl::StatusOr<const OpDef*> find_op_def(const onnx::NodeProto& proto, const std
               opset, ") is not supported by ampc");
   std::vector<const OpDef*> others = registry.find_all(domain, proto.op_type());
   if (!others.empty()) {
-    return absl::UnimplementedError(
-        str_cat(what, "; ampc implements ", proto.op_type(), " for ", opset_ranges(others)));
+    return absl::UnimplementedError(str_cat(what, "; ampc implements ", proto.op_type(), " for ",
+                                            opset_ranges(others),
+                                            opset_mismatch_hint(proto.op_type(), opset)));
   }
   const std::string supported = registry.supported_names(domain);
   if (supported.empty()) {

@@ -21,6 +21,11 @@ std::string domain_label(std::string_view domain);
 absl::StatusOr<const OpDef*> find_op_def(const onnx::NodeProto& proto, const std::string& domain,
                                          const Graph& graph, const std::string& label);
 
+// For an op ONNX introduced after opset 17 found in a model of an older opset, why the file is
+// inconsistent and how it comes about (PyTorch's exporter leaves its graph at opset 18 when
+// ONNX's version converter cannot bring it to the opset_version asked for); "" otherwise.
+std::string opset_mismatch_hint(std::string_view op_type, int64_t model_opset);
+
 // The attributes of `proto`, an instance of `def` at `opset`, checked against the op's
 // AttrSpecs (types, unknown or repeated names, required ones), with what the node's metadata
 // adds: what PyTorch's dynamo exporter recorded of the call and the ONNX form lost (an

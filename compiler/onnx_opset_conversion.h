@@ -9,6 +9,15 @@
 
 namespace ampc::onnx_io {
 
+// The newest ai.onnx opset whose definitions ampc implements; a model importing a later one is
+// refused rather than run with semantics ampc does not know. Opsets 24 to 28 changed, for the ops
+// ampc has: types ampc does not have (float8e8m0, int2, float6) added to many ops; Cast's
+// `round_mode` (float8e8m0 targets only); Attention's `nonpad_kv_seqlen` input (24) and sliding
+// windows (25); Range's f16/bf16 and `stash_type` (27); SpaceToDepth's `mode` and Mod's floor
+// mode for floats, which ampc already had (28); and new ops: Swish (24), TensorScatter (24),
+// CumProd (26), BitCast (26), CausalConvWithState and LinearAttention (27), SwiGLU (28).
+inline constexpr int kNewestOnnxOpset = 28;
+
 // The opset models are converted to: ONNX's converter (its adapters rewrite each op's older form:
 // Pad's, Clip's and Slice's attributes as inputs, Upsample as Resize, BatchNormalization's
 // `spatial`, ...) brings a model to this opset, which ampc covers.

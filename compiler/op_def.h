@@ -25,9 +25,6 @@ class InferenceContext;
 class GradBuilder;
 
 inline constexpr int kLatestOpset = INT_MAX;
-// The newest ai.onnx opset whose definitions ampc implements; a model importing a later one is
-// refused rather than run with semantics ampc does not know.
-inline constexpr int kNewestOnnxOpset = 23;
 
 struct OperandSpec {
   enum class Arity { kSingle, kOptional, kVariadic };

@@ -22,6 +22,8 @@ Writes into models/zoo/ (committed, so building and testing ampc needs no Python
                      arithmetic), as older exporter versions wrote it
       - dynamo_opset23: the same at opset 23, where attention and RMSNorm are exported as
                      the Attention and RMSNormalization ops (transformers only)
+      - dynamo_opset25: the same at opset 25, to which PyTorch converts its graph with ONNX's
+                     version converter (llama and padded_decoder)
     Graph inputs are named by the model's forward() arguments; outputs are `loss` (a scalar)
     then `logits`. mlp_wide keeps its weights in an external `.onnx.data` file.
   * <model>.train_ref.npz: `batch.<input>` [4, ...] (step i trains on batch i % 4; image
@@ -107,7 +109,7 @@ def export(model, args, names, path, exporter, external_data):
     elif exporter == "dynamo":
         torch.onnx.export(model, args, path, dynamo=True, external_data=external_data, **kwargs)
     else:
-        opset = 23 if exporter == "dynamo_opset23" else 20
+        opset = {"dynamo_opset23": 23, "dynamo_opset25": 25}.get(exporter, 20)
         torch.onnx.export(model, args, path, dynamo=True, optimize=False, opset_version=opset,
                           external_data=external_data, **kwargs)
 

@@ -208,6 +208,20 @@ absl::StatusOr<int64_t> range_length(const Tensor& start, const Tensor& limit,
 }
 
 absl::Status infer_range(InferenceContext& ctx) {
+  // stash_type (opset 27) is the precision f16 and bf16 ranges are computed in; ampc's ranges
+  // are f32, f64 or integers, which it leaves alone.
+  if (ctx.has_attr("stash_type")) {
+    if (ctx.opset() < 27) {
+      return absl::InvalidArgumentError(str_cat(
+          "attribute 'stash_type' is an attribute of Range from opset 27; the model imports "
+          "opset ",
+          ctx.opset()));
+    }
+    if (const int64_t stash = ctx.int_attr("stash_type"); stash != 1 && stash != 11) {
+      return absl::InvalidArgumentError(
+          str_cat("attribute 'stash_type' is ", stash, "; it must be 1 (float) or 11 (double)"));
+    }
+  }
   constexpr const char* kNames[] = {"start", "limit", "delta"};
   std::vector<const Tensor*> values;
   for (int i = 0; i < 3; ++i) {
@@ -261,6 +275,7 @@ OpDef range_op() {
   const std::vector<DType> types = {DType::kF32, DType::kF64, DType::kI32, DType::kI64};
   def.inputs = {input("start", types), input("limit", types), input("delta", types)};
   def.outputs = {input("output")};
+  def.attrs = {optional_attr("stash_type", AttrKind::kInt)};
   def.infer = infer_range;
   def.fold = fold_range;
   // start, limit and delta only place the elements; nothing trains through them.

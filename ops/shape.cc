@@ -420,6 +420,19 @@ OpDef identity_op() {
 // ---- Cast -------------------------------------------------------------------------------------
 
 absl::Status infer_cast(InferenceContext& ctx) {
+  if (ctx.has_attr("round_mode")) {
+    const std::string& mode = ctx.string_attr("round_mode");
+    if (ctx.opset() < 24) {
+      return absl::InvalidArgumentError(
+          str_cat("attribute 'round_mode' is an attribute of Cast from opset 24; the model "
+                  "imports opset ",
+                  ctx.opset()));
+    }
+    if (mode != "up" && mode != "down" && mode != "nearest") {
+      return absl::InvalidArgumentError(str_cat("attribute 'round_mode' is \"", mode,
+                                                "\"; it must be \"up\", \"down\" or \"nearest\""));
+    }
+  }
   ctx.set_output(0, TensorType{ctx.dtype_attr("to"), ctx.input_type(0).shape});
   return absl::OkStatus();
 }
@@ -470,12 +483,14 @@ OpDef cast_op() {
   OpDef def;
   def.name = "Cast";
   // `to` is an element type from opset 6 (a string before). 13 adds bf16, 19 fp8 and `saturate`,
-  // which only affects fp8 targets; neither changes what the cast means for the other types.
+  // which only affects fp8 targets, 24 float8e8m0 and `round_mode`, which only affects
+  // float8e8m0 targets (not an ampc type); none changes what the cast means for the other types.
   def.since_opset = 6;
   def.summary = "converts the elements to the element type `to`";
   def.inputs = {input("input")};
   def.outputs = {input("output")};
-  def.attrs = {required_attr("to", AttrKind::kDType), flag_attr("saturate", 1)};
+  def.attrs = {required_attr("to", AttrKind::kDType), flag_attr("saturate", 1),
+               optional_attr("round_mode", AttrKind::kString)};
   def.infer = infer_cast;
   def.fold = fold_cast;
   def.gradient = cast_grad;

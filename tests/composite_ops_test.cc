@@ -14,43 +14,28 @@
 #include "runtime/interpreter.h"
 #include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
 
 namespace ampc {
 namespace {
 
 using onnx::TensorProto;
 
-// Appends loss = ReduceSum(`y` * W) with W [`shape`] a graph input, and declares the output.
-void add_weighted_loss(testing::ModelBuilder& m, const std::string& y,
-                       const std::vector<std::string>& shape) {
-  m.input("W", TensorProto::DOUBLE, shape);
-  m.node("Mul", {y, "W"}, {"weighted"}, "weigh");
-  testing::add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
-  m.output("loss");
-}
+using testing::add_weighted_loss;
+using testing::expect_import_error;
 
 // Gradients with respect to the inputs matching `wrt` against central differences.
 void expect_gradients_match(const testing::ModelBuilder& m, const std::string& wrt) {
-  absl::StatusOr<testing::GradientCheck> check = testing::check_onnx_gradients(m.bytes(), wrt, 5);
-  ASSERT_TRUE(check.ok()) << check.status().message();
-  EXPECT_GE(check->inputs_checked, 1);
-  EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;
-}
-
-void expect_import_error(const testing::ModelBuilder& m, const std::string& message) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bad.onnx");
-  ASSERT_FALSE(graph.ok()) << message;
-  EXPECT_NE(graph.status().message().find(message), std::string::npos) << graph.status();
+  testing::expect_onnx_gradients_match(m, wrt, 5);
 }
 
 void add_i64_initializer(testing::ModelBuilder& m, const std::string& name,
                          const std::vector<int64_t>& values) {
-  TensorProto& t = m.initializer(name, TensorProto::INT64, {static_cast<int64_t>(values.size())});
-  for (int64_t v : values) t.add_int64_data(v);
+  m.initializer_i64(name, {static_cast<int64_t>(values.size())}, values);
 }
 
 void add_scalar(testing::ModelBuilder& m, const std::string& name, int64_t value) {
-  m.initializer(name, TensorProto::INT64, {}).add_int64_data(value);
+  m.initializer_i64(name, {}, {value});
 }
 
 // LRN with ONNX's window for an even size (1 channel before, 2 after, for size 4) at rank 3, and an

@@ -24,6 +24,7 @@
 #include "runtime/npy.h"
 #include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
 
 namespace ampc {
@@ -83,10 +84,7 @@ testing::ModelBuilder attention_loss_model(const std::vector<std::string>& q,
 }
 
 void expect_gradients_match(const testing::ModelBuilder& m, const std::string& wrt) {
-  absl::StatusOr<testing::GradientCheck> check = testing::check_onnx_gradients(m.bytes(), wrt, 3);
-  ASSERT_TRUE(check.ok()) << check.status().message();
-  EXPECT_GE(check->inputs_checked, 1);
-  EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;
+  testing::expect_onnx_gradients_match(m, wrt, 3);
 }
 
 TEST(FunctionOpGradients, CausalGroupedQueryAttentionOn3dInputs) {

@@ -296,7 +296,7 @@ TEST(OnnxImportErrors, OpsetsNewerThanAmpcImplementsAreRefused) {
   ModelBuilder m = relu_model();
   m.model().mutable_opset_import(0)->set_version(99);
   expect_import_error(m.bytes(), {"opset_import gives ai.onnx version 99; ampc implements ai.onnx "
-                                  "up to opset 23"});
+                                  "up to opset 28"});
 }
 
 TEST(OnnxImportErrors, OpsetVersionsMustBePositiveAndUnique) {

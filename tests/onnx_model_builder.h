@@ -62,6 +62,13 @@ class ModelBuilder {
     return tensor;
   }
 
+  onnx::TensorProto& initializer_i64(const std::string& name, const std::vector<int64_t>& dims,
+                                     const std::vector<int64_t>& values) {
+    onnx::TensorProto& tensor = initializer(name, onnx::TensorProto::INT64, dims);
+    for (int64_t v : values) tensor.add_int64_data(v);
+    return tensor;
+  }
+
   onnx::NodeProto& node(const std::string& op_type, const std::vector<std::string>& inputs,
                         const std::vector<std::string>& outputs, const std::string& name = "") {
     onnx::NodeProto* node = graph().add_node();

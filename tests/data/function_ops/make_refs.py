@@ -517,6 +517,92 @@ def spectral_ops():
           ["w"], {}, opset=17, constants=("bins", "dft", "rate", "low", "high"))
 
 
+def newer_opsets():
+    """The forms of opsets 24 to 28: Swish, SwiGLU, CumProd, SpaceToDepth's CRD mode, Attention's
+    sliding windows, external-cache lengths and short masks, and the attributes Cast and Range
+    take there."""
+    x = normal(3, 7)
+    write("swish_alpha_opset24", "Swish", [("x", x)], ["y"], dict(alpha=0.7),
+          lambda t: t["x"] * torch.sigmoid(0.7 * t["x"]), opset=24)
+    write("swish_f16_opset24", "Swish", [("x", normal(2, 9, dtype=np.float16))], ["y"], {},
+          opset=24)
+    gate, value = normal(2, 3, 6), normal(2, 3, 6)
+    write("swiglu_alpha_opset28", "SwiGLU", [("A", gate), ("B", value)], ["Y"], dict(alpha=1.5),
+          lambda t: t["A"] * torch.sigmoid(1.5 * t["A"]) * t["B"], opset=28)
+
+    # CumProd over an axis of 7 (not a power of two) with a zero among the factors, forward and
+    # backward, inclusive and exclusive; i64 along the last axis.
+    factors = (1 + 0.2 * normal(2, 7, 3)).astype(np.float32)
+    factors[1, 3, 2] = 0
+    axis1 = np.array(1, dtype=np.int64)
+    write("cum_prod_axis1", "CumProd", [("x", factors), ("axis", axis1)], ["y"], {},
+          lambda t: torch.cumprod(t["x"], 1), opset=26, constants=("axis",))
+    write("cum_prod_exclusive_reverse", "CumProd", [("x", factors), ("axis", axis1)], ["y"],
+          dict(exclusive=1, reverse=1), opset=26, constants=("axis",),
+          reference=lambda f: np.concatenate(
+              [np.cumprod(f["x"][:, :0:-1], axis=1)[:, ::-1], np.ones((2, 1, 3), np.float32)],
+              axis=1))
+    write("cum_prod_i64_last_axis", "CumProd",
+          [("x", rng.integers(-3, 4, (2, 5)).astype(np.int64)),
+           ("axis", np.array(-1, dtype=np.int32))], ["y"], dict(exclusive=1), opset=26,
+          constants=("axis",))
+
+    # SpaceToDepth in CRD mode is PyTorch's pixel_unshuffle.
+    write("space_to_depth_crd_opset28", "SpaceToDepth", [("x", normal(2, 3, 4, 6))], ["y"],
+          dict(blocksize=2, mode="CRD"), lambda t: F.pixel_unshuffle(t["x"], 2), opset=28)
+
+    # Attention: a causal sliding window (each query sees itself and two keys before); a
+    # bidirectional window over fewer keys than queries, so the last query sees no key (zero);
+    # an external cache's lengths with causal alignment per batch entry (offset 1 and 3), alone
+    # and with a window; a boolean mask shorter than the keys (the rest blocked).
+    b, heads, d = 2, 2, 4
+
+    def sdpa_where(seen, q_len, kv_len, lengths=(5, 5)):
+        """PyTorch's attention over the keys j that seen(n, p, j) allows to the query at absolute
+        position p of batch entry n (p = i + length - q_len), keys past the length blocked."""
+        allowed = np.zeros((b, 1, q_len, kv_len), dtype=bool)
+        for n in range(b):
+            offset = lengths[n] - q_len
+            for i in range(q_len):
+                for j in range(kv_len):
+                    allowed[n, 0, i, j] = j < lengths[n] and seen(n, i + offset, j)
+        return lambda t: F.scaled_dot_product_attention(t["Q"], t["K"], t["V"],
+                                                        attn_mask=torch.from_numpy(allowed))
+
+    q, k, v = normal(b, heads, 5, d), normal(b, heads, 5, d), normal(b, heads, 5, d)
+    write("attention_causal_left_window_opset25", "Attention", [("Q", q), ("K", k), ("V", v)],
+          ["Y"], dict(is_causal=1, left_window_size=2),
+          sdpa_where(lambda n, p, j: p - 2 <= j <= p, 5, 5), opset=25)
+    kc, vc = normal(b, heads, 3, d), normal(b, heads, 3, d)
+    write("attention_window_beyond_keys_opset25", "Attention", [("Q", q), ("K", kc), ("V", vc)],
+          ["Y"], dict(left_window_size=1, right_window_size=0), opset=25)
+    q2 = normal(b, heads, 2, d)
+    lengths = np.array([3, 5], dtype=np.int64)
+    inputs = [("Q", q2), ("K", k), ("V", v), ("", None), ("", None), ("", None),
+              ("nonpad_kv_seqlen", lengths)]
+    write("attention_nonpad_causal_opset24", "Attention", inputs, ["Y"], dict(is_causal=1),
+          sdpa_where(lambda n, p, j: j <= p, 2, 5, lengths), opset=24)
+    write("attention_nonpad_window_opset25", "Attention", inputs, ["Y"],
+          dict(is_causal=1, left_window_size=1),
+          sdpa_where(lambda n, p, j: p - 1 <= j <= p, 2, 5, lengths), opset=25)
+    short = rng.random((b, 1, 5, 3)) < 0.8
+    short[:, :, :, 0] = True
+    write("attention_short_mask_opset24", "Attention",
+          [("Q", q), ("K", k), ("V", v), ("attn_mask", short)], ["Y"], {},
+          sdpa_where(lambda n, p, j: j < 3 and short[n, 0, p, j], 5, 5), opset=24)
+
+    # Cast's round_mode acts on float8e8m0 targets only; Range's stash_type on f16 and bf16 only.
+    write("cast_round_mode_opset24", "Cast", [("x", normal(4, 5))], ["y"],
+          dict(to=onnx.TensorProto.FLOAT16, round_mode="down"), opset=24)
+    write("cum_prod_exclusive_of_one", "CumProd",
+          [("x", normal(3, 1, 2)), ("axis", np.array(1, dtype=np.int64))], ["y"],
+          dict(exclusive=1), opset=26, constants=("axis",))
+    write("range_stash_type_opset27", "Range",
+          [("start", np.array(1.5, np.float32)), ("limit", np.array(4.0, np.float32)),
+           ("delta", np.array(0.25, np.float32))], ["y"], dict(stash_type=1), opset=27,
+          constants=("start", "limit", "delta"))
+
+
 if __name__ == "__main__":
     main()
     normalizations()
@@ -529,3 +615,4 @@ if __name__ == "__main__":
     far_grids()
     composite_ops()
     spectral_ops()
+    newer_opsets()

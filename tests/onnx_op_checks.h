@@ -1,0 +1,41 @@
+// Checks the tests of ops lowered at import share: a loss that weighs an output by a graph input,
+// gradients against central differences in f64, and import errors.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "compiler/onnx_io.h"
+#include "gtest/gtest.h"
+#include "tests/gradient_check.h"
+#include "tests/onnx_model_builder.h"
+
+namespace ampc::testing {
+
+// Appends loss = ReduceSum(`y` * W) with W [`shape`] an f64 graph input, and declares the output.
+inline void add_weighted_loss(ModelBuilder& m, const std::string& y,
+                              const std::vector<std::string>& shape) {
+  m.input("W", onnx::TensorProto::DOUBLE, shape);
+  m.node("Mul", {y, "W"}, {"weighted"}, "weigh");
+  add_int_attr(m.node("ReduceSum", {"weighted"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+}
+
+// The gradients of `loss` with respect to the inputs matching `wrt` (a regex) within 1e-6 of
+// central differences, at inputs drawn from `seed` (check_onnx_gradients).
+inline void expect_onnx_gradients_match(const ModelBuilder& m, const std::string& wrt,
+                                        uint32_t seed) {
+  absl::StatusOr<GradientCheck> check = check_onnx_gradients(m.bytes(), wrt, seed);
+  ASSERT_TRUE(check.ok()) << check.status().message();
+  EXPECT_GE(check->inputs_checked, 1);
+  EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;
+}
+
+// Importing `m` fails with a message that holds `message`.
+inline void expect_import_error(const ModelBuilder& m, const std::string& message) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bad.onnx");
+  ASSERT_FALSE(graph.ok()) << message;
+  EXPECT_NE(graph.status().message().find(message), std::string::npos) << graph.status();
+}
+
+}  // namespace ampc::testing
