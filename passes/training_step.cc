@@ -238,6 +238,14 @@ class TrainingStepPass final : public Pass {
           continue;
         }
         rebuild_batch_norm(graph, node, 0, 1);
+      } else if (node->op_type() == "BatchNormalization" && node->def() != nullptr) {
+        context.warn(str_cat(
+            node->describe(),
+            ": the file has it normalize with its running statistics (inference mode), so it "
+            "does in the training step too, and they do not update; a module exported in "
+            "training mode says so in the file (PyTorch's dynamo exporter in the node's "
+            "metadata, which ONNX's version converter drops when PyTorch converts to opset 26 "
+            "or later: export at 25 or below)"));
       } else if (node->op_type() == "Dropout" && !used(*node, 1)) {
         node->output(0)->replace_all_uses_with(node->operand(0));
         graph.erase_node(node);

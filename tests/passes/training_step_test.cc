@@ -7,6 +7,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/strings.h"
 #include "onnx/onnx_pb.h"
 #include "passes/passes.h"
 #include "runtime/session.h"
@@ -169,6 +170,37 @@ TEST(TrainingStep, TheEvalGraphUsesRunningStatisticsAndNoDropout) {
   }
   EXPECT_EQ(batch_norms, 1);
   EXPECT_FALSE(run_pass(*pass, *graph).ok());  // already a training model
+}
+
+// A BatchNormalization the file keeps in inference mode stays so in the step, with a warning
+// that names it and says how a training-mode export is marked; one in training mode gets none.
+TEST(TrainingStep, AnInferenceModeBatchNormIsReported) {
+  for (int64_t training_mode : {0, 1}) {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(
+        str_cat(R"(
+        graph g(%x: f32[4,2]) opset(17) {
+          init %scale: f32[2] = [1.0, 2.0]
+          init %bias: f32[2] = [0.0, 0.5]
+          init %mean: f32[2] = [0.0, 0.0]
+          init %var: f32[2] = [1.0, 1.0]
+          %y = BatchNormalization<training_mode=)",
+                training_mode, R"(>(%x, %scale, %bias, %mean, %var) : f32[4,2]
+          %loss = ReduceSum<keepdims=0>(%y) : f32[]
+          return %loss
+        })"));
+    ASSERT_NE(graph, nullptr);
+    Diagnostics diagnostics;
+    ASSERT_TRUE(make_training_step_pass()->run(*graph, PassContext{&diagnostics}).ok());
+    if (training_mode == 1) {
+      EXPECT_TRUE(diagnostics.warnings().empty()) << diagnostics.warnings()[0];
+      continue;
+    }
+    ASSERT_EQ(diagnostics.warnings().size(), 1u);
+    EXPECT_NE(diagnostics.warnings()[0].find("BatchNormalization producing 'y': the file has it "
+                                             "normalize with its running statistics"),
+              std::string::npos)
+        << diagnostics.warnings()[0];
+  }
 }
 
 // Three Dropouts of the same data, the second seeded by the file.

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -221,16 +222,21 @@ TEST(GlooCommunicator, ARankThatNeverJoinsMakesTheOthersFailWithinTheTimeout) {
 
 TEST(GlooCommunicator, ARankThatLeavesMakesTheOthersCollectivesFail) {
   StoreDirectory store;
-  std::thread leaver([&] {
+  // Rank 1 leaves once rank 0 has joined (had it left while rank 0 was still connecting, rank
+  // 0's join would fail instead, naming the closed connection).
+  std::promise<void> joined;
+  std::thread leaver([&, left = joined.get_future()] {
     absl::StatusOr<std::unique_ptr<Communicator>> comm =
         connect_gloo(options_for(1, 2, store, milliseconds(5000)));
-    ASSERT_TRUE(comm.ok()) << comm.status();
+    EXPECT_TRUE(comm.ok()) << comm.status();
+    left.wait();
     // Leaves without another collective: its connections close.
   });
   absl::StatusOr<std::unique_ptr<Communicator>> comm =
       connect_gloo(options_for(0, 2, store, milliseconds(5000)));
-  ASSERT_TRUE(comm.ok()) << comm.status();
+  joined.set_value();
   leaver.join();
+  ASSERT_TRUE(comm.ok()) << comm.status();
   std::vector<float> data(1 << 16, 1.0f);
   const absl::Status failed =
       (*comm)->all_reduce_now(data.data(), 1 << 16, DType::kF32, ReduceOp::kSum);
