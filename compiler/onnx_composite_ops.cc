@@ -26,15 +26,6 @@ absl::Status expect_outputs(const onnx::NodeProto& proto, const std::string& lab
       str_cat(label, " has ", proto.output_size(), " outputs; ", proto.op_type(), " has ", count));
 }
 
-// Positions 0 .. n-1 along axis `axis` of a rank-`rank` value (1 on every other axis), as i64.
-absl::StatusOr<Value*> positions(Emitter& e, int64_t n, size_t axis, size_t rank) {
-  std::vector<int64_t> iota(static_cast<size_t>(n));
-  std::iota(iota.begin(), iota.end(), int64_t{0});
-  Shape shape(rank, 1);
-  shape[axis] = n;
-  return e.constant(Tensor::from_i64(std::move(shape), iota));
-}
-
 }  // namespace
 
 // Sum(x0, x1, ...) = ((x0 + x1) + x2) + ..., broadcast together (opset 8; before, the inputs

@@ -3,6 +3,7 @@
 #include "compiler/onnx_lowering.h"
 
 #include <algorithm>
+#include <numeric>
 #include <optional>
 
 #include "compiler/onnx_io.h"
@@ -180,6 +181,21 @@ absl::StatusOr<DType> element_type_attr(int64_t code, const std::string& what) {
   if (dtype.ok()) return dtype;
   return invalid(str_cat(what, " is ", onnx_dtype_name(static_cast<int>(code)),
                          ", which is not an ampc element type"));
+}
+
+absl::StatusOr<DType> float_type_attr(int64_t code, const std::string& what) {
+  absl::StatusOr<DType> dtype = from_onnx_dtype(static_cast<int>(code));
+  if (dtype.ok() && is_arithmetic_float(*dtype)) return *dtype;
+  return invalid(
+      str_cat(what, " is ", onnx_dtype_name(static_cast<int>(code)), "; it must be a float type"));
+}
+
+absl::StatusOr<Value*> positions(Emitter& e, int64_t n, size_t axis, size_t rank) {
+  std::vector<int64_t> iota(static_cast<size_t>(n));
+  std::iota(iota.begin(), iota.end(), int64_t{0});
+  Shape shape(rank, 1);
+  shape[axis] = n;
+  return e.constant(Tensor::from_i64(std::move(shape), iota));
 }
 
 absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,

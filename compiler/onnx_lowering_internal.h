@@ -42,6 +42,9 @@ absl::StatusOr<NodeAttributes> read_attributes(
 // `what` when ampc has no such type.
 absl::StatusOr<DType> element_type_attr(int64_t code, const std::string& what);
 
+// The same for a float type (RMSNormalization's stash_type, Attention's softmax_precision).
+absl::StatusOr<DType> float_type_attr(int64_t code, const std::string& what);
+
 // An INTS attribute with one value per spatial axis (`count`), each >= `min`, or `fill` for each
 // when absent; an error naming the attribute otherwise.
 absl::StatusOr<std::vector<int64_t>> per_axis(const NodeAttributes& attrs, std::string_view name,
@@ -140,6 +143,9 @@ class Emitter {
   int count_ = 0;
 };
 
+// Positions 0 .. n-1 along axis `axis` of a rank-`rank` value (1 on every other axis), as i64.
+absl::StatusOr<Value*> positions(Emitter& e, int64_t n, size_t axis, size_t rank);
+
 // Sum, Mean, Shrink, ThresholdedRelu, Hardmax, GlobalMaxPool, LRN, EyeLike, MaxUnpool,
 // ReverseSequence, Swish and SwiGLU, and CumProd (compiler/onnx_composite_ops.cc).
 absl::Status lower_sum_or_mean(const onnx::NodeProto& proto, const std::string& label,
@@ -170,11 +176,12 @@ absl::Status lower_mel_weight_matrix(const onnx::NodeProto& proto, const std::st
                                      ImportSink& sink);
 absl::Status lower_window(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
-// Ops expanded into the ops they are defined by (compiler/onnx_function_ops.cc).
-absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,
-                                     ImportSink& sink);
+// Ops expanded into the ops they are defined by (compiler/onnx_function_ops.cc; Attention in
+// compiler/onnx_attention.cc).
 absl::Status lower_attention(const onnx::NodeProto& proto, const std::string& label,
                              ImportSink& sink);
+absl::Status lower_rms_normalization(const onnx::NodeProto& proto, const std::string& label,
+                                     ImportSink& sink);
 absl::Status lower_instance_normalization(const onnx::NodeProto& proto, const std::string& label,
                                           ImportSink& sink);
 absl::Status lower_group_normalization(const onnx::NodeProto& proto, const std::string& label,
