@@ -195,9 +195,16 @@ class Importer : public onnx_io::ImportSink {
     return operands;
   }
 
-  absl::Status import_node(const onnx::NodeProto& proto) {
+  absl::Status import_node(const onnx::NodeProto& proto) override {
     const std::string label = describe_proto(proto);
     const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
+    // Control flow is resolved at import (compiler/onnx_control_flow.cc).
+    if (domain.empty() && proto.op_type() == "If" && domain_listed(domain)) {
+      return onnx_io::lower_static_if(proto, label, *this);
+    }
+    if (domain.empty() && proto.op_type() == "Loop" && domain_listed(domain)) {
+      return onnx_io::unroll_static_loop(proto, label, *this);
+    }
     if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
       lowered_ = &proto;
       absl::Status lowered = lowering_.lower(proto, label, *this);
@@ -210,9 +217,6 @@ class Importer : public onnx_io::ImportSink {
       absl::Status lowered = onnx_io::lower_legacy_form(proto, label, *this);
       lowered_ = nullptr;
       return lowered;
-    }
-    if (domain.empty() && proto.op_type() == "If" && domain_listed(domain)) {
-      return import_static_if(proto, label);
     }
     if (domain.empty() && proto.op_type() == "SoftmaxCrossEntropyLoss" && proto.input_size() > 1) {
       const Value* labels = find_value(proto.input(1));
@@ -241,59 +245,6 @@ class Importer : public onnx_io::ImportSink {
     AMPC_CHECK(node->def() == def);
     if (decision) node->mutable_precision() = *std::move(decision);
     node->set_doc_string(std::move(doc));
-    return absl::OkStatus();
-  }
-
-  // An If whose condition is known at import (PyTorch's TorchScript exporter writes one for
-  // squeeze(dim) of a dim it cannot prove is 1, deciding on the shape): the taken branch's nodes
-  // in place, its outputs bound to the If's through Identity (which canonicalize removes). ampc
-  // runs static graphs, so a condition computed at run time is refused.
-  absl::Status import_static_if(const onnx::NodeProto& proto, const std::string& label) {
-    if (proto.input_size() != 1 || proto.input(0).empty()) {
-      return invalid(str_cat(label, " has ", proto.input_size(), " inputs; If has one (cond)"));
-    }
-    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));
-    const Tensor* known = known_value(operands[0]);
-    if (operands[0]->type().num_elements() != 1 || operands[0]->dtype() != DType::kBool) {
-      return invalid(str_cat(label, ": cond '", proto.input(0), "' must be one bool, got ",
-                             type_to_string(operands[0]->type())));
-    }
-    if (known == nullptr || !known->has_data()) {
-      return absl::UnimplementedError(
-          str_cat(label, ": its condition '", proto.input(0),
-                  "' is computed at run time; ampc runs static graphs, so If needs a condition "
-                  "known at import (from constants and shapes)"));
-    }
-    const std::string taken = known->element_as_i64(0) != 0 ? "then_branch" : "else_branch";
-    const onnx::GraphProto* branch = nullptr;
-    for (const onnx::AttributeProto& attr : proto.attribute()) {
-      if (attr.name() != "then_branch" && attr.name() != "else_branch") {
-        return invalid(str_cat(label, ": attribute '", attr.name(),
-                               "' is not an attribute of If (it has then_branch, else_branch)"));
-      }
-      if (attr.name() == taken) branch = &attr.g();
-    }
-    if (branch == nullptr) return invalid(str_cat(label, ": attribute '", taken, "' is missing"));
-    if (branch->input_size() > 0 || branch->initializer_size() > 0) {
-      return absl::UnimplementedError(
-          str_cat(label, ": its ", taken,
-                  " has inputs or initializers; ampc takes branches that read "
-                  "the outer graph's values and make their own constants with Constant nodes"));
-    }
-    if (branch->output_size() != proto.output_size()) {
-      return invalid(str_cat(label, " has ", proto.output_size(), " outputs; its ", taken, " has ",
-                             branch->output_size()));
-    }
-    for (const onnx::NodeProto& node : branch->node()) AMPC_RETURN_IF_ERROR(import_node(node));
-    for (int i = 0; i < proto.output_size(); ++i) {
-      if (proto.output(i).empty()) continue;
-      Value* value = find_value(branch->output(i).name());
-      if (value == nullptr) {
-        return invalid(str_cat(label, ": output '", branch->output(i).name(), "' of its ", taken,
-                               " is not defined in it or before it"));
-      }
-      AMPC_RETURN_IF_ERROR(emit("Identity", {value}, {}, {proto.output(i)}, proto.name()).status());
-    }
     return absl::OkStatus();
   }
 
@@ -404,6 +355,20 @@ class Importer : public onnx_io::ImportSink {
   const std::string* why_undefined(const std::string& name) const override {
     auto it = undefined_.find(name);
     return it == undefined_.end() ? nullptr : &it->second;
+  }
+
+  bool is_sequence(const std::string& name) const override { return lowering_.is_sequence(name); }
+
+  absl::Status bind(const std::string& name, const std::string& existing,
+                    const std::string& node_name) override {
+    if (lowering_.is_sequence(existing)) {
+      return lowering_.alias(name, existing, str_cat("node '", node_name, "'"));
+    }
+    Value* value = find_value(existing);
+    if (value == nullptr) {
+      return absl::InternalError(str_cat("binds '", name, "' to undefined '", existing, "'"));
+    }
+    return emit("Identity", {value}, {}, {name}, node_name).status();
   }
 
   std::string fresh_name(std::string_view hint) override {

@@ -42,9 +42,11 @@ constexpr std::string_view kLoweredOps[] = {
     "HammingWindow",
     "HannWindow",
     "Hardmax",
+    "If",
     "InstanceNormalization",
     "LRN",
     "LSTM",
+    "Loop",
     "LpNormalization",
     "MaxUnpool",
     "Mean",
@@ -307,6 +309,19 @@ absl::Status ImportLowering::define(const onnx::NodeProto& proto, Sequence seque
   if (!sequences_.emplace(proto.output(0), std::move(sequence)).second) {
     return invalid(
         str_cat(label, " defines value '", proto.output(0), "', which is already defined"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ImportLowering::alias(const std::string& name, const std::string& existing,
+                                   const std::string& label) {
+  auto it = sequences_.find(existing);
+  if (it == sequences_.end()) {
+    return invalid(str_cat(label, ": '", existing, "' is not a sequence defined before it"));
+  }
+  Sequence copy = it->second;
+  if (!sequences_.emplace(name, std::move(copy)).second) {
+    return invalid(str_cat(label, " defines value '", name, "', which is already defined"));
   }
   return absl::OkStatus();
 }

@@ -20,6 +20,9 @@
 //   tensors they hold: a sequence is a list of values while the graph is imported, each
 //   position a compile-time constant, and only the tensor ops that read them (Split, Squeeze,
 //   Unsqueeze, Concat, Identity, Constant) reach the IR.
+// - Control flow whose path is known at import (compiler/onnx_control_flow.cc): an If becomes
+//   the nodes of the branch its condition takes, and a Loop its body's nodes once per
+//   iteration, as many times as its trip count and conditions say (ampc runs static graphs).
 #pragma once
 
 #include <map>
@@ -83,7 +86,32 @@ class ImportSink {
   virtual void leave_undefined(const std::string& name, std::string why) = 0;
   // Why `name` was left undefined, or null.
   virtual const std::string* why_undefined(const std::string& name) const = 0;
+  // Whether `name` is a sequence defined so far.
+  virtual bool is_sequence(const std::string& name) const = 0;
+  // Imports `proto` as the model's nodes are imported (the nodes of an If's branch or a Loop's
+  // body, once their names are those of the outer graph).
+  virtual absl::Status import_node(const onnx::NodeProto& proto) = 0;
+  // Defines `name` as what `existing` (a tensor or a sequence defined so far) holds: an Identity
+  // named `node_name` for a tensor, the same tensors for a sequence.
+  virtual absl::Status bind(const std::string& name, const std::string& existing,
+                            const std::string& node_name) = 0;
 };
+
+// An If whose condition is known at import: the taken branch's nodes in place, its outputs
+// bound to the If's. A condition computed at run time is an error naming the node.
+absl::Status lower_static_if(const onnx::NodeProto& proto, const std::string& label,
+                             ImportSink& sink);
+
+// A Loop whose trip count and conditions are known at import (the trip count from constants or
+// shapes; the body's condition output from them and the iteration number), unrolled: the body's
+// nodes once per iteration, their values renamed under the Loop and the iteration, the
+// iteration number a constant, the loop-carried values (tensors or sequences) threaded from
+// each iteration into the next, and each scan output the iterations' values stacked on a new
+// first axis. What is decided at run time, or more than kMaxLoopIterations iterations, is an
+// error naming the node.
+inline constexpr int64_t kMaxLoopIterations = 16384;
+absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string& label,
+                                ImportSink& sink);
 
 // SoftmaxCrossEntropyLoss against class probabilities (float labels shaped like the scores), which
 // PyTorch's exporters write for F.cross_entropy with soft targets though ONNX defines the op for
@@ -125,6 +153,9 @@ class ImportLowering {
   const std::string& defined_by(const std::string& name) const {
     return sequences_.at(name).definer;
   }
+  // Defines the sequence `name` as the one `existing` names (ImportSink::bind).
+  absl::Status alias(const std::string& name, const std::string& existing,
+                     const std::string& label);
 
  private:
   struct Sequence {

@@ -14,6 +14,7 @@
 #include "onnx/onnx_pb.h"
 #include "runtime/interpreter.h"
 #include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
 #include "tests/runtime/cpu/kernel_test_util.h"
 #include "tests/test_util.h"
 
@@ -21,26 +22,11 @@ namespace ampc {
 namespace {
 
 using testing::add_int_attr;
+using testing::count_ops;
+using testing::import_ok;
 using testing::ModelBuilder;
 using testing::random_values;
-
-std::unique_ptr<Graph> import_ok(const std::string& bytes) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(bytes, "legacy.onnx");
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  return graph.ok() ? *std::move(graph) : nullptr;
-}
-
-std::vector<Tensor> run(const Graph& graph, const std::vector<Tensor>& inputs) {
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status();
-  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
-}
-
-int count_ops(const Graph& graph, std::string_view op_type) {
-  int n = 0;
-  for (const auto& node : graph.nodes()) n += node->op_type() == op_type;
-  return n;
-}
+using testing::run_graph;
 
 const Node* only_node(const Graph& graph, std::string_view op_type) {
   const Node* found = nullptr;
@@ -124,7 +110,7 @@ TEST(LegacyForms, SoftmaxBeforeOpset13NormalizesTheTwoDCoercionAtItsAxis) {
         EXPECT_EQ(only_node(*graph, op)->name(),
                   c.flattens ? "sm/" + std::string(op) + "_2" : "sm");
         const std::vector<Tensor> y =
-            run(*graph, {Tensor::from_doubles(DType::kF64, {2, 3, 4}, x)});
+            run_graph(*graph, {Tensor::from_doubles(DType::kF64, {2, 3, 4}, x)});
         ASSERT_EQ(y.size(), 1u);
         EXPECT_EQ(y[0].shape(), (Shape{2, 3, 4}));
         expect_near_all(y[0], coerced_softmax(x, c.row, std::string_view(op) == "LogSoftmax"),
@@ -239,7 +225,7 @@ TEST(LegacyForms, BatchNormalizationWithMeanAndVarOutputsNormalizesWithTheBatchS
     const Node* bn = only_node(*graph, "BatchNormalization");
     EXPECT_EQ(bn->int_attr("training_mode"), 1);
     EXPECT_EQ(bn->def()->until_opset, 13);
-    const std::vector<Tensor> out = run(*graph, batch_norm_inputs(c));
+    const std::vector<Tensor> out = run_graph(*graph, batch_norm_inputs(c));
     ASSERT_EQ(out.size(), 3u);
     expect_near_all(out[0], y, 1e-12);
     expect_near_all(out[1], mean, 1e-12);
@@ -249,7 +235,7 @@ TEST(LegacyForms, BatchNormalizationWithMeanAndVarOutputsNormalizesWithTheBatchS
   std::unique_ptr<Graph> inference = import_ok(batch_norm_model(12, {"y"}).bytes());
   ASSERT_NE(inference, nullptr);
   EXPECT_EQ(only_node(*inference, "BatchNormalization")->int_attr("training_mode"), 0);
-  const std::vector<Tensor> out = run(*inference, batch_norm_inputs(c));
+  const std::vector<Tensor> out = run_graph(*inference, batch_norm_inputs(c));
   ASSERT_EQ(out.size(), 1u);
   EXPECT_NEAR(out[0].element_as_double(0),
               (c.x[0] - c.mean[0]) / std::sqrt(c.var[0] + 1e-5) * c.scale[0] + c.bias[0], 1e-12);
@@ -347,7 +333,7 @@ TEST(LegacyForms, DropoutWithItsMaskOutputBeforeOpset12DropsAsInTraining) {
     const Node* dropout = only_node(*graph, "Dropout");
     EXPECT_TRUE(dropout->has_operand(2));            // training_mode, a constant true
     EXPECT_EQ(dropout->has_output(1), opset >= 10);  // before 10 the mask had the data's type
-    const std::vector<Tensor> y = run(*graph, {input});
+    const std::vector<Tensor> y = run_graph(*graph, {input});
     ASSERT_EQ(y.size(), 1u);
     // Each element is dropped (0) or kept and scaled by 1 / (1 - 0.25) in f32: one rounded
     // multiply by the scale rounded to f32 (runtime/cpu/shape.cc).
@@ -366,7 +352,7 @@ TEST(LegacyForms, DropoutWithItsMaskOutputBeforeOpset12DropsAsInTraining) {
     // Without the mask output it is the identity.
     std::unique_ptr<Graph> eval = import_ok(dropout_model(opset, {"y"}).bytes());
     ASSERT_NE(eval, nullptr);
-    const std::vector<Tensor> same = run(*eval, {input});
+    const std::vector<Tensor> same = run_graph(*eval, {input});
     ASSERT_EQ(same.size(), 1u);
     EXPECT_EQ(same[0].to_double_vector(), input.to_double_vector());
   }

@@ -11,33 +11,25 @@
 #include "onnx/onnx_pb.h"
 #include "runtime/interpreter.h"
 #include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
 
 namespace ampc {
 namespace {
 
 using testing::add_int_attr;
+using testing::count_ops;
+using testing::import_ok;
 using testing::ModelBuilder;
+using testing::run_graph;
 
-std::unique_ptr<Graph> import_ok(const ModelBuilder& m) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
-  EXPECT_TRUE(graph.ok()) << graph.status();
-  return graph.ok() ? *std::move(graph) : nullptr;
-}
-
-void expect_import_error(const ModelBuilder& m, const std::vector<std::string>& fragments) {
+void expect_import_errors(const ModelBuilder& m, const std::vector<std::string>& fragments) {
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
   ASSERT_FALSE(graph.ok()) << "import succeeded";
   for (const std::string& fragment : fragments) {
     EXPECT_TRUE(absl::StrContains(graph.status().message(), fragment))
         << "message: " << graph.status().message() << "\nmissing: " << fragment;
   }
-}
-
-std::vector<Tensor> run(const Graph& graph, const std::vector<Tensor>& inputs) {
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status();
-  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
 }
 
 std::vector<float> floats(const Tensor& t) {
@@ -74,12 +66,6 @@ onnx::NodeProto& constant_i64(ModelBuilder& m, const std::string& name,
                               const std::vector<int64_t>& dims,
                               const std::vector<int64_t>& values) {
   return constant_i64(m.graph(), name, dims, values);
-}
-
-int count_ops(const Graph& graph, std::string_view op_type) {
-  int n = 0;
-  for (const auto& node : graph.nodes()) n += node->op_type() == op_type;
-  return n;
 }
 
 // ---- If with a condition known at import ----------------------------------------------------
@@ -134,7 +120,7 @@ TEST(StaticIf, TheBranchTheKnownConditionTakesIsImportedInPlace) {
     EXPECT_EQ(graph->outputs()[0]->shape(), d == 1 ? (Shape{2, 3}) : (Shape{2, d, 3}));
     std::vector<float> x(6 * d);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
-    const std::vector<Tensor> y = run(*graph, {Tensor::from_f32({2, d, 3}, x)});
+    const std::vector<Tensor> y = run_graph(*graph, {Tensor::from_f32({2, d, 3}, x)});
     ASSERT_EQ(y.size(), 1u);
     EXPECT_EQ(floats(y[0]), x);  // squeezing or not moves no element
   }
@@ -144,8 +130,8 @@ TEST(StaticIf, AConditionComputedAtRunTimeIsRefused) {
   ModelBuilder m = squeeze_if_model(1);
   m.input("flag", onnx::TensorProto::BOOL, {});
   m.graph().mutable_node(m.graph().node_size() - 1)->set_input(0, "flag");
-  expect_import_error(m, {"node 'squeeze_if' (If): its condition 'flag' is computed at run time",
-                          "known at import"});
+  expect_import_errors(m, {"node 'squeeze_if' (If): its condition 'flag' is computed at run time",
+                           "known at import"});
 }
 
 // ---- CastLike ----------------------------------------------------------------------------
@@ -167,7 +153,7 @@ TEST(CastLike, BecomesACastToTheTargetsTypeAndRoundsAsIeeeSays) {
   // rounds to even: infinity. 1/3 in f32 (0x3EAAAAAB) rounds to 0x3555.
   const Tensor x = Tensor::from_f32({4}, {1.0f, 65504.0f, 65520.0f, 1.0f / 3.0f});
   Tensor like(TensorType{DType::kF16, {1}});
-  std::vector<Tensor> out = run(*graph, {x, like});
+  std::vector<Tensor> out = run_graph(*graph, {x, like});
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].bytes().size(), 8u);
   uint16_t y[4];
@@ -184,7 +170,7 @@ TEST(CastLike, ChecksItsAttributes) {
   m.input("like", onnx::TensorProto::INT64, {"1"});
   add_int_attr(m.node("CastLike", {"x", "like"}, {"y"}, "c"), "axis", 1);
   m.output("y");
-  expect_import_error(m, {"node 'c' (CastLike)", "'axis' is not an attribute of CastLike"});
+  expect_import_errors(m, {"node 'c' (CastLike)", "'axis' is not an attribute of CastLike"});
 }
 
 // ---- Sequences ---------------------------------------------------------------------------
@@ -210,7 +196,7 @@ TEST(Sequences, SplitToSequenceWithoutSplitGivesSlicesAndConcatFromSequenceStack
   EXPECT_EQ(graph->outputs()[1]->type(), (TensorType{DType::kI64, {}}));
   EXPECT_EQ(graph->outputs()[2]->type(), (TensorType{DType::kF32, {4, 3}}));
 
-  std::vector<Tensor> out = run(*graph, {iota_3x4()});
+  std::vector<Tensor> out = run_graph(*graph, {iota_3x4()});
   ASSERT_EQ(out.size(), 3u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{3, 7, 11}));
   EXPECT_EQ(out[1].element_as_i64(0), 4);
@@ -230,7 +216,7 @@ TEST(Sequences, SplitToSequenceWithAScalarSplitLeavesTheRemainderLast) {
   std::unique_ptr<Graph> graph = import_ok(m);
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF32, {3, 1}}));
-  std::vector<Tensor> out = run(*graph, {iota_3x4()});
+  std::vector<Tensor> out = run_graph(*graph, {iota_3x4()});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{3, 7, 11}));
 }
@@ -255,8 +241,8 @@ TEST(Sequences, ConstructInsertEraseAndConcatenate) {
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(graph->outputs()[0]->type(), (TensorType{DType::kF32, {3, 2}}));
   std::vector<Tensor> out =
-      run(*graph, {Tensor::from_f32({1, 2}, {1, 2}), Tensor::from_f32({1, 2}, {3, 4}),
-                   Tensor::from_f32({2, 2}, {5, 6, 7, 8})});
+      run_graph(*graph, {Tensor::from_f32({1, 2}, {1, 2}), Tensor::from_f32({1, 2}, {3, 4}),
+                         Tensor::from_f32({2, 2}, {5, 6, 7, 8})});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{5, 6, 7, 8, 3, 4}));
   EXPECT_EQ(floats(out[1]), (std::vector<float>{1, 2}));
@@ -270,7 +256,7 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     m.node("SplitToSequence", {"x"}, {"rows"}, "split");
     m.node("SequenceAt", {"rows", "i"}, {"y"}, "pick");
     m.output("y");
-    expect_import_error(m, {"node 'pick' (SequenceAt)", "position 'i'", "known at compile time"});
+    expect_import_errors(m, {"node 'pick' (SequenceAt)", "position 'i'", "known at compile time"});
   }
   {  // out of range
     ModelBuilder m(18);
@@ -279,15 +265,15 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     constant_i64(m, "three", {}, {3});
     m.node("SequenceAt", {"rows", "three"}, {"y"}, "pick");
     m.output("y");
-    expect_import_error(m, {"node 'pick' (SequenceAt)", "position 3 is out of range",
-                            "sequence of 3 tensors", "-3 to 2"});
+    expect_import_errors(m, {"node 'pick' (SequenceAt)", "position 3 is out of range",
+                             "sequence of 3 tensors", "-3 to 2"});
   }
   {  // a sequence as a graph output
     ModelBuilder m(18);
     m.input("x", onnx::TensorProto::FLOAT, {"3", "4"});
     m.node("SplitToSequence", {"x"}, {"rows"}, "split");
     m.output("rows");
-    expect_import_error(m, {"graph output 'rows' is a sequence", "node 'split'"});
+    expect_import_errors(m, {"graph output 'rows' is a sequence", "node 'split'"});
   }
   {  // a sequence read by a tensor op
     ModelBuilder m(18);
@@ -295,7 +281,7 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     m.node("SplitToSequence", {"x"}, {"rows"}, "split");
     m.node("Relu", {"rows"}, {"y"}, "relu");
     m.output("y");
-    expect_import_error(m, {"node 'relu' (Relu) reads sequence 'rows'", "SequenceAt"});
+    expect_import_errors(m, {"node 'relu' (Relu) reads sequence 'rows'", "SequenceAt"});
   }
   {  // split sizes that do not cover the dim
     ModelBuilder m(18);
@@ -305,7 +291,7 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     constant_i64(m, "zero", {}, {0});
     m.node("SequenceAt", {"rows", "zero"}, {"y"}, "pick");
     m.output("y");
-    expect_import_error(m, {"node 'split' (SplitToSequence)", "[1,1] does not add up", "(3)"});
+    expect_import_errors(m, {"node 'split' (SplitToSequence)", "[1,1] does not add up", "(3)"});
   }
   {  // mixed element types
     ModelBuilder m(18);
@@ -314,7 +300,7 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     m.node("SequenceConstruct", {"a", "b"}, {"ab"}, "construct");
     add_int_attr(m.node("ConcatFromSequence", {"ab"}, {"y"}, "concat"), "axis", 0);
     m.output("y");
-    expect_import_error(
+    expect_import_errors(
         m, {"node 'construct' (SequenceConstruct)", "input 1 ('b') is i64", "one element type"});
   }
   {  // nothing to concatenate
@@ -322,7 +308,7 @@ TEST(Sequences, ErrorsNameTheNodeAndWhatIsWrong) {
     m.node("SequenceEmpty", {}, {"none"}, "empty");
     add_int_attr(m.node("ConcatFromSequence", {"none"}, {"y"}, "concat"), "axis", 0);
     m.output("y");
-    expect_import_error(m, {"node 'concat' (ConcatFromSequence)", "empty sequence"});
+    expect_import_errors(m, {"node 'concat' (ConcatFromSequence)", "empty sequence"});
   }
 }
 
@@ -417,7 +403,7 @@ TEST(ModelLocalFunctions, CallsAreInlinedWithAttributesAndDefaults) {
   bool named_under_call = false;
   for (const auto& node : graph->nodes()) named_under_call |= node->name() == "times3/Mul_2";
   EXPECT_TRUE(named_under_call) << "inlined nodes are named under their call";
-  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({3}, {1, -2, 0.5})});
+  std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({3}, {1, -2, 0.5})});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{3, -6, 1.5}));
   EXPECT_EQ(floats(out[1]), (std::vector<float>{2, -4, 1}));
@@ -439,7 +425,7 @@ TEST(ModelLocalFunctions, NestedCallsAndPassThroughOutputs) {
   m.output("x_again");
   std::unique_ptr<Graph> graph = import_ok(m);
   ASSERT_NE(graph, nullptr);
-  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({2}, {1, 3})});
+  std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({2}, {1, 3})});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{4, 12}));
   EXPECT_EQ(floats(out[1]), (std::vector<float>{1, 3}));
@@ -453,7 +439,7 @@ TEST(ModelLocalFunctions, ErrorsNameTheCallAndTheFunction) {
     m.input("x", onnx::TensorProto::FLOAT, {"2"});
     m.node("Loop", {"x"}, {"y"}, "call").set_domain("local");
     m.output("y");
-    expect_import_error(
+    expect_import_errors(
         m, {"node 'call/Loop_1' (local.Loop)", "function 'local.Loop'", "calls itself"});
   }
   {  // an attribute the function does not declare
@@ -463,8 +449,8 @@ TEST(ModelLocalFunctions, ErrorsNameTheCallAndTheFunction) {
     call.set_domain("local");
     *call.add_attribute() = float_attr("beta", 1.0f);
     m.output("y");
-    expect_import_error(m,
-                        {"node 'call' (local.Scale)", "'beta' is not an attribute of it", "alpha"});
+    expect_import_errors(
+        m, {"node 'call' (local.Scale)", "'beta' is not an attribute of it", "alpha"});
   }
   {  // a body that reads a name it does not have
     ModelBuilder m = model_with_functions();
@@ -474,8 +460,8 @@ TEST(ModelLocalFunctions, ErrorsNameTheCallAndTheFunction) {
     m.input("outer", onnx::TensorProto::FLOAT, {"2"});
     m.node("Leaky", {"x"}, {"y"}, "call").set_domain("local");
     m.output("y");
-    expect_import_error(m, {"function 'local.Leaky'", "reads 'outer'",
-                            "neither an input of the function nor defined before it"});
+    expect_import_errors(m, {"function 'local.Leaky'", "reads 'outer'",
+                             "neither an input of the function nor defined before it"});
   }
   {  // an op whose meaning differs between the function's opset and the model's
     ModelBuilder m = model_with_functions();
@@ -486,8 +472,8 @@ TEST(ModelLocalFunctions, ErrorsNameTheCallAndTheFunction) {
     m.input("x", onnx::TensorProto::FLOAT, {"2"});
     m.node("Pool", {"x"}, {"y"}, "call").set_domain("local");
     m.output("y");
-    expect_import_error(m, {"function 'local.Pool'", "opset 11", "opset 18",
-                            "BatchNormalization differs between them"});
+    expect_import_errors(m, {"function 'local.Pool'", "opset 11", "opset 18",
+                             "BatchNormalization differs between them"});
   }
 }
 
@@ -500,7 +486,7 @@ TEST(ModelLocalFunctions, OpsThatMeanTheSameAtBothOpsetsAreInlined) {
   m.output("y");
   std::unique_ptr<Graph> graph = import_ok(m);
   ASSERT_NE(graph, nullptr);
-  std::vector<Tensor> out = run(*graph, {Tensor::from_f32({2}, {-1, 2})});
+  std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({2}, {-1, 2})});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(floats(out[0]), (std::vector<float>{0, 2}));
 }

@@ -1,5 +1,6 @@
-// Checks the tests of ops lowered at import share: a loss that weighs an output by a graph input,
-// gradients against central differences in f64, and import errors.
+// Checks the tests of ops lowered at import share: importing and running a model, a loss that
+// weighs an output by a graph input, gradients against central differences in f64, and import
+// errors.
 #pragma once
 
 #include <string>
@@ -7,10 +8,32 @@
 
 #include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
+#include "runtime/interpreter.h"
 #include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
 
 namespace ampc::testing {
+
+// The graph the model `bytes` imports to; a failure fails the test and gives null.
+inline std::unique_ptr<Graph> import_ok(const std::string& bytes) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(bytes, "test.onnx");
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? *std::move(graph) : nullptr;
+}
+inline std::unique_ptr<Graph> import_ok(const ModelBuilder& m) { return import_ok(m.bytes()); }
+
+// `graph`'s outputs on `inputs`, from the interpreter; a failure fails the test and gives none.
+inline std::vector<Tensor> run_graph(const Graph& graph, const std::vector<Tensor>& inputs) {
+  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(graph, inputs);
+  EXPECT_TRUE(outputs.ok()) << outputs.status();
+  return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
+}
+
+inline int count_ops(const Graph& graph, std::string_view op_type) {
+  int n = 0;
+  for (const auto& node : graph.nodes()) n += node->op_type() == op_type;
+  return n;
+}
 
 // Appends loss = ReduceSum(`y` * W) with W [`shape`] an f64 graph input, and declares the output.
 inline void add_weighted_loss(ModelBuilder& m, const std::string& y,

@@ -1,0 +1,334 @@
+// Control flow whose path is known at import (compiler/onnx_lowering.h): If and Loop.
+//
+// ampc runs static graphs, so control flow is resolved while the model is imported: an If by
+// its condition, a Loop by unrolling it. Both import the nodes of their subgraphs through the
+// importer, so a subgraph's nodes are lowered, typed and folded as the model's own are, and a
+// condition the body computes from the iteration number and shapes is known when it is read.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "compiler/onnx_lowering_internal.h"
+
+namespace ampc::onnx_io {
+namespace {
+
+using lowering::has_input;
+using lowering::tensor_input;
+
+using Renaming = std::unordered_map<std::string, std::string>;
+
+// The graph attributes of `proto`, by name; any other attribute is an error.
+absl::StatusOr<std::unordered_map<std::string, const onnx::GraphProto*>> graph_attributes(
+    const onnx::NodeProto& proto, const std::string& label, const std::vector<std::string>& names) {
+  std::unordered_map<std::string, const onnx::GraphProto*> graphs;
+  for (const onnx::AttributeProto& attr : proto.attribute()) {
+    if (std::find(names.begin(), names.end(), attr.name()) == names.end()) {
+      return invalid(str_cat(label, ": attribute '", attr.name(), "' is not an attribute of ",
+                             proto.op_type(), " (it has ", str_join(names, ", "), ")"));
+    }
+    if (attr.type() != onnx::AttributeProto::GRAPH || !attr.has_g()) {
+      return invalid(str_cat(label, ": attribute '", attr.name(), "' must be a graph"));
+    }
+    graphs[attr.name()] = &attr.g();
+  }
+  for (const std::string& name : names) {
+    if (!graphs.contains(name))
+      return invalid(str_cat(label, ": attribute '", name, "' is missing"));
+  }
+  return graphs;
+}
+
+// A subgraph reads the enclosing graphs' values by name and makes its constants with Constant
+// nodes (as PyTorch's exporters write them).
+absl::Status check_subgraph(const onnx::GraphProto& graph, const std::string& what) {
+  if (graph.initializer_size() > 0 || graph.sparse_initializer_size() > 0) {
+    return absl::UnimplementedError(
+        str_cat(what,
+                " has initializers; ampc takes subgraphs that read the outer graph's values "
+                "and make their own constants with Constant nodes"));
+  }
+  return absl::OkStatus();
+}
+
+// One bool condition's value; an error naming `what` when it is not one bool known at import.
+absl::StatusOr<bool> known_condition(const Value* value, const std::string& what,
+                                     ImportSink& sink) {
+  if (value->type().num_elements() != 1 || value->dtype() != DType::kBool) {
+    return invalid(str_cat(what, " must be one bool, got ", type_to_string(value->type())));
+  }
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr || !known->has_data()) {
+    return absl::UnimplementedError(
+        str_cat(what,
+                " is computed at run time; ampc runs static graphs, so control flow needs "
+                "conditions known at import (from constants, shapes and loop counters)"));
+  }
+  return known->element_as_i64(0) != 0;
+}
+
+// Every value name `graph` defines (its inputs and its nodes' outputs), with those of the graphs
+// nested in its nodes.
+void collect_defined(const onnx::GraphProto& graph, std::unordered_set<std::string>& names) {
+  for (const onnx::ValueInfoProto& input : graph.input()) names.insert(input.name());
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const std::string& output : node.output()) {
+      if (!output.empty()) names.insert(output);
+    }
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      if (attr.has_g()) collect_defined(attr.g(), names);
+      for (const onnx::GraphProto& nested : attr.graphs()) collect_defined(nested, names);
+    }
+  }
+}
+
+void rename(std::string& name, const Renaming& renamed) {
+  if (auto it = renamed.find(name); it != renamed.end()) name = it->second;
+}
+
+// Renames `graph`'s values by `renamed` (names not in it are the enclosing graphs' and stay),
+// and prefixes its nodes' names with `prefix`, through the nested graphs.
+void rename_graph(onnx::GraphProto& graph, const Renaming& renamed, const std::string& prefix) {
+  for (onnx::ValueInfoProto& input : *graph.mutable_input()) rename(*input.mutable_name(), renamed);
+  for (onnx::ValueInfoProto& output : *graph.mutable_output()) {
+    rename(*output.mutable_name(), renamed);
+  }
+  graph.clear_value_info();
+  for (onnx::NodeProto& node : *graph.mutable_node()) {
+    for (std::string& input : *node.mutable_input()) rename(input, renamed);
+    for (std::string& output : *node.mutable_output()) rename(output, renamed);
+    if (!node.name().empty()) node.set_name(str_cat(prefix, node.name()));
+    for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
+      if (attr.has_g()) rename_graph(*attr.mutable_g(), renamed, prefix);
+      for (onnx::GraphProto& nested : *attr.mutable_graphs()) {
+        rename_graph(nested, renamed, prefix);
+      }
+    }
+  }
+}
+
+// A tensor or sequence the graph has defined under `name`; an error naming `what` otherwise.
+absl::Status check_defined(const std::string& name, const std::string& what, ImportSink& sink) {
+  if (sink.tensor(name) != nullptr || sink.is_sequence(name)) return absl::OkStatus();
+  if (const std::string* why = sink.why_undefined(name)) {
+    return absl::UnimplementedError(str_cat(what, " is '", name, "', ", *why));
+  }
+  return invalid(str_cat(what, " is '", name, "', which is not defined before it"));
+}
+
+// The trip count M when the Loop has one; an error when it is not one integer known at import.
+absl::StatusOr<std::optional<int64_t>> trip_count(const onnx::NodeProto& proto,
+                                                  const std::string& label, ImportSink& sink) {
+  if (!has_input(proto, 0)) return std::nullopt;
+  AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, 0, label, sink));
+  const std::string what = str_cat(label, ": its trip count '", proto.input(0), "'");
+  if (value->type().num_elements() != 1 ||
+      (value->dtype() != DType::kI64 && value->dtype() != DType::kI32)) {
+    return invalid(str_cat(what, " must be one int64, got ", type_to_string(value->type())));
+  }
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr || !known->has_data()) {
+    return absl::UnimplementedError(
+        str_cat(what,
+                " is computed at run time; ampc runs static graphs, so it unrolls a Loop "
+                "whose trip count is known at import (from constants and shapes)"));
+  }
+  return known->element_as_i64(0);
+}
+
+}  // namespace
+
+absl::Status lower_static_if(const onnx::NodeProto& proto, const std::string& label,
+                             ImportSink& sink) {
+  if (proto.input_size() != 1 || proto.input(0).empty()) {
+    return invalid(str_cat(label, " has ", proto.input_size(), " inputs; If has one (cond)"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * cond, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(
+      const bool then,
+      known_condition(cond, str_cat(label, ": its condition '", proto.input(0), "'"), sink));
+  AMPC_ASSIGN_OR_RETURN(auto branches,
+                        graph_attributes(proto, label, {"then_branch", "else_branch"}));
+  const std::string taken = then ? "then_branch" : "else_branch";
+  const onnx::GraphProto& branch = *branches.at(taken);
+  const std::string what = str_cat(label, ": its ", taken);
+  AMPC_RETURN_IF_ERROR(check_subgraph(branch, what));
+  if (branch.input_size() > 0) {
+    return invalid(str_cat(what, " has inputs; an If's branches have none"));
+  }
+  if (branch.output_size() != proto.output_size()) {
+    return invalid(str_cat(label, " has ", proto.output_size(), " outputs; its ", taken, " has ",
+                           branch.output_size()));
+  }
+  for (const onnx::NodeProto& node : branch.node()) AMPC_RETURN_IF_ERROR(sink.import_node(node));
+  for (int i = 0; i < proto.output_size(); ++i) {
+    if (proto.output(i).empty()) continue;
+    const std::string& result = branch.output(i).name();
+    AMPC_RETURN_IF_ERROR(check_defined(result, str_cat(what, "'s output ", i), sink));
+    AMPC_RETURN_IF_ERROR(sink.bind(proto.output(i), result, proto.name()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string& label,
+                                ImportSink& sink) {
+  if (proto.input_size() < 2) {
+    return invalid(str_cat(label, " has ", proto.input_size(),
+                           " inputs; Loop has a trip count and a condition (either may be "
+                           "an empty name), then its loop-carried values"));
+  }
+  AMPC_ASSIGN_OR_RETURN(auto graphs, graph_attributes(proto, label, {"body"}));
+  const onnx::GraphProto& body = *graphs.at("body");
+  const std::string what = str_cat(label, ": its body");
+  AMPC_RETURN_IF_ERROR(check_subgraph(body, what));
+  const int carried = proto.input_size() - 2;
+  if (body.input_size() != carried + 2) {
+    return invalid(str_cat(what, " has ", body.input_size(), " inputs; a Loop with ", carried,
+                           " loop-carried values has ", carried + 2,
+                           " (the iteration number, the condition, the values)"));
+  }
+  if (body.output_size() < carried + 1) {
+    return invalid(str_cat(what, " has ", body.output_size(), " outputs; a Loop with ", carried,
+                           " loop-carried values has at least ", carried + 1,
+                           " (the condition, the values, then the scan outputs)"));
+  }
+  const int scans = body.output_size() - carried - 1;
+  if (proto.output_size() > carried + scans) {
+    return invalid(str_cat(label, " has ", proto.output_size(), " outputs; its body gives ",
+                           carried, " loop-carried values and ", scans, " scan outputs"));
+  }
+  AMPC_ASSIGN_OR_RETURN(const std::optional<int64_t> trips, trip_count(proto, label, sink));
+  const bool conditioned = has_input(proto, 1);
+  bool running = true;
+  if (conditioned) {
+    AMPC_ASSIGN_OR_RETURN(Value * cond, tensor_input(proto, 1, label, sink));
+    AMPC_ASSIGN_OR_RETURN(
+        running,
+        known_condition(cond, str_cat(label, ": its condition '", proto.input(1), "'"), sink));
+  } else if (!trips) {
+    return invalid(str_cat(label, " has neither a trip count nor a condition, so it never ends"));
+  }
+  // The names the loop-carried values have now: the Loop's inputs, then each iteration's.
+  std::vector<std::string> current;
+  for (int k = 0; k < carried; ++k) {
+    const std::string value_what = str_cat(label, ": loop-carried value ", k);
+    if (proto.input(k + 2).empty()) return invalid(str_cat(value_what, " is missing"));
+    AMPC_RETURN_IF_ERROR(check_defined(proto.input(k + 2), value_what, sink));
+    current.push_back(proto.input(k + 2));
+  }
+
+  std::unordered_set<std::string> defined;
+  collect_defined(body, defined);
+  const std::string hint = !proto.name().empty() ? proto.name()
+                           : proto.output_size() > 0 && !proto.output(0).empty()
+                               ? proto.output(0)
+                               : std::string("Loop");
+  std::vector<std::vector<Value*>> scanned(scans);
+  int64_t i = 0;
+  for (; running && (!trips || i < *trips); ++i) {
+    if (i == kMaxLoopIterations) {
+      return absl::UnimplementedError(str_cat(
+          label, " runs more than ", kMaxLoopIterations,
+          " iterations; ampc unrolls a Loop at import, one copy of its body per iteration"));
+    }
+    // The body's values get names under the Loop and the iteration, unused in the graph.
+    const std::string prefix = str_cat(hint, "/", i, "/");
+    Renaming renamed;
+    std::unordered_set<std::string> taken;
+    for (const std::string& name : defined) {
+      std::string fresh = sink.fresh_name(str_cat(prefix, name));
+      for (int n = 1; taken.contains(fresh); ++n) {
+        fresh = sink.fresh_name(str_cat(prefix, name, "_", n));
+      }
+      taken.insert(fresh);
+      renamed[name] = std::move(fresh);
+    }
+    const std::string& counter = body.input(0).name();
+    if (!counter.empty()) {
+      AMPC_RETURN_IF_ERROR(sink.emit("Constant", {},
+                                     {{"value", AttrValue(Tensor::from_i64({}, {i}))}},
+                                     {renamed.at(counter)}, str_cat(prefix, "iteration"))
+                               .status());
+    }
+    const std::string& cond_in = body.input(1).name();
+    if (!cond_in.empty()) {
+      AMPC_RETURN_IF_ERROR(
+          sink.emit("Constant", {},
+                    {{"value", AttrValue(Tensor::from_doubles(DType::kBool, {}, {1.0}))}},
+                    {renamed.at(cond_in)}, str_cat(prefix, "condition"))
+              .status());
+    }
+    for (int k = 0; k < carried; ++k) {
+      if (!body.input(k + 2).name().empty()) renamed[body.input(k + 2).name()] = current[k];
+    }
+    onnx::GraphProto copy = body;
+    rename_graph(copy, renamed, prefix);
+    for (const onnx::NodeProto& node : copy.node()) AMPC_RETURN_IF_ERROR(sink.import_node(node));
+
+    for (int k = 0; k < carried; ++k) {
+      current[k] = copy.output(k + 1).name();
+      AMPC_RETURN_IF_ERROR(
+          check_defined(current[k], str_cat(what, "'s output ", k + 1, " at iteration ", i), sink));
+    }
+    for (int j = 0; j < scans; ++j) {
+      const int output = carried + 1 + j;
+      const std::string scan_what =
+          str_cat(what, "'s scan output ", output, " ('", body.output(output).name(), "')");
+      Value* value = sink.tensor(copy.output(output).name());
+      if (value == nullptr) {
+        AMPC_RETURN_IF_ERROR(check_defined(copy.output(output).name(),
+                                           str_cat(scan_what, " at iteration ", i), sink));
+        return absl::UnimplementedError(str_cat(scan_what, " is a sequence; a Loop scans tensors"));
+      }
+      if (!scanned[j].empty() && value->type() != scanned[j].front()->type()) {
+        return invalid(str_cat(scan_what, " is ", type_to_string(scanned[j].front()->type()),
+                               " at iteration 0 and ", type_to_string(value->type()),
+                               " at iteration ", i, "; a scan output keeps its type"));
+      }
+      scanned[j].push_back(value);
+    }
+    if (conditioned) {
+      const std::string& cond_out = copy.output(0).name();
+      AMPC_RETURN_IF_ERROR(
+          check_defined(cond_out, str_cat(what, "'s condition output at iteration ", i), sink));
+      Value* cond = sink.tensor(cond_out);
+      if (cond == nullptr) {
+        return invalid(str_cat(what, "'s condition output '", body.output(0).name(),
+                               "' is a sequence; it must be one bool"));
+      }
+      AMPC_ASSIGN_OR_RETURN(
+          running, known_condition(cond,
+                                   str_cat(what, "'s condition output '", body.output(0).name(),
+                                           "' after iteration ", i),
+                                   sink));
+    }
+  }
+
+  for (int k = 0; k < carried && k < proto.output_size(); ++k) {
+    if (!proto.output(k).empty()) {
+      AMPC_RETURN_IF_ERROR(sink.bind(proto.output(k), current[k], proto.name()));
+    }
+  }
+  for (int j = 0; j < scans && carried + j < proto.output_size(); ++j) {
+    const std::string& out = proto.output(carried + j);
+    if (out.empty()) continue;
+    if (scanned[j].empty()) {
+      // Only what reads it fails: ampc's values have static shapes.
+      sink.leave_undefined(out, str_cat("the scan output of ", label,
+                                        ", which runs no iteration, so it has no shape"));
+      continue;
+    }
+    std::vector<Value*> rows;
+    for (size_t n = 0; n < scanned[j].size(); ++n) {
+      AMPC_ASSIGN_OR_RETURN(
+          std::vector<Value*> row,
+          sink.emit("Unsqueeze", {scanned[j][n]}, {{"axes", AttrValue(std::vector<int64_t>{0})}},
+                    {sink.fresh_name(str_cat(out, "/", n))}, str_cat(hint, "/scan/", n)));
+      rows.push_back(row[0]);
+    }
+    AMPC_RETURN_IF_ERROR(
+        sink.emit("Concat", rows, {{"axis", AttrValue(int64_t{0})}}, {out}, proto.name()).status());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ampc::onnx_io

@@ -1,0 +1,320 @@
+// Loop, unrolled at import (compiler/onnx_control_flow.cc): trip counts and conditions known at
+// import, loop-carried tensors and sequences, scan outputs, an If and a Loop inside a body, and
+// the errors for what is decided at run time. Values are checked against the loop worked out
+// in C++ (data movement and additions in the loop's order: bit-exact; tanh in f64: within a few
+// ulps), gradients against central differences in f64. PyTorch's exports with Loops
+// (EmbeddingBag, scripted loops) are checked against PyTorch by the model zoo
+// (tests/runtime/zoo_test.cc) and tools/layer_gradient_sweep.py.
+#include <cmath>
+
+#include "compiler/onnx_io.h"
+#include "compiler/onnx_lowering.h"
+#include "compiler/strings.h"
+#include "gtest/gtest.h"
+#include "onnx/onnx_pb.h"
+#include "runtime/interpreter.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
+
+namespace ampc {
+namespace {
+
+using onnx::TensorProto;
+using testing::add_int_attr;
+using testing::count_ops;
+using testing::expect_import_error;
+using testing::import_ok;
+using testing::ModelBuilder;
+using testing::run_graph;
+
+// The graph attribute `name` of `node`, empty.
+onnx::GraphProto& graph_attr(onnx::NodeProto& node, const std::string& name) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::GRAPH);
+  attr->mutable_g()->set_name(name);
+  return *attr->mutable_g();
+}
+
+onnx::NodeProto& add_node(onnx::GraphProto& graph, const std::string& op_type,
+                          const std::vector<std::string>& inputs,
+                          const std::vector<std::string>& outputs) {
+  onnx::NodeProto* node = graph.add_node();
+  node->set_op_type(op_type);
+  node->set_name(outputs.empty() ? op_type : outputs[0]);
+  for (const std::string& input : inputs) node->add_input(input);
+  for (const std::string& output : outputs) node->add_output(output);
+  return *node;
+}
+
+void add_input(onnx::GraphProto& graph, const std::string& name, int elem_type) {
+  onnx::ValueInfoProto* info = graph.add_input();
+  info->set_name(name);
+  info->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
+}
+
+void add_outputs(onnx::GraphProto& graph, const std::vector<std::string>& names) {
+  for (const std::string& name : names) graph.add_output()->set_name(name);
+}
+
+// A Constant node of `graph` making `name` a scalar.
+void scalar_constant(onnx::GraphProto& graph, const std::string& name, int elem_type,
+                     int64_t value) {
+  onnx::NodeProto& node = add_node(graph, "Constant", {}, {name});
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name("value");
+  attr->set_type(onnx::AttributeProto::TENSOR);
+  attr->mutable_t()->set_data_type(elem_type);
+  if (elem_type == TensorProto::BOOL) {
+    attr->mutable_t()->add_int32_data(static_cast<int32_t>(value));
+  } else {
+    attr->mutable_t()->add_int64_data(value);
+  }
+}
+
+// An RNN written as a Loop, as PyTorch's TorchScript exporter writes a scripted for-loop over
+// x.size(0): the trip count from Shape, h = tanh(X[i] * W + h) carried, each h scanned into Y.
+ModelBuilder recurrent_loop(int elem_type, int64_t steps) {
+  ModelBuilder m(17);
+  const std::string n = std::to_string(steps);
+  m.input("X", elem_type, {n, "3"});
+  m.input("H0", elem_type, {"3"});
+  m.input("Wt", elem_type, {"3"});
+  m.node("Shape", {"X"}, {"shape"}, "shape");
+  scalar_constant(m.graph(), "zero", TensorProto::INT64, 0);
+  m.node("Gather", {"shape", "zero"}, {"steps"}, "steps");
+  onnx::NodeProto& loop = m.node("Loop", {"steps", "", "H0"}, {"H", "Y"}, "rnn");
+  onnx::GraphProto& body = graph_attr(loop, "body");
+  add_input(body, "i", TensorProto::INT64);
+  add_input(body, "cond", TensorProto::BOOL);
+  add_input(body, "h", elem_type);
+  add_node(body, "Gather", {"X", "i"}, {"x_i"});
+  add_node(body, "Mul", {"x_i", "Wt"}, {"xw"});
+  add_node(body, "Add", {"xw", "h"}, {"pre"});
+  add_node(body, "Tanh", {"pre"}, {"h_next"});
+  add_node(body, "Identity", {"h_next"}, {"y_i"});
+  add_node(body, "Identity", {"cond"}, {"cond_out"});
+  add_outputs(body, {"cond_out", "h_next", "y_i"});
+  return m;
+}
+
+TEST(Loop, ARecurrenceIsUnrolledWithItsCarriedValueAndScanOutput) {
+  ModelBuilder m = recurrent_loop(TensorProto::DOUBLE, 4);
+  m.output("H");
+  m.output("Y");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(count_ops(*graph, "Loop"), 0);
+  EXPECT_EQ(count_ops(*graph, "Tanh"), 4);
+  EXPECT_EQ(graph->outputs()[1]->shape(), (Shape{4, 3}));
+
+  const std::vector<double> x = {0.5, -1.0, 0.25, 2.0, 0.0, -0.75, 1.5, 1.25, -2.0, -0.5, 0.3, 1};
+  const std::vector<double> h0 = {0.1, -0.2, 0.3};
+  const std::vector<double> w = {0.9, -1.1, 0.4};
+  const std::vector<Tensor> out = run_graph(*graph, {Tensor::from_doubles(DType::kF64, {4, 3}, x),
+                                                     Tensor::from_doubles(DType::kF64, {3}, h0),
+                                                     Tensor::from_doubles(DType::kF64, {3}, w)});
+  ASSERT_EQ(out.size(), 2u);
+  std::vector<double> h = h0;
+  for (int i = 0; i < 4; ++i) {
+    for (int k = 0; k < 3; ++k) {
+      h[k] = std::tanh(x[i * 3 + k] * w[k] + h[k]);
+      // tanh in f64: within 4 ulps of the C library's.
+      EXPECT_NEAR(out[1].element_as_double(i * 3 + k), h[k], 4e-16 * std::max(1.0, std::abs(h[k])))
+          << "Y[" << i << "][" << k << "]";
+    }
+  }
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(out[0].element_as_double(k), out[1].element_as_double(9 + k));
+}
+
+TEST(LoopGradients, ThroughEveryIterationToTheInputsAndTheInitialState) {
+  ModelBuilder m = recurrent_loop(TensorProto::DOUBLE, 4);
+  testing::add_weighted_loss(m, "Y", {"4", "3"});
+  testing::expect_onnx_gradients_match(m, "^(X|H0|Wt)$", 5);
+}
+
+// A while-loop over the rows of X (no trip count; the body's condition i + 1 < rows), collecting
+// a sequence whose rows an If inside the body negates for the first two iterations; the
+// sequence is the Loop's output, stacked by ConcatFromSequence.
+TEST(Loop, AWhileLoopCarriesASequenceAndRunsAnIfOnTheIterationNumber) {
+  ModelBuilder m(17);
+  m.input("X", TensorProto::FLOAT, {"5", "2"});
+  onnx::NodeProto& empty = m.node("SequenceEmpty", {}, {"rows"}, "rows");
+  add_int_attr(empty, "dtype", TensorProto::FLOAT);
+  m.node("Shape", {"X"}, {"shape"}, "shape");
+  scalar_constant(m.graph(), "zero", TensorProto::INT64, 0);
+  m.node("Gather", {"shape", "zero"}, {"limit"}, "limit");
+  scalar_constant(m.graph(), "go", TensorProto::BOOL, 1);
+  onnx::NodeProto& loop = m.node("Loop", {"", "go", "rows"}, {"collected"}, "collect");
+  onnx::GraphProto& body = graph_attr(loop, "body");
+  add_input(body, "i", TensorProto::INT64);
+  add_input(body, "c", TensorProto::BOOL);
+  add_input(body, "seq", TensorProto::UNDEFINED);
+  scalar_constant(body, "one", TensorProto::INT64, 1);
+  scalar_constant(body, "two", TensorProto::INT64, 2);
+  add_node(body, "Add", {"i", "one"}, {"next"});
+  add_node(body, "Less", {"next", "limit"}, {"more"});
+  add_node(body, "Gather", {"X", "i"}, {"row"});
+  add_node(body, "Less", {"i", "two"}, {"early"});
+  onnx::NodeProto& branch = add_node(body, "If", {"early"}, {"picked"});
+  add_node(graph_attr(branch, "then_branch"), "Neg", {"row"}, {"negated"});
+  add_outputs(*branch.mutable_attribute(0)->mutable_g(), {"negated"});
+  add_node(graph_attr(branch, "else_branch"), "Identity", {"row"}, {"kept"});
+  add_outputs(*branch.mutable_attribute(1)->mutable_g(), {"kept"});
+  add_node(body, "SequenceInsert", {"seq", "picked"}, {"seq_next"});
+  add_outputs(body, {"more", "seq_next"});
+  onnx::NodeProto& concat = m.node("ConcatFromSequence", {"collected"}, {"Y"}, "stack");
+  add_int_attr(concat, "axis", 0);
+  add_int_attr(concat, "new_axis", 1);
+  m.output("Y");
+
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(count_ops(*graph, "Neg"), 2);
+  ASSERT_EQ(graph->outputs()[0]->shape(), (Shape{5, 2}));
+  std::vector<float> x(10);
+  for (int i = 0; i < 10; ++i) x[i] = 0.5f * static_cast<float>(i) - 1.75f;
+  const std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({5, 2}, x)});
+  ASSERT_EQ(out.size(), 1u);
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_EQ(out[0].data<float>()[i], i < 4 ? -x[i] : x[i]) << i;  // data movement: exact
+  }
+}
+
+// A Loop in a Loop's body, the inner one reading the outer's iteration number: the sum of X's
+// elements in row-major order, carried through both.
+TEST(Loop, ALoopInsideALoopBody) {
+  ModelBuilder m(17);
+  m.input("X", TensorProto::FLOAT, {"2", "3"});
+  m.initializer_i64("rows", {}, {2});
+  m.initializer_i64("cols", {}, {3});
+  m.initializer_f32("start", {}, {0.0f});
+  onnx::NodeProto& outer = m.node("Loop", {"rows", "", "start"}, {"total"}, "outer");
+  onnx::GraphProto& outer_body = graph_attr(outer, "body");
+  add_input(outer_body, "i", TensorProto::INT64);
+  add_input(outer_body, "c", TensorProto::BOOL);
+  add_input(outer_body, "acc", TensorProto::FLOAT);
+  add_node(outer_body, "Gather", {"X", "i"}, {"row"});
+  onnx::NodeProto& inner = add_node(outer_body, "Loop", {"cols", "", "acc"}, {"acc_row"});
+  onnx::GraphProto& inner_body = graph_attr(inner, "body");
+  add_input(inner_body, "j", TensorProto::INT64);
+  add_input(inner_body, "c2", TensorProto::BOOL);
+  add_input(inner_body, "a", TensorProto::FLOAT);
+  add_node(inner_body, "Gather", {"row", "j"}, {"x"});
+  add_node(inner_body, "Add", {"a", "x"}, {"a_next"});
+  add_outputs(inner_body, {"c2", "a_next"});
+  add_outputs(outer_body, {"c", "acc_row"});
+  m.output("total");
+
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(count_ops(*graph, "Add"), 6);
+  const std::vector<float> x = {0.1f, 1e8f, -1e8f, 0.3f, 1.0f / 3.0f, 7.0f};
+  const std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({2, 3}, x)});
+  ASSERT_EQ(out.size(), 1u);
+  float sum = 0.0f;
+  for (float v : x) sum += v;  // the loops' order, which f32 rounding makes visible
+  EXPECT_EQ(out[0].data<float>()[0], sum);
+}
+
+TEST(Loop, ZeroIterationsGiveTheInitialValues) {
+  ModelBuilder m = recurrent_loop(TensorProto::FLOAT, 0);
+  m.output("H");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  const Tensor h0 = Tensor::from_f32({3}, {1.0f, -2.0f, 0.5f});
+  const std::vector<Tensor> out = run_graph(
+      *graph, {Tensor(TensorType{DType::kF32, {0, 3}}), h0, Tensor::from_f32({3}, {1, 1, 1})});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0], h0);
+
+  ModelBuilder scanned = recurrent_loop(TensorProto::FLOAT, 0);
+  scanned.output("Y");
+  expect_import_error(scanned,
+                      "graph output 'Y' is the scan output of node 'rnn' (Loop), which runs no "
+                      "iteration, so it has no shape");
+}
+
+TEST(LoopErrors, ATripCountComputedAtRunTime) {
+  ModelBuilder m = recurrent_loop(TensorProto::FLOAT, 4);
+  m.input("n", TensorProto::INT64, {});
+  m.graph().mutable_node(m.graph().node_size() - 1)->set_input(0, "n");
+  m.output("Y");
+  expect_import_error(m, "node 'rnn' (Loop): its trip count 'n' is computed at run time");
+}
+
+TEST(LoopErrors, AConditionTheBodyComputesFromData) {
+  ModelBuilder m = recurrent_loop(TensorProto::FLOAT, 4);
+  m.initializer("go", TensorProto::BOOL, {}).add_int32_data(1);
+  m.initializer_f32("zero_f", {}, {0.0f});
+  onnx::NodeProto& loop = *m.graph().mutable_node(m.graph().node_size() - 1);
+  loop.set_input(1, "go");
+  onnx::GraphProto& body = *loop.mutable_attribute(0)->mutable_g();
+  add_node(body, "ReduceSum", {"h_next"}, {"total"});
+  add_node(body, "Greater", {"total", "zero_f"}, {"positive"});
+  body.mutable_output(0)->set_name("positive");
+  m.output("Y");
+  expect_import_error(m,
+                      "node 'rnn' (Loop): its body's condition output 'positive' after "
+                      "iteration 0 is computed at run time");
+}
+
+TEST(LoopErrors, ALoopThatNeverEndsIsRefusedAtTheIterationLimit) {
+  ModelBuilder m(17);
+  m.input("x", TensorProto::FLOAT, {"2"});
+  scalar_constant(m.graph(), "go", TensorProto::BOOL, 1);
+  onnx::NodeProto& loop = m.node("Loop", {"", "go", "x"}, {"y"}, "forever");
+  onnx::GraphProto& body = graph_attr(loop, "body");
+  add_input(body, "i", TensorProto::INT64);
+  add_input(body, "c", TensorProto::BOOL);
+  add_input(body, "v", TensorProto::FLOAT);
+  add_outputs(body, {"c", "v"});
+  m.output("y");
+  expect_import_error(m, str_cat("node 'forever' (Loop) runs more than ",
+                                 onnx_io::kMaxLoopIterations, " iterations"));
+
+  // Neither a trip count nor a condition: the same loop, said at once.
+  m.graph().mutable_node(1)->set_input(1, "");
+  expect_import_error(m, "node 'forever' (Loop) has neither a trip count nor a condition");
+}
+
+TEST(LoopErrors, MalformedBodiesAreNamed) {
+  ModelBuilder inputs = recurrent_loop(TensorProto::FLOAT, 4);
+  onnx::GraphProto& body = *inputs.graph()
+                                .mutable_node(inputs.graph().node_size() - 1)
+                                ->mutable_attribute(0)
+                                ->mutable_g();
+  body.mutable_input()->RemoveLast();
+  inputs.output("Y");
+  expect_import_error(inputs,
+                      "node 'rnn' (Loop): its body has 2 inputs; a Loop with 1 "
+                      "loop-carried values has 3");
+
+  // A scan output whose shape changes between iterations: X[0:i+1].
+  ModelBuilder growing = recurrent_loop(TensorProto::FLOAT, 4);
+  onnx::GraphProto& grow_body = *growing.graph()
+                                     .mutable_node(growing.graph().node_size() - 1)
+                                     ->mutable_attribute(0)
+                                     ->mutable_g();
+  scalar_constant(grow_body, "one", TensorProto::INT64, 1);
+  scalar_constant(grow_body, "first", TensorProto::INT64, 0);
+  add_node(grow_body, "Add", {"i", "one"}, {"end"});
+  add_node(grow_body, "Unsqueeze", {"end", "first"}, {"ends"});
+  add_node(grow_body, "Unsqueeze", {"first", "first"}, {"starts"});
+  add_node(grow_body, "Slice", {"X", "starts", "ends"}, {"prefix"});
+  grow_body.mutable_output(2)->set_name("prefix");
+  growing.output("Y");
+  expect_import_error(growing,
+                      "its body's scan output 2 ('prefix') is f32[1,3] at iteration 0 "
+                      "and f32[2,3] at iteration 1");
+
+  ModelBuilder unknown = recurrent_loop(TensorProto::FLOAT, 4);
+  onnx::NodeProto& loop = *unknown.graph().mutable_node(unknown.graph().node_size() - 1);
+  add_int_attr(loop, "unroll", 1);
+  unknown.output("Y");
+  expect_import_error(unknown, "attribute 'unroll' is not an attribute of Loop (it has body)");
+}
+
+}  // namespace
+}  // namespace ampc
