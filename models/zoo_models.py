@@ -377,6 +377,29 @@ class RnnTagger(nn.Module):
         return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
 
 
+# ----------------------------------------------------------------------------- recommenders
+
+
+class BagRecommender(nn.Module):
+    """A click model as DLRM builds one: two sparse features, each a bag of ids per example
+    (nn.EmbeddingBag, summed and averaged, which both exporters write as an ONNX Loop over the
+    bags), a dense tower, the pairwise dot products of the three vectors, and a top MLP to one
+    logit under binary cross-entropy."""
+
+    def __init__(self, vocab=40, dim=8, dense=6):
+        super().__init__()
+        self.user = nn.EmbeddingBag(vocab, dim, mode="sum")
+        self.item = nn.EmbeddingBag(vocab, dim, mode="mean")
+        self.bottom = nn.Sequential(nn.Linear(dense, dim), nn.ReLU())
+        self.top = nn.Sequential(nn.Linear(3 * dim + 3, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, dense, user_ids, item_ids, clicks):
+        d, u, i = self.bottom(dense), self.user(user_ids), self.item(item_ids)
+        pairs = torch.stack([(d * u).sum(1), (d * i).sum(1), (u * i).sum(1)], dim=1)
+        logits = self.top(torch.cat([d, u, i, pairs], dim=1)).squeeze(1)
+        return F.binary_cross_entropy_with_logits(logits, clicks), logits
+
+
 # ----------------------------------------------------------------------------- batches
 
 
@@ -430,6 +453,12 @@ def mask_batch(g, b=4, h=16, w=16, classes=3):
     return {"x": x, "y": torch.randint(0, classes, (b, h, w), generator=g)}
 
 
+def click_batch(g, b=8, vocab=40):
+    return {"dense": torch.randn((b, 6), generator=g),
+            "user_ids": tokens(g, (b, 4), vocab), "item_ids": tokens(g, (b, 3), vocab),
+            "clicks": (torch.rand((b,), generator=g) < 0.3).float()}
+
+
 def flat_batch(g, b=8, classes=10):
     return {"x": torch.rand((b, 784), generator=g), "y": torch.randint(0, classes, (b,), generator=g)}
 
@@ -460,4 +489,5 @@ ZOO = {
     "mlp_wide": (MlpWide, flat_batch, ("dynamo",)),
     "unet": (UNet, mask_batch, ALL_EXPORTERS + OPSET12),
     "rnn_tagger": (RnnTagger, lm_batch, ALL_EXPORTERS + OPSET12),
+    "bag_recommender": (BagRecommender, click_batch, ALL_EXPORTERS),
 }

@@ -19,6 +19,8 @@ import argparse
 import os
 import sys
 import tempfile
+import warnings
+from typing import List
 
 import torch
 import torch.nn as nn
@@ -271,6 +273,11 @@ def cases():
             D, 2, 16, dropout=0.0, activation="gelu", norm_first=True, batch_first=True)),
         "transformer_decoder": lambda: seq(Decoder()),
         "bilinear": lambda: seq(fn(Bilinear())),
+        # scripted control flow (torch.jit.script), which the TorchScript exporter writes as
+        # ONNX Loops (dynamo traces through it): a for-loop over time carrying a state and
+        # collecting a list, and a while-loop with a stride
+        "scripted_for_loop": lambda: seq(Scripted("recurrence")),
+        "scripted_while_loop": lambda: seq(Scripted("strided_sum")),
         # embeddings
         "embedding_bag_sum": lambda: (EmbeddingCase(BagOf(nn.EmbeddingBag(CLASSES * 2, D,
                                                                           mode="sum"))),
@@ -462,6 +469,39 @@ class Bilinear(nn.Module):
 
     def forward(self, x):
         return self.bilinear(x, x.flip(1))
+
+
+def recurrence(x):
+    h = torch.zeros_like(x[:, 0])
+    states: List[torch.Tensor] = []
+    for t in range(x.size(1)):
+        h = torch.tanh(x[:, t] + 0.5 * h)
+        states.append(h)
+    return torch.stack(states, 1)
+
+
+def strided_sum(x):
+    total = torch.zeros_like(x[:, 0])
+    t = 0
+    while t < x.size(1):
+        total = total * 0.9 + x[:, t] * x[:, t]
+        t += 2
+    return total
+
+
+with warnings.catch_warnings():  # torch.jit.script is deprecated, and still what people export
+    warnings.simplefilter("ignore", FutureWarning)
+    SCRIPTED = {"recurrence": torch.jit.script(recurrence),
+                "strided_sum": torch.jit.script(strided_sum)}
+class Scripted(nn.Module):
+    """A scripted function, named (the cases are deep-copied; a ScriptFunction is not)."""
+
+    def __init__(self, name):
+        super().__init__()
+        self.name = name
+
+    def forward(self, x):
+        return SCRIPTED[self.name](x)
 
 
 class BagOf(nn.Module):

@@ -1,7 +1,7 @@
 // The model zoo (models/zoo/, written by models/export_zoo.py): small versions of GPT-2, a
 // Llama-style decoder, a BERT-style masked LM, a decoder on left-padded batches, ResNet-18,
-// MobileNetV3-small, a U-Net, a GRU and LSTM tagger and the models of user reports, each as
-// PyTorch's exporters wrote it.
+// MobileNetV3-small, a U-Net, a GRU and LSTM tagger, a recommender on EmbeddingBags (ONNX Loops)
+// and the models of user reports, each as PyTorch's exporters wrote it.
 //
 // - Every file in the folder imports, or fails naming the op, its domain and opset and the
 //   nearest ops ampc supports.
