@@ -7,7 +7,9 @@
 //   an epsilon), or a one-element tensor named as torch.onnx's dynamo exporter names the
 //   constants it lifts (val_<n>: an attention's √scale), unless the file declares it a
 //   parameter, and is not what the file declares a buffer (PyTorch's graph signature,
-//   Value::declared); --trainable names a lifted constant or a buffer to train it),
+//   Value::declared) nor, in a file that declares its parameters, an undeclared tensor of one
+//   repeated value (an exporter's folded torch.ones/zeros/full); --trainable names a lifted
+//   constant, a buffer or such a tensor to train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -138,9 +140,15 @@ class Walker {
     };
     std::vector<std::string> scalars;
     std::vector<std::string> buffers;
+    const bool declares = file_declares_parameters();
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
       const bool named = trainable && std::regex_search(init->name(), *trainable);
+      // A filled constant the file's signature does not declare (mask_data.h): data.
+      if (declares && !named && init->declared() == Value::Declared::kUnknown &&
+          holds_one_value(*init)) {
+        continue;
+      }
       if (!named && init->declared() != Value::Declared::kParameter &&
           only_read_as_hyperparameter(*init)) {
         continue;
@@ -181,16 +189,19 @@ class Walker {
     return candidates;
   }
 
+  // Whether the file says which initializers are parameters and buffers (PyTorch's graph
+  // signature).
+  bool file_declares_parameters() const {
+    return std::any_of(graph_.initializers().begin(), graph_.initializers().end(),
+                       [](const Value* v) { return v->declared() != Value::Declared::kUnknown; });
+  }
+
   // Where the file declares its parameters (PyTorch's graph signature), a trained initializer it
   // does not declare was made by the exporter's optimizer from parameters or buffers (a weight
   // folded into its transpose, a lookup of a position table): training it trains another model
   // than PyTorch's, worth a warning.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
-    if (!options_.trainable.empty() ||
-        std::none_of(graph_.initializers().begin(), graph_.initializers().end(),
-                     [](const Value* v) { return v->declared() != Value::Declared::kUnknown; })) {
-      return;
-    }
+    if (!options_.trainable.empty() || !file_declares_parameters()) return;
     std::vector<std::string> undeclared;
     for (const Value* value : trainable) {
       if (value->initializer() != nullptr && value->declared() == Value::Declared::kUnknown) {

@@ -13,10 +13,28 @@
 //     the value moves into the attribute and the input is dropped, so later passes read one
 //     form. Export writes the input form back for opsets that want it.
 //   - Omitted optional operands at the end of the operand list are dropped.
-// Assumes: the graph verifies. Initializers that become unread are left to dce.
+//   - Slices of one value along one axis (step 1, known bounds) that do not overlap and cover at
+//     least half of it become one Split (the gaps its omitted outputs), and Gathers from one
+//     table (an initializer or graph input) by every piece of a Split of their indices become
+//     one Gather and a Split of its result. An unrolled loop over a batch (PyTorch's
+//     EmbeddingBag, a scripted loop) slices it into rows this way; Slice's and Gather's
+//     gradients are each a tensor of the whole input, so per row they cost the batch's size
+//     squared (2 GiB at 2048 bags of 8), where a Split's gradient is one Concat and one
+//     Gather's one scatter. Then a Concat, along the Split's axis, of one reduction (ReduceSum,
+//     ReduceMean or ReduceMax over that axis, its dim kept or dropped and put back by
+//     Unsqueeze) of each of the Split's equal pieces in order is one Reshape of the Split's
+//     input that makes the pieces an axis, and one reduction over it: the bags' sums, means or
+//     maxima at once.
+// Assumes: the graph verifies. Initializers and nodes that become unread are left to dce.
 // Numerics: none; no value changes (Identity is exact; a moved value is copied exactly, and
-//   f64 values, which a float attribute would round, are not moved).
+//   f64 values, which a float attribute would round, are not moved; Split and Gather move the
+//   same elements as the Slices and Gathers they replace; the merged reduction reduces each
+//   piece's elements along the same axis, of the same length and inner stride, so in the same
+//   order: tests/passes/canonicalize_test.cc checks the results bit for bit).
+#include <algorithm>
+
 #include "compiler/op_def.h"
+#include "compiler/strings.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -106,6 +124,266 @@ bool drop_trailing_omitted_operands(Node& node) {
   return true;
 }
 
+// ---- Slices as a Split, Gathers by a Split's pieces as one Gather ------------------------------
+
+// `replacement` takes `old`'s uses and its name (so the text IR reads the same), `old` a fresh
+// one until dce removes it.
+void take_over(Graph& graph, Value* old, Value* replacement) {
+  const std::string name = old->name();
+  old->replace_all_uses_with(replacement);
+  old->set_name(graph.unique_value_name(str_cat(name, "/replaced")));
+  replacement->set_name(name);
+}
+
+// A Slice of one axis with step 1 and bounds known at compile time: [begin, end) of `axis`.
+struct AxisSlice {
+  Node* node = nullptr;
+  int64_t axis = 0;
+  int64_t begin = 0;
+  int64_t end = 0;
+};
+
+std::optional<AxisSlice> axis_slice(Node& node) {
+  if (node.domain() != kOnnxDomain || node.op_type() != "Slice" || !node.has_output(0) ||
+      node.output(0)->is_dead()) {
+    return std::nullopt;
+  }
+  const Tensor* args[4] = {};  // starts, ends, axes, steps
+  for (int i = 1; i <= 4; ++i) {
+    if (!node.has_operand(i)) continue;
+    args[i - 1] = node.operand(i)->initializer();
+    if (args[i - 1] == nullptr || !args[i - 1]->has_data() || args[i - 1]->num_elements() != 1) {
+      return std::nullopt;
+    }
+  }
+  if (args[0] == nullptr || args[1] == nullptr) return std::nullopt;
+  if (args[3] != nullptr && args[3]->element_as_i64(0) != 1) return std::nullopt;
+  const Shape& shape = node.operand(0)->shape();
+  const auto rank = static_cast<int64_t>(shape.size());
+  int64_t axis = args[2] != nullptr ? args[2]->element_as_i64(0) : 0;
+  if (axis < -rank || axis >= rank) return std::nullopt;
+  if (axis < 0) axis += rank;
+  const int64_t dim = shape[axis];
+  // ONNX's rule for step 1: negative bounds count from the back, then clamp to [0, dim].
+  const auto bound = [dim](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + dim : v, 0, dim); };
+  const int64_t begin = bound(args[0]->element_as_i64(0));
+  const int64_t end = bound(args[1]->element_as_i64(0));
+  if (end <= begin) return std::nullopt;
+  return AxisSlice{&node, axis, begin, end};
+}
+
+// `node`, a Slice, and the other Slices of its input along its axis, as one Split (see the file
+// comment). `node` is the first of them in the graph (they are visited in order), so the Split
+// goes before it.
+bool merge_slices(Graph& graph, Node& node) {
+  const std::optional<AxisSlice> first = axis_slice(node);
+  if (!first) return false;
+  Value* data = node.operand(0);
+  std::vector<AxisSlice> slices;
+  for (const Use& use : data->uses()) {
+    if (use.operand != 0) continue;
+    std::optional<AxisSlice> slice = axis_slice(*use.user);
+    if (slice && slice->axis == first->axis) slices.push_back(*slice);
+  }
+  if (slices.size() < 2) return false;
+  std::sort(slices.begin(), slices.end(),
+            [](const AxisSlice& a, const AxisSlice& b) { return a.begin < b.begin; });
+  const int64_t dim = data->shape()[first->axis];
+  int64_t covered = 0;
+  for (size_t k = 0; k < slices.size(); ++k) {
+    if (k > 0 && slices[k].begin < slices[k - 1].end) return false;
+    covered += slices[k].end - slices[k].begin;
+  }
+  if (2 * covered < dim) return false;  // a Split would copy more than twice what they read
+  std::vector<int64_t> sizes;
+  std::vector<std::optional<TensorType>> types;
+  std::vector<const AxisSlice*> pieces;  // per output: its Slice, or null for a gap
+  const auto add_piece = [&](int64_t size, const AxisSlice* slice) {
+    TensorType type = data->type();
+    type.shape[first->axis] = size;
+    sizes.push_back(size);
+    types.push_back(slice != nullptr ? std::optional<TensorType>(type) : std::nullopt);
+    pieces.push_back(slice);
+  };
+  int64_t position = 0;
+  for (const AxisSlice& slice : slices) {
+    if (slice.begin > position) add_piece(slice.begin - position, nullptr);
+    add_piece(slice.end - slice.begin, &slice);
+    position = slice.end;
+  }
+  if (position < dim) add_piece(dim - position, nullptr);
+  Node* split = graph.create_node(
+      kOnnxDomain, "Split", {data}, types,
+      {{"axis", AttrValue(first->axis)}, {"split", AttrValue(std::move(sizes))}}, &node);
+  split->set_name(str_cat(node.name().empty() ? data->name() : node.name(), "/split"));
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    if (pieces[k] != nullptr) {
+      take_over(graph, pieces[k]->node->output(0), split->output(static_cast<int>(k)));
+    }
+  }
+  return true;
+}
+
+// Gathers from one table by every piece of `split` (their indices) as one Gather by the Split's
+// input and a Split of its result along the same axis (see the file comment).
+bool merge_gathers(Graph& graph, Node& split) {
+  if (split.domain() != kOnnxDomain || split.op_type() != "Split" ||
+      split.find_attr("split") == nullptr || !is_integer(split.operand(0)->dtype())) {
+    return false;
+  }
+  std::vector<Node*> gathers(split.num_outputs(), nullptr);
+  const Node* model = nullptr;  // the first Gather, whose table and attributes all share
+  for (int k = 0; k < split.num_outputs(); ++k) {
+    if (!split.has_output(k) || split.output(k)->is_dead()) continue;
+    const Value* piece = split.output(k);
+    if (piece->is_graph_output() || piece->uses().size() != 1) return false;
+    Node* gather = piece->uses().front().user;
+    if (gather->domain() != kOnnxDomain || gather->op_type() != "Gather" ||
+        piece->uses().front().operand != 1) {
+      return false;
+    }
+    if (model == nullptr) model = gather;
+    if (gather->operand(0) != model->operand(0) || gather->attrs() != model->attrs()) return false;
+    gathers[k] = gather;
+  }
+  Value* table = model != nullptr ? model->operand(0) : nullptr;
+  if (table == nullptr || table->producer() != nullptr ||
+      std::count(gathers.begin(), gathers.end(), nullptr) + 2 > split.num_outputs()) {
+    return false;
+  }
+  const Shape& table_shape = table->shape();
+  const auto rank = static_cast<int64_t>(table_shape.size());
+  int64_t axis = model->find_attr("axis") != nullptr ? model->int_attr("axis") : 0;
+  if (axis < 0) axis += rank;
+  Value* indices = split.operand(0);
+  Shape shape(table_shape.begin(), table_shape.begin() + axis);
+  shape.insert(shape.end(), indices->shape().begin(), indices->shape().end());
+  shape.insert(shape.end(), table_shape.begin() + axis + 1, table_shape.end());
+  Node* gather = graph.create_node(kOnnxDomain, "Gather", {table, indices},
+                                   {TensorType{table->dtype(), shape}}, model->attrs(), &split);
+  gather->set_name(str_cat(model->name().empty() ? indices->name() : model->name(), "/merged"));
+  gather->output(0)->set_name(graph.unique_value_name(str_cat(table->name(), "/rows")));
+  const auto split_rank = static_cast<int64_t>(indices->shape().size());
+  int64_t split_axis = split.int_attr("axis");
+  if (split_axis < 0) split_axis += split_rank;
+  std::vector<std::optional<TensorType>> types;
+  for (const Node* g : gathers) {
+    types.push_back(g != nullptr ? std::optional<TensorType>(g->output(0)->type()) : std::nullopt);
+  }
+  Node* rows = graph.create_node(
+      kOnnxDomain, "Split", {gather->output(0)}, types,
+      {{"axis", AttrValue(axis + split_axis)}, {"split", *split.find_attr("split")}}, &split);
+  rows->set_name(str_cat(gather->name(), "/split"));
+  for (size_t k = 0; k < gathers.size(); ++k) {
+    if (gathers[k] != nullptr) {
+      take_over(graph, gathers[k]->output(0), rows->output(static_cast<int>(k)));
+    }
+  }
+  return true;
+}
+
+// One reduction of a piece that merge_reductions merges: `node` reduces its operand 0 over one
+// axis, keeping the dim or dropping it, and `unsqueeze` (or null) puts the dim back.
+struct PieceReduction {
+  Node* node = nullptr;
+  Node* unsqueeze = nullptr;
+};
+
+bool only_read_by(const Value* value, const Node* reader) {
+  return !value->is_graph_output() && value->uses().size() == 1 &&
+         value->uses().front().user == reader;
+}
+
+bool is_onnx_op(const Node* node, std::string_view op_type) {
+  return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op_type;
+}
+
+// The reduction behind operand `k` of `concat` (along `axis`), or nullopt.
+std::optional<PieceReduction> piece_reduction(const Node& concat, int k, int64_t axis) {
+  PieceReduction piece;
+  const Value* value = concat.operand(k);
+  Node* producer = value->producer();
+  if (!only_read_by(value, &concat)) return std::nullopt;
+  if (is_onnx_op(producer, "Unsqueeze")) {
+    const AttrValue* axes = producer->find_attr("axes");
+    if (axes == nullptr || *axes != AttrValue(std::vector<int64_t>{axis}) ||
+        producer->num_operands() != 1 || !only_read_by(producer->operand(0), producer)) {
+      return std::nullopt;
+    }
+    piece.unsqueeze = producer;
+    producer = producer->operand(0)->producer();
+  }
+  if (!is_onnx_op(producer, "ReduceSum") && !is_onnx_op(producer, "ReduceMean") &&
+      !is_onnx_op(producer, "ReduceMax")) {
+    return std::nullopt;
+  }
+  const AttrValue* axes = producer->find_attr("axes");
+  if (producer->num_operands() != 1 || axes == nullptr ||
+      *axes != AttrValue(std::vector<int64_t>{axis}) ||
+      producer->int_attr("keepdims") != (piece.unsqueeze == nullptr ? 1 : 0)) {
+    return std::nullopt;
+  }
+  piece.node = producer;
+  return piece;
+}
+
+// A Concat of the reductions of a Split's equal pieces, in order, along the Split's axis, as one
+// Reshape and one reduction (see the file comment).
+bool merge_reductions(Graph& graph, Node& concat) {
+  if (!is_onnx_op(&concat, "Concat") || concat.num_operands() < 2 || !concat.has_output(0)) {
+    return false;
+  }
+  const auto rank = static_cast<int64_t>(concat.output(0)->shape().size());
+  int64_t axis = concat.int_attr("axis");
+  if (axis < 0) axis += rank;
+  std::vector<PieceReduction> pieces;
+  const Node* split = nullptr;
+  for (int k = 0; k < concat.num_operands(); ++k) {
+    std::optional<PieceReduction> piece = piece_reduction(concat, k, axis);
+    if (!piece) return false;
+    const Value* input = piece->node->operand(0);
+    if (k == 0) split = input->producer();
+    if (!is_onnx_op(split, "Split") || input->producer() != split ||
+        input->producer_output() != k || !only_read_by(input, piece->node)) {
+      return false;
+    }
+    if (k > 0 && (piece->node->op_type() != pieces.front().node->op_type() ||
+                  piece->node->attrs() != pieces.front().node->attrs())) {
+      return false;
+    }
+    pieces.push_back(*piece);
+  }
+  Value* data = split->operand(0);
+  const Shape& shape = data->shape();
+  int64_t split_axis = split->int_attr("axis");
+  if (split_axis < 0) split_axis += static_cast<int64_t>(shape.size());
+  if (split_axis != axis || split->num_outputs() != concat.num_operands()) return false;
+  const int64_t size = split->output(0)->shape()[axis];
+  for (int k = 0; k < split->num_outputs(); ++k) {
+    if (!split->has_output(k) || split->output(k)->shape()[axis] != size) return false;
+  }
+  Shape grouped(shape.begin(), shape.begin() + axis);
+  grouped.push_back(split->num_outputs());
+  grouped.push_back(size);
+  grouped.insert(grouped.end(), shape.begin() + axis + 1, shape.end());
+  Value* target =
+      graph.add_initializer(graph.unique_value_name(str_cat(data->name(), "/grouped_shape")),
+                            Tensor::from_i64({static_cast<int64_t>(grouped.size())}, grouped));
+  target->set_constant(true);
+  Node* reshape = graph.create_node(kOnnxDomain, "Reshape", {data, target},
+                                    {TensorType{data->dtype(), grouped}}, {}, &concat);
+  reshape->output(0)->set_name(graph.unique_value_name(str_cat(data->name(), "/grouped")));
+  Attributes attrs = pieces.front().node->attrs();
+  attrs["axes"] = AttrValue(std::vector<int64_t>{axis + 1});
+  attrs["keepdims"] = AttrValue(int64_t{0});
+  Node* reduce =
+      graph.create_node(kOnnxDomain, pieces.front().node->op_type(), {reshape->output(0)},
+                        {concat.output(0)->type()}, std::move(attrs), &concat);
+  reduce->set_name(concat.name().empty() ? str_cat(data->name(), "/reduced") : concat.name());
+  take_over(graph, concat.output(0), reduce->output(0));
+  return true;
+}
+
 class CanonicalizePass final : public Pass {
  public:
   std::string_view name() const override { return "canonicalize"; }
@@ -119,7 +397,9 @@ class CanonicalizePass final : public Pass {
       }
       const bool moved = move_constant_inputs_to_attrs(*node);
       const bool dropped = drop_trailing_omitted_operands(*node);
-      changed = changed || moved || dropped;
+      const bool merged = merge_slices(graph, *node) || merge_gathers(graph, *node) ||
+                          merge_reductions(graph, *node);
+      changed = changed || moved || dropped || merged;
     }
     return changed;
   }

@@ -2,10 +2,12 @@
 // does not train them by default) and fuse-attention (it takes them as masks and scales).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
 #include <regex>
+#include <span>
 
 #include "compiler/ir.h"
 
@@ -36,6 +38,24 @@ inline bool holds_mask_fill(const Value& value) {
     if (!std::isfinite(x) || std::abs(x) >= largest) return true;
   }
   return false;
+}
+
+// Whether the float initializer `value` holds more than one element, all one value (bitwise): a
+// torch.ones, zeros or full that an exporter's optimizer folded into an initializer (the dynamo
+// exporter does so with nn.EmbeddingBag's per-sample weights). Where the file declares its
+// parameters and buffers and not this one, it is the exporter's constant (autodiff).
+inline bool holds_one_value(const Value& value) {
+  const Tensor* data = value.initializer();
+  if (data == nullptr || !data->has_data() || !is_arithmetic_float(data->dtype()) ||
+      data->num_elements() < 2) {
+    return false;
+  }
+  const std::span<const uint8_t> bytes = data->bytes();
+  const size_t size = bytes.size() / static_cast<size_t>(data->num_elements());
+  for (size_t at = size; at < bytes.size(); at += size) {
+    if (!std::equal(bytes.begin(), bytes.begin() + size, bytes.begin() + at)) return false;
+  }
+  return true;
 }
 
 // Whether the float initializer `value` is a constant an exporter lifted out of the graph: a

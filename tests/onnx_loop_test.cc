@@ -7,6 +7,7 @@
 // (tests/runtime/zoo_test.cc) and tools/layer_gradient_sweep.py.
 #include <cmath>
 
+#include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering.h"
 #include "compiler/strings.h"
@@ -15,6 +16,7 @@
 #include "runtime/interpreter.h"
 #include "tests/onnx_model_builder.h"
 #include "tests/onnx_op_checks.h"
+#include "tests/test_util.h"
 
 namespace ampc {
 namespace {
@@ -234,6 +236,28 @@ TEST(Loop, ZeroIterationsGiveTheInitialValues) {
   expect_import_error(scanned,
                       "graph output 'Y' is the scan output of node 'rnn' (Loop), which runs no "
                       "iteration, so it has no shape");
+}
+
+// The zoo's recommender (two EmbeddingBags: each a Loop over the 8 examples' bags, slicing the
+// ids or the gathered rows per bag) trains with one Gather and one GatherGrad per table, and no
+// SliceGrad: canonicalize merges the unrolled Slices into Splits and the Gathers by their pieces
+// (passes/canonicalize.cc), where per bag each gradient would be a tensor of the whole table or
+// batch.
+TEST(Loop, UnrolledEmbeddingBagsTrainWithOneGatherPerTable) {
+  for (const char* exporter : {"torchscript", "dynamo", "dynamo_raw"}) {
+    SCOPED_TRACE(exporter);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(
+        testing::source_path(str_cat("models/zoo/bag_recommender.", exporter, ".onnx")));
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    CompileOptions options;
+    options.training = TrainingOptions{};
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(**graph, options, diagnostics).ok());
+    const Graph& step = *(*graph)->training_step();
+    EXPECT_EQ(count_ops(step, "Gather"), 2);
+    EXPECT_EQ(count_ops(step, "GatherGrad"), 2);
+    EXPECT_EQ(count_ops(step, "SliceGrad"), 0);
+  }
 }
 
 TEST(LoopErrors, ATripCountComputedAtRunTime) {

@@ -8,8 +8,11 @@ with their cross-entropy loss:
           block of two Conv+BN+SiLU, global average pooling and a linear classifier;
   attention: 8 sequences of 256 positions of width 256, 4 heads: QKV projection, causal
              scaled_dot_product_attention (PyTorch's fused CPU kernel), output projection, mean
-             over the positions and a linear classifier.
-Both train with SGD, momentum 0.9, lr 0.01, in f32. PyTorch runs with torch.set_num_threads(T);
+             over the positions and a linear classifier;
+  bags: 2048 bags of 8 ids each summed from a table of 1000 rows of 64 (nn.EmbeddingBag, which
+        the exporter writes as an ONNX Loop over the bags; ampc unrolls it and merges the bags
+        back into one Gather and one sum), then a linear classifier.
+All train with SGD, momentum 0.9, lr 0.01, in f32. PyTorch runs with torch.set_num_threads(T);
 ampc with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 (ampc's own threads call a
 single-threaded BLAS). ampc's step time is (time of `ampc train --steps N+W`) - (time of
 `--steps W`) over N, so process start, loading and the first steps are not counted; PyTorch's is
@@ -86,16 +89,33 @@ class Attention(nn.Module):
         return F.cross_entropy(self.fc(y.mean(dim=1)), label)
 
 
+class Bags(nn.Module):
+    def __init__(self, vocab=1000, width=64):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(vocab, width, mode="sum")
+        self.fc = nn.Linear(width, 10)
+
+    def forward(self, x, label):
+        return F.cross_entropy(self.fc(self.bag(x)), label)
+
+
 MODELS = {
     "mlp": (Mlp, (128, 784)),
     "rescnn": (ResCnn, (16, 3, 32, 32)),
     "attention": (Attention, (8, 256, 256)),
+    "bags": (Bags, (2048, 8)),
 }
+# The models whose x holds ids, and their vocabulary.
+VOCAB = {"bags": 1000}
 
 
-def batches(shape, count, seed):
+def batches(name, count, seed):
+    shape = MODELS[name][1]
     rng = np.random.default_rng(seed)
-    x = rng.standard_normal((count,) + shape).astype(np.float32)
+    if name in VOCAB:
+        x = rng.integers(0, VOCAB[name], (count,) + shape).astype(np.int64)
+    else:
+        x = rng.standard_normal((count,) + shape).astype(np.float32)
     label = rng.integers(0, 10, (count, shape[0])).astype(np.int64)
     return x, label
 
@@ -103,10 +123,9 @@ def batches(shape, count, seed):
 def torch_step_ms(name, threads, steps, warmup):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model_class, shape = MODELS[name]
-    model = model_class().train()
+    model = MODELS[name][0]().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, label = batches(shape, 8, 1)
+    x, label = batches(name, 8, 1)
     times = []
     for step in range(warmup + steps):
         i = step % len(x)
@@ -122,9 +141,8 @@ def torch_step_ms(name, threads, steps, warmup):
 
 def export(name, directory):
     torch.manual_seed(0)
-    model_class, shape = MODELS[name]
-    model = model_class().train()
-    x, label = batches(shape, 8, 1)
+    model = MODELS[name][0]().train()
+    x, label = batches(name, 8, 1)
     path = os.path.join(directory, name + ".onnx")
     torch.onnx.export(model, (torch.from_numpy(x[0]), torch.from_numpy(label[0])), path,
                       dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
