@@ -14,7 +14,7 @@
 //     form. Export writes the input form back for opsets that want it.
 //   - Omitted optional operands at the end of the operand list are dropped.
 //   - Slices of one value along one axis (step 1, known bounds) that do not overlap and cover at
-//     least half of it become one Split (the gaps its omitted outputs), and Gathers from one
+//     least half of it become one Split (the gaps outputs nothing reads), and Gathers from one
 //     table (an initializer or graph input) by every piece of a Split of their indices become
 //     one Gather and a Split of its result. An unrolled loop over a batch (PyTorch's
 //     EmbeddingBag, a scripted loop) slices it into rows this way; Slice's and Gather's
@@ -202,7 +202,7 @@ bool merge_slices(Graph& graph, Node& node) {
     TensorType type = data->type();
     type.shape[first->axis] = size;
     sizes.push_back(size);
-    types.push_back(slice != nullptr ? std::optional<TensorType>(type) : std::nullopt);
+    types.push_back(type);  // a gap too: ONNX's Split has an output per size
     pieces.push_back(slice);
   };
   int64_t position = 0;
@@ -217,8 +217,11 @@ bool merge_slices(Graph& graph, Node& node) {
       {{"axis", AttrValue(first->axis)}, {"split", AttrValue(std::move(sizes))}}, &node);
   split->set_name(str_cat(node.name().empty() ? data->name() : node.name(), "/split"));
   for (size_t k = 0; k < pieces.size(); ++k) {
+    Value* piece = split->output(static_cast<int>(k));
     if (pieces[k] != nullptr) {
-      take_over(graph, pieces[k]->node->output(0), split->output(static_cast<int>(k)));
+      take_over(graph, pieces[k]->node->output(0), piece);
+    } else {
+      piece->set_name(graph.unique_value_name(str_cat(data->name(), "/unread")));
     }
   }
   return true;
@@ -266,17 +269,24 @@ bool merge_gathers(Graph& graph, Node& split) {
   const auto split_rank = static_cast<int64_t>(indices->shape().size());
   int64_t split_axis = split.int_attr("axis");
   if (split_axis < 0) split_axis += split_rank;
+  const std::vector<int64_t>& sizes = split.ints_attr("split");
+  if (sizes.size() != gathers.size()) return false;
   std::vector<std::optional<TensorType>> types;
-  for (const Node* g : gathers) {
-    types.push_back(g != nullptr ? std::optional<TensorType>(g->output(0)->type()) : std::nullopt);
+  for (size_t k = 0; k < gathers.size(); ++k) {
+    TensorType type{table->dtype(), shape};
+    type.shape[axis + split_axis] = sizes[k];
+    types.push_back(type);  // an unread piece too: ONNX's Split has an output per size
   }
   Node* rows = graph.create_node(
       kOnnxDomain, "Split", {gather->output(0)}, types,
       {{"axis", AttrValue(axis + split_axis)}, {"split", *split.find_attr("split")}}, &split);
   rows->set_name(str_cat(gather->name(), "/split"));
   for (size_t k = 0; k < gathers.size(); ++k) {
+    Value* piece = rows->output(static_cast<int>(k));
     if (gathers[k] != nullptr) {
-      take_over(graph, gathers[k]->output(0), rows->output(static_cast<int>(k)));
+      take_over(graph, gathers[k]->output(0), piece);
+    } else {
+      piece->set_name(graph.unique_value_name(str_cat(gather->output(0)->name(), "/unread")));
     }
   }
   return true;

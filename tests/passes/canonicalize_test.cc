@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "compiler/verifier.h"
@@ -386,7 +387,8 @@ TEST(Canonicalize, OmittedOperandBeforeAPresentOneStays) {
 // ---- Slices as a Split, Gathers by a Split's pieces as one Gather ------------------------------
 
 // Rows [0,2), [2,3) and [4,6) of a batch of 6 (an unrolled loop's bags; row 3 unread): one Split
-// whose gap is an omitted output, in the Slices' order of rows whatever their order in the graph.
+// whose gap is an output nothing reads, in the Slices' order of rows whatever their order in the
+// graph.
 TEST(CanonicalizeMerges, SlicesThatPartitionAnAxisBecomeOneSplit) {
   expect_canonical_form(R"(
     graph g(%x: f32[6,2]) opset(17) {
@@ -406,13 +408,40 @@ TEST(CanonicalizeMerges, SlicesThatPartitionAnAxisBecomeOneSplit) {
     })",
                         R"(
     graph g(%x: f32[6,2]) opset(17) {
-      %a, %b, _, %c = Split<axis=0, split=[2, 1, 1, 2]>(%x) {name="x/split"}
-          : f32[2,2], f32[1,2], _, f32[2,2]
+      %a, %b, %x/unread, %c = Split<axis=0, split=[2, 1, 1, 2]>(%x) {name="x/split"}
+          : f32[2,2], f32[1,2], f32[1,2], f32[2,2]
       %ra = Relu(%a) : f32[2,2]
       %rb = Relu(%b) : f32[1,2]
       %rc = Relu(%c) : f32[2,2]
       return %ra, %rb, %rc
     })");
+}
+
+// A gap at the end is an output too (ONNX's Split has one per size), so the graph exports, passes
+// ONNX's checker and imports again.
+TEST(CanonicalizeMerges, ASplitWithATrailingGapExportsAndImports) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+    graph g(%x: f32[8,2]) opset(17) {
+      init %s0: i64[1] = [0]
+      init %e0: i64[1] = [3]
+      init %s1: i64[1] = [3]
+      init %e1: i64[1] = [6]
+      %a = Slice(%x, %s0, %e0) : f32[3,2]
+      %b = Slice(%x, %s1, %e1) : f32[3,2]
+      return %a, %b
+    })");
+  ASSERT_NE(graph, nullptr);
+  PassPipeline pipeline;
+  add_canonicalize_pipeline(pipeline);
+  ASSERT_TRUE(pipeline.run(*graph, PassContext{}).ok());
+  ASSERT_EQ(graph->num_nodes(), 1);
+  EXPECT_EQ(graph->nodes().front()->num_outputs(), 3);
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  absl::StatusOr<std::unique_ptr<Graph>> again = import_onnx_bytes(*bytes, "split.onnx");
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_TRUE(pipeline.run(**again, PassContext{}).ok());  // the split sizes back to attributes
+  EXPECT_EQ(print_graph(**again), print_graph(*graph));
 }
 
 TEST(CanonicalizeMerges, SlicesThatOverlapStepOrReadLittleStay) {
