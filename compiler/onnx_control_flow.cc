@@ -66,14 +66,20 @@ absl::StatusOr<bool> known_condition(const Value* value, const std::string& what
   return known->element_as_i64(0) != 0;
 }
 
+bool is_loop(const onnx::NodeProto& node) {
+  return node.op_type() == "Loop" && (node.domain().empty() || node.domain() == "ai.onnx");
+}
+
 // Every value name `graph` defines (its inputs and its nodes' outputs), with those of the graphs
-// nested in its nodes.
+// nested in its nodes but a nested Loop's body, whose names its own unrolling renames (under the
+// nested Loop's name, which holds this iteration's).
 void collect_defined(const onnx::GraphProto& graph, std::unordered_set<std::string>& names) {
   for (const onnx::ValueInfoProto& input : graph.input()) names.insert(input.name());
   for (const onnx::NodeProto& node : graph.node()) {
     for (const std::string& output : node.output()) {
       if (!output.empty()) names.insert(output);
     }
+    if (is_loop(node)) continue;
     for (const onnx::AttributeProto& attr : node.attribute()) {
       if (attr.has_g()) collect_defined(attr.g(), names);
       for (const onnx::GraphProto& nested : attr.graphs()) collect_defined(nested, names);
@@ -86,7 +92,8 @@ void rename(std::string& name, const Renaming& renamed) {
 }
 
 // Renames `graph`'s values by `renamed` (names not in it are the enclosing graphs' and stay),
-// and prefixes its nodes' names with `prefix`, through the nested graphs.
+// and prefixes its nodes' names with `prefix`, through the nested graphs (a nested Loop's body:
+// only its references to this graph's values; its unrolling names the rest).
 void rename_graph(onnx::GraphProto& graph, const Renaming& renamed, const std::string& prefix) {
   for (onnx::ValueInfoProto& input : *graph.mutable_input()) rename(*input.mutable_name(), renamed);
   for (onnx::ValueInfoProto& output : *graph.mutable_output()) {
@@ -96,11 +103,12 @@ void rename_graph(onnx::GraphProto& graph, const Renaming& renamed, const std::s
   for (onnx::NodeProto& node : *graph.mutable_node()) {
     for (std::string& input : *node.mutable_input()) rename(input, renamed);
     for (std::string& output : *node.mutable_output()) rename(output, renamed);
-    if (!node.name().empty()) node.set_name(str_cat(prefix, node.name()));
+    if (!node.name().empty() && !prefix.empty()) node.set_name(str_cat(prefix, node.name()));
+    const std::string nested_prefix = is_loop(node) ? "" : prefix;
     for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
-      if (attr.has_g()) rename_graph(*attr.mutable_g(), renamed, prefix);
+      if (attr.has_g()) rename_graph(*attr.mutable_g(), renamed, nested_prefix);
       for (onnx::GraphProto& nested : *attr.mutable_graphs()) {
-        rename_graph(nested, renamed, prefix);
+        rename_graph(nested, renamed, nested_prefix);
       }
     }
   }

@@ -212,6 +212,12 @@ TEST(Loop, ALoopInsideALoopBody) {
   std::unique_ptr<Graph> graph = import_ok(m);
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(count_ops(*graph, "Add"), 6);
+  // Values are named under each Loop and iteration, the inner Loop's under the outer's.
+  bool named = false;
+  for (const auto& node : graph->nodes()) {
+    named |= node->op_type() == "Add" && node->output(0)->name() == "outer/1/acc_row/2/a_next";
+  }
+  EXPECT_TRUE(named);
   const std::vector<float> x = {0.1f, 1e8f, -1e8f, 0.3f, 1.0f / 3.0f, 7.0f};
   const std::vector<Tensor> out = run_graph(*graph, {Tensor::from_f32({2, 3}, x)});
   ASSERT_EQ(out.size(), 1u);
