@@ -119,7 +119,9 @@ class Walker {
     for (const Value* output : graph_.outputs()) names.push_back(output->name());
     return absl::NotFoundError(str_cat("the graph has no output '", options_.loss,
                                        "' to differentiate; its outputs are ",
-                                       str_join(names, ", ")));
+                                       str_join(names, ", "),
+                                       " (ampc compile and ampc bench take the loss's name with "
+                                       "--loss)"));
   }
 
   absl::StatusOr<std::vector<Value*>> trainable_candidates() {

@@ -80,6 +80,7 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
     options.pipeline.disabled.insert("fuse-attention");
   }
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
+  options.training->autodiff.loss = flags.loss;
   options.training->recompute_cheap = flags.recompute == "cheap";
   if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
     return absl::InvalidArgumentError(
@@ -250,7 +251,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
       "bench",
       "Compile the model for training, warm up, then time its steps: step time, throughput, "
       "matrix FLOPs, TFLOP/s and MFU, planned and measured memory, compile time, fused nodes.");
-  bench->add_option("model", flags.model, "The ONNX model (with its loss output `loss`)")
+  bench
+      ->add_option("model", flags.model,
+                   "The ONNX model, its loss a scalar graph output (see --loss)")
       ->required();
   bench->add_option("--data", flags.data, "Training data, as for ampc train")->required();
   bench->add_option("--device", flags.device, "cpu or cuda")
@@ -263,6 +266,8 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   bench->add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
+  bench->add_option("--loss", flags.loss, "The loss: the name of the scalar graph output to train")
+      ->capture_default_str();
   bench->add_option("--steps", flags.steps, "Timed steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();

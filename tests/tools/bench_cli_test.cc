@@ -2,7 +2,7 @@
 // TFLOP/s from the median step time, tokens per step for token inputs, MFU against the given
 // peak), the matrix FLOPs of the MLP's step equal a hand count, `--no-fuse` compiles without
 // fused nodes, `--disable-pass fuse-attention` keeps the FLOPs and plans more memory, and bad
-// flags, data and devices exit non-zero with a message naming them.
+// flags, data, loss names and devices exit non-zero with a message naming them.
 // (Timings themselves are benchmarks, not tested.)
 #include <string>
 
@@ -121,6 +121,10 @@ TEST(BenchCli, BadInputIsNamed) {
   r = run_ampc("bench " + model + " --data " + data + " --disable-pass fuse-everything");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--disable-pass: unknown pass 'fuse-everything'"));
+  r = run_ampc("bench " + model + " --data " + data + " --loss nosuch");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err,
+              HasSubstr("no output 'nosuch' to differentiate; its outputs are loss, logits"));
   r = run_ampc("bench " + model + " --data " + data + " --precision fp8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--precision"));
