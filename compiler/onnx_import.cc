@@ -11,6 +11,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
@@ -198,37 +199,22 @@ class Importer : public onnx_io::ImportSink {
   absl::Status import_node(const onnx::NodeProto& proto) override {
     const std::string label = describe_proto(proto);
     const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
-    // Control flow is resolved at import (compiler/onnx_control_flow.cc).
-    if (domain.empty() && proto.op_type() == "If" && domain_listed(domain)) {
-      return onnx_io::lower_static_if(proto, label, *this);
-    }
-    if (domain.empty() && proto.op_type() == "Loop" && domain_listed(domain)) {
-      return onnx_io::unroll_static_loop(proto, label, *this);
-    }
     if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
-      lowered_ = &proto;
-      absl::Status lowered = lowering_.lower(proto, label, *this);
-      lowered_ = nullptr;
-      return lowered;
+      return lower(proto, [&] { return lowering_.lower(proto, label, *this); });
     }
     if (domain.empty() && domain_listed(domain) &&
         onnx_io::legacy_form_lowered(proto.op_type(), graph_->opset(domain))) {
-      lowered_ = &proto;
-      absl::Status lowered = onnx_io::lower_legacy_form(proto, label, *this);
-      lowered_ = nullptr;
-      return lowered;
+      return lower(proto, [&] { return onnx_io::lower_legacy_form(proto, label, *this); });
     }
     if (domain.empty() && proto.op_type() == "SoftmaxCrossEntropyLoss" && proto.input_size() > 1) {
       const Value* labels = find_value(proto.input(1));
       const bool soft = labels != nullptr && is_arithmetic_float(labels->dtype());
       const double smoothing = onnx_io::torch_label_smoothing(proto);
       if (soft || smoothing > 0) {
-        lowered_ = &proto;
-        absl::Status lowered =
-            soft ? onnx_io::lower_soft_target_cross_entropy(proto, label, *this, smoothing)
-                 : onnx_io::lower_label_smoothed_cross_entropy(proto, label, *this, smoothing);
-        lowered_ = nullptr;
-        return lowered;
+        return lower(proto, [&] {
+          return soft ? onnx_io::lower_soft_target_cross_entropy(proto, label, *this, smoothing)
+                      : onnx_io::lower_label_smoothed_cross_entropy(proto, label, *this, smoothing);
+        });
       }
     }
     AMPC_ASSIGN_OR_RETURN(const OpDef* def, onnx_io::find_op_def(proto, domain, *graph_, label));
@@ -246,6 +232,16 @@ class Importer : public onnx_io::ImportSink {
     if (decision) node->mutable_precision() = *std::move(decision);
     node->set_doc_string(std::move(doc));
     return absl::OkStatus();
+  }
+
+  // Runs `lowering` with `proto` as the node being lowered, then restores the node lowered
+  // before (an If's branch and a Loop's body lower nodes of their own inside theirs).
+  template <typename Lowering>
+  absl::Status lower(const onnx::NodeProto& proto, Lowering lowering) {
+    const onnx::NodeProto* outer = std::exchange(lowered_, &proto);
+    absl::Status status = lowering();
+    lowered_ = outer;
+    return status;
   }
 
   bool domain_listed(const std::string& domain) const {

@@ -32,6 +32,7 @@
 //   piece's elements along the same axis, of the same length and inner stride, so in the same
 //   order: tests/passes/canonicalize_test.cc checks the results bit for bit).
 #include <algorithm>
+#include <unordered_set>
 
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
@@ -126,6 +127,15 @@ bool drop_trailing_omitted_operands(Node& node) {
 
 // ---- Slices as a Split, Gathers by a Split's pieces as one Gather ------------------------------
 
+bool only_read_by(const Value* value, const Node* reader) {
+  return !value->is_graph_output() && value->uses().size() == 1 &&
+         value->uses().front().user == reader;
+}
+
+bool is_onnx_op(const Node* node, std::string_view op_type) {
+  return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op_type;
+}
+
 // `replacement` takes `old`'s uses and its name (so the text IR reads the same), `old` a fresh
 // one until dce removes it.
 void take_over(Graph& graph, Value* old, Value* replacement) {
@@ -144,8 +154,7 @@ struct AxisSlice {
 };
 
 std::optional<AxisSlice> axis_slice(Node& node) {
-  if (node.domain() != kOnnxDomain || node.op_type() != "Slice" || !node.has_output(0) ||
-      node.output(0)->is_dead()) {
+  if (!is_onnx_op(&node, "Slice") || !node.has_output(0) || node.output(0)->is_dead()) {
     return std::nullopt;
   }
   const Tensor* args[4] = {};  // starts, ends, axes, steps
@@ -174,11 +183,13 @@ std::optional<AxisSlice> axis_slice(Node& node) {
 
 // `node`, a Slice, and the other Slices of its input along its axis, as one Split (see the file
 // comment). `node` is the first of them in the graph (they are visited in order), so the Split
-// goes before it.
-bool merge_slices(Graph& graph, Node& node) {
+// goes before it. `examined`: the values whose Slices were looked at in this run; each value's
+// are looked at once, so a value sliced N ways costs N, not N squared, when they do not merge.
+bool merge_slices(Graph& graph, Node& node, std::unordered_set<const Value*>& examined) {
   const std::optional<AxisSlice> first = axis_slice(node);
   if (!first) return false;
   Value* data = node.operand(0);
+  if (!examined.insert(data).second) return false;
   std::vector<AxisSlice> slices;
   for (const Use& use : data->uses()) {
     if (use.operand != 0) continue;
@@ -230,8 +241,9 @@ bool merge_slices(Graph& graph, Node& node) {
 // Gathers from one table by every piece of `split` (their indices) as one Gather by the Split's
 // input and a Split of its result along the same axis (see the file comment).
 bool merge_gathers(Graph& graph, Node& split) {
-  if (split.domain() != kOnnxDomain || split.op_type() != "Split" ||
-      split.find_attr("split") == nullptr || !is_integer(split.operand(0)->dtype())) {
+  if (!is_onnx_op(&split, "Split") || split.find_attr("split") == nullptr ||
+      split.ints_attr("split").size() != static_cast<size_t>(split.num_outputs()) ||
+      !is_integer(split.operand(0)->dtype())) {
     return false;
   }
   std::vector<Node*> gathers(split.num_outputs(), nullptr);
@@ -241,8 +253,7 @@ bool merge_gathers(Graph& graph, Node& split) {
     const Value* piece = split.output(k);
     if (piece->is_graph_output() || piece->uses().size() != 1) return false;
     Node* gather = piece->uses().front().user;
-    if (gather->domain() != kOnnxDomain || gather->op_type() != "Gather" ||
-        piece->uses().front().operand != 1) {
+    if (!is_onnx_op(gather, "Gather") || piece->uses().front().operand != 1) {
       return false;
     }
     if (model == nullptr) model = gather;
@@ -270,7 +281,6 @@ bool merge_gathers(Graph& graph, Node& split) {
   int64_t split_axis = split.int_attr("axis");
   if (split_axis < 0) split_axis += split_rank;
   const std::vector<int64_t>& sizes = split.ints_attr("split");
-  if (sizes.size() != gathers.size()) return false;
   std::vector<std::optional<TensorType>> types;
   for (size_t k = 0; k < gathers.size(); ++k) {
     TensorType type{table->dtype(), shape};
@@ -292,49 +302,33 @@ bool merge_gathers(Graph& graph, Node& split) {
   return true;
 }
 
-// One reduction of a piece that merge_reductions merges: `node` reduces its operand 0 over one
-// axis, keeping the dim or dropping it, and `unsqueeze` (or null) puts the dim back.
-struct PieceReduction {
-  Node* node = nullptr;
-  Node* unsqueeze = nullptr;
-};
-
-bool only_read_by(const Value* value, const Node* reader) {
-  return !value->is_graph_output() && value->uses().size() == 1 &&
-         value->uses().front().user == reader;
-}
-
-bool is_onnx_op(const Node* node, std::string_view op_type) {
-  return node != nullptr && node->domain() == kOnnxDomain && node->op_type() == op_type;
-}
-
-// The reduction behind operand `k` of `concat` (along `axis`), or nullopt.
-std::optional<PieceReduction> piece_reduction(const Node& concat, int k, int64_t axis) {
-  PieceReduction piece;
+// The reduction behind operand `k` of `concat` (along `axis`): a ReduceSum, ReduceMean or
+// ReduceMax over that one axis that keeps its dim, or drops it for an Unsqueeze to put back; or
+// null.
+const Node* piece_reduction(const Node& concat, int k, int64_t axis) {
   const Value* value = concat.operand(k);
-  Node* producer = value->producer();
-  if (!only_read_by(value, &concat)) return std::nullopt;
-  if (is_onnx_op(producer, "Unsqueeze")) {
+  const Node* producer = value->producer();
+  if (!only_read_by(value, &concat)) return nullptr;
+  const bool unsqueezed = is_onnx_op(producer, "Unsqueeze");
+  if (unsqueezed) {
     const AttrValue* axes = producer->find_attr("axes");
     if (axes == nullptr || *axes != AttrValue(std::vector<int64_t>{axis}) ||
         producer->num_operands() != 1 || !only_read_by(producer->operand(0), producer)) {
-      return std::nullopt;
+      return nullptr;
     }
-    piece.unsqueeze = producer;
     producer = producer->operand(0)->producer();
   }
   if (!is_onnx_op(producer, "ReduceSum") && !is_onnx_op(producer, "ReduceMean") &&
       !is_onnx_op(producer, "ReduceMax")) {
-    return std::nullopt;
+    return nullptr;
   }
   const AttrValue* axes = producer->find_attr("axes");
   if (producer->num_operands() != 1 || axes == nullptr ||
       *axes != AttrValue(std::vector<int64_t>{axis}) ||
-      producer->int_attr("keepdims") != (piece.unsqueeze == nullptr ? 1 : 0)) {
-    return std::nullopt;
+      producer->int_attr("keepdims") != (unsqueezed ? 0 : 1)) {
+    return nullptr;
   }
-  piece.node = producer;
-  return piece;
+  return producer;
 }
 
 // A Concat of the reductions of a Split's equal pieces, in order, along the Split's axis, as one
@@ -346,22 +340,21 @@ bool merge_reductions(Graph& graph, Node& concat) {
   const auto rank = static_cast<int64_t>(concat.output(0)->shape().size());
   int64_t axis = concat.int_attr("axis");
   if (axis < 0) axis += rank;
-  std::vector<PieceReduction> pieces;
+  const Node* first = nullptr;  // the first piece's reduction, which every one repeats
   const Node* split = nullptr;
   for (int k = 0; k < concat.num_operands(); ++k) {
-    std::optional<PieceReduction> piece = piece_reduction(concat, k, axis);
-    if (!piece) return false;
-    const Value* input = piece->node->operand(0);
-    if (k == 0) split = input->producer();
+    const Node* reduction = piece_reduction(concat, k, axis);
+    if (reduction == nullptr) return false;
+    const Value* input = reduction->operand(0);
+    if (k == 0) {
+      first = reduction;
+      split = input->producer();
+    }
     if (!is_onnx_op(split, "Split") || input->producer() != split ||
-        input->producer_output() != k || !only_read_by(input, piece->node)) {
+        input->producer_output() != k || !only_read_by(input, reduction) ||
+        reduction->op_type() != first->op_type() || reduction->attrs() != first->attrs()) {
       return false;
     }
-    if (k > 0 && (piece->node->op_type() != pieces.front().node->op_type() ||
-                  piece->node->attrs() != pieces.front().node->attrs())) {
-      return false;
-    }
-    pieces.push_back(*piece);
   }
   Value* data = split->operand(0);
   const Shape& shape = data->shape();
@@ -383,12 +376,11 @@ bool merge_reductions(Graph& graph, Node& concat) {
   Node* reshape = graph.create_node(kOnnxDomain, "Reshape", {data, target},
                                     {TensorType{data->dtype(), grouped}}, {}, &concat);
   reshape->output(0)->set_name(graph.unique_value_name(str_cat(data->name(), "/grouped")));
-  Attributes attrs = pieces.front().node->attrs();
+  Attributes attrs = first->attrs();
   attrs["axes"] = AttrValue(std::vector<int64_t>{axis + 1});
   attrs["keepdims"] = AttrValue(int64_t{0});
-  Node* reduce =
-      graph.create_node(kOnnxDomain, pieces.front().node->op_type(), {reshape->output(0)},
-                        {concat.output(0)->type()}, std::move(attrs), &concat);
+  Node* reduce = graph.create_node(kOnnxDomain, first->op_type(), {reshape->output(0)},
+                                   {concat.output(0)->type()}, std::move(attrs), &concat);
   reduce->set_name(concat.name().empty() ? str_cat(data->name(), "/reduced") : concat.name());
   take_over(graph, concat.output(0), reduce->output(0));
   return true;
@@ -400,6 +392,7 @@ class CanonicalizePass final : public Pass {
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
     bool changed = false;
+    std::unordered_set<const Value*> sliced;  // merge_slices' `examined`
     for (Node* node : graph.node_list()) {
       if (remove_identity(graph, *node)) {
         changed = true;
@@ -407,7 +400,7 @@ class CanonicalizePass final : public Pass {
       }
       const bool moved = move_constant_inputs_to_attrs(*node);
       const bool dropped = drop_trailing_omitted_operands(*node);
-      const bool merged = merge_slices(graph, *node) || merge_gathers(graph, *node) ||
+      const bool merged = merge_slices(graph, *node, sliced) || merge_gathers(graph, *node) ||
                           merge_reductions(graph, *node);
       changed = changed || moved || dropped || merged;
     }
