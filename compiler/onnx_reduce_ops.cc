@@ -250,15 +250,24 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
     return e.op("Constant", {}, {{"value", AttrValue(std::move(value))}}, e.output(0)).status();
   }
   if (prod) return product_tree(e, r, label, sink.opset());
-  if (!is_arithmetic_float(r.x->dtype())) {
-    return absl::UnimplementedError(str_cat(label, ": ReduceMin of ", dtype_name(r.x->dtype()),
-                                            " data computed at run time is not supported "
-                                            "(float data is)"));
+  // The minimum is the mirrored maximum of the mirrored data, under a mirror that reverses the
+  // order and is its own inverse: -x for floats, ~x = (all ones) - x for integers (exact: it
+  // cannot overflow, unlike -x at the type's minimum), NOT for bool.
+  const DType dtype = r.x->dtype();
+  auto mirror = [&](Value* v, const std::string& output) -> absl::StatusOr<Value*> {
+    if (is_arithmetic_float(dtype)) return e.op("Neg", {v}, {}, output);
+    if (dtype == DType::kBool) return e.op("Not", {v}, {}, output);
+    AMPC_ASSIGN_OR_RETURN(Value * ones, e.scalar(dtype == DType::kU8 ? 255 : -1, dtype));
+    return e.op("Sub", {ones, v}, {}, output);
+  };
+  if (!is_arithmetic_float(dtype) && !is_integer(dtype) && dtype != DType::kBool) {
+    return absl::UnimplementedError(str_cat(label, ": ReduceMin of ", dtype_name(dtype),
+                                            " data computed at run time is not supported"));
   }
-  AMPC_ASSIGN_OR_RETURN(Value * negated, e.op("Neg", {r.x}));
-  AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", negated, r, r.keepdims));
+  AMPC_ASSIGN_OR_RETURN(Value * mirrored, mirror(r.x, ""));
+  AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", mirrored, r, r.keepdims));
   if (e.output(0).empty()) return absl::OkStatus();
-  return e.op("Neg", {max}, {}, e.output(0)).status();
+  return mirror(max, e.output(0)).status();
 }
 
 absl::Status lower_top_k(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink) {

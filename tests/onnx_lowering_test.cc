@@ -1,8 +1,9 @@
 // What the importer rewrites (compiler/onnx_lowering.h): model-local functions inlined, an If of
 // a condition known at import to its branch, CastLike to Cast, sequences to the tensors they
-// hold. Results are checked by running the imported graph on the CPU against values worked out
-// by hand (data movement and IEEE casts: bit-exact).
+// hold, ReduceMin to a mirrored ReduceMax. Results are checked by running the imported graph on
+// the CPU against values worked out by hand (data movement and IEEE casts: bit-exact).
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
@@ -132,6 +133,55 @@ TEST(StaticIf, AConditionComputedAtRunTimeIsRefused) {
   m.graph().mutable_node(m.graph().node_size() - 1)->set_input(0, "flag");
   expect_import_errors(m, {"node 'squeeze_if' (If): its condition 'flag' is computed at run time",
                            "known at import"});
+}
+
+// ---- ReduceMin -----------------------------------------------------------------------------
+
+// ReduceMin has no kernel: it is the mirrored ReduceMax of the mirrored data, -x for floats (the
+// gradient tests cover those), ~x for integers (which, unlike -x, cannot overflow at the type's
+// minimum) and NOT for bool. Against std::min over the rows, exactly.
+TEST(ReduceMin, OfIntegersAndBoolsIsTheMirroredReduceMaxExactly) {
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  struct Case {
+    onnx::TensorProto::DataType onnx_type;
+    Tensor x;  // [3, 4]
+  };
+  const std::vector<Case> cases = {
+      {onnx::TensorProto::INT64,
+       Tensor::from_i64({3, 4}, {kMin, 0, kMax, -1, 5, kMax, 7, 6, -3, -3, kMin + 1, 0})},
+      {onnx::TensorProto::INT32,
+       Tensor::from_doubles(DType::kI32, {3, 4},
+                            {-2147483648.0, 0, 2147483647.0, -1, 9, 8, 7, 6, 1, 2, 3, 4})},
+      {onnx::TensorProto::INT8,
+       Tensor::from_doubles(DType::kI8, {3, 4}, {-128, 127, 0, -1, 3, 2, 1, 127, 5, -5, 0, 4})},
+      {onnx::TensorProto::UINT8,
+       Tensor::from_doubles(DType::kU8, {3, 4}, {255, 0, 7, 9, 255, 254, 253, 255, 1, 2, 3, 4})},
+      {onnx::TensorProto::BOOL,
+       Tensor::from_doubles(DType::kBool, {3, 4}, {1, 1, 1, 1, 1, 0, 1, 1, 0, 0, 0, 0})},
+  };
+  for (const Case& c : cases) {
+    for (const int64_t keepdims : {0, 1}) {
+      SCOPED_TRACE(str_cat(dtype_name(c.x.dtype()), " keepdims ", keepdims));
+      ModelBuilder m(20);
+      m.input("x", c.onnx_type, {"3", "4"});
+      m.initializer("axes", onnx::TensorProto::INT64, {1}).add_int64_data(-1);
+      add_int_attr(m.node("ReduceMin", {"x", "axes"}, {"y"}, "row_min"), "keepdims", keepdims);
+      m.output("y");
+      std::unique_ptr<Graph> graph = import_ok(m);
+      ASSERT_NE(graph, nullptr);
+      EXPECT_EQ(count_ops(*graph, "ReduceMax"), 1);
+      EXPECT_EQ(graph->outputs()[0]->type(),
+                (TensorType{c.x.dtype(), keepdims ? Shape{3, 1} : Shape{3}}));
+      const std::vector<Tensor> y = run_graph(*graph, {c.x});
+      ASSERT_EQ(y.size(), 1u);
+      for (int64_t row = 0; row < 3; ++row) {
+        int64_t want = c.x.element_as_i64(row * 4);
+        for (int64_t i = 1; i < 4; ++i) want = std::min(want, c.x.element_as_i64(row * 4 + i));
+        EXPECT_EQ(y[0].element_as_i64(row), want) << "row " << row;
+      }
+    }
+  }
 }
 
 // ---- CastLike ----------------------------------------------------------------------------

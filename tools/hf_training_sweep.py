@@ -90,6 +90,26 @@ def architectures(T):
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=64,
             max_position_embeddings=16, word_embed_proj_dim=32, dropout=0,
             attention_dropout=0))), "lm"),
+        "mistral": (lambda: T.MistralForCausalLM(T.MistralConfig(**decoder(
+            num_key_value_heads=2, sliding_window=4))), "lm"),
+        "qwen3": (lambda: T.Qwen3ForCausalLM(T.Qwen3Config(**decoder(
+            num_key_value_heads=2, head_dim=8))), "lm"),
+        "gemma2": (lambda: T.Gemma2ForCausalLM(T.Gemma2Config(**decoder(
+            num_key_value_heads=2, head_dim=8, sliding_window=4))), "lm"),
+        "phi3": (lambda: T.Phi3ForCausalLM(T.Phi3Config(**decoder(
+            num_key_value_heads=2, pad_token_id=0, resid_pdrop=0, embd_pdrop=0,
+            attention_dropout=0))), "lm"),
+        "olmo": (lambda: T.OlmoForCausalLM(T.OlmoConfig(**decoder(pad_token_id=0))), "lm"),
+        "stablelm": (lambda: T.StableLmForCausalLM(T.StableLmConfig(**decoder(
+            num_key_value_heads=2, hidden_dropout=0, attention_dropout=0))), "lm"),
+        "gptj": (lambda: T.GPTJForCausalLM(T.GPTJConfig(**small(
+            n_embd=32, n_layer=2, n_head=4, rotary_dim=4, n_positions=16, resid_pdrop=0,
+            embd_pdrop=0, attn_pdrop=0))), "lm"),
+        "mpnet_mlm": (lambda: T.MPNetForMaskedLM(T.MPNetConfig(**encoder(
+            max_position_embeddings=20, **NO_DROPOUT))), "lm"),
+        "mobilebert_mlm": (lambda: T.MobileBertForMaskedLM(T.MobileBertConfig(**encoder(
+            embedding_size=16, intra_bottleneck_size=16, true_hidden_size=16,
+            num_feedforward_networks=2, max_position_embeddings=16, **NO_DROPOUT))), "lm"),
         "t5": (lambda: T.T5ForConditionalGeneration(T.T5Config(**small(
             d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, dropout_rate=0,
             decoder_start_token_id=0))), "seq2seq"),
@@ -110,6 +130,26 @@ def architectures(T):
             num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1], hidden_sizes=[8, 16],
             patch_sizes=[3, 3], strides=[2, 2], num_attention_heads=[1, 2], mlp_ratios=[2, 2],
             num_labels=5, drop_path_rate=0, classifier_dropout_prob=0, **NO_DROPOUT)), "image"),
+        "swin": (lambda: T.SwinForImageClassification(T.SwinConfig(
+            image_size=IMAGE, patch_size=2, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+            window_size=4, num_labels=5, drop_path_rate=0, **NO_DROPOUT)), "image"),
+        "deit": (lambda: T.DeiTForImageClassification(T.DeiTConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            image_size=IMAGE, patch_size=4, num_labels=5, **NO_DROPOUT)), "image"),
+        "beit": (lambda: T.BeitForImageClassification(T.BeitConfig(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+            image_size=IMAGE, patch_size=4, num_labels=5, use_relative_position_bias=True,
+            drop_path_rate=0, **NO_DROPOUT)), "image"),
+        "dinov2": (lambda: T.Dinov2ForImageClassification(T.Dinov2Config(
+            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2,
+            image_size=IMAGE, patch_size=4, num_labels=5, drop_path_rate=0, **NO_DROPOUT)),
+            "image"),
+        "mobilenet_v2": (lambda: T.MobileNetV2ForImageClassification(T.MobileNetV2Config(
+            image_size=IMAGE, depth_multiplier=0.25, num_labels=5, classifier_dropout_prob=0)),
+            "image"),
+        "regnet": (lambda: T.RegNetForImageClassification(T.RegNetConfig(
+            embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=4,
+            num_labels=5)), "image"),
         "wav2vec2": (lambda: T.Wav2Vec2ForSequenceClassification(T.Wav2Vec2Config(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,

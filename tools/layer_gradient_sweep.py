@@ -319,6 +319,36 @@ def cases():
         "hinge_embedding": lambda: (LossCase(nn.HingeEmbeddingLoss()), "flat_sign"),
         "triplet_margin": lambda: (TripletCase(nn.TripletMarginLoss()), "flat_target"),
         "ctc": lambda: (Ctc(), "ctc"),
+        # more layers and tensor functions
+        "weight_norm": lambda: seq(nn.utils.parametrizations.weight_norm(nn.Linear(D, D))),
+        "lstm_cell": lambda: seq(CellOverTime(nn.LSTMCell(D, D))),
+        "gru_cell": lambda: seq(CellOverTime(nn.GRUCell(D, D))),
+        "conv_transpose_1d": lambda: seq(ConvTranspose1dOverTime()),
+        "conv_transpose_out_pad_groups": lambda: image(nn.ConvTranspose2d(
+            C, C, 3, stride=2, padding=1, output_padding=1, groups=2)),
+        "adaptive_avg_pool_1d": lambda: seq(nn.AdaptiveAvgPool1d(3)),
+        "softmax2d": lambda: image(nn.Softmax2d()),
+        "layer_norm_no_bias": lambda: seq(nn.LayerNorm(D, bias=False)),
+        "diff": lambda: seq(fn(lambda t: torch.diff(t, dim=1))),
+        "quantile": lambda: seq(fn(lambda t: torch.quantile(t, 0.3, dim=-1))),
+        "logcumsumexp": lambda: seq(fn(lambda t: torch.logcumsumexp(t, dim=1))),
+        "vector_norm_3": lambda: seq(fn(lambda t: torch.linalg.vector_norm(t, ord=3, dim=-1))),
+        "addcmul_lerp": lambda: seq(fn(lambda t: torch.addcmul(t, t, t.flip(2), value=0.5)
+                                       + torch.lerp(t, t.flip(1), 0.3))),
+        "xlogy": lambda: seq(fn(lambda t: torch.xlogy(t.abs(), t.abs() + 1))),
+        "logit_sinc": lambda: seq(fn(lambda t: torch.logit(torch.sigmoid(t), 1e-3)
+                                     + torch.sinc(t))),
+        "remainder": lambda: seq(fn(lambda t: t * torch.remainder(t, 0.7))),
+        "nan_to_num": lambda: seq(fn(lambda t: torch.nan_to_num(t.log()))),
+        "sdpa_bool_mask": lambda: seq(fn(lambda t: F.scaled_dot_product_attention(
+            t[:, None], t[:, None], t[:, None],
+            attn_mask=torch.ones(T, T, dtype=torch.bool).tril())[:, 0])),
+        "affine_grid": lambda: image(AffineGrid()),
+        "embedding_padding_idx": lambda: (EmbeddingCase(nn.Embedding(CLASSES * 2, D,
+                                                                     padding_idx=0)), "tokens"),
+        "cross_entropy_2d": lambda: image(fn(lambda t: F.cross_entropy(
+            t, (t.detach().sum(1) > 0).long() * 3, reduction="none"))),
+        "multilabel_margin": lambda: (LossCase(nn.MultiLabelMarginLoss()), "flat_labels"),
         # random ops, used so that the result does not depend on the draw
         "randn_like": lambda: image(fn(lambda t: t + 0.0 * torch.randn_like(t))),
         "rand_like": lambda: image(fn(lambda t: t * (torch.rand_like(t) >= 0).float())),
@@ -327,6 +357,43 @@ def cases():
         "alpha_dropout": lambda: image(nn.AlphaDropout(0.0)),
         "rrelu": lambda: image(nn.RReLU(0.25, 0.25)),
     }
+
+
+class CellOverTime(nn.Module):
+    """A recurrent cell stepped over the T positions of a sequence."""
+
+    def __init__(self, cell):
+        super().__init__()
+        self.cell = cell
+
+    def forward(self, x):
+        state, outputs = None, []
+        for t in range(x.shape[1]):
+            state = self.cell(x[:, t], state)
+            outputs.append(state[0] if isinstance(state, tuple) else state)
+        return torch.stack(outputs, 1)
+
+
+class ConvTranspose1dOverTime(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(D, D, 3, stride=2, padding=1, dilation=2)
+
+    def forward(self, x):
+        return self.conv(x.transpose(1, 2))
+
+
+class AffineGrid(nn.Module):
+    """A learned affine transform of the image, as a spatial transformer applies it."""
+
+    def __init__(self):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor([[0.93, 0.11, 0.013], [-0.07, 0.87, 0.052]]))
+
+    def forward(self, x):
+        grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), list(x.shape),
+                             align_corners=False)
+        return F.grid_sample(x, grid, align_corners=False)
 
 
 class MaxUnpool(nn.Module):
@@ -564,6 +631,7 @@ def batch(kind, module, g):
         "flat_sign1": lambda: torch.randint(0, 2, (B,), generator=g).float() * 2 - 1,
         "flat_count": lambda: torch.randint(0, 4, (B, CLASSES), generator=g).float(),
         "flat_class": lambda: torch.randint(0, CLASSES, (B,), generator=g),
+        "flat_labels": lambda: torch.tensor([[3, 0, -1, 1, 2], [1, -1, 0, 0, 0]]),
     }[kind]()
 
 
