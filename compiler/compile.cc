@@ -203,4 +203,23 @@ absl::Status parse_shape_flag(const std::string& flag_value,
   return absl::OkStatus();
 }
 
+absl::Status parse_dim_flag(const std::string& flag_value,
+                            std::map<std::string, int64_t, std::less<>>& dims) {
+  auto bad = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        str_cat("--dim '", flag_value, "': ", why, " (expected NAME=SIZE, e.g. batch=32)"));
+  };
+  const size_t eq = flag_value.rfind('=');
+  if (eq == std::string::npos || eq == 0) return bad("missing dim name");
+  const std::string name = flag_value.substr(0, eq);
+  const std::string_view text = std::string_view(flag_value).substr(eq + 1);
+  int64_t size = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), size);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || size < 0) {
+    return bad(str_cat("'", text, "' is not a size"));
+  }
+  if (!dims.emplace(name, size).second) return bad(str_cat("dim '", name, "' given twice"));
+  return absl::OkStatus();
+}
+
 }  // namespace ampc

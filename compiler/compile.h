@@ -73,5 +73,8 @@ std::vector<std::string> compile_pass_names(bool training);
 // Parses one `--shape NAME:8x3x32x32` value (a scalar is `NAME:`) into `shapes`.
 absl::Status parse_shape_flag(const std::string& flag_value,
                               std::map<std::string, Shape, std::less<>>& shapes);
+// Parses one `--dim NAME=SIZE` value (every graph-input dim named NAME) into `dims`.
+absl::Status parse_dim_flag(const std::string& flag_value,
+                            std::map<std::string, int64_t, std::less<>>& dims);
 
 }  // namespace ampc

@@ -137,7 +137,6 @@ class Importer : public onnx_io::ImportSink {
   absl::Status import_inputs(const onnx::GraphProto& graph) {
     // Files older than IR 4 list initializers as inputs too; the initializer is the value.
     std::vector<const onnx::ValueInfoProto*> inputs;
-    std::vector<std::string> input_names;
     for (int i = 0; i < graph.input_size(); ++i) {
       const onnx::ValueInfoProto& info = graph.input(i);
       if (info.name().empty()) return invalid(str_cat("graph input #", i, " has no name"));
@@ -146,22 +145,13 @@ class Importer : public onnx_io::ImportSink {
         continue;
       }
       inputs.push_back(&info);
-      input_names.push_back(info.name());
     }
-    for (const auto& [name, shape] : options_.input_shapes) {
-      if (std::find(input_names.begin(), input_names.end(), name) == input_names.end()) {
-        return invalid(str_cat("--shape names '", name, "', which is not a graph input (inputs: ",
-                               input_names.empty() ? "none" : str_join(input_names, ", "), ")"));
-      }
-    }
-    for (const onnx::ValueInfoProto* info : inputs) {
-      auto fixed = options_.input_shapes.find(info->name());
-      AMPC_ASSIGN_OR_RETURN(
-          TensorType type,
-          onnx_io::graph_input_type(
-              *info, fixed == options_.input_shapes.end() ? nullptr : &fixed->second));
-      const std::string what = str_cat("graph input '", info->name(), "'");
-      AMPC_RETURN_IF_ERROR(define(info->name(), graph_->add_input(info->name(), type), what));
+    AMPC_ASSIGN_OR_RETURN(std::vector<TensorType> types,
+                          onnx_io::graph_input_types(inputs, options_));
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const std::string& name = inputs[i]->name();
+      AMPC_RETURN_IF_ERROR(
+          define(name, graph_->add_input(name, types[i]), str_cat("graph input '", name, "'")));
     }
     return absl::OkStatus();
   }

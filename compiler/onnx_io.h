@@ -12,10 +12,22 @@
 
 namespace ampc {
 
+// How import makes the graph inputs' shapes static. A dim a file leaves dynamic (symbolic, as
+// PyTorch's exporters write `dynamic_axes` and `dynamic_shapes`, or unknown) takes, in this
+// order: the size `input_shapes` gives that input; the size `dims` gives its name; the size
+// another input's `input_shapes` gives a dim of the same name (one name is one size throughout a
+// graph, as ONNX says); the size of the input's array in `data_shapes`. A dim still dynamic,
+// contradictory sizes for one name, or a flag that names nothing is an error naming the input,
+// the dim and the flag that would fix it.
 struct ImportOptions {
-  // Fixes graph inputs' dims (`--shape NAME:8x3x32x32`). Every symbolic or unknown dim of a graph
-  // input must be fixed here, else import fails naming the input and the dim.
+  // `--shape NAME:8x3x32x32`: an input's whole shape.
   std::map<std::string, Shape, std::less<>> input_shapes;
+  // `--dim batch=32`: every input dim of that name.
+  std::map<std::string, int64_t, std::less<>> dims;
+  // The shapes of the arrays the model is about to run on (`ampc run --inputs`, one batch of
+  // `--data`), by input name; they fix only what is dynamic: a static dim they contradict is left
+  // to the check of the data, which names the file.
+  std::map<std::string, Shape, std::less<>> data_shapes;
 };
 
 // Reads an ONNX model file. Every failure (unreadable file, not a model, unsupported op or type,

@@ -439,12 +439,20 @@ PYBIND11_MODULE(_ampc, m) {
   py::class_<PyInference>(m, "InferenceSession",
                           "Runs an ONNX model ampc supports on the CPU or a GPU.")
       .def(py::init([](const std::string& path, const std::string& device, int device_index,
-                       bool allow_tf32) {
-             return load<InferenceSession>(path, options_for(device, device_index, allow_tf32));
+                       bool allow_tf32, const std::map<std::string, std::vector<int64_t>>& shapes,
+                       const std::map<std::string, int64_t>& dims) {
+             SessionOptions options = options_for(device, device_index, allow_tf32);
+             options.shapes.insert(shapes.begin(), shapes.end());
+             options.dims.insert(dims.begin(), dims.end());
+             return load<InferenceSession>(path, std::move(options));
            }),
            py::arg("path"), py::kw_only(), py::arg("device") = "cpu", py::arg("device_index") = 0,
            py::arg("allow_tf32") = false,
-           "Loads and compiles the model at `path` for `device` ('cpu' or 'cuda').")
+           py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
+           py::arg("dims") = std::map<std::string, int64_t>{},
+           "Loads and compiles the model at `path` for `device` ('cpu' or 'cuda'). A model with "
+           "dynamic input dims needs them fixed: `shapes` ({input: [dims]}, as --shape) or "
+           "`dims` ({dim name: size}, as --dim).")
       .def_property_readonly(
           "inputs",
           [](PyInference& s) { return describe(s.with([](auto& x) { return x.inputs(); })); },

@@ -32,7 +32,8 @@ const Value* find_named(const std::vector<Value*>& values, std::string_view name
 
 absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(
     const std::string& onnx_path, SessionOptions options) {
-  ImportOptions import_options{.input_shapes = options.shapes};
+  ImportOptions import_options{
+      .input_shapes = options.shapes, .dims = options.dims, .data_shapes = options.data_shapes};
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(onnx_path, import_options));
   return create(std::move(graph), std::move(options));
 }

@@ -160,7 +160,13 @@ TEST(OnnxImportErrors, DynamicDimWithoutShapeOptionTellsHowToFixIt) {
   m.node("Relu", {"x"}, {"y"});
   m.output("y");
   expect_import_error(m.bytes(), {"input 'x' has a dynamic dim 0 ('batch') in [batch,3]; fix it "
-                                  "with --shape x:Nx3"});
+                                  "with --dim batch=N (every input dim named 'batch') or "
+                                  "--shape x:Nx3"});
+  ModelBuilder unnamed;
+  unnamed.input("x", onnx::TensorProto::FLOAT, {"3", ""});
+  unnamed.output("x");
+  expect_import_error(unnamed.bytes(), {"input 'x' has a dynamic dim 1 in [3,?]; fix it with "
+                                        "--shape x:3xN"});
 
   ModelBuilder no_shape;
   no_shape.input("x", onnx::TensorProto::FLOAT, {})
@@ -189,6 +195,35 @@ TEST(OnnxImportErrors, ShapeOptionMustNameAnInputOfTheRightRankAndDims) {
   contradiction.input_shapes["x"] = {2, 4};
   expect_import_error(m.bytes(), {"--shape x gives [2,4], but input 'x' has dim 1 = 3"},
                       contradiction);
+}
+
+// One dim name is one size in a graph: --dim and the --shape of another input that share a name
+// must agree, and --dim must name a dim.
+TEST(OnnxImportErrors, NamedDimsMustBeOneSizeAndExist) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"batch", "3"});
+  m.input("y", onnx::TensorProto::FLOAT, {"batch", "seq"});
+  m.node("Relu", {"x"}, {"x2"});
+  m.node("Relu", {"y"}, {"y2"});
+  m.output("x2");
+  m.output("y2");
+  ImportOptions conflict;
+  conflict.dims["batch"] = 4;
+  conflict.input_shapes["x"] = {2, 3};
+  expect_import_error(m.bytes(),
+                      {"dim 'batch' is 4 by --dim batch=4 but 2 by --shape x; inputs whose dims "
+                       "share a name share the size"},
+                      conflict);
+  ImportOptions two_shapes;
+  two_shapes.input_shapes["x"] = {2, 3};
+  two_shapes.input_shapes["y"] = {5, 7};
+  expect_import_error(m.bytes(), {"dim 'batch' is 2 by --shape x but 5 by --shape y"}, two_shapes);
+  ImportOptions unknown;
+  unknown.dims["time"] = 4;
+  expect_import_error(m.bytes(),
+                      {"--dim names 'time', which no graph input's dim is named (named dims: "
+                       "batch, seq)"},
+                      unknown);
 }
 
 TEST(OnnxImportErrors, ShapeMismatchNamesTheNodeAndBothShapes) {

@@ -145,6 +145,44 @@ TEST(OnnxImport, ShapeOptionFixesDynamicDims) {
   EXPECT_EQ((*graph)->outputs().at(0)->type(), (TensorType{DType::kF32, {8, 3, 4}}));
 }
 
+// A dynamic dim takes --shape's size for its input, else --dim's for its name, else the size a
+// --shape gives another input's dim of that name, else the data's; the data never changes a
+// static dim.
+TEST(OnnxImport, NamedDimsAndTheDataFixDynamicDimsInOrder) {
+  ModelBuilder m;
+  m.input("x", onnx::TensorProto::FLOAT, {"batch", "seq", "4"});
+  m.input("y", onnx::TensorProto::INT64, {"batch", "seq"});
+  m.input("z", onnx::TensorProto::FLOAT, {"", "2"});
+  for (const char* name : {"x", "y", "z"}) {
+    m.node("Identity", {name}, {std::string(name) + "_out"});
+    m.output(std::string(name) + "_out");
+  }
+  auto input_shapes = [&](const ImportOptions& options) {
+    absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "t.onnx", options);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    std::vector<Shape> shapes;
+    if (graph.ok()) {
+      for (const Value* input : (*graph)->inputs()) shapes.push_back(input->shape());
+    }
+    return shapes;
+  };
+  ImportOptions by_name;  // --dim for both names, the data for z's unnamed dim
+  by_name.dims = {{"batch", 3}, {"seq", 5}};
+  by_name.data_shapes["x"] = {9, 9, 4};  // --dim wins
+  by_name.data_shapes["z"] = {7, 9};     // only dim 0 is dynamic
+  EXPECT_EQ(input_shapes(by_name), (std::vector<Shape>{{3, 5, 4}, {3, 5}, {7, 2}}));
+  ImportOptions by_shape;  // --shape x names batch and seq for y
+  by_shape.input_shapes["x"] = {2, 6, 4};
+  by_shape.input_shapes["z"] = {1, 2};
+  by_shape.data_shapes["y"] = {8, 8};
+  EXPECT_EQ(input_shapes(by_shape), (std::vector<Shape>{{2, 6, 4}, {2, 6}, {1, 2}}));
+  ImportOptions by_data;  // x's data names batch and seq, which y then takes
+  by_data.data_shapes["x"] = {4, 3, 4};
+  by_data.data_shapes["y"] = {4, 1};  // the check of the data says this does not fit
+  by_data.data_shapes["z"] = {6, 2};
+  EXPECT_EQ(input_shapes(by_data), (std::vector<Shape>{{4, 3, 4}, {4, 3}, {6, 2}}));
+}
+
 TEST(OnnxImport, TrailingOmittedOptionalInputsAndOutputsAreDropped) {
   ModelBuilder m;
   m.input("x", onnx::TensorProto::FLOAT, {"4"});

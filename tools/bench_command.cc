@@ -82,6 +82,7 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
   options.training->autodiff.loss = flags.loss;
   options.training->recompute_cheap = flags.recompute == "cheap";
+  AMPC_ASSIGN_OR_RETURN(options.import.data_shapes, batch_shapes(flags.data));
   if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
     return absl::InvalidArgumentError(
         str_cat("--recompute cheap does nothing with ",

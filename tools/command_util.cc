@@ -3,7 +3,9 @@
 #include <cmath>
 #include <iostream>
 
+#include "CLI/CLI.hpp"
 #include "compiler/strings.h"
+#include "runtime/npy.h"
 
 namespace ampc {
 
@@ -25,6 +27,17 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
   o.momentum = optimizer == "sgd" ? 0.9f : 0.0f;
   options.training->lr = static_cast<float>(lr);
   return options;
+}
+
+absl::StatusOr<std::map<std::string, Shape, std::less<>>> batch_shapes(
+    const std::string& data_path) {
+  AMPC_ASSIGN_OR_RETURN(auto arrays, runtime::read_npz(data_path, {.void2_as_bf16 = true}));
+  std::map<std::string, Shape, std::less<>> shapes;
+  for (const auto& [name, array] : arrays) {
+    if (!array.shape().empty())
+      shapes[name] = Shape(array.shape().begin() + 1, array.shape().end());
+  }
+  return shapes;
 }
 
 absl::Status check_lr(double lr) {
@@ -51,11 +64,21 @@ void print_warnings(const Diagnostics& diagnostics) {
   }
 }
 
-absl::StatusOr<std::map<std::string, Shape, std::less<>>> parse_shapes(
-    const std::vector<std::string>& flags) {
-  std::map<std::string, Shape, std::less<>> shapes;
-  for (const std::string& flag : flags) AMPC_RETURN_IF_ERROR(parse_shape_flag(flag, shapes));
-  return shapes;
+void add_shape_flags(CLI::App& command, ShapeFlags& flags) {
+  command.add_option("--shape", flags.shapes,
+                     "Fix an input's shape, NAME:DIMxDIMx... (e.g. x:8x3x32x32; a scalar is "
+                     "NAME:); for inputs with dynamic dims. Repeatable.");
+  command.add_option("--dim", flags.dims,
+                     "Fix every input dim of a name, NAME=SIZE (e.g. batch=32): the names "
+                     "PyTorch's dynamic_axes and dynamic_shapes give. Repeatable.");
+}
+
+absl::Status parse_shape_flags(const ShapeFlags& flags,
+                               std::map<std::string, Shape, std::less<>>& shapes,
+                               std::map<std::string, int64_t, std::less<>>& dims) {
+  for (const std::string& flag : flags.shapes) AMPC_RETURN_IF_ERROR(parse_shape_flag(flag, shapes));
+  for (const std::string& flag : flags.dims) AMPC_RETURN_IF_ERROR(parse_dim_flag(flag, dims));
+  return absl::OkStatus();
 }
 
 }  // namespace ampc

@@ -1,6 +1,6 @@
-// What the commands share: errors and warnings on stderr, --shape flags; and for those that
-// train a model straight from its export (`ampc compare`, `ampc bench`), the training compile of
-// a precision, optimizer and learning rate, and the device check that comes before any work.
+// What the commands share: errors and warnings on stderr, --shape and --dim flags; and for those
+// that train a model straight from its export (`ampc compare`, `ampc bench`), the training compile
+// of a precision, optimizer and learning rate, and the device check that comes before any work.
 #pragma once
 
 #include <functional>
@@ -12,15 +12,34 @@
 #include "compiler/compile.h"
 #include "runtime/backend.h"
 
+namespace CLI {
+class App;
+}
+
 namespace ampc {
 
 // Prints `ampc: error: MESSAGE` on stderr; returns the exit status 1.
 int report_error(const absl::Status& status);
 // Prints each warning as `ampc: warning: ...` on stderr.
 void print_warnings(const Diagnostics& diagnostics);
-// The input shapes that --shape NAME:DIMxDIM... flags give.
-absl::StatusOr<std::map<std::string, Shape, std::less<>>> parse_shapes(
-    const std::vector<std::string>& flags);
+// The flags that make a model's dynamic input dims static: --shape NAME:DIMxDIM... (one input)
+// and --dim NAME=SIZE (every input dim of that name).
+struct ShapeFlags {
+  std::vector<std::string> shapes;
+  std::vector<std::string> dims;
+};
+// Adds --shape and --dim to `command`.
+void add_shape_flags(CLI::App& command, ShapeFlags& flags);
+// What they say, into the import options' `input_shapes` and `dims`; errors name the flag.
+absl::Status parse_shape_flags(const ShapeFlags& flags,
+                               std::map<std::string, Shape, std::less<>>& shapes,
+                               std::map<std::string, int64_t, std::less<>>& dims);
+
+// One batch's shape per array of training data `data_path` (`--data`: arrays shaped
+// [num_batches, ...batch]), for ImportOptions::data_shapes: a model exported with dynamic dims
+// trains on the data's. (The data is read again to train: this reads it once more.)
+absl::StatusOr<std::map<std::string, Shape, std::less<>>> batch_shapes(
+    const std::string& data_path);
 
 // A training compile at `precision` (fp32, fp16 with dynamic loss scaling, bf16) with
 // `optimizer` (sgd: momentum 0.9; adam; adamw) and `lr`; `flag` names the precision's flag in

@@ -35,9 +35,9 @@ std::string grouped(int64_t n) {
 }
 
 absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precision) {
-  AMPC_ASSIGN_OR_RETURN(
-      const CompileOptions options,
-      quick_training_options(precision, flags.optimizer, flags.lr, "--precisions"));
+  AMPC_ASSIGN_OR_RETURN(CompileOptions options, quick_training_options(precision, flags.optimizer,
+                                                                       flags.lr, "--precisions"));
+  AMPC_ASSIGN_OR_RETURN(options.import.data_shapes, batch_shapes(flags.data));
   Diagnostics diagnostics;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
                         compile_file(flags.model, options, diagnostics));

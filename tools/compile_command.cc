@@ -294,9 +294,11 @@ int run_compile(const CompileFlags& flags) {
       return report_error(status);
     }
   }
-  absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
-  if (!shapes.ok()) return report_error(shapes.status());
-  options.import.input_shapes = *std::move(shapes);
+  if (absl::Status status =
+          parse_shape_flags(flags.shapes, options.import.input_shapes, options.import.dims);
+      !status.ok()) {
+    return report_error(status);
+  }
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
   options.pipeline.dump_after.insert(flags.dump_after.begin(), flags.dump_after.end());
   options.pipeline.dump = make_dumper(flags.dump_dir);
@@ -486,9 +488,7 @@ CLI::App* add_compile_command(CLI::App& app, CompileFlags& flags) {
   compile->add_flag("--external-data", flags.external_data,
                     "Write the weights to OUTPUT.data beside the model (ONNX external data, as "
                     "PyTorch does; automatic over 1.75 GiB of weights)");
-  compile->add_option("--shape", flags.shapes,
-                      "Fix an input's shape, NAME:DIMxDIMx... (e.g. x:8x3x32x32); needed for "
-                      "every input with a dynamic dim. Repeatable.");
+  add_shape_flags(*compile, flags.shapes);
   compile->add_option("--dump-after", flags.dump_after,
                       "Print the text IR after this pass (or `all`). Repeatable. Passes: " +
                           str_join(compile_pass_names(/*training=*/true), ", "));

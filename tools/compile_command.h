@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/command_util.h"
+
 namespace CLI {
 class App;
 }
@@ -17,7 +19,7 @@ struct CompileFlags {
   bool external_data = false;  // weights to OUTPUT.data
   std::string input;
   std::string output;
-  std::vector<std::string> shapes;
+  ShapeFlags shapes;
   std::vector<std::string> dump_after;
   std::string dump_dir;
   std::vector<std::string> disabled;

@@ -28,14 +28,15 @@ struct InspectFlags {
   std::string input;
   std::string format = "text";
   bool precision = false;
-  std::vector<std::string> shapes;
+  ShapeFlags shapes;
 };
 
 int run_inspect(const InspectFlags& flags) {
   ImportOptions options;
-  absl::StatusOr<std::map<std::string, Shape, std::less<>>> shapes = parse_shapes(flags.shapes);
-  if (!shapes.ok()) return report_error(shapes.status());
-  options.input_shapes = *std::move(shapes);
+  if (absl::Status status = parse_shape_flags(flags.shapes, options.input_shapes, options.dims);
+      !status.ok()) {
+    return report_error(status);
+  }
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_file(flags.input, options);
   if (!graph.ok()) return report_error(graph.status());
   if (flags.precision) {
@@ -75,8 +76,7 @@ int run(int argc, char** argv) {
   inspect->add_flag("--precision", inspect_flags.precision,
                     "Per node: operand dtypes, compute/accumulate/output dtype and the reason; "
                     "then casts and planned memory");
-  inspect->add_option("--shape", inspect_flags.shapes,
-                      "Fix an input's shape, NAME:DIMxDIMx... Repeatable.");
+  add_shape_flags(*inspect, inspect_flags.shapes);
 
   RunFlags run_flags;
   CLI::App* run_command = add_run_command(app, run_flags);

@@ -46,49 +46,67 @@ struct GivenInput {
   Tensor value;
 };
 
-// The arrays named by --input and --inputs, checked against the model's inputs. --input wins over
-// an .npz array of the same name; .npz arrays that are not inputs are skipped with a warning.
-absl::StatusOr<std::map<std::string, GivenInput>> gather_inputs(
-    const RunFlags& flags, const std::vector<runtime::TensorInfo>& expected) {
-  std::map<std::string, const TensorType*> types;
-  for (const runtime::TensorInfo& info : expected) types[info.name] = &info.type;
+// The arrays --input and --inputs name, read before the model is loaded (their shapes fix the
+// model's dynamic dims). --input wins over an .npz array of the same name. numpy saves bf16 as raw
+// 2-byte void, which is read as bf16 here: the check against the model's inputs names any other
+// type.
+struct GivenInputs {
+  std::map<std::string, GivenInput> arrays;
+  std::set<std::string> from_flags;  // the names --input gives
+};
+
+absl::StatusOr<GivenInputs> read_given_inputs(const RunFlags& flags) {
+  GivenInputs given;
   std::map<std::string, std::string> files;  // from --input
   for (const std::string& flag : flags.inputs) {
     const size_t eq = flag.find('=');  // CLI11 checked that there is one
     const std::string name = flag.substr(0, eq);
+    if (!files.emplace(name, flag.substr(eq + 1)).second) {
+      return absl::InvalidArgumentError(str_cat("--input '", name, "' is given twice"));
+    }
+    given.from_flags.insert(name);
+  }
+  if (!flags.inputs_npz.empty()) {
+    AMPC_ASSIGN_OR_RETURN(auto arrays,
+                          runtime::read_npz(flags.inputs_npz, {.void2_as_bf16 = true}));
+    for (auto& [name, value] : arrays) {
+      if (files.contains(name)) continue;
+      given.arrays[name] = {str_cat(flags.inputs_npz, " (array '", name, "')"), std::move(value)};
+    }
+  }
+  for (const auto& [name, file] : files) {
+    AMPC_ASSIGN_OR_RETURN(Tensor value, runtime::read_npy(file, {.void2_as_bf16 = true}));
+    given.arrays[name] = {file, std::move(value)};
+  }
+  return given;
+}
+
+// The given arrays checked against the model's inputs: --input names an input, every input is
+// given, with its type; .npz arrays that are not inputs are skipped with a warning.
+absl::StatusOr<std::map<std::string, GivenInput>> check_given_inputs(
+    const RunFlags& flags, GivenInputs given, const std::vector<runtime::TensorInfo>& expected) {
+  std::map<std::string, const TensorType*> types;
+  for (const runtime::TensorInfo& info : expected) types[info.name] = &info.type;
+  for (const std::string& name : given.from_flags) {
     if (!types.contains(name)) {
       return absl::InvalidArgumentError(str_cat("--input names '", name,
                                                 "', which is not an input of ", flags.model,
                                                 "; its inputs are ", describe(expected)));
     }
-    if (!files.emplace(name, flag.substr(eq + 1)).second) {
-      return absl::InvalidArgumentError(str_cat("--input '", name, "' is given twice"));
+  }
+  for (auto it = given.arrays.begin(); it != given.arrays.end();) {
+    if (types.contains(it->first)) {
+      ++it;
+      continue;
     }
+    std::cerr << "ampc: warning: " << flags.inputs_npz << ": array '" << it->first
+              << "' is not an input of the model; ignored\n";
+    it = given.arrays.erase(it);
   }
-  std::map<std::string, GivenInput> given;
-  if (!flags.inputs_npz.empty()) {
-    const bool any_bf16 = std::any_of(expected.begin(), expected.end(), [](const auto& info) {
-      return info.type.dtype == DType::kBF16;
-    });
-    AMPC_ASSIGN_OR_RETURN(auto arrays,
-                          runtime::read_npz(flags.inputs_npz, {.void2_as_bf16 = any_bf16}));
-    for (auto& [name, value] : arrays) {
-      if (!types.contains(name)) {
-        std::cerr << "ampc: warning: " << flags.inputs_npz << ": array '" << name
-                  << "' is not an input of the model; ignored\n";
-      } else if (!files.contains(name)) {
-        given[name] = {str_cat(flags.inputs_npz, " (array '", name, "')"), std::move(value)};
-      }
-    }
-  }
-  for (const auto& [name, file] : files) {
-    const bool bf16 = types.at(name)->dtype == DType::kBF16;
-    AMPC_ASSIGN_OR_RETURN(Tensor value, runtime::read_npy(file, {.void2_as_bf16 = bf16}));
-    given[name] = {file, std::move(value)};
-  }
+  std::map<std::string, GivenInput>& arrays = given.arrays;
   std::vector<std::string> missing;
   for (const runtime::TensorInfo& info : expected) {
-    if (!given.contains(info.name)) {
+    if (!arrays.contains(info.name)) {
       missing.push_back(str_cat("'", info.name, "' (", type_to_string(info.type), ")"));
     }
   }
@@ -97,7 +115,7 @@ absl::StatusOr<std::map<std::string, GivenInput>> gather_inputs(
         str_cat("missing input ", str_join(missing, ", "), "; the inputs of ", flags.model, " are ",
                 describe(expected), "; give each with --input NAME=FILE.npy or --inputs FILE.npz"));
   }
-  for (const auto& [name, input] : given) {
+  for (const auto& [name, input] : arrays) {
     const TensorType& type = *types.at(name);
     if (input.value.type() != type) {
       return absl::InvalidArgumentError(str_cat("input '", name, "' from ", input.source,
@@ -105,7 +123,7 @@ absl::StatusOr<std::map<std::string, GivenInput>> gather_inputs(
                                                 type_to_string(input.value.type())));
     }
   }
-  return given;
+  return std::move(arrays);
 }
 
 // Writes each output as DIR/<stem>.npy (a stem taken twice gets _2, _3, ...) and prints one line
@@ -165,9 +183,7 @@ CLI::App* add_run_command(CLI::App& app, RunFlags& flags) {
   run->add_option("--output-dir", flags.output_dir,
                   "Where to write the outputs (default: the current directory; created if "
                   "missing)");
-  run->add_option("--shape", flags.shapes,
-                  "Fix an input's shape, NAME:DIMxDIMx... (for inputs with dynamic dims). "
-                  "Repeatable.");
+  add_shape_flags(*run, flags.shapes);
   run->add_option("--device", flags.device,
                   "Where to run: cpu (the reference backend) or cuda (the first GPU)")
       ->check(CLI::IsMember({"cpu", "cuda"}))
@@ -188,19 +204,21 @@ int run_model_command(const RunFlags& flags) {
   }
   options.device = *device;
   options.allow_tf32 = flags.allow_tf32;
-  for (const std::string& flag : flags.shapes) {
-    if (absl::Status status = parse_shape_flag(flag, options.shapes); !status.ok()) {
-      return report_error(status);
-    }
+  if (absl::Status status = parse_shape_flags(flags.shapes, options.shapes, options.dims);
+      !status.ok()) {
+    return report_error(status);
   }
+  absl::StatusOr<GivenInputs> given = read_given_inputs(flags);
+  if (!given.ok()) return report_error(given.status());
+  for (const auto& [name, input] : given->arrays) options.data_shapes[name] = input.value.shape();
   absl::StatusOr<std::unique_ptr<runtime::InferenceSession>> session =
       runtime::InferenceSession::load(flags.model, std::move(options));
   if (!session.ok()) return report_error(session.status());
-  absl::StatusOr<std::map<std::string, GivenInput>> given =
-      gather_inputs(flags, (*session)->inputs());
-  if (!given.ok()) return report_error(given.status());
+  absl::StatusOr<std::map<std::string, GivenInput>> checked =
+      check_given_inputs(flags, *std::move(given), (*session)->inputs());
+  if (!checked.ok()) return report_error(checked.status());
   std::map<std::string, Tensor> inputs;
-  for (auto& [name, input] : *given) inputs.emplace(name, std::move(input.value));
+  for (auto& [name, input] : *checked) inputs.emplace(name, std::move(input.value));
   absl::StatusOr<std::map<std::string, Tensor>> outputs = (*session)->run(inputs);
   if (!outputs.ok()) return report_error(outputs.status());
   if (absl::Status status = write_outputs(flags, (*session)->outputs(), *outputs); !status.ok()) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/command_util.h"
+
 namespace CLI {
 class App;
 }
@@ -17,7 +19,7 @@ struct RunFlags {
   std::vector<std::string> inputs;  // NAME=FILE.npy
   std::string inputs_npz;
   std::string output_dir;
-  std::vector<std::string> shapes;  // NAME:DIMxDIM...
+  ShapeFlags shapes;
   std::string device = "cpu";
   bool allow_tf32 = false;
 };

@@ -30,8 +30,13 @@ struct SessionOptions {
   // f32 MatMul, Gemm and Conv may use TF32 tensor cores on CUDA (10 mantissa bits per product
   // instead of 23); off by default, as in PyTorch. The CPU backend ignores it.
   bool allow_tf32 = false;
-  // Fixes symbolic input dimensions, as `--shape NAME:8x3x32x32` does for `ampc compile`.
+  // Fixes symbolic input dimensions, as `--shape NAME:8x3x32x32` does for `ampc compile`...
   std::map<std::string, Shape, std::less<>> shapes = {};
+  // ... and every input dim of a name, as `--dim batch=32` does.
+  std::map<std::string, int64_t, std::less<>> dims = {};
+  // The shapes of the arrays the session will run on, by input name: they fix the dims the file
+  // leaves dynamic that `shapes` and `dims` do not (`ampc run` passes its inputs' shapes).
+  std::map<std::string, Shape, std::less<>> data_shapes = {};
   // Reuse activation memory between values whose lifetimes do not overlap (on by default; off
   // gives every value its own buffer, for debugging).
   bool reuse_memory = true;

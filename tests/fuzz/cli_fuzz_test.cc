@@ -88,6 +88,7 @@ const std::vector<Flag>& compile_flags() {
       {"--shape",
        {"x:8x64", "x:1x64", "label:8"},
        {"x:0x64", "x:-1x64", "x:4611686018427387904x64", "nope:1", "x:", "x:8x", "x", ":"}},
+      {"--dim", {"batch=8"}, {"batch=-1", "=3", "batch=", "b=99999999999999999999", "x"}},
       {"--dump-after", {"all", "autocast", "optimizer"}, {"no-such-pass", ""}},
       {"--dump-dir", {"{case}/dumps"}, kHostileOutputs},
       {"--disable-pass", {"dce", "eliminate-casts"}, {"infer-shapes", "autodiff", "no-such"}},
@@ -169,6 +170,7 @@ const std::vector<Flag>& run_flags() {
         "{case}/absent"}},
       {"--output-dir", {"{case}/outputs"}, kHostileOutputs},
       {"--shape", {"x:8x64", "label:8"}, {"x:0x64", "x:-1x64", "x:1x64", "nope:1", "x:"}},
+      {"--dim", {"batch=8"}, {"batch=0", "batch=-1", "=3", "x"}},
       {"--device", {"cpu"}, {"cuda", "tpu"}},
       {"--allow-tf32", {}, {}},
   };

@@ -186,6 +186,24 @@ def test_exported_model_runs_in_an_inference_session(compiled, tmp_path):
         assert np.array_equal(got[name], want[name]), name
 
 
+def test_dynamic_dims_are_fixed_by_shapes_or_dims():
+    """An export with a dynamic batch loads once the batch is given, by dim name or by an input's
+    shape (which fixes the other inputs' dims of that name), and runs as the static file does."""
+    path = os.path.join(SOURCE, "tests", "data", "dynamic", "mlp_batch.onnx")
+    batch = batches()[0]
+    want = ampc.InferenceSession(MLP).run(batch)
+    with pytest.raises(ValueError, match="fix it with --dim batch=N"):
+        ampc.InferenceSession(path)
+    for session in (ampc.InferenceSession(path, dims={"batch": 8}),
+                    ampc.InferenceSession(path, shapes={"x": [8, 64]})):
+        assert [shape for _, _, shape in session.inputs] == [(8, 64), (8,)]
+        got = session.run(batch)
+        for name in want:
+            assert np.array_equal(got[name], want[name]), name
+    with pytest.raises(ValueError, match="dim 'batch' is 4 by --dim batch=4 but 8 by --shape x"):
+        ampc.InferenceSession(path, dims={"batch": 4}, shapes={"x": [8, 64]})
+
+
 def test_errors_raise_with_the_message(compiled, tmp_path):
     with pytest.raises(ampc.AmpcError, match="no_such.onnx"):
         ampc.compile(str(tmp_path / "no_such.onnx"), str(tmp_path / "out.onnx"))

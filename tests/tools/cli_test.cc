@@ -271,20 +271,39 @@ TEST_F(CliTest, DynamicDimNeedsShapeFlag) {
   EXPECT_THAT(r.err, HasSubstr("in0"));
   EXPECT_THAT(r.err, HasSubstr("batch"));
   EXPECT_THAT(r.err, HasSubstr("--shape"));
+  EXPECT_THAT(r.err, HasSubstr("fix it with --dim batch=N"));
   r = ampc("compile " + path("dyn.onnx") + " -o " + path("out.onnx") + " --shape in0:8x4");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   r = ampc("inspect " + path("out.onnx"));
   EXPECT_THAT(r.out, HasSubstr("%in0: f32[8,4]"));
+  r = ampc("compile " + path("dyn.onnx") + " -o " + path("out2.onnx") + " --dim batch=6");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = ampc("inspect " + path("dyn.onnx") + " --dim batch=5");
+  EXPECT_THAT(r.out, HasSubstr("%in0: f32[5,4]"));
+  r = ampc("compile " + path("dyn.onnx") + " -o " + path("out3.onnx") + " --dim bach=6");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--dim names 'bach', which no graph input's dim is named "
+                               "(named dims: batch)"));
+  r = ampc("compile " + path("dyn.onnx") + " -o " + path("out3.onnx") + " --dim batch=six");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--dim 'batch=six': 'six' is not a size"));
+  EXPECT_FALSE(fs::exists(path("out3.onnx")));
 }
 
 TEST_F(CliTest, ShapeMismatchNamesNodeAndBothShapes) {
-  write("add.onnx", one_node_model("Add", 17, 2, {"n"}));
-  // Fix the symbolic dim of the two inputs to sizes that do not broadcast.
+  write("add.onnx", one_node_model("Add", 17, 2, {""}));
+  // Fix the unnamed dynamic dim of the two inputs to sizes that do not broadcast.
   CliResult r = ampc("compile " + path("add.onnx") + " -o " + path("out.onnx") +
                      " --shape in0:3 --shape in1:4");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("node 'the_node' (Add): shapes [3] and [4] do not broadcast"));
   EXPECT_FALSE(fs::exists(path("out.onnx")));
+  // Dims of one name are one size: the same --shapes are refused before any node.
+  write("add_n.onnx", one_node_model("Add", 17, 2, {"n"}));
+  r = ampc("compile " + path("add_n.onnx") + " -o " + path("out.onnx") +
+           " --shape in0:3 --shape in1:4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("dim 'n' is 3 by --shape in0 but 4 by --shape in1"));
 }
 
 TEST_F(CliTest, BadFlagsAreUsageErrors) {
