@@ -28,6 +28,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..", "..")
 sys.path.insert(0, os.path.join(ROOT, "models"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from hf_training_sweep import torch_losses  # noqa: E402  (3 steps of SGD at lr 0.1)
 from zoo_models import Gpt2  # noqa: E402
 
 BATCHES = {"b3t12": (3, 12), "b5t4": (5, 4)}
@@ -70,16 +72,7 @@ def write_gpt2():
     refs = {}
     for name, shape in BATCHES.items():
         idx, targets = (torch.randint(0, 64, shape, generator=g) for _ in range(2))
-        trained = LossOnly(Gpt2())
-        trained.load_state_dict(model.state_dict())
-        optimizer = torch.optim.SGD(trained.parameters(), lr=0.1)
-        losses = []
-        for _ in range(3):
-            optimizer.zero_grad()
-            loss = trained(idx, targets)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
+        losses = torch_losses(model, idx, targets)  # on a copy: the model stays as exported
         refs[f"{name}.idx"], refs[f"{name}.targets"] = idx.numpy(), targets.numpy()
         refs[f"{name}.loss"] = np.array(losses, dtype=np.float32)
     np.savez(os.path.join(HERE, "gpt2_refs.npz"), **refs)
