@@ -186,8 +186,14 @@ absl::StatusOr<std::vector<TensorType>> graph_input_types(
       }
       if (size == nullptr) {
         const std::string param = dim.param.empty() ? "" : str_cat(" ('", dim.param, "')");
+        const std::string data_rank =
+            data_shape == nullptr
+                ? ""
+                : str_cat(" (the array given for it, ", shape_to_string(*data_shape), ", has rank ",
+                          data_shape->size(), ")");
         return invalid(str_cat("input '", name, "' has a dynamic dim ", i, param, " in ",
-                               dims_to_string(input.dims), "; fix it with ", fix_hint(input, i)));
+                               dims_to_string(input.dims), data_rank, "; fix it with ",
+                               fix_hint(input, i)));
       }
       shape.push_back(*size);
     }

@@ -181,6 +181,16 @@ TEST(OnnxImport, NamedDimsAndTheDataFixDynamicDimsInOrder) {
   by_data.data_shapes["y"] = {4, 1};  // the check of the data says this does not fit
   by_data.data_shapes["z"] = {6, 2};
   EXPECT_EQ(input_shapes(by_data), (std::vector<Shape>{{4, 3, 4}, {4, 3}, {6, 2}}));
+  ImportOptions wrong_rank;  // data of another rank fixes nothing, and the error says so
+  wrong_rank.data_shapes["z"] = {6};
+  wrong_rank.dims = {{"batch", 3}, {"seq", 5}};
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "t.onnx", wrong_rank);
+  ASSERT_FALSE(graph.ok());
+  EXPECT_NE(graph.status().message().find("input 'z' has a dynamic dim 0 in [?,2] (the array "
+                                          "given for it, [6], has rank 1); fix it with --shape "
+                                          "z:Nx2"),
+            std::string::npos)
+      << graph.status().message();
 }
 
 TEST(OnnxImport, TrailingOmittedOptionalInputsAndOutputsAreDropped) {
