@@ -82,7 +82,6 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
   options.training->autodiff.loss = flags.loss;
   options.training->recompute_cheap = flags.recompute == "cheap";
-  AMPC_ASSIGN_OR_RETURN(options.import.data_shapes, batch_shapes(flags.data));
   if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
     return absl::InvalidArgumentError(
         str_cat("--recompute cheap does nothing with ",
@@ -94,7 +93,9 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
 
 absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device) {
   Figures figures;
-  AMPC_ASSIGN_OR_RETURN(const CompileOptions options, compile_options(flags));
+  AMPC_ASSIGN_OR_RETURN(CompileOptions options, compile_options(flags));
+  AMPC_ASSIGN_OR_RETURN(TrainingData data, read_training_data(flags.data));
+  options.import.data_shapes = std::move(data.batch_shapes);
   Diagnostics diagnostics;
   const Clock::time_point compile_start = Clock::now();
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
@@ -128,8 +129,9 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
           // is built for the CPU only).
           runtime::SessionOptions{
               .device = device, .communicator = group, .sync_batch_norm = false}));
-  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
-                        runtime::BatchData::load(flags.data, session->batch_inputs()));
+  AMPC_ASSIGN_OR_RETURN(
+      const runtime::BatchData batches,
+      runtime::BatchData::from_arrays(std::move(data.arrays), session->batch_inputs(), flags.data));
   const runtime::TensorInfo first = session->batch_inputs().front();
   figures.samples = first.type.shape.empty() ? 1 : first.type.shape[0];
   if (!is_float(first.type.dtype) && first.type.shape.size() >= 2) {
@@ -137,13 +139,13 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   }
   const float lr = static_cast<float>(flags.lr);
   for (int64_t i = 0; i < flags.warmup; ++i) {
-    AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats, session->step(data.batch(i), lr));
+    AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats, session->step(batches.batch(i), lr));
     (void)stats;
   }
   for (int64_t i = 0; i < flags.steps; ++i) {
     const Clock::time_point start = Clock::now();
     AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats,
-                          session->step(data.batch(flags.warmup + i), lr));
+                          session->step(batches.batch(flags.warmup + i), lr));
     figures.step_ms.push_back(
         std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     if (!std::isfinite(stats.loss)) {

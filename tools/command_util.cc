@@ -29,15 +29,15 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
   return options;
 }
 
-absl::StatusOr<std::map<std::string, Shape, std::less<>>> batch_shapes(
-    const std::string& data_path) {
-  AMPC_ASSIGN_OR_RETURN(auto arrays, runtime::read_npz(data_path, {.void2_as_bf16 = true}));
-  std::map<std::string, Shape, std::less<>> shapes;
-  for (const auto& [name, array] : arrays) {
-    if (!array.shape().empty())
-      shapes[name] = Shape(array.shape().begin() + 1, array.shape().end());
+absl::StatusOr<TrainingData> read_training_data(const std::string& path) {
+  // numpy saves bf16 as raw 2-byte void; BatchData's check names an array of another type.
+  TrainingData data;
+  AMPC_ASSIGN_OR_RETURN(data.arrays, runtime::read_npz(path, {.void2_as_bf16 = true}));
+  for (const auto& [name, array] : data.arrays) {
+    const Shape& shape = array.shape();
+    if (!shape.empty()) data.batch_shapes[name] = Shape(shape.begin() + 1, shape.end());
   }
-  return shapes;
+  return data;
 }
 
 absl::Status check_lr(double lr) {

@@ -35,11 +35,15 @@ absl::Status parse_shape_flags(const ShapeFlags& flags,
                                std::map<std::string, Shape, std::less<>>& shapes,
                                std::map<std::string, int64_t, std::less<>>& dims);
 
-// One batch's shape per array of training data `data_path` (`--data`: arrays shaped
-// [num_batches, ...batch]), for ImportOptions::data_shapes: a model exported with dynamic dims
-// trains on the data's. (The data is read again to train: this reads it once more.)
-absl::StatusOr<std::map<std::string, Shape, std::less<>>> batch_shapes(
-    const std::string& data_path);
+// The training data of a command that compiles the model it trains (`--data`: arrays shaped
+// [num_batches, ...batch]), read once: the arrays (for runtime::BatchData::from_arrays) and one
+// batch's shape per array, for ImportOptions::data_shapes (an export with dynamic dims trains on
+// the data's).
+struct TrainingData {
+  std::map<std::string, Tensor> arrays;
+  std::map<std::string, Shape, std::less<>> batch_shapes;
+};
+absl::StatusOr<TrainingData> read_training_data(const std::string& path);
 
 // A training compile at `precision` (fp32, fp16 with dynamic loss scaling, bf16) with
 // `optimizer` (sgd: momentum 0.9; adam; adamw) and `lr`; `flag` names the precision's flag in

@@ -34,10 +34,11 @@ std::string grouped(int64_t n) {
   return digits;
 }
 
-absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precision) {
+absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precision,
+                            const TrainingData& data) {
   AMPC_ASSIGN_OR_RETURN(CompileOptions options, quick_training_options(precision, flags.optimizer,
                                                                        flags.lr, "--precisions"));
-  AMPC_ASSIGN_OR_RETURN(options.import.data_shapes, batch_shapes(flags.data));
+  options.import.data_shapes = data.batch_shapes;
   Diagnostics diagnostics;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
                         compile_file(flags.model, options, diagnostics));
@@ -52,16 +53,17 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainingSession> session,
                         runtime::TrainingSession::create(
                             std::move(graph), runtime::SessionOptions{.device = device}));
-  AMPC_ASSIGN_OR_RETURN(runtime::BatchData data,
-                        runtime::BatchData::load(flags.data, session->batch_inputs()));
+  AMPC_ASSIGN_OR_RETURN(
+      const runtime::BatchData batches,
+      runtime::BatchData::from_arrays(data.arrays, session->batch_inputs(), flags.data));
   // The first step is not timed: it pays for first-touch memory and thread start-up. The others
   // are queued without waiting for the device, as ampc train runs them, and read at the end.
   AMPC_ASSIGN_OR_RETURN(const runtime::StepStats first,
-                        session->step(data.batch(0), static_cast<float>(flags.lr)));
+                        session->step(batches.batch(0), static_cast<float>(flags.lr)));
   std::vector<runtime::StepStats> stats = {first};
   const auto start = std::chrono::steady_clock::now();
   for (int64_t i = 1; i < flags.steps; ++i) {
-    AMPC_RETURN_IF_ERROR(session->queue_step(data.batch(i), static_cast<float>(flags.lr)));
+    AMPC_RETURN_IF_ERROR(session->queue_step(batches.batch(i), static_cast<float>(flags.lr)));
   }
   AMPC_ASSIGN_OR_RETURN(std::vector<runtime::StepStats> rest, session->take_stats());
   const double seconds =
@@ -121,9 +123,13 @@ int run_compare_command(const CompareFlags& flags) {
   if (!device.ok()) {
     return report_error(device.status());
   }
+  const absl::StatusOr<TrainingData> data = read_training_data(flags.data);
+  if (!data.ok()) {
+    return report_error(data.status());
+  }
   std::vector<Row> rows;
   for (const std::string& precision : flags.precisions) {
-    absl::StatusOr<Row> row = run_one(flags, precision);
+    absl::StatusOr<Row> row = run_one(flags, precision, *data);
     if (!row.ok()) {
       std::cerr << "ampc: error: " << precision << ": " << row.status().message() << "\n";
       return 1;

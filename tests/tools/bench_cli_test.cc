@@ -4,9 +4,6 @@
 // fused nodes, `--disable-pass fuse-attention` keeps the FLOPs and plans more memory, and bad
 // flags, data, loss names and devices exit non-zero with a message naming them.
 // (Timings themselves are benchmarks, not tested.)
-#include <unistd.h>
-
-#include <filesystem>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -109,14 +106,11 @@ TEST(BenchCli, CommTrainsAGroupOfOneThroughTheCommunicator) {
 // An export with a dynamic batch (PyTorch's dynamic_axes) trains on the data's batch, to the same
 // final loss as the static file, bit for bit.
 TEST(BenchCli, ADynamicBatchTakesTheDatasSize) {
-  const std::string dynamic = (std::filesystem::temp_directory_path() /
-                               ("ampc_bench_dynamic_mlp_" + std::to_string(::getpid()) + ".onnx"))
-                                  .string();
-  testing::write_with_dynamic_batch(testing::source_path("models/mlp.onnx"), dynamic);
+  // models/mlp.onnx with its inputs' batch dim named `batch` (tests/data/dynamic/make_models.py).
+  const std::string dynamic = testing::source_path("tests/data/dynamic/mlp_batch.onnx");
   const CliResult r =
       run_ampc("bench " + dynamic + " --data " + testing::source_path("models/mlp.train.npz") +
                " --steps 3 --warmup 1 --format json --optimizer sgd");
-  std::filesystem::remove(dynamic);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json fixed = bench_json("mlp", "--optimizer sgd");
   ASSERT_FALSE(fixed.is_null());

@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "gtest/gtest.h"
-#include "onnx/onnx_pb.h"
 #include "tests/test_util.h"
 
 namespace ampc::testing {
@@ -35,19 +34,6 @@ inline CliResult run_ampc(const std::string& args, const std::string& cwd = "") 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// Writes the ONNX model `source` to `path` with dim 0 of every graph input made the symbolic
-// `batch`, as PyTorch's exporters write `dynamic_axes`.
-inline void write_with_dynamic_batch(const std::string& source, const std::string& path) {
-  onnx::ModelProto model;
-  ASSERT_TRUE(model.ParseFromString(read_file(source))) << source;
-  for (onnx::ValueInfoProto& input : *model.mutable_graph()->mutable_input()) {
-    onnx::TensorShapeProto* shape = input.mutable_type()->mutable_tensor_type()->mutable_shape();
-    ASSERT_GT(shape->dim_size(), 0) << input.name();
-    shape->mutable_dim(0)->set_dim_param("batch");  // replaces the dim_value (a oneof)
-  }
-  std::ofstream(path, std::ios::binary) << model.SerializeAsString();
 }
 
 // A fixture with an empty folder of its own, named after `prefix`, the process and the test, and

@@ -112,10 +112,10 @@ TEST_F(RunCliTest, BindsInputsFromAnNpzAndInputFlagsOverrideIt) {
 // for bit: the same shapes, the same kernels); one name is one size, so a label of another batch
 // than x's is refused, naming it.
 TEST_F(RunCliTest, ADynamicBatchTakesTheInputsSize) {
-  testing::write_with_dynamic_batch(mlp(), path("dynamic.onnx"));
+  const std::string dynamic = testing::source_path("tests/data/dynamic/mlp_batch.onnx");
   CliResult r = ampc(mlp() + mlp_inputs() + " --output-dir " + path("static"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  r = ampc(path("dynamic.onnx") + mlp_inputs() + " --output-dir " + path("dynamic"));
+  r = ampc(dynamic + mlp_inputs() + " --output-dir " + path("dynamic"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* output : {"loss.npy", "logits.npy"}) {
     EXPECT_EQ(testing::read_file(path(std::string("dynamic/") + output)),
@@ -124,11 +124,11 @@ TEST_F(RunCliTest, ADynamicBatchTakesTheInputsSize) {
   }
   save("label4.npy", Tensor::from_i64({4}, {0, 1, 2, 3}));
   EXPECT_THAT(
-      expect_error(path("dynamic.onnx") + " --input x=" + path("x.npy") +
+      expect_error(dynamic + " --input x=" + path("x.npy") +
                    " --input label=" + path("label4.npy")),
       HasSubstr("input 'label' from " + path("label4.npy") + ": expected i64[8], given i64[4]"));
   // --dim wins over the data, whose shape then does not fit.
-  EXPECT_THAT(expect_error(path("dynamic.onnx") + mlp_inputs() + " --dim batch=2"),
+  EXPECT_THAT(expect_error(dynamic + mlp_inputs() + " --dim batch=2"),
               HasSubstr("expected i64[2], given i64[8]"));
 }
 

@@ -2,8 +2,8 @@
 """Writes the models the dynamic-dim tests read, and PyTorch's figures for them:
 
   * mlp_batch.onnx: models/mlp.onnx with dim 0 of every graph input the symbolic `batch`, as
-    PyTorch's exporters write `dynamic_axes` (tests/python/test_python_api.py loads it; the
-    Python module's tests cannot import onnx, which Debian does not package).
+    PyTorch's exporters write `dynamic_axes` (the run, bench and Python module tests load it;
+    the test suite cannot import onnx, which Debian does not package).
   * gpt2.dynamo.onnx and gpt2.torchscript.onnx: the zoo's GPT-2 (models/zoo_models.py)
     exported at batch 2 x 8 tokens with the batch and sequence dims dynamic (dynamo:
     `dynamic_shapes` with Dims `batch` and `seq`, `optimize=False` as training exports need;
