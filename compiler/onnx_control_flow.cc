@@ -8,6 +8,7 @@
 #include <unordered_set>
 
 #include "compiler/onnx_lowering_internal.h"
+#include "compiler/onnx_ragged.h"
 
 namespace ampc::onnx_io {
 namespace {
@@ -38,16 +39,40 @@ absl::StatusOr<std::unordered_map<std::string, const onnx::GraphProto*>> graph_a
   return graphs;
 }
 
-// A subgraph reads the enclosing graphs' values by name and makes its constants with Constant
-// nodes (as PyTorch's exporters write them).
-absl::Status check_subgraph(const onnx::GraphProto& graph, const std::string& what) {
-  if (graph.initializer_size() > 0 || graph.sparse_initializer_size() > 0) {
+// A subgraph reads the enclosing graphs' values by name; its initializers (which PyTorch's
+// dynamo exporter writes for constants) become Constant nodes, through the graphs nested in it.
+absl::StatusOr<onnx::GraphProto> with_constant_nodes(const onnx::GraphProto& graph,
+                                                     const std::string& what) {
+  if (graph.sparse_initializer_size() > 0) {
     return absl::UnimplementedError(
         str_cat(what,
-                " has initializers; ampc takes subgraphs that read the outer graph's values "
-                "and make their own constants with Constant nodes"));
+                " has sparse initializers; ampc takes a subgraph's constants as dense "
+                "initializers or Constant nodes"));
   }
-  return absl::OkStatus();
+  onnx::GraphProto copy = graph;
+  copy.clear_initializer();
+  copy.clear_node();
+  for (const onnx::TensorProto& initializer : graph.initializer()) {
+    onnx::NodeProto* node = copy.add_node();
+    node->set_op_type("Constant");
+    node->set_name(initializer.name());
+    node->add_output(initializer.name());
+    onnx::AttributeProto* value = node->add_attribute();
+    value->set_name("value");
+    value->set_type(onnx::AttributeProto::TENSOR);
+    *value->mutable_t() = initializer;
+    value->mutable_t()->clear_name();
+  }
+  for (const onnx::NodeProto& node : graph.node()) {
+    onnx::NodeProto* added = copy.add_node();
+    *added = node;
+    for (onnx::AttributeProto& attribute : *added->mutable_attribute()) {
+      if (attribute.has_g()) {
+        AMPC_ASSIGN_OR_RETURN(*attribute.mutable_g(), with_constant_nodes(attribute.g(), what));
+      }
+    }
+  }
+  return copy;
 }
 
 // One bool condition's value; an error naming `what` when it is not one bool known at import.
@@ -143,6 +168,99 @@ absl::StatusOr<std::optional<int64_t>> trip_count(const onnx::NodeProto& proto,
   return known->element_as_i64(0);
 }
 
+// `branch` (then_branch or else_branch of the If `proto`) checked: no inputs, one output per
+// output of the If; with its constants as nodes.
+absl::StatusOr<onnx::GraphProto> checked_branch(const onnx::NodeProto& proto,
+                                                const std::string& label,
+                                                const onnx::GraphProto& graph,
+                                                const std::string& taken) {
+  const std::string what = str_cat(label, ": its ", taken);
+  AMPC_ASSIGN_OR_RETURN(onnx::GraphProto branch, with_constant_nodes(graph, what));
+  if (branch.input_size() > 0) {
+    return invalid(str_cat(what, " has inputs; an If's branches have none"));
+  }
+  if (branch.output_size() != proto.output_size()) {
+    return invalid(str_cat(label, " has ", proto.output_size(), " outputs; its ", taken, " has ",
+                           branch.output_size()));
+  }
+  return branch;
+}
+
+// `graph`'s values renamed to fresh names under `prefix`, its nodes' names prefixed.
+onnx::GraphProto renamed_copy(const onnx::GraphProto& graph, const std::string& prefix,
+                              ImportSink& sink) {
+  std::unordered_set<std::string> defined;
+  collect_defined(graph, defined);
+  Renaming renamed;
+  std::unordered_set<std::string> taken;
+  for (const std::string& name : defined) {
+    std::string fresh = sink.fresh_name(str_cat(prefix, name));
+    for (int n = 1; taken.contains(fresh); ++n)
+      fresh = sink.fresh_name(str_cat(prefix, name, "_", n));
+    taken.insert(fresh);
+    renamed[name] = std::move(fresh);
+  }
+  onnx::GraphProto copy = graph;
+  rename_graph(copy, renamed, prefix);
+  return copy;
+}
+
+// An If whose condition is computed at run time: both branches imported (under fresh names) and
+// each output selected by the condition with Where, which needs the branches' outputs to be
+// tensors of one type. Both are computed, so this holds for branches without side effects,
+// which ONNX's are; a gradient reaches only the selected branch (Where's rule).
+absl::Status lower_selected_if(const onnx::NodeProto& proto, const std::string& label, Value* cond,
+                               ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(auto branches,
+                        graph_attributes(proto, label, {"then_branch", "else_branch"}));
+  const std::string hint = !proto.name().empty() ? proto.name() : proto.output(0);
+  std::vector<onnx::GraphProto> copies;
+  for (const std::string taken : {"then_branch", "else_branch"}) {
+    AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto branch,
+                          checked_branch(proto, label, *branches.at(taken), taken));
+    copies.push_back(renamed_copy(branch, str_cat(hint, "/", taken, "/"), sink));
+    for (const onnx::NodeProto& node : copies.back().node()) {
+      AMPC_RETURN_IF_ERROR(sink.import_node(node));
+    }
+  }
+  if (!cond->shape().empty()) {
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> no_dims,
+        sink.emit("Constant", {}, {{"value", AttrValue(Tensor::from_i64({0}, {}))}},
+                  {sink.fresh_name(str_cat(hint, "/scalar"))}, hint));
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> scalar,
+                          sink.emit("Reshape", {cond, no_dims[0]}, {},
+                                    {sink.fresh_name(str_cat(hint, "/condition"))}, hint));
+    cond = scalar[0];
+  }
+  for (int i = 0; i < proto.output_size(); ++i) {
+    if (proto.output(i).empty()) continue;
+    Value* then_value = sink.tensor(copies[0].output(i).name());
+    Value* else_value = sink.tensor(copies[1].output(i).name());
+    const std::string what =
+        str_cat(label, ": its condition '", proto.input(0),
+                "' is computed at run time, so ampc computes both branches and selects each "
+                "output with Where; output ",
+                i);
+    if (then_value == nullptr || else_value == nullptr) {
+      for (const onnx::GraphProto& copy : copies) {
+        AMPC_RETURN_IF_ERROR(check_defined(copy.output(i).name(), what, sink));
+      }
+      return absl::UnimplementedError(str_cat(what, " is a sequence; Where selects tensors"));
+    }
+    if (then_value->type() != else_value->type()) {
+      return absl::UnimplementedError(
+          str_cat(what, " is ", type_to_string(then_value->type()), " in the then_branch and ",
+                  type_to_string(else_value->type()),
+                  " in the else_branch; ampc runs static graphs, so both must have one type"));
+    }
+    AMPC_RETURN_IF_ERROR(sink.emit("Where", {cond, then_value, else_value}, {}, {proto.output(i)},
+                                   str_cat(hint, "/select_", i))
+                             .status());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status lower_static_if(const onnx::NodeProto& proto, const std::string& label,
@@ -151,26 +269,23 @@ absl::Status lower_static_if(const onnx::NodeProto& proto, const std::string& la
     return invalid(str_cat(label, " has ", proto.input_size(), " inputs; If has one (cond)"));
   }
   AMPC_ASSIGN_OR_RETURN(Value * cond, tensor_input(proto, 0, label, sink));
-  AMPC_ASSIGN_OR_RETURN(
-      const bool then,
-      known_condition(cond, str_cat(label, ": its condition '", proto.input(0), "'"), sink));
+  const std::string cond_what = str_cat(label, ": its condition '", proto.input(0), "'");
+  if (cond->type().num_elements() == 1 && cond->dtype() == DType::kBool &&
+      sink.known_value(cond) == nullptr) {
+    return lower_selected_if(proto, label, cond, sink);
+  }
+  AMPC_ASSIGN_OR_RETURN(const bool then, known_condition(cond, cond_what, sink));
   AMPC_ASSIGN_OR_RETURN(auto branches,
                         graph_attributes(proto, label, {"then_branch", "else_branch"}));
   const std::string taken = then ? "then_branch" : "else_branch";
-  const onnx::GraphProto& branch = *branches.at(taken);
+  AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto branch,
+                        checked_branch(proto, label, *branches.at(taken), taken));
   const std::string what = str_cat(label, ": its ", taken);
-  AMPC_RETURN_IF_ERROR(check_subgraph(branch, what));
-  if (branch.input_size() > 0) {
-    return invalid(str_cat(what, " has inputs; an If's branches have none"));
-  }
-  if (branch.output_size() != proto.output_size()) {
-    return invalid(str_cat(label, " has ", proto.output_size(), " outputs; its ", taken, " has ",
-                           branch.output_size()));
-  }
   for (const onnx::NodeProto& node : branch.node()) AMPC_RETURN_IF_ERROR(sink.import_node(node));
   for (int i = 0; i < proto.output_size(); ++i) {
     if (proto.output(i).empty()) continue;
     const std::string& result = branch.output(i).name();
+    if (alias_ragged(proto.output(i), result, sink)) continue;
     AMPC_RETURN_IF_ERROR(check_defined(result, str_cat(what, "'s output ", i), sink));
     AMPC_RETURN_IF_ERROR(sink.bind(proto.output(i), result, proto.name()));
   }
@@ -185,9 +300,8 @@ absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string&
                            "an empty name), then its loop-carried values"));
   }
   AMPC_ASSIGN_OR_RETURN(auto graphs, graph_attributes(proto, label, {"body"}));
-  const onnx::GraphProto& body = *graphs.at("body");
   const std::string what = str_cat(label, ": its body");
-  AMPC_RETURN_IF_ERROR(check_subgraph(body, what));
+  AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto body, with_constant_nodes(*graphs.at("body"), what));
   const int carried = proto.input_size() - 2;
   if (body.input_size() != carried + 2) {
     return invalid(str_cat(what, " has ", body.input_size(), " inputs; a Loop with ", carried,
@@ -333,6 +447,8 @@ absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string&
                     {sink.fresh_name(str_cat(out, "/", n))}, str_cat(hint, "/scan/", n)));
       rows.push_back(row[0]);
     }
+    AMPC_ASSIGN_OR_RETURN(const bool merged, concat_bags(rows, 0, out, proto.name(), sink));
+    if (merged) continue;
     AMPC_RETURN_IF_ERROR(
         sink.emit("Concat", rows, {{"axis", AttrValue(int64_t{0})}}, {out}, proto.name()).status());
   }

@@ -21,6 +21,7 @@
 #include "compiler/onnx_metadata.h"
 #include "compiler/onnx_op_lookup.h"
 #include "compiler/onnx_opset_conversion.h"
+#include "compiler/onnx_ragged.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
@@ -189,6 +190,9 @@ class Importer : public onnx_io::ImportSink {
   absl::Status import_node(const onnx::NodeProto& proto) override {
     const std::string label = describe_proto(proto);
     const std::string domain = proto.domain() == "ai.onnx" ? "" : proto.domain();
+    if (onnx_io::reads_or_makes_ragged(proto, *this)) {
+      return lower(proto, [&] { return onnx_io::lower_ragged(proto, label, *this); });
+    }
     if (onnx_io::lowered_at_import(domain, proto.op_type()) && domain_listed(domain)) {
       return lower(proto, [&] { return lowering_.lower(proto, label, *this); });
     }
@@ -357,6 +361,8 @@ class Importer : public onnx_io::ImportSink {
     return emit("Identity", {value}, {}, {name}, node_name).status();
   }
 
+  onnx_io::RaggedValues& ragged() override { return ragged_; }
+
   std::string fresh_name(std::string_view hint) override {
     std::string name(hint);
     for (int n = 1; values_.contains(name) || lowering_.is_sequence(name); ++n) {
@@ -415,6 +421,7 @@ class Importer : public onnx_io::ImportSink {
   std::unordered_map<std::string, Value*> values_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
+  onnx_io::RaggedValues ragged_;
   // Outputs of lowered nodes that ampc does not compute, and why (ImportSink::leave_undefined).
   std::unordered_map<std::string, std::string> undefined_;
   // The node being lowered (import_node), while its lowering emits nodes.

@@ -9,6 +9,7 @@
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering_internal.h"
 #include "compiler/onnx_op_lookup.h"
+#include "compiler/onnx_ragged.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 
@@ -587,6 +588,12 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
       }
     }
     if (out.empty()) return absl::OkStatus();
+    const auto rank = static_cast<int64_t>(parts[0]->shape().size());
+    if (axis >= -rank && axis < rank) {
+      AMPC_ASSIGN_OR_RETURN(const bool merged, concat_bags(parts, axis < 0 ? axis + rank : axis,
+                                                           out, proto.name(), sink));
+      if (merged) return absl::OkStatus();
+    }
     return sink.emit("Concat", parts, {{"axis", AttrValue(axis)}}, {out}, proto.name()).status();
   }
   return absl::InternalError(str_cat(label, ": ", op, " is not lowered at import"));

@@ -54,6 +54,8 @@ absl::StatusOr<std::vector<onnx::NodeProto>> inline_functions(
 bool lowered_at_import(std::string_view domain, std::string_view op_type);
 // (Their names: ops_lowered_at_import in compiler/onnx_io.h.)
 
+class RaggedValues;  // compiler/onnx_ragged.h
+
 // What a lowering sees of the importer.
 class ImportSink {
  public:
@@ -95,6 +97,8 @@ class ImportSink {
   // named `node_name` for a tensor, the same tensors for a sequence.
   virtual absl::Status bind(const std::string& name, const std::string& existing,
                             const std::string& node_name) = 0;
+  // The slices with run-time bounds imported so far (compiler/onnx_ragged.h).
+  virtual RaggedValues& ragged() = 0;
 };
 
 // An If whose condition is known at import: the taken branch's nodes in place, its outputs

@@ -2,9 +2,11 @@
 // import, loop-carried tensors and sequences, scan outputs, an If and a Loop inside a body, and
 // the errors for what is decided at run time. Values are checked against the loop worked out
 // in C++ (data movement and additions in the loop's order: bit-exact; tanh in f64: within a few
-// ulps), gradients against central differences in f64. PyTorch's exports with Loops
-// (EmbeddingBag, scripted loops) are checked against PyTorch by the model zoo
-// (tests/runtime/zoo_test.cc) and tools/layer_gradient_sweep.py.
+// ulps), gradients against central differences in f64. Slices whose bounds are data, reduced
+// (compiler/onnx_ragged.h): one, and a Loop of bags merged into one segment reduction. PyTorch's
+// exports with Loops (EmbeddingBag, scripted loops) are checked against PyTorch by the model
+// zoo (tests/runtime/zoo_test.cc), tests/runtime/ragged_bag_test.cc (bags with offsets) and
+// tools/layer_gradient_sweep.py.
 #include <cmath>
 
 #include "compiler/compile.h"
@@ -13,7 +15,9 @@
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "passes/passes.h"
 #include "runtime/interpreter.h"
+#include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
 #include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
@@ -264,6 +268,198 @@ TEST(Loop, UnrolledEmbeddingBagsTrainWithOneGatherPerTable) {
     EXPECT_EQ(count_ops(step, "GatherGrad"), 2);
     EXPECT_EQ(count_ops(step, "SliceGrad"), 0);
   }
+}
+
+// ---- Slices whose bounds are data (compiler/onnx_ragged.h) ----
+
+// A Loop over bags as PyTorch's TorchScript exporter writes nn.EmbeddingBag with `offsets`: the
+// bounds are Concat(offsets, [rows]); bag i is the ids from bounds[i] to bounds[i + 1], their
+// table rows reduced by `reduce` (ReduceSum, ReduceMean or ReduceMax) over the bag, scanned.
+ModelBuilder bag_loop(int elem_type, const std::string& reduce, int64_t rows, int64_t bags) {
+  ModelBuilder m(18);
+  m.input("table", elem_type, {"10", "3"});
+  m.input("ids", TensorProto::INT64, {std::to_string(rows)});
+  m.input("offsets", TensorProto::INT64, {std::to_string(bags)});
+  m.initializer_i64("rows", {1}, {rows});
+  m.initializer_i64("trips", {}, {bags});
+  m.initializer_i64("one_dim", {1}, {1});
+  m.initializer_i64("axis0", {1}, {0});
+  add_int_attr(m.node("Concat", {"offsets", "rows"}, {"bounds"}, "bounds"), "axis", 0);
+  onnx::NodeProto& loop = m.node("Loop", {"trips", ""}, {"Y"}, "bags");
+  onnx::GraphProto& body = graph_attr(loop, "body");
+  add_input(body, "i", TensorProto::INT64);
+  add_input(body, "cond", TensorProto::BOOL);
+  scalar_constant(body, "one", TensorProto::INT64, 1);
+  add_node(body, "Add", {"i", "one"}, {"next"});
+  add_node(body, "Gather", {"bounds", "i"}, {"start0"});
+  add_node(body, "Gather", {"bounds", "next"}, {"end0"});
+  add_node(body, "Reshape", {"start0", "one_dim"}, {"start"});
+  add_node(body, "Reshape", {"end0", "one_dim"}, {"end"});
+  add_node(body, "Slice", {"ids", "start", "end", "axis0"}, {"bag_ids"});
+  add_node(body, "Gather", {"table", "bag_ids"}, {"bag_rows"});
+  add_int_attr(add_node(body, reduce, {"bag_rows", "axis0"}, {"bag"}), "keepdims", 0);
+  add_outputs(body, {"cond", "bag"});
+  return m;
+}
+
+// The reductions of the bags of `ids` (bounds `offsets` and `rows`) over rows of `table`
+// (10 x 3), in the bags' order, in float: an empty bag gives ONNX's reduction of nothing.
+std::vector<float> bags_in_cpp(const std::string& reduce, const std::vector<float>& table,
+                               const std::vector<int64_t>& ids,
+                               const std::vector<int64_t>& offsets) {
+  std::vector<float> out;
+  for (size_t b = 0; b < offsets.size(); ++b) {
+    const int64_t end = b + 1 < offsets.size() ? offsets[b + 1] : static_cast<int64_t>(ids.size());
+    for (int64_t c = 0; c < 3; ++c) {
+      float acc = reduce == "ReduceMax" ? -INFINITY : 0.0f;
+      for (int64_t r = offsets[b]; r < end; ++r) {
+        const float v = table[ids[r] * 3 + c];
+        acc = reduce == "ReduceMax" ? std::max(acc, v) : acc + v;
+      }
+      if (reduce == "ReduceMean") acc /= static_cast<float>(end - offsets[b]);  // 0/0: NaN
+      out.push_back(acc);
+    }
+  }
+  return out;
+}
+
+// The bags of consecutive iterations become one segment reduction (a ScatterElements with the
+// reduction over all rows, after the one that counts the bags' starts), with no reduction of
+// the whole rows per bag left: their values against the loop in C++, bit for bit (quarters, so
+// every sum is exact in any order; a mean's one division rounds as C++'s), empty bags included.
+TEST(RaggedSlice, ALoopOfBagsIsOneSegmentReduction) {
+  std::vector<float> table(30);
+  for (int i = 0; i < 30; ++i) table[i] = 0.25f * static_cast<float>((i * 7) % 23) - 2.5f;
+  const std::vector<int64_t> ids = {3, 9, 0, 3, 5, 7, 1, 2};
+  for (const std::string reduce : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
+    SCOPED_TRACE(reduce);
+    ModelBuilder m = bag_loop(TensorProto::FLOAT, reduce, 8, 5);
+    m.output("Y");
+    std::unique_ptr<Graph> graph = import_ok(m);
+    ASSERT_NE(graph, nullptr);
+    PassPipeline pipeline;
+    add_canonicalize_pipeline(pipeline);
+    ASSERT_TRUE(pipeline.run(*graph, PassContext{}).ok());
+    EXPECT_EQ(count_ops(*graph, "ScatterElements"), 2);
+    EXPECT_EQ(count_ops(*graph, "ReduceSum") + count_ops(*graph, "ReduceMax"), 0);
+    for (const std::vector<int64_t>& offsets :
+         {std::vector<int64_t>{0, 2, 2, 5, 6}, std::vector<int64_t>{0, 0, 1, 8, 8}}) {
+      const std::vector<Tensor> out =
+          run_graph(*graph, {Tensor::from_f32({10, 3}, table), Tensor::from_i64({8}, ids),
+                             Tensor::from_i64({5}, offsets)});
+      ASSERT_EQ(out.size(), 1u);
+      ASSERT_EQ(out[0].shape(), (Shape{5, 3}));
+      const std::vector<float> want = bags_in_cpp(reduce, table, ids, offsets);
+      for (size_t k = 0; k < want.size(); ++k) {
+        const float got = out[0].data<float>()[k];
+        if (std::isnan(want[k])) {
+          EXPECT_TRUE(std::isnan(got)) << k;
+        } else {
+          EXPECT_EQ(got, want[k]) << "bag " << k / 3 << " column " << k % 3;
+        }
+      }
+    }
+  }
+}
+
+// The segment reductions' gradients (ScatterElements add and max, a mean's division) reach the
+// table as central differences in f64 say, repeated ids in a bag included.
+TEST(RaggedSlice, TheBagsGradientsReachTheTable) {
+  for (const std::string reduce : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
+    SCOPED_TRACE(reduce);
+    ModelBuilder m = bag_loop(TensorProto::DOUBLE, reduce, 8, 4);
+    testing::add_weighted_loss(m, "Y", {"4", "3"});
+    absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bags.onnx");
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    PassPipeline pipeline;
+    add_canonicalize_pipeline(pipeline);
+    ASSERT_TRUE(pipeline.run(**graph, PassContext{}).ok());
+    std::mt19937 rng(7);
+    const std::vector<Tensor> inputs = {
+        testing::random_tensor({DType::kF64, {10, 3}}, rng, -1.5, 1.5),
+        Tensor::from_i64({8}, {4, 1, 4, 6, 0, 9, 2, 2}), Tensor::from_i64({4}, {0, 3, 3, 6}),
+        testing::random_tensor({DType::kF64, {4, 3}}, rng, -1.5, 1.5)};
+    absl::StatusOr<testing::GradientCheck> check =
+        testing::check_gradients(**graph, inputs, "^table$");
+    ASSERT_TRUE(check.ok()) << check.status();
+    EXPECT_EQ(check->inputs_checked, 1);
+    EXPECT_LT(check->max_relative_error, 1e-6) << check->worst_input;
+  }
+}
+
+// One slice with run-time bounds, reduced: Slice's rules (a negative bound counts from the end,
+// both are clamped to the axis, an end before the start is empty) and ONNX's reductions of an
+// empty set (0, the lowest float, 0/0), against the rows summed in C++, exactly.
+TEST(RaggedSlice, OneSliceFollowsSlicesRulesForItsBounds) {
+  ModelBuilder m(18);
+  m.input("X", TensorProto::FLOAT, {"6", "2"});
+  m.input("s", TensorProto::INT64, {"1"});
+  m.input("e", TensorProto::INT32, {"1"});
+  m.initializer_i64("axis0", {1}, {0});
+  m.node("Slice", {"X", "s", "e", "axis0"}, {"rows"}, "rows");
+  add_int_attr(m.node("ReduceSum", {"rows", "axis0"}, {"sum"}, "sum"), "keepdims", 0);
+  m.node("ReduceMax", {"rows", "axis0"}, {"max"}, "max");
+  add_int_attr(m.node("ReduceMean", {"rows", "axis0"}, {"mean"}, "mean"), "keepdims", 0);
+  m.output("sum");
+  m.output("max");
+  m.output("mean");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(graph->outputs()[1]->shape(), (Shape{1, 2}));
+  const std::vector<float> x = {1.5f, -2, 0.25f, 4, -1, 8, 3, -0.5f, 2, 16, -4, 0.75f};
+  struct Bounds {
+    int64_t start;
+    int32_t end;
+    int64_t from, to;  // what Slice takes
+  };
+  for (const Bounds& b : {Bounds{1, 4, 1, 4}, Bounds{-2, 100, 4, 6}, Bounds{4, 2, 4, 4},
+                          Bounds{-100, 2, 0, 2}, Bounds{0, -1, 0, 5}}) {
+    SCOPED_TRACE(str_cat(b.start, " to ", b.end));
+    const std::vector<Tensor> out =
+        run_graph(*graph, {Tensor::from_f32({6, 2}, x), Tensor::from_i64({1}, {b.start}),
+                           Tensor::from_doubles(DType::kI32, {1}, {static_cast<double>(b.end)})});
+    ASSERT_EQ(out.size(), 3u);
+    for (int c = 0; c < 2; ++c) {
+      float sum = 0.0f;
+      float max = -INFINITY;
+      for (int64_t r = b.from; r < b.to; ++r) {
+        sum += x[r * 2 + c];
+        max = std::max(max, x[r * 2 + c]);
+      }
+      EXPECT_EQ(out[0].data<float>()[c], sum);
+      EXPECT_EQ(out[1].data<float>()[c], max);
+      const float mean = sum / static_cast<float>(b.to - b.from);
+      if (b.to == b.from) {
+        EXPECT_TRUE(std::isnan(out[2].data<float>()[c]));
+      } else {
+        EXPECT_EQ(out[2].data<float>()[c], mean);
+      }
+    }
+  }
+}
+
+TEST(RaggedSliceErrors, ASliceWithRunTimeBoundsReadOtherwiseIsNamed) {
+  ModelBuilder m(18);
+  m.input("X", TensorProto::FLOAT, {"6", "2"});
+  m.input("s", TensorProto::INT64, {"1"});
+  m.input("e", TensorProto::INT64, {"1"});
+  m.node("Slice", {"X", "s", "e"}, {"rows"}, "rows");
+  m.node("Relu", {"rows"}, {"y"}, "relu");
+  m.output("y");
+  expect_import_error(m,
+                      "node 'relu' (Relu) reads 'rows', a slice of 'X' whose bounds are "
+                      "computed at run time ('s' to 'e'); ampc runs static graphs");
+
+  // A reduction over another axis than the sliced one.
+  ModelBuilder across(18);
+  across.input("X", TensorProto::FLOAT, {"6", "2"});
+  across.input("s", TensorProto::INT64, {"1"});
+  across.input("e", TensorProto::INT64, {"1"});
+  across.initializer_i64("axis1", {1}, {1});
+  across.node("Slice", {"X", "s", "e"}, {"rows"}, "rows");
+  across.node("ReduceSum", {"rows", "axis1"}, {"y"}, "sum");
+  across.output("y");
+  expect_import_error(across, "(it reduces axes [1], the slice is along axis 0)");
 }
 
 TEST(LoopErrors, ATripCountComputedAtRunTime) {

@@ -127,12 +127,43 @@ TEST(StaticIf, TheBranchTheKnownConditionTakesIsImportedInPlace) {
   }
 }
 
-TEST(StaticIf, AConditionComputedAtRunTimeIsRefused) {
+// A condition computed at run time: both branches are computed and Where selects, which needs
+// their outputs to have one type. Here the then_branch multiplies by -1 from an initializer of
+// its own (as PyTorch's dynamo exporter writes a branch's constants). Against the branch worked
+// out in C++, exactly (x * -1 and the selection change no bit but the sign).
+TEST(StaticIf, AConditionComputedAtRunTimeSelectsBetweenBranchesOfOneType) {
   ModelBuilder m = squeeze_if_model(1);
-  m.input("flag", onnx::TensorProto::BOOL, {});
-  m.graph().mutable_node(m.graph().node_size() - 1)->set_input(0, "flag");
-  expect_import_errors(m, {"node 'squeeze_if' (If): its condition 'flag' is computed at run time",
-                           "known at import"});
+  m.input("flag", onnx::TensorProto::BOOL, {"1"});
+  onnx::NodeProto& branch = *m.graph().mutable_node(m.graph().node_size() - 1);
+  branch.set_input(0, "flag");
+  onnx::GraphProto& then_graph = *branch.mutable_attribute(0)->mutable_g();
+  onnx::TensorProto* minus_one = then_graph.add_initializer();
+  minus_one->set_name("minus_one");
+  minus_one->set_data_type(onnx::TensorProto::FLOAT);
+  minus_one->add_float_data(-1.0f);
+  onnx::NodeProto& then_node = *then_graph.mutable_node(1);
+  then_node.set_op_type("Mul");
+  then_node.set_input(1, "minus_one");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(count_ops(*graph, "Where"), 1);
+  const std::vector<float> x = {1.5f, -2, 0, 3, -0.25f, 7};
+  for (const bool flag : {true, false}) {
+    const std::vector<Tensor> y =
+        run_graph(*graph, {Tensor::from_f32({2, 1, 3}, x),
+                           Tensor::from_doubles(DType::kBool, {1}, {flag ? 1.0 : 0.0})});
+    ASSERT_EQ(y.size(), 1u);
+    for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(floats(y[0])[i], flag ? -x[i] : x[i]);
+  }
+
+  ModelBuilder squeezing = squeeze_if_model(1);
+  squeezing.input("flag", onnx::TensorProto::BOOL, {});
+  squeezing.graph().mutable_node(squeezing.graph().node_size() - 1)->set_input(0, "flag");
+  expect_import_errors(squeezing,
+                       {"node 'squeeze_if' (If): its condition 'flag' is computed at run time, "
+                        "so ampc computes both branches",
+                        "output 0 is f32[2,3] in the then_branch and f32[2,1,3] in the "
+                        "else_branch; ampc runs static graphs, so both must have one type"});
 }
 
 // ---- ReduceMin -----------------------------------------------------------------------------

@@ -11,7 +11,9 @@ with their cross-entropy loss:
              over the positions and a linear classifier;
   bags: 2048 bags of 8 ids each summed from a table of 1000 rows of 64 (nn.EmbeddingBag, which
         the exporter writes as an ONNX Loop over the bags; ampc unrolls it and merges the bags
-        back into one Gather and one sum), then a linear classifier.
+        back into one Gather and one sum), then a linear classifier;
+  ragged_bags: the same with 16384 ids in 2048 bags of varying length given by `offsets` (the
+        Loop slices the ids at run-time bounds; ampc makes the bags one segment reduction).
 All train with SGD, momentum 0.9, lr 0.01, in f32. PyTorch runs with torch.set_num_threads(T);
 ampc with OMP_NUM_THREADS=T and OPENBLAS_NUM_THREADS=1 (ampc's own threads call a
 single-threaded BLAS). ampc's step time is (time of `ampc train --steps N+W`) - (time of
@@ -99,25 +101,38 @@ class Bags(nn.Module):
         return F.cross_entropy(self.fc(self.bag(x)), label)
 
 
+class RaggedBags(Bags):
+    def forward(self, x, offsets, label):
+        return F.cross_entropy(self.fc(self.bag(x, offsets)), label)
+
+
 MODELS = {
     "mlp": (Mlp, (128, 784)),
     "rescnn": (ResCnn, (16, 3, 32, 32)),
     "attention": (Attention, (8, 256, 256)),
     "bags": (Bags, (2048, 8)),
+    "ragged_bags": (RaggedBags, (2048, 8)),
 }
 # The models whose x holds ids, and their vocabulary.
-VOCAB = {"bags": 1000}
+VOCAB = {"bags": 1000, "ragged_bags": 1000}
 
 
 def batches(name, count, seed):
+    """`count` batches of the model's inputs, by name, in its forward's order."""
     shape = MODELS[name][1]
     rng = np.random.default_rng(seed)
-    if name in VOCAB:
-        x = rng.integers(0, VOCAB[name], (count,) + shape).astype(np.int64)
+    arrays = {}
+    if name == "ragged_bags":
+        bags, ids = shape[0], shape[0] * shape[1]
+        arrays["x"] = rng.integers(0, VOCAB[name], (count, ids)).astype(np.int64)
+        cuts = np.sort(rng.integers(0, ids + 1, (count, bags - 1)), axis=1)
+        arrays["offsets"] = np.concatenate([np.zeros((count, 1)), cuts], axis=1).astype(np.int64)
+    elif name in VOCAB:
+        arrays["x"] = rng.integers(0, VOCAB[name], (count,) + shape).astype(np.int64)
     else:
-        x = rng.standard_normal((count,) + shape).astype(np.float32)
-    label = rng.integers(0, 10, (count, shape[0])).astype(np.int64)
-    return x, label
+        arrays["x"] = rng.standard_normal((count,) + shape).astype(np.float32)
+    arrays["label"] = rng.integers(0, 10, (count, shape[0])).astype(np.int64)
+    return arrays
 
 
 def torch_step_ms(name, threads, steps, warmup):
@@ -125,13 +140,13 @@ def torch_step_ms(name, threads, steps, warmup):
     torch.manual_seed(0)
     model = MODELS[name][0]().train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, label = batches(name, 8, 1)
+    arrays = batches(name, 8, 1)
     times = []
     for step in range(warmup + steps):
-        i = step % len(x)
+        i = step % 8
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = model(torch.from_numpy(x[i]), torch.from_numpy(label[i]))
+        loss = model(*(torch.from_numpy(a[i]) for a in arrays.values()))
         loss.backward()
         optimizer.step()
         if step >= warmup:
@@ -142,14 +157,14 @@ def torch_step_ms(name, threads, steps, warmup):
 def export(name, directory):
     torch.manual_seed(0)
     model = MODELS[name][0]().train()
-    x, label = batches(name, 8, 1)
+    arrays = batches(name, 8, 1)
     path = os.path.join(directory, name + ".onnx")
-    torch.onnx.export(model, (torch.from_numpy(x[0]), torch.from_numpy(label[0])), path,
+    torch.onnx.export(model, tuple(torch.from_numpy(a[0]) for a in arrays.values()), path,
                       dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=["x", "label"],
+                      do_constant_folding=False, input_names=list(arrays),
                       output_names=["loss"], opset_version=17)
     data = os.path.join(directory, name + ".npz")
-    np.savez(data, x=x, label=label)
+    np.savez(data, **arrays)
     return path, data
 
 

@@ -13,6 +13,7 @@
 #include "runtime/npy.h"
 #include "runtime/training_session.h"
 #include "tests/test_util.h"
+#include "tests/training_file.h"
 
 namespace ampc {
 namespace {
@@ -53,12 +54,8 @@ TEST_P(DynamicExport, TrainsAtOtherSizesAsPyTorchDoes) {
   Diagnostics diagnostics;
   absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(file, options, diagnostics);
   ASSERT_TRUE(graph.ok()) << graph.status();
-  absl::StatusOr<std::string> bytes = export_onnx_bytes(**graph);
-  ASSERT_TRUE(bytes.ok()) << bytes.status();
-  absl::StatusOr<std::unique_ptr<Graph>> imported = import_onnx_bytes(*bytes, file);
-  ASSERT_TRUE(imported.ok()) << imported.status();
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
-      TrainingSession::create(*std::move(imported));
+      testing::session_from_file_bytes(**graph, file);
   ASSERT_TRUE(session.ok()) << session.status();
   const Tensor& losses = refs->at(c.batch + ".loss");
   for (int64_t step = 0; step < losses.num_elements(); ++step) {

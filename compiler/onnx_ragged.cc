@@ -1,0 +1,664 @@
+// Ragged slices and their reductions (compiler/onnx_ragged.h).
+#include "compiler/onnx_ragged.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "compiler/onnx_lowering_internal.h"
+
+namespace ampc::onnx_io {
+namespace {
+
+using lowering::Emitter;
+using lowering::has_input;
+using lowering::tensor_input;
+
+constexpr std::string_view kBagReductions[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
+// The element-wise ops a stack of bags may pass through (same op in every iteration).
+constexpr std::string_view kStackedOps[] = {
+    "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Add",
+    "Sub",   "Mul",   "Div",  "Neg",         "Cast"};
+// The element-wise ops a ragged slice may pass through (the same rows of every operand).
+constexpr std::string_view kRowOps[] = {"Add", "Sub", "Mul", "Div"};
+
+bool one_of(std::string_view op, const auto& ops) {
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+}
+
+std::string ragged_why(const std::string& name, const RaggedSlice& slice) {
+  return str_cat("a slice of '", slice.source->name(), "' whose bounds are computed at run time ('",
+                 slice.start->name(), "' to '", slice.end->name(),
+                 "'); ampc runs static graphs, so it supports such a slice only where a ",
+                 "ReduceSum, ReduceMean, ReduceMax or ReduceMin over the sliced axis reads it ",
+                 "(through Gather, Cast, Unsqueeze and element-wise arithmetic), as in ",
+                 "nn.EmbeddingBag with offsets; '", name, "' is read otherwise");
+}
+
+// One known integer of input `i`, or nullopt when it is computed at run time or absent.
+std::optional<int64_t> known_scalar(const onnx::NodeProto& proto, int i, ImportSink& sink) {
+  if (!has_input(proto, i)) return std::nullopt;
+  Value* value = sink.tensor(proto.input(i));
+  if (value == nullptr) return std::nullopt;
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr || !known->has_data() || value->type().num_elements() != 1) {
+    return std::nullopt;
+  }
+  return known->element_as_i64(0);
+}
+
+// A Slice of a tensor along one known axis with step 1, whose start or end is one integer
+// computed at run time.
+bool makes_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
+  if (proto.op_type() != "Slice" || sink.opset() < 10 || proto.input_size() < 3) return false;
+  Value* data = sink.tensor(proto.input(0));
+  Value* start = sink.tensor(proto.input(1));
+  Value* end = sink.tensor(proto.input(2));
+  if (data == nullptr || start == nullptr || end == nullptr || data->shape().empty()) return false;
+  for (const Value* bound : {start, end}) {
+    if (bound->type().num_elements() != 1 || bound->shape().size() > 1 ||
+        (bound->dtype() != DType::kI64 && bound->dtype() != DType::kI32)) {
+      return false;
+    }
+  }
+  if (sink.known_value(start) != nullptr && sink.known_value(end) != nullptr) return false;
+  if (has_input(proto, 3) && !known_scalar(proto, 3, sink)) return false;
+  if (has_input(proto, 4) && known_scalar(proto, 4, sink) != 1) return false;
+  return true;
+}
+
+// The names of the inputs of `proto` that are ragged slices.
+bool reads_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
+  return std::any_of(proto.input().begin(), proto.input().end(), [&](const std::string& name) {
+    return !name.empty() && sink.ragged().slice(name) != nullptr;
+  });
+}
+
+// `bound` (one bound: reshaped to rank `rank`, one element on every axis; or a vector of them,
+// rank 1) as i64 counted from the start of an axis of `n` and clamped to it, as Slice reads
+// its starts and ends.
+absl::StatusOr<Value*> clamped_bound(Emitter& e, Value* bound, int64_t n, size_t rank) {
+  AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
+  if (b->type().num_elements() == 1) {
+    AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape(rank, 1)));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * size, e.scalar(static_cast<double>(n), DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * negative, e.op("Less", {b, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * from_end, e.op("Add", {b, size}));
+  AMPC_ASSIGN_OR_RETURN(b, e.op("Where", {negative, from_end, b}));
+  AMPC_ASSIGN_OR_RETURN(b, e.op("Min", {b, size}));
+  return e.op("Max", {b, zero});
+}
+
+// The value a reduction starts from, which an empty range gives: 0, or the lowest (highest)
+// value of the type for a max (min).
+double reduction_identity(std::string_view op) {
+  if (op == "ReduceMax") return -std::numeric_limits<double>::infinity();
+  if (op == "ReduceMin") return std::numeric_limits<double>::infinity();
+  return 0;
+}
+
+// A mean's divisor: the bags' lengths (max(end - start, 0)) in `dtype`.
+absl::StatusOr<Value*> bag_lengths(Emitter& e, Value* start, Value* end, DType dtype) {
+  AMPC_ASSIGN_OR_RETURN(Value * length, e.op("Sub", {end, start}));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(length, e.op("Max", {length, zero}));
+  return e.cast(length, dtype);
+}
+
+// One bag's reduction with the axis kept: the whole source reduced with the rows outside the
+// bag set to the reduction's identity.
+absl::StatusOr<Value*> masked_reduction(Emitter& e, std::string_view op, const RaggedSlice& bag) {
+  const Shape& shape = bag.source->shape();
+  const auto axis = static_cast<size_t>(bag.axis);
+  const int64_t n = shape[axis];
+  AMPC_ASSIGN_OR_RETURN(Value * start, clamped_bound(e, bag.start, n, shape.size()));
+  AMPC_ASSIGN_OR_RETURN(Value * end, clamped_bound(e, bag.end, n, shape.size()));
+  AMPC_ASSIGN_OR_RETURN(Value * rows, lowering::positions(e, n, axis, shape.size()));
+  AMPC_ASSIGN_OR_RETURN(Value * after_start, e.op("GreaterOrEqual", {rows, start}));
+  AMPC_ASSIGN_OR_RETURN(Value * before_end, e.op("Less", {rows, end}));
+  AMPC_ASSIGN_OR_RETURN(Value * inside, e.op("And", {after_start, before_end}));
+  AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(op), bag.source->dtype()));
+  AMPC_ASSIGN_OR_RETURN(Value * masked, e.op("Where", {inside, bag.source, identity}));
+  const std::string_view reduce = op == "ReduceMean" ? std::string_view("ReduceSum") : op;
+  Attributes attrs = {{"axes", AttrValue(std::vector<int64_t>{bag.axis})},
+                      {"keepdims", AttrValue(int64_t{1})}};
+  AMPC_ASSIGN_OR_RETURN(Value * reduced, e.op(reduce, {masked}, std::move(attrs)));
+  if (op != "ReduceMean") return reduced;
+  AMPC_ASSIGN_OR_RETURN(Value * length, bag_lengths(e, start, end, bag.source->dtype()));
+  return e.op("Div", {reduced, length});
+}
+
+absl::Status lower_slice(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Value * data, tensor_input(proto, 0, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * start, tensor_input(proto, 1, label, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * end, tensor_input(proto, 2, label, sink));
+  const auto rank = static_cast<int64_t>(data->shape().size());
+  int64_t axis = known_scalar(proto, 3, sink).value_or(0);
+  if (axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for data of rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  const std::string& out = proto.output(0);
+  const RaggedSlice slice{data, axis, start, end};
+  sink.ragged().add_slice(out, slice);
+  sink.leave_undefined(out, ragged_why(out, slice));
+  return absl::OkStatus();
+}
+
+absl::Status lower_gather(const onnx::NodeProto& proto, const std::string& label,
+                          ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(
+      auto attrs, lowering::read_attributes(proto, label, {{"axis", onnx::AttributeProto::INT}}));
+  if (const RaggedSlice* data = sink.ragged().slice(proto.input(0))) {
+    return absl::UnimplementedError(str_cat(label, " reads ", ragged_why(proto.input(0), *data)));
+  }
+  const RaggedSlice* indices = sink.ragged().slice(proto.input(1));
+  AMPC_ASSIGN_OR_RETURN(Value * table, tensor_input(proto, 0, label, sink));
+  const auto rank = static_cast<int64_t>(table->shape().size());
+  int64_t axis = attrs.i("axis", 0);
+  if (axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for data of rank ", rank));
+  }
+  if (axis < 0) axis += rank;
+  Value*& rows = sink.ragged().made("Gather", {table, indices->source}, str_cat(axis));
+  if (rows == nullptr) {
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> gathered,
+        sink.emit("Gather", {table, indices->source}, {{"axis", AttrValue(axis)}},
+                  {sink.fresh_name(str_cat(proto.output(0), "/all_rows"))}, proto.name()));
+    rows = gathered[0];
+  }
+  const std::string& out = proto.output(0);
+  const RaggedSlice slice{rows, axis + indices->axis, indices->start, indices->end};
+  sink.ragged().add_slice(out, slice);
+  sink.leave_undefined(out, ragged_why(out, slice));
+  return absl::OkStatus();
+}
+
+// Cast, Unsqueeze and element-wise arithmetic: the same op on the whole source.
+absl::Status lower_row_op(const onnx::NodeProto& proto, const std::string& label,
+                          ImportSink& sink) {
+  const RaggedSlice* first = nullptr;
+  std::vector<Value*> operands;
+  for (int i = 0; i < proto.input_size(); ++i) {
+    const RaggedSlice* slice =
+        proto.input(i).empty() ? nullptr : sink.ragged().slice(proto.input(i));
+    if (slice == nullptr) {
+      AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, i, label, sink));
+      operands.push_back(value);
+      continue;
+    }
+    if (first != nullptr && (slice->start != first->start || slice->end != first->end)) {
+      return absl::UnimplementedError(str_cat(
+          label, " combines slices with different run-time bounds ('", first->start->name(),
+          "' to '", first->end->name(), "' and '", slice->start->name(), "' to '",
+          slice->end->name(), "'); ampc maps element-wise ops onto slices of the same rows"));
+    }
+    first = first == nullptr ? slice : first;
+    operands.push_back(slice->source);
+  }
+  const std::string& op = proto.op_type();
+  Attributes attrs;
+  size_t out_rank = first->source->shape().size();
+  int64_t axis = first->axis;
+  if (op == "Cast") {
+    AMPC_ASSIGN_OR_RETURN(auto read,
+                          lowering::read_attributes(proto, label,
+                                                    {{"to", onnx::AttributeProto::INT},
+                                                     {"saturate", onnx::AttributeProto::INT}}));
+    AMPC_ASSIGN_OR_RETURN(DType to,
+                          lowering::element_type_attr(read.i("to", 1), str_cat(label, ": to")));
+    attrs.emplace("to", AttrValue(to));
+  } else if (op == "Unsqueeze") {
+    std::vector<int64_t> axes;
+    if (sink.opset() < 13) {
+      AMPC_ASSIGN_OR_RETURN(auto read, lowering::read_attributes(
+                                           proto, label, {{"axes", onnx::AttributeProto::INTS}}));
+      axes = read.int_lists["axes"];
+    } else {
+      const Tensor* known = operands.size() > 1 ? sink.known_value(operands[1]) : nullptr;
+      if (known == nullptr) {
+        return absl::UnimplementedError(str_cat(label, ": axes must be known at compile time"));
+      }
+      axes = known->to_i64_vector();
+      operands.resize(1);
+    }
+    out_rank += axes.size();
+    for (int64_t& a : axes) {
+      if (a < 0) a += static_cast<int64_t>(out_rank);
+      if (a < 0 || a >= static_cast<int64_t>(out_rank)) {
+        return invalid(str_cat(label, ": axis out of range"));
+      }
+    }
+    std::sort(axes.begin(), axes.end());
+    for (int64_t a : axes) axis += a <= axis ? 1 : 0;
+    attrs.emplace("axes", AttrValue(axes));
+  } else {
+    // Broadcasting: every other operand must be constant along the sliced axis.
+    for (Value* operand : operands) out_rank = std::max(out_rank, operand->shape().size());
+    axis += static_cast<int64_t>(out_rank - first->source->shape().size());
+    for (int i = 0; i < proto.input_size(); ++i) {
+      if (sink.ragged().slice(proto.input(i)) != nullptr) {
+        if (operands[i]->shape().size() != out_rank) {
+          return absl::UnimplementedError(str_cat(
+              label, ": input '", proto.input(i), "' has rank ", operands[i]->shape().size(),
+              "; a slice with run-time bounds is broadcast only at the output's rank"));
+        }
+        continue;
+      }
+      const int64_t aligned = axis - static_cast<int64_t>(out_rank - operands[i]->shape().size());
+      if (aligned >= 0 && operands[i]->shape()[static_cast<size_t>(aligned)] != 1) {
+        return absl::UnimplementedError(
+            str_cat(label, ": input '", proto.input(i),
+                    "' varies along the axis sliced with run-time "
+                    "bounds; it must be a slice of the same rows or constant along that axis"));
+      }
+    }
+  }
+  std::string detail;
+  if (auto it = attrs.find("to"); it != attrs.end())
+    detail = dtype_name(std::get<DType>(it->second));
+  if (auto it = attrs.find("axes"); it != attrs.end()) {
+    detail = shape_to_string(std::get<std::vector<int64_t>>(it->second));
+  }
+  Value*& whole = sink.ragged().made(op, operands, detail);
+  if (whole == nullptr) {
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> made,
+        sink.emit(op, operands, std::move(attrs),
+                  {sink.fresh_name(str_cat(proto.output(0), "/all_rows"))}, proto.name()));
+    whole = made[0];
+  }
+  const std::string& out = proto.output(0);
+  const RaggedSlice slice{whole, axis, first->start, first->end};
+  sink.ragged().add_slice(out, slice);
+  sink.leave_undefined(out, ragged_why(out, slice));
+  return absl::OkStatus();
+}
+
+absl::Status lower_bag_reduction(const onnx::NodeProto& proto, const std::string& label,
+                                 ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(
+      auto attrs, lowering::read_attributes(proto, label,
+                                            {{"axes", onnx::AttributeProto::INTS},
+                                             {"keepdims", onnx::AttributeProto::INT},
+                                             {"noop_with_empty_axes", onnx::AttributeProto::INT}}));
+  const RaggedSlice& slice = *sink.ragged().slice(proto.input(0));
+  std::vector<int64_t> axes = attrs.int_lists["axes"];
+  if (has_input(proto, 1)) {
+    AMPC_ASSIGN_OR_RETURN(Value * value, tensor_input(proto, 1, label, sink));
+    const Tensor* known = sink.known_value(value);
+    if (known == nullptr) {
+      return absl::UnimplementedError(str_cat(label, ": axes must be known at compile time"));
+    }
+    axes = known->to_i64_vector();
+  }
+  const auto rank = static_cast<int64_t>(slice.source->shape().size());
+  for (int64_t& a : axes) a += a < 0 ? rank : 0;
+  if (axes != std::vector<int64_t>{slice.axis}) {
+    return absl::UnimplementedError(str_cat(label, " reduces ", ragged_why(proto.input(0), slice),
+                                            " (it reduces axes ", shape_to_string(axes),
+                                            ", the slice is along axis ", slice.axis, ")"));
+  }
+  const std::string& op = proto.op_type();
+  if (op != "ReduceSum" && !is_arithmetic_float(slice.source->dtype())) {
+    return absl::UnimplementedError(str_cat(label, ": ", op,
+                                            " of a slice with run-time bounds "
+                                            "needs float data; it is ",
+                                            dtype_name(slice.source->dtype())));
+  }
+  Emitter e(proto, label, sink);
+  AMPC_ASSIGN_OR_RETURN(Value * kept, masked_reduction(e, op, slice));
+  sink.ragged().add_bag(kept, BagReduction{op, slice});
+  if (attrs.i("keepdims", 1) != 0) {
+    return sink.bind(proto.output(0), kept->name(), proto.name());
+  }
+  return e
+      .op("Squeeze", {kept}, {{"axes", AttrValue(std::vector<int64_t>{slice.axis})}},
+          proto.output(0))
+      .status();
+}
+
+// ---- Stacks of bags ----
+
+// Whether `node` is `op` of axes {axis} (an attribute, or a known input from opset 13).
+bool of_one_axis(const Node* node, std::string_view op, int64_t axis, ImportSink& sink) {
+  if (node == nullptr || !node->domain().empty() || node->op_type() != op) return false;
+  const std::vector<int64_t> one{axis};
+  if (const AttrValue* axes = node->find_attr("axes")) {
+    return std::get<std::vector<int64_t>>(*axes) == one;
+  }
+  if (node->num_operands() != 2) return false;
+  const Tensor* known = sink.known_value(node->operand(1));
+  return known != nullptr && known->has_data() && known->to_i64_vector() == one;
+}
+
+// What `value` is with Identity, and an Unsqueeze of a Squeeze of the same axis, looked through.
+Value* look_through(Value* value, int64_t axis, ImportSink& sink) {
+  for (;;) {
+    const Node* node = value->producer();
+    if (node == nullptr || !node->domain().empty()) return value;
+    if (node->op_type() == "Identity") {
+      value = node->operand(0);
+      continue;
+    }
+    if (of_one_axis(node, "Unsqueeze", axis, sink) &&
+        of_one_axis(node->operand(0)->producer(), "Squeeze", axis, sink)) {
+      value = node->operand(0)->producer()->operand(0);
+      continue;
+    }
+    return value;
+  }
+}
+
+// How a stack of parts is made: a segment reduction of their bags, the same element-wise op of
+// the stacked operands, or (a leaf) a Concat.
+struct StackPlan {
+  enum class Kind { kLeaf, kBags, kOp, kRuns } kind = Kind::kLeaf;
+  std::vector<Value*> parts;
+  std::vector<StackPlan> operands;  // kOp: one per operand; kRuns: one per run
+  bool shared = false;              // a kOp operand that is one value in every part
+};
+
+bool same_form(const Node* a, const Node* b) {
+  if (a == nullptr || b == nullptr || !a->domain().empty() || !b->domain().empty() ||
+      a->op_type() != b->op_type() || a->num_operands() != b->num_operands() ||
+      a->attrs().size() != b->attrs().size()) {
+    return false;
+  }
+  if (a->op_type() == "Cast") {
+    return std::get<DType>(a->attrs().at("to")) == std::get<DType>(b->attrs().at("to"));
+  }
+  return a->attrs().empty();
+}
+
+bool plan_stack(std::vector<Value*> parts, int64_t axis, ImportSink& sink, StackPlan& plan,
+                int depth);
+
+// Whether `a` and `b` can be stacked by one plan: bags of one reduction of one source, or the
+// same element-wise op.
+bool same_kind(const Value* a, const Value* b, ImportSink& sink) {
+  const BagReduction* bag_a = sink.ragged().bag(a);
+  const BagReduction* bag_b = sink.ragged().bag(b);
+  if (bag_a != nullptr || bag_b != nullptr) {
+    return bag_a != nullptr && bag_b != nullptr && bag_a->op == bag_b->op &&
+           bag_a->bag.source == bag_b->bag.source && bag_a->bag.axis == bag_b->bag.axis;
+  }
+  if (a->producer() == nullptr || b->producer() == nullptr) {
+    return a->producer() == nullptr && b->producer() == nullptr;
+  }
+  return same_form(a->producer(), b->producer());
+}
+
+// The plan for parts of one kind (same_kind), and whether it merges bags anywhere.
+bool plan_uniform(const std::vector<Value*>& parts, int64_t axis, ImportSink& sink, StackPlan& plan,
+                  int depth) {
+  plan.parts = parts;
+  const BagReduction* first = sink.ragged().bag(parts[0]);
+  if (first != nullptr && first->bag.axis == axis &&
+      (first->op == "ReduceSum" || first->op == "ReduceMean" || sink.opset() >= 18)) {
+    const bool all = std::all_of(parts.begin(), parts.end(), [&](Value* part) {
+      const BagReduction* bag = sink.ragged().bag(part);
+      return bag != nullptr && bag->op == first->op && bag->bag.source == first->bag.source &&
+             bag->bag.axis == axis;
+    });
+    if (all) {
+      plan.kind = StackPlan::Kind::kBags;
+      return true;
+    }
+  }
+  const Node* node = parts[0]->producer();
+  if (depth > 8 || node == nullptr || !one_of(node->op_type(), kStackedOps)) return false;
+  for (Value* part : parts) {
+    if (!same_form(node, part->producer())) return false;
+  }
+  const size_t rank = parts[0]->shape().size();
+  bool merges = false;
+  for (int k = 0; k < node->num_operands(); ++k) {
+    StackPlan operand;
+    std::vector<Value*> column;
+    for (Value* part : parts) column.push_back(part->producer()->operand(k));
+    const Shape& shape = column[0]->shape();
+    const int64_t aligned = axis - static_cast<int64_t>(rank - shape.size());
+    const bool along = aligned >= 0 && shape[static_cast<size_t>(aligned)] != 1;
+    if (along) return false;  // a part is 1 along the axis, so its operands are
+    operand.shared =
+        std::all_of(column.begin(), column.end(), [&](Value* v) { return v == column[0]; });
+    if (!operand.shared) {
+      for (Value* v : column) {
+        if (v->shape() != shape) return false;
+      }
+      if (aligned < 0) {
+        operand.parts = column;  // no dim along the axis: raised to the part's rank, a leaf
+      } else {
+        merges = plan_stack(column, aligned, sink, operand, depth + 1) || merges;
+      }
+    }
+    plan.operands.push_back(std::move(operand));
+  }
+  plan.kind = StackPlan::Kind::kOp;
+  return merges;
+}
+
+// The plan for stacking `parts` along `axis` (runs of one kind each stacked by plan_uniform,
+// then concatenated), and whether it merges bags anywhere.
+bool plan_stack(std::vector<Value*> parts, int64_t axis, ImportSink& sink, StackPlan& plan,
+                int depth = 0) {
+  for (Value*& part : parts) part = look_through(part, axis, sink);
+  std::vector<std::vector<Value*>> runs;
+  for (Value* part : parts) {
+    if (runs.empty() || !same_kind(runs.back().back(), part, sink)) runs.emplace_back();
+    runs.back().push_back(part);
+  }
+  if (runs.size() == 1) return plan_uniform(parts, axis, sink, plan, depth);
+  plan.kind = StackPlan::Kind::kRuns;
+  plan.parts = parts;
+  bool merges = false;
+  for (std::vector<Value*>& run : runs) {
+    StackPlan stacked;
+    if (run.size() == 1) {
+      stacked.parts = std::move(run);
+    } else {
+      merges = plan_uniform(run, axis, sink, stacked, depth + 1) || merges;
+    }
+    plan.operands.push_back(std::move(stacked));
+  }
+  return merges;
+}
+
+// The segment reduction of the bags `parts` (one source, in order) along `axis`.
+absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& parts, int64_t axis,
+                                         ImportSink& sink) {
+  const BagReduction& first = *sink.ragged().bag(parts[0]);
+  Value* source = first.bag.source;
+  const Shape& shape = source->shape();
+  const auto a = static_cast<size_t>(axis);
+  const int64_t rows = shape[a];
+  const auto bags = static_cast<int64_t>(parts.size());
+  // The bounds as two vectors, then clamped as Slice clamps them.
+  std::vector<Value*> starts;
+  std::vector<Value*> ends;
+  for (Value* part : parts) {
+    const RaggedSlice& bag = sink.ragged().bag(part)->bag;
+    for (auto [bound, into] : {std::pair{bag.start, &starts}, std::pair{bag.end, &ends}}) {
+      AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
+      if (b->shape().empty()) {
+        AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape{1}));
+      }
+      into->push_back(b);
+    }
+  }
+  Attributes along0 = {{"axis", AttrValue(int64_t{0})}};
+  AMPC_ASSIGN_OR_RETURN(Value * start, e.op("Concat", starts, along0));
+  AMPC_ASSIGN_OR_RETURN(Value * end, e.op("Concat", ends, along0));
+  AMPC_ASSIGN_OR_RETURN(start, clamped_bound(e, start, rows, 1));
+  AMPC_ASSIGN_OR_RETURN(end, clamped_bound(e, end, rows, 1));
+  // Row r is in bag k = (the number of starts <= r) - 1 when r < end[k]; other rows go to an
+  // extra bag `bags`, dropped after.
+  AMPC_ASSIGN_OR_RETURN(
+      Value * zeros, e.constant(Tensor::from_i64({rows + 1}, std::vector<int64_t>(rows + 1, 0))));
+  AMPC_ASSIGN_OR_RETURN(Value * ones,
+                        e.constant(Tensor::from_i64({bags}, std::vector<int64_t>(bags, 1))));
+  AMPC_ASSIGN_OR_RETURN(Value * starting, e.op("ScatterElements", {zeros, start, ones},
+                                               {{"axis", AttrValue(int64_t{0})},
+                                                {"reduction", AttrValue(std::string("add"))}}));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * started, e.op("CumSum", {starting, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * from, e.constant(Tensor::from_i64({1}, {0})));
+  AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({1}, {rows})));
+  AMPC_ASSIGN_OR_RETURN(started, e.op("Slice", {started, from, to}));
+  AMPC_ASSIGN_OR_RETURN(Value * one, e.scalar(1, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * bag, e.op("Sub", {started, one}));
+  AMPC_ASSIGN_OR_RETURN(Value * last, e.scalar(static_cast<double>(bags - 1), DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * clamped, e.op("Max", {bag, zero}));
+  AMPC_ASSIGN_OR_RETURN(clamped, e.op("Min", {clamped, last}));
+  AMPC_ASSIGN_OR_RETURN(Value * bag_end, e.op("Gather", {end, clamped}, along0));
+  AMPC_ASSIGN_OR_RETURN(Value * row, lowering::positions(e, rows, 0, 1));
+  AMPC_ASSIGN_OR_RETURN(Value * started_bag, e.op("GreaterOrEqual", {bag, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * before_end, e.op("Less", {row, bag_end}));
+  AMPC_ASSIGN_OR_RETURN(Value * inside, e.op("And", {started_bag, before_end}));
+  AMPC_ASSIGN_OR_RETURN(Value * outside, e.scalar(static_cast<double>(bags), DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(bag, e.op("Where", {inside, bag, outside}));
+  Shape row_shape(shape.size(), 1);
+  row_shape[a] = rows;
+  AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, row_shape));
+  AMPC_ASSIGN_OR_RETURN(Value * full_shape,
+                        e.constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
+  AMPC_ASSIGN_OR_RETURN(bag, e.op("Expand", {bag, full_shape}));
+  Shape out_shape = shape;
+  out_shape[a] = bags + 1;
+  AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(first.op), source->dtype()));
+  AMPC_ASSIGN_OR_RETURN(
+      Value * out_dims,
+      e.constant(Tensor::from_i64({static_cast<int64_t>(out_shape.size())}, out_shape)));
+  AMPC_ASSIGN_OR_RETURN(Value * init, e.op("Expand", {identity, out_dims}));
+  const std::string reduction = first.op == "ReduceMax"   ? "max"
+                                : first.op == "ReduceMin" ? "min"
+                                                          : "add";
+  AMPC_ASSIGN_OR_RETURN(Value * reduced,
+                        e.op("ScatterElements", {init, bag, source},
+                             {{"axis", AttrValue(axis)}, {"reduction", AttrValue(reduction)}}));
+  AMPC_ASSIGN_OR_RETURN(Value * kept_to, e.constant(Tensor::from_i64({1}, {bags})));
+  AMPC_ASSIGN_OR_RETURN(Value * at_axis, e.constant(Tensor::from_i64({1}, {axis})));
+  AMPC_ASSIGN_OR_RETURN(reduced, e.op("Slice", {reduced, from, kept_to, at_axis}));
+  if (first.op != "ReduceMean") return reduced;
+  Shape bag_shape(shape.size(), 1);
+  bag_shape[a] = bags;
+  AMPC_ASSIGN_OR_RETURN(Value * length, bag_lengths(e, start, end, source->dtype()));
+  AMPC_ASSIGN_OR_RETURN(length, e.reshape(length, bag_shape));
+  return e.op("Div", {reduced, length});
+}
+
+absl::StatusOr<Value*> emit_stack(Emitter& e, const StackPlan& plan, int64_t axis,
+                                  ImportSink& sink) {
+  if (plan.kind == StackPlan::Kind::kBags) return segment_reduction(e, plan.parts, axis, sink);
+  if (plan.kind == StackPlan::Kind::kLeaf) {
+    if (plan.parts.size() == 1) return plan.parts[0];
+    return e.op("Concat", plan.parts, {{"axis", AttrValue(axis)}});
+  }
+  if (plan.kind == StackPlan::Kind::kRuns) {
+    std::vector<Value*> runs;
+    for (const StackPlan& run : plan.operands) {
+      AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, run, axis, sink));
+      runs.push_back(stacked);
+    }
+    return e.op("Concat", runs, {{"axis", AttrValue(axis)}});
+  }
+  const Node* node = plan.parts[0]->producer();
+  const size_t rank = plan.parts[0]->shape().size();
+  std::vector<Value*> operands;
+  for (size_t k = 0; k < plan.operands.size(); ++k) {
+    const StackPlan& operand = plan.operands[k];
+    if (operand.shared) {
+      operands.push_back(node->operand(static_cast<int>(k)));
+      continue;
+    }
+    const Shape& shape = operand.parts[0]->shape();
+    const int64_t aligned = axis - static_cast<int64_t>(rank - shape.size());
+    if (aligned >= 0) {
+      AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, operand, aligned, sink));
+      operands.push_back(stacked);
+      continue;
+    }
+    // An operand of lower rank: raised to the part's rank, then stacked as a leaf.
+    StackPlan raised;
+    Shape full(rank - shape.size(), 1);
+    full.insert(full.end(), shape.begin(), shape.end());
+    for (Value* part : operand.parts) {
+      AMPC_ASSIGN_OR_RETURN(Value * r, e.reshape(part, full));
+      raised.parts.push_back(r);
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, raised, axis, sink));
+    operands.push_back(stacked);
+  }
+  Attributes attrs = node->attrs();
+  return e.op(node->op_type(), operands, std::move(attrs));
+}
+
+}  // namespace
+
+const RaggedSlice* RaggedValues::slice(const std::string& name) const {
+  auto it = slices_.find(name);
+  return it == slices_.end() ? nullptr : &it->second;
+}
+
+const BagReduction* RaggedValues::bag(const Value* value) const {
+  auto it = bags_.find(value);
+  return it == bags_.end() ? nullptr : &it->second;
+}
+
+bool alias_ragged(const std::string& name, const std::string& existing, ImportSink& sink) {
+  const RaggedSlice* slice = sink.ragged().slice(existing);
+  if (slice == nullptr) return false;
+  const RaggedSlice copy = *slice;
+  sink.ragged().add_slice(name, copy);
+  sink.leave_undefined(name, ragged_why(name, copy));
+  return true;
+}
+
+bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
+  if (!proto.domain().empty() && proto.domain() != "ai.onnx") return false;
+  if (proto.output_size() != 1 || proto.output(0).empty()) return false;
+  const std::string& op = proto.op_type();
+  if (!reads_ragged(proto, sink)) return makes_ragged(proto, sink);
+  if (op == "Gather") return proto.input_size() == 2 && sink.ragged().slice(proto.input(1));
+  if (one_of(op, kBagReductions))
+    return proto.input_size() >= 1 && sink.ragged().slice(proto.input(0));
+  return op == "Cast" || op == "Unsqueeze" || op == "Identity" || one_of(op, kRowOps);
+}
+
+absl::Status lower_ragged(const onnx::NodeProto& proto, const std::string& label,
+                          ImportSink& sink) {
+  const std::string& op = proto.op_type();
+  if (op == "Slice") return lower_slice(proto, label, sink);
+  if (op == "Gather") return lower_gather(proto, label, sink);
+  if (one_of(op, kBagReductions)) return lower_bag_reduction(proto, label, sink);
+  return lower_row_op(proto, label, sink);
+}
+
+absl::StatusOr<bool> concat_bags(const std::vector<Value*>& parts, int64_t axis,
+                                 const std::string& output, const std::string& node_name,
+                                 ImportSink& sink) {
+  if (parts.size() < 2) return false;
+  for (const Value* part : parts) {
+    if (part->shape() != parts[0]->shape() || axis < 0 ||
+        static_cast<size_t>(axis) >= part->shape().size() ||
+        part->shape()[static_cast<size_t>(axis)] != 1) {
+      return false;
+    }
+  }
+  StackPlan plan;
+  if (!plan_stack(parts, axis, sink, plan)) return false;
+  onnx::NodeProto proto;
+  proto.set_name(node_name);
+  proto.add_output(output);
+  const std::string label = str_cat("node '", node_name, "'");
+  Emitter e(proto, label, sink);
+  AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, plan, axis, sink));
+  AMPC_RETURN_IF_ERROR(sink.bind(output, stacked->name(), node_name));
+  return true;
+}
+
+}  // namespace ampc::onnx_io

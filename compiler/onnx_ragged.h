@@ -1,0 +1,85 @@
+// Slices whose bounds are data, reduced along the sliced axis: the bags of nn.EmbeddingBag with
+// `offsets`, and any loop that sums, averages or takes the largest of a run-time range of rows.
+//
+// ampc's values have static shapes, so such a slice is not a value of the graph. The importer
+// keeps it as a *ragged slice* (the whole source, the axis, the run-time start and end), maps
+// what reads it row by row onto the whole source (a Gather by its indices, Cast, Unsqueeze,
+// element-wise arithmetic with another slice of the same bounds or with a value constant along
+// the axis), and lowers a ReduceSum, ReduceMean, ReduceMax or ReduceMin over the axis to the
+// same reduction of the whole source with the rows outside the bounds masked (the identity of
+// the reduction, so an empty range gives ONNX's reduction of an empty set: 0, the lowest value,
+// the highest; a mean divides by the length, 0/0 for an empty range).
+//
+// One bag's masked reduction reads the whole source, so a Loop of n bags would cost n times the
+// source. Where the bags of consecutive iterations are stacked (a Loop's scan output, a
+// ConcatFromSequence of what the iterations inserted), possibly through element-wise ops of the
+// same form in each iteration (PyTorch's dynamo export selects zeros for an empty bag with an
+// If on `start == end`), the stack becomes one segment reduction: each row goes to the bag
+// whose range holds it (ScatterElements with the reduction), in one pass over the source.
+// That needs the bags in order: each start at or after the previous bag's start, each end at or
+// before the next bag's start, which nn.EmbeddingBag's offsets are (PyTorch requires them
+// ascending). A max or min needs ScatterElements' reductions of opset 18; before, each bag
+// keeps its masked reduction.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "compiler/onnx_lowering.h"
+
+namespace ampc::onnx_io {
+
+// `source` sliced along `axis` from `start` to `end` (one-element integer values known only at
+// run time; Slice's rules: negative counts from the end, clamped to the axis).
+struct RaggedSlice {
+  Value* source = nullptr;
+  int64_t axis = 0;
+  Value* start = nullptr;
+  Value* end = nullptr;
+};
+
+// A reduction (ReduceSum, ReduceMean, ReduceMax, ReduceMin) of one ragged slice along its axis,
+// with the axis kept.
+struct BagReduction {
+  std::string op;
+  RaggedSlice bag;
+};
+
+// The importer's ragged slices by name, and the values that are one bag's reduction.
+class RaggedValues {
+ public:
+  const RaggedSlice* slice(const std::string& name) const;
+  const BagReduction* bag(const Value* value) const;
+  void add_slice(const std::string& name, RaggedSlice slice) { slices_[name] = slice; }
+  void add_bag(const Value* value, BagReduction bag) { bags_[value] = std::move(bag); }
+  // The whole-source value an earlier slice made by `op` (Gather, Cast, ...) of `operands`
+  // with `detail` (its attributes), or null: each iteration of a Loop reads the same one.
+  Value*& made(std::string_view op, const std::vector<Value*>& operands,
+               const std::string& detail) {
+    return made_[{std::string(op), operands, detail}];
+  }
+
+ private:
+  std::map<std::string, RaggedSlice, std::less<>> slices_;
+  std::map<const Value*, BagReduction> bags_;
+  std::map<std::tuple<std::string, std::vector<Value*>, std::string>, Value*> made_;
+};
+
+// Whether the importer lowers `proto` here: a Slice along one axis whose start or end is
+// computed at run time, or one of the ops above reading a ragged slice.
+bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink);
+absl::Status lower_ragged(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
+// Defines `name` as the ragged slice `existing` when it is one (an If's output); false otherwise.
+bool alias_ragged(const std::string& name, const std::string& existing, ImportSink& sink);
+
+// `parts` (each of size 1 along `axis`) concatenated along `axis` into `output` as one segment
+// reduction when they are the reductions of consecutive bags of one source (directly or through
+// the same element-wise ops); false when they are not, and nothing is emitted.
+absl::StatusOr<bool> concat_bags(const std::vector<Value*>& parts, int64_t axis,
+                                 const std::string& output, const std::string& node_name,
+                                 ImportSink& sink);
+
+}  // namespace ampc::onnx_io
