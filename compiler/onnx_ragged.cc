@@ -468,6 +468,101 @@ bool plan_stack(std::vector<Value*> parts, int64_t axis, ImportSink& sink, Stack
   return merges;
 }
 
+// A one-element integer value as element `index` of the 1-D `base` it was taken from.
+struct Element {
+  Value* base = nullptr;
+  int64_t index = 0;
+};
+
+// The known integer of a one-element `value`, or nullopt.
+std::optional<int64_t> known_index(const Value* value, ImportSink& sink) {
+  if (value->type().num_elements() != 1) return std::nullopt;
+  const Tensor* known = sink.known_value(value);
+  if (known == nullptr || !known->has_data()) return std::nullopt;
+  return known->element_as_i64(0);
+}
+
+// Which element of which vector `value` is: through Identity, Reshape, Squeeze and Unsqueeze,
+// a Gather of one known index and a Slice of one known start (step 1) along axis 0, and a
+// Slice of the base that starts at a known position; nullopt when it is none.
+std::optional<Element> element_of(Value* value, ImportSink& sink) {
+  if (value->type().num_elements() != 1) return std::nullopt;
+  for (;;) {
+    const Node* node = value->producer();
+    if (node == nullptr || !node->domain().empty()) return std::nullopt;
+    const std::string& op = node->op_type();
+    if (op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
+      value = node->operand(0);
+      continue;
+    }
+    Value* base = node->operand(0);
+    if (base->shape().size() != 1 || node->num_operands() < 2) return std::nullopt;
+    const int64_t length = base->shape()[0];
+    std::optional<int64_t> index;
+    if (op == "Gather" && (node->find_attr("axis") == nullptr || node->int_attr("axis") == 0)) {
+      index = known_index(node->operand(1), sink);
+    } else if (op == "Slice" && node->num_operands() <= 4) {
+      index = known_index(node->operand(1), sink);  // one element out: the start is it
+    }
+    if (!index) return std::nullopt;
+    Element element{base, *index < 0 ? *index + length : *index};
+    if (element.index < 0 || element.index >= length) return std::nullopt;
+    // An element of a Slice of a longer vector (step 1, a known start) is one of that vector.
+    for (;;) {
+      const Node* slice = element.base->producer();
+      if (slice == nullptr || slice->op_type() != "Slice" || !slice->domain().empty() ||
+          slice->num_operands() > 4 || slice->operand(0)->shape().size() != 1) {
+        return element;
+      }
+      const std::optional<int64_t> start = known_index(slice->operand(1), sink);
+      const int64_t outer = slice->operand(0)->shape()[0];
+      if (!start) return element;
+      const int64_t from = std::clamp(*start < 0 ? *start + outer : *start, int64_t{0}, outer);
+      element = Element{slice->operand(0), element.index + from};
+    }
+  }
+}
+
+// The one-element `bounds` as one i64 vector: each run of elements of one vector (each bag's
+// bounds, taken from the offsets) a Gather of their indices, the rest one piece each,
+// concatenated.
+absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bounds,
+                                    ImportSink& sink) {
+  std::vector<Value*> pieces;
+  Value* base = nullptr;
+  std::vector<int64_t> indices;
+  auto flush = [&]() -> absl::Status {
+    if (indices.empty()) return absl::OkStatus();
+    AMPC_ASSIGN_OR_RETURN(
+        Value * at, e.constant(Tensor::from_i64({static_cast<int64_t>(indices.size())}, indices)));
+    AMPC_ASSIGN_OR_RETURN(Value * gathered,
+                          e.op("Gather", {base, at}, {{"axis", AttrValue(int64_t{0})}}));
+    AMPC_ASSIGN_OR_RETURN(gathered, e.cast(gathered, DType::kI64));
+    pieces.push_back(gathered);
+    indices.clear();
+    return absl::OkStatus();
+  };
+  for (Value* bound : bounds) {
+    const std::optional<Element> element = element_of(bound, sink);
+    if (element && element->base == base) {
+      indices.push_back(element->index);
+      continue;
+    }
+    AMPC_RETURN_IF_ERROR(flush());
+    if (element) {
+      base = element->base;
+      indices.push_back(element->index);
+      continue;
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
+    AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape{1}));
+    pieces.push_back(b);
+  }
+  AMPC_RETURN_IF_ERROR(flush());
+  if (pieces.size() == 1) return pieces[0];
+  return e.op("Concat", pieces, {{"axis", AttrValue(int64_t{0})}});
+}
+
 // The segment reduction of the bags `parts` (one source, in order) along `axis`.
 absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& parts, int64_t axis,
                                          ImportSink& sink) {
@@ -481,18 +576,12 @@ absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& 
   std::vector<Value*> starts;
   std::vector<Value*> ends;
   for (Value* part : parts) {
-    const RaggedSlice& bag = sink.ragged().bag(part)->bag;
-    for (auto [bound, into] : {std::pair{bag.start, &starts}, std::pair{bag.end, &ends}}) {
-      AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
-      if (b->shape().empty()) {
-        AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape{1}));
-      }
-      into->push_back(b);
-    }
+    starts.push_back(sink.ragged().bag(part)->bag.start);
+    ends.push_back(sink.ragged().bag(part)->bag.end);
   }
   Attributes along0 = {{"axis", AttrValue(int64_t{0})}};
-  AMPC_ASSIGN_OR_RETURN(Value * start, e.op("Concat", starts, along0));
-  AMPC_ASSIGN_OR_RETURN(Value * end, e.op("Concat", ends, along0));
+  AMPC_ASSIGN_OR_RETURN(Value * start, bound_vector(e, starts, sink));
+  AMPC_ASSIGN_OR_RETURN(Value * end, bound_vector(e, ends, sink));
   AMPC_ASSIGN_OR_RETURN(start, clamped_bound(e, start, rows, 1));
   AMPC_ASSIGN_OR_RETURN(end, clamped_bound(e, end, rows, 1));
   // Row r is in bag k = (the number of starts <= r) - 1 when r < end[k]; other rows go to an
@@ -521,12 +610,6 @@ absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& 
   AMPC_ASSIGN_OR_RETURN(Value * inside, e.op("And", {started_bag, before_end}));
   AMPC_ASSIGN_OR_RETURN(Value * outside, e.scalar(static_cast<double>(bags), DType::kI64));
   AMPC_ASSIGN_OR_RETURN(bag, e.op("Where", {inside, bag, outside}));
-  Shape row_shape(shape.size(), 1);
-  row_shape[a] = rows;
-  AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, row_shape));
-  AMPC_ASSIGN_OR_RETURN(Value * full_shape,
-                        e.constant(Tensor::from_i64({static_cast<int64_t>(shape.size())}, shape)));
-  AMPC_ASSIGN_OR_RETURN(bag, e.op("Expand", {bag, full_shape}));
   Shape out_shape = shape;
   out_shape[a] = bags + 1;
   AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(first.op), source->dtype()));
@@ -537,9 +620,23 @@ absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& 
   const std::string reduction = first.op == "ReduceMax"   ? "max"
                                 : first.op == "ReduceMin" ? "min"
                                                           : "add";
-  AMPC_ASSIGN_OR_RETURN(Value * reduced,
-                        e.op("ScatterElements", {init, bag, source},
-                             {{"axis", AttrValue(axis)}, {"reduction", AttrValue(reduction)}}));
+  Value* reduced = nullptr;
+  if (a == 0) {
+    // Whole rows: ScatterND of [rows, 1] indices moves each row as one slice.
+    AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, Shape{rows, 1}));
+    AMPC_ASSIGN_OR_RETURN(
+        reduced, e.op("ScatterND", {init, bag, source}, {{"reduction", AttrValue(reduction)}}));
+  } else {
+    Shape row_shape(shape.size(), 1);
+    row_shape[a] = rows;
+    AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, row_shape));
+    AMPC_ASSIGN_OR_RETURN(Value * full_shape, e.constant(Tensor::from_i64(
+                                                  {static_cast<int64_t>(shape.size())}, shape)));
+    AMPC_ASSIGN_OR_RETURN(bag, e.op("Expand", {bag, full_shape}));
+    AMPC_ASSIGN_OR_RETURN(reduced,
+                          e.op("ScatterElements", {init, bag, source},
+                               {{"axis", AttrValue(axis)}, {"reduction", AttrValue(reduction)}}));
+  }
   AMPC_ASSIGN_OR_RETURN(Value * kept_to, e.constant(Tensor::from_i64({1}, {bags})));
   AMPC_ASSIGN_OR_RETURN(Value * at_axis, e.constant(Tensor::from_i64({1}, {axis})));
   AMPC_ASSIGN_OR_RETURN(reduced, e.op("Slice", {reduced, from, kept_to, at_axis}));
