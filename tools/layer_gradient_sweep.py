@@ -287,6 +287,12 @@ def cases():
         "embedding_bag_max": lambda: (EmbeddingCase(BagOf(nn.EmbeddingBag(CLASSES * 2, D,
                                                                           mode="max"))),
                                       "tokens"),
+        "embedding_bag_offsets_sum": lambda: (EmbeddingCase(RaggedBagOf(nn.EmbeddingBag(
+            CLASSES * 2, D, mode="sum"))), "tokens"),
+        "embedding_bag_offsets_mean": lambda: (EmbeddingCase(RaggedBagOf(nn.EmbeddingBag(
+            CLASSES * 2, D))), "tokens"),
+        "embedding_bag_offsets_max": lambda: (EmbeddingCase(RaggedBagOf(nn.EmbeddingBag(
+            CLASSES * 2, D, mode="max"))), "tokens"),
         "embedding_max_norm": lambda: (EmbeddingCase(nn.Embedding(CLASSES * 2, D, max_norm=1.0)),
                                        "tokens"),
         "one_hot": lambda: (EmbeddingCase(OneHotLinear()), "tokens"),
@@ -578,6 +584,20 @@ class BagOf(nn.Module):
 
     def forward(self, ids):
         return self.bag(ids)  # 2-D input: one bag per row
+
+
+class RaggedBagOf(nn.Module):
+    """Bags of varying length over the flattened ids, their offsets computed from the data (as
+    a data pipeline passes them): bag i starts after the x[j, 0] % 3 + 1 ids of each bag j < i,
+    the last takes the rest."""
+
+    def __init__(self, bag):
+        super().__init__()
+        self.bag = bag
+
+    def forward(self, ids):
+        lengths = ids[:, 0] % 3 + 1
+        return self.bag(ids.flatten(), torch.cumsum(lengths, 0) - lengths)
 
 
 class OneHotLinear(nn.Module):
