@@ -8,24 +8,52 @@
 #include "compiler/onnx_lowering_internal.h"
 
 namespace ampc::onnx_io {
+namespace ragged_internal {
+
+using lowering::Emitter;
+
+absl::StatusOr<Value*> clamped_bound(Emitter& e, Value* bound, int64_t n, size_t rank) {
+  AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
+  if (b->type().num_elements() == 1) {
+    AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape(rank, 1)));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * size, e.scalar(static_cast<double>(n), DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * negative, e.op("Less", {b, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * from_end, e.op("Add", {b, size}));
+  AMPC_ASSIGN_OR_RETURN(b, e.op("Where", {negative, from_end, b}));
+  AMPC_ASSIGN_OR_RETURN(b, e.op("Min", {b, size}));
+  return e.op("Max", {b, zero});
+}
+
+double reduction_identity(std::string_view op) {
+  if (op == "ReduceMax") return -std::numeric_limits<double>::infinity();
+  if (op == "ReduceMin") return std::numeric_limits<double>::infinity();
+  return 0;
+}
+
+absl::StatusOr<Value*> bag_lengths(Emitter& e, Value* start, Value* end, DType dtype) {
+  AMPC_ASSIGN_OR_RETURN(Value * length, e.op("Sub", {end, start}));
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(length, e.op("Max", {length, zero}));
+  return e.cast(length, dtype);
+}
+
+}  // namespace ragged_internal
+
 namespace {
 
 using lowering::Emitter;
 using lowering::has_input;
 using lowering::tensor_input;
+using ragged_internal::bag_lengths;
+using ragged_internal::clamped_bound;
+using ragged_internal::one_of;
+using ragged_internal::reduction_identity;
 
 constexpr std::string_view kBagReductions[] = {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"};
-// The element-wise ops a stack of bags may pass through (same op in every iteration).
-constexpr std::string_view kStackedOps[] = {
-    "Where", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Not", "And", "Or", "Add",
-    "Sub",   "Mul",   "Div",  "Neg",         "Cast"};
 // The element-wise ops a ragged slice may pass through (the same rows of every operand).
 constexpr std::string_view kRowOps[] = {"Add", "Sub", "Mul", "Div"};
-
-bool one_of(std::string_view op, const auto& ops) {
-  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
-}
-
 std::string ragged_why(const std::string& name, const RaggedSlice& slice) {
   return str_cat("a slice of '", slice.source->name(), "' whose bounds are computed at run time ('",
                  slice.start->name(), "' to '", slice.end->name(),
@@ -72,39 +100,6 @@ bool reads_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
   return std::any_of(proto.input().begin(), proto.input().end(), [&](const std::string& name) {
     return !name.empty() && sink.ragged().slice(name) != nullptr;
   });
-}
-
-// `bound` (one bound: reshaped to rank `rank`, one element on every axis; or a vector of them,
-// rank 1) as i64 counted from the start of an axis of `n` and clamped to it, as Slice reads
-// its starts and ends.
-absl::StatusOr<Value*> clamped_bound(Emitter& e, Value* bound, int64_t n, size_t rank) {
-  AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
-  if (b->type().num_elements() == 1) {
-    AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape(rank, 1)));
-  }
-  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(Value * size, e.scalar(static_cast<double>(n), DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(Value * negative, e.op("Less", {b, zero}));
-  AMPC_ASSIGN_OR_RETURN(Value * from_end, e.op("Add", {b, size}));
-  AMPC_ASSIGN_OR_RETURN(b, e.op("Where", {negative, from_end, b}));
-  AMPC_ASSIGN_OR_RETURN(b, e.op("Min", {b, size}));
-  return e.op("Max", {b, zero});
-}
-
-// The value a reduction starts from, which an empty range gives: 0, or the lowest (highest)
-// value of the type for a max (min).
-double reduction_identity(std::string_view op) {
-  if (op == "ReduceMax") return -std::numeric_limits<double>::infinity();
-  if (op == "ReduceMin") return std::numeric_limits<double>::infinity();
-  return 0;
-}
-
-// A mean's divisor: the bags' lengths (max(end - start, 0)) in `dtype`.
-absl::StatusOr<Value*> bag_lengths(Emitter& e, Value* start, Value* end, DType dtype) {
-  AMPC_ASSIGN_OR_RETURN(Value * length, e.op("Sub", {end, start}));
-  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(length, e.op("Max", {length, zero}));
-  return e.cast(length, dtype);
 }
 
 // One bag's reduction with the axis kept: the whole source reduced with the rows outside the
@@ -199,6 +194,7 @@ absl::Status lower_row_op(const onnx::NodeProto& proto, const std::string& label
     first = first == nullptr ? slice : first;
     operands.push_back(slice->source);
   }
+  if (first == nullptr) return absl::InternalError(str_cat(label, " reads no ragged slice"));
   const std::string& op = proto.op_type();
   Attributes attrs;
   size_t out_rank = first->source->shape().size();
@@ -321,379 +317,6 @@ absl::Status lower_bag_reduction(const onnx::NodeProto& proto, const std::string
       .status();
 }
 
-// ---- Stacks of bags ----
-
-// Whether `node` is `op` of axes {axis} (an attribute, or a known input from opset 13).
-bool of_one_axis(const Node* node, std::string_view op, int64_t axis, ImportSink& sink) {
-  if (node == nullptr || !node->domain().empty() || node->op_type() != op) return false;
-  const std::vector<int64_t> one{axis};
-  if (const AttrValue* axes = node->find_attr("axes")) {
-    return std::get<std::vector<int64_t>>(*axes) == one;
-  }
-  if (node->num_operands() != 2) return false;
-  const Tensor* known = sink.known_value(node->operand(1));
-  return known != nullptr && known->has_data() && known->to_i64_vector() == one;
-}
-
-// What `value` is with Identity, and an Unsqueeze of a Squeeze of the same axis, looked through.
-Value* look_through(Value* value, int64_t axis, ImportSink& sink) {
-  for (;;) {
-    const Node* node = value->producer();
-    if (node == nullptr || !node->domain().empty()) return value;
-    if (node->op_type() == "Identity") {
-      value = node->operand(0);
-      continue;
-    }
-    if (of_one_axis(node, "Unsqueeze", axis, sink) &&
-        of_one_axis(node->operand(0)->producer(), "Squeeze", axis, sink)) {
-      value = node->operand(0)->producer()->operand(0);
-      continue;
-    }
-    return value;
-  }
-}
-
-// How a stack of parts is made: a segment reduction of their bags, the same element-wise op of
-// the stacked operands, or (a leaf) a Concat.
-struct StackPlan {
-  enum class Kind { kLeaf, kBags, kOp, kRuns } kind = Kind::kLeaf;
-  std::vector<Value*> parts;
-  std::vector<StackPlan> operands;  // kOp: one per operand; kRuns: one per run
-  bool shared = false;              // a kOp operand that is one value in every part
-};
-
-bool same_form(const Node* a, const Node* b) {
-  if (a == nullptr || b == nullptr || !a->domain().empty() || !b->domain().empty() ||
-      a->op_type() != b->op_type() || a->num_operands() != b->num_operands() ||
-      a->attrs().size() != b->attrs().size()) {
-    return false;
-  }
-  if (a->op_type() == "Cast") {
-    return std::get<DType>(a->attrs().at("to")) == std::get<DType>(b->attrs().at("to"));
-  }
-  return a->attrs().empty();
-}
-
-bool plan_stack(std::vector<Value*> parts, int64_t axis, ImportSink& sink, StackPlan& plan,
-                int depth);
-
-// Whether `a` and `b` can be stacked by one plan: bags of one reduction of one source, or the
-// same element-wise op.
-bool same_kind(const Value* a, const Value* b, ImportSink& sink) {
-  const BagReduction* bag_a = sink.ragged().bag(a);
-  const BagReduction* bag_b = sink.ragged().bag(b);
-  if (bag_a != nullptr || bag_b != nullptr) {
-    return bag_a != nullptr && bag_b != nullptr && bag_a->op == bag_b->op &&
-           bag_a->bag.source == bag_b->bag.source && bag_a->bag.axis == bag_b->bag.axis;
-  }
-  if (a->producer() == nullptr || b->producer() == nullptr) {
-    return a->producer() == nullptr && b->producer() == nullptr;
-  }
-  return same_form(a->producer(), b->producer());
-}
-
-// The plan for parts of one kind (same_kind), and whether it merges bags anywhere.
-bool plan_uniform(const std::vector<Value*>& parts, int64_t axis, ImportSink& sink, StackPlan& plan,
-                  int depth) {
-  plan.parts = parts;
-  const BagReduction* first = sink.ragged().bag(parts[0]);
-  if (first != nullptr && first->bag.axis == axis &&
-      (first->op == "ReduceSum" || first->op == "ReduceMean" || sink.opset() >= 18)) {
-    const bool all = std::all_of(parts.begin(), parts.end(), [&](Value* part) {
-      const BagReduction* bag = sink.ragged().bag(part);
-      return bag != nullptr && bag->op == first->op && bag->bag.source == first->bag.source &&
-             bag->bag.axis == axis;
-    });
-    if (all) {
-      plan.kind = StackPlan::Kind::kBags;
-      return true;
-    }
-  }
-  const Node* node = parts[0]->producer();
-  if (depth > 8 || node == nullptr || !one_of(node->op_type(), kStackedOps)) return false;
-  for (Value* part : parts) {
-    if (!same_form(node, part->producer())) return false;
-  }
-  const size_t rank = parts[0]->shape().size();
-  bool merges = false;
-  for (int k = 0; k < node->num_operands(); ++k) {
-    StackPlan operand;
-    std::vector<Value*> column;
-    for (Value* part : parts) column.push_back(part->producer()->operand(k));
-    const Shape& shape = column[0]->shape();
-    const int64_t aligned = axis - static_cast<int64_t>(rank - shape.size());
-    const bool along = aligned >= 0 && shape[static_cast<size_t>(aligned)] != 1;
-    if (along) return false;  // a part is 1 along the axis, so its operands are
-    operand.shared =
-        std::all_of(column.begin(), column.end(), [&](Value* v) { return v == column[0]; });
-    if (!operand.shared) {
-      for (Value* v : column) {
-        if (v->shape() != shape) return false;
-      }
-      if (aligned < 0) {
-        operand.parts = column;  // no dim along the axis: raised to the part's rank, a leaf
-      } else {
-        merges = plan_stack(column, aligned, sink, operand, depth + 1) || merges;
-      }
-    }
-    plan.operands.push_back(std::move(operand));
-  }
-  plan.kind = StackPlan::Kind::kOp;
-  return merges;
-}
-
-// The plan for stacking `parts` along `axis` (runs of one kind each stacked by plan_uniform,
-// then concatenated), and whether it merges bags anywhere.
-bool plan_stack(std::vector<Value*> parts, int64_t axis, ImportSink& sink, StackPlan& plan,
-                int depth = 0) {
-  for (Value*& part : parts) part = look_through(part, axis, sink);
-  std::vector<std::vector<Value*>> runs;
-  for (Value* part : parts) {
-    if (runs.empty() || !same_kind(runs.back().back(), part, sink)) runs.emplace_back();
-    runs.back().push_back(part);
-  }
-  if (runs.size() == 1) return plan_uniform(parts, axis, sink, plan, depth);
-  plan.kind = StackPlan::Kind::kRuns;
-  plan.parts = parts;
-  bool merges = false;
-  for (std::vector<Value*>& run : runs) {
-    StackPlan stacked;
-    if (run.size() == 1) {
-      stacked.parts = std::move(run);
-    } else {
-      merges = plan_uniform(run, axis, sink, stacked, depth + 1) || merges;
-    }
-    plan.operands.push_back(std::move(stacked));
-  }
-  return merges;
-}
-
-// A one-element integer value as element `index` of the 1-D `base` it was taken from.
-struct Element {
-  Value* base = nullptr;
-  int64_t index = 0;
-};
-
-// The known integer of a one-element `value`, or nullopt.
-std::optional<int64_t> known_index(const Value* value, ImportSink& sink) {
-  if (value->type().num_elements() != 1) return std::nullopt;
-  const Tensor* known = sink.known_value(value);
-  if (known == nullptr || !known->has_data()) return std::nullopt;
-  return known->element_as_i64(0);
-}
-
-// Which element of which vector `value` is: through Identity, Reshape, Squeeze and Unsqueeze,
-// a Gather of one known index and a Slice of one known start (step 1) along axis 0, and a
-// Slice of the base that starts at a known position; nullopt when it is none.
-std::optional<Element> element_of(Value* value, ImportSink& sink) {
-  if (value->type().num_elements() != 1) return std::nullopt;
-  for (;;) {
-    const Node* node = value->producer();
-    if (node == nullptr || !node->domain().empty()) return std::nullopt;
-    const std::string& op = node->op_type();
-    if (op == "Identity" || op == "Reshape" || op == "Squeeze" || op == "Unsqueeze") {
-      value = node->operand(0);
-      continue;
-    }
-    Value* base = node->operand(0);
-    if (base->shape().size() != 1 || node->num_operands() < 2) return std::nullopt;
-    const int64_t length = base->shape()[0];
-    std::optional<int64_t> index;
-    if (op == "Gather" && (node->find_attr("axis") == nullptr || node->int_attr("axis") == 0)) {
-      index = known_index(node->operand(1), sink);
-    } else if (op == "Slice" && node->num_operands() <= 4) {
-      index = known_index(node->operand(1), sink);  // one element out: the start is it
-    }
-    if (!index) return std::nullopt;
-    Element element{base, *index < 0 ? *index + length : *index};
-    if (element.index < 0 || element.index >= length) return std::nullopt;
-    // An element of a Slice of a longer vector (step 1, a known start) is one of that vector.
-    for (;;) {
-      const Node* slice = element.base->producer();
-      if (slice == nullptr || slice->op_type() != "Slice" || !slice->domain().empty() ||
-          slice->num_operands() > 4 || slice->operand(0)->shape().size() != 1) {
-        return element;
-      }
-      const std::optional<int64_t> start = known_index(slice->operand(1), sink);
-      const int64_t outer = slice->operand(0)->shape()[0];
-      if (!start) return element;
-      const int64_t from = std::clamp(*start < 0 ? *start + outer : *start, int64_t{0}, outer);
-      element = Element{slice->operand(0), element.index + from};
-    }
-  }
-}
-
-// The one-element `bounds` as one i64 vector: each run of elements of one vector (each bag's
-// bounds, taken from the offsets) a Gather of their indices, the rest one piece each,
-// concatenated.
-absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bounds,
-                                    ImportSink& sink) {
-  std::vector<Value*> pieces;
-  Value* base = nullptr;
-  std::vector<int64_t> indices;
-  auto flush = [&]() -> absl::Status {
-    if (indices.empty()) return absl::OkStatus();
-    AMPC_ASSIGN_OR_RETURN(
-        Value * at, e.constant(Tensor::from_i64({static_cast<int64_t>(indices.size())}, indices)));
-    AMPC_ASSIGN_OR_RETURN(Value * gathered,
-                          e.op("Gather", {base, at}, {{"axis", AttrValue(int64_t{0})}}));
-    AMPC_ASSIGN_OR_RETURN(gathered, e.cast(gathered, DType::kI64));
-    pieces.push_back(gathered);
-    indices.clear();
-    return absl::OkStatus();
-  };
-  for (Value* bound : bounds) {
-    const std::optional<Element> element = element_of(bound, sink);
-    if (element && element->base == base) {
-      indices.push_back(element->index);
-      continue;
-    }
-    AMPC_RETURN_IF_ERROR(flush());
-    if (element) {
-      base = element->base;
-      indices.push_back(element->index);
-      continue;
-    }
-    AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
-    AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape{1}));
-    pieces.push_back(b);
-  }
-  AMPC_RETURN_IF_ERROR(flush());
-  if (pieces.size() == 1) return pieces[0];
-  return e.op("Concat", pieces, {{"axis", AttrValue(int64_t{0})}});
-}
-
-// The segment reduction of the bags `parts` (one source, in order) along `axis`.
-absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& parts, int64_t axis,
-                                         ImportSink& sink) {
-  const BagReduction& first = *sink.ragged().bag(parts[0]);
-  Value* source = first.bag.source;
-  const Shape& shape = source->shape();
-  const auto a = static_cast<size_t>(axis);
-  const int64_t rows = shape[a];
-  const auto bags = static_cast<int64_t>(parts.size());
-  // The bounds as two vectors, then clamped as Slice clamps them.
-  std::vector<Value*> starts;
-  std::vector<Value*> ends;
-  for (Value* part : parts) {
-    starts.push_back(sink.ragged().bag(part)->bag.start);
-    ends.push_back(sink.ragged().bag(part)->bag.end);
-  }
-  Attributes along0 = {{"axis", AttrValue(int64_t{0})}};
-  AMPC_ASSIGN_OR_RETURN(Value * start, bound_vector(e, starts, sink));
-  AMPC_ASSIGN_OR_RETURN(Value * end, bound_vector(e, ends, sink));
-  AMPC_ASSIGN_OR_RETURN(start, clamped_bound(e, start, rows, 1));
-  AMPC_ASSIGN_OR_RETURN(end, clamped_bound(e, end, rows, 1));
-  // Row r is in bag k = (the number of starts <= r) - 1 when r < end[k]; other rows go to an
-  // extra bag `bags`, dropped after.
-  AMPC_ASSIGN_OR_RETURN(
-      Value * zeros, e.constant(Tensor::from_i64({rows + 1}, std::vector<int64_t>(rows + 1, 0))));
-  AMPC_ASSIGN_OR_RETURN(Value * ones,
-                        e.constant(Tensor::from_i64({bags}, std::vector<int64_t>(bags, 1))));
-  AMPC_ASSIGN_OR_RETURN(Value * starting, e.op("ScatterElements", {zeros, start, ones},
-                                               {{"axis", AttrValue(int64_t{0})},
-                                                {"reduction", AttrValue(std::string("add"))}}));
-  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(Value * started, e.op("CumSum", {starting, zero}));
-  AMPC_ASSIGN_OR_RETURN(Value * from, e.constant(Tensor::from_i64({1}, {0})));
-  AMPC_ASSIGN_OR_RETURN(Value * to, e.constant(Tensor::from_i64({1}, {rows})));
-  AMPC_ASSIGN_OR_RETURN(started, e.op("Slice", {started, from, to}));
-  AMPC_ASSIGN_OR_RETURN(Value * one, e.scalar(1, DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(Value * bag, e.op("Sub", {started, one}));
-  AMPC_ASSIGN_OR_RETURN(Value * last, e.scalar(static_cast<double>(bags - 1), DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(Value * clamped, e.op("Max", {bag, zero}));
-  AMPC_ASSIGN_OR_RETURN(clamped, e.op("Min", {clamped, last}));
-  AMPC_ASSIGN_OR_RETURN(Value * bag_end, e.op("Gather", {end, clamped}, along0));
-  AMPC_ASSIGN_OR_RETURN(Value * row, lowering::positions(e, rows, 0, 1));
-  AMPC_ASSIGN_OR_RETURN(Value * started_bag, e.op("GreaterOrEqual", {bag, zero}));
-  AMPC_ASSIGN_OR_RETURN(Value * before_end, e.op("Less", {row, bag_end}));
-  AMPC_ASSIGN_OR_RETURN(Value * inside, e.op("And", {started_bag, before_end}));
-  AMPC_ASSIGN_OR_RETURN(Value * outside, e.scalar(static_cast<double>(bags), DType::kI64));
-  AMPC_ASSIGN_OR_RETURN(bag, e.op("Where", {inside, bag, outside}));
-  Shape out_shape = shape;
-  out_shape[a] = bags + 1;
-  AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(first.op), source->dtype()));
-  AMPC_ASSIGN_OR_RETURN(
-      Value * out_dims,
-      e.constant(Tensor::from_i64({static_cast<int64_t>(out_shape.size())}, out_shape)));
-  AMPC_ASSIGN_OR_RETURN(Value * init, e.op("Expand", {identity, out_dims}));
-  const std::string reduction = first.op == "ReduceMax"   ? "max"
-                                : first.op == "ReduceMin" ? "min"
-                                                          : "add";
-  Value* reduced = nullptr;
-  if (a == 0) {
-    // Whole rows: ScatterND of [rows, 1] indices moves each row as one slice.
-    AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, Shape{rows, 1}));
-    AMPC_ASSIGN_OR_RETURN(
-        reduced, e.op("ScatterND", {init, bag, source}, {{"reduction", AttrValue(reduction)}}));
-  } else {
-    Shape row_shape(shape.size(), 1);
-    row_shape[a] = rows;
-    AMPC_ASSIGN_OR_RETURN(bag, e.reshape(bag, row_shape));
-    AMPC_ASSIGN_OR_RETURN(Value * full_shape, e.constant(Tensor::from_i64(
-                                                  {static_cast<int64_t>(shape.size())}, shape)));
-    AMPC_ASSIGN_OR_RETURN(bag, e.op("Expand", {bag, full_shape}));
-    AMPC_ASSIGN_OR_RETURN(reduced,
-                          e.op("ScatterElements", {init, bag, source},
-                               {{"axis", AttrValue(axis)}, {"reduction", AttrValue(reduction)}}));
-  }
-  AMPC_ASSIGN_OR_RETURN(Value * kept_to, e.constant(Tensor::from_i64({1}, {bags})));
-  AMPC_ASSIGN_OR_RETURN(Value * at_axis, e.constant(Tensor::from_i64({1}, {axis})));
-  AMPC_ASSIGN_OR_RETURN(reduced, e.op("Slice", {reduced, from, kept_to, at_axis}));
-  if (first.op != "ReduceMean") return reduced;
-  Shape bag_shape(shape.size(), 1);
-  bag_shape[a] = bags;
-  AMPC_ASSIGN_OR_RETURN(Value * length, bag_lengths(e, start, end, source->dtype()));
-  AMPC_ASSIGN_OR_RETURN(length, e.reshape(length, bag_shape));
-  return e.op("Div", {reduced, length});
-}
-
-absl::StatusOr<Value*> emit_stack(Emitter& e, const StackPlan& plan, int64_t axis,
-                                  ImportSink& sink) {
-  if (plan.kind == StackPlan::Kind::kBags) return segment_reduction(e, plan.parts, axis, sink);
-  if (plan.kind == StackPlan::Kind::kLeaf) {
-    if (plan.parts.size() == 1) return plan.parts[0];
-    return e.op("Concat", plan.parts, {{"axis", AttrValue(axis)}});
-  }
-  if (plan.kind == StackPlan::Kind::kRuns) {
-    std::vector<Value*> runs;
-    for (const StackPlan& run : plan.operands) {
-      AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, run, axis, sink));
-      runs.push_back(stacked);
-    }
-    return e.op("Concat", runs, {{"axis", AttrValue(axis)}});
-  }
-  const Node* node = plan.parts[0]->producer();
-  const size_t rank = plan.parts[0]->shape().size();
-  std::vector<Value*> operands;
-  for (size_t k = 0; k < plan.operands.size(); ++k) {
-    const StackPlan& operand = plan.operands[k];
-    if (operand.shared) {
-      operands.push_back(node->operand(static_cast<int>(k)));
-      continue;
-    }
-    const Shape& shape = operand.parts[0]->shape();
-    const int64_t aligned = axis - static_cast<int64_t>(rank - shape.size());
-    if (aligned >= 0) {
-      AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, operand, aligned, sink));
-      operands.push_back(stacked);
-      continue;
-    }
-    // An operand of lower rank: raised to the part's rank, then stacked as a leaf.
-    StackPlan raised;
-    Shape full(rank - shape.size(), 1);
-    full.insert(full.end(), shape.begin(), shape.end());
-    for (Value* part : operand.parts) {
-      AMPC_ASSIGN_OR_RETURN(Value * r, e.reshape(part, full));
-      raised.parts.push_back(r);
-    }
-    AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, raised, axis, sink));
-    operands.push_back(stacked);
-  }
-  Attributes attrs = node->attrs();
-  return e.op(node->op_type(), operands, std::move(attrs));
-}
-
 }  // namespace
 
 const RaggedSlice* RaggedValues::slice(const std::string& name) const {
@@ -733,29 +356,6 @@ absl::Status lower_ragged(const onnx::NodeProto& proto, const std::string& label
   if (op == "Gather") return lower_gather(proto, label, sink);
   if (one_of(op, kBagReductions)) return lower_bag_reduction(proto, label, sink);
   return lower_row_op(proto, label, sink);
-}
-
-absl::StatusOr<bool> concat_bags(const std::vector<Value*>& parts, int64_t axis,
-                                 const std::string& output, const std::string& node_name,
-                                 ImportSink& sink) {
-  if (parts.size() < 2) return false;
-  for (const Value* part : parts) {
-    if (part->shape() != parts[0]->shape() || axis < 0 ||
-        static_cast<size_t>(axis) >= part->shape().size() ||
-        part->shape()[static_cast<size_t>(axis)] != 1) {
-      return false;
-    }
-  }
-  StackPlan plan;
-  if (!plan_stack(parts, axis, sink, plan)) return false;
-  onnx::NodeProto proto;
-  proto.set_name(node_name);
-  proto.add_output(output);
-  const std::string label = str_cat("node '", node_name, "'");
-  Emitter e(proto, label, sink);
-  AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, plan, axis, sink));
-  AMPC_RETURN_IF_ERROR(sink.bind(output, stacked->name(), node_name));
-  return true;
 }
 
 }  // namespace ampc::onnx_io

@@ -22,8 +22,11 @@
 // keeps its masked reduction.
 #pragma once
 
+#include <algorithm>
+#include <iterator>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -82,4 +85,28 @@ absl::StatusOr<bool> concat_bags(const std::vector<Value*>& parts, int64_t axis,
                                  const std::string& output, const std::string& node_name,
                                  ImportSink& sink);
 
+// ---- What onnx_ragged.cc and onnx_ragged_stack.cc share ----
+
+namespace lowering {
+class Emitter;
+}  // namespace lowering
+
+namespace ragged_internal {
+
+template <typename Ops>
+bool one_of(std::string_view op, const Ops& ops) {
+  return std::find(std::begin(ops), std::end(ops), op) != std::end(ops);
+}
+
+// `bound` (one bound: reshaped to rank `rank`, one element on every axis; or a vector of them,
+// rank 1) as i64 counted from the start of an axis of `n` and clamped to it, as Slice reads
+// its starts and ends.
+absl::StatusOr<Value*> clamped_bound(lowering::Emitter& e, Value* bound, int64_t n, size_t rank);
+// The value a reduction starts from, which an empty range gives: 0, or the lowest (highest)
+// value of the type for a max (min).
+double reduction_identity(std::string_view op);
+// A mean's divisor: the bags' lengths (max(end - start, 0)) in `dtype`.
+absl::StatusOr<Value*> bag_lengths(lowering::Emitter& e, Value* start, Value* end, DType dtype);
+
+}  // namespace ragged_internal
 }  // namespace ampc::onnx_io
