@@ -1,9 +1,10 @@
-// Control flow whose path is known at import (compiler/onnx_lowering.h): If and Loop.
+// Control flow at import (compiler/onnx_lowering.h): If and Loop.
 //
 // ampc runs static graphs, so control flow is resolved while the model is imported: an If by
-// its condition, a Loop by unrolling it. Both import the nodes of their subgraphs through the
-// importer, so a subgraph's nodes are lowered, typed and folded as the model's own are, and a
-// condition the body computes from the iteration number and shapes is known when it is read.
+// its condition (or, decided at run time, by a Where of both branches' outputs), a Loop by
+// unrolling it. Both import the nodes of their subgraphs through the importer, so a subgraph's
+// nodes are lowered, typed and folded as the model's own are, and a condition the body computes
+// from the iteration number and shapes is known when it is read.
 #include <unordered_map>
 #include <unordered_set>
 
@@ -195,8 +196,9 @@ onnx::GraphProto renamed_copy(const onnx::GraphProto& graph, const std::string& 
   std::unordered_set<std::string> taken;
   for (const std::string& name : defined) {
     std::string fresh = sink.fresh_name(str_cat(prefix, name));
-    for (int n = 1; taken.contains(fresh); ++n)
+    for (int n = 1; taken.contains(fresh); ++n) {
       fresh = sink.fresh_name(str_cat(prefix, name, "_", n));
+    }
     taken.insert(fresh);
     renamed[name] = std::move(fresh);
   }

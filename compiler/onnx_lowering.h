@@ -20,9 +20,11 @@
 //   tensors they hold: a sequence is a list of values while the graph is imported, each
 //   position a compile-time constant, and only the tensor ops that read them (Split, Squeeze,
 //   Unsqueeze, Concat, Identity, Constant) reach the IR.
-// - Control flow whose path is known at import (compiler/onnx_control_flow.cc): an If becomes
-//   the nodes of the branch its condition takes, and a Loop its body's nodes once per
-//   iteration, as many times as its trip count and conditions say (ampc runs static graphs).
+// - Control flow (compiler/onnx_control_flow.cc): an If becomes the nodes of the branch its
+//   condition known at import takes (or both branches and a Where per output when the
+//   condition is data), and a Loop its body's nodes once per iteration, as many times as its
+//   trip count and conditions say (ampc runs static graphs).
+// - Slices whose bounds are data, reduced over the sliced axis (compiler/onnx_ragged.h).
 #pragma once
 
 #include <map>
@@ -102,7 +104,9 @@ class ImportSink {
 };
 
 // An If whose condition is known at import: the taken branch's nodes in place, its outputs
-// bound to the If's. A condition computed at run time is an error naming the node.
+// bound to the If's. A condition computed at run time: both branches' nodes (renamed under the
+// If) and a Where per output, which needs the branches' outputs to have one type (an error
+// naming the output otherwise). A branch's initializers become Constant nodes.
 absl::Status lower_static_if(const onnx::NodeProto& proto, const std::string& label,
                              ImportSink& sink);
 
