@@ -15,11 +15,13 @@
 // ConcatFromSequence of what the iterations inserted), possibly through element-wise ops of the
 // same form in each iteration (PyTorch's dynamo export selects zeros for an empty bag with an
 // If on `start == end`), the stack becomes one segment reduction: each row goes to the bag
-// whose range holds it (ScatterElements with the reduction), in one pass over the source.
+// whose range holds it (ScatterND or ScatterElements with the reduction), in one pass over the
+// source.
 // That needs the bags in order: each start at or after the previous bag's start, each end at or
 // before the next bag's start, which nn.EmbeddingBag's offsets are (PyTorch requires them
-// ascending). A max or min needs ScatterElements' reductions of opset 18; before, each bag
-// keeps its masked reduction.
+// ascending). The scatters reduce by add from opset 16 (before, each bag keeps its masked
+// reduction) and by max and min from 18; at 16 and 17 a max or min is a running extremum
+// within the bags in log2(rows) rounds, read at each bag's last row.
 #pragma once
 
 #include <algorithm>

@@ -92,8 +92,8 @@ bool plan_uniform(const std::vector<Value*>& parts, int64_t axis, ImportSink& si
                   int depth) {
   plan.parts = parts;
   const BagReduction* first = sink.ragged().bag(parts[0]);
-  if (first != nullptr && first->bag.axis == axis &&
-      (first->op == "ReduceSum" || first->op == "ReduceMean" || sink.opset() >= 18)) {
+  if (first != nullptr && first->bag.axis == axis && sink.opset() >= 16 &&
+      first->bag.source->shape()[static_cast<size_t>(axis)] > 0) {
     const bool all = std::all_of(parts.begin(), parts.end(), [&](Value* part) {
       const BagReduction* bag = sink.ragged().bag(part);
       return bag != nullptr && bag->op == first->op && bag->bag.source == first->bag.source &&
@@ -218,11 +218,12 @@ std::optional<Element> element_of(Value* value, ImportSink& sink) {
   }
 }
 
-// The one-element `bounds` as one i64 vector: each run of elements of one vector (each bag's
+// The one-element `bounds` as one vector: each run of elements of one vector (each bag's
 // bounds, taken from the offsets) a Gather of their indices, the rest one piece each,
-// concatenated.
-absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bounds,
-                                    ImportSink& sink) {
+// concatenated; in the first bound's type.
+absl::StatusOr<Value*> element_vector(Emitter& e, const std::vector<Value*>& bounds,
+                                      ImportSink& sink) {
+  const DType dtype = bounds[0]->dtype();
   std::vector<Value*> pieces;
   Value* base = nullptr;
   std::vector<int64_t> indices;
@@ -232,7 +233,7 @@ absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bound
         Value * at, e.constant(Tensor::from_i64({static_cast<int64_t>(indices.size())}, indices)));
     AMPC_ASSIGN_OR_RETURN(Value * gathered,
                           e.op("Gather", {base, at}, {{"axis", AttrValue(int64_t{0})}}));
-    AMPC_ASSIGN_OR_RETURN(gathered, e.cast(gathered, DType::kI64));
+    AMPC_ASSIGN_OR_RETURN(gathered, e.cast(gathered, dtype));
     pieces.push_back(gathered);
     indices.clear();
     return absl::OkStatus();
@@ -249,13 +250,112 @@ absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bound
       indices.push_back(element->index);
       continue;
     }
-    AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, DType::kI64));
+    AMPC_ASSIGN_OR_RETURN(Value * b, e.cast(bound, dtype));
     AMPC_ASSIGN_OR_RETURN(b, e.reshape(b, Shape{1}));
     pieces.push_back(b);
   }
   AMPC_RETURN_IF_ERROR(flush());
   if (pieces.size() == 1) return pieces[0];
   return e.op("Concat", pieces, {{"axis", AttrValue(int64_t{0})}});
+}
+
+absl::StatusOr<Value*> bound_vector(Emitter& e, const std::vector<Value*>& bounds,
+                                    ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(Value * vector, element_vector(e, bounds, sink));
+  return e.cast(vector, DType::kI64);
+}
+
+// `value` (one element) with Identity, Reshape, Squeeze and Unsqueeze looked through.
+Value* one_element_source(Value* value) {
+  for (;;) {
+    const Node* node = value->producer();
+    if (node == nullptr || !node->domain().empty() ||
+        (node->op_type() != "Identity" && node->op_type() != "Reshape" &&
+         node->op_type() != "Squeeze" && node->op_type() != "Unsqueeze") ||
+        node->operand(0)->type().num_elements() != 1) {
+      return value;
+    }
+    value = node->operand(0);
+  }
+}
+
+// The one-element `parts` as one vector: the same element-wise op of their operands' vectors
+// when each part is that op (dynamo's `start == end` per bag), else element_vector.
+absl::StatusOr<Value*> scalar_vector(Emitter& e, std::vector<Value*> parts, ImportSink& sink,
+                                     int depth = 0) {
+  for (Value*& part : parts) part = one_element_source(part);
+  const Node* node = parts[0]->producer();
+  bool uniform = depth < 8 && node != nullptr && one_of(node->op_type(), kStackedOps);
+  for (Value* part : parts) {
+    uniform = uniform && same_form(node, part->producer());
+    for (int k = 0; uniform && k < node->num_operands(); ++k) {
+      uniform = part->producer()->operand(k)->type().num_elements() == 1;
+    }
+  }
+  if (!uniform) return element_vector(e, parts, sink);
+  std::vector<Value*> operands;
+  for (int k = 0; k < node->num_operands(); ++k) {
+    std::vector<Value*> column;
+    for (Value* part : parts) column.push_back(part->producer()->operand(k));
+    if (std::all_of(column.begin(), column.end(), [&](Value* v) { return v == column[0]; })) {
+      operands.push_back(column[0]);  // one element: broadcasts against the vector
+      continue;
+    }
+    AMPC_ASSIGN_OR_RETURN(Value * vector, scalar_vector(e, std::move(column), sink, depth + 1));
+    operands.push_back(vector);
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * result, e.op(node->op_type(), operands, node->attrs()));
+  return e.reshape(result, Shape{static_cast<int64_t>(parts.size())});
+}
+
+// The max (min) of each bag before opset 18, whose scatters do not reduce by max: a running
+// extremum within each bag (one round per power of two below `rows`, each combining every row
+// with the row that far before it when both are in one bag: bags are contiguous runs of `bag`),
+// read at each bag's last row; an empty bag gives the identity.
+absl::StatusOr<Value*> segment_scan(Emitter& e, std::string_view op, Value* source, int64_t axis,
+                                    Value* bag, Value* start, Value* end, int64_t bags) {
+  const Shape& shape = source->shape();
+  const auto a = static_cast<size_t>(axis);
+  const auto rank = static_cast<int64_t>(shape.size());
+  const int64_t rows = shape[a];
+  Shape row_shape(shape.size(), 1);
+  row_shape[a] = rows;
+  Shape bag_shape(shape.size(), 1);
+  bag_shape[a] = bags;
+  AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(op), source->dtype()));
+  AMPC_ASSIGN_OR_RETURN(Value * at_axis, e.constant(Tensor::from_i64({1}, {axis})));
+  AMPC_ASSIGN_OR_RETURN(Value * from, e.constant(Tensor::from_i64({1}, {0})));
+  const Attributes along = {{"axis", AttrValue(axis)}};
+  const Attributes along0 = {{"axis", AttrValue(int64_t{0})}};
+  const std::string_view combine = op == "ReduceMax" ? "Max" : "Min";
+  Value* y = source;
+  for (int64_t shift = 1; shift < rows; shift *= 2) {
+    // y and the bags shifted `shift` rows along the axis; the rows shifted in hold the identity
+    // and no bag (-1).
+    AMPC_ASSIGN_OR_RETURN(Value * keep, e.constant(Tensor::from_i64({1}, {rows - shift})));
+    AMPC_ASSIGN_OR_RETURN(Value * kept, e.op("Slice", {y, from, keep, at_axis}));
+    Shape fill_shape = shape;
+    fill_shape[a] = shift;
+    AMPC_ASSIGN_OR_RETURN(Value * fill_dims, e.constant(Tensor::from_i64({rank}, fill_shape)));
+    AMPC_ASSIGN_OR_RETURN(Value * fill, e.op("Expand", {identity, fill_dims}));
+    AMPC_ASSIGN_OR_RETURN(Value * before, e.op("Concat", {fill, kept}, along));
+    AMPC_ASSIGN_OR_RETURN(Value * kept_bag, e.op("Slice", {bag, from, keep}));
+    AMPC_ASSIGN_OR_RETURN(Value * none,
+                          e.constant(Tensor::from_i64({shift}, std::vector<int64_t>(shift, -1))));
+    AMPC_ASSIGN_OR_RETURN(Value * bag_before, e.op("Concat", {none, kept_bag}, along0));
+    AMPC_ASSIGN_OR_RETURN(Value * same, e.op("Equal", {bag_before, bag}));
+    AMPC_ASSIGN_OR_RETURN(same, e.reshape(same, row_shape));
+    AMPC_ASSIGN_OR_RETURN(Value * combined, e.op(combine, {y, before}));
+    AMPC_ASSIGN_OR_RETURN(y, e.op("Where", {same, combined, y}));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * one, e.scalar(1, DType::kI64));
+  AMPC_ASSIGN_OR_RETURN(Value * last, e.op("Sub", {end, one}));
+  AMPC_ASSIGN_OR_RETURN(last, e.op("Max", {last, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * at_last, e.op("Gather", {y, last}, along));
+  AMPC_ASSIGN_OR_RETURN(Value * filled, e.op("Greater", {end, start}));
+  AMPC_ASSIGN_OR_RETURN(filled, e.reshape(filled, bag_shape));
+  return e.op("Where", {filled, at_last, identity});
 }
 
 // The segment reduction of the bags `parts` (one source, in order) along `axis`.
@@ -315,6 +415,9 @@ absl::StatusOr<Value*> segment_reduction(Emitter& e, const std::vector<Value*>& 
   const std::string reduction = first.op == "ReduceMax"   ? "max"
                                 : first.op == "ReduceMin" ? "min"
                                                           : "add";
+  if (reduction != "add" && sink.opset() < 18) {
+    return segment_scan(e, first.op, source, axis, bag, start, end, bags);
+  }
   Value* reduced = nullptr;
   if (a == 0) {
     // Whole rows: ScatterND of [rows, 1] indices moves each row as one slice.
@@ -372,6 +475,17 @@ absl::StatusOr<Value*> emit_stack(Emitter& e, const StackPlan& plan, int64_t axi
     if (aligned >= 0) {
       AMPC_ASSIGN_OR_RETURN(Value * stacked, emit_stack(e, operand, aligned, sink));
       operands.push_back(stacked);
+      continue;
+    }
+    if (shape.size() < rank &&
+        std::all_of(operand.parts.begin(), operand.parts.end(),
+                    [](const Value* v) { return v->type().num_elements() == 1; })) {
+      // One element each (a condition per bag): their vector along the axis.
+      AMPC_ASSIGN_OR_RETURN(Value * vector, scalar_vector(e, operand.parts, sink));
+      Shape along(rank, 1);
+      along[static_cast<size_t>(axis)] = static_cast<int64_t>(operand.parts.size());
+      AMPC_ASSIGN_OR_RETURN(vector, e.reshape(vector, along));
+      operands.push_back(vector);
       continue;
     }
     // An operand of lower rank: raised to the part's rank, then stacked as a leaf.

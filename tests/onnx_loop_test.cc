@@ -275,8 +275,9 @@ TEST(Loop, UnrolledEmbeddingBagsTrainWithOneGatherPerTable) {
 // A Loop over bags as PyTorch's TorchScript exporter writes nn.EmbeddingBag with `offsets`: the
 // bounds are Concat(offsets, [rows]); bag i is the ids from bounds[i] to bounds[i + 1], their
 // table rows reduced by `reduce` (ReduceSum, ReduceMean or ReduceMax) over the bag, scanned.
-ModelBuilder bag_loop(int elem_type, const std::string& reduce, int64_t rows, int64_t bags) {
-  ModelBuilder m(18);
+ModelBuilder bag_loop(int elem_type, const std::string& reduce, int64_t rows, int64_t bags,
+                      int64_t opset = 18) {
+  ModelBuilder m(opset);
   m.input("table", elem_type, {"10", "3"});
   m.input("ids", TensorProto::INT64, {std::to_string(rows)});
   m.input("offsets", TensorProto::INT64, {std::to_string(bags)});
@@ -297,7 +298,13 @@ ModelBuilder bag_loop(int elem_type, const std::string& reduce, int64_t rows, in
   add_node(body, "Reshape", {"end0", "one_dim"}, {"end"});
   add_node(body, "Slice", {"ids", "start", "end", "axis0"}, {"bag_ids"});
   add_node(body, "Gather", {"table", "bag_ids"}, {"bag_rows"});
-  add_int_attr(add_node(body, reduce, {"bag_rows", "axis0"}, {"bag"}), "keepdims", 0);
+  if (reduce == "ReduceSum" || opset >= 18) {
+    add_int_attr(add_node(body, reduce, {"bag_rows", "axis0"}, {"bag"}), "keepdims", 0);
+  } else {  // axes an attribute
+    onnx::NodeProto& node = add_node(body, reduce, {"bag_rows"}, {"bag"});
+    add_int_attr(node, "keepdims", 0);
+    testing::add_ints_attr(node, "axes", {0});
+  }
   add_outputs(body, {"cond", "bag"});
   return m;
 }
@@ -324,25 +331,34 @@ std::vector<float> bags_in_cpp(const std::string& reduce, const std::vector<floa
 }
 
 // The bags of consecutive iterations become one segment reduction (a ScatterND of whole rows
-// with the reduction, after a ScatterElements that counts the bags' starts), with no reduction of
-// the whole rows per bag left: their values against the loop in C++, bit for bit (quarters, so
-// every sum is exact in any order; a mean's one division rounds as C++'s), empty bags included.
+// with the reduction, after a ScatterElements that counts the bags' starts; a max at opset 17,
+// where the scatters do not reduce by max, a running max within the bags), with no reduction of
+// the whole rows per bag left; at opset 15, where they do not reduce at all, each bag keeps its
+// masked reduction. Their values against the loop in C++, bit for bit (quarters, so every sum is
+// exact in any order; a mean's one division rounds as C++'s), empty bags included.
 TEST(RaggedSlice, ALoopOfBagsIsOneSegmentReduction) {
   std::vector<float> table(30);
   for (int i = 0; i < 30; ++i) table[i] = 0.25f * static_cast<float>((i * 7) % 23) - 2.5f;
   const std::vector<int64_t> ids = {3, 9, 0, 3, 5, 7, 1, 2};
-  for (const std::string reduce : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
-    SCOPED_TRACE(reduce);
-    ModelBuilder m = bag_loop(TensorProto::FLOAT, reduce, 8, 5);
+  for (const auto& [reduce, opset] :
+       std::vector<std::pair<std::string, int64_t>>{{"ReduceSum", 18},
+                                                    {"ReduceMean", 18},
+                                                    {"ReduceMax", 18},
+                                                    {"ReduceMax", 17},
+                                                    {"ReduceSum", 15},
+                                                    {"ReduceMax", 15}}) {
+    SCOPED_TRACE(str_cat(reduce, " at opset ", opset));
+    ModelBuilder m = bag_loop(TensorProto::FLOAT, reduce, 8, 5, opset);
     m.output("Y");
     std::unique_ptr<Graph> graph = import_ok(m);
     ASSERT_NE(graph, nullptr);
     PassPipeline pipeline;
     add_canonicalize_pipeline(pipeline);
     ASSERT_TRUE(pipeline.run(*graph, PassContext{}).ok());
-    EXPECT_EQ(count_ops(*graph, "ScatterElements"), 1);
-    EXPECT_EQ(count_ops(*graph, "ScatterND"), 1);
-    EXPECT_EQ(count_ops(*graph, "ReduceSum") + count_ops(*graph, "ReduceMax"), 0);
+    const bool merged = opset >= 16;
+    EXPECT_EQ(count_ops(*graph, "ScatterElements"), merged ? 1 : 0);
+    EXPECT_EQ(count_ops(*graph, "ScatterND"), merged && (reduce != "ReduceMax" || opset >= 18));
+    EXPECT_EQ(count_ops(*graph, "ReduceSum") + count_ops(*graph, "ReduceMax"), merged ? 0 : 5);
     for (const std::vector<int64_t>& offsets :
          {std::vector<int64_t>{0, 2, 2, 5, 6}, std::vector<int64_t>{0, 0, 1, 8, 8}}) {
       const std::vector<Tensor> out =
@@ -363,12 +379,13 @@ TEST(RaggedSlice, ALoopOfBagsIsOneSegmentReduction) {
   }
 }
 
-// The segment reductions' gradients (ScatterElements add and max, a mean's division) reach the
-// table as central differences in f64 say, repeated ids in a bag included.
+// The segment reductions' gradients (ScatterND add and max, a mean's division, the running max)
+// reach the table as central differences in f64 say, repeated ids in a bag included.
 TEST(RaggedSlice, TheBagsGradientsReachTheTable) {
-  for (const std::string reduce : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
-    SCOPED_TRACE(reduce);
-    ModelBuilder m = bag_loop(TensorProto::DOUBLE, reduce, 8, 4);
+  for (const auto& [reduce, opset] : std::vector<std::pair<std::string, int64_t>>{
+           {"ReduceSum", 18}, {"ReduceMean", 18}, {"ReduceMax", 18}, {"ReduceMax", 17}}) {
+    SCOPED_TRACE(str_cat(reduce, " at opset ", opset));
+    ModelBuilder m = bag_loop(TensorProto::DOUBLE, reduce, 8, 4, opset);
     testing::add_weighted_loss(m, "Y", {"4", "3"});
     absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bags.onnx");
     ASSERT_TRUE(graph.ok()) << graph.status();
