@@ -49,7 +49,8 @@ Value* look_through(Value* value, int64_t axis, ImportSink& sink) {
 }
 
 // How a stack of parts is made: a segment reduction of their bags, the same element-wise op of
-// the stacked operands, or (a leaf) a Concat.
+// the stacked operands, runs of parts of different kinds each stacked and concatenated, or (a
+// leaf) a Concat.
 struct StackPlan {
   enum class Kind { kLeaf, kBags, kOp, kRuns } kind = Kind::kLeaf;
   std::vector<Value*> parts;
