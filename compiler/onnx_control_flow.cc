@@ -187,11 +187,9 @@ absl::StatusOr<onnx::GraphProto> checked_branch(const onnx::NodeProto& proto,
   return branch;
 }
 
-// `graph`'s values renamed to fresh names under `prefix`, its nodes' names prefixed.
-onnx::GraphProto renamed_copy(const onnx::GraphProto& graph, const std::string& prefix,
-                              ImportSink& sink) {
-  std::unordered_set<std::string> defined;
-  collect_defined(graph, defined);
+// A fresh name under `prefix` for each of `defined`, unused in the graph and distinct.
+Renaming fresh_names(const std::unordered_set<std::string>& defined, const std::string& prefix,
+                     ImportSink& sink) {
   Renaming renamed;
   std::unordered_set<std::string> taken;
   for (const std::string& name : defined) {
@@ -202,9 +200,25 @@ onnx::GraphProto renamed_copy(const onnx::GraphProto& graph, const std::string& 
     taken.insert(fresh);
     renamed[name] = std::move(fresh);
   }
+  return renamed;
+}
+
+// `graph`'s values renamed to fresh names under `prefix`, its nodes' names prefixed.
+onnx::GraphProto renamed_copy(const onnx::GraphProto& graph, const std::string& prefix,
+                              ImportSink& sink) {
+  std::unordered_set<std::string> defined;
+  collect_defined(graph, defined);
   onnx::GraphProto copy = graph;
-  rename_graph(copy, renamed, prefix);
+  rename_graph(copy, fresh_names(defined, prefix, sink), prefix);
   return copy;
+}
+
+// What names the values and nodes `proto` (an If or a Loop) makes: its name, else its first
+// output's, else its op.
+std::string hint_of(const onnx::NodeProto& proto) {
+  if (!proto.name().empty()) return proto.name();
+  if (proto.output_size() > 0 && !proto.output(0).empty()) return proto.output(0);
+  return proto.op_type();
 }
 
 // An If whose condition is computed at run time: both branches imported (under fresh names) and
@@ -215,7 +229,7 @@ absl::Status lower_selected_if(const onnx::NodeProto& proto, const std::string& 
                                ImportSink& sink) {
   AMPC_ASSIGN_OR_RETURN(auto branches,
                         graph_attributes(proto, label, {"then_branch", "else_branch"}));
-  const std::string hint = !proto.name().empty() ? proto.name() : proto.output(0);
+  const std::string hint = hint_of(proto);
   std::vector<onnx::GraphProto> copies;
   for (const std::string taken : {"then_branch", "else_branch"}) {
     AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto branch,
@@ -342,10 +356,7 @@ absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string&
 
   std::unordered_set<std::string> defined;
   collect_defined(body, defined);
-  const std::string hint = !proto.name().empty() ? proto.name()
-                           : proto.output_size() > 0 && !proto.output(0).empty()
-                               ? proto.output(0)
-                               : std::string("Loop");
+  const std::string hint = hint_of(proto);
   std::vector<std::vector<Value*>> scanned(scans);
   int64_t i = 0;
   for (; running && (!trips || i < *trips); ++i) {
@@ -356,16 +367,7 @@ absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string&
     }
     // The body's values get names under the Loop and the iteration, unused in the graph.
     const std::string prefix = str_cat(hint, "/", i, "/");
-    Renaming renamed;
-    std::unordered_set<std::string> taken;
-    for (const std::string& name : defined) {
-      std::string fresh = sink.fresh_name(str_cat(prefix, name));
-      for (int n = 1; taken.contains(fresh); ++n) {
-        fresh = sink.fresh_name(str_cat(prefix, name, "_", n));
-      }
-      taken.insert(fresh);
-      renamed[name] = std::move(fresh);
-    }
+    Renaming renamed = fresh_names(defined, prefix, sink);
     const std::string& counter = body.input(0).name();
     if (!counter.empty()) {
       AMPC_RETURN_IF_ERROR(sink.emit("Constant", {},

@@ -589,11 +589,9 @@ absl::Status ImportLowering::lower(const onnx::NodeProto& proto, const std::stri
     }
     if (out.empty()) return absl::OkStatus();
     const auto rank = static_cast<int64_t>(parts[0]->shape().size());
-    if (axis >= -rank && axis < rank) {
-      AMPC_ASSIGN_OR_RETURN(const bool merged, concat_bags(parts, axis < 0 ? axis + rank : axis,
-                                                           out, proto.name(), sink));
-      if (merged) return absl::OkStatus();
-    }
+    AMPC_ASSIGN_OR_RETURN(const bool merged, concat_bags(parts, axis < 0 ? axis + rank : axis, out,
+                                                         proto.name(), sink));
+    if (merged) return absl::OkStatus();
     return sink.emit("Concat", parts, {{"axis", AttrValue(axis)}}, {out}, proto.name()).status();
   }
   return absl::InternalError(str_cat(label, ": ", op, " is not lowered at import"));

@@ -63,6 +63,37 @@ std::string ragged_why(const std::string& name, const RaggedSlice& slice) {
                  "nn.EmbeddingBag with offsets; '", name, "' is read otherwise");
 }
 
+// Defines `name` as `slice`: reads of it as a tensor fail, saying why.
+absl::Status define_ragged(const std::string& name, const RaggedSlice& slice, ImportSink& sink) {
+  sink.ragged().add_slice(name, slice);
+  sink.leave_undefined(name, ragged_why(name, slice));
+  return absl::OkStatus();
+}
+
+// `axis` of a rank-`rank` input counted from 0; an error naming the node when out of range.
+absl::StatusOr<int64_t> axis_in(int64_t axis, int64_t rank, const std::string& label) {
+  if (axis < -rank || axis >= rank) {
+    return invalid(str_cat(label, ": axis ", axis, " is out of range for data of rank ", rank));
+  }
+  return axis < 0 ? axis + rank : axis;
+}
+
+// `op` of `operands` (the whole sources a slice was taken from), made once for every slice
+// that asks (each iteration of a Loop asks again); `detail` tells its attributes apart.
+absl::StatusOr<Value*> whole_rows(const onnx::NodeProto& proto, std::string_view op,
+                                  std::vector<Value*> operands, Attributes attrs,
+                                  const std::string& detail, ImportSink& sink) {
+  Value*& whole = sink.ragged().made(op, operands, detail);
+  if (whole == nullptr) {
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> made,
+        sink.emit(op, std::move(operands), std::move(attrs),
+                  {sink.fresh_name(str_cat(proto.output(0), "/all_rows"))}, proto.name()));
+    whole = made[0];
+  }
+  return whole;
+}
+
 // One known integer of input `i`, or nullopt when it is computed at run time or absent.
 std::optional<int64_t> known_scalar(const onnx::NodeProto& proto, int i, ImportSink& sink) {
   if (!has_input(proto, i)) return std::nullopt;
@@ -129,17 +160,10 @@ absl::Status lower_slice(const onnx::NodeProto& proto, const std::string& label,
   AMPC_ASSIGN_OR_RETURN(Value * data, tensor_input(proto, 0, label, sink));
   AMPC_ASSIGN_OR_RETURN(Value * start, tensor_input(proto, 1, label, sink));
   AMPC_ASSIGN_OR_RETURN(Value * end, tensor_input(proto, 2, label, sink));
-  const auto rank = static_cast<int64_t>(data->shape().size());
-  int64_t axis = known_scalar(proto, 3, sink).value_or(0);
-  if (axis < -rank || axis >= rank) {
-    return invalid(str_cat(label, ": axis ", axis, " is out of range for data of rank ", rank));
-  }
-  if (axis < 0) axis += rank;
-  const std::string& out = proto.output(0);
-  const RaggedSlice slice{data, axis, start, end};
-  sink.ragged().add_slice(out, slice);
-  sink.leave_undefined(out, ragged_why(out, slice));
-  return absl::OkStatus();
+  AMPC_ASSIGN_OR_RETURN(const int64_t axis,
+                        axis_in(known_scalar(proto, 3, sink).value_or(0),
+                                static_cast<int64_t>(data->shape().size()), label));
+  return define_ragged(proto.output(0), RaggedSlice{data, axis, start, end}, sink);
 }
 
 absl::Status lower_gather(const onnx::NodeProto& proto, const std::string& label,
@@ -151,25 +175,13 @@ absl::Status lower_gather(const onnx::NodeProto& proto, const std::string& label
   }
   const RaggedSlice* indices = sink.ragged().slice(proto.input(1));
   AMPC_ASSIGN_OR_RETURN(Value * table, tensor_input(proto, 0, label, sink));
-  const auto rank = static_cast<int64_t>(table->shape().size());
-  int64_t axis = attrs.i("axis", 0);
-  if (axis < -rank || axis >= rank) {
-    return invalid(str_cat(label, ": axis ", axis, " is out of range for data of rank ", rank));
-  }
-  if (axis < 0) axis += rank;
-  Value*& rows = sink.ragged().made("Gather", {table, indices->source}, str_cat(axis));
-  if (rows == nullptr) {
-    AMPC_ASSIGN_OR_RETURN(
-        std::vector<Value*> gathered,
-        sink.emit("Gather", {table, indices->source}, {{"axis", AttrValue(axis)}},
-                  {sink.fresh_name(str_cat(proto.output(0), "/all_rows"))}, proto.name()));
-    rows = gathered[0];
-  }
-  const std::string& out = proto.output(0);
-  const RaggedSlice slice{rows, axis + indices->axis, indices->start, indices->end};
-  sink.ragged().add_slice(out, slice);
-  sink.leave_undefined(out, ragged_why(out, slice));
-  return absl::OkStatus();
+  AMPC_ASSIGN_OR_RETURN(
+      const int64_t axis,
+      axis_in(attrs.i("axis", 0), static_cast<int64_t>(table->shape().size()), label));
+  AMPC_ASSIGN_OR_RETURN(Value * rows, whole_rows(proto, "Gather", {table, indices->source},
+                                                 {{"axis", AttrValue(axis)}}, str_cat(axis), sink));
+  return define_ragged(proto.output(0),
+                       RaggedSlice{rows, axis + indices->axis, indices->start, indices->end}, sink);
 }
 
 // Cast, Unsqueeze and element-wise arithmetic: the same op on the whole source.
@@ -259,19 +271,9 @@ absl::Status lower_row_op(const onnx::NodeProto& proto, const std::string& label
   if (auto it = attrs.find("axes"); it != attrs.end()) {
     detail = shape_to_string(std::get<std::vector<int64_t>>(it->second));
   }
-  Value*& whole = sink.ragged().made(op, operands, detail);
-  if (whole == nullptr) {
-    AMPC_ASSIGN_OR_RETURN(
-        std::vector<Value*> made,
-        sink.emit(op, operands, std::move(attrs),
-                  {sink.fresh_name(str_cat(proto.output(0), "/all_rows"))}, proto.name()));
-    whole = made[0];
-  }
-  const std::string& out = proto.output(0);
-  const RaggedSlice slice{whole, axis, first->start, first->end};
-  sink.ragged().add_slice(out, slice);
-  sink.leave_undefined(out, ragged_why(out, slice));
-  return absl::OkStatus();
+  AMPC_ASSIGN_OR_RETURN(Value * whole,
+                        whole_rows(proto, op, std::move(operands), std::move(attrs), detail, sink));
+  return define_ragged(proto.output(0), RaggedSlice{whole, axis, first->start, first->end}, sink);
 }
 
 absl::Status lower_bag_reduction(const onnx::NodeProto& proto, const std::string& label,
@@ -332,10 +334,7 @@ const BagReduction* RaggedValues::bag(const Value* value) const {
 bool alias_ragged(const std::string& name, const std::string& existing, ImportSink& sink) {
   const RaggedSlice* slice = sink.ragged().slice(existing);
   if (slice == nullptr) return false;
-  const RaggedSlice copy = *slice;
-  sink.ragged().add_slice(name, copy);
-  sink.leave_undefined(name, ragged_why(name, copy));
-  return true;
+  return define_ragged(name, *slice, sink).ok();
 }
 
 bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink) {

@@ -82,7 +82,8 @@ bool alias_ragged(const std::string& name, const std::string& existing, ImportSi
 
 // `parts` (each of size 1 along `axis`) concatenated along `axis` into `output` as one segment
 // reduction when they are the reductions of consecutive bags of one source (directly or through
-// the same element-wise ops); false when they are not, and nothing is emitted.
+// the same element-wise ops); false when they are not (or `axis` is out of range), and nothing
+// is emitted.
 absl::StatusOr<bool> concat_bags(const std::vector<Value*>& parts, int64_t axis,
                                  const std::string& output, const std::string& node_name,
                                  ImportSink& sink);
