@@ -13,6 +13,7 @@ packages=(
   libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata
   libabsl-dev libcli11-dev nlohmann-json3-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libdnnl-dev libgloo-dev zlib1g-dev
+  libjemalloc-dev
   pybind11-dev python3-dev python3-numpy python3-pytest libdlpack-dev
 )
 

@@ -1,9 +1,10 @@
 #include "compiler/verifier.h"
 
 #include <string_view>
-#include <unordered_map>
-#include <unordered_set>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "compiler/shape_inference.h"
 #include "compiler/strings.h"
 
@@ -15,8 +16,8 @@ std::string value_label(const Value* value) { return str_cat("value '", value->n
 // What is defined so far in a walk of the graph in order: its inputs and initializers, and the
 // outputs of the nodes walked (kept as the nodes: one entry per node, not per value).
 struct Defined {
-  std::unordered_set<const Value*> graph_values;
-  std::unordered_set<const Node*> nodes;
+  absl::flat_hash_set<const Value*> graph_values;
+  absl::flat_hash_set<const Node*> nodes;
 
   bool contains(const Value* value) const {
     return value->producer() != nullptr ? nodes.contains(value->producer())
@@ -50,11 +51,9 @@ absl::Status check_graph_values(const Graph& graph, Defined& defined) {
 // Every use recorded by any value, so that an edge's check is one lookup (a use list can be as
 // long as the graph: a learning rate read by every update).
 struct UseHash {
-  size_t operator()(const Use& use) const {
-    return std::hash<const Node*>()(use.user) * 31 + static_cast<size_t>(use.operand);
-  }
+  size_t operator()(const Use& use) const { return absl::HashOf(use.user, use.operand); }
 };
-using UseSet = std::unordered_set<Use, UseHash>;
+using UseSet = absl::flat_hash_set<Use, UseHash>;
 
 absl::Status check_uses(const Value* value, UseSet& recorded) {
   for (const Use& use : value->uses()) {
@@ -151,8 +150,8 @@ absl::Status verify(const Graph& graph) {
                                          " is not defined in the graph"));
     }
   }
-  std::unordered_map<std::string_view, const Value*> initializer_named;
-  std::unordered_map<std::string_view, const Value*> output_named;
+  absl::flat_hash_map<std::string_view, const Value*> initializer_named;
+  absl::flat_hash_map<std::string_view, const Value*> output_named;
   if (!graph.state_updates().empty()) {
     for (const Value* init : graph.initializers()) initializer_named[init->name()] = init;
     for (const Value* output : graph.outputs()) output_named[output->name()] = output;

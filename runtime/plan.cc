@@ -32,13 +32,28 @@ class OffsetRanges {
     ranges_.emplace(begin, end);
   }
 
-  // The end of a range that [offset, offset + bytes) meets, or -1 when it meets none.
-  int64_t blocking_end(int64_t offset, int64_t bytes) const {
-    auto it = ranges_.upper_bound(offset);
-    if (it != ranges_.begin() && std::prev(it)->second > offset) return std::prev(it)->second;
-    if (it != ranges_.end() && it->first < offset + bytes) return it->second;
-    return -1;
-  }
+  // The ranges from the lowest up, for a search whose offset only grows: it holds the first
+  // range that ends above the offset, and steps to the next one (or searches the tree, when
+  // the offset passed several) only when the offset passes it.
+  class Cursor {
+   public:
+    explicit Cursor(const OffsetRanges& set) : set_(&set), it_(set.ranges_.begin()) {}
+
+    // The end of the range that [offset, offset + bytes) meets, or -1 when it meets none.
+    // `offset` must not decrease from one call to the next.
+    int64_t blocking_end(int64_t offset, int64_t bytes) {
+      const auto end = set_->ranges_.end();
+      if (it_ != end && it_->second <= offset && ++it_ != end && it_->second <= offset) {
+        it_ = set_->ranges_.upper_bound(offset);
+        if (it_ != set_->ranges_.begin() && std::prev(it_)->second > offset) --it_;
+      }
+      return it_ != end && it_->first < offset + bytes ? it_->second : -1;
+    }
+
+   private:
+    const OffsetRanges* set_;
+    std::map<int64_t, int64_t>::const_iterator it_;
+  };
 
  private:
   std::map<int64_t, int64_t> ranges_;  // begin -> end
@@ -49,9 +64,9 @@ class OffsetRanges {
 // merged ranges of every node above them (`below`). The buffers whose lifetimes meet [first,
 // last] are then those in `below` of the nodes that cover [first, last] and in `own` of the
 // nodes above those, a union of O(log steps) merged range sets. Finding the lowest offset free
-// in all of them costs one lookup per range it steps over, and packed buffers merge into one
-// range, so planning does not grow with the square of the buffers alive at once (as comparing
-// each buffer with every placed one would).
+// in all of them costs about a step of a cursor per range it passes, and packed buffers merge
+// into one range, so planning does not grow with the square of the buffers alive at once (as
+// comparing each buffer with every placed one would).
 class Occupancy {
  public:
   // Lifetimes run from -1 (before the first step) to `steps` (after the last).
@@ -67,18 +82,18 @@ class Occupancy {
 
   // The lowest offset where `bytes` fit beside every placed buffer alive with `buffer`.
   int64_t lowest_free(const Buffer& buffer, int64_t bytes) {
-    sets_.clear();
+    cursors_.clear();
     collect(1, 0, leaves_, buffer.first_step + 1, buffer.last_step + 1);
+    // Round the sets, each moving the offset above its ranges in the way, until every set in a
+    // row leaves it where it is. The offset only grows, so each set's cursor only steps forward.
     int64_t offset = 0;
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (const OffsetRanges* set : sets_) {
-        const int64_t end = set->blocking_end(offset, bytes);
-        if (end >= 0) {
-          offset = end;
-          moved = true;
-        }
+    const size_t n = cursors_.size();
+    for (size_t i = 0, clear = 0; clear < n; i = i + 1 == n ? 0 : i + 1) {
+      bool moved = false;
+      for (int64_t end; (end = cursors_[i].blocking_end(offset, bytes)) >= 0; moved = true) {
+        offset = end;
       }
+      clear = moved ? 1 : clear + 1;
     }
     return offset;
   }
@@ -105,10 +120,10 @@ class Occupancy {
   void collect(int node, int low, int high, int first, int last) {
     if (last < low || first >= high) return;
     if (first <= low && high - 1 <= last) {
-      if (below_[node]) sets_.push_back(below_[node].get());
+      if (below_[node]) cursors_.emplace_back(*below_[node]);
       return;
     }
-    if (own_[node]) sets_.push_back(own_[node].get());
+    if (own_[node]) cursors_.emplace_back(*own_[node]);
     const int middle = (low + high) / 2;
     collect(2 * node, low, middle, first, last);
     collect(2 * node + 1, middle, high, first, last);
@@ -117,7 +132,7 @@ class Occupancy {
   int leaves_ = 1;
   std::vector<std::unique_ptr<OffsetRanges>> own_;
   std::vector<std::unique_ptr<OffsetRanges>> below_;
-  std::vector<const OffsetRanges*> sets_;
+  std::vector<OffsetRanges::Cursor> cursors_;
 };
 
 }  // namespace

@@ -1,8 +1,12 @@
 #include "runtime/cpu/cpu_backend.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <unordered_map>
 
 #include "compiler/strings.h"
 
@@ -11,6 +15,12 @@ namespace {
 
 // Every arena starts at a multiple of this (the planner's offsets are multiples of it too).
 constexpr int64_t kAlignment = 64;
+
+// From this size on, memory is mapped from the kernel instead of taken from the allocator: it
+// comes zeroed, is given back whole when freed, and a size the machine cannot hold is refused
+// at once (an allocator may reserve it without committing it, as jemalloc in the `ampc`
+// executable does, and the first write would then be killed for memory instead of reported).
+constexpr int64_t kMapBytes = int64_t{1} << 20;
 
 class CpuBackend final : public Backend {
  public:
@@ -32,11 +42,20 @@ class CpuBackend final : public Backend {
     // aligned_alloc wants a non-zero multiple of the alignment.
     const int64_t rounded =
         std::max<int64_t>(kAlignment, (bytes + kAlignment - 1) / kAlignment * kAlignment);
-    void* memory = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
-    if (memory == nullptr) {
+    const auto out_of_memory = [&] {
       return absl::ResourceExhaustedError(
           str_cat("out of host memory: cannot allocate ", rounded, " bytes for the ", what));
+    };
+    if (rounded >= kMapBytes) {
+      void* memory = mmap(nullptr, static_cast<size_t>(rounded), PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (memory == MAP_FAILED) return out_of_memory();
+      const std::lock_guard<std::mutex> lock(mapped_mutex_);
+      mapped_[static_cast<std::byte*>(memory)] = static_cast<size_t>(rounded);
+      return DeviceMemory(this, static_cast<std::byte*>(memory), rounded);
     }
+    void* memory = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
+    if (memory == nullptr) return out_of_memory();
     std::memset(memory, 0, static_cast<size_t>(rounded));
     return DeviceMemory(this, static_cast<std::byte*>(memory), rounded);
   }
@@ -59,7 +78,17 @@ class CpuBackend final : public Backend {
   }
 
  protected:
-  void deallocate(std::byte* data) override { std::free(data); }
+  void deallocate(std::byte* data) override {
+    {
+      const std::lock_guard<std::mutex> lock(mapped_mutex_);
+      if (auto it = mapped_.find(data); it != mapped_.end()) {
+        munmap(data, it->second);
+        mapped_.erase(it);
+        return;
+      }
+    }
+    std::free(data);
+  }
   absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
     if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
     return absl::OkStatus();
@@ -73,6 +102,8 @@ class CpuBackend final : public Backend {
  private:
   DeviceError error_;
   uint64_t random_stream_ = 0;
+  std::mutex mapped_mutex_;
+  std::unordered_map<std::byte*, size_t> mapped_;  // mapped allocations and their sizes
 };
 
 }  // namespace
