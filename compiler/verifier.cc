@@ -1,6 +1,9 @@
 #include "compiler/verifier.h"
 
+#include <algorithm>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -48,34 +51,77 @@ absl::Status check_graph_values(const Graph& graph, Defined& defined) {
   return absl::OkStatus();
 }
 
-// Every use recorded by any value, so that an edge's check is one lookup (a use list can be as
-// long as the graph: a learning rate read by every update).
+// Each listed use is checked to be an edge that reads its value, and listed once; then every
+// edge is recorded exactly when the uses listed number the edges (each listed use is a distinct
+// edge, an edge reading one value). Only when they do not is each edge looked up, to name it.
 struct UseHash {
   size_t operator()(const Use& use) const { return absl::HashOf(use.user, use.operand); }
 };
 using UseSet = absl::flat_hash_set<Use, UseHash>;
 
-absl::Status check_uses(const Value* value, UseSet& recorded) {
-  for (const Use& use : value->uses()) {
-    const bool edge_exists = use.user != nullptr && use.operand >= 0 &&
-                             use.operand < use.user->num_operands() &&
+absl::Status check_uses(const Graph& graph, const Value* value, int64_t& listed) {
+  const std::vector<Use>& uses = value->uses();
+  for (const Use& use : uses) {
+    const bool edge_exists = use.user != nullptr && use.user->graph() == &graph &&
+                             use.operand >= 0 && use.operand < use.user->num_operands() &&
                              use.user->operand(use.operand) == value;
     if (!edge_exists) {
       return absl::InternalError(
           str_cat(value_label(value), " lists a use by operand ", use.operand, " of ",
                   use.user ? use.user->describe() : "no node", " that does not read it"));
     }
-    // An edge reads one value, so a use already recorded was recorded by this value.
-    if (!recorded.insert(use).second) {
-      return absl::InternalError(str_cat(value_label(value), " lists operand ", use.operand, " of ",
-                                         use.user->describe(), " twice"));
-    }
   }
+  const auto listed_twice = [&](const Use& use) {
+    return absl::InternalError(str_cat(value_label(value), " lists operand ", use.operand, " of ",
+                                       use.user->describe(), " twice"));
+  };
+  // Most lists are short; a long one (a learning rate read by every update) is sorted.
+  if (uses.size() <= 16) {
+    for (size_t i = 1; i < uses.size(); ++i) {
+      for (size_t j = 0; j < i; ++j) {
+        if (uses[i] == uses[j]) return listed_twice(uses[i]);
+      }
+    }
+  } else {
+    std::vector<Use> sorted = uses;
+    const auto key = [](const Use& use) { return std::pair(use.user, use.operand); };
+    std::sort(sorted.begin(), sorted.end(),
+              [&](const Use& a, const Use& b) { return key(a) < key(b); });
+    auto twice = std::adjacent_find(sorted.begin(), sorted.end());
+    if (twice != sorted.end()) return listed_twice(*twice);
+  }
+  listed += static_cast<int64_t>(uses.size());
   return absl::OkStatus();
 }
 
+// The first edge that its operand's use list does not record (there is one when the uses
+// listed do not number the edges).
+absl::Status find_unrecorded_edge(const Graph& graph) {
+  UseSet recorded;
+  const auto record = [&](const Value* value) {
+    recorded.insert(value->uses().begin(), value->uses().end());
+  };
+  for (const Value* v : graph.inputs()) record(v);
+  for (const Value* v : graph.initializers()) record(v);
+  for (const auto& node : graph.nodes()) {
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      if (node->has_output(i)) record(node->output(i));
+    }
+  }
+  for (const auto& node : graph.nodes()) {
+    for (int i = 0; i < node->num_operands(); ++i) {
+      if (node->operand(i) != nullptr && !recorded.contains(Use{node.get(), i})) {
+        return absl::InternalError(str_cat(node->describe(), " operand ", i, " reads ",
+                                           value_label(node->operand(i)),
+                                           ", whose use list does not record that read"));
+      }
+    }
+  }
+  return absl::InternalError("the graph's use lists do not number its edges");
+}
+
 absl::Status check_node_edges(const Graph& graph, const Node& node, const Defined& defined,
-                              const UseSet& recorded) {
+                              int64_t& edges) {
   if (node.graph() != &graph) {
     return absl::InternalError(str_cat(node.describe(), " belongs to another graph"));
   }
@@ -92,12 +138,7 @@ absl::Status check_node_edges(const Graph& graph, const Node& node, const Define
                                          " before it is defined (nodes are not in "
                                          "topological order)"));
     }
-    // The operand is defined, so its uses were checked: each is an edge that reads it.
-    if (!recorded.contains(Use{const_cast<Node*>(&node), i})) {
-      return absl::InternalError(str_cat(node.describe(), " operand ", i, " reads ",
-                                         value_label(operand),
-                                         ", whose use list does not record that read"));
-    }
+    ++edges;
   }
   for (int i = 0; i < node.num_outputs(); ++i) {
     const Value* output = node.output(i);
@@ -117,18 +158,20 @@ absl::Status verify(const Graph& graph) {
   Defined defined;
   defined.graph_values.reserve(graph.inputs().size() + graph.initializers().size());
   defined.nodes.reserve(graph.num_nodes());
-  UseSet recorded;
-  recorded.reserve(2 * static_cast<size_t>(graph.num_nodes()));
+  int64_t listed_uses = 0;
+  int64_t edges = 0;
   AMPC_RETURN_IF_ERROR(check_graph_values(graph, defined));
-  for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
-  for (const Value* v : graph.initializers()) AMPC_RETURN_IF_ERROR(check_uses(v, recorded));
+  for (const Value* v : graph.inputs()) AMPC_RETURN_IF_ERROR(check_uses(graph, v, listed_uses));
+  for (const Value* v : graph.initializers()) {
+    AMPC_RETURN_IF_ERROR(check_uses(graph, v, listed_uses));
+  }
 
   TypePropagator propagator;
   for (const auto& node : graph.nodes()) {
-    AMPC_RETURN_IF_ERROR(check_node_edges(graph, *node, defined, recorded));
+    AMPC_RETURN_IF_ERROR(check_node_edges(graph, *node, defined, edges));
     for (int i = 0; i < node->num_outputs(); ++i) {
       if (node->has_output(i)) {
-        AMPC_RETURN_IF_ERROR(check_uses(node->output(i), recorded));
+        AMPC_RETURN_IF_ERROR(check_uses(graph, node->output(i), listed_uses));
       }
     }
     defined.nodes.insert(node.get());
@@ -144,6 +187,7 @@ absl::Status verify(const Graph& graph) {
       }
     }
   }
+  if (listed_uses != edges) return find_unrecorded_edge(graph);
   for (const Value* output : graph.outputs()) {
     if (output == nullptr || output->graph() != &graph || !defined.contains(output)) {
       return absl::InternalError(str_cat("graph output ", output ? value_label(output) : "(null)",
