@@ -64,7 +64,7 @@ DeviceMemory& DeviceMemory::operator=(DeviceMemory&& other) noexcept {
 }
 
 void DeviceMemory::reset() {
-  if (backend_ != nullptr && data_ != nullptr) backend_->deallocate(data_);
+  if (backend_ != nullptr && data_ != nullptr) backend_->deallocate(data_, bytes_);
   backend_ = nullptr;
   data_ = nullptr;
   bytes_ = 0;

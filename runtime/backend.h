@@ -167,7 +167,8 @@ class Backend {
 
  protected:
   friend class DeviceMemory;
-  virtual void deallocate(std::byte* data) = 0;
+  // Frees what allocate returned: its data and its bytes, as the DeviceMemory holds them.
+  virtual void deallocate(std::byte* data, int64_t bytes) = 0;
   virtual absl::Status do_copy_to_device(std::byte* device, const void* host, int64_t bytes) = 0;
   virtual absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) = 0;
   virtual absl::StatusOr<DeviceError> do_synchronize() = 0;

@@ -5,8 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
-#include <unordered_map>
 
 #include "compiler/strings.h"
 
@@ -50,8 +48,6 @@ class CpuBackend final : public Backend {
       void* memory = mmap(nullptr, static_cast<size_t>(rounded), PROT_READ | PROT_WRITE,
                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
       if (memory == MAP_FAILED) return out_of_memory();
-      const std::lock_guard<std::mutex> lock(mapped_mutex_);
-      mapped_[static_cast<std::byte*>(memory)] = static_cast<size_t>(rounded);
       return DeviceMemory(this, static_cast<std::byte*>(memory), rounded);
     }
     void* memory = std::aligned_alloc(kAlignment, static_cast<size_t>(rounded));
@@ -78,16 +74,12 @@ class CpuBackend final : public Backend {
   }
 
  protected:
-  void deallocate(std::byte* data) override {
-    {
-      const std::lock_guard<std::mutex> lock(mapped_mutex_);
-      if (auto it = mapped_.find(data); it != mapped_.end()) {
-        munmap(data, it->second);
-        mapped_.erase(it);
-        return;
-      }
+  void deallocate(std::byte* data, int64_t bytes) override {
+    if (bytes >= kMapBytes) {
+      munmap(data, static_cast<size_t>(bytes));
+    } else {
+      std::free(data);
     }
-    std::free(data);
   }
   absl::Status do_copy_to_host(void* host, const std::byte* device, int64_t bytes) override {
     if (bytes > 0) std::memcpy(host, device, static_cast<size_t>(bytes));
@@ -102,8 +94,6 @@ class CpuBackend final : public Backend {
  private:
   DeviceError error_;
   uint64_t random_stream_ = 0;
-  std::mutex mapped_mutex_;
-  std::unordered_map<std::byte*, size_t> mapped_;  // mapped allocations and their sizes
 };
 
 }  // namespace

@@ -212,7 +212,7 @@ class CudaBackend final : public Backend {
   }
 
  protected:
-  void deallocate(std::byte* data) override {
+  void deallocate(std::byte* data, int64_t /*bytes*/) override {
     // cudaFree waits for the device; kernels still reading the memory finish first.
     cudaSetDevice(index_);
     cudaFree(data);
