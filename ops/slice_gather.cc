@@ -95,9 +95,11 @@ absl::StatusOr<std::vector<const Tensor*>> slice_args(const InferenceContext& ct
   std::vector<const Tensor*> args(4, nullptr);
   for (int i = 1; i <= 4; ++i) {
     if (!ctx.has_input(i)) continue;
-    if (ctx.input_type(i).shape.size() != 1) {
+    // ONNX says 1-D; a scalar is read as one element, as ONNX Runtime reads it (PyTorch's
+    // TorchScript exporter slices a Loop's iteration with scalars, e.g. for tensor_split).
+    if (ctx.input_type(i).shape.size() > 1) {
       return absl::InvalidArgumentError(str_cat("input ", i, " ('", kNames[i - 1],
-                                                "') must be 1-D, got shape ",
+                                                "') must be 1-D (or a scalar), got shape ",
                                                 shape_to_string(ctx.input_type(i).shape)));
     }
     const Tensor* value = ctx.input_value(i);
@@ -321,20 +323,38 @@ absl::StatusOr<std::vector<Tensor>> fold_gather(const FoldContext& ctx) {
 
 // d/dx gather(x, indices, axis) = zeros shaped like x, plus each slice of dy added at the row its
 // index picked: repeated indices sum. PyTorch's padding_idx row gets none (not the derivative:
-// the row stays as it is, as in PyTorch).
+// the row stays as it is, as in PyTorch). With PyTorch's scale_grad_by_freq, each row's sum is
+// divided by the number of times the indices pick it (PyTorch divides each pick's slice before
+// adding them; the sums round differently, within a reduction's tolerance). The counts and their
+// reciprocals are f32, so a low-precision gradient scales by a rounded 1/count only once.
 absl::StatusOr<Grads> gather_grad(GradBuilder& b) {
   const Shape& shape = b.input(0)->shape();
   AMPC_ASSIGN_OR_RETURN(const int64_t axis,
                         normalize_axis(b.node().int_attr("axis"), shape.size()));
-  if (b.node().int_attr("scale_grad_by_freq") != 0) {
-    return absl::UnimplementedError(
-        "an embedding with scale_grad_by_freq has no gradient in ampc (train it without)");
-  }
   Attributes attrs = {{"axis", axis}, {"shape", shape}};
   if (const AttrValue* padding = b.node().find_attr("padding_idx")) {
     attrs.emplace("padding_idx", *padding);
   }
-  return Grads{b.ampc_op("GatherGrad", {b.grad_of_output(0), b.input(1)}, std::move(attrs))};
+  Value* dx = b.ampc_op("GatherGrad", {b.grad_of_output(0), b.input(1)}, attrs);
+  if (b.node().int_attr("scale_grad_by_freq") == 0) return Grads{dx};
+  if (axis != 0) {
+    return absl::UnimplementedError(str_cat(
+        "scale_grad_by_freq is an embedding's (a Gather along axis 0), not along axis ", axis));
+  }
+  // ones shaped like the indices, then a 1 for each of the data's other dims: the picks of each
+  // row land in a count of shape [rows, 1, ...], which broadcasts over the row.
+  Shape ones_shape = b.input(1)->shape();
+  Shape counts_shape(shape.size(), 1);
+  counts_shape[0] = shape[0];
+  ones_shape.insert(ones_shape.end(), shape.size() - 1, 1);
+  attrs["shape"] = counts_shape;
+  Value* ones = b.op("Expand", {b.scalar(1, DType::kF32), b.int64s(ones_shape)});
+  Value* counts = b.ampc_op("GatherGrad", {ones, b.input(1)}, std::move(attrs));
+  // A row no index picks has a zero gradient; its count of 0 divides as 1.
+  Value* scale = b.op("Reciprocal", {b.op("Max", {counts, b.scalar(1, DType::kF32)})});
+  const DType dtype = dx->dtype();
+  if (dtype != DType::kF32) scale = b.op("Cast", {scale}, {{"to", dtype}});
+  return Grads{b.op("Mul", {dx, scale})};
 }
 
 // The extension attributes PyTorch's embedding has beside what Gather does (AttrSpec::extension).

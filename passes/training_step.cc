@@ -8,7 +8,9 @@
 //   one of its own (the smallest not yet taken, in graph order): the runtime draws from (seed,
 //   random stream, element index), so two seedless Dropouts would drop the same elements, where
 //   PyTorch's draws are independent. The passes after it that should act on the step are
-//   wrapped in on_training_step().
+//   wrapped in on_training_step(). It warns about what in the file will not train as the
+//   module did: a BatchNormalization in inference mode, a scatter without a reduction whose
+//   constant indices write an element twice (how PyTorch's exporters write index_add).
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
 //   variance become graph outputs and state updates of its running-statistics initializers.
 //   ONNX defines the new variance from the biased batch variance; PyTorch (whose exports these
@@ -20,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "compiler/strings.h"
 #include "ops/op_util.h"
 #include "passes/passes.h"
@@ -191,6 +194,47 @@ bool used(const Node& node, int output) {
   return node.has_output(output) && !node.output(output)->is_dead();
 }
 
+// The first element of its data that a scatter without a reduction (ScatterElements, Scatter or
+// ScatterND) writes more than once by its constant indices, in index order; nullopt when there
+// is none, when the indices are not constants, or when an index is out of range (the kernel
+// names that one). ONNX leaves which update lands undefined there.
+std::optional<Shape> twice_written_element(const Node& node) {
+  if (node.find_attr("reduction") && node.string_attr("reduction") != "none") return std::nullopt;
+  const Tensor* indices = node.operand(1)->initializer();
+  const Shape& data = node.operand(0)->shape();
+  if (indices == nullptr || data.empty() || indices->shape().empty()) return std::nullopt;
+  const Shape& index_shape = indices->shape();
+  const bool nd = node.op_type() == "ScatterND";
+  const int64_t rank = data.size();
+  // ScatterND: each index is a tuple of the first `width` coordinates. ScatterElements: each
+  // index is the coordinate along `axis`, the others are the index's own.
+  const int64_t width = nd ? index_shape.back() : rank;
+  if (width < 1 || width > rank) return std::nullopt;
+  absl::StatusOr<int64_t> axis = nd ? int64_t{0} : ops::normalize_axis(node.int_attr("axis"), rank);
+  if (!axis.ok()) return std::nullopt;
+  std::vector<int64_t> strides(rank, 1);
+  for (int64_t d = rank - 1; d > 0; --d) strides[d - 1] = strides[d] * data[d];
+  const std::vector<int64_t> values = indices->to_i64_vector();
+  std::vector<int64_t> at(index_shape.size(), 0);  // the coordinates of the index (row-major)
+  absl::flat_hash_set<int64_t> written;
+  for (size_t i = 0; i < values.size(); i += nd ? width : 1) {
+    int64_t flat = 0;
+    for (int64_t d = 0; d < width; ++d) {
+      int64_t k = nd ? values[i + d] : d == *axis ? values[i] : at[d];
+      if (k < 0) k += data[d];
+      if (k < 0 || k >= data[d]) return std::nullopt;
+      flat += k * strides[d];
+    }
+    if (!written.insert(flat).second) {
+      Shape element(width);
+      for (int64_t d = 0; d < width; ++d) element[d] = flat / strides[d] % data[d];
+      return element;
+    }
+    for (int64_t d = int64_t(at.size()) - 1; d >= 0 && ++at[d] == index_shape[d]; --d) at[d] = 0;
+  }
+  return std::nullopt;
+}
+
 // Gives each random op of `graph` (Dropout, RandomNormalLike, ...) without a seed the smallest
 // seed no random op has yet, in graph order; seeds a file sets are kept. Autodiff copies a
 // forward Dropout's seed to the Dropout that draws its mask again in the backward, so this runs
@@ -246,6 +290,18 @@ class TrainingStepPass final : public Pass {
             "training mode says so in the file (PyTorch's dynamo exporter in the node's "
             "metadata, which ONNX's version converter drops when PyTorch converts to opset 26 "
             "or later: export at 25 or below)"));
+      } else if (node->op_type() == "ScatterElements" || node->op_type() == "ScatterND" ||
+                 node->op_type() == "Scatter") {
+        if (const std::optional<Shape> element = twice_written_element(*node)) {
+          context.warn(str_cat(
+              node->describe(), ": its indices write element ", shape_to_string(*element), " of '",
+              node->operand(0)->name(),
+              "' more than once without a reduction, where ONNX leaves which update lands "
+              "undefined (ampc keeps the last in index order). PyTorch's exporters write "
+              "index_add (TorchScript), scatter_reduce 'mean' (dynamo) and, before opset 16, "
+              "scatter_add and index_put(accumulate=True) this way, where PyTorch combines the "
+              "updates: such a file computes another function than the module"));
+        }
       } else if (node->op_type() == "Dropout" && !used(*node, 1)) {
         node->output(0)->replace_all_uses_with(node->operand(0));
         graph.erase_node(node);

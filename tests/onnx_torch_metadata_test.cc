@@ -10,6 +10,7 @@
 // res_cnn.dynamo_raw (tests/runtime/zoo_test.cc) check all of it against PyTorch's training.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -286,17 +287,10 @@ TEST(TorchEmbedding, PaddingIdxIsReadFromTheFxNode) {
   EXPECT_EQ(padding_of(m.builder.bytes()), std::nullopt);
 }
 
-// Training w alone, with row 2 the padding: d loss / d w[r] is, in each column, the number of
-// times ids picks r (scale and temp are 1), so SGD with lr 1 moves each row by minus that count,
-// except the padding row, which stays as it was, as PyTorch's embedding backward leaves it.
-TEST(TorchEmbedding, ThePaddingRowIsNotTrained) {
-  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, 2");
-  ASSERT_NE(graph, nullptr);
-  Diagnostics diagnostics;
-  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^w$"), diagnostics).ok());
-  const Node* gather_grad = first_node(*graph->training_step(), "GatherGrad");
-  ASSERT_NE(gather_grad, nullptr);
-  EXPECT_EQ(gather_grad->int_attr("padding_idx"), 2);
+// Trains the compiled embedding `graph` (w [4, 3], ids [2]) with SGD at lr 1 on each batch of
+// ids, and expects each row of w to move by minus `moved(ids, row)` in every column.
+void expect_rows_move(std::unique_ptr<Graph> graph,
+                      const std::function<int(const std::vector<int64_t>&, int64_t)>& moved) {
   absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
       runtime::TrainingSession::create(std::move(graph));
   ASSERT_TRUE(session.ok()) << session.status();
@@ -310,14 +304,33 @@ TEST(TorchEmbedding, ThePaddingRowIsNotTrained) {
     absl::StatusOr<Tensor> after = (*session)->state("w");
     ASSERT_TRUE(after.ok()) << after.status();
     for (int64_t row = 0; row < 4; ++row) {
-      const int picks = row == 2 ? 0 : static_cast<int>(std::count(ids.begin(), ids.end(), row));
       for (int64_t col = 0; col < 3; ++col) {
         EXPECT_EQ(after->element_as_double(row * 3 + col),
-                  before->element_as_double(row * 3 + col) - picks)
+                  before->element_as_double(row * 3 + col) - moved(ids, row))
             << "w[" << row << ", " << col << "]";
       }
     }
   }
+}
+
+int picks(const std::vector<int64_t>& ids, int64_t row) {
+  return static_cast<int>(std::count(ids.begin(), ids.end(), row));
+}
+
+// Training w alone, with row 2 the padding: d loss / d w[r] is, in each column, the number of
+// times ids picks r (scale and temp are 1), so SGD with lr 1 moves each row by minus that count,
+// except the padding row, which stays as it was, as PyTorch's embedding backward leaves it.
+TEST(TorchEmbedding, ThePaddingRowIsNotTrained) {
+  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, 2");
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^w$"), diagnostics).ok());
+  const Node* gather_grad = first_node(*graph->training_step(), "GatherGrad");
+  ASSERT_NE(gather_grad, nullptr);
+  EXPECT_EQ(gather_grad->int_attr("padding_idx"), 2);
+  expect_rows_move(std::move(graph), [](const std::vector<int64_t>& ids, int64_t row) {
+    return row == 2 ? 0 : picks(ids, row);
+  });
 }
 
 TEST(TorchEmbedding, PaddingIdxTravelsInTheNodesMetadataNotItsAttributes) {
@@ -373,14 +386,21 @@ TEST(TorchEmbedding, BadPaddingIsAnErrorNamingTheNode) {
   }
 }
 
-TEST(TorchEmbedding, ScaleGradByFreqRunsButDoesNotTrain) {
-  std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, -1, True");
-  ASSERT_NE(graph, nullptr);
-  Diagnostics diagnostics;
-  const absl::Status compiled = compile_graph(*graph, sgd(1.0f), diagnostics);
-  ASSERT_FALSE(compiled.ok());
-  EXPECT_TRUE(absl::StrContains(compiled.message(), "scale_grad_by_freq")) << compiled;
-  EXPECT_TRUE(absl::StrContains(compiled.message(), "embed")) << compiled;
+// With scale_grad_by_freq, PyTorch divides each pick's gradient by the number of times the
+// batch picks its row: d loss / d w[r] is 1 in each column for every row picked at all (and 0
+// for the padding row), so SGD with lr 1 moves each picked row by exactly 1, once or twice.
+TEST(TorchEmbedding, ScaleGradByFreqDividesEachRowByItsPicks) {
+  for (const bool padding : {false, true}) {
+    SCOPED_TRACE(padding ? "padding_idx 2" : "no padding_idx");
+    std::unique_ptr<Graph> graph =
+        import_embedding(padding ? "%p_w, %ids, 2, True" : "%p_w, %ids, -1, True");
+    ASSERT_NE(graph, nullptr);
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^w$"), diagnostics).ok());
+    expect_rows_move(std::move(graph), [&](const std::vector<int64_t>& ids, int64_t row) {
+      return picks(ids, row) > 0 && !(padding && row == 2) ? 1 : 0;
+    });
+  }
 }
 
 // ---- BatchNormalization's training mode ---------------------------------------------------

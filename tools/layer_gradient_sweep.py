@@ -8,7 +8,9 @@ squared distance to a fixed random target of the output's shape). It is exported
 mode by the TorchScript exporter and the dynamo exporter and checked as
 tools/torchvision_gradient_sweep.py checks its models: the first step's loss and every
 parameter's gradient after one SGD step against PyTorch's in f64, beside PyTorch's own f32
-error. A case whose export ampc cannot compile or train says why, in ampc's words.
+error. A case whose export ampc cannot compile or train says why, in ampc's words. The
+modules some layers need around them (a reshape, a second input, scripted code) are in
+tools/sweep_layers.py.
 
 Needs torch, onnx, onnxscript and numpy from PyPI:
 
@@ -19,8 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import warnings
-from typing import List
 
 import torch
 import torch.nn as nn
@@ -28,10 +28,34 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torchvision_gradient_sweep import add_sweep_arguments, check, parse_exporters  # noqa: E402
-
-B, C, H, W = 2, 4, 8, 8  # image batches
-T, D = 6, 8  # sequence batches: B x T x D
-CLASSES = 5
+from sweep_layers import B, C, CLASSES, D, H, T, W  # noqa: E402
+from sweep_layers import (  # noqa: E402
+    AffineGrid,
+    BagOf,
+    BatchNormSeq,
+    Bilinear,
+    CellOverTime,
+    Conv1dOverTime,
+    Conv3dOverChannels,
+    ConvTranspose1dOverTime,
+    CrossAttention,
+    Ctc,
+    Decoder,
+    FoldBack,
+    GaussianNll,
+    GridSample,
+    IndexPut,
+    LearnedGridSample,
+    LstmLearnedState,
+    MaxUnpool,
+    OneHotLinear,
+    PaddedSelfAttention,
+    RaggedBagOf,
+    RecurrentOutput,
+    Scripted,
+    SelfAttention,
+    SpectralMix,
+    Volume)
 
 
 class Lambda(nn.Module):
@@ -257,9 +281,8 @@ def cases():
         "rnn_tanh": lambda: seq(nn.RNN(D, D, batch_first=True)),
         "rnn_relu_2layer": lambda: seq(nn.RNN(D, D, num_layers=2, nonlinearity="relu",
                                               batch_first=True)),
-        "lstm_bidirectional": lambda: seq(LstmBack(nn.LSTM(D, D // 2, num_layers=2,
-                                                           bidirectional=True,
-                                                           batch_first=True))),
+        "lstm_bidirectional": lambda: seq(RecurrentOutput(nn.LSTM(
+            D, D // 2, num_layers=2, bidirectional=True, batch_first=True))),
         "lstm_proj": lambda: seq(nn.LSTM(D, 10, proj_size=D, batch_first=True)),
         "gru": lambda: seq(nn.GRU(D, D, batch_first=True)),
         "multihead_attention": lambda: seq(SelfAttention(nn.MultiheadAttention(D, 2,
@@ -362,271 +385,88 @@ def cases():
         "dropout2d": lambda: image(nn.Dropout2d(0.0)),
         "alpha_dropout": lambda: image(nn.AlphaDropout(0.0)),
         "rrelu": lambda: image(nn.RReLU(0.25, 0.25)),
+        # 3-D layers, more normalizations, resampling and convolutions
+        "max_pool_3d": lambda: image(Volume(nn.MaxPool3d(2, stride=(1, 2, 2)))),
+        "avg_pool_3d": lambda: image(Volume(nn.AvgPool3d(3, stride=2, padding=1))),
+        "conv_transpose_3d": lambda: image(Volume(nn.ConvTranspose3d(1, 2, 3, stride=2,
+                                                                     padding=1))),
+        "upsample_trilinear": lambda: image(Volume(nn.Upsample(scale_factor=2,
+                                                               mode="trilinear"))),
+        "instance_norm_1d": lambda: seq(nn.InstanceNorm1d(T, affine=True)),
+        "group_norm_one_group": lambda: image(nn.GroupNorm(1, C)),
+        "layer_norm_no_affine": lambda: seq(nn.LayerNorm(D, elementwise_affine=False)),
+        "interpolate_area": lambda: image(fn(lambda t: F.interpolate(t, size=(3, 5),
+                                                                     mode="area"))),
+        "interpolate_nearest_exact": lambda: image(fn(lambda t: F.interpolate(
+            t, scale_factor=1.5, mode="nearest-exact"))),
+        "upsample_to_size": lambda: image(nn.Upsample(size=(5, 11), mode="bilinear")),
+        "depthwise_no_bias": lambda: image(nn.Conv2d(C, C, 3, padding=1, groups=C, bias=False)),
+        "conv_transpose_dilated": lambda: image(nn.ConvTranspose2d(C, C, 3, dilation=2)),
+        "unfold_strided_dilated": lambda: image(nn.Unfold(3, dilation=2, padding=2, stride=2)),
+        "pad_negative": lambda: image(fn(lambda t: F.pad(t, (-1, 2, 1, -2)))),
+        "flatten_unflatten": lambda: image(nn.Sequential(nn.Flatten(1),
+                                                         nn.Unflatten(1, (C * H, W)))),
+        # more tensor functions (scatter_reduce 'mean' through dynamo and index_add through
+        # TorchScript are written as scatters without a reduction: ampc warns, and differs)
+        "scatter_reduce_amax": lambda: seq(fn(lambda t: torch.zeros_like(t).scatter_reduce(
+            2, torch.tensor([0, 1, 1, 3, 0, 2, 7, 7]).expand_as(t).contiguous(), t, "amax",
+            include_self=False))),
+        "scatter_reduce_mean": lambda: seq(fn(lambda t: torch.zeros_like(t).scatter_reduce(
+            2, torch.tensor([0, 1, 1, 3, 0, 2, 7, 7]).expand_as(t).contiguous(), t, "mean"))),
+        "index_add": lambda: seq(fn(lambda t: torch.zeros_like(t).index_add(
+            1, torch.tensor([0, 2, 2, 5, 1, 0]), t))),
+        "take_along_dim": lambda: seq(fn(lambda t: torch.take_along_dim(
+            t, t.argmax(-1, keepdim=True), -1))),
+        "chunk_uneven": lambda: seq(fn(lambda t: torch.cat(
+            [c * (i + 1) for i, c in enumerate(t.chunk(3, dim=-1))], -1))),
+        "tensor_split": lambda: seq(fn(lambda t: sum(
+            c.sum(-1, keepdim=True) for c in torch.tensor_split(t, (1, 5), dim=2)))),
+        "narrow_movedim": lambda: seq(fn(lambda t: t.narrow(2, 1, 5).movedim(1, 2))),
+        "unbind_stack": lambda: seq(fn(lambda t: torch.stack(list(reversed(t.unbind(1))), 2))),
+        "std_mean": lambda: seq(fn(lambda t: torch.std_mean(t, dim=-1, correction=0)[0][..., None]
+                                   * t)),
+        "logaddexp": lambda: seq(fn(lambda t: torch.logaddexp(t, t.flip(1)))),
+        "silu_gelu": lambda: image(fn(lambda t: F.silu(t) + F.gelu(t))),
+        "einsum_diagonal": lambda: seq(fn(lambda t: torch.einsum("bii->bi", t[:, :, :T]))),
+        "diag_embed": lambda: seq(fn(lambda t: torch.diag_embed(t[:, 0]))),
+        "diagonal_offset": lambda: seq(fn(lambda t: torch.diagonal(t, offset=1, dim1=1, dim2=2))),
+        "inverse_trig": lambda: seq(fn(lambda t: torch.tanh(t).acos()
+                                       + torch.atanh(torch.tanh(t) * 0.5)
+                                       + (t.abs() + 1).acosh())),
+        "pow_tensor_exponent": lambda: seq(fn(lambda t: (t.abs() + 0.5) ** t.flip(1))),
+        "log_softmax_batch_axis": lambda: seq(fn(lambda t: F.log_softmax(t, dim=0))),
+        "xlog1py_entr": lambda: seq(fn(lambda t: torch.special.xlog1py(t, t.abs())
+                                       + torch.special.entr(t.sigmoid()))),
+        "cumsum_reverse": lambda: seq(fn(lambda t: t.flip(1).cumsum(1).flip(1))),
+        "bucketize": lambda: seq(fn(lambda t: t * torch.bucketize(
+            t, torch.tensor([-0.5, 0.0, 0.5])).float())),
+        "softmax_minus_inf": lambda: seq(fn(lambda t: F.softmax(
+            t.masked_fill(torch.arange(D) > 5, float("-inf")), -1))),
+        "clamp_min_max_scalars": lambda: seq(fn(lambda t: t.clamp_min(0.1) * t.clamp_max(-0.1))),
+        "linear_of_a_vector": lambda: seq(fn(lambda t: F.linear(t[0, 0], t[1]))),
+        "mha_key_padding": lambda: seq(PaddedSelfAttention()),
+        "lstm_learned_state": lambda: seq(LstmLearnedState()),
+        "gru_bidirectional": lambda: seq(RecurrentOutput(nn.GRU(
+            D, D // 2, num_layers=2, bidirectional=True, batch_first=True))),
+        "embedding_scale_grad_by_freq": lambda: (EmbeddingCase(
+            nn.Embedding(CLASSES * 2, D, scale_grad_by_freq=True)), "tokens"),
+        # more losses
+        "kl_div_log_target": lambda: (LossCase(nn.KLDivLoss(reduction="batchmean",
+                                                            log_target=True),
+                                               activation=lambda t: F.log_softmax(t, -1)),
+                                      "flat_log_dist"),
+        "bce_weight": lambda: (LossCase(nn.BCELoss(weight=torch.linspace(0.5, 2, CLASSES)),
+                                        activation=torch.sigmoid), "flat_prob"),
+        "triplet_cosine_distance": lambda: (TripletCase(nn.TripletMarginWithDistanceLoss(
+            distance_function=lambda a, b: 1 - F.cosine_similarity(a, b), margin=0.5)),
+            "flat_target"),
+        "multi_margin_p2_weight": lambda: (LossCase(nn.MultiMarginLoss(
+            p=2, margin=0.5, weight=torch.linspace(0.5, 2, CLASSES))), "flat_class"),
+        "nll_sum_ignore": lambda: (LossCase(nn.NLLLoss(reduction="sum", ignore_index=2),
+                                            activation=lambda t: F.log_softmax(t, -1)),
+                                   "flat_class"),
+        "huber_sum": lambda: (LossCase(nn.HuberLoss(reduction="sum", delta=2.0)), "flat_target"),
     }
-
-
-class CellOverTime(nn.Module):
-    """A recurrent cell stepped over the T positions of a sequence."""
-
-    def __init__(self, cell):
-        super().__init__()
-        self.cell = cell
-
-    def forward(self, x):
-        state, outputs = None, []
-        for t in range(x.shape[1]):
-            state = self.cell(x[:, t], state)
-            outputs.append(state[0] if isinstance(state, tuple) else state)
-        return torch.stack(outputs, 1)
-
-
-class ConvTranspose1dOverTime(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.ConvTranspose1d(D, D, 3, stride=2, padding=1, dilation=2)
-
-    def forward(self, x):
-        return self.conv(x.transpose(1, 2))
-
-
-class AffineGrid(nn.Module):
-    """A learned affine transform of the image, as a spatial transformer applies it."""
-
-    def __init__(self):
-        super().__init__()
-        self.theta = nn.Parameter(torch.tensor([[0.93, 0.11, 0.013], [-0.07, 0.87, 0.052]]))
-
-    def forward(self, x):
-        grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), list(x.shape),
-                             align_corners=False)
-        return F.grid_sample(x, grid, align_corners=False)
-
-
-class MaxUnpool(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.pool = nn.MaxPool2d(2, return_indices=True)
-        self.unpool = nn.MaxUnpool2d(2)
-
-    def forward(self, x):
-        out, indices = self.pool(x)
-        return self.unpool(out, indices)
-
-
-class SpectralMix(nn.Module):
-    """A Fourier layer over time: the one-sided spectrum weighted per frequency, back to time."""
-
-    def __init__(self):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(T // 2 + 1, 1))
-
-    def forward(self, x):
-        return torch.fft.irfft(torch.fft.rfft(x, dim=1) * self.weight, n=T, dim=1)
-
-
-class BatchNormSeq(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.bn = nn.BatchNorm1d(D)
-
-    def forward(self, x):
-        return self.bn(x.transpose(1, 2)).transpose(1, 2)
-
-
-class Conv1dOverTime(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv1d(D, D, 3, padding=1, stride=1)
-
-    def forward(self, x):
-        return self.conv(x.transpose(1, 2)).transpose(1, 2)
-
-
-class Conv3dOverChannels(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv3d(1, 2, 3, padding=1)
-
-    def forward(self, x):
-        return self.conv(x[:, None]).flatten(1, 2)
-
-
-class GridSample(nn.Module):
-    """A spatial transformer's sampler: an affine grid of trained parameters that reaches past
-    the image's edges (so the padding mode matters)."""
-
-    def __init__(self, mode="bilinear", padding_mode="zeros", align_corners=False):
-        super().__init__()
-        self.theta = nn.Parameter(torch.tensor([[1.15, 0.2, 0.05], [-0.15, 1.1, 0.1]]))
-        self.options = dict(mode=mode, padding_mode=padding_mode, align_corners=align_corners)
-
-    def forward(self, x):
-        grid = F.affine_grid(self.theta.expand(x.shape[0], 2, 3), list(x.shape),
-                             align_corners=self.options["align_corners"])
-        return F.grid_sample(x, grid, **self.options)
-
-
-class LearnedGridSample(nn.Module):
-    """A trained sampling grid (optical-flow style), which TorchScript exports too (it cannot
-    export affine_grid)."""
-
-    def __init__(self, mode, padding_mode):
-        super().__init__()
-        ys, xs = torch.meshgrid(torch.linspace(-1.2, 1.2, H), torch.linspace(-1.1, 1.3, W),
-                                indexing="ij")
-        self.grid = nn.Parameter(torch.stack([xs * 0.9 + 0.05 * ys, ys], dim=-1)[None])
-        self.options = dict(mode=mode, padding_mode=padding_mode, align_corners=False)
-
-    def forward(self, x):
-        return F.grid_sample(x, self.grid.expand(x.shape[0], -1, -1, -1), **self.options)
-
-
-class FoldBack(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.unfold = nn.Unfold(2, stride=2)
-        self.fold = nn.Fold((H, W), 2, stride=2)
-
-    def forward(self, x):
-        return self.fold(self.unfold(x) * 2)
-
-
-class IndexPut(nn.Module):
-    def forward(self, t):
-        out = t.clone()
-        out[:, 1] = t[:, 2] * 3
-        return out
-
-
-class LstmBack(nn.Module):
-    def __init__(self, lstm):
-        super().__init__()
-        self.lstm = lstm
-
-    def forward(self, x):
-        return self.lstm(x)[0]
-
-
-class SelfAttention(nn.Module):
-    def __init__(self, mha):
-        super().__init__()
-        self.mha = mha
-
-    def forward(self, x):
-        return self.mha(x, x, x, need_weights=False)[0]
-
-
-class CrossAttention(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mha = nn.MultiheadAttention(D, 2, kdim=4, vdim=6, batch_first=True)
-
-    def forward(self, x):
-        return self.mha(x, x[..., :4], x[..., 2:], need_weights=False)[0]
-
-
-class Decoder(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
-
-    def forward(self, x):
-        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
-        return self.layer(x, x.flip(1), tgt_mask=mask)
-
-
-class Bilinear(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.bilinear = nn.Bilinear(D, D, D)
-
-    def forward(self, x):
-        return self.bilinear(x, x.flip(1))
-
-
-def recurrence(x):
-    h = torch.zeros_like(x[:, 0])
-    states: List[torch.Tensor] = []
-    for t in range(x.size(1)):
-        h = torch.tanh(x[:, t] + 0.5 * h)
-        states.append(h)
-    return torch.stack(states, 1)
-
-
-def strided_sum(x):
-    total = torch.zeros_like(x[:, 0])
-    t = 0
-    while t < x.size(1):
-        total = total * 0.9 + x[:, t] * x[:, t]
-        t += 2
-    return total
-
-
-with warnings.catch_warnings():  # torch.jit.script is deprecated, and still what people export
-    warnings.simplefilter("ignore", FutureWarning)
-    SCRIPTED = {"recurrence": torch.jit.script(recurrence),
-                "strided_sum": torch.jit.script(strided_sum)}
-class Scripted(nn.Module):
-    """A scripted function, named (the cases are deep-copied; a ScriptFunction is not)."""
-
-    def __init__(self, name):
-        super().__init__()
-        self.name = name
-
-    def forward(self, x):
-        return SCRIPTED[self.name](x)
-
-
-class BagOf(nn.Module):
-    def __init__(self, bag):
-        super().__init__()
-        self.bag = bag
-
-    def forward(self, ids):
-        return self.bag(ids)  # 2-D input: one bag per row
-
-
-class RaggedBagOf(nn.Module):
-    """Bags of varying length over the flattened ids, their offsets computed from the data (as
-    a data pipeline passes them): bag i starts after the x[j, 0] % 3 + 1 ids of each bag j < i,
-    the last takes the rest."""
-
-    def __init__(self, bag):
-        super().__init__()
-        self.bag = bag
-
-    def forward(self, ids):
-        lengths = ids[:, 0] % 3 + 1
-        return self.bag(ids.flatten(), torch.cumsum(lengths, 0) - lengths)
-
-
-class OneHotLinear(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(CLASSES * 2, D)
-
-    def forward(self, ids):
-        return self.proj(F.one_hot(ids, CLASSES * 2).to(self.proj.weight.dtype))
-
-
-class GaussianNll(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.mean, self.var = nn.Linear(D, CLASSES), nn.Linear(D, CLASSES)
-
-    def forward(self, x, y):
-        return nn.GaussianNLLLoss()(self.mean(x), y, F.softplus(self.var(x)) + 0.1)
-
-
-class Ctc(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.proj = nn.Linear(D, CLASSES)
-
-    def forward(self, x, y):
-        logp = F.log_softmax(self.proj(x), -1).transpose(0, 1)  # T x B x classes
-        lengths = torch.full((x.shape[0],), x.shape[1], dtype=torch.long)
-        return F.ctc_loss(logp, y, lengths, torch.full((x.shape[0],), 3, dtype=torch.long))
 
 
 def batch(kind, module, g):
@@ -647,6 +487,7 @@ def batch(kind, module, g):
         "flat_target": lambda: torch.randn(B, CLASSES, generator=g),
         "flat_prob": lambda: torch.rand(B, CLASSES, generator=g),
         "flat_dist": lambda: torch.softmax(torch.randn(B, CLASSES, generator=g), -1),
+        "flat_log_dist": lambda: torch.log_softmax(torch.randn(B, CLASSES, generator=g), -1),
         "flat_sign": lambda: torch.randint(0, 2, (B, CLASSES), generator=g).float() * 2 - 1,
         "flat_sign1": lambda: torch.randint(0, 2, (B,), generator=g).float() * 2 - 1,
         "flat_count": lambda: torch.randint(0, 4, (B, CLASSES), generator=g).float(),

@@ -200,6 +200,18 @@ TEST(Slice, ClampsOutOfRangeBounds) {
       i64({1}));
 }
 
+TEST(Slice, ScalarArgumentsCountAsOneElement) {
+  // ONNX asks for 1-D starts and ends; ONNX Runtime reads a scalar as one element, and PyTorch's
+  // TorchScript exporter writes scalars when it slices by a Loop's iteration (tensor_split).
+  OpCase op_case = make_case("Slice", {i64({3, 4}), i64({}), i64({}), i64({})},
+                             {{0, iota({3, 4})},
+                              {1, Tensor::from_i64({}, {1})},
+                              {2, Tensor::from_i64({}, {3})},
+                              {3, Tensor::from_i64({}, {-1})}});
+  EXPECT_EQ(infer_one(op_case), i64({3, 2}));
+  EXPECT_EQ(sliced(op_case), Tensor::from_i64({3, 2}, {1, 2, 5, 6, 9, 10}));
+}
+
 TEST(Slice, RejectsBadArguments) {
   EXPECT_TRUE(fails_with(
       infer_error(slice({4}, {0}, {4}, std::vector<int64_t>{0}, std::vector<int64_t>{0})),
@@ -213,6 +225,9 @@ TEST(Slice, RejectsBadArguments) {
       "starts, ends, axes and steps have 1, 2, 1 and 1 elements"));
   EXPECT_TRUE(fails_with(infer_error("Slice", {f32({4}), i64({1}), i64({1})}, {{2, ints({1})}}),
                          "input 1 ('starts') must be known at compile time"));
+  EXPECT_TRUE(fails_with(infer_error("Slice", {f32({4}), i64({1, 1}), i64({1})},
+                                     {{1, Tensor::from_i64({1, 1}, {0})}, {2, ints({1})}}),
+                         "input 1 ('starts') must be 1-D (or a scalar), got shape [1,1]"));
 }
 
 // ---- Gather -----------------------------------------------------------------------------------

@@ -172,11 +172,22 @@ TEST(TrainingStep, TheEvalGraphUsesRunningStatisticsAndNoDropout) {
   EXPECT_FALSE(run_pass(*pass, *graph).ok());  // already a training model
 }
 
+// The warnings of the training-step pass on the graph `text`.
+std::vector<std::string> training_step_warnings(const std::string& text) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (graph == nullptr) return {"the graph did not parse"};
+  Diagnostics diagnostics;
+  const absl::StatusOr<bool> ran =
+      make_training_step_pass()->run(*graph, PassContext{&diagnostics});
+  EXPECT_TRUE(ran.ok()) << ran.status();
+  return diagnostics.warnings();
+}
+
 // A BatchNormalization the file keeps in inference mode stays so in the step, with a warning
 // that names it and says how a training-mode export is marked; one in training mode gets none.
 TEST(TrainingStep, AnInferenceModeBatchNormIsReported) {
   for (int64_t training_mode : {0, 1}) {
-    std::unique_ptr<Graph> graph = testing::parse_or_fail(
+    const std::vector<std::string> warnings = training_step_warnings(
         str_cat(R"(
         graph g(%x: f32[4,2]) opset(17) {
           init %scale: f32[2] = [1.0, 2.0]
@@ -188,18 +199,59 @@ TEST(TrainingStep, AnInferenceModeBatchNormIsReported) {
           %loss = ReduceSum<keepdims=0>(%y) : f32[]
           return %loss
         })"));
-    ASSERT_NE(graph, nullptr);
-    Diagnostics diagnostics;
-    ASSERT_TRUE(make_training_step_pass()->run(*graph, PassContext{&diagnostics}).ok());
     if (training_mode == 1) {
-      EXPECT_TRUE(diagnostics.warnings().empty()) << diagnostics.warnings()[0];
+      EXPECT_TRUE(warnings.empty()) << warnings[0];
       continue;
     }
-    ASSERT_EQ(diagnostics.warnings().size(), 1u);
-    EXPECT_NE(diagnostics.warnings()[0].find("BatchNormalization producing 'y': the file has it "
-                                             "normalize with its running statistics"),
+    ASSERT_EQ(warnings.size(), 1u);
+    EXPECT_NE(warnings[0].find("BatchNormalization producing 'y': the file has it normalize with "
+                               "its running statistics"),
               std::string::npos)
-        << diagnostics.warnings()[0];
+        << warnings[0];
+  }
+}
+
+// A scatter without a reduction whose constant indices write an element twice (as PyTorch's
+// exporters write index_add) is reported with the element; distinct indices, a reduction or
+// computed indices are not.
+TEST(TrainingStep, AScatterThatWritesAnElementTwiceIsReported) {
+  struct Case {
+    std::string scatter;
+    std::string indices;
+    std::string element;  // empty: no warning
+  };
+  const std::vector<Case> cases = {
+      // Row 1 of the indices writes column -2 (that is 1) and column 1.
+      {"ScatterElements<axis=1>", "i64[2,2] = [0, 2, -2, 1]", "[1,1]"},
+      {"ScatterElements<axis=1>", "i64[2,2] = [0, 2, 1, 2]", ""},
+      {"ScatterElements<axis=0>", "i64[2,2] = [1, 0, 1, 1]", "[1,0]"},
+      {"ScatterElements<axis=1, reduction=\"add\">", "i64[2,2] = [0, 0, 1, 1]", ""},
+      {"ScatterND", "i64[2,1] = [1, -1]", "[1]"},
+      {"ScatterND", "i64[2,1] = [1, 0]", ""},
+  };
+  for (const Case& c : cases) {
+    const bool nd = c.scatter == "ScatterND";
+    const std::vector<std::string> warnings = training_step_warnings(
+        str_cat(R"(
+        graph g(%x: f32[2,3]) opset(18) {
+          init %i: )",
+                c.indices, R"(
+          init %u: )",
+                nd ? "f32[2,3] = [1, 2, 3, 4, 5, 6]" : "f32[2,2] = [1, 2, 3, 4]", R"(
+          %y = )",
+                c.scatter, R"((%x, %i, %u) : f32[2,3]
+          %loss = ReduceSum<keepdims=0>(%y) : f32[]
+          return %loss
+        })"));
+    if (c.element.empty()) {
+      EXPECT_TRUE(warnings.empty()) << c.indices << warnings[0];
+      continue;
+    }
+    ASSERT_EQ(warnings.size(), 1u) << c.indices;
+    EXPECT_NE(warnings[0].find(str_cat("producing 'y': its indices write element ", c.element,
+                                       " of 'x' more than once")),
+              std::string::npos)
+        << warnings[0];
   }
 }
 

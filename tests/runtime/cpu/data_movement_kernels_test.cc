@@ -364,6 +364,16 @@ TEST(SliceKernel, NegativeAxesAndI32IndicesOnBool) {
                                           [](const auto& o) { return o[0] * 4 + 1 + o[1]; })));
 }
 
+TEST(SliceKernel, ScalarStartsAndEndsCountAsOneElement) {
+  // As ONNX Runtime reads them (PyTorch's TorchScript exporter writes them inside Loops).
+  const Tensor out = run1(
+      "graph g(%x: i64[3,4]) {\n"
+      "  init %s: i64[] = [1]\n  init %e: i64[] = [3]\n  init %a: i64[] = [-1]\n"
+      "  %y = Slice(%x, %s, %e, %a) : i64[3,2]\n  return %y\n}",
+      {iota({3, 4})});
+  EXPECT_TRUE(same_tensor(out, i64s({3, 2}, {1, 2, 5, 6, 9, 10})));
+}
+
 TEST(SliceKernel, StepsOnSeveralAxesOfBf16MatchNaiveIndexing) {
   const Shape shape = {4, 5, 6};
   const Tensor in = patterned(DType::kBF16, shape);
