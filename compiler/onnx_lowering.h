@@ -126,7 +126,9 @@ absl::Status unroll_static_loop(const onnx::NodeProto& proto, const std::string&
 // class indices only: lowered to what PyTorch computes, -sum_c(labels * weight_c *
 // LogSoftmax(scores)) over the class axis, then the mean over the rest (or sum, or none). As in
 // PyTorch, the gradient reaches the labels too where they depend on trained weights; ONNX has no
-// detach(), so soft targets a model detaches are differentiated (freeze a teacher's weights).
+// detach(), so soft targets a model detaches are differentiated (freeze a teacher's weights),
+// unless the importer found the detach in a dynamo export's metadata (then the labels arrive
+// through an Identity that stops the gradient).
 // `smoothing` > 0: PyTorch's label_smoothing, which mixes the labels with the uniform
 // distribution (labels * (1 - smoothing) + smoothing / C) first.
 absl::Status lower_soft_target_cross_entropy(const onnx::NodeProto& proto, const std::string& label,

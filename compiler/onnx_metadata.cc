@@ -155,9 +155,12 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
   std::map<std::string, int64_t> attrs;
   const bool gather = node.op_type() == "Gather";
   const bool batch_norm = node.op_type() == "BatchNormalization";
-  if (!in_onnx_domain(node) || !(gather || batch_norm)) return attrs;
+  const bool identity = node.op_type() == "Identity";
+  if (!in_onnx_domain(node) || !(gather || batch_norm || identity)) return attrs;
   const std::optional<FxCall> call = fx_call(node);
   if (!call) return attrs;
+  // An unoptimized export keeps each detach() as an Identity of its own.
+  if (identity && call->op == "detach") attrs["stop_gradient"] = 1;
   if (gather && call->op == "embedding") {
     // aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False)
     const std::optional<int64_t> padding = parse_int64(call->arg(2, "padding_idx"));
@@ -174,6 +177,31 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
     attrs["training_mode"] = 1;
   }
   return attrs;
+}
+
+std::vector<std::string> torch_tensor_args(const onnx::NodeProto& node) {
+  const std::optional<FxCall> call = fx_call(node);
+  if (!call) return {};
+  std::vector<std::string> names;
+  for (const std::string& arg : call->args) {
+    if (!arg.empty() && arg[0] == '%') names.push_back(arg.substr(1));
+  }
+  return names;
+}
+
+std::vector<std::string> torch_detached_tensor_args(const onnx::NodeProto& node) {
+  const std::optional<FxCall> call = fx_call(node);
+  if (!call) return {};
+  static const std::regex kDetach(R"(%(detach(_[0-9]+)?))");
+  std::vector<std::string> detached;
+  bool any = false;
+  for (const std::string& arg : call->args) {
+    if (arg.empty() || arg[0] != '%') continue;
+    std::smatch match;
+    detached.push_back(std::regex_match(arg, match, kDetach) ? match[1].str() : "");
+    any |= !detached.back().empty();
+  }
+  return any ? detached : std::vector<std::string>{};
 }
 
 double torch_label_smoothing(const onnx::NodeProto& node) {

@@ -51,9 +51,22 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
 //   and `scale_grad_by_freq` = 1 when set (extension attributes, AttrSpec::extension);
 // - BatchNormalization made from a batch norm that ran in training mode (the dynamo exporter
 //   writes the inference form, normalizing by the running statistics, for
-//   aten._native_batch_norm_legit_functional with training=True): `training_mode` = 1.
+//   aten._native_batch_norm_legit_functional with training=True): `training_mode` = 1;
+// - Identity made from aten.detach (an export with optimize=False): `stop_gradient` = 1.
 // Empty for other nodes, and for files without the metadata (TorchScript exports).
 std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node);
+
+// The names of the tensor arguments (`%name`, in order, without the `%`) of the aten call
+// PyTorch's dynamo exporter recorded on `node`; empty without one.
+std::vector<std::string> torch_tensor_args(const onnx::NodeProto& node);
+
+// For a node PyTorch's dynamo exporter made from an aten call that reads a detach() the
+// exporter's optimizer removed (the FX node's argument is `%detach` or `%detach_N`, while the ONNX
+// node reads the value the detach() took): per tensor argument of the call (`%name`, in order),
+// the detach's FX name ("detach_2") for a detached one, else empty. Empty when no
+// argument is detached, and for files without the metadata (TorchScript exports, whose detach()
+// leaves no trace).
+std::vector<std::string> torch_detached_tensor_args(const onnx::NodeProto& node);
 
 // For a SoftmaxCrossEntropyLoss PyTorch's dynamo exporter made from cross_entropy with
 // label_smoothing > 0 (which ONNX's op cannot hold, and the exporter drops): the smoothing;

@@ -405,6 +405,12 @@ OpDef identity_op() {
   def.summary = "the input, unchanged";
   def.inputs = {input("input")};
   def.outputs = {input("output")};
+  // PyTorch's detach(), which ONNX cannot say: the value passes, its gradient does not (autodiff
+  // takes no gradient through the node, and canonicalize keeps it). An extension attribute
+  // (AttrSpec::extension), read from the FX nodes PyTorch's dynamo exporter records.
+  AttrSpec stop_gradient = flag_attr("stop_gradient", 0);
+  stop_gradient.extension = true;
+  def.attrs = {stop_gradient};
   def.infer = infer_same_as_input;
   def.fold = fold_view;
   // d/dx x = dy.

@@ -49,9 +49,16 @@ bool differentiable_output(const Node& node, int i) {
   return node.def() == nullptr || !listed(node.def()->no_gradient_outputs, i);
 }
 
+// An Identity that is PyTorch's detach() (its extension attribute stop_gradient).
+bool stops_gradient(const Node& node) {
+  return node.domain() == kOnnxDomain && node.op_type() == "Identity" && node.def() != nullptr &&
+         node.int_attr("stop_gradient") != 0;
+}
+
 // Whether a gradient can flow from `node`'s output into its operand `i`.
 bool differentiable_operand(const Node& node, int i) {
   if (!node.has_operand(i) || !is_float_value(node.operand(i))) return false;
+  if (stops_gradient(node)) return false;
   // An op without a definition is reported when a gradient reaches it.
   return node.def() == nullptr || !listed(node.def()->no_gradient_inputs, i);
 }
@@ -239,7 +246,8 @@ class Walker {
     if (value.uses().empty()) return false;
     return std::none_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
       return use.user->def() == nullptr ||
-             !listed(use.user->def()->no_gradient_inputs, use.operand);
+             (!listed(use.user->def()->no_gradient_inputs, use.operand) &&
+              !stops_gradient(*use.user));
     });
   }
 

@@ -51,7 +51,9 @@ bool identity_removable(const Node& identity) {
 // Identity, or a node its OpDef says is the identity from input 0 to output 0 and whose other
 // outputs nothing reads. The node has operand 0 and output 0.
 bool is_identity(const Node& node) {
-  if (node.domain() == kOnnxDomain && node.op_type() == "Identity") return true;
+  if (node.domain() == kOnnxDomain && node.op_type() == "Identity") {
+    return node.int_attr("stop_gradient") == 0;  // a detach() is not removable
+  }
   if (node.def() == nullptr || !node.def()->identity || !node.def()->identity(node)) return false;
   for (int i = 1; i < node.num_outputs(); ++i) {
     if (node.has_output(i) && !node.output(i)->is_dead()) return false;

@@ -403,6 +403,100 @@ TEST(TorchEmbedding, ScaleGradByFreqDividesEachRowByItsPicks) {
   }
 }
 
+// ---- detach() ---------------------------------------------------------------------------------
+
+// x and w of the detach models.
+constexpr float kX[] = {1.5f, 0.25f, -0.75f};
+constexpr float kW[] = {0.5f, -1.0f, 2.0f};
+
+// An FX node as torch.onnx's dynamo exporter records it: `name` = aten.`target`(args).
+std::string fx_node(const std::string& name, const std::string& target, const std::string& args) {
+  return "%" + name + " : [num_users=1] = call_function[target=torch.ops.aten." + target +
+         "](args = (" + args + "), kwargs = {})";
+}
+
+// loss = sum(y * exp(detach(y))), y = x * w, as the dynamo exporter writes it: optimized, the
+// Exp reads y itself and only its FX node names the detach; unoptimized, an Identity made from
+// aten.detach stands between. `exp_args` is the Exp's FX arguments.
+std::string detach_model(bool optimized, const std::string& exp_args = "%detach") {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"3"});
+  b.initializer_f32("w", {3}, std::vector<float>(std::begin(kW), std::end(kW)));
+  add_metadata(b.node("Mul", {"x", "w"}, {"mul"}, "mul"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("mul", "mul.Tensor", "%x, %p_w"));
+  if (!optimized) {
+    add_metadata(b.node("Identity", {"mul"}, {"detach"}, "detach"), kNodeMetadataField,
+                 "pkg.torch.onnx.fx_node", fx_node("detach", "detach.default", "%mul"));
+  }
+  add_metadata(b.node("Exp", {optimized ? "mul" : "detach"}, {"exp"}, "exp"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("exp", "exp.default", exp_args));
+  add_metadata(b.node("Mul", {"mul", "exp"}, {"prod"}, "prod"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("mul_1", "mul.Tensor", "%mul, %exp"));
+  add_int_attr(b.node("ReduceSum", {"prod"}, {"loss"}, "sum"), "keepdims", 0);
+  b.output("loss");
+  return b.bytes();
+}
+
+// Compiles `graph` (input x [3], parameter w [3] = kW) for SGD at lr 1, runs one step on x = kX
+// and expects each w[i] to move by minus grad(x[i], y[i] = x[i] * w[i]), computed in f64, within
+// a few f32 ulps.
+void expect_one_sgd_step(std::unique_ptr<Graph> graph,
+                         const std::function<double(double x, double y)>& grad) {
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^w$"), diagnostics).ok());
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<runtime::StepStats> stats = (*session)->step(
+      {{"x", Tensor::from_f32({3}, std::vector<float>(std::begin(kX), std::end(kX)))}}, 1.0f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  absl::StatusOr<Tensor> after = (*session)->state("w");
+  ASSERT_TRUE(after.ok()) << after.status();
+  for (int i = 0; i < 3; ++i) {
+    const double want = kW[i] - grad(kX[i], double(kX[i]) * kW[i]);
+    EXPECT_NEAR(after->element_as_double(i), want, 4e-7 * std::max(1.0, std::abs(want)))
+        << "w[" << i << "]";
+  }
+}
+
+// PyTorch's gradient of sum(y * exp(detach(y))) by w is x * exp(x * w) (the detached factor is a
+// constant); through the detach it would be x * exp(x * w) * (1 + x * w). One SGD step at lr 1
+// moves w by minus the first, in f32 within a few ulps of the f64 figure.
+TEST(TorchDetach, AnOptimizedAwayOrKeptDetachStopsTheGradient) {
+  for (const bool optimized : {true, false}) {
+    SCOPED_TRACE(optimized ? "optimized export" : "unoptimized export");
+    expect_one_sgd_step(import_ok(detach_model(optimized)),
+                        [](double x, double y) { return x * std::exp(y); });
+  }
+}
+
+// A node of an aten call's decomposition: loss = sum(y * (y - x * x)) with y = x * w detached
+// in the difference, which the exporter wrote as two nodes of one call rsub(%sq, %detach):
+// t = Neg(sq), then d = Add(y, t), whose inputs are not the call's arguments in order (y is
+// not %sq, t is the call's own). y, from outside the call and none of its other arguments, is
+// what the detach took. d loss / d w = x * (y - x * x) (through the detach it would be
+// x * (2y - x * x)).
+TEST(TorchDetach, ADecomposedCallFindsTheDetachedInputAmongItsInputs) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"3"});
+  b.initializer_f32("w", {3}, std::vector<float>(std::begin(kW), std::end(kW)));
+  add_metadata(b.node("Mul", {"x", "w"}, {"mul"}, "mul"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("mul", "mul.Tensor", "%x, %p_w"));
+  add_metadata(b.node("Mul", {"x", "x"}, {"sq"}, "sq"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("sq", "mul.Tensor", "%x, %x"));
+  const std::string rsub = fx_node("rsub", "rsub.Tensor", "%sq, %detach");
+  add_metadata(b.node("Neg", {"sq"}, {"neg"}, "neg"), kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               rsub);
+  add_metadata(b.node("Add", {"mul", "neg"}, {"rsub"}, "add"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", rsub);
+  add_metadata(b.node("Mul", {"mul", "rsub"}, {"prod"}, "prod"), kNodeMetadataField,
+               "pkg.torch.onnx.fx_node", fx_node("mul_1", "mul.Tensor", "%mul, %rsub"));
+  add_int_attr(b.node("ReduceSum", {"prod"}, {"loss"}, "sum"), "keepdims", 0);
+  b.output("loss");
+  expect_one_sgd_step(import_ok(b.bytes()), [](double x, double y) { return x * (y - x * x); });
+}
+
 // ---- BatchNormalization's training mode ---------------------------------------------------
 
 // The dynamo exporter writes a batch norm that ran in training mode in its inference form (Y

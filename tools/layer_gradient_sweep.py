@@ -466,6 +466,13 @@ def cases():
                                             activation=lambda t: F.log_softmax(t, -1)),
                                    "flat_class"),
         "huber_sum": lambda: (LossCase(nn.HuberLoss(reduction="sum", delta=2.0)), "flat_target"),
+        # detach(): ONNX cannot say it; dynamo's FX metadata keeps it, TorchScript's export
+        # loses it (so those differ, as the file computes another gradient)
+        "detach": lambda: seq(fn(lambda t: t * t.detach().exp())),
+        "straight_through_argmax": lambda: seq(fn(lambda t: t + (
+            F.one_hot(t.argmax(-1), D).to(t.dtype) - t).detach())),
+        "distillation_detached_targets": lambda: (LossCase(lambda a, y: F.cross_entropy(
+            a, F.softmax(a * 2, -1).detach()) + F.cross_entropy(a, y)), "flat_class"),
     }
 
 
