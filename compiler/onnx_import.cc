@@ -274,7 +274,8 @@ class Importer : public onnx_io::ImportSink {
     for (const int i : inputs) {
       Value* value = find_value(proto.input(i));
       if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
-      const std::string name = str_cat(proto.input(i), "/detached_for/", proto.output(0));
+      const std::string name = str_cat(proto.input(i), "/detached_for/",
+                                       proto.output_size() > 0 ? proto.output(0) : proto.name());
       AMPC_ASSIGN_OR_RETURN(
           Node * identity,
           add_node("", "Identity", {value}, {{"stop_gradient", AttrValue(int64_t{1})}}, {name},
