@@ -31,6 +31,8 @@ from torchvision_gradient_sweep import add_sweep_arguments, check, parse_exporte
 from sweep_layers import B, C, CLASSES, D, H, T, W  # noqa: E402
 from sweep_layers import (  # noqa: E402
     AffineGrid,
+    AttentionWithBiasKv,
+    AttentionWithWeights,
     BagOf,
     BatchNormSeq,
     Bilinear,
@@ -44,6 +46,7 @@ from sweep_layers import (  # noqa: E402
     FoldBack,
     GaussianNll,
     GridSample,
+    GruFromState,
     IndexPut,
     LearnedGridSample,
     LstmLearnedState,
@@ -55,7 +58,9 @@ from sweep_layers import (  # noqa: E402
     Scripted,
     SelfAttention,
     SpectralMix,
-    Volume)
+    Volume,
+    WeightedBagOf,
+    WholeTransformer)
 
 
 class Lambda(nn.Module):
@@ -473,6 +478,30 @@ def cases():
             F.one_hot(t.argmax(-1), D).to(t.dtype) - t).detach())),
         "distillation_detached_targets": lambda: (LossCase(lambda a, y: F.cross_entropy(
             a, F.softmax(a * 2, -1).detach()) + F.cross_entropy(a, y)), "flat_class"),
+        # more of the layers models are built from
+        "mha_bias_kv_zero_attn": lambda: seq(AttentionWithBiasKv()),
+        "mha_need_weights": lambda: seq(AttentionWithWeights()),
+        "transformer": lambda: seq(WholeTransformer()),
+        "embedding_bag_per_sample_weights": lambda: (EmbeddingCase(WeightedBagOf()), "tokens"),
+        "gru_initial_state": lambda: seq(GruFromState()),
+        "conv_replicate": lambda: image(nn.Conv2d(C, C, 3, padding=1, padding_mode="replicate")),
+        "upsample_bicubic_ac": lambda: image(nn.Upsample(scale_factor=2, mode="bicubic",
+                                                         align_corners=True)),
+        "interpolate_antialias": lambda: image(fn(lambda t: F.interpolate(
+            t, size=(5, 5), mode="bilinear", antialias=True))),
+        "pixel_shuffle_3": lambda: image(nn.Sequential(nn.Conv2d(C, 9, 1), nn.PixelShuffle(3))),
+        "softplus_past_threshold": lambda: seq(fn(lambda t: F.softplus(t * 30))),
+        "masked_mean": lambda: seq(fn(lambda t: (t * (t > 0)).sum(1)
+                                      / (t > 0).sum(1).clamp_min(1))),
+        "matrix_norm": lambda: seq(fn(lambda t: torch.linalg.matrix_norm(t, keepdim=True) * t)),
+        "amin_two_axes": lambda: image(fn(lambda t: t.amin(dim=(1, 3)))),
+        "cross_entropy_sum": lambda: (LossCase(nn.CrossEntropyLoss(reduction="sum")),
+                                      "flat_class"),
+        "bce_logits_weight_sum": lambda: (LossCase(nn.BCEWithLogitsLoss(
+            weight=torch.linspace(0.5, 2, CLASSES), reduction="sum")), "flat_prob"),
+        "poisson_nll_full": lambda: (LossCase(nn.PoissonNLLLoss(log_input=False, full=True),
+                                              activation=F.softplus), "flat_count"),
+        "smooth_l1_beta_0": lambda: (LossCase(nn.SmoothL1Loss(beta=0.0)), "flat_target"),
     }
 
 

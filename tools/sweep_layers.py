@@ -314,3 +314,62 @@ class LstmLearnedState(nn.Module):
     def forward(self, x):
         h0 = self.h0.expand(1, x.shape[0], D).contiguous()
         return self.lstm(x.transpose(0, 1), (h0, torch.zeros_like(h0)))[0].transpose(0, 1)
+
+
+class AttentionWithBiasKv(nn.Module):
+    """Self-attention with learned bias keys and values and a zero attention slot."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, 2, add_bias_kv=True, add_zero_attn=True,
+                                         batch_first=True)
+
+    def forward(self, x):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class AttentionWithWeights(nn.Module):
+    """Self-attention whose averaged attention weights are used as well as its output."""
+
+    def __init__(self):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(D, 2, batch_first=True)
+
+    def forward(self, x):
+        out, weights = self.mha(x, x, x, need_weights=True, average_attn_weights=True)
+        return out + weights.sum(-1, keepdim=True)
+
+
+class WholeTransformer(nn.Module):
+    """nn.Transformer (one encoder and one decoder layer), the target the reversed source."""
+
+    def __init__(self):
+        super().__init__()
+        self.transformer = nn.Transformer(D, 2, 1, 1, 16, dropout=0.0, batch_first=True)
+
+    def forward(self, x):
+        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+        return self.transformer(x, x.flip(1), tgt_mask=mask)
+
+
+class WeightedBagOf(nn.Module):
+    """A sum bag per row with per-sample weights computed from the ids."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(CLASSES * 2, D, mode="sum")
+
+    def forward(self, ids):
+        return self.bag(ids, per_sample_weights=(ids + 1).to(self.bag.weight.dtype) / 10)
+
+
+class GruFromState(nn.Module):
+    """A GRU whose initial state is the sequence's first position."""
+
+    def __init__(self):
+        super().__init__()
+        self.gru = nn.GRU(D, D, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(x, x[:, 0][None].contiguous())[0]
+
