@@ -9,13 +9,13 @@
 #include <filesystem>
 #include <map>
 #include <optional>
-#include <set>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
 #include "compiler/file_util.h"
 #include "compiler/onnx_common.h"
+#include "compiler/onnx_detach.h"
 #include "compiler/onnx_input_types.h"
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering.h"
@@ -189,100 +189,8 @@ class Importer : public onnx_io::ImportSink {
   }
 
   absl::Status import_node(const onnx::NodeProto& proto) override {
-    const std::optional<size_t> call = fx_call_hash(proto);
-    AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired,
-                          read_detached_inputs(proto, call));
-    AMPC_RETURN_IF_ERROR(import_node_as_read(rewired ? *rewired : proto));
-    if (call) {
-      for (const std::string& output : proto.output()) made_by_call_[output] = *call;
-    }
-    return absl::OkStatus();
-  }
-
-  // A hash of the aten call PyTorch's dynamo exporter recorded on `proto` (the nodes of one
-  // call's decomposition share it), or nullopt.
-  static std::optional<size_t> fx_call_hash(const onnx::NodeProto& proto) {
-    for (const auto& [key, value] : onnx_io::metadata_props(proto)) {
-      if (key == "pkg.torch.onnx.fx_node") return std::hash<std::string>{}(value);
-    }
-    return std::nullopt;
-  }
-
-  // For a node that reads a detach() PyTorch's dynamo exporter optimized away (its FX node
-  // says so; onnx_io::torch_detached_tensor_args): the node reading, in place of each detached
-  // input, an Identity of it that stops the gradient (stop_gradient). Which inputs: the FX
-  // call's tensor arguments in order, when they are all of the node's inputs or the first ones
-  // with constants after (Reshape's shape), and the other arguments are their inputs by name;
-  // else (a node of the call's decomposition) each input that is none of the call's other
-  // arguments, not made by the same call, and neither a constant nor an initializer: a value
-  // from outside the call that it does not list, which only a detached argument can be. Nullopt
-  // when nothing is detached.
-  absl::StatusOr<std::optional<onnx::NodeProto>> read_detached_inputs(const onnx::NodeProto& proto,
-                                                                      std::optional<size_t> call) {
-    std::vector<std::string> detached = onnx_io::torch_detached_tensor_args(proto);
-    // A detach() the file still holds (an unoptimized export) is a node of its own.
-    bool any = false;
-    for (std::string& name : detached) {
-      if (!name.empty() && find_value(name) != nullptr) name.clear();
-      any |= !name.empty();
-    }
-    if (!any) return std::nullopt;
-    const auto constant = [&](const std::string& name) {
-      const Value* value = name.empty() ? nullptr : find_value(name);
-      return name.empty() || (value != nullptr && known_value(value) != nullptr);
-    };
-    const std::vector<std::string> names = onnx_io::torch_tensor_args(proto);
-    const int args = static_cast<int>(detached.size());
-    // In order: each other argument is its input by name (a parameter by its FX name, p_w, so
-    // any initializer), and the inputs after the arguments are constants.
-    bool in_order = args <= proto.input_size();
-    for (int i = 0; in_order && i < proto.input_size(); ++i) {
-      const Value* value = proto.input(i).empty() ? nullptr : find_value(proto.input(i));
-      if (i >= args) {
-        in_order = constant(proto.input(i));
-      } else if (detached[i].empty()) {
-        in_order = proto.input(i) == names[i] ||
-                   (value != nullptr && value->kind() == Value::Kind::kInitializer);
-      }
-    }
-    std::vector<int> inputs;
-    if (in_order) {
-      for (int i = 0; i < args; ++i) {
-        if (!detached[i].empty()) inputs.push_back(i);
-      }
-    } else {
-      std::set<std::string, std::less<>> listed;
-      for (int i = 0; i < args; ++i) {
-        if (detached[i].empty()) listed.insert(names[i]);
-      }
-      for (int i = 0; i < proto.input_size(); ++i) {
-        const std::string& name = proto.input(i);
-        // Initializers are skipped too: the call lists a parameter under its FX name (p_w).
-        const Value* value = name.empty() ? nullptr : find_value(name);
-        const auto made = made_by_call_.find(name);
-        if (value == nullptr || value->kind() == Value::Kind::kInitializer ||
-            listed.contains(name) || constant(name) ||
-            (made != made_by_call_.end() && made->second == call)) {
-          continue;
-        }
-        inputs.push_back(i);
-      }
-    }
-    if (inputs.empty()) return std::nullopt;
-    const std::string label = describe_proto(proto);
-    onnx::NodeProto rewired = proto;
-    for (const int i : inputs) {
-      Value* value = find_value(proto.input(i));
-      if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
-      const std::string name = str_cat(proto.input(i), "/detached_for/",
-                                       proto.output_size() > 0 ? proto.output(0) : proto.name());
-      AMPC_ASSIGN_OR_RETURN(
-          Node * identity,
-          add_node("", "Identity", {value}, {{"stop_gradient", AttrValue(int64_t{1})}}, {name},
-                   str_cat(proto.name(), "/detach_", i), label));
-      rewired.set_input(i, identity->output(0)->name());
-    }
-    return rewired;
+    AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired, detached_.read(proto, *this));
+    return import_node_as_read(rewired ? *rewired : proto);
   }
 
   absl::Status import_node_as_read(const onnx::NodeProto& proto) {
@@ -517,8 +425,7 @@ class Importer : public onnx_io::ImportSink {
   const Graph* outer_;
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
-  // The hash of the aten call (fx_call_hash) that made each value of a dynamo export.
-  std::unordered_map<std::string, size_t> made_by_call_;
+  onnx_io::DetachedInputs detached_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
   onnx_io::RaggedValues ragged_;

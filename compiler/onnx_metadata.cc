@@ -76,13 +76,11 @@ struct FxCall {
   }
 };
 
-std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
-  const std::optional<std::string> fx = find_prop(metadata_props(node), "pkg.torch.onnx.fx_node");
-  if (!fx) return std::nullopt;
+std::optional<FxCall> parse_fx_call(const std::string& fx) {
   static const std::regex kCall(
       R"(target=torch\.ops\.aten\.(\w+)\.(\w+)\]\(args = \(([^)]*)\), kwargs = \{([^}]*)\})");
   std::smatch match;
-  if (!std::regex_search(*fx, match, kCall)) return std::nullopt;
+  if (!std::regex_search(fx, match, kCall)) return std::nullopt;
   FxCall call{match[1].str(), match[2].str(), {}, match[4].str()};
   const std::string listed = match[3].str();
   for (size_t begin = 0; begin <= listed.size();) {
@@ -95,7 +93,16 @@ std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
   return call;
 }
 
+std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
+  const std::optional<std::string> fx = torch_fx_node(node);
+  return fx ? parse_fx_call(*fx) : std::nullopt;
+}
+
 }  // namespace
+
+std::optional<std::string> torch_fx_node(const onnx::NodeProto& node) {
+  return find_prop(metadata_props(node), "pkg.torch.onnx.fx_node");
+}
 
 MetadataProps metadata_props(const onnx::NodeProto& node) {
   return read_props(node, kNodeMetadataField);
@@ -179,8 +186,8 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
   return attrs;
 }
 
-std::vector<std::string> torch_tensor_args(const onnx::NodeProto& node) {
-  const std::optional<FxCall> call = fx_call(node);
+std::vector<std::string> torch_tensor_args(const std::string& fx) {
+  const std::optional<FxCall> call = parse_fx_call(fx);
   if (!call) return {};
   std::vector<std::string> names;
   for (const std::string& arg : call->args) {
@@ -189,17 +196,17 @@ std::vector<std::string> torch_tensor_args(const onnx::NodeProto& node) {
   return names;
 }
 
-std::vector<std::string> torch_detached_tensor_args(const onnx::NodeProto& node) {
-  const std::optional<FxCall> call = fx_call(node);
-  if (!call) return {};
-  static const std::regex kDetach(R"(%(detach(_[0-9]+)?))");
+std::vector<std::string> torch_detached_tensor_args(const std::string& fx) {
+  // Every node of a dynamo export has an FX node; the regular expressions are for the few that
+  // name a detach.
+  if (fx.find("%detach") == std::string::npos) return {};
+  static const std::regex kDetach(R"(detach(_[0-9]+)?)");
   std::vector<std::string> detached;
   bool any = false;
-  for (const std::string& arg : call->args) {
-    if (arg.empty() || arg[0] != '%') continue;
-    std::smatch match;
-    detached.push_back(std::regex_match(arg, match, kDetach) ? match[1].str() : "");
-    any |= !detached.back().empty();
+  for (std::string& name : torch_tensor_args(fx)) {
+    if (!std::regex_match(name, kDetach)) name.clear();
+    any |= !name.empty();
+    detached.push_back(std::move(name));
   }
   return any ? detached : std::vector<std::string>{};
 }

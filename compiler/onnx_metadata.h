@@ -56,17 +56,20 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
 // Empty for other nodes, and for files without the metadata (TorchScript exports).
 std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node);
 
-// The names of the tensor arguments (`%name`, in order, without the `%`) of the aten call
-// PyTorch's dynamo exporter recorded on `node`; empty without one.
-std::vector<std::string> torch_tensor_args(const onnx::NodeProto& node);
+// The FX node PyTorch's dynamo exporter recorded on `node` (`pkg.torch.onnx.fx_node`: "%exp :
+// [num_users=1] = call_function[target=torch.ops.aten.exp.default](args = (%linear,), kwargs =
+// {})"), or nullopt (TorchScript exports, other files).
+std::optional<std::string> torch_fx_node(const onnx::NodeProto& node);
 
-// For a node PyTorch's dynamo exporter made from an aten call that reads a detach() the
-// exporter's optimizer removed (the FX node's argument is `%detach` or `%detach_N`, while the ONNX
-// node reads the value the detach() took): per tensor argument of the call (`%name`, in order),
-// the detach's FX name ("detach_2") for a detached one, else empty. Empty when no
-// argument is detached, and for files without the metadata (TorchScript exports, whose detach()
-// leaves no trace).
-std::vector<std::string> torch_detached_tensor_args(const onnx::NodeProto& node);
+// The names of the tensor arguments (`%name`, in order, without the `%`) of the aten call an FX
+// node `fx` records; empty when it records none.
+std::vector<std::string> torch_tensor_args(const std::string& fx);
+
+// For an FX node `fx` whose aten call reads a detach() the exporter's optimizer removed (the
+// argument is `%detach` or `%detach_N`, while the ONNX node reads the value the detach() took):
+// per tensor argument of the call (torch_tensor_args), the detach's name ("detach_2") for a
+// detached one, else empty. Empty when no argument is a detach.
+std::vector<std::string> torch_detached_tensor_args(const std::string& fx);
 
 // For a SoftmaxCrossEntropyLoss PyTorch's dynamo exporter made from cross_entropy with
 // label_smoothing > 0 (which ONNX's op cannot hold, and the exporter drops): the smoothing;

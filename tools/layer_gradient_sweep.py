@@ -31,7 +31,6 @@ from torchvision_gradient_sweep import add_sweep_arguments, check, parse_exporte
 from sweep_layers import B, C, CLASSES, D, H, T, W  # noqa: E402
 from sweep_layers import (  # noqa: E402
     AffineGrid,
-    AttentionWithBiasKv,
     AttentionWithWeights,
     BagOf,
     BatchNormSeq,
@@ -42,7 +41,6 @@ from sweep_layers import (  # noqa: E402
     ConvTranspose1dOverTime,
     CrossAttention,
     Ctc,
-    Decoder,
     FoldBack,
     GaussianNll,
     GridSample,
@@ -60,7 +58,7 @@ from sweep_layers import (  # noqa: E402
     SpectralMix,
     Volume,
     WeightedBagOf,
-    WholeTransformer)
+    WithReversed)
 
 
 class Lambda(nn.Module):
@@ -299,7 +297,8 @@ def cases():
             D, 2, 16, dropout=0.0, batch_first=True)),
         "transformer_encoder_prenorm_gelu": lambda: seq(nn.TransformerEncoderLayer(
             D, 2, 16, dropout=0.0, activation="gelu", norm_first=True, batch_first=True)),
-        "transformer_decoder": lambda: seq(Decoder()),
+        "transformer_decoder": lambda: seq(WithReversed(nn.TransformerDecoderLayer(
+            D, 2, 16, dropout=0.0, batch_first=True))),
         "bilinear": lambda: seq(fn(Bilinear())),
         # scripted control flow (torch.jit.script), which the TorchScript exporter writes as
         # ONNX Loops (dynamo traces through it): a for-loop over time carrying a state and
@@ -479,9 +478,11 @@ def cases():
         "distillation_detached_targets": lambda: (LossCase(lambda a, y: F.cross_entropy(
             a, F.softmax(a * 2, -1).detach()) + F.cross_entropy(a, y)), "flat_class"),
         # more of the layers models are built from
-        "mha_bias_kv_zero_attn": lambda: seq(AttentionWithBiasKv()),
+        "mha_bias_kv_zero_attn": lambda: seq(SelfAttention(nn.MultiheadAttention(
+            D, 2, add_bias_kv=True, add_zero_attn=True, batch_first=True))),
         "mha_need_weights": lambda: seq(AttentionWithWeights()),
-        "transformer": lambda: seq(WholeTransformer()),
+        "transformer": lambda: seq(WithReversed(nn.Transformer(D, 2, 1, 1, 16, dropout=0.0,
+                                                                batch_first=True))),
         "embedding_bag_per_sample_weights": lambda: (EmbeddingCase(WeightedBagOf()), "tokens"),
         "gru_initial_state": lambda: seq(GruFromState()),
         "conv_replicate": lambda: image(nn.Conv2d(C, C, 3, padding=1, padding_mode="replicate")),

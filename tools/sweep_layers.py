@@ -175,14 +175,17 @@ class CrossAttention(nn.Module):
         return self.mha(x, x[..., :4], x[..., 2:], need_weights=False)[0]
 
 
-class Decoder(nn.Module):
-    def __init__(self):
+class WithReversed(nn.Module):
+    """module(x, x reversed in time, tgt_mask=causal): a decoder layer (target x, memory the
+    reversed x) or a whole nn.Transformer (source x, target the reversed x)."""
+
+    def __init__(self, module):
         super().__init__()
-        self.layer = nn.TransformerDecoderLayer(D, 2, 16, dropout=0.0, batch_first=True)
+        self.module = module
 
     def forward(self, x):
         mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
-        return self.layer(x, x.flip(1), tgt_mask=mask)
+        return self.module(x, x.flip(1), tgt_mask=mask)
 
 
 class Bilinear(nn.Module):
@@ -316,18 +319,6 @@ class LstmLearnedState(nn.Module):
         return self.lstm(x.transpose(0, 1), (h0, torch.zeros_like(h0)))[0].transpose(0, 1)
 
 
-class AttentionWithBiasKv(nn.Module):
-    """Self-attention with learned bias keys and values and a zero attention slot."""
-
-    def __init__(self):
-        super().__init__()
-        self.mha = nn.MultiheadAttention(D, 2, add_bias_kv=True, add_zero_attn=True,
-                                         batch_first=True)
-
-    def forward(self, x):
-        return self.mha(x, x, x, need_weights=False)[0]
-
-
 class AttentionWithWeights(nn.Module):
     """Self-attention whose averaged attention weights are used as well as its output."""
 
@@ -338,18 +329,6 @@ class AttentionWithWeights(nn.Module):
     def forward(self, x):
         out, weights = self.mha(x, x, x, need_weights=True, average_attn_weights=True)
         return out + weights.sum(-1, keepdim=True)
-
-
-class WholeTransformer(nn.Module):
-    """nn.Transformer (one encoder and one decoder layer), the target the reversed source."""
-
-    def __init__(self):
-        super().__init__()
-        self.transformer = nn.Transformer(D, 2, 1, 1, 16, dropout=0.0, batch_first=True)
-
-    def forward(self, x):
-        mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
-        return self.transformer(x, x.flip(1), tgt_mask=mask)
 
 
 class WeightedBagOf(nn.Module):
