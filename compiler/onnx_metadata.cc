@@ -163,9 +163,15 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
   const bool gather = node.op_type() == "Gather";
   const bool batch_norm = node.op_type() == "BatchNormalization";
   const bool identity = node.op_type() == "Identity";
-  if (!in_onnx_domain(node) || !(gather || batch_norm || identity)) return attrs;
+  const bool extremum = node.op_type() == "ReduceMax" || node.op_type() == "ReduceMin";
+  if (!in_onnx_domain(node) || !(gather || batch_norm || identity || extremum)) return attrs;
   const std::optional<FxCall> call = fx_call(node);
   if (!call) return attrs;
+  // max(dim) and min(dim) return the first extremal element's index, and their gradient goes
+  // to it alone; amax and amin share it among ties, as ReduceMax's gradient does.
+  if (extremum && (call->op == "max" || call->op == "min") && call->overload == "dim") {
+    attrs["gradient_to_first"] = 1;
+  }
   // An unoptimized export keeps each detach() as an Identity of its own.
   if (identity && call->op == "detach") attrs["stop_gradient"] = 1;
   if (gather && call->op == "embedding") {

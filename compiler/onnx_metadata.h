@@ -52,7 +52,9 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
 // - BatchNormalization made from a batch norm that ran in training mode (the dynamo exporter
 //   writes the inference form, normalizing by the running statistics, for
 //   aten._native_batch_norm_legit_functional with training=True): `training_mode` = 1;
-// - Identity made from aten.detach (an export with optimize=False): `stop_gradient` = 1.
+// - Identity made from aten.detach (an export with optimize=False): `stop_gradient` = 1;
+// - ReduceMax or ReduceMin made from aten.max.dim or aten.min.dim: `gradient_to_first` = 1 (the
+//   gradient goes to the first extremal element, whose index they return, not to every tie).
 // Empty for other nodes, and for files without the metadata (TorchScript exports).
 std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node);
 

@@ -1,10 +1,12 @@
 // The reductions ampc has no kernel of its own for, expanded at import into the ops ONNX defines
 // them with (so every backend runs them and autodiff differentiates them with no new kernels or
-// gradient rules): ReduceL1 = ReduceSum(Abs), ReduceL2 = Sqrt(ReduceSum(x * x)), ReduceSumSquare,
+// gradient rules): ReduceL1 = ReduceSum(Abs), ReduceL2 = Sqrt(ReduceSum(x * x)) (0, with no
+// gradient, where the sum is 0, as PyTorch's norm), ReduceSumSquare,
 // ReduceLogSum = Log(ReduceSum), ReduceLogSumExp (max-shifted, as PyTorch's logsumexp), and
 // ReduceMin = -ReduceMax(-x) on floats (negation is exact, so the result is bit for bit). A
 // ReduceMin or ReduceProd whose input is known at compile time (shape arithmetic: the element
-// count PyTorch's var() and std() divide by is ReduceProd(Gather(Shape(x)))) becomes its value;
+// count PyTorch's var() and std() divide by is ReduceProd(Gather(Shape(x)))) becomes its value,
+// unless that value is read from a float initializer of the file (a parameter, which trains);
 // ReduceProd of a value computed at run time is a tree of products per reduced axis: the two
 // halves multiplied (Slice, Mul), an odd length's last position carried over (Concat), until one
 // position is left; Mul's gradient is the other factor, so zeros get exact gradients (no division
@@ -19,8 +21,12 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <unordered_set>
+#include <vector>
 
 #include "compiler/onnx_lowering_internal.h"
+#include "compiler/onnx_metadata.h"
+#include "compiler/op_def.h"
 #include "compiler/strings.h"
 
 namespace ampc::onnx_io::lowering {
@@ -79,9 +85,9 @@ absl::Status float_operand(const Reduction& r, const std::string& label) {
 
 // `op`(ReduceSum or ReduceMax) of `x` as `r` says, into the node's output.
 absl::StatusOr<Value*> reduce(Emitter& e, std::string_view op, Value* x, const Reduction& r,
-                              bool keepdims, std::string output = "") {
+                              bool keepdims, std::string output = "", Attributes attrs = {}) {
   if (r.noop) return e.op("Identity", {x}, {}, std::move(output));
-  Attributes attrs = {{"keepdims", AttrValue(int64_t{keepdims ? 1 : 0})}};
+  attrs.emplace("keepdims", AttrValue(int64_t{keepdims ? 1 : 0}));
   if (r.axes) attrs.emplace("axes", AttrValue(*r.axes));
   return e.op(op, {x}, std::move(attrs), std::move(output));
 }
@@ -212,6 +218,32 @@ absl::Status product_tree(Emitter& e, const Reduction& r, const std::string& lab
   return e.reshape(v, out, e.output(0)).status();
 }
 
+// Whether the known value `value` is computed from a float initializer of the file, which may be
+// a trainable parameter (the min of a learned scale): a constant folded from it would cut its
+// gradient. Walks the known values upstream only, and not past ops that read only their
+// operands' shapes (Shape, Size).
+bool reads_float_initializer(const Value* value, ImportSink& sink) {
+  std::vector<const Value*> stack = {value};
+  std::unordered_set<const Value*> seen;
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    if (v == nullptr || !seen.insert(v).second) continue;
+    if (v->kind() == Value::Kind::kInitializer) {
+      if (is_float(v->dtype()) && !v->is_constant()) return true;
+      continue;
+    }
+    const Node* producer = v->producer();
+    if (producer == nullptr || producer->def() == nullptr || !producer->def()->fold_needs_values) {
+      continue;
+    }
+    for (const Value* operand : producer->operands()) {
+      if (operand != nullptr && sink.known_value(operand) != nullptr) stack.push_back(operand);
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
@@ -231,7 +263,17 @@ absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::strin
     return reduce(e, "ReduceSum", x, r, r.keepdims, e.output(0)).status();
   }
   AMPC_ASSIGN_OR_RETURN(Value * sum, reduce(e, "ReduceSum", x, r, r.keepdims));
-  return e.op(op == "ReduceL2" ? "Sqrt" : "Log", {sum}, {}, e.output(0)).status();
+  if (op == "ReduceLogSum") return e.op("Log", {sum}, {}, e.output(0)).status();
+  // The norm of zeros is 0 with gradient 0, as PyTorch's norm backward masks it (sqrt's would
+  // be 0 * inf = NaN, which F.normalize of a zero row would spread to every parameter): the
+  // square root of a sum that is 0 is taken of 1 and replaced by 0, so no gradient reaches it.
+  const DType dtype = sum->dtype();
+  AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * one, e.scalar(1, dtype));
+  AMPC_ASSIGN_OR_RETURN(Value * empty, e.op("Equal", {sum, zero}));
+  AMPC_ASSIGN_OR_RETURN(Value * nonzero, e.op("Where", {empty, one, sum}));
+  AMPC_ASSIGN_OR_RETURN(Value * root, e.op("Sqrt", {nonzero}));
+  return e.op("Where", {empty, zero, root}, {}, e.output(0)).status();
 }
 
 absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::string& label,
@@ -239,7 +281,8 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
   AMPC_ASSIGN_OR_RETURN(Reduction r, read_reduction(proto, label, sink));
   Emitter e(proto, label, sink);
   const bool prod = proto.op_type() == "ReduceProd";
-  if (const Tensor* known = sink.known_value(r.x); known != nullptr) {
+  if (const Tensor* known = sink.known_value(r.x);
+      known != nullptr && !reads_float_initializer(r.x, sink)) {
     if (e.output(0).empty()) return absl::OkStatus();
     const FoldOp product{std::multiplies<double>(), std::multiplies<int64_t>(), 1.0, 1};
     const FoldOp minimum{[](double a, double b) { return std::isnan(b) ? b : std::min(a, b); },
@@ -265,7 +308,14 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
                                             " data computed at run time is not supported"));
   }
   AMPC_ASSIGN_OR_RETURN(Value * mirrored, mirror(r.x, ""));
-  AMPC_ASSIGN_OR_RETURN(Value * max, reduce(e, "ReduceMax", mirrored, r, r.keepdims));
+  // min(dim)'s gradient goes to the first minimum (compiler/onnx_metadata.h), the first maximum
+  // of the mirrored data.
+  Attributes recorded;
+  for (const auto& [name, value] : torch_recorded_attrs(proto)) {
+    if (name == "gradient_to_first") recorded.emplace(name, AttrValue(value));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * max,
+                        reduce(e, "ReduceMax", mirrored, r, r.keepdims, "", std::move(recorded)));
   if (e.output(0).empty()) return absl::OkStatus();
   return mirror(max, e.output(0)).status();
 }

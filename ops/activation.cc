@@ -8,7 +8,8 @@
 // compose standard ops). Conventions at the kinks are PyTorch's: Relu passes no gradient where
 // y <= 0, LeakyRelu passes alpha * dy where x <= 0, PRelu passes slope * dy to X and x * dy to
 // the slope only where x <= 0, HardSigmoid passes alpha * dy only strictly inside its linear
-// part, HardSwish passes 0 below -3, dy * (x/3 + 1/2) on [-3, 3] and dy above, and Elu, Selu and
+// part, HardSwish passes 0 up to -3, dy * (x/3 + 1/2) strictly between -3 and 3 and dy from 3
+// (PyTorch 2.15, measured at -3 and 3: 0 and dy), and Elu, Selu and
 // Celu take their exponential side at x = 0.
 #include <cmath>
 
@@ -105,16 +106,17 @@ absl::StatusOr<Grads> hard_sigmoid_grad(GradBuilder& b) {
   return Grads{b.op("Where", {b.op("Less", {t, b.scalar(1, dtype)}), inside, zero})};
 }
 
-// d/dx hard_swish(x) = 0 for x < -3, dy for x > 3, dy * (x/3 + 1/2) between (PyTorch's
-// hardswish_backward).
+// d/dx hard_swish(x) = 0 for x <= -3, dy for x >= 3, dy * (x/3 + 1/2) between (PyTorch's
+// hardswish_backward, measured at -3 and 3).
 absl::StatusOr<Grads> hard_swish_grad(GradBuilder& b) {
   Value* x = b.input(0);
   Value* dy = b.grad_of_output(0);
   const DType dtype = x->dtype();
   Value* slope = b.op("Add", {b.op("Div", {x, b.scalar(3, dtype)}), b.scalar(0.5, dtype)});
-  Value* upper =
-      b.op("Where", {b.op("Greater", {x, b.scalar(3, dtype)}), dy, b.op("Mul", {dy, slope})});
-  return Grads{b.op("Where", {b.op("Less", {x, b.scalar(-3, dtype)}), b.scalar(0, dtype), upper})};
+  Value* upper = b.op(
+      "Where", {b.op("GreaterOrEqual", {x, b.scalar(3, dtype)}), dy, b.op("Mul", {dy, slope})});
+  return Grads{
+      b.op("Where", {b.op("LessOrEqual", {x, b.scalar(-3, dtype)}), b.scalar(0, dtype), upper})};
 }
 
 // d/dx prelu(x, s) = dy where x > 0, s * dy elsewhere; d/ds = x * dy where x <= 0, else 0

@@ -182,8 +182,9 @@ absl::StatusOr<Grads> extremum_grad(GradBuilder& b) {
 }
 
 // Clip's gradients are PyTorch's clamp's, which differ with the kind of bound:
-//   - bounds stored as initializers (numbers: ReLU6's 0 and 6) are hyperparameters: x at a
-//     bound passes the whole gradient, x beyond it none (torch.clamp(x, min=0.0, max=6.0));
+//   - bounds stored as initializers (numbers: ReLU6's 0 and 6) are hyperparameters: x passes
+//     the gradient strictly between them and none at or beyond a bound, as PyTorch 2.15's
+//     hardtanh, relu6 and clamp with number bounds do (measured at the bounds);
 //   - bounds computed at run time (torch.clamp with tensor bounds, which the TorchScript
 //     exporter writes as Clip) get gradients, split as PyTorch 2.15's clamp backward splits
 //     them (measured element by element; tests/ops/elementwise_grad_test.cc):
@@ -202,8 +203,8 @@ absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   if (!computed(lo) && !computed(hi)) {
     Value* zero = zero_like(b, x);
     Value* dx = dy;
-    if (hi != nullptr) dx = b.op("Where", {b.op("Greater", {x, hi}), zero, dx});
-    if (lo != nullptr) dx = b.op("Where", {b.op("Less", {x, lo}), zero, dx});
+    if (hi != nullptr) dx = b.op("Where", {b.op("GreaterOrEqual", {x, hi}), zero, dx});
+    if (lo != nullptr) dx = b.op("Where", {b.op("LessOrEqual", {x, lo}), zero, dx});
     return Grads{dx, nullptr, nullptr};
   }
   const DType dtype = x->dtype();

@@ -9,7 +9,9 @@
 //
 // Gradients compose standard ops: the output gradient, reshaped to the keepdims form, is
 // expanded back over the reduced axes (divided by their size for ReduceMean; for ReduceMax
-// routed to the maximal elements, shared evenly among ties, as PyTorch's amax does).
+// routed to the maximal elements, shared evenly among ties, as PyTorch's amax does; with the
+// extension attribute gradient_to_first, to the first maximal element along the one reduced
+// axis, as PyTorch's max(dim) and min(dim) do, which return that element's index).
 #include <algorithm>
 
 #include "compiler/grad_builder.h"
@@ -115,10 +117,24 @@ absl::StatusOr<Grads> reduce_mean_grad(GradBuilder& b) {
 
 // d/dx max: dy goes to the elements equal to the maximum, split evenly among ties:
 // dx = (x == y) * dy / count(x == y).
+// With gradient_to_first and one reduced axis: dy goes to the element ArgMax picks (the first
+// of ties), dx = (position == argmax) * dy.
 absl::StatusOr<Grads> reduce_max_grad(GradBuilder& b) {
   AMPC_ASSIGN_OR_RETURN(Reduced reduced, reduced_axes(b));
   Value* grad = b.grad_of_output(0);
   if (reduced.axes.empty()) return Grads{grad};
+  if (b.node().int_attr("gradient_to_first") != 0 && reduced.axes.size() == 1) {
+    const int64_t axis = reduced.axes[0];
+    const Shape& shape = b.input(0)->shape();
+    Value* first = b.op("ArgMax", {b.input(0)}, {{"axis", axis}, {"keepdims", int64_t{1}}});
+    std::vector<int64_t> positions(shape[axis]);
+    for (int64_t i = 0; i < shape[axis]; ++i) positions[i] = i;
+    std::vector<int64_t> along(shape.size(), 1);
+    along[axis] = shape[axis];
+    Value* picked = b.op("Equal", {b.op("Reshape", {b.int64s(positions), b.int64s(along)}), first});
+    return Grads{b.op("Where", {picked, expanded(b, kept(b, grad, reduced.kept_shape)),
+                                b.scalar(0, grad->dtype())})};
+  }
   Value* is_max =
       b.op("Cast", {b.op("Equal", {b.input(0), kept(b, b.output(0), reduced.kept_shape)})},
            {{"to", grad->dtype()}});
@@ -291,8 +307,12 @@ void register_reduce_ops(OpRegistry& registry) {
   // A maximum picks one of its inputs: exact in any dtype.
   std::vector<DType> max_types = kNumericTypes;
   max_types.push_back(DType::kBool);
-  registry.add(reduction("ReduceMax", "maximum over the axes", 18, max_types,
-                         AutocastCategory::kClear, reduce_max_grad));
+  OpDef reduce_max = reduction("ReduceMax", "maximum over the axes", 18, max_types,
+                               AutocastCategory::kClear, reduce_max_grad);
+  AttrSpec to_first = flag_attr("gradient_to_first", 0);
+  to_first.extension = true;  // read from PyTorch's aten.max.dim and aten.min.dim
+  reduce_max.attrs.push_back(to_first);
+  registry.add(std::move(reduce_max));
   registry.add(arg_reduction("ArgMax", "index of the largest element along axis"));
   registry.add(arg_reduction("ArgMin", "index of the smallest element along axis"));
   registry.add(cumsum());

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "google/protobuf/message.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "onnx/onnx_pb.h"
 
 namespace ampc::testing {
@@ -130,6 +132,35 @@ inline onnx::AttributeProto& add_string_attr(onnx::NodeProto& node, const std::s
   attr->set_type(onnx::AttributeProto::STRING);
   attr->set_s(value);
   return *attr;
+}
+
+// The fields ONNX 1.16 added for metadata_props (NodeProto 9, GraphProto 16), which the
+// generated classes of older ONNX versions keep as unknown fields.
+constexpr int kNodeMetadataField = 9;
+constexpr int kGraphMetadataField = 16;
+
+// Adds the metadata entry key = value to `message` (a NodeProto or GraphProto) in `field`.
+inline void add_metadata(google::protobuf::Message& message, int field, const std::string& key,
+                         const std::string& value) {
+  onnx::StringStringEntryProto entry;
+  entry.set_key(key);
+  entry.set_value(value);
+  message.GetReflection()->MutableUnknownFields(&message)->AddLengthDelimited(
+      field, entry.SerializeAsString());
+}
+
+// An FX node as torch.onnx's dynamo exporter records it: `name` = aten.`target`(args).
+inline std::string fx_node(const std::string& name, const std::string& target,
+                           const std::string& args) {
+  return "%" + name + " : [num_users=1] = call_function[target=torch.ops.aten." + target +
+         "](args = (" + args + "), kwargs = {})";
+}
+
+// Records on `node` that PyTorch's dynamo exporter made it from aten.`target`(args).
+inline onnx::NodeProto& from_aten(onnx::NodeProto& node, const std::string& name,
+                                  const std::string& target, const std::string& args) {
+  add_metadata(node, kNodeMetadataField, "pkg.torch.onnx.fx_node", fx_node(name, target, args));
+  return node;
 }
 
 }  // namespace ampc::testing

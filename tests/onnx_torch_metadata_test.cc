@@ -31,19 +31,11 @@ namespace ampc {
 namespace {
 
 using testing::add_int_attr;
+using testing::add_metadata;
+using testing::fx_node;
+using testing::kGraphMetadataField;
+using testing::kNodeMetadataField;
 using testing::ModelBuilder;
-
-constexpr int kNodeMetadataField = 9;
-constexpr int kGraphMetadataField = 16;
-
-void add_metadata(google::protobuf::Message& message, int field, const std::string& key,
-                  const std::string& value) {
-  onnx::StringStringEntryProto entry;
-  entry.set_key(key);
-  entry.set_value(value);
-  message.GetReflection()->MutableUnknownFields(&message)->AddLengthDelimited(
-      field, entry.SerializeAsString());
-}
 
 std::vector<std::pair<std::string, std::string>> node_metadata(const onnx::NodeProto& node) {
   std::vector<std::pair<std::string, std::string>> props;
@@ -408,12 +400,6 @@ TEST(TorchEmbedding, ScaleGradByFreqDividesEachRowByItsPicks) {
 // x and w of the detach models.
 constexpr float kX[] = {1.5f, 0.25f, -0.75f};
 constexpr float kW[] = {0.5f, -1.0f, 2.0f};
-
-// An FX node as torch.onnx's dynamo exporter records it: `name` = aten.`target`(args).
-std::string fx_node(const std::string& name, const std::string& target, const std::string& args) {
-  return "%" + name + " : [num_users=1] = call_function[target=torch.ops.aten." + target +
-         "](args = (" + args + "), kwargs = {})";
-}
 
 // loss = sum(y * exp(detach(y))), y = x * w, as the dynamo exporter writes it: optimized, the
 // Exp reads y itself and only its FX node names the detach; unoptimized, an Identity made from

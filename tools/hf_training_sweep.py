@@ -18,7 +18,7 @@ another, as an embedding to its LM head, is in the file under the other's name).
 Needs torch, transformers, onnx, onnxscript and numpy from PyPI:
 
   venv/bin/python tools/hf_training_sweep.py [--ampc build/ampc] [--only gpt2,bert_mlm]
-      [--gradients]
+      [--gradients [--precision fp16|bf16]]
 """
 import argparse
 import contextlib
@@ -274,7 +274,12 @@ def main():
                         help="draw tokens from 1..vocab-1, so the pad token 0 is not in a batch")
     parser.add_argument("--gradients", action="store_true",
                         help="check the dynamo export's one-step gradients against f64 instead")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
+                        help="with --gradients: compile at this precision and compare with "
+                        "PyTorch's CPU autocast (tools/torchvision_gradient_sweep.py)")
     args = parser.parse_args()
+    if args.precision != "fp32" and not args.gradients:
+        parser.error("--precision needs --gradients")
     import transformers
     import logging
     logging.disable(logging.WARNING)
@@ -294,8 +299,8 @@ def main():
                 want = module(x, y).item()
             if args.gradients:
                 from torchvision_gradient_sweep import check
-                print(f"{name:16s} {check(args.ampc, module, x, y, 'dynamo:18', work)}",
-                      flush=True)
+                line = check(args.ampc, module, x, y, "dynamo:18", work, args.precision)
+                print(f"{name:16s} {line}", flush=True)
                 continue
             reference = torch_losses(module, x, y)
             for exporter in ("torchscript", "dynamo"):

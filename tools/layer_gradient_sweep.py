@@ -558,7 +558,7 @@ def main():
                 print(f"{name:34s} PyTorch cannot run the case: {str(e).splitlines()[0][:100]}")
                 continue
             for exporter in exporters:
-                line = check(args.ampc, module, x, y, exporter, work)
+                line = check(args.ampc, module, x, y, exporter, work, args.precision)
                 print(f"{name:34s} {exporter:14s} {line}", flush=True)
 
 

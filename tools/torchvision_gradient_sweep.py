@@ -130,8 +130,36 @@ def initializers(path):
             for t in onnx.load(path).graph.initializer}
 
 
-def check(ampc, module, x, y, exporter, work):
-    """One line: ampc's loss and gradient errors against f64, beside PyTorch f32's."""
+# What a low-precision run is compared with, and the largest loss scale it runs at: fp16
+# gradients of these small losses would underflow unscaled; a static scale keeps both sides'
+# steps alike.
+AMP = {"fp16": (torch.float16, 2.0 ** 10), "bf16": (torch.bfloat16, 1.0)}
+
+
+def torch_run(module, x, y, precision, scale):
+    """PyTorch's loss, gradients and loss scale, in f32 or under CPU autocast at `precision`
+    with the largest power-of-two scale up to `scale` at which every gradient is finite."""
+    dtype = AMP[precision][0] if precision != "fp32" else None
+    while True:
+        model = copy.deepcopy(module)
+        if precision == "fp32":
+            loss = model(x, y)
+        else:
+            with torch.autocast("cpu", dtype=dtype):
+                loss = model(x, y)
+        (loss.float() * scale).backward()
+        grads = {n: (p.grad.numpy() / scale if p.grad is not None else np.zeros(p.shape))
+                 for n, p in model.named_parameters()}
+        if scale <= 1 or all(np.isfinite(g).all() for g in grads.values()):
+            return loss.item(), grads, scale
+        scale /= 2
+
+
+def check(ampc, module, x, y, exporter, work, precision="fp32"):
+    """One line: ampc's loss and gradient errors against f64, beside PyTorch's at `precision`
+    (f32, or CPU autocast at the same static loss scale, named when below AMP's: a model whose
+    gradients overflow fp16 at 2^10, in PyTorch's step or in ampc's, is compared at the largest
+    power of two at which neither does)."""
     path = os.path.join(work, "model.onnx")
     try:
         export(copy.deepcopy(module), (x, y), path, exporter)
@@ -140,23 +168,32 @@ def check(ampc, module, x, y, exporter, work):
     f64 = copy.deepcopy(module).double()
     loss64 = f64(*(t.double() if t.is_floating_point() else t for t in (x, y)))
     loss64.backward()
-    grads = {n: p.grad.numpy() for n, p in f64.named_parameters()}
-    f32 = copy.deepcopy(module)
-    loss32 = f32(x, y)
-    loss32.backward()
-    grads32 = {n: p.grad.numpy() for n, p in f32.named_parameters()}
-
+    # A parameter the loss does not read (a mask token left unused) has no gradient.
+    grads = {n: p.grad.numpy() for n, p in f64.named_parameters() if p.grad is not None}
     data, train = os.path.join(work, "data.npz"), os.path.join(work, "train.onnx")
     trained, log = os.path.join(work, "trained.onnx"), os.path.join(work, "log.jsonl")
     np.savez(data, x=x.numpy()[None], y=y.numpy()[None])
-    for command in (["compile", path, "-o", train, "--optimizer", "sgd", "--lr", str(LR)],
-                    ["train", train, "--data", data, "--steps", "1", "--export", trained,
-                     "--log", log]):
-        done = subprocess.run([ampc] + command, capture_output=True, text=True)
-        if done.returncode != 0:
-            return f"{command[0]} failed: {done.stderr.strip().splitlines()[-1][:150]}"
-    with open(log) as f:
-        loss = next(json.loads(line)["loss"] for line in f if '"loss"' in line)
+    loss_scale = AMP[precision][1] if precision != "fp32" else 1.0
+    while True:
+        loss32, grads32, loss_scale = torch_run(module, x, y, precision, loss_scale)
+        compile_flags = []
+        if precision != "fp32":
+            compile_flags = ["--precision", precision, "--loss-scale", f"static:{loss_scale:g}"]
+        for command in (["compile", path, "-o", train, "--optimizer", "sgd", "--lr", str(LR)] +
+                        compile_flags,
+                        ["train", train, "--data", data, "--steps", "1", "--export", trained,
+                         "--log", log]):
+            done = subprocess.run([ampc] + command, capture_output=True, text=True)
+            if done.returncode != 0:
+                return f"{command[0]} failed: {done.stderr.strip().splitlines()[-1][:150]}"
+        with open(log) as f:
+            step = next(json.loads(line) for line in f if '"loss"' in line)
+        if not step.get("found_inf"):
+            break
+        if loss_scale <= 1:
+            return f"the step overflowed at loss scale {loss_scale:g} and was skipped"
+        loss_scale /= 2
+    loss = step["loss"]
     before, after = initializers(path), initializers(trained)
     largest = max(np.abs(g).max() for g in grads.values())
     worst, worst_name, worst32, missing = 0.0, "", 0.0, []
@@ -172,12 +209,16 @@ def check(ampc, module, x, y, exporter, work):
             worst, worst_name = error, name
         worst32 = max(worst32, np.abs(grads32[name] - g).max() / scale)
     exact = loss64.item()
-    line = (f"loss {abs(loss - exact) / abs(exact):.1e} (torch f32 "
-            f"{abs(loss32.item() - exact) / abs(exact):.1e})  grad {worst:.1e} (torch f32 "
+    who = "torch f32" if precision == "fp32" else f"torch amp {precision}"
+    line = (f"loss {abs(loss - exact) / abs(exact):.1e} ({who} "
+            f"{abs(loss32 - exact) / abs(exact):.1e})  grad {worst:.1e} ({who} "
             f"{worst32:.1e}) at {worst_name}")
+    if precision != "fp32" and loss_scale != AMP[precision][1]:
+        line += f"  (loss scale {loss_scale:g})"
     if missing:
         line += f"  not in the file by name (tied to another?): {', '.join(missing[:3])}"
-    if worst > 10 * worst32 and worst > 1e-5:
+    floor = {"fp32": 1e-5, "fp16": 5e-3, "bf16": 4e-2}[precision]
+    if worst > 10 * worst32 and worst > floor:
         line += "  <- differs"
     return line
 
@@ -189,6 +230,9 @@ def add_sweep_arguments(parser, what):
     parser.add_argument("--only", default="", help=f"comma-separated {what} names")
     parser.add_argument("--exporters", default="torchscript:17,dynamo:18",
                         help="comma-separated exporter:opset (exporter torchscript or dynamo)")
+    parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
+                        help="compile with --precision (fp16 at a static loss scale of 2^10) "
+                        "and compare with PyTorch's CPU autocast at the same dtype and scale")
 
 
 def parse_exporters(text):
@@ -226,7 +270,7 @@ def main():
             y = torch.randint(0, CLASSES, (args.batch, side, side) if segmentation
                               else (args.batch,), generator=g)
             for exporter in exporters:
-                print(f"{name:20s} {exporter:14s} {check(args.ampc, module, x, y, exporter, work)}",
+                print(f"{name:20s} {exporter:14s} {check(args.ampc, module, x, y, exporter, work, args.precision)}",
                       flush=True)
 
 

