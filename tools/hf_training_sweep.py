@@ -10,15 +10,16 @@ no constant folding) and the dynamo exporter (`optimize=False`, training mode). 
          against 3 steps of torch.optim.SGD(lr=0.1); the largest relative gap of a step's loss.
 An export PyTorch cannot write is reported as such. The token batches hold the pad token (0 by
 default, `--pad-free` moves it out of the vocabulary the batch draws from), so an embedding's
-padding_idx matters. With `--gradients`, each dynamo export (opset 18) is checked instead as
-tools/torchvision_gradient_sweep.py checks its models: the loss and every parameter's gradient
-after one step against PyTorch's in f64, beside PyTorch's own f32 error (a parameter tied to
-another, as an embedding to its LM head, is in the file under the other's name).
+padding_idx matters. With `--gradients`, each dynamo export (opset 18, or `--exporter`) is
+checked instead as tools/torchvision_gradient_sweep.py checks its models: the loss and every
+parameter's gradient after one step against PyTorch's in f64, beside PyTorch's own f32 error (a
+parameter tied to another, as an embedding to its LM head, is in the file under the other's
+name).
 
 Needs torch, transformers, onnx, onnxscript and numpy from PyPI:
 
   venv/bin/python tools/hf_training_sweep.py [--ampc build/ampc] [--only gpt2,bert_mlm]
-      [--gradients [--precision fp16|bf16]]
+      [--gradients [--exporter dynamo_opt:18] [--precision fp16|bf16]]
 """
 import argparse
 import contextlib
@@ -274,12 +275,18 @@ def main():
                         help="draw tokens from 1..vocab-1, so the pad token 0 is not in a batch")
     parser.add_argument("--gradients", action="store_true",
                         help="check the dynamo export's one-step gradients against f64 instead")
+    parser.add_argument("--exporter", default="dynamo:18",
+                        help="with --gradients: exporter:opset, as tools/torchvision_gradient_"
+                        "sweep.py's --exporters takes them")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
                         help="with --gradients: compile at this precision and compare with "
                         "PyTorch's CPU autocast (tools/torchvision_gradient_sweep.py)")
     args = parser.parse_args()
-    if args.precision != "fp32" and not args.gradients:
-        parser.error("--precision needs --gradients")
+    if (args.precision != "fp32" or args.exporter != "dynamo:18") and not args.gradients:
+        parser.error("--precision and --exporter need --gradients")
+    if args.gradients:
+        from torchvision_gradient_sweep import parse_exporters
+        parse_exporters(args.exporter)
     import transformers
     import logging
     logging.disable(logging.WARNING)
@@ -299,7 +306,7 @@ def main():
                 want = module(x, y).item()
             if args.gradients:
                 from torchvision_gradient_sweep import check
-                line = check(args.ampc, module, x, y, "dynamo:18", work, args.precision)
+                line = check(args.ampc, module, x, y, args.exporter, work, args.precision)
                 print(f"{name:16s} {line}", flush=True)
                 continue
             reference = torch_losses(module, x, y)

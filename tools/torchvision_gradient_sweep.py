@@ -110,17 +110,21 @@ def without_dropout(model):
     return model
 
 
+EXPORTERS = ("torchscript", "torchscript_fold", "dynamo", "dynamo_opt")
+
+
 def export(module, args, path, exporter):
     kind, opset = exporter.split(":")
     kwargs = dict(input_names=["x", "y"], output_names=["loss"], opset_version=int(opset),
                   training=torch.onnx.TrainingMode.TRAINING)
     with warnings.catch_warnings(), quiet():
         warnings.simplefilter("ignore")
-        if kind == "torchscript":
-            torch.onnx.export(module, args, path, dynamo=False, do_constant_folding=False,
+        if kind in ("torchscript", "torchscript_fold"):  # _fold: torch.onnx's default
+            torch.onnx.export(module, args, path, dynamo=False,
+                              do_constant_folding=kind == "torchscript_fold", **kwargs)
+        else:  # dynamo_opt: with the exporter's graph optimizer, as torch.onnx.export defaults
+            torch.onnx.export(module, args, path, dynamo=True, optimize=kind == "dynamo_opt",
                               **kwargs)
-        else:
-            torch.onnx.export(module, args, path, dynamo=True, optimize=False, **kwargs)
 
 
 def initializers(path):
@@ -229,7 +233,9 @@ def add_sweep_arguments(parser, what):
                                                        "ampc"))
     parser.add_argument("--only", default="", help=f"comma-separated {what} names")
     parser.add_argument("--exporters", default="torchscript:17,dynamo:18",
-                        help="comma-separated exporter:opset (exporter torchscript or dynamo)")
+                        help="comma-separated exporter:opset, the exporter torchscript, dynamo "
+                        "(optimize=False), or torch.onnx's defaults: torchscript_fold (constant "
+                        "folding on) and dynamo_opt (the graph optimizer on)")
     parser.add_argument("--precision", choices=("fp32", "fp16", "bf16"), default="fp32",
                         help="compile with --precision (fp16 at a static loss scale of 2^10) "
                         "and compare with PyTorch's CPU autocast at the same dtype and scale")
@@ -240,8 +246,9 @@ def parse_exporters(text):
     exporters = [e for e in text.split(",") if e]
     for exporter in exporters:
         kind, _, opset = exporter.partition(":")
-        if kind not in ("torchscript", "dynamo") or not opset.isdigit():
-            sys.exit(f"--exporters: {exporter!r} is not torchscript:N or dynamo:N")
+        if kind not in EXPORTERS or not opset.isdigit():
+            sys.exit(f"--exporters: {exporter!r} is not EXPORTER:OPSET, EXPORTER one of "
+                     f"{', '.join(EXPORTERS)}")
     return exporters
 
 
