@@ -41,6 +41,7 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   PassPipeline pipeline(options.pipeline);
   add_canonicalize_pipeline(pipeline);
   const std::optional<TrainingOptions>& training = options.training;
+  if (training) pipeline.add(make_tie_folded_weights_pass());
   if (training && training->append_loss) {
     pipeline.add(make_append_loss_pass(*training->append_loss));
   }

@@ -114,6 +114,7 @@ class Importer : public onnx_io::ImportSink {
     }
     const std::unordered_map<std::string, Value::Declared> declared =
         onnx_io::torch_signature(graph);
+    placeholder_targets_ = onnx_io::torch_placeholder_targets(graph);
     for (int i = 0; i < graph.initializer_size(); ++i) {
       const onnx::TensorProto& proto = graph.initializer(i);
       if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
@@ -190,7 +191,72 @@ class Importer : public onnx_io::ImportSink {
 
   absl::Status import_node(const onnx::NodeProto& proto) override {
     AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired, detached_.read(proto, *this));
-    return import_node_as_read(rewired ? *rewired : proto);
+    const onnx::NodeProto& read = rewired ? *rewired : proto;
+    if (std::optional<onnx::NodeProto> unmerged = unmerge_parameters(read)) {
+      return import_node_as_read(*unmerged);
+    }
+    return import_node_as_read(read);
+  }
+
+  // The dynamo exporter's optimizer keeps one initializer of several equal ones (the weights of
+  // every norm start as ones, their biases as zeros), so the parameters would train as one. The
+  // FX node of each node that reads such an initializer names the parameter it read (p_w, by
+  // its placeholder in the graph signature): where that parameter is not in the file, the node
+  // reads a copy of the initializer under the parameter's name, one copy per parameter, which
+  // then trains on its own, as in PyTorch. Matched in order: the node's declared initializer
+  // inputs against the call's parameter and buffer arguments, when there are as many of each;
+  // else by the last part of their names.
+  std::optional<onnx::NodeProto> unmerge_parameters(const onnx::NodeProto& proto) {
+    if (placeholder_targets_.empty()) return std::nullopt;
+    const std::optional<std::string> fx = onnx_io::torch_fx_node(proto);
+    if (!fx) return std::nullopt;
+    std::vector<std::string> targets;
+    for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
+      if (auto it = placeholder_targets_.find(arg); it != placeholder_targets_.end()) {
+        targets.push_back(it->second);
+      }
+    }
+    std::vector<int> inputs;
+    for (int i = 0; i < proto.input_size(); ++i) {
+      const Value* value = find_value(proto.input(i));
+      if (value != nullptr && value->initializer() != nullptr &&
+          value->declared() != Value::Declared::kUnknown) {
+        inputs.push_back(i);
+      }
+    }
+    if (targets.empty() || inputs.empty()) return std::nullopt;
+    std::optional<onnx::NodeProto> rewritten;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      const std::string& read = proto.input(inputs[k]);
+      std::string target;
+      if (targets.size() == inputs.size()) {
+        target = targets[k];
+      } else {
+        // A node of the call's decomposition (the Add of linear's bias): the one argument whose
+        // last name part (weight, bias) is the initializer's.
+        auto last_part = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
+        for (const std::string& candidate : targets) {
+          if (last_part(candidate) != last_part(read)) continue;
+          if (!target.empty()) return std::nullopt;  // ambiguous
+          target = candidate;
+        }
+        if (target.empty()) continue;
+      }
+      if (read == target) continue;
+      Value* copy = find_value(target);
+      if (copy == nullptr) {
+        const Value* merged = find_value(read);
+        copy = graph_->add_initializer(target, *merged->initializer());
+        copy->set_declared(merged->declared());
+        values_.emplace(target, copy);
+        unmerged_.insert(copy);
+      } else if (!unmerged_.contains(copy)) {
+        continue;  // the file has that parameter: the node reads another on purpose
+      }
+      if (!rewritten) rewritten = proto;
+      rewritten->set_input(inputs[k], target);
+    }
+    return rewritten;
   }
 
   absl::Status import_node_as_read(const onnx::NodeProto& proto) {
@@ -426,6 +492,10 @@ class Importer : public onnx_io::ImportSink {
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   onnx_io::DetachedInputs detached_;
+  // PyTorch's graph signature: its parameters' and buffers' FX names -> their names; and the
+  // copies unmerge_parameters made.
+  std::unordered_map<std::string, std::string> placeholder_targets_;
+  std::unordered_set<const Value*> unmerged_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
   onnx_io::RaggedValues ragged_;

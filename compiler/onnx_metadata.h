@@ -44,6 +44,10 @@ std::optional<int64_t> parse_int64(std::string_view text);
 // BUFFER and CONSTANT_TENSOR (register_buffer: a rotary frequency table, a fixed bias; tensors
 // the program captured), which PyTorch does not train. Empty when the graph has no signature.
 std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph);
+// The same signature's parameters and buffers by their FX placeholder names (p_w, b_table, as a
+// node's FX node names its arguments) -> their targets (w, table).
+std::unordered_map<std::string, std::string> torch_placeholder_targets(
+    const onnx::GraphProto& graph);
 
 // The attributes PyTorch's dynamo exporter recorded of a node (its FX node, in the node's
 // metadata) that the node's ONNX form lost:

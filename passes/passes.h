@@ -147,6 +147,11 @@ std::unique_ptr<Pass> make_safe_softmax_pass();
 // itself goes to eval mode (BatchNormalization on running statistics, Dropout removed).
 std::unique_ptr<Pass> make_training_step_pass();
 
+// "tie-folded-weights" (training compiles): an initializer that is exactly another's transpose,
+// as an exporter's constant folding writes a tied or transposed weight, reads Transpose(that
+// one), so the two train as one. See passes/tie_folded_weights.cc.
+std::unique_ptr<Pass> make_tie_folded_weights_pass();
+
 // How the running variance of a training-mode BatchNormalization moves: from the unbiased batch
 // variance (PyTorch) or the biased one (the ONNX operator's definition).
 enum class RunningVariance { kUnbiased, kBiased };

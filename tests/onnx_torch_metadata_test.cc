@@ -26,6 +26,7 @@
 #include "runtime/training_session.h"
 #include "tests/onnx_model_builder.h"
 #include "tests/test_util.h"
+#include "tests/training_file.h"
 
 namespace ampc {
 namespace {
@@ -111,10 +112,7 @@ const Node* first_node(const Graph& graph, std::string_view op_type) {
 }
 
 CompileOptions sgd(float lr, std::string trainable = "") {
-  CompileOptions options;
-  options.training = TrainingOptions{};
-  options.training->optimizer.kind = OptimizerOptions::Kind::kSgd;
-  options.training->lr = lr;
+  CompileOptions options = testing::sgd_options(lr);
   options.training->autodiff.trainable = std::move(trainable);
   return options;
 }

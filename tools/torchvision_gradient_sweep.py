@@ -159,6 +159,21 @@ def torch_run(module, x, y, precision, scale):
         scale /= 2
 
 
+def folded_copy(name, value, before, after):
+    """The file's initializer for the parameter `name` (f64 `value`) and how to read its gradient
+    in the file's layout: the parameter itself, or the transposed copy an exporter's constant
+    folding wrote in its place (a Linear's weight); (None, None) when neither is there."""
+    if name in after and name not in before:  # a parameter the exporter merged with another
+        before[name] = value
+    if name in before and name in after:
+        return name, lambda g: g
+    if value.ndim == 2:
+        for other, data in before.items():
+            if other in after and data.shape == value.T.shape and np.array_equal(data, value.T):
+                return other, lambda g: g.T
+    return None, None
+
+
 def check(ampc, module, x, y, exporter, work, precision="fp32"):
     """One line: ampc's loss and gradient errors against f64, beside PyTorch's at `precision`
     (f32, or CPU autocast at the same static loss scale, named when below AMP's: a model whose
@@ -200,18 +215,22 @@ def check(ampc, module, x, y, exporter, work, precision="fp32"):
     loss = step["loss"]
     before, after = initializers(path), initializers(trained)
     largest = max(np.abs(g).max() for g in grads.values())
-    worst, worst_name, worst32, missing = 0.0, "", 0.0, []
+    worst, worst_name, worst32, missing, transposed = 0.0, "", 0.0, [], 0
+    values = {n: p.detach().double().numpy() for n, p in module.named_parameters()}
     for name, g in grads.items():
-        if name not in before or name not in after:
+        found, g_file = folded_copy(name, values[name], before, after)
+        if found is None:
             missing.append(name)
             continue
         scale = max(np.abs(g).max(), 1e-3 * largest)
-        error = np.abs((before[name] - after[name]) / LR - g).max() / scale
+        error = np.abs((before[found] - after[found]) / LR - g_file(g)).max() / scale
         if not np.isfinite(error):  # a NaN gradient
             error = np.inf
         if error > worst:
             worst, worst_name = error, name
         worst32 = max(worst32, np.abs(grads32[name] - g).max() / scale)
+        if found != name:
+            transposed += 1
     exact = loss64.item()
     who = "torch f32" if precision == "fp32" else f"torch amp {precision}"
     line = (f"loss {abs(loss - exact) / abs(exact):.1e} ({who} "
@@ -219,6 +238,8 @@ def check(ampc, module, x, y, exporter, work, precision="fp32"):
             f"{worst32:.1e}) at {worst_name}")
     if precision != "fp32" and loss_scale != AMP[precision][1]:
         line += f"  (loss scale {loss_scale:g})"
+    if transposed:
+        line += f"  ({transposed} read as the exporter's folded transpose)"
     if missing:
         line += f"  not in the file by name (tied to another?): {', '.join(missing[:3])}"
     floor = {"fp32": 1e-5, "fp16": 5e-3, "bf16": 4e-2}[precision]

@@ -1,0 +1,93 @@
+// What the dynamo exporter's optimizer (torch.onnx.export's default optimize=True) does to
+// parameters, and what import undoes: it keeps one initializer of several equal ones (every
+// norm's weight starts as ones), so they would train as one parameter; each node's FX node names
+// the parameter it read, and import gives each its own copy again. Reference: one SGD step
+// worked out by hand (y = x * a * b: da = x * b, db = x * a).
+#include <map>
+#include <string>
+#include <vector>
+
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "gtest/gtest.h"
+#include "runtime/training_session.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/training_file.h"
+
+namespace ampc {
+namespace {
+
+using testing::add_int_attr;
+using testing::add_metadata;
+using testing::from_aten;
+using testing::kGraphMetadataField;
+using testing::ModelBuilder;
+
+constexpr const char* kSignature =
+    "\n# inputs\np_a: PARAMETER target='a'\np_b: PARAMETER target='b'\nx: USER_INPUT\n\n"
+    "# outputs\nsum: USER_OUTPUT\n";
+
+// loss = sum(x * a * b) for parameters a and b, both [1, 1] when exported; the optimizer kept
+// `a` alone, and the second Mul, whose FX node reads %p_b, reads it. With `b_in_file`, the file
+// also holds b (a file the optimizer did not merge), which the second Mul still does not read.
+std::unique_ptr<Graph> merged_model(bool b_in_file) {
+  ModelBuilder m(18);
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.initializer_f32("a", {2}, {1, 1});
+  if (b_in_file) m.initializer_f32("b", {2}, {1, 1});
+  from_aten(m.node("Mul", {"x", "a"}, {"xa"}, "mul_a"), "mul", "mul.Tensor", "%x, %p_a");
+  from_aten(m.node("Mul", {"xa", "a"}, {"xab"}, "mul_b"), "mul_1", "mul.Tensor", "%mul, %p_b");
+  add_int_attr(m.node("ReduceSum", {"xab"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  add_metadata(m.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+               kSignature);
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "merged.onnx");
+  EXPECT_TRUE(graph.ok()) << graph.status();
+  return graph.ok() ? *std::move(graph) : nullptr;
+}
+
+// Each state after one SGD step at lr 1 on x = {0.5, -2}.
+std::map<std::string, std::vector<double>> one_step(std::unique_ptr<Graph> graph) {
+  Diagnostics diagnostics;
+  EXPECT_TRUE(compile_graph(*graph, testing::sgd_options(1.0f), diagnostics).ok());
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(std::move(graph));
+  EXPECT_TRUE(session.ok()) << session.status();
+  if (!session.ok()) return {};
+  EXPECT_TRUE((*session)->step({{"x", Tensor::from_f32({2}, {0.5f, -2})}}, 1.0f).ok());
+  std::map<std::string, std::vector<double>> states;
+  for (const char* name : {"a", "b"}) {
+    if (absl::StatusOr<Tensor> state = (*session)->state(name); state.ok()) {
+      states[name] = state->to_double_vector();
+    }
+  }
+  return states;
+}
+
+TEST(TorchMergedParameters, EachParameterTheOptimizerMergedTrainsOnItsOwn) {
+  std::unique_ptr<Graph> graph = merged_model(/*b_in_file=*/false);
+  ASSERT_NE(graph, nullptr);
+  std::vector<std::string> names;
+  for (const Value* init : graph->initializers()) {
+    names.push_back(init->name());
+    EXPECT_EQ(init->declared(), Value::Declared::kParameter) << init->name();
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"a", "b"}));
+  // da = x * b, db = x * a, each 1 - x after the step; merged, a would move by 2x.
+  auto states = one_step(std::move(graph));
+  EXPECT_EQ(states["a"], (std::vector<double>{0.5, 3}));
+  EXPECT_EQ(states["b"], (std::vector<double>{0.5, 3}));
+}
+
+TEST(TorchMergedParameters, AParameterTheFileHoldsIsNotCopied) {
+  // The file holds b, so the second Mul reads a on purpose, whatever its FX node says: nothing
+  // is rewritten, and a gets both gradients (da = 2 x a).
+  std::unique_ptr<Graph> graph = merged_model(/*b_in_file=*/true);
+  ASSERT_NE(graph, nullptr);
+  auto states = one_step(std::move(graph));
+  EXPECT_EQ(states["a"], (std::vector<double>{0, 5}));
+  EXPECT_FALSE(states.contains("b"));
+}
+
+}  // namespace
+}  // namespace ampc
