@@ -72,6 +72,14 @@ class Importer : public onnx_io::ImportSink {
     }
     AMPC_RETURN_IF_ERROR(import_outputs(graph));
     AMPC_RETURN_IF_ERROR(verify(*graph_));
+    std::vector<std::string> folded;
+    for (const auto& [fx, node] : batch_norms_elsewhere_) {
+      if (!batch_norms_kept_.contains(fx)) folded.push_back(node);
+    }
+    if (!folded.empty()) {
+      std::sort(folded.begin(), folded.end());
+      graph_->set_metadata(onnx_io::kFoldedBatchNormsKey, str_join(folded, ", "));
+    }
     return std::move(graph_);
   }
 
@@ -134,6 +142,19 @@ class Importer : public onnx_io::ImportSink {
       }
       AMPC_RETURN_IF_ERROR(define(proto.name(), value, what));
     }
+    // The initializers some reader's FX node names as the parameter it reads (unmerge_parameters).
+    for (const onnx::NodeProto& node : graph.node()) {
+      const std::optional<std::string> fx =
+          placeholder_targets_.empty() ? std::nullopt : onnx_io::torch_fx_node(node);
+      if (!fx || !names_placeholder(*fx)) continue;
+      for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
+        auto it = placeholder_targets_.find(arg);
+        if (it == placeholder_targets_.end()) continue;
+        for (const std::string& input : node.input()) {
+          if (input == it->second) read_as_itself_.insert(input);
+        }
+      }
+    }
     return absl::OkStatus();
   }
 
@@ -190,6 +211,14 @@ class Importer : public onnx_io::ImportSink {
   }
 
   absl::Status import_node(const onnx::NodeProto& proto) override {
+    if (!placeholder_targets_.empty() && onnx_io::torch_training_batch_norm(proto)) {
+      const std::string fx = *onnx_io::torch_fx_node(proto);
+      if (proto.op_type() == "BatchNormalization") {
+        batch_norms_kept_.insert(fx);
+      } else {
+        batch_norms_elsewhere_.emplace(fx, proto.name());
+      }
+    }
     AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired, detached_.read(proto, *this));
     const onnx::NodeProto& read = rewired ? *rewired : proto;
     if (std::optional<onnx::NodeProto> unmerged = unmerge_parameters(read)) {
@@ -198,18 +227,26 @@ class Importer : public onnx_io::ImportSink {
     return import_node_as_read(read);
   }
 
+  // Whether an FX node's text may name a parameter or buffer placeholder (p_w, b_table): a
+  // substring test before the regular expressions, which most nodes need not run.
+  static bool names_placeholder(const std::string& fx) {
+    return fx.find("%p_") != std::string::npos || fx.find("%b_") != std::string::npos;
+  }
+
   // The dynamo exporter's optimizer keeps one initializer of several equal ones (the weights of
   // every norm start as ones, their biases as zeros), so the parameters would train as one. The
   // FX node of each node that reads such an initializer names the parameter it read (p_w, by
   // its placeholder in the graph signature): where that parameter is not in the file, the node
   // reads a copy of the initializer under the parameter's name, one copy per parameter, which
-  // then trains on its own, as in PyTorch. Matched in order: the node's declared initializer
-  // inputs against the call's parameter and buffer arguments, when there are as many of each;
-  // else by the last part of their names.
+  // then trains on its own, as in PyTorch. Only an initializer that some node's FX node names as
+  // itself is a kept one of such a merge (a node the optimizer fused may carry another call's FX
+  // node). Matched in order: the node's declared initializer inputs against the call's
+  // parameter and buffer arguments, when there are as many of each; else by the last part of
+  // their names.
   std::optional<onnx::NodeProto> unmerge_parameters(const onnx::NodeProto& proto) {
     if (placeholder_targets_.empty()) return std::nullopt;
     const std::optional<std::string> fx = onnx_io::torch_fx_node(proto);
-    if (!fx) return std::nullopt;
+    if (!fx || !names_placeholder(*fx)) return std::nullopt;
     std::vector<std::string> targets;
     for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
       if (auto it = placeholder_targets_.find(arg); it != placeholder_targets_.end()) {
@@ -220,7 +257,8 @@ class Importer : public onnx_io::ImportSink {
     for (int i = 0; i < proto.input_size(); ++i) {
       const Value* value = find_value(proto.input(i));
       if (value != nullptr && value->initializer() != nullptr &&
-          value->declared() != Value::Declared::kUnknown) {
+          value->declared() != Value::Declared::kUnknown &&
+          read_as_itself_.contains(value->name())) {
         inputs.push_back(i);
       }
     }
@@ -496,6 +534,11 @@ class Importer : public onnx_io::ImportSink {
   // copies unmerge_parameters made.
   std::unordered_map<std::string, std::string> placeholder_targets_;
   std::unordered_set<const Value*> unmerged_;
+  std::unordered_set<std::string> read_as_itself_;
+  // The FX nodes of training-mode batch norms on BatchNormalization nodes, and on nodes of other
+  // ops (onnx_io::torch_training_batch_norm) with the first such node's name.
+  std::unordered_set<std::string> batch_norms_kept_;
+  std::map<std::string, std::string> batch_norms_elsewhere_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
   onnx_io::RaggedValues ragged_;

@@ -98,6 +98,17 @@ std::optional<FxCall> fx_call(const onnx::NodeProto& node) {
   return fx ? parse_fx_call(*fx) : std::nullopt;
 }
 
+// Whether `call` is a batch norm that normalizes by the batch (training=True).
+bool training_batch_norm(const FxCall& call) {
+  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...); the no_stats
+  // overload has no running statistics: (input, weight, bias, training, momentum, eps).
+  static const std::set<std::string, std::less<>> kBatchNorms = {
+      "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm",
+      "batch_norm"};
+  const size_t training = call.overload == "no_stats" ? 3 : 5;
+  return kBatchNorms.contains(call.op) && call.arg(training, "training") == "True";
+}
+
 }  // namespace
 
 std::optional<std::string> torch_fx_node(const onnx::NodeProto& node) {
@@ -209,16 +220,15 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
     if (padding && *padding >= 0) attrs["padding_idx"] = *padding;
     if (call->arg(3, "scale_grad_by_freq") == "True") attrs["scale_grad_by_freq"] = 1;
   }
-  // (input, weight, bias, running_mean, running_var, training, momentum, eps, ...); the no_stats
-  // overload has no running statistics: (input, weight, bias, training, momentum, eps).
-  static const std::set<std::string, std::less<>> kBatchNorms = {
-      "_native_batch_norm_legit_functional", "_native_batch_norm_legit", "native_batch_norm",
-      "batch_norm"};
-  const size_t training = call->overload == "no_stats" ? 3 : 5;
-  if (batch_norm && kBatchNorms.contains(call->op) && call->arg(training, "training") == "True") {
-    attrs["training_mode"] = 1;
-  }
+  if (batch_norm && training_batch_norm(*call)) attrs["training_mode"] = 1;
   return attrs;
+}
+
+bool torch_training_batch_norm(const onnx::NodeProto& node) {
+  const std::optional<std::string> fx = torch_fx_node(node);
+  if (!fx || fx->find("batch_norm") == std::string::npos) return false;  // no regex per node
+  const std::optional<FxCall> call = parse_fx_call(*fx);
+  return call && training_batch_norm(*call);
 }
 
 std::vector<std::string> torch_tensor_args(const std::string& fx) {

@@ -62,6 +62,14 @@ std::unordered_map<std::string, std::string> torch_placeholder_targets(
 // Empty for other nodes, and for files without the metadata (TorchScript exports).
 std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node);
 
+// Whether `node` was made from a batch norm that ran in training mode (its FX node). A node of
+// another op that says so, where no BatchNormalization does, is what remains of a batch norm
+// the dynamo exporter's optimizer folded away, with its running statistics, into the
+// convolution before it: an inference model (compiler/onnx_import.cc records such nodes as the
+// graph metadata kFoldedBatchNormsKey, and the training-step pass warns of them).
+bool torch_training_batch_norm(const onnx::NodeProto& node);
+inline constexpr char kFoldedBatchNormsKey[] = "ampc.folded_batch_norms";
+
 // The FX node PyTorch's dynamo exporter recorded on `node` (`pkg.torch.onnx.fx_node`: "%exp :
 // [num_users=1] = call_function[target=torch.ops.aten.exp.default](args = (%linear,), kwargs =
 // {})"), or nullopt (TorchScript exports, other files).

@@ -9,7 +9,8 @@
 //   random stream, element index), so two seedless Dropouts would drop the same elements, where
 //   PyTorch's draws are independent. The passes after it that should act on the step are
 //   wrapped in on_training_step(). It warns about what in the file will not train as the
-//   module did: a BatchNormalization in inference mode, a scatter without a reduction whose
+//   module did: a BatchNormalization in inference mode, one the exporter's optimizer folded away
+//   (compiler/onnx_metadata.h, kFoldedBatchNormsKey), a scatter without a reduction whose
 //   constant indices write an element twice (how PyTorch's exporters write index_add).
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
 //   variance become graph outputs and state updates of its running-statistics initializers.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "compiler/onnx_metadata.h"
 #include "compiler/strings.h"
 #include "ops/op_util.h"
 #include "passes/passes.h"
@@ -267,6 +269,16 @@ class TrainingStepPass final : public Pass {
     if (graph.training_step() != nullptr) {
       return absl::FailedPreconditionError(
           "the model is already a training model (it has a training step)");
+    }
+    if (auto folded = graph.metadata().find(onnx_io::kFoldedBatchNormsKey);
+        folded != graph.metadata().end()) {
+      context.warn(str_cat(
+          "nodes ", folded->second,
+          " carry the FX node of a batch norm that ran in training mode, but the file has no "
+          "BatchNormalization for it: the exporter's optimizer folded it, with its running "
+          "statistics, into the convolution before it (an inference model), so the step does "
+          "not normalize by the batch as PyTorch's does; export with "
+          "torch.onnx.export(..., optimize=False)"));
     }
     seed_random_ops(graph);  // the step's random ops are its copies
     std::unique_ptr<Graph> step = graph.clone();

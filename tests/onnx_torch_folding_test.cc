@@ -1,8 +1,9 @@
 // What the dynamo exporter's optimizer (torch.onnx.export's default optimize=True) does to
-// parameters, and what import undoes: it keeps one initializer of several equal ones (every
-// norm's weight starts as ones), so they would train as one parameter; each node's FX node names
-// the parameter it read, and import gives each its own copy again. Reference: one SGD step
-// worked out by hand (y = x * a * b: da = x * b, db = x * a).
+// parameters, and what import undoes or reports: it keeps one initializer of several equal ones
+// (every norm's weight starts as ones), so they would train as one parameter; each node's FX
+// node names the parameter it read, and import gives each its own copy again. Reference: one SGD
+// step worked out by hand (y = x * a * b: da = x * b, db = x * a). And it folds a training-mode
+// batch norm into the convolution before it, which the compile reports.
 #include <map>
 #include <string>
 #include <vector>
@@ -87,6 +88,41 @@ TEST(TorchMergedParameters, AParameterTheFileHoldsIsNotCopied) {
   auto states = one_step(std::move(graph));
   EXPECT_EQ(states["a"], (std::vector<double>{0, 5}));
   EXPECT_FALSE(states.contains("b"));
+}
+
+// With its optimizer on, the dynamo exporter folds a training-mode batch norm into the
+// convolution before it, running statistics and all: the Conv carries the batch norm's FX node
+// and no BatchNormalization is left, so the file normalizes nothing by the batch. The compile
+// says so, naming the node; a Conv with its own FX node is not named.
+TEST(TorchFoldedBatchNorm, AConvCarryingATrainingBatchNormIsNamedInAWarning) {
+  for (const bool folded : {true, false}) {
+    SCOPED_TRACE(folded ? "folded" : "a plain convolution");
+    ModelBuilder m(18);
+    m.input("x", onnx::TensorProto::FLOAT, {"1", "1", "3", "3"});
+    m.initializer_f32("a", {1, 1, 1, 1}, {2});
+    onnx::NodeProto& conv = m.node("Conv", {"x", "a"}, {"y"}, "node_Conv_7");
+    if (folded) {
+      from_aten(conv, "_native_batch_norm_legit_functional",
+                "_native_batch_norm_legit_functional.default",
+                "%conv2d, %p_a, %p_b, %b_mean, %b_var, True, 0.1, 1e-05");
+    } else {
+      from_aten(conv, "conv2d", "conv2d.default", "%x, %p_a");
+    }
+    add_int_attr(m.node("ReduceSum", {"y"}, {"loss"}, "sum"), "keepdims", 0);
+    m.output("loss");
+    add_metadata(m.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+                 kSignature);
+    absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bn.onnx");
+    ASSERT_TRUE(graph.ok()) << graph.status();
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(**graph, testing::sgd_options(0.1f), diagnostics).ok());
+    bool named = false;
+    for (const std::string& warning : diagnostics.warnings()) {
+      named = named || (warning.find("node_Conv_7") != std::string::npos &&
+                        warning.find("batch norm") != std::string::npos);
+    }
+    EXPECT_EQ(named, folded);
+  }
 }
 
 }  // namespace
