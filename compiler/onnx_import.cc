@@ -22,6 +22,7 @@
 #include "compiler/onnx_metadata.h"
 #include "compiler/onnx_op_lookup.h"
 #include "compiler/onnx_opset_conversion.h"
+#include "compiler/onnx_optimizer_folds.h"
 #include "compiler/onnx_ragged.h"
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
@@ -72,12 +73,7 @@ class Importer : public onnx_io::ImportSink {
     }
     AMPC_RETURN_IF_ERROR(import_outputs(graph));
     AMPC_RETURN_IF_ERROR(verify(*graph_));
-    std::vector<std::string> folded;
-    for (const auto& [fx, node] : batch_norms_elsewhere_) {
-      if (!batch_norms_kept_.contains(fx)) folded.push_back(node);
-    }
-    if (!folded.empty()) {
-      std::sort(folded.begin(), folded.end());
+    if (const std::vector<std::string> folded = folds_.folded_batch_norms(); !folded.empty()) {
       graph_->set_metadata(onnx_io::kFoldedBatchNormsKey, str_join(folded, ", "));
     }
     return std::move(graph_);
@@ -122,7 +118,6 @@ class Importer : public onnx_io::ImportSink {
     }
     const std::unordered_map<std::string, Value::Declared> declared =
         onnx_io::torch_signature(graph);
-    placeholder_targets_ = onnx_io::torch_placeholder_targets(graph);
     for (int i = 0; i < graph.initializer_size(); ++i) {
       const onnx::TensorProto& proto = graph.initializer(i);
       if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
@@ -142,19 +137,7 @@ class Importer : public onnx_io::ImportSink {
       }
       AMPC_RETURN_IF_ERROR(define(proto.name(), value, what));
     }
-    // The initializers some reader's FX node names as the parameter it reads (unmerge_parameters).
-    for (const onnx::NodeProto& node : graph.node()) {
-      const std::optional<std::string> fx =
-          placeholder_targets_.empty() ? std::nullopt : onnx_io::torch_fx_node(node);
-      if (!fx || !names_placeholder(*fx)) continue;
-      for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
-        auto it = placeholder_targets_.find(arg);
-        if (it == placeholder_targets_.end()) continue;
-        for (const std::string& input : node.input()) {
-          if (input == it->second) read_as_itself_.insert(input);
-        }
-      }
-    }
+    folds_.read_graph(graph);
     return absl::OkStatus();
   }
 
@@ -211,90 +194,22 @@ class Importer : public onnx_io::ImportSink {
   }
 
   absl::Status import_node(const onnx::NodeProto& proto) override {
-    if (!placeholder_targets_.empty() && onnx_io::torch_training_batch_norm(proto)) {
-      const std::string fx = *onnx_io::torch_fx_node(proto);
-      if (proto.op_type() == "BatchNormalization") {
-        batch_norms_kept_.insert(fx);
-      } else {
-        batch_norms_elsewhere_.emplace(fx, proto.name());
-      }
-    }
     AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired, detached_.read(proto, *this));
     const onnx::NodeProto& read = rewired ? *rewired : proto;
-    if (std::optional<onnx::NodeProto> unmerged = unmerge_parameters(read)) {
-      return import_node_as_read(*unmerged);
-    }
-    return import_node_as_read(read);
-  }
-
-  // Whether an FX node's text may name a parameter or buffer placeholder (p_w, b_table): a
-  // substring test before the regular expressions, which most nodes need not run.
-  static bool names_placeholder(const std::string& fx) {
-    return fx.find("%p_") != std::string::npos || fx.find("%b_") != std::string::npos;
-  }
-
-  // The dynamo exporter's optimizer keeps one initializer of several equal ones (the weights of
-  // every norm start as ones, their biases as zeros), so the parameters would train as one. The
-  // FX node of each node that reads such an initializer names the parameter it read (p_w, by
-  // its placeholder in the graph signature): where that parameter is not in the file, the node
-  // reads a copy of the initializer under the parameter's name, one copy per parameter, which
-  // then trains on its own, as in PyTorch. Only an initializer that some node's FX node names as
-  // itself is a kept one of such a merge (a node the optimizer fused may carry another call's FX
-  // node). Matched in order: the node's declared initializer inputs against the call's
-  // parameter and buffer arguments, when there are as many of each; else by the last part of
-  // their names.
-  std::optional<onnx::NodeProto> unmerge_parameters(const onnx::NodeProto& proto) {
-    if (placeholder_targets_.empty()) return std::nullopt;
-    const std::optional<std::string> fx = onnx_io::torch_fx_node(proto);
-    if (!fx || !names_placeholder(*fx)) return std::nullopt;
-    std::vector<std::string> targets;
-    for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
-      if (auto it = placeholder_targets_.find(arg); it != placeholder_targets_.end()) {
-        targets.push_back(it->second);
+    const std::vector<std::pair<int, std::string>> unmerged = folds_.read(read, *this);
+    if (unmerged.empty()) return import_node_as_read(read);
+    // Parameters the dynamo exporter's optimizer merged, each a copy of the one it kept.
+    onnx::NodeProto rewritten = read;
+    for (const auto& [input, parameter] : unmerged) {
+      if (find_value(parameter) == nullptr) {
+        const Value* kept = find_value(read.input(input));
+        Value* copy = graph_->add_initializer(parameter, *kept->initializer());
+        copy->set_declared(kept->declared());
+        values_.emplace(parameter, copy);
       }
+      rewritten.set_input(input, parameter);
     }
-    std::vector<int> inputs;
-    for (int i = 0; i < proto.input_size(); ++i) {
-      const Value* value = find_value(proto.input(i));
-      if (value != nullptr && value->initializer() != nullptr &&
-          value->declared() != Value::Declared::kUnknown &&
-          read_as_itself_.contains(value->name())) {
-        inputs.push_back(i);
-      }
-    }
-    if (targets.empty() || inputs.empty()) return std::nullopt;
-    std::optional<onnx::NodeProto> rewritten;
-    for (size_t k = 0; k < inputs.size(); ++k) {
-      const std::string& read = proto.input(inputs[k]);
-      std::string target;
-      if (targets.size() == inputs.size()) {
-        target = targets[k];
-      } else {
-        // A node of the call's decomposition (the Add of linear's bias): the one argument whose
-        // last name part (weight, bias) is the initializer's.
-        auto last_part = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
-        for (const std::string& candidate : targets) {
-          if (last_part(candidate) != last_part(read)) continue;
-          if (!target.empty()) return std::nullopt;  // ambiguous
-          target = candidate;
-        }
-        if (target.empty()) continue;
-      }
-      if (read == target) continue;
-      Value* copy = find_value(target);
-      if (copy == nullptr) {
-        const Value* merged = find_value(read);
-        copy = graph_->add_initializer(target, *merged->initializer());
-        copy->set_declared(merged->declared());
-        values_.emplace(target, copy);
-        unmerged_.insert(copy);
-      } else if (!unmerged_.contains(copy)) {
-        continue;  // the file has that parameter: the node reads another on purpose
-      }
-      if (!rewritten) rewritten = proto;
-      rewritten->set_input(inputs[k], target);
-    }
-    return rewritten;
+    return import_node_as_read(rewritten);
   }
 
   absl::Status import_node_as_read(const onnx::NodeProto& proto) {
@@ -530,15 +445,7 @@ class Importer : public onnx_io::ImportSink {
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   onnx_io::DetachedInputs detached_;
-  // PyTorch's graph signature: its parameters' and buffers' FX names -> their names; and the
-  // copies unmerge_parameters made.
-  std::unordered_map<std::string, std::string> placeholder_targets_;
-  std::unordered_set<const Value*> unmerged_;
-  std::unordered_set<std::string> read_as_itself_;
-  // The FX nodes of training-mode batch norms on BatchNormalization nodes, and on nodes of other
-  // ops (onnx_io::torch_training_batch_norm) with the first such node's name.
-  std::unordered_set<std::string> batch_norms_kept_;
-  std::map<std::string, std::string> batch_norms_elsewhere_;
+  onnx_io::OptimizerFolds folds_;
   TypePropagator propagator_;
   onnx_io::ImportLowering lowering_;
   onnx_io::RaggedValues ragged_;

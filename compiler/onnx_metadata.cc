@@ -109,6 +109,33 @@ bool training_batch_norm(const FxCall& call) {
   return kBatchNorms.contains(call.op) && call.arg(training, "training") == "True";
 }
 
+// One input of PyTorch's graph signature: "p_w: PARAMETER target='w'".
+struct SignatureInput {
+  std::string fx_name;  // the FX graph's name for it: p_w
+  std::string kind;     // PARAMETER, BUFFER or CONSTANT_TENSOR
+  std::string target;   // the module's name for it: w
+};
+
+std::vector<SignatureInput> signature_inputs(const onnx::GraphProto& graph) {
+  std::vector<SignatureInput> inputs;
+  const std::optional<std::string> signature =
+      find_prop(metadata_props(graph), "pkg.torch.export.ExportedProgram.graph_signature");
+  if (!signature) return inputs;
+  // One input per line: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
+  static const std::regex kLine(
+      R"(\s*(\S+):\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)'.*)");
+  std::smatch match;
+  for (size_t begin = 0; begin < signature->size();) {
+    const size_t end = std::min(signature->find('\n', begin), signature->size());
+    const std::string line = signature->substr(begin, end - begin);
+    begin = end + 1;
+    if (std::regex_match(line, match, kLine)) {
+      inputs.push_back({match[1].str(), match[2].str(), match[3].str()});
+    }
+  }
+  return inputs;
+}
+
 }  // namespace
 
 std::optional<std::string> torch_fx_node(const onnx::NodeProto& node) {
@@ -149,37 +176,6 @@ std::optional<int64_t> parse_int64(std::string_view text) {
   return value;
 }
 
-namespace {
-
-// One input of PyTorch's graph signature: "p_w: PARAMETER target='w'".
-struct SignatureInput {
-  std::string placeholder;  // the FX graph's name for it: p_w
-  std::string kind;         // PARAMETER, BUFFER or CONSTANT_TENSOR
-  std::string target;       // the module's name for it: w
-};
-
-std::vector<SignatureInput> signature_inputs(const onnx::GraphProto& graph) {
-  std::vector<SignatureInput> inputs;
-  const std::optional<std::string> signature =
-      find_prop(metadata_props(graph), "pkg.torch.export.ExportedProgram.graph_signature");
-  if (!signature) return inputs;
-  // One input per line: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
-  static const std::regex kLine(
-      R"(\s*(\S+):\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)'.*)");
-  std::smatch match;
-  for (size_t begin = 0; begin < signature->size();) {
-    const size_t end = std::min(signature->find('\n', begin), signature->size());
-    const std::string line = signature->substr(begin, end - begin);
-    begin = end + 1;
-    if (std::regex_match(line, match, kLine)) {
-      inputs.push_back({match[1].str(), match[2].str(), match[3].str()});
-    }
-  }
-  return inputs;
-}
-
-}  // namespace
-
 std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph) {
   std::unordered_map<std::string, Value::Declared> declared;
   for (const SignatureInput& input : signature_inputs(graph)) {
@@ -189,11 +185,10 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
   return declared;
 }
 
-std::unordered_map<std::string, std::string> torch_placeholder_targets(
-    const onnx::GraphProto& graph) {
+std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::GraphProto& graph) {
   std::unordered_map<std::string, std::string> targets;
   for (const SignatureInput& input : signature_inputs(graph)) {
-    if (input.kind != "CONSTANT_TENSOR") targets[input.placeholder] = input.target;
+    if (input.kind != "CONSTANT_TENSOR") targets[input.fx_name] = input.target;
   }
   return targets;
 }

@@ -44,10 +44,9 @@ std::optional<int64_t> parse_int64(std::string_view text);
 // BUFFER and CONSTANT_TENSOR (register_buffer: a rotary frequency table, a fixed bias; tensors
 // the program captured), which PyTorch does not train. Empty when the graph has no signature.
 std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph);
-// The same signature's parameters and buffers by their FX placeholder names (p_w, b_table, as a
-// node's FX node names its arguments) -> their targets (w, table).
-std::unordered_map<std::string, std::string> torch_placeholder_targets(
-    const onnx::GraphProto& graph);
+// The same signature's parameters and buffers by their FX names (p_w, b_table, as a node's FX
+// node names its arguments) -> their names (w, table).
+std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::GraphProto& graph);
 
 // The attributes PyTorch's dynamo exporter recorded of a node (its FX node, in the node's
 // metadata) that the node's ONNX form lost:
@@ -65,8 +64,9 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
 // Whether `node` was made from a batch norm that ran in training mode (its FX node). A node of
 // another op that says so, where no BatchNormalization does, is what remains of a batch norm
 // the dynamo exporter's optimizer folded away, with its running statistics, into the
-// convolution before it: an inference model (compiler/onnx_import.cc records such nodes as the
-// graph metadata kFoldedBatchNormsKey, and the training-step pass warns of them).
+// convolution before it: an inference model (compiler/onnx_optimizer_folds.h finds such nodes,
+// the importer records them as the graph metadata kFoldedBatchNormsKey, and the training-step
+// pass warns of them).
 bool torch_training_batch_norm(const onnx::NodeProto& node);
 inline constexpr char kFoldedBatchNormsKey[] = "ampc.folded_batch_norms";
 

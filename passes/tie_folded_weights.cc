@@ -85,14 +85,13 @@ class TieFoldedWeightsPass final : public Pass {
     }
     std::vector<std::pair<Value*, Value*>> ties;  // (kept, copy)
     std::unordered_set<const Value*> tied;        // both sides of every tie
-    auto taken = [&](const Value* v) { return tied.contains(v); };
     for (const auto& [shape, copies] : by_shape) {
       auto originals = by_shape.find({shape.second, shape.first});
       if (originals == by_shape.end()) continue;
       for (Value* copy : copies) {
-        if (copy->declared() == Value::Declared::kParameter || taken(copy)) continue;
+        if (copy->declared() == Value::Declared::kParameter || tied.contains(copy)) continue;
         for (Value* original : originals->second) {
-          if (place[original] >= place[copy] || taken(original)) continue;
+          if (place[original] >= place[copy] || tied.contains(original)) continue;
           const Tensor& a = *original->initializer();
           if (a.dtype() != copy->dtype() || !is_transpose(a, *copy->initializer())) continue;
           if (shape.first == shape.second && is_transpose(a, a)) continue;  // symmetric

@@ -94,6 +94,25 @@ inline absl::StatusOr<GradientCheck> check_gradients(const Graph& graph,
   return result;
 }
 
+// Every output of `graph` after autodiff (the loss, and `v.grad` for each trainable initializer
+// and float graph input v), run by the CPU interpreter at `inputs` (one per graph input), by
+// name; `graph` gets the backward. For the conventions at kinks, ties and zeros, which central
+// differences cannot check.
+inline absl::StatusOr<std::map<std::string, std::vector<double>>> outputs_with_gradients(
+    Graph& graph, const std::vector<Tensor>& inputs) {
+  AutodiffOptions options;
+  options.include_graph_inputs = true;
+  Diagnostics diagnostics;
+  AMPC_RETURN_IF_ERROR(make_autodiff_pass(options)->run(graph, PassContext{&diagnostics}).status());
+  AMPC_RETURN_IF_ERROR(verify(graph));
+  AMPC_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, runtime::interpret_graph(graph, inputs));
+  std::map<std::string, std::vector<double>> values;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    values[graph.outputs()[i]->name()] = outputs[i].to_double_vector();
+  }
+  return values;
+}
+
 // Uniform values in [low, high] of `type` (float), seeded.
 inline Tensor random_tensor(const TensorType& type, std::mt19937& rng, double low, double high) {
   std::uniform_real_distribution<double> uniform(low, high);

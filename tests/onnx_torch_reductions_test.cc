@@ -9,10 +9,8 @@
 #include <vector>
 
 #include "compiler/onnx_io.h"
-#include "compiler/verifier.h"
 #include "gtest/gtest.h"
-#include "passes/passes.h"
-#include "runtime/interpreter.h"
+#include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
 
 namespace ampc {
@@ -22,28 +20,16 @@ using testing::add_int_attr;
 using testing::from_aten;
 using testing::ModelBuilder;
 
-// Every graph output of the imported `bytes` (the loss, and d loss / d v as `v.grad` for its
-// float graph inputs and initializers), by autodiff and the CPU interpreter.
+// Every graph output of the imported `bytes`: the loss, and d loss / d v as `v.grad` for its
+// float graph inputs and initializers.
 std::map<std::string, std::vector<double>> run_with_gradients(const std::string& bytes,
                                                               const std::vector<Tensor>& inputs) {
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(bytes, "torch.onnx");
   EXPECT_TRUE(graph.ok()) << graph.status();
   if (!graph.ok()) return {};
-  AutodiffOptions options;
-  options.include_graph_inputs = true;
-  Diagnostics diagnostics;
-  absl::StatusOr<bool> changed =
-      make_autodiff_pass(options)->run(**graph, PassContext{&diagnostics});
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(verify(**graph).ok()) << verify(**graph);
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(**graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status();
-  if (!outputs.ok()) return {};
-  std::map<std::string, std::vector<double>> values;
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    values[(*graph)->outputs()[i]->name()] = (*outputs)[i].to_double_vector();
-  }
-  return values;
+  auto values = testing::outputs_with_gradients(**graph, inputs);
+  EXPECT_TRUE(values.ok()) << values.status();
+  return values.ok() ? *std::move(values) : std::map<std::string, std::vector<double>>{};
 }
 
 Tensor f32(std::vector<int64_t> shape, const std::vector<float>& values) {

@@ -159,19 +159,19 @@ def torch_run(module, x, y, precision, scale):
         scale /= 2
 
 
-def folded_copy(name, value, before, after):
-    """The file's initializer for the parameter `name` (f64 `value`) and how to read its gradient
-    in the file's layout: the parameter itself, or the transposed copy an exporter's constant
-    folding wrote in its place (a Linear's weight); (None, None) when neither is there."""
-    if name in after and name not in before:  # a parameter the exporter merged with another
-        before[name] = value
-    if name in before and name in after:
-        return name, lambda g: g
+def step_of(name, value, before, after):
+    """The step one SGD step took on the parameter `name` (f64 `value` before it), read in the
+    parameter's layout from the exported file `before` and the trained file `after`: under its
+    name (a copy the importer made of a parameter the exporter merged with another is in `after`
+    only), or from the transposed copy an exporter's constant folding wrote in its place (a
+    Linear's weight). Also whether it was that transposed copy; (None, False) when neither."""
+    if name in after:
+        return before.get(name, value) - after[name], False
     if value.ndim == 2:
         for other, data in before.items():
             if other in after and data.shape == value.T.shape and np.array_equal(data, value.T):
-                return other, lambda g: g.T
-    return None, None
+                return (data - after[other]).T, True
+    return None, False
 
 
 def check(ampc, module, x, y, exporter, work, precision="fp32"):
@@ -218,19 +218,18 @@ def check(ampc, module, x, y, exporter, work, precision="fp32"):
     worst, worst_name, worst32, missing, transposed = 0.0, "", 0.0, [], 0
     values = {n: p.detach().double().numpy() for n, p in module.named_parameters()}
     for name, g in grads.items():
-        found, g_file = folded_copy(name, values[name], before, after)
-        if found is None:
+        step, was_transposed = step_of(name, values[name], before, after)
+        if step is None:
             missing.append(name)
             continue
         scale = max(np.abs(g).max(), 1e-3 * largest)
-        error = np.abs((before[found] - after[found]) / LR - g_file(g)).max() / scale
+        error = np.abs(step / LR - g).max() / scale
         if not np.isfinite(error):  # a NaN gradient
             error = np.inf
         if error > worst:
             worst, worst_name = error, name
         worst32 = max(worst32, np.abs(grads32[name] - g).max() / scale)
-        if found != name:
-            transposed += 1
+        transposed += was_transposed
     exact = loss64.item()
     who = "torch f32" if precision == "fp32" else f"torch amp {precision}"
     line = (f"loss {abs(loss - exact) / abs(exact):.1e} ({who} "

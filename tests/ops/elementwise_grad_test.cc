@@ -8,35 +8,22 @@
 #include <vector>
 
 #include "compiler/strings.h"
-#include "compiler/verifier.h"
 #include "gtest/gtest.h"
-#include "passes/passes.h"
-#include "runtime/interpreter.h"
+#include "tests/gradient_check.h"
 #include "tests/test_util.h"
 
 namespace ampc {
 namespace {
 
-// d loss / d input for every graph input of `text`, by autodiff and the CPU interpreter.
+// d loss / d input for every graph input of `text` (as `input.grad`), by autodiff and the CPU
+// interpreter.
 std::map<std::string, std::vector<double>> gradients(std::string_view text,
                                                      const std::vector<Tensor>& inputs) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
   if (graph == nullptr) return {};
-  AutodiffOptions options;
-  options.include_graph_inputs = true;
-  Diagnostics diagnostics;
-  absl::StatusOr<bool> changed =
-      make_autodiff_pass(options)->run(*graph, PassContext{&diagnostics});
-  EXPECT_TRUE(changed.ok()) << changed.status();
-  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
-  absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(*graph, inputs);
-  EXPECT_TRUE(outputs.ok()) << outputs.status();
-  if (!outputs.ok()) return {};
-  std::map<std::string, std::vector<double>> grads;
-  for (size_t i = 0; i < outputs->size(); ++i) {
-    grads[graph->outputs()[i]->name()] = (*outputs)[i].to_double_vector();
-  }
-  return grads;
+  auto values = testing::outputs_with_gradients(*graph, inputs);
+  EXPECT_TRUE(values.ok()) << values.status();
+  return values.ok() ? *std::move(values) : std::map<std::string, std::vector<double>>{};
 }
 
 Tensor f32(const std::vector<float>& values) {
