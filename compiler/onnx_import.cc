@@ -241,6 +241,7 @@ class Importer : public onnx_io::ImportSink {
         Attributes attrs,
         onnx_io::node_attrs(proto, *def, graph_->opset(def->domain), base_dir_, label));
     AMPC_ASSIGN_OR_RETURN(std::vector<Value*> operands, node_operands(proto, label));
+    if (domain.empty() && proto.op_type() == "Conv") drop_computed_zero_bias(operands);
     std::vector<std::string> output_names(proto.output().begin(), proto.output().end());
     std::string doc = proto.doc_string();
     std::optional<PrecisionDecision> decision = onnx_io::take_precision_line(doc);
@@ -251,6 +252,22 @@ class Importer : public onnx_io::ImportSink {
     if (decision) node->mutable_precision() = *std::move(decision);
     node->set_doc_string(std::move(doc));
     return absl::OkStatus();
+  }
+
+  // A Conv bias of zeros computed from constants (not a parameter, nor read from one) adds
+  // nothing whatever its shape, so it is dropped: PyTorch's dynamo exporter writes a Conv3d
+  // without bias with one of shape [M, 2], which ONNX's Conv does not allow.
+  void drop_computed_zero_bias(std::vector<Value*>& operands) {
+    if (operands.size() < 3 || operands[2] == nullptr) return;
+    const Tensor* bias = known_value(operands[2]);
+    if (bias == nullptr || !bias->has_data() ||
+        onnx_io::reads_float_initializer(operands[2], *this)) {
+      return;
+    }
+    for (int64_t i = 0; i < bias->num_elements(); ++i) {
+      if (bias->element_as_double(i) != 0.0) return;
+    }
+    operands.resize(2);
   }
 
   // Runs `lowering` with `proto` as the node being lowered, then restores the node lowered

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <numeric>
 #include <optional>
+#include <unordered_set>
 
 #include "compiler/onnx_io.h"
 #include "compiler/onnx_lowering_internal.h"
@@ -145,6 +146,28 @@ absl::StatusOr<int64_t> position(const onnx::NodeProto& proto, int i, const std:
 }
 
 }  // namespace
+
+bool reads_float_initializer(const Value* value, ImportSink& sink) {
+  std::vector<const Value*> stack = {value};
+  std::unordered_set<const Value*> seen;
+  while (!stack.empty()) {
+    const Value* v = stack.back();
+    stack.pop_back();
+    if (v == nullptr || !seen.insert(v).second) continue;
+    if (v->kind() == Value::Kind::kInitializer) {
+      if (is_float(v->dtype()) && !v->is_constant()) return true;
+      continue;
+    }
+    const Node* producer = v->producer();
+    if (producer == nullptr || producer->def() == nullptr || !producer->def()->fold_needs_values) {
+      continue;
+    }
+    for (const Value* operand : producer->operands()) {
+      if (operand != nullptr && sink.known_value(operand) != nullptr) stack.push_back(operand);
+    }
+  }
+  return false;
+}
 
 namespace lowering {
 

@@ -103,6 +103,12 @@ class ImportSink {
   virtual RaggedValues& ragged() = 0;
 };
 
+// Whether the known value `value` is computed from a float initializer of the file, which may be
+// a trainable parameter (the min of a learned scale, a bias derived from one): a constant folded
+// from it would cut its gradient. Walks the known values upstream only, and not past ops that
+// read only their operands' shapes (Shape, Size).
+bool reads_float_initializer(const Value* value, ImportSink& sink);
+
 // An If whose condition is known at import: the taken branch's nodes in place, its outputs
 // bound to the If's. A condition computed at run time: both branches' nodes (renamed under the
 // If) and a Where per output, which needs the branches' outputs to have one type (an error

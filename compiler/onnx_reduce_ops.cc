@@ -21,7 +21,6 @@
 #include <functional>
 #include <limits>
 #include <optional>
-#include <unordered_set>
 #include <vector>
 
 #include "compiler/onnx_lowering_internal.h"
@@ -218,32 +217,6 @@ absl::Status product_tree(Emitter& e, const Reduction& r, const std::string& lab
   return e.reshape(v, out, e.output(0)).status();
 }
 
-// Whether the known value `value` is computed from a float initializer of the file, which may be
-// a trainable parameter (the min of a learned scale): a constant folded from it would cut its
-// gradient. Walks the known values upstream only, and not past ops that read only their
-// operands' shapes (Shape, Size).
-bool reads_float_initializer(const Value* value, ImportSink& sink) {
-  std::vector<const Value*> stack = {value};
-  std::unordered_set<const Value*> seen;
-  while (!stack.empty()) {
-    const Value* v = stack.back();
-    stack.pop_back();
-    if (v == nullptr || !seen.insert(v).second) continue;
-    if (v->kind() == Value::Kind::kInitializer) {
-      if (is_float(v->dtype()) && !v->is_constant()) return true;
-      continue;
-    }
-    const Node* producer = v->producer();
-    if (producer == nullptr || producer->def() == nullptr || !producer->def()->fold_needs_values) {
-      continue;
-    }
-    for (const Value* operand : producer->operands()) {
-      if (operand != nullptr && sink.known_value(operand) != nullptr) stack.push_back(operand);
-    }
-  }
-  return false;
-}
-
 }  // namespace
 
 absl::Status lower_reduce_via_sum(const onnx::NodeProto& proto, const std::string& label,
@@ -282,7 +255,7 @@ absl::Status lower_reduce_min_or_prod(const onnx::NodeProto& proto, const std::s
   Emitter e(proto, label, sink);
   const bool prod = proto.op_type() == "ReduceProd";
   if (const Tensor* known = sink.known_value(r.x);
-      known != nullptr && !reads_float_initializer(r.x, sink)) {
+      known != nullptr && !onnx_io::reads_float_initializer(r.x, sink)) {
     if (e.output(0).empty()) return absl::OkStatus();
     const FoldOp product{std::multiplies<double>(), std::multiplies<int64_t>(), 1.0, 1};
     const FoldOp minimum{[](double a, double b) { return std::isnan(b) ? b : std::min(a, b); },

@@ -37,6 +37,12 @@ import torch.nn as nn
 
 VOCAB, BATCH, LENGTH, IMAGE = 64, 2, 8, 16
 NO_DROPOUT = dict(hidden_dropout_prob=0, attention_probs_dropout_prob=0)
+# A speech encoder over 400 samples: two feature convolutions, then two transformer layers.
+SPEECH = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+              conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3),
+              num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=2, num_labels=3,
+              hidden_dropout=0, attention_dropout=0, activation_dropout=0, feat_proj_dropout=0,
+              layerdrop=0, final_dropout=0, mask_time_prob=0)
 
 
 def small(**config):
@@ -119,6 +125,44 @@ def architectures(T):
             decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
             max_position_embeddings=16, dropout=0, attention_dropout=0, activation_dropout=0))),
             "seq2seq"),
+        "gpt_bigcode": (lambda: T.GPTBigCodeForCausalLM(T.GPTBigCodeConfig(**small(
+            n_embd=32, n_layer=2, n_head=4, n_positions=16, multi_query=True, resid_pdrop=0,
+            embd_pdrop=0, attn_pdrop=0))), "lm"),
+        "codegen": (lambda: T.CodeGenForCausalLM(T.CodeGenConfig(**small(
+            n_embd=32, n_layer=2, n_head=4, n_positions=16, rotary_dim=4, resid_pdrop=0,
+            embd_pdrop=0, attn_pdrop=0))), "lm"),
+        "granite": (lambda: T.GraniteForCausalLM(T.GraniteConfig(**decoder(
+            num_key_value_heads=2))), "lm"),
+        "cohere": (lambda: T.CohereForCausalLM(T.CohereConfig(**decoder(
+            num_key_value_heads=2))), "lm"),
+        "starcoder2": (lambda: T.Starcoder2ForCausalLM(T.Starcoder2Config(**decoder(
+            num_key_value_heads=2, residual_dropout=0, embedding_dropout=0))), "lm"),
+        "gemma3": (lambda: T.Gemma3ForCausalLM(T.Gemma3TextConfig(**decoder(
+            num_key_value_heads=2, head_dim=8, sliding_window=4))), "lm"),
+        "mamba": (lambda: T.MambaForCausalLM(T.MambaConfig(**small(
+            hidden_size=32, num_hidden_layers=2, state_size=4, expand=2, conv_kernel=4))), "lm"),
+        "xlnet": (lambda: T.XLNetLMHeadModel(T.XLNetConfig(**small(
+            d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0))), "lm"),
+        "modernbert_mlm": (lambda: T.ModernBertForMaskedLM(T.ModernBertConfig(**encoder(
+            max_position_embeddings=16, pad_token_id=0, global_attn_every_n_layers=2,
+            local_attention=4))), "lm"),
+        "funnel_mlm": (lambda: T.FunnelForMaskedLM(T.FunnelConfig(**small(
+            d_model=32, n_head=4, d_head=8, d_inner=64, block_sizes=[1, 1], hidden_dropout=0,
+            attention_dropout=0, activation_dropout=0))), "lm"),
+        "convbert_mlm": (lambda: T.ConvBertForMaskedLM(T.ConvBertConfig(**encoder(
+            **NO_DROPOUT))), "lm"),
+        "squeezebert_mlm": (lambda: T.SqueezeBertForMaskedLM(T.SqueezeBertConfig(**encoder(
+            embedding_size=32, **NO_DROPOUT))), "lm"),
+        "marian": (lambda: T.MarianMTModel(T.MarianConfig(**small(
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            max_position_embeddings=16, dropout=0, pad_token_id=0,
+            decoder_start_token_id=0))), "seq2seq"),
+        "pegasus": (lambda: T.PegasusForConditionalGeneration(T.PegasusConfig(**small(
+            d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+            max_position_embeddings=16, dropout=0, pad_token_id=0,
+            decoder_start_token_id=0))), "seq2seq"),
         "vit": (lambda: T.ViTForImageClassification(T.ViTConfig(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
             image_size=IMAGE, patch_size=4, num_labels=5, **NO_DROPOUT)), "image"),
@@ -151,12 +195,21 @@ def architectures(T):
         "regnet": (lambda: T.RegNetForImageClassification(T.RegNetConfig(
             embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=4,
             num_labels=5)), "image"),
+        "mobilevit": (lambda: T.MobileViTForImageClassification(T.MobileViTConfig(
+            image_size=IMAGE, patch_size=2, hidden_sizes=[16, 24, 32],
+            neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64], num_labels=5,
+            classifier_dropout_prob=0, **NO_DROPOUT)), "image"),
+        "swinv2": (lambda: T.Swinv2ForImageClassification(T.Swinv2Config(
+            image_size=IMAGE, patch_size=2, embed_dim=16, depths=[1, 1], num_heads=[2, 2],
+            window_size=4, num_labels=5, drop_path_rate=0, **NO_DROPOUT)), "image"),
+        "poolformer": (lambda: T.PoolFormerForImageClassification(T.PoolFormerConfig(
+            hidden_sizes=[8, 16], depths=[1, 1], num_encoder_blocks=2, patch_sizes=[7, 3],
+            strides=[4, 2], padding=[2, 1], num_labels=5, drop_path_rate=0)), "image"),
         "wav2vec2": (lambda: T.Wav2Vec2ForSequenceClassification(T.Wav2Vec2Config(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-            conv_dim=(8, 8), conv_stride=(5, 2), conv_kernel=(10, 3), num_conv_pos_embeddings=16,
-            num_conv_pos_embedding_groups=2, num_labels=3, hidden_dropout=0, attention_dropout=0,
-            activation_dropout=0, feat_proj_dropout=0, layerdrop=0, final_dropout=0,
-            mask_time_prob=0)), "audio"),
+            **SPEECH)), "audio"),
+        "hubert": (lambda: T.HubertForSequenceClassification(T.HubertConfig(**SPEECH)), "audio"),
+        "wavlm": (lambda: T.WavLMForSequenceClassification(T.WavLMConfig(
+            num_buckets=8, max_bucket_distance=16, **SPEECH)), "audio"),
         "clip": (lambda: T.CLIPModel(T.CLIPConfig(
             text_config=dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1,
                              num_attention_heads=4, intermediate_size=64,
@@ -231,8 +284,10 @@ def export(module, args, path, exporter):
             torch.onnx.export(module, args, path, dynamo=True, optimize=False, **kwargs)
 
 
-def ampc_losses(ampc, path, x, y, work):
-    """`ampc run`'s loss, and the losses of 3 SGD steps of `ampc train` (or an error line)."""
+def ampc_losses(ampc, module, path, x, y, work):
+    """`ampc run`'s loss, and the losses of 3 SGD steps of `ampc train` (or an error line), with
+    the parameters `module` does not train frozen."""
+    from torchvision_gradient_sweep import freeze_flags
     inputs = os.path.join(work, "inputs.npz")
     np.savez(inputs, x=x.numpy(), y=y.numpy())
     run = subprocess.run([ampc, "run", path, "--inputs", inputs, "--output-dir", work],
@@ -244,7 +299,8 @@ def ampc_losses(ampc, path, x, y, work):
     data = os.path.join(work, "data.npz")
     log = os.path.join(work, "log.jsonl")
     np.savez(data, x=x.numpy()[None], y=y.numpy()[None])
-    for command in ([ampc, "compile", path, "-o", train, "--optimizer", "sgd", "--lr", "0.1"],
+    for command in ([ampc, "compile", path, "-o", train, "--optimizer", "sgd", "--lr", "0.1"] +
+                    freeze_flags(module),
                     [ampc, "train", train, "--data", data, "--steps", "3", "--log", log]):
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
@@ -318,7 +374,7 @@ def main():
                     print(f"{name:16s} {exporter:11s} export failed: "
                           f"{str(e).strip().splitlines()[0][:120]}", flush=True)
                     continue
-                forward, losses = ampc_losses(args.ampc, path, x, y, work)
+                forward, losses = ampc_losses(args.ampc, module, path, x, y, work)
                 fwd = "" if forward is None else f"fwd {abs(forward - want) / abs(want):.1e}"
                 if isinstance(losses, str):
                     print(f"{name:16s} {exporter:11s} {fwd}  {losses}", flush=True)

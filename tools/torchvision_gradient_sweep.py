@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""torchvision's classification and segmentation models through PyTorch's exporters at several
-opsets, with ampc's loss and one-step gradients against PyTorch's in f64.
+"""torchvision's classification, segmentation and video models through PyTorch's exporters at
+several opsets, with ampc's loss and one-step gradients against PyTorch's in f64.
 
 Each model is built by torchvision with 5 classes and random weights (dropout and stochastic
 depth set to 0), wrapped with a cross-entropy loss, and exported in training mode (batch norms
@@ -24,6 +24,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -37,51 +38,62 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_training_sweep import quiet  # noqa: E402
 
 CLASSES = 5
+IMAGE, SEGMENTATION, VIDEO = "image", "segmentation", "video"
+FRAMES = 4
 LR = 2.0 ** 20
 
 
 def models(M):
-    """name -> (model factory, smallest image side it takes, segmentation?)."""
+    """name -> (model factory, smallest image side it takes, kind: "image", "segmentation" (a
+    class per pixel) or "video" (clips of FRAMES frames))."""
     from torchvision.models.convnext import CNBlockConfig
     from torchvision.models.swin_transformer import SwinTransformer
+    from torchvision.models.video.swin_transformer import SwinTransformer3d
     from torchvision.models.vision_transformer import VisionTransformer
-    seg = M.segmentation
+    seg, video = M.segmentation, M.video
     return {
-        "resnet18": (lambda: M.resnet18(num_classes=CLASSES), 32, False),
-        "resnet50": (lambda: M.resnet50(num_classes=CLASSES), 32, False),
-        "resnext50": (lambda: M.resnext50_32x4d(num_classes=CLASSES), 32, False),
-        "mobilenet_v2": (lambda: M.mobilenet_v2(num_classes=CLASSES), 32, False),
-        "mobilenet_v3_large": (lambda: M.mobilenet_v3_large(num_classes=CLASSES), 32, False),
-        "efficientnet_b0": (lambda: M.efficientnet_b0(num_classes=CLASSES), 32, False),
-        "efficientnet_v2_s": (lambda: M.efficientnet_v2_s(num_classes=CLASSES), 32, False),
-        "densenet121": (lambda: M.densenet121(num_classes=CLASSES), 32, False),
-        "squeezenet": (lambda: M.squeezenet1_1(num_classes=CLASSES), 64, False),
-        "shufflenet_v2": (lambda: M.shufflenet_v2_x0_5(num_classes=CLASSES), 32, False),
+        "resnet18": (lambda: M.resnet18(num_classes=CLASSES), 32, IMAGE),
+        "resnet50": (lambda: M.resnet50(num_classes=CLASSES), 32, IMAGE),
+        "resnext50": (lambda: M.resnext50_32x4d(num_classes=CLASSES), 32, IMAGE),
+        "mobilenet_v2": (lambda: M.mobilenet_v2(num_classes=CLASSES), 32, IMAGE),
+        "mobilenet_v3_large": (lambda: M.mobilenet_v3_large(num_classes=CLASSES), 32, IMAGE),
+        "efficientnet_b0": (lambda: M.efficientnet_b0(num_classes=CLASSES), 32, IMAGE),
+        "efficientnet_v2_s": (lambda: M.efficientnet_v2_s(num_classes=CLASSES), 32, IMAGE),
+        "densenet121": (lambda: M.densenet121(num_classes=CLASSES), 32, IMAGE),
+        "squeezenet": (lambda: M.squeezenet1_1(num_classes=CLASSES), 64, IMAGE),
+        "shufflenet_v2": (lambda: M.shufflenet_v2_x0_5(num_classes=CLASSES), 32, IMAGE),
         "googlenet": (lambda: M.googlenet(num_classes=CLASSES, aux_logits=False,
-                                          init_weights=True), 64, False),
+                                          init_weights=True), 64, IMAGE),
         "inception_v3": (lambda: M.inception_v3(num_classes=CLASSES, aux_logits=False,
-                                                init_weights=True), 80, False),
-        "mnasnet": (lambda: M.mnasnet0_5(num_classes=CLASSES), 32, False),
-        "regnet_y": (lambda: M.regnet_y_400mf(num_classes=CLASSES), 32, False),
-        "alexnet": (lambda: M.alexnet(num_classes=CLASSES), 64, False),
-        "vgg11_bn": (lambda: M.vgg11_bn(num_classes=CLASSES), 32, False),
+                                                init_weights=True), 80, IMAGE),
+        "mnasnet": (lambda: M.mnasnet0_5(num_classes=CLASSES), 32, IMAGE),
+        "regnet_y": (lambda: M.regnet_y_400mf(num_classes=CLASSES), 32, IMAGE),
+        "alexnet": (lambda: M.alexnet(num_classes=CLASSES), 64, IMAGE),
+        "vgg11_bn": (lambda: M.vgg11_bn(num_classes=CLASSES), 32, IMAGE),
         "vit": (lambda: VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2,
                                           hidden_dim=32, mlp_dim=64, num_classes=CLASSES),
                 32, False),
         "swin": (lambda: SwinTransformer(patch_size=[2, 2], embed_dim=16, depths=[1, 1],
                                          num_heads=[2, 2], window_size=[4, 4],
-                                         num_classes=CLASSES), 32, False),
+                                         num_classes=CLASSES), 32, IMAGE),
         "convnext": (lambda: M.ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)],
-                                        num_classes=CLASSES), 32, False),
+                                        num_classes=CLASSES), 32, IMAGE),
         "maxvit": (lambda: M.MaxVit(input_size=(32, 32), stem_channels=8, partition_size=2,
                                     block_channels=[16, 32], block_layers=[1, 1], head_dim=8,
-                                    stochastic_depth_prob=0, num_classes=CLASSES), 32, False),
+                                    stochastic_depth_prob=0, num_classes=CLASSES), 32, IMAGE),
         "fcn_resnet50": (lambda: seg.fcn_resnet50(num_classes=CLASSES, weights=None,
-                                                  weights_backbone=None), 32, True),
+                                                  weights_backbone=None), 32, SEGMENTATION),
         "deeplabv3_mobilenet": (lambda: seg.deeplabv3_mobilenet_v3_large(
-            num_classes=CLASSES, weights=None, weights_backbone=None), 32, True),
+            num_classes=CLASSES, weights=None, weights_backbone=None), 32, SEGMENTATION),
         "lraspp_mobilenet": (lambda: seg.lraspp_mobilenet_v3_large(
-            num_classes=CLASSES, weights=None, weights_backbone=None), 32, True),
+            num_classes=CLASSES, weights=None, weights_backbone=None), 32, SEGMENTATION),
+        "r3d_18": (lambda: video.r3d_18(num_classes=CLASSES), 32, VIDEO),
+        "mc3_18": (lambda: video.mc3_18(num_classes=CLASSES), 32, VIDEO),
+        "r2plus1d_18": (lambda: video.r2plus1d_18(num_classes=CLASSES), 32, VIDEO),
+        "swin3d": (lambda: SwinTransformer3d(patch_size=[2, 2, 2], embed_dim=16, depths=[1, 1],
+                                             num_heads=[2, 2], window_size=[2, 4, 4],
+                                             stochastic_depth_prob=0, num_classes=CLASSES),
+                   32, VIDEO),
     }
 
 
@@ -159,6 +171,15 @@ def torch_run(module, x, y, precision, scale):
         scale /= 2
 
 
+def freeze_flags(module):
+    """`ampc compile --freeze` naming the parameters PyTorch does not train (requires_grad
+    False: Marian's sinusoidal positions), which no exporter records; [] when there are none."""
+    frozen = [name for name, p in module.named_parameters() if not p.requires_grad]
+    if not frozen:
+        return []
+    return ["--freeze", "^(" + "|".join(re.escape(name) for name in frozen) + ")$"]
+
+
 def step_of(name, value, before, after):
     """The step one SGD step took on the parameter `name` (f64 `value` before it), read in the
     parameter's layout from the exported file `before` and the trained file `after`: under its
@@ -195,9 +216,9 @@ def check(ampc, module, x, y, exporter, work, precision="fp32"):
     loss_scale = AMP[precision][1] if precision != "fp32" else 1.0
     while True:
         loss32, grads32, loss_scale = torch_run(module, x, y, precision, loss_scale)
-        compile_flags = []
+        compile_flags = freeze_flags(module)
         if precision != "fp32":
-            compile_flags = ["--precision", precision, "--loss-scale", f"static:{loss_scale:g}"]
+            compile_flags += ["--precision", precision, "--loss-scale", f"static:{loss_scale:g}"]
         for command in (["compile", path, "-o", train, "--optimizer", "sgd", "--lr", str(LR)] +
                         compile_flags,
                         ["train", train, "--data", data, "--steps", "1", "--export", trained,
@@ -277,7 +298,8 @@ def main():
     add_sweep_arguments(parser, "model")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--size", type=int, default=64,
-                        help="image side (at least each model's smallest; vit and maxvit take 32)")
+                        help="image side (at least each model's smallest; vit and maxvit take 32, "
+                        f"the video models clips of {FRAMES} frames of 32 x 32)")
     args = parser.parse_args()
     import torchvision.models
     table = models(torchvision.models)
@@ -288,13 +310,15 @@ def main():
     exporters = parse_exporters(args.exporters)
     with tempfile.TemporaryDirectory() as work:
         for name in names:
-            factory, smallest, segmentation = table[name]
-            side = smallest if name in FIXED_SIZE else max(smallest, args.size)
+            factory, smallest, kind = table[name]
+            fixed = name in FIXED_SIZE or kind == VIDEO
+            side = smallest if fixed else max(smallest, args.size)
             torch.manual_seed(0)
             module = WithLoss(without_dropout(factory())).train()
             g = torch.Generator().manual_seed(1)
-            x = torch.randn(args.batch, 3, side, side, generator=g)
-            y = torch.randint(0, CLASSES, (args.batch, side, side) if segmentation
+            frames = (FRAMES,) if kind == VIDEO else ()
+            x = torch.randn(args.batch, 3, *frames, side, side, generator=g)
+            y = torch.randint(0, CLASSES, (args.batch, side, side) if kind == SEGMENTATION
                               else (args.batch,), generator=g)
             for exporter in exporters:
                 print(f"{name:20s} {exporter:14s} {check(args.ampc, module, x, y, exporter, work, args.precision)}",
