@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <optional>
 
 #include "compiler/stopwatch.h"
 #include "compiler/strings.h"
@@ -81,6 +82,18 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   return pipeline;
 }
 
+// The name of `graph`'s only float scalar output when no output is named `loss`, else nullopt.
+std::optional<std::string> only_scalar_output(const Graph& graph, const std::string& loss) {
+  std::optional<std::string> only;
+  for (const Value* output : graph.outputs()) {
+    if (output->name() == loss) return std::nullopt;
+    if (!is_arithmetic_float(output->dtype()) || output->type().num_elements() != 1) continue;
+    if (only) return std::nullopt;  // two: which one is the loss is the user's to say
+    only = output->name();
+  }
+  return only;
+}
+
 absl::Status check_range(bool ok, std::string_view flag, float value, std::string_view range) {
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(str_cat(flag, " ", value, " is out of range: ", range));
@@ -131,8 +144,17 @@ absl::Status validate_training_options(const TrainingOptions& options) {
   return absl::OkStatus();
 }
 
-absl::Status compile_graph(Graph& graph, const CompileOptions& options, Diagnostics& diagnostics) {
-  if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
+absl::Status compile_graph(Graph& graph, const CompileOptions& given, Diagnostics& diagnostics) {
+  if (given.training) AMPC_RETURN_IF_ERROR(validate_training_options(*given.training));
+  CompileOptions options = given;
+  if (options.training && !options.training->append_loss && !options.training->loss_named) {
+    std::string& loss = options.training->autodiff.loss;
+    if (std::optional<std::string> only = only_scalar_output(graph, loss)) {
+      diagnostics.warn(str_cat("no graph output is named '", loss, "'; the loss is '", *only,
+                               "', the model's only float scalar output (--loss NAME names it)"));
+      loss = *only;
+    }
+  }
   PassPipeline pipeline = make_pipeline(options);
   PassContext context{&diagnostics};
   AMPC_RETURN_IF_ERROR(pipeline.run(graph, context).status());

@@ -18,6 +18,10 @@ namespace ampc {
 struct TrainingOptions {
   std::optional<LossOptions> append_loss;  // unset: the model outputs its loss already
   AutodiffOptions autodiff;                // autodiff.loss names the loss output
+  // Whether the user named the loss. When not, and no output has autodiff.loss's name, the loss
+  // is the model's only float scalar output (an exporter's name for it: `cross_entropy_loss`,
+  // `add_3`), with a warning saying so.
+  bool loss_named = true;
   OptimizerOptions optimizer;
   // Gradient accumulation: > 1 sums the gradients of this many runs of the step (micro-batches)
   // in f32 and updates once, on the last, with their mean; the loss scale holds across them.

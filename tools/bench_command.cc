@@ -80,7 +80,11 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
     options.pipeline.disabled.insert("fuse-attention");
   }
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
-  options.training->autodiff.loss = flags.loss;
+  if (flags.loss.empty()) {
+    options.training->loss_named = false;
+  } else {
+    options.training->autodiff.loss = flags.loss;
+  }
   options.training->recompute_cheap = flags.recompute == "cheap";
   if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
     return absl::InvalidArgumentError(
@@ -269,8 +273,9 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
       ->check(CLI::IsMember({"sgd", "adam", "adamw"}))
       ->capture_default_str();
   bench->add_option("--lr", flags.lr, "Learning rate")->capture_default_str();
-  bench->add_option("--loss", flags.loss, "The loss: the name of the scalar graph output to train")
-      ->capture_default_str();
+  bench->add_option("--loss", flags.loss,
+                    "The loss: the name of the scalar graph output to train (default: the output "
+                    "named loss, else the model's only float scalar output)");
   bench->add_option("--steps", flags.steps, "Timed steps")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();

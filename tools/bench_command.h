@@ -20,7 +20,7 @@ struct BenchFlags {
   std::string device = "cpu";
   std::string precision = "fp32";
   std::string optimizer = "adamw";
-  std::string loss = "loss";  // the scalar graph output to differentiate
+  std::string loss;  // the scalar graph output to differentiate; empty: as ampc compile
   double lr = 1e-3;
   int64_t steps = 50;
   int64_t warmup = 5;

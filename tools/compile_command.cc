@@ -173,8 +173,10 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
   } else if (!flags.label_input.empty() || !flags.logits.empty()) {
     return absl::InvalidArgumentError(
         "--label-input and --logits go with --loss cross-entropy or --loss mse");
-  } else {
+  } else if (!flags.loss.empty()) {
     options.autodiff.loss = flags.loss;
+  } else {
+    options.loss_named = false;
   }
   // --scale-* flags without --loss-scale shape the dynamic scaling fp16 gets by default
   // (run_compile refuses them where the compile has none).
@@ -374,9 +376,9 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
       ->group(group);
   compile
       .add_option("--loss", flags.loss,
-                  "The loss: a scalar graph output's name, or cross-entropy / mse to append one "
+                  "The loss: a scalar graph output's name (default: the output named loss, else "
+                  "the model's only float scalar output), or cross-entropy / mse to append one "
                   "(with --label-input)")
-      ->capture_default_str()
       ->group(group);
   compile
       .add_option("--label-input", flags.label_input,

@@ -29,7 +29,7 @@ struct CompileFlags {
   std::set<std::string> training_flags_given;
   // Training compile (--optimizer set).
   std::string optimizer;
-  std::string loss = "loss";
+  std::string loss;  // empty: the output named loss, else the only float scalar output
   std::string label_input;
   std::string logits;
   float lr = 0.01f;
