@@ -4,6 +4,7 @@
 #include <cmath>
 #include <optional>
 
+#include "compiler/onnx_buffer_updates.h"
 #include "compiler/stopwatch.h"
 #include "compiler/strings.h"
 #include "compiler/verifier.h"
@@ -87,7 +88,10 @@ std::optional<std::string> only_scalar_output(const Graph& graph, const std::str
   std::optional<std::string> only;
   for (const Value* output : graph.outputs()) {
     if (output->name() == loss) return std::nullopt;
-    if (!is_arithmetic_float(output->dtype()) || output->type().num_elements() != 1) continue;
+    if (!is_arithmetic_float(output->dtype()) || output->type().num_elements() != 1 ||
+        onnx_io::is_buffer_update_output(graph, output)) {
+      continue;
+    }
     if (only) return std::nullopt;  // two: which one is the loss is the user's to say
     only = output->name();
   }
@@ -174,7 +178,9 @@ absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_pat
   if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
   AMPC_RETURN_IF_ERROR(make_pipeline(options).validate_options());
   const Stopwatch import_time;
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(input_path, options.import));
+  ImportOptions import = options.import;
+  import.buffer_updates = options.training.has_value();
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, import_onnx_file(input_path, import));
   if (options.pipeline.timings) {
     options.pipeline.timings->push_back({"import", import_time.seconds(), 0, graph->num_nodes()});
   }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "compiler/file_util.h"
+#include "compiler/onnx_buffer_updates.h"
 #include "compiler/onnx_common.h"
 #include "compiler/onnx_detach.h"
 #include "compiler/onnx_input_types.h"
@@ -72,6 +73,9 @@ class Importer : public onnx_io::ImportSink {
       for (const onnx::NodeProto& node : nodes) AMPC_RETURN_IF_ERROR(import_node(node));
     }
     AMPC_RETURN_IF_ERROR(import_outputs(graph));
+    if (options_.buffer_updates) {
+      AMPC_RETURN_IF_ERROR(onnx_io::import_buffer_updates(graph, *this, *graph_));
+    }
     AMPC_RETURN_IF_ERROR(verify(*graph_));
     if (const std::vector<std::string> folded = folds_.folded_batch_norms(); !folded.empty()) {
       graph_->set_metadata(onnx_io::kFoldedBatchNormsKey, str_join(folded, ", "));

@@ -28,6 +28,9 @@ struct ImportOptions {
   // `--data`), by input name; they fix only what is dynamic: a static dim they contradict is left
   // to the check of the data, which names the file.
   std::map<std::string, Shape, std::less<>> data_shapes;
+  // For a training compile: the buffers the module updates in place become graph outputs that
+  // the training step makes state updates (compiler/onnx_buffer_updates.h).
+  bool buffer_updates = false;
 };
 
 // Reads an ONNX model file. Every failure (unreadable file, not a model, unsupported op or type,

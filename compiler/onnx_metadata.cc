@@ -109,31 +109,38 @@ bool training_batch_norm(const FxCall& call) {
   return kBatchNorms.contains(call.op) && call.arg(training, "training") == "True";
 }
 
-// One input of PyTorch's graph signature: "p_w: PARAMETER target='w'".
+// One line of PyTorch's graph signature: an input ("p_w: PARAMETER target='w'") or an output
+// ("add_1: BUFFER_MUTATION target='ema'").
 struct SignatureInput {
-  std::string fx_name;  // the FX graph's name for it: p_w
-  std::string kind;     // PARAMETER, BUFFER or CONSTANT_TENSOR
-  std::string target;   // the module's name for it: w
+  std::string fx_name;  // the FX graph's name for it: p_w, add_1
+  std::string kind;     // PARAMETER, BUFFER, CONSTANT_TENSOR, BUFFER_MUTATION, ...
+  std::string target;   // the module's name for it: w, ema
 };
 
-std::vector<SignatureInput> signature_inputs(const onnx::GraphProto& graph) {
-  std::vector<SignatureInput> inputs;
+// The signature's lines that match `pattern` (the FX name, the kind, the target), one per input
+// or output: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
+std::vector<SignatureInput> signature_lines(const onnx::GraphProto& graph,
+                                            const std::regex& pattern) {
+  std::vector<SignatureInput> lines;
   const std::optional<std::string> signature =
       find_prop(metadata_props(graph), "pkg.torch.export.ExportedProgram.graph_signature");
-  if (!signature) return inputs;
-  // One input per line: "b_rotary_inv_freq: BUFFER target='rotary.inv_freq' persistent=False".
-  static const std::regex kLine(
-      R"(\s*(\S+):\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)'.*)");
+  if (!signature) return lines;
   std::smatch match;
   for (size_t begin = 0; begin < signature->size();) {
     const size_t end = std::min(signature->find('\n', begin), signature->size());
     const std::string line = signature->substr(begin, end - begin);
     begin = end + 1;
-    if (std::regex_match(line, match, kLine)) {
-      inputs.push_back({match[1].str(), match[2].str(), match[3].str()});
+    if (std::regex_match(line, match, pattern)) {
+      lines.push_back({match[1].str(), match[2].str(), match[3].str()});
     }
   }
-  return inputs;
+  return lines;
+}
+
+std::vector<SignatureInput> signature_inputs(const onnx::GraphProto& graph) {
+  static const std::regex kInput(
+      R"(\s*(\S+):\s+(PARAMETER|BUFFER|CONSTANT_TENSOR)\s+target='([^']*)'.*)");
+  return signature_lines(graph, kInput);
 }
 
 }  // namespace
@@ -183,6 +190,16 @@ std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::Gra
         input.kind == "PARAMETER" ? Value::Declared::kParameter : Value::Declared::kBuffer;
   }
   return declared;
+}
+
+std::vector<std::pair<std::string, std::string>> torch_buffer_mutations(
+    const onnx::GraphProto& graph) {
+  std::vector<std::pair<std::string, std::string>> mutations;
+  static const std::regex kMutation(R"(\s*(\S+):\s+(BUFFER_MUTATION)\s+target='([^']*)'.*)");
+  for (const SignatureInput& output : signature_lines(graph, kMutation)) {
+    mutations.emplace_back(output.fx_name, output.target);
+  }
+  return mutations;
 }
 
 std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::GraphProto& graph) {

@@ -44,6 +44,10 @@ std::optional<int64_t> parse_int64(std::string_view text);
 // BUFFER and CONSTANT_TENSOR (register_buffer: a rotary frequency table, a fixed bias; tensors
 // the program captured), which PyTorch does not train. Empty when the graph has no signature.
 std::unordered_map<std::string, Value::Declared> torch_signature(const onnx::GraphProto& graph);
+// The same signature's buffer mutations, in order: (the value holding the new value, the
+// buffer's name), from its outputs ("add_1: BUFFER_MUTATION target='ema'").
+std::vector<std::pair<std::string, std::string>> torch_buffer_mutations(
+    const onnx::GraphProto& graph);
 // The same signature's parameters and buffers by their FX names (p_w, b_table, as a node's FX
 // node names its arguments) -> their names (w, table).
 std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::GraphProto& graph);

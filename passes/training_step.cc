@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "compiler/onnx_buffer_updates.h"
 #include "compiler/onnx_metadata.h"
 #include "compiler/strings.h"
 #include "ops/op_util.h"
@@ -48,7 +49,9 @@ Value* find_input(const Graph& graph, std::string_view name) {
 
 std::string output_names(const Graph& graph) {
   std::vector<std::string> names;
-  for (const Value* output : graph.outputs()) names.push_back(output->name());
+  for (const Value* output : graph.outputs()) {
+    if (!onnx_io::is_buffer_update_output(graph, output)) names.push_back(output->name());
+  }
   return names.empty() ? "none" : str_join(names, ", ");
 }
 
@@ -92,12 +95,16 @@ class AppendLossPass final : public Pass {
           str_cat("--logits names '", options_.prediction,
                   "', which is not a graph output (outputs: ", output_names(graph), ")"));
     }
-    if (graph.outputs().size() != 1) {
+    std::vector<Value*> outputs;
+    for (Value* output : graph.outputs()) {
+      if (!onnx_io::is_buffer_update_output(graph, output)) outputs.push_back(output);
+    }
+    if (outputs.size() != 1) {
       return absl::InvalidArgumentError(
-          str_cat("the model has ", graph.outputs().size(), " outputs (", output_names(graph),
+          str_cat("the model has ", outputs.size(), " outputs (", output_names(graph),
                   "); say which one the loss reads with --logits NAME"));
     }
-    return graph.outputs()[0];
+    return outputs[0];
   }
 
   // The label input: the graph input of that name, or a new one of `type`.
@@ -261,6 +268,41 @@ void seed_random_ops(Graph& graph) {
   }
 }
 
+// The buffers the module updates in place (compiler/onnx_buffer_updates.h): in the step, each
+// output holding a buffer's new value becomes its state update; the eval graph, which reads the
+// buffers, drops those outputs and what computes them alone.
+absl::Status carry_buffer_updates(Graph& graph, Graph& step, const PassContext& context) {
+  const std::vector<std::pair<std::string, std::string>> updates = onnx_io::buffer_updates(graph);
+  if (updates.empty()) return absl::OkStatus();
+  for (const auto& [buffer, output] : updates) {
+    const Value* state = nullptr;
+    for (const Value* init : step.initializers()) {
+      if (init->name() == buffer) state = init;
+    }
+    Value* next = find_output(step, output);
+    if (state == nullptr || next == nullptr) {
+      return absl::InternalError(str_cat("the update of buffer '", buffer, "' is lost"));
+    }
+    if (next->dtype() != state->dtype()) {  // a buffer stored in f16 or bf16 (O3)
+      Node* cast =
+          step.create_node(kOnnxDomain, "Cast", {next}, {state->type()}, {{"to", state->dtype()}});
+      cast->set_name(str_cat(buffer, "/next/Cast"));
+      for (int i = 0; i < static_cast<int>(step.outputs().size()); ++i) {
+        if (step.outputs()[i] == next) step.set_output(i, cast->output(0));
+      }
+      next->set_name(step.unique_value_name(str_cat(output, ".", dtype_name(next->dtype()))));
+      cast->output(0)->set_name(output);
+    }
+    step.add_state_update(buffer, output);
+  }
+  for (int i = static_cast<int>(graph.outputs().size()) - 1; i >= 0; --i) {
+    if (onnx_io::is_buffer_update_output(graph, graph.outputs()[i])) graph.erase_output(i);
+  }
+  graph.erase_metadata(onnx_io::kBufferUpdatesKey);
+  step.erase_metadata(onnx_io::kBufferUpdatesKey);
+  return make_dce_pass()->run(graph, context).status();
+}
+
 class TrainingStepPass final : public Pass {
  public:
   std::string_view name() const override { return "training-step"; }
@@ -280,9 +322,18 @@ class TrainingStepPass final : public Pass {
           "not normalize by the batch as PyTorch's does; export with "
           "torch.onnx.export(..., optimize=False)"));
     }
+    if (auto stale = graph.metadata().find(onnx_io::kStaleBuffersKey);
+        stale != graph.metadata().end()) {
+      context.warn(str_cat(
+          "buffers ", stale->second,
+          " are updated in place by the module (the graph signature says so), but the file does "
+          "not hold their new values, so they keep their values from step to step"));
+      graph.erase_metadata(onnx_io::kStaleBuffersKey);
+    }
     seed_random_ops(graph);  // the step's random ops are its copies
     std::unique_ptr<Graph> step = graph.clone();
     step->set_name(str_cat(graph.name(), ".train_step"));
+    AMPC_RETURN_IF_ERROR(carry_buffer_updates(graph, *step, context));
     for (Node* node : graph.node_list()) {
       if (node->domain() != kOnnxDomain) continue;
       if (node->op_type() == "BatchNormalization" && node->def() != nullptr &&
