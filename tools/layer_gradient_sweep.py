@@ -32,16 +32,19 @@ from sweep_layers import B, C, CLASSES, D, H, T, W  # noqa: E402
 from sweep_layers import (  # noqa: E402
     AffineGrid,
     AttentionWithWeights,
+    AutocastRegion,
     BagOf,
     BatchNormSeq,
     Bilinear,
     CellOverTime,
+    Checkpointed,
     Conv1dOverTime,
     Conv3dOverChannels,
     ConvTranspose1dOverTime,
     CrossAttention,
     Ctc,
     FoldBack,
+    FrozenFirst,
     GaussianNll,
     GridSample,
     GruFromState,
@@ -53,6 +56,7 @@ from sweep_layers import (  # noqa: E402
     PaddedSelfAttention,
     RaggedBagOf,
     RecurrentOutput,
+    RunningMean,
     Scripted,
     SelfAttention,
     SpectralMix,
@@ -503,6 +507,12 @@ def cases():
         "poisson_nll_full": lambda: (LossCase(nn.PoissonNLLLoss(log_input=False, full=True),
                                               activation=F.softplus), "flat_count"),
         "smooth_l1_beta_0": lambda: (LossCase(nn.SmoothL1Loss(beta=0.0)), "flat_target"),
+        # what training code wraps around layers
+        "checkpoint": lambda: seq(Checkpointed()),
+        "frozen_layer": lambda: seq(FrozenFirst()),
+        "autocast_region": lambda: seq(AutocastRegion()),
+        "spectral_norm": lambda: seq(nn.utils.parametrizations.spectral_norm(nn.Linear(D, D))),
+        "running_mean_buffer": lambda: seq(RunningMean()),
     }
 
 

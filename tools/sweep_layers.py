@@ -352,3 +352,59 @@ class GruFromState(nn.Module):
     def forward(self, x):
         return self.gru(x, x[:, 0][None].contiguous())[0]
 
+
+
+class Checkpointed(nn.Module):
+    """Two linear layers with a GELU between them under activation checkpointing."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, D), nn.Linear(D, D)
+
+    def forward(self, x):
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(lambda t: self.b(F.gelu(self.a(t))), x, use_reentrant=False)
+
+
+class FrozenFirst(nn.Module):
+    """A frozen linear layer (requires_grad False: `ampc compile --freeze` names it), a tanh and
+    a trained one."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(D, D), nn.Linear(D, D)
+        self.a.requires_grad_(False)
+
+    def forward(self, x):
+        return self.b(torch.tanh(self.a(x)))
+
+
+class AutocastRegion(nn.Module):
+    """A linear layer under CPU autocast to bf16 inside the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(D, D)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = self.a(x)
+        return h.float() * 2
+
+
+class RunningMean(nn.Module):
+    """A linear layer whose output the module centres by a running mean it updates in place (a
+    buffer), and a step counter it keeps (another)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(D, D)
+        self.register_buffer("mean", torch.zeros(D))
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x):
+        h = self.a(x)
+        with torch.no_grad():
+            self.mean.mul_(0.5).add_(0.5 * h.mean((0, 1)).detach())
+            self.count += 1
+        return (h - self.mean) * (1 + self.count / 10)
