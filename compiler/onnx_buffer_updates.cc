@@ -1,5 +1,7 @@
 #include "compiler/onnx_buffer_updates.h"
 
+#include <algorithm>
+
 #include "compiler/onnx_metadata.h"
 #include "compiler/strings.h"
 
@@ -27,19 +29,45 @@ std::vector<std::string> metadata_lines(const Graph& graph, std::string_view key
   return lines;
 }
 
+// PyTorch updates a buffer under torch.no_grad() (an update with a gradient history would keep
+// the previous step's graph alive), so what the forward reads of the new value has no gradient;
+// no exporter records the block. Makes every reader of `value` read it through an Identity with
+// `stop_gradient`, placed before the first of them.
+absl::Status read_without_gradient(Value* value, ImportSink& sink, Graph& out) {
+  const std::string read = sink.fresh_name(str_cat(value->name(), "/no_grad"));
+  AMPC_ASSIGN_OR_RETURN(
+      std::vector<Value*> stopped,
+      sink.emit("Identity", {value}, {{"stop_gradient", AttrValue(int64_t{1})}}, {read}, read));
+  Node* stop = stopped[0]->producer();
+  const std::vector<Use> uses = value->uses();
+  for (const Use& use : uses) {
+    if (use.user != stop) use.user->set_operand(use.operand, stopped[0]);
+  }
+  for (Node* node : out.node_list()) {
+    if (node == stop) break;
+    if (std::find(node->operands().begin(), node->operands().end(), stopped[0]) !=
+        node->operands().end()) {
+      out.move_node(stop, node);
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status import_buffer_updates(const onnx::GraphProto& graph, ImportSink& sink, Graph& out) {
   std::vector<std::string> updates, stale;
   for (const auto& [value_name, buffer_name] : torch_buffer_mutations(graph)) {
+    Value* value = sink.tensor(value_name);
+    const bool computed = value != nullptr && value->kind() == Value::Kind::kNodeOutput;
+    if (computed) AMPC_RETURN_IF_ERROR(read_without_gradient(value, sink, out));
     const Value* buffer = sink.tensor(buffer_name);
     if (buffer == nullptr || buffer->kind() != Value::Kind::kInitializer || buffer->is_constant() ||
         buffer->uses().empty() || batch_norm_statistic(*buffer)) {
-      continue;
+      continue;  // nothing reads it, or the batchnorm-state pass updates it
     }
-    Value* value = sink.tensor(value_name);
-    if (value == nullptr || value->type() != buffer->type() ||
-        value->kind() != Value::Kind::kNodeOutput) {
+    if (!computed || value->type() != buffer->type()) {
       stale.push_back(buffer_name);
       continue;
     }

@@ -7,7 +7,9 @@
 // TorchScript exporter keeps no trace of them.
 //
 // For a training compile, import makes each such value a graph output `<buffer>.next` and lists
-// the pairs as the graph metadata kBufferUpdatesKey; the training-step pass turns them into
+// the pairs as the graph metadata kBufferUpdatesKey, and the rest of the forward reads the value
+// through an Identity with `stop_gradient` (PyTorch updates buffers under torch.no_grad(), a
+// block no exporter records); the training-step pass turns them into
 // state updates of the step and removes them from the eval graph. A batch norm's running
 // statistics are the batchnorm-state pass's; a buffer the file does not read needs no update; a
 // buffer whose new value the file lacks is listed as kStaleBuffersKey, which the training-step

@@ -1,8 +1,9 @@
 // Buffers a module updates in place in its forward pass (a running average it keeps, a spectral
 // norm's power-iteration vectors): PyTorch's dynamo exporter lists each as a BUFFER_MUTATION
 // output of the graph signature, whose value the file keeps under that name, and the training
-// step carries it to the next step as PyTorch's module does. Reference: two SGD steps worked out
-// by hand (every value exact in binary).
+// step carries it to the next step as PyTorch's module does; as PyTorch updates it under
+// torch.no_grad(), the forward reads the new value without a gradient. Reference: two SGD steps
+// worked out by hand (every value exact in binary).
 #include <map>
 #include <string>
 #include <vector>
@@ -24,8 +25,8 @@ using ::testing::HasSubstr;
 using testing::kGraphMetadataField;
 using testing::ModelBuilder;
 
-// The module: ema = 0.5 * ema + 0.5 * x (in place, a buffer), loss = sum((x * w - ema)^2) for a
-// parameter w, as the dynamo exporter writes it: the new value `add_1` is what the loss reads,
+// The module: ema = 0.5 * ema + 0.5 * x * w (in place, under torch.no_grad(), a buffer), loss =
+// sum((x * w - ema)^2) for a parameter w, as the dynamo exporter writes it: the new value `add_1` is what the loss reads,
 // and the signature says it is the buffer's next value. `mutation_value` names the value the
 // signature gives ("add_1", or one the file lacks).
 std::string ema_model(const std::string& mutation_value) {
@@ -34,10 +35,10 @@ std::string ema_model(const std::string& mutation_value) {
   m.initializer_f32("w", {2}, {0.5f, 0.25f});
   m.initializer_f32("ema", {2}, {0, 0});
   m.initializer_f32("half", {}, {0.5f});
-  m.node("Mul", {"ema", "half"}, {"kept"}, "node_mul");
-  m.node("Mul", {"x", "half"}, {"added"}, "node_mul_1");
-  m.node("Add", {"kept", "added"}, {"add_1"}, "node_add_1");
   m.node("Mul", {"x", "w"}, {"xw"}, "node_mul_2");
+  m.node("Mul", {"ema", "half"}, {"kept"}, "node_mul");
+  m.node("Mul", {"xw", "half"}, {"added"}, "node_mul_1");
+  m.node("Add", {"kept", "added"}, {"add_1"}, "node_add_1");
   m.node("Sub", {"xw", "add_1"}, {"d"}, "node_sub");
   m.node("Mul", {"d", "d"}, {"sq"}, "node_mul_3");
   add_int_attr(m.node("ReduceSum", {"sq"}, {"loss"}, "node_sum"), "keepdims", 0);
@@ -84,18 +85,21 @@ Trajectory two_steps(const std::string& bytes) {
 
 TEST(TorchBufferUpdates, ABufferTheModuleUpdatesInPlaceMovesFromStepToStep) {
   const Trajectory run = two_steps(ema_model("add_1"));
-  // Step 1: ema = {0.5, -1}, x * w = {0.5, -0.5}, loss 0.25, dw = 2 (x w - ema) x = {0, -2},
-  // w = {0.5, 1.25}. Step 2: ema = {0.75, -1.5}, x * w = {0.5, -2.5}, loss 0.0625 + 1. A buffer
-  // left at zeros would give ema {0.5, -1} again and a second loss of 2.25.
-  EXPECT_EQ(run.losses, (std::vector<double>{0.25, 1.0625}));
-  EXPECT_EQ(run.ema, (std::vector<double>{0.75, -1.5}));
+  // Step 1: x * w = {0.5, -0.5}, ema = {0.25, -0.25}, loss 0.125, dw = 2 (x w - ema) x =
+  // {0.5, 1} (ema a constant), w = {0.25, -0.25}. Step 2: x * w = {0.25, 0.5}, ema = {0.25,
+  // 0.125}, loss 0.375^2. A buffer left at zeros would give a second loss of 0.078125; a
+  // gradient through the update, dw = (x w - ema) x, 0.01953125.
+  EXPECT_EQ(run.losses, (std::vector<double>{0.125, 0.140625}));
+  EXPECT_EQ(run.ema, (std::vector<double>{0.25, 0.125}));
   // The eval graph's interface is the model's.
   EXPECT_EQ(run.eval_outputs, (std::vector<std::string>{"loss"}));
 }
 
 TEST(TorchBufferUpdates, ABufferWhoseNewValueTheFileLacksIsReported) {
   const Trajectory run = two_steps(ema_model("add_9"));
-  EXPECT_EQ(run.losses, (std::vector<double>{0.25, 2.25}));
+  // Neither carried nor read without a gradient: dw = (x w - ema) x = {0.25, 0.5}, w = {0.375,
+  // 0}; then x * w = {0.375, 0}, ema = {0.1875, 0}, loss 0.1875^2.
+  EXPECT_EQ(run.losses, (std::vector<double>{0.125, 0.03515625}));
   EXPECT_EQ(run.ema, (std::vector<double>{0, 0}));
   EXPECT_THAT(::testing::PrintToString(run.warnings),
               HasSubstr("buffers ema are updated in place by the module (the graph signature "
