@@ -26,9 +26,9 @@ using testing::kGraphMetadataField;
 using testing::ModelBuilder;
 
 // The module: ema = 0.5 * ema + 0.5 * x * w (in place, under torch.no_grad(), a buffer), loss =
-// sum((x * w - ema)^2) for a parameter w, as the dynamo exporter writes it: the new value `add_1` is what the loss reads,
-// and the signature says it is the buffer's next value. `mutation_value` names the value the
-// signature gives ("add_1", or one the file lacks).
+// sum((x * w - ema)^2) for a parameter w, as the dynamo exporter writes it: the new value
+// `add_1` is what the loss reads, and the signature says it is the buffer's next value.
+// `mutation_value` names the value the signature gives ("add_1", or one the file lacks).
 std::string ema_model(const std::string& mutation_value) {
   ModelBuilder m(18);
   m.input("x", onnx::TensorProto::FLOAT, {"2"});
