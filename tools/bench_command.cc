@@ -80,10 +80,9 @@ absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
     options.pipeline.disabled.insert("fuse-attention");
   }
   options.pipeline.disabled.insert(flags.disabled.begin(), flags.disabled.end());
-  if (flags.loss.empty()) {
-    options.training->loss_named = false;
-  } else {
+  if (!flags.loss.empty()) {
     options.training->autodiff.loss = flags.loss;
+    options.training->loss_named = true;
   }
   options.training->recompute_cheap = flags.recompute == "cheap";
   if (options.training->recompute_cheap && options.pipeline.disabled.contains("fuse-elementwise")) {
@@ -105,6 +104,7 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
                         compile_file(flags.model, options, diagnostics));
   figures.compile_seconds = std::chrono::duration<double>(Clock::now() - compile_start).count();
+  print_warnings(diagnostics);
   const Graph& step = *graph->training_step();
   figures.step_nodes = step.num_nodes();
   for (const auto& node : step.nodes()) {

@@ -26,6 +26,7 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
                                  : OptimizerOptions::Kind::kAdamW;
   o.momentum = optimizer == "sgd" ? 0.9f : 0.0f;
   options.training->lr = static_cast<float>(lr);
+  options.training->loss_named = false;  // the output named loss, else the only float scalar
   return options;
 }
 

@@ -46,8 +46,9 @@ struct TrainingData {
 absl::StatusOr<TrainingData> read_training_data(const std::string& path);
 
 // A training compile at `precision` (fp32, fp16 with dynamic loss scaling, bf16) with
-// `optimizer` (sgd: momentum 0.9; adam; adamw) and `lr`; `flag` names the precision's flag in
-// the policy's messages.
+// `optimizer` (sgd: momentum 0.9; adam; adamw) and `lr`, whose loss is the output named loss,
+// else the model's only float scalar output; `flag` names the precision's flag in the policy's
+// messages.
 absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision,
                                                       std::string_view optimizer, double lr,
                                                       std::string_view flag);

@@ -7,6 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "compiler/compile.h"
@@ -26,6 +29,7 @@ struct Row {
   int64_t skipped = 0;
   double loss_scale = NAN;
   double final_loss = NAN;
+  std::vector<std::string> warnings;  // the compile's
 };
 
 std::string grouped(int64_t n) {
@@ -44,6 +48,7 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
                         compile_file(flags.model, options, diagnostics));
   Row row;
   row.precision = precision;
+  row.warnings = diagnostics.warnings();
   AMPC_ASSIGN_OR_RETURN(const runtime::Device device, runtime::parse_device(flags.device));
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan,
                         runtime::Plan::build(*graph->training_step(), device));
@@ -128,11 +133,15 @@ int run_compare_command(const CompareFlags& flags) {
     return report_error(data.status());
   }
   std::vector<Row> rows;
+  std::set<std::string> warned;
   for (const std::string& precision : flags.precisions) {
     absl::StatusOr<Row> row = run_one(flags, precision, *data);
     if (!row.ok()) {
       std::cerr << "ampc: error: " << precision << ": " << row.status().message() << "\n";
       return 1;
+    }
+    for (const std::string& warning : row->warnings) {  // each once, not once per precision
+      if (warned.insert(warning).second) std::cerr << "ampc: warning: " << warning << "\n";
     }
     std::cerr << "ampc: trained " << precision << "\n";
     rows.push_back(*std::move(row));

@@ -11,6 +11,8 @@
 #include "nlohmann/json.hpp"
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/npy.h"
+#include "tests/onnx_model_builder.h"
 #include "tests/tools/cli_test_util.h"
 
 namespace ampc {
@@ -229,6 +231,31 @@ TEST_F(PrecisionCliTest, CompareTrainsEachPrecisionAndPrintsOneTable) {
     EXPECT_THAT(r.err, ::testing::AnyOf(HasSubstr("no usable CUDA device"),
                                         HasSubstr("built without CUDA")));
     EXPECT_EQ(r.out, "");
+  }
+}
+
+// A model exported without output_names has its loss named after the op that made it; compare and
+// bench, which have no --loss flag or leave it unset, train its only float scalar output.
+TEST_F(PrecisionCliTest, CompareAndBenchTrainTheOnlyScalarOutputOfAModelWithoutOneNamedLoss) {
+  testing::ModelBuilder m(17);
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.initializer_f32("w", {3}, {0.5f, -1, 2});
+  m.node("Mul", {"x", "w"}, {"xw"}, "mul");
+  m.node("Mul", {"xw", "xw"}, {"sq"}, "square");
+  testing::add_int_attr(m.node("ReduceSum", {"sq"}, {"cross_entropy_loss"}, "sum"), "keepdims", 0);
+  m.output("cross_entropy_loss");
+  m.output("xw");
+  write("named.onnx", m.bytes());
+  ASSERT_TRUE(runtime::write_npz(path("data.npz"),
+                                 {{"x", Tensor::from_f32({1, 2, 3}, {1, 2, 3, -1, 0, 1})}})
+                  .ok());
+  for (const std::string command : {"compare", "bench"}) {
+    CliResult r = testing::run_ampc(command + " " + path("named.onnx") + " --data " +
+                                    path("data.npz") + " --steps 2");
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("the loss is 'cross_entropy_loss', the model's only float "
+                                 "scalar output"))
+        << command;
   }
 }
 
