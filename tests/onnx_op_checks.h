@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "compiler/onnx_io.h"
@@ -21,6 +22,24 @@ inline std::unique_ptr<Graph> import_ok(const std::string& bytes) {
   return graph.ok() ? *std::move(graph) : nullptr;
 }
 inline std::unique_ptr<Graph> import_ok(const ModelBuilder& m) { return import_ok(m.bytes()); }
+
+// `graph`'s initializer `name`; a failure fails the test and gives null.
+inline const Value* find_initializer(const Graph& graph, std::string_view name) {
+  for (const Value* init : graph.initializers()) {
+    if (init->name() == name) return init;
+  }
+  ADD_FAILURE() << "no initializer " << name;
+  return nullptr;
+}
+
+// `graph`'s first node of `op_type`; a failure fails the test and gives null.
+inline const Node* first_node(const Graph& graph, std::string_view op_type) {
+  for (const auto& node : graph.nodes()) {
+    if (node->op_type() == op_type) return node.get();
+  }
+  ADD_FAILURE() << "no " << op_type << " node";
+  return nullptr;
+}
 
 // `graph`'s outputs on `inputs`, from the interpreter; a failure fails the test and gives none.
 inline std::vector<Tensor> run_graph(const Graph& graph, const std::vector<Tensor>& inputs) {
