@@ -183,6 +183,9 @@ class ImportLowering {
   absl::StatusOr<const Sequence*> sequence(const onnx::NodeProto& proto, int input,
                                            const std::string& label) const;
   absl::Status define(const onnx::NodeProto& proto, Sequence sequence, const std::string& label);
+  // lower() for the sequence ops (compiler/onnx_sequence_ops.cc).
+  absl::Status lower_sequence(const onnx::NodeProto& proto, const std::string& label,
+                              ImportSink& sink);
 
   std::map<std::string, Sequence, std::less<>> sequences_;
 };

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compiler/onnx_common.h"
@@ -15,6 +17,11 @@ namespace ampc::onnx_io::lowering {
 absl::StatusOr<Value*> tensor_input(const onnx::NodeProto& proto, int i, const std::string& label,
                                     ImportSink& sink);
 bool has_input(const onnx::NodeProto& proto, int i);
+// The node's int attributes, each known to the op (`known`: name and default; nullopt when the
+// attribute is required); an error naming the attribute otherwise.
+absl::StatusOr<std::map<std::string, int64_t, std::less<>>> int_attributes(
+    const onnx::NodeProto& proto, const std::string& label,
+    const std::vector<std::pair<std::string, std::optional<int64_t>>>& known);
 // Input `i` of `proto` as doubles; an error naming it when it is not known at compile time.
 absl::StatusOr<std::vector<double>> known_floats(const onnx::NodeProto& proto, int i,
                                                  const std::string& label, ImportSink& sink);
