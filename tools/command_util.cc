@@ -5,6 +5,7 @@
 
 #include "CLI/CLI.hpp"
 #include "compiler/strings.h"
+#include "fmt/format.h"
 #include "runtime/npy.h"
 
 namespace ampc {
@@ -80,6 +81,29 @@ absl::Status parse_shape_flags(const ShapeFlags& flags,
   for (const std::string& flag : flags.shapes) AMPC_RETURN_IF_ERROR(parse_shape_flag(flag, shapes));
   for (const std::string& flag : flags.dims) AMPC_RETURN_IF_ERROR(parse_dim_flag(flag, dims));
   return absl::OkStatus();
+}
+
+std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row,
+                       std::optional<double> min_scale) {
+  constexpr std::string_view kCause = "NaN or inf in the data, or a diverged model";
+  if (std::isnan(stats.loss_scale)) {
+    if (std::isfinite(stats.loss)) return "";
+    return str_cat("the loss is ", std::isnan(stats.loss) ? "NaN" : fmt::format("{}", stats.loss),
+                   " (", kCause, ")");
+  }
+  if (!stats.found_inf) return "";
+  if (min_scale && stats.loss_scale <= *min_scale) {
+    return str_cat("it overflowed with the loss scale already at its minimum (--scale-min ",
+                   *min_scale, "): its gradients are not finite at any allowed scale (", kCause,
+                   ")");
+  }
+  if (skipped_in_a_row >= kMaxSkippedStepsInARow) {
+    return str_cat("steps ", stats.step - kMaxSkippedStepsInARow + 1, " to ", stats.step,
+                   " all overflowed and were skipped: the loss or its gradients are not finite "
+                   "at any loss scale (",
+                   kCause, ")");
+  }
+  return "";
 }
 
 }  // namespace ampc

@@ -3,14 +3,17 @@
 // of a precision, optimizer and learning rate, and the device check that comes before any work.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "compiler/compile.h"
 #include "runtime/backend.h"
+#include "runtime/training_session.h"
 
 namespace CLI {
 class App;
@@ -58,5 +61,16 @@ absl::Status check_lr(double lr);
 
 // The device `name` names, once a backend for it could be made; the error says why not.
 absl::StatusOr<runtime::Device> usable_device(const std::string& name);
+
+// With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
+// gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
+// scale has then been halved 50 times (from 65536 to below 6e-11), unless --scale-min stopped it.
+inline constexpr int64_t kMaxSkippedStepsInARow = 50;
+
+// Why training must stop after a step (empty: it goes on): a non-finite loss without loss
+// scaling; with dynamic scaling, which skips such steps, an overflow with the scale already at
+// its minimum (`min_scale`), or kMaxSkippedStepsInARow skipped steps in a row.
+std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row,
+                       std::optional<double> min_scale);
 
 }  // namespace ampc

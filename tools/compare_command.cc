@@ -74,15 +74,30 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   stats.insert(stats.end(), rest.begin(), rest.end());
-  // The final loss: the mean over the last tenth of the steps (at least one), which smooths
-  // batch-to-batch noise.
+  // A diverged run is an error, as in ampc train: its figures would compare nothing.
+  int64_t skipped_in_a_row = 0;
+  for (const runtime::StepStats& step : stats) {
+    skipped_in_a_row = step.found_inf ? skipped_in_a_row + 1 : 0;
+    if (const std::string why = divergence(step, skipped_in_a_row, session->min_loss_scale());
+        !why.empty()) {
+      return absl::InvalidArgumentError(str_cat("training stopped at step ", step.step, ": ", why));
+    }
+  }
+  // The final loss: the mean over the last tenth of the steps (at least one) that were not
+  // skipped for an overflow, which smooths batch-to-batch noise.
   const int64_t tail = std::max<int64_t>(1, flags.steps / 10);
   double tail_sum = 0;
-  for (int64_t i = flags.steps - tail; i < flags.steps; ++i) tail_sum += stats[i].loss;
+  int64_t tail_count = 0;
+  for (int64_t i = flags.steps - tail; i < flags.steps; ++i) {
+    if (stats[i].found_inf) continue;
+    tail_sum += stats[i].loss;
+    ++tail_count;
+  }
   row.skipped = stats.back().skipped_steps;
   row.loss_scale = stats.back().loss_scale;  // NaN without loss scaling
-  row.step_ms = 1e3 * seconds / static_cast<double>(std::max<int64_t>(flags.steps - 1, 1));
-  row.final_loss = tail_sum / static_cast<double>(tail);
+  // The first step is not timed: with one step, there is no step time.
+  row.step_ms = flags.steps > 1 ? 1e3 * seconds / static_cast<double>(flags.steps - 1) : NAN;
+  row.final_loss = tail_count > 0 ? tail_sum / static_cast<double>(tail_count) : NAN;
   if (!std::isnan(row.loss_scale)) {
     AMPC_ASSIGN_OR_RETURN(Tensor scale, session->state("loss_scale"));
     row.loss_scale = scale.element_as_double(0);
@@ -155,15 +170,18 @@ int run_compare_command(const CompareFlags& flags) {
                            "gap vs fp32");
   for (const Row& row : rows) {
     const std::string gap =
-        reference == nullptr
+        reference == nullptr || std::isnan(row.final_loss) || std::isnan(reference->final_loss)
             ? "-"
             : fmt::format("{:+.2f}%",
                           100 * (row.final_loss - reference->final_loss) / reference->final_loss);
     const std::string scale =
         std::isnan(row.loss_scale) ? "-" : fmt::format("{:g}", row.loss_scale);
-    std::cout << fmt::format("{:<10} {:>10} bytes {:>9.3f} ms {:>8} {:>11} {:>11.5f} {:>12}\n",
-                             row.precision, grouped(row.planned_bytes), row.step_ms, row.skipped,
-                             scale, row.final_loss, gap);
+    const std::string step = std::isnan(row.step_ms) ? "-" : fmt::format("{:.3f} ms", row.step_ms);
+    const std::string loss =
+        std::isnan(row.final_loss) ? "-" : fmt::format("{:.5f}", row.final_loss);
+    std::cout << fmt::format("{:<10} {:>10} bytes {:>12} {:>8} {:>11} {:>11} {:>12}\n",
+                             row.precision, grouped(row.planned_bytes), step, row.skipped, scale,
+                             loss, gap);
   }
   return 0;
 }

@@ -33,11 +33,6 @@
 namespace ampc {
 namespace {
 
-// With dynamic loss scaling, this many overflowing (skipped) steps in a row mean the loss or the
-// gradients are not finite at any scale (NaN in the data, a diverged model): training stops. The
-// scale has then been halved 50 times (from 65536 to below 6e-11), unless --scale-min stopped it.
-constexpr int64_t kMaxSkippedStepsInARow = 50;
-
 // The signal that asked training to stop (SIGINT, SIGTERM or SIGHUP), 0 while none has.
 std::atomic<int> stop_signal{0};
 
@@ -101,32 +96,6 @@ class Progress {
   Clock::time_point start_;
   Clock::time_point last_draw_{};
 };
-
-// Why training must stop after a step (empty: it goes on): a non-finite loss without loss
-// scaling; with dynamic scaling, which skips such steps, an overflow with the scale already at
-// its minimum, or kMaxSkippedStepsInARow skipped steps in a row.
-std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row,
-                       std::optional<double> min_scale) {
-  constexpr std::string_view kCause = "NaN or inf in the data, or a diverged model";
-  if (std::isnan(stats.loss_scale)) {
-    if (std::isfinite(stats.loss)) return "";
-    return str_cat("the loss is ", std::isnan(stats.loss) ? "NaN" : fmt::format("{}", stats.loss),
-                   " (", kCause, ")");
-  }
-  if (!stats.found_inf) return "";
-  if (min_scale && stats.loss_scale <= *min_scale) {
-    return str_cat("it overflowed with the loss scale already at its minimum (--scale-min ",
-                   *min_scale, "): its gradients are not finite at any allowed scale (", kCause,
-                   ")");
-  }
-  if (skipped_in_a_row >= kMaxSkippedStepsInARow) {
-    return str_cat("steps ", stats.step - kMaxSkippedStepsInARow + 1, " to ", stats.step,
-                   " all overflowed and were skipped: the loss or its gradients are not finite "
-                   "at any loss scale (",
-                   kCause, ")");
-  }
-  return "";
-}
 
 int train(const TrainFlags& flags) {
   if (flags.resume && flags.checkpoint_dir.empty()) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <regex>
 #include <sstream>
 
@@ -256,6 +257,37 @@ TEST_F(PrecisionCliTest, CompareAndBenchTrainTheOnlyScalarOutputOfAModelWithoutO
     EXPECT_THAT(r.err, HasSubstr("the loss is 'cross_entropy_loss', the model's only float "
                                  "scalar output"))
         << command;
+  }
+}
+
+// A run whose loss turns NaN (here a NaN in the second batch) fails, as ampc train does, naming
+// the precision and the step; with one step, none is timed.
+TEST_F(PrecisionCliTest, CompareFailsOnADivergedRunAndTimesNoStepOfOne) {
+  testing::ModelBuilder m(17);
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.initializer_f32("w", {3}, {0.5f, -1, 2});
+  m.node("Mul", {"x", "w"}, {"xw"}, "mul");
+  m.node("Mul", {"xw", "xw"}, {"sq"}, "square");
+  testing::add_int_attr(m.node("ReduceSum", {"sq"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  write("square.onnx", m.bytes());
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  ASSERT_TRUE(runtime::write_npz(
+                  path("nan.npz"),
+                  {{"x", Tensor::from_f32({2, 2, 3}, {1, 2, 3, -1, 0, 1, 1, nan, 3, -1, 0, 1})}})
+                  .ok());
+  CliResult r = testing::run_ampc("compare " + path("square.onnx") + " --data " + path("nan.npz") +
+                                  " --steps 3 --precisions fp32");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_THAT(r.err, HasSubstr("fp32: training stopped at step 2: the loss is NaN"));
+
+  r = testing::run_ampc("compare " + path("square.onnx") + " --data " + path("nan.npz") +
+                        " --steps 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string precision : {"fp32", "fp16", "bf16"}) {
+    EXPECT_TRUE(
+        std::regex_search(r.out, std::regex("(^|\n)" + precision + " +[0-9,]+ bytes +- +0 ")))
+        << r.out;
   }
 }
 
