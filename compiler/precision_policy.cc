@@ -43,6 +43,17 @@ std::string_view opt_level_name(OptLevel level) {
   return "?";
 }
 
+std::string_view precision_name(DType low) {
+  switch (low) {
+    case DType::kF16:
+      return "fp16";
+    case DType::kBF16:
+      return "bf16";
+    default:
+      return "fp32";
+  }
+}
+
 absl::StatusOr<DType> parse_precision(std::string_view name) {
   if (name == "fp32") return DType::kF32;
   if (name == "fp16") return DType::kF16;
@@ -123,6 +134,7 @@ absl::Status read_policy_file(const std::string& path, PrecisionPolicy& policy) 
           return absl::Status(level.status().code(), str_cat(path, ": ", level.status().message()));
         }
         policy.level = *level;
+        policy.level_source = path;
       }
       continue;
     }

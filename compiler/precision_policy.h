@@ -33,6 +33,8 @@ struct PrecisionPolicy {
   // Where `low` was set ("--precision", a policy file's path); empty while it is the default.
   std::string low_source;
   OptLevel level = OptLevel::kO1;
+  // Where `level` was set ("--opt-level", a policy file's path); empty while it is the default.
+  std::string level_source;
 
   struct OpEntry {
     AutocastCategory category;
@@ -50,6 +52,8 @@ struct PrecisionPolicy {
 
 // "fp32", "fp16", "bf16" (fp8 is an error saying it is not supported yet).
 absl::StatusOr<DType> parse_precision(std::string_view name);
+// The --precision name of `low` (fp32, fp16, bf16).
+std::string_view precision_name(DType low);
 // "O0" .. "O3".
 absl::StatusOr<OptLevel> parse_opt_level(std::string_view name);
 

@@ -48,18 +48,51 @@ std::function<absl::Status(std::string_view, const Graph&)> make_dumper(
 // The help group of the training flags; every flag in it needs --optimizer.
 constexpr std::string_view kTrainingGroup = "Training (with --optimizer)";
 
+// fp32 turns mixed precision off: an error naming what would shape it, which does nothing then.
+absl::Status check_fp32_policy_is_bare(const PrecisionPolicy& policy, bool allow_excess_precision) {
+  if (policy.low != DType::kF32) return absl::OkStatus();
+  std::vector<std::string> given;
+  if (!policy.level_source.empty()) {
+    given.push_back(policy.level_source == "--opt-level"
+                        ? str_cat("--opt-level ", opt_level_name(policy.level))
+                        : str_cat(policy.level_source, ": opt_level"));
+  }
+  for (const auto& [op, entry] : policy.ops) given.push_back(entry.source);
+  for (const PrecisionPolicy::NodePin& pin : policy.fp32_nodes) given.push_back(pin.source);
+  if (allow_excess_precision) given.push_back("--allow-excess-precision");
+  if (given.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      str_cat("precision fp32 (", policy.low_source, ") turns mixed precision off, so ",
+              str_join(given, ", "), given.size() == 1 ? " does" : " do", " nothing: drop ",
+              given.size() == 1 ? "it" : "them", ", or choose fp16 or bf16"));
+}
+
 // The mixed-precision options the flags ask for; unset when they ask for none.
 absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
     const CompileFlags& flags) {
   MixedPrecisionOptions options;
   PrecisionPolicy& policy = options.policy;
   if (!flags.policy.empty()) AMPC_RETURN_IF_ERROR(read_policy_file(flags.policy, policy));
+  // A flag that says otherwise than the file is a conflict; one that says the same is not.
   if (!flags.precision.empty()) {
-    AMPC_ASSIGN_OR_RETURN(policy.low, parse_precision(flags.precision));
+    AMPC_ASSIGN_OR_RETURN(const DType low, parse_precision(flags.precision));
+    if (!policy.low_source.empty() && low != policy.low) {
+      return absl::InvalidArgumentError(
+          str_cat("--precision ", flags.precision, " conflicts with ", policy.low_source,
+                  ": precision ", precision_name(policy.low), "; say it in one place"));
+    }
+    policy.low = low;
     policy.low_source = "--precision";
   }
   if (!flags.opt_level.empty()) {
-    AMPC_ASSIGN_OR_RETURN(policy.level, parse_opt_level(flags.opt_level));
+    AMPC_ASSIGN_OR_RETURN(const OptLevel level, parse_opt_level(flags.opt_level));
+    if (!policy.level_source.empty() && level != policy.level) {
+      return absl::InvalidArgumentError(
+          str_cat("--opt-level ", flags.opt_level, " conflicts with ", policy.level_source,
+                  ": opt_level ", opt_level_name(policy.level), "; say it in one place"));
+    }
+    policy.level = level;
+    policy.level_source = "--opt-level";
   }
   for (const std::string& op : flags.allow) {
     AMPC_RETURN_IF_ERROR(add_op_entry(policy, op, AutocastCategory::kAllow, "--allow " + op));
@@ -83,6 +116,7 @@ absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
     }
     return std::nullopt;
   }
+  AMPC_RETURN_IF_ERROR(check_fp32_policy_is_bare(policy, flags.allow_excess_precision));
   return options;
 }
 

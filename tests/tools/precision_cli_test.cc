@@ -292,6 +292,8 @@ TEST_F(PrecisionCliTest, CompareFailsOnADivergedRunAndTimesNoStepOfOne) {
 }
 
 TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
+  write("bf16_o2.json", R"({"precision": "bf16", "opt_level": "O2", "deny": ["Tanh"]})");
+  write("fp32.json", R"({"precision": "fp32", "deny": ["Tanh"]})");
   const struct {
     std::string flags;
     std::string needle;
@@ -312,6 +314,15 @@ TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
        "--scale-growth-interval"},
       {"--precision fp16 --optimizer sgd --loss-scale dynamic --scale-hysteresis 0",
        "--scale-hysteresis"},
+      // A flag that says otherwise than the policy file names both; fp32 takes no shaping.
+      {"--policy " + path("bf16_o2.json") + " --precision fp16",
+       "--precision fp16 conflicts with " + path("bf16_o2.json") + ": precision bf16"},
+      {"--policy " + path("bf16_o2.json") + " --opt-level O1",
+       "--opt-level O1 conflicts with " + path("bf16_o2.json") + ": opt_level O2"},
+      {"--precision fp32 --opt-level O2",
+       "precision fp32 (--precision) turns mixed precision off, so --opt-level O2 does nothing"},
+      {"--precision fp32 --allow Tanh --fp32-nodes x", "so --allow Tanh, --fp32-nodes do nothing"},
+      {"--policy " + path("fp32.json"), "so " + path("fp32.json") + ": deny Tanh does nothing"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);
