@@ -108,16 +108,17 @@ absl::StatusOr<int64_t> window_output_size(const Window& w, size_t i, int64_t in
   const int64_t pad_begin = w.auto_pad == AutoPad::kValid ? 0 : w.pads[i];
   const int64_t pad_end = w.auto_pad == AutoPad::kValid ? 0 : w.pads[i + w.kernel.size()];
   const int64_t padded = in + pad_begin + pad_end;
-  if (padded < extent) {
-    return absl::InvalidArgumentError(
-        str_cat("spatial dim ", i, ": the kernel extent ", extent, " (kernel ", w.kernel[i],
-                ", dilation ", w.dilations[i], ") exceeds the padded input size ", padded));
-  }
   // auto_pad=VALID gives the same size in both modes (ceil((in - ek + 1) / s)).
-  if (!w.ceil_mode || w.auto_pad == AutoPad::kValid) return (padded - extent) / stride + 1;
-  int64_t out = ceil_div(padded - extent, stride) + 1;
-  if ((out - 1) * stride >= in + pad_begin) --out;  // the last window would start in padding
-  return out;
+  const bool ceil_mode = w.ceil_mode && w.auto_pad != AutoPad::kValid;
+  const std::optional<int64_t> count =
+      sliding_window_count(in, extent, stride, pad_begin, pad_end, ceil_mode);
+  if (!count) {
+    return absl::InvalidArgumentError(str_cat("spatial dim ", i, ": the kernel extent ", extent,
+                                              " (kernel ", w.kernel[i], ", dilation ",
+                                              w.dilations[i], ") exceeds the padded input size ",
+                                              padded, ceil_mode ? " by the stride or more" : ""));
+  }
+  return *count;
 }
 
 // [N, channels, out_1, ..., out_n] for X = [N, C, in_1, ..., in_n].

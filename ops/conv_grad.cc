@@ -28,8 +28,6 @@ namespace {
 
 using Ints = std::vector<int64_t>;
 
-int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
-
 // A window with explicit pads, as the internal ops carry it.
 struct GradWindow {
   Ints kernel;
@@ -183,12 +181,9 @@ absl::Status check_window(const InferenceContext& ctx, const Ints& kernel, const
           str_cat("kernel_shape [", str_join(kernel, ","), "] has a value below 1"));
     }
     const int64_t extent = (kernel[i] - 1) * dilations[i] + 1;
-    const int64_t padded = x[i + 2] + pads[i] + pads[i + n];
-    int64_t out = padded < extent ? -1 : (padded - extent) / strides[i] + 1;
-    if (ceil_mode && padded >= extent) {
-      out = ceil_div(padded - extent, strides[i]) + 1;
-      if ((out - 1) * strides[i] >= x[i + 2] + pads[i]) --out;
-    }
+    const int64_t out =
+        sliding_window_count(x[i + 2], extent, strides[i], pads[i], pads[i + n], ceil_mode)
+            .value_or(-1);
     if (out != dy[i + 2]) {
       return absl::InvalidArgumentError(str_cat(
           "dY ", shape_to_string(dy), " does not match X ", shape_to_string(x),

@@ -103,6 +103,16 @@ std::vector<int64_t> unravel(int64_t flat, const Shape& shape) {
   return index;
 }
 
+std::optional<int64_t> sliding_window_count(int64_t in, int64_t extent, int64_t stride,
+                                            int64_t pad_begin, int64_t pad_end, bool ceil_mode) {
+  const int64_t span = in + pad_begin + pad_end - extent;
+  if (!ceil_mode) return span < 0 ? std::nullopt : std::optional<int64_t>(span / stride + 1);
+  // ceil(span / stride), rounding toward +inf for either sign.
+  int64_t count = (span >= 0 ? (span + stride - 1) / stride : -((-span) / stride)) + 1;
+  if (count > 1 && (count - 1) * stride >= in + pad_begin) --count;
+  return count < 1 ? std::nullopt : std::optional<int64_t>(count);
+}
+
 std::vector<int64_t> strides_of(const Shape& shape) {
   std::vector<int64_t> strides(shape.size(), 1);
   for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {

@@ -80,6 +80,14 @@ absl::Status infer_broadcast(InferenceContext& ctx, std::optional<DType> result_
 absl::StatusOr<std::vector<Tensor>> fold_elementwise(const FoldContext& ctx,
                                                      double (*fn)(const double* args));
 
+// The number of windows of `extent` positions (the dilated kernel) at `stride` over `in` positions
+// padded by `pad_begin` and `pad_end` (ONNX's pooling rule): floor((padded - extent) / stride) + 1,
+// or with `ceil_mode` ceil(...) + 1, less one when the last window would start in the end
+// padding; with ceil_mode a window may reach past the padded input (the first one too, when the
+// kernel is larger). nullopt when no window fits: the extent exceeds the padded input (by the
+// stride or more, with ceil_mode).
+std::optional<int64_t> sliding_window_count(int64_t in, int64_t extent, int64_t stride,
+                                            int64_t pad_begin, int64_t pad_end, bool ceil_mode);
 // The multi-index of flat index `flat` in `shape`, and back, for folds.
 std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
 // Row-major element strides of `shape`.

@@ -192,6 +192,11 @@ def architectures(T):
         "mobilenet_v2": (lambda: T.MobileNetV2ForImageClassification(T.MobileNetV2Config(
             image_size=IMAGE, depth_multiplier=0.25, num_labels=5, classifier_dropout_prob=0)),
             "image"),
+        # Its pooler is nn.AvgPool2d(hidden_dim, ceil_mode=True): a kernel larger than the map.
+        "efficientnet": (lambda: T.EfficientNetForImageClassification(T.EfficientNetConfig(
+            image_size=IMAGE, width_coefficient=0.1, depth_coefficient=0.1, hidden_dim=128,
+            kernel_sizes=[3] * 7, strides=[1, 2, 2, 1, 1, 1, 1],
+            num_labels=5, dropout_rate=0, drop_connect_rate=0)), "image"),
         "regnet": (lambda: T.RegNetForImageClassification(T.RegNetConfig(
             embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], groups_width=4,
             num_labels=5)), "image"),

@@ -182,6 +182,20 @@ TEST(MaxPool, CeilModeRoundsUpUnlessTheLastWindowStartsInPadding) {
                                                  {"pads", Ints{1, 1}},
                                                  {"ceil_mode", int64_t{1}}})),
               ElementsAre(f32({1, 1, 3})));
+  // A kernel larger than the input: one window with ceil_mode (ceil((7-8)/8)+1 = 1, as PyTorch's
+  // nn.AvgPool2d(8, ceil_mode=True)), an error without it, and with ceil_mode when the kernel
+  // exceeds the input by the stride or more (ceil((7-16)/8)+1 = 0).
+  const Attributes k8s8 = {{"kernel_shape", Ints{8, 8}}, {"strides", Ints{8, 8}}};
+  Attributes k8s8_ceil = k8s8;
+  k8s8_ceil["ceil_mode"] = int64_t{1};
+  EXPECT_THAT(infer_ok(max_pool(f32({1, 4, 7, 7}), k8s8_ceil)), ElementsAre(f32({1, 4, 1, 1})));
+  EXPECT_THAT(
+      error_of(max_pool(f32({1, 4, 7, 7}), k8s8)),
+      HasSubstr("the kernel extent 8 (kernel 8, dilation 1) exceeds the padded input size 7"));
+  EXPECT_THAT(error_of(max_pool(f32({1, 4, 7, 7}), {{"kernel_shape", Ints{16, 16}},
+                                                    {"strides", Ints{8, 8}},
+                                                    {"ceil_mode", int64_t{1}}})),
+              HasSubstr("exceeds the padded input size 7 by the stride or more"));
 }
 
 TEST(MaxPool, AutoPadSizes) {

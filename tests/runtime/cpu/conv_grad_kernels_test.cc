@@ -217,6 +217,10 @@ const PoolCase kPoolCases[] = {
     {{2, 2, 8}, {3}, {2}, {1}, {1, 1}, true},
     // 3-D.
     {{1, 2, 4, 3, 4}, {2, 2, 2}, {2, 1, 2}, {1, 1, 1}, {1, 0, 0, 0, 1, 1}, false},
+    // ceil_mode with a kernel larger than the (padded) input: one window, hanging over the end
+    // (PyTorch's nn.AvgPool2d(8, ceil_mode=True) on 7 x 7; a padded 1-D one).
+    {{1, 2, 7, 7}, {8, 8}, {8, 8}, {1, 1}, {0, 0, 0, 0}, true},
+    {{2, 1, 3}, {6}, {4}, {1}, {1, 1}, true},
 };
 
 // Few distinct values, so windows hold ties: the gradient goes to the first maximum in scan

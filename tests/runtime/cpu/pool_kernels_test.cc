@@ -226,6 +226,24 @@ TEST(AveragePoolKernel, CeilModeCountsNoTapsBeyondThePadding) {
   }
 }
 
+// ceil_mode with a kernel larger than the input (HF EfficientNet's pooler,
+// nn.AvgPool2d(1280, ceil_mode=True) on a 7 x 7 map): one window over the whole plane, its taps
+// beyond the input neither read nor counted, so the plane's mean (with or without
+// count_include_pad: no pads) and its max.
+TEST(AveragePoolKernel, CeilModeKernelLargerThanTheInputPoolsThePlane) {
+  const Tensor x = Tensor::from_doubles(DType::kF32, {1, 2, 3, 3}, iota(18));
+  for (const char* include : {"0", "1"}) {
+    const Tensor y = run_one(
+        "AveragePool",
+        str_cat("kernel_shape=[8, 8], strides=[8, 8], ceil_mode=1, count_include_pad=", include), x,
+        {DType::kF32, {1, 2, 1, 1}});
+    EXPECT_EQ(doubles(y), (std::vector<double>{5, 14})) << include;  // means of 1..9, 10..18
+  }
+  const Tensor y = run_one("MaxPool", "kernel_shape=[8, 8], strides=[8, 8], ceil_mode=1", x,
+                           {DType::kF32, {1, 2, 1, 1}});
+  EXPECT_EQ(doubles(y), (std::vector<double>{9, 18}));
+}
+
 // in 6, kernel 3, stride 2: out 3 with one pad, at the end (UPPER) or the beginning (LOWER).
 TEST(AveragePoolKernel, AutoPadPlacesTheOddPad) {
   const Tensor x = Tensor::from_doubles(DType::kF32, {1, 1, 6}, iota(6));
