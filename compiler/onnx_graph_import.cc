@@ -202,6 +202,15 @@ class Importer : public onnx_io::ImportSink {
     // Parameters the dynamo exporter's optimizer merged, each a copy of the one it kept.
     onnx::NodeProto rewritten = read;
     for (const auto& [input, parameter] : unmerged) {
+      if (parameter.empty()) {  // a constant the optimizer merged into a parameter
+        const Value* kept = find_value(read.input(input));
+        const std::string name = fresh_name(str_cat(read.input(input), ".constant"));
+        Value* copy = graph_->add_initializer(name, *kept->initializer());
+        copy->set_constant(true);
+        values_.emplace(name, copy);
+        rewritten.set_input(input, name);
+        continue;
+      }
       if (find_value(parameter) == nullptr) {
         const Value* kept = find_value(read.input(input));
         Value* copy = graph_->add_initializer(parameter, *kept->initializer());

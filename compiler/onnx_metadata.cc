@@ -243,6 +243,11 @@ bool torch_training_batch_norm(const onnx::NodeProto& node) {
   return call && training_batch_norm(*call);
 }
 
+std::string torch_fx_op(const std::string& fx) {
+  const std::optional<FxCall> call = parse_fx_call(fx);
+  return call ? call->op : std::string();
+}
+
 std::vector<std::string> torch_tensor_args(const std::string& fx) {
   const std::optional<FxCall> call = parse_fx_call(fx);
   if (!call) return {};

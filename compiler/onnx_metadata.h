@@ -79,6 +79,10 @@ inline constexpr char kFoldedBatchNormsKey[] = "ampc.folded_batch_norms";
 // {})"), or nullopt (TorchScript exports, other files).
 std::optional<std::string> torch_fx_node(const onnx::NodeProto& node);
 
+// The aten op an FX node `fx` calls ("layer_norm" for torch.ops.aten.layer_norm.default), or empty
+// when it records no aten call.
+std::string torch_fx_op(const std::string& fx);
+
 // The names of the tensor arguments (`%name`, in order, without the `%`) of the aten call an FX
 // node `fx` records; empty when it records none.
 std::vector<std::string> torch_tensor_args(const std::string& fx);

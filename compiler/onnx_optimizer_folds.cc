@@ -33,6 +33,31 @@ void OptimizerFolds::read_graph(const onnx::GraphProto& graph) {
   }
 }
 
+namespace {
+
+// Whether the ONNX node `proto` is a normalization and its FX node `fx` the aten norm it was made
+// from.
+bool is_norm_without_parameters(const std::string& fx, const onnx::NodeProto& proto) {
+  static constexpr std::string_view kNorms[] = {"BatchNormalization", "GroupNormalization",
+                                                "InstanceNormalization", "LayerNormalization",
+                                                "RMSNormalization"};
+  if (std::find(std::begin(kNorms), std::end(kNorms), proto.op_type()) == std::end(kNorms)) {
+    return false;
+  }
+  return torch_fx_op(fx).ends_with("_norm");
+}
+
+// Whether every element of `tensor` is the same number: what the exporter makes of a None weight
+// (ones) or bias (zeros).
+bool is_uniform(const Tensor& tensor) {
+  for (int64_t i = 1; i < tensor.num_elements(); ++i) {
+    if (tensor.element_as_double(i) != tensor.element_as_double(0)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::vector<std::pair<int, std::string>> OptimizerFolds::read(const onnx::NodeProto& proto,
                                                               ImportSink& sink) {
   std::vector<std::pair<int, std::string>> renames;
@@ -55,7 +80,18 @@ std::vector<std::pair<int, std::string>> OptimizerFolds::read(const onnx::NodePr
       inputs.push_back(i);
     }
   }
-  if (parameters.empty() || inputs.empty()) return renames;
+  if (inputs.empty()) return renames;
+  if (parameters.empty()) {
+    // A norm called without a weight or bias (layer_norm(x, shape, None, None)) is given a
+    // constant of ones or zeros by the exporter, which its optimizer may have merged into an
+    // equal parameter: the node reads a copy of it that does not train.
+    if (!is_norm_without_parameters(*fx, proto)) return renames;
+    for (int input : inputs) {
+      const Value* value = sink.tensor(proto.input(input));
+      if (is_uniform(*value->initializer())) renames.emplace_back(input, "");
+    }
+    return renames;
+  }
   const auto last_part = [](const std::string& name) { return name.substr(name.rfind('.') + 1); };
   for (size_t k = 0; k < inputs.size(); ++k) {
     const std::string& read = proto.input(inputs[k]);

@@ -3,7 +3,9 @@
 // - it keeps one initializer of several equal ones (every norm's weight starts as ones, its bias
 //   as zeros), so those parameters would train as one. Each node's FX node names the parameter
 //   it read (%p_w, by its FX name in the graph signature), so a node whose parameter the file
-//   does not hold is given, by the importer, a copy of what it reads under that parameter's name;
+//   does not hold is given, by the importer, a copy of what it reads under that parameter's name,
+//   and a norm whose call reads no parameter (layer_norm(x, shape, None, None), whose constant
+//   of ones the optimizer merged into an equal weight) a constant copy that does not train;
 // - it folds a training-mode batch norm into the convolution before it, running statistics and
 //   all: the convolution carries the batch norm's FX node and no BatchNormalization does. The
 //   importer records such nodes (kFoldedBatchNormsKey) for the training-step pass to report.
@@ -30,7 +32,9 @@ class OptimizerFolds {
 
   // For each node, in order, before it is imported: the inputs that read a parameter the
   // optimizer merged into another, as (input position, the parameter's name). The importer makes
-  // the parameter a copy of the input's initializer where `sink` has no value of that name yet.
+  // the parameter a copy of the input's initializer where `sink` has no value of that name yet;
+  // an empty name asks for a constant copy (a norm's default weight or bias merged into a
+  // parameter: a normalization node whose aten norm reads no parameter, reading a uniform one).
   // Matched in order: the node's declared initializer inputs against the call's parameter and
   // buffer arguments, when there are as many of each; else (a node of the call's decomposition,
   // linear's bias Add) by the last part of their names. Only an initializer some node's FX node

@@ -4,6 +4,7 @@
 // node names the parameter it read, and import gives each its own copy again. Reference: one SGD
 // step worked out by hand (y = x * a * b: da = x * b, db = x * a). And it folds a training-mode
 // batch norm into the convolution before it, which the compile reports.
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -88,6 +89,40 @@ TEST(TorchMergedParameters, AParameterTheFileHoldsIsNotCopied) {
   auto states = one_step(std::move(graph));
   EXPECT_EQ(states["a"], (std::vector<double>{0, 5}));
   EXPECT_FALSE(states.contains("b"));
+}
+
+// F.layer_norm(x, [2]) (no weight, no bias) then loss = sum(ln * w) for a parameter w of ones
+// (another norm's weight, as it starts): the exporter gives the first norm a constant scale of
+// ones, and its optimizer merged that into w. The norm's call reads no parameter, so it reads a
+// constant copy, and w trains through the Mul alone: dw = ln(x), where the merge would give
+// d(sum(ln * w * w))/dw = 2 ln(x) w. Reference: the normalization worked out in f64.
+TEST(TorchMergedParameters, ANormWithoutParametersReadsAConstantCopyOfWhatItWasMergedInto) {
+  ModelBuilder m(18);
+  m.input("x", onnx::TensorProto::FLOAT, {"2"});
+  m.initializer_f32("w", {2}, {1, 1});
+  from_aten(m.node("LayerNormalization", {"x", "w"}, {"ln"}, "norm"), "layer_norm",
+            "layer_norm.default", "%x, [2], None, None");
+  from_aten(m.node("Mul", {"ln", "w"}, {"scaled"}, "scale"), "mul", "mul.Tensor",
+            "%layer_norm, %p_w");
+  add_int_attr(m.node("ReduceSum", {"scaled"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  add_metadata(m.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+               "\n# inputs\np_w: PARAMETER target='w'\nx: USER_INPUT\n\n# outputs\nsum: "
+               "USER_OUTPUT\n");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "norm.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(**graph, testing::sgd_options(1.0f), diagnostics).ok());
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(*std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  ASSERT_TRUE((*session)->step({{"x", Tensor::from_f32({2}, {0.5f, -2})}}, 1.0f).ok());
+  absl::StatusOr<Tensor> w = (*session)->state("w");
+  ASSERT_TRUE(w.ok()) << w.status();
+  // x - mean = +-1.25, the variance 1.5625; LayerNormalization's epsilon defaults to 1e-5.
+  const double n = 1.25 / std::sqrt(1.5625 + 1e-5);
+  EXPECT_NEAR(w->element_as_double(0), 1 - n, 1e-6);
+  EXPECT_NEAR(w->element_as_double(1), 1 + n, 1e-6);
 }
 
 // With its optimizer on, the dynamo exporter folds a training-mode batch norm into the
