@@ -98,7 +98,7 @@ int run(int argc, char** argv) {
   if (*compile) return run_compile_command(*compile, compile_flags);
   if (*inspect) return run_inspect(inspect_flags);
   if (*run_command) return run_model_command(run_flags);
-  if (*train_command) return run_train_command(train_flags);
+  if (*train_command) return run_train_command(*train_command, train_flags);
   if (*compare_command) return run_compare_command(compare_flags);
   if (*bench_command) return run_bench_command(bench_flags);
   if (*ops_command) return run_ops_command(ops_flags);

@@ -97,9 +97,35 @@ class Progress {
   Clock::time_point last_draw_{};
 };
 
-int train(const TrainFlags& flags) {
+// The flags given that do nothing with the others: an error naming them and why.
+absl::Status check_flags_have_effect(const TrainFlags& flags) {
+  const auto given = [&](const char* name) { return flags.given.contains(name); };
   if (flags.resume && flags.checkpoint_dir.empty()) {
-    return report_error(absl::InvalidArgumentError("--resume needs --checkpoint DIR"));
+    return absl::InvalidArgumentError("--resume needs --checkpoint DIR");
+  }
+  if (given("--checkpoint-every") && flags.checkpoint_dir.empty()) {
+    return absl::InvalidArgumentError("--checkpoint-every needs --checkpoint DIR");
+  }
+  if (flags.schedule == "constant") {
+    for (const char* flag : {"--warmup-steps", "--min-lr"}) {
+      if (given(flag)) {
+        return absl::InvalidArgumentError(
+            str_cat(flag, " does nothing with --schedule constant (the default): add --schedule ",
+                    std::string_view(flag) == "--min-lr" ? "cosine" : "warmup or cosine"));
+      }
+    }
+  }
+  if (flags.schedule == "warmup" && given("--min-lr")) {
+    return absl::InvalidArgumentError(
+        "--min-lr does nothing with --schedule warmup (the rate stays at --lr after the warmup): "
+        "use --schedule cosine");
+  }
+  return absl::OkStatus();
+}
+
+int train(const TrainFlags& flags) {
+  if (absl::Status status = check_flags_have_effect(flags); !status.ok()) {
+    return report_error(status);
   }
   absl::StatusOr<runtime::Device> device = runtime::parse_device(flags.device);
   if (!device.ok()) return report_error(device.status());
@@ -117,6 +143,11 @@ int train(const TrainFlags& flags) {
   if (!group.ok()) return report_error(group.status());
   const int rank = *group ? (*group)->rank : 0;
   const int ranks = *group ? (*group)->size : 1;
+  if (ranks == 1 && flags.given.contains("--comm-timeout")) {
+    return report_error(absl::InvalidArgumentError(
+        "--comm-timeout applies to data-parallel training only (--nproc N, torchrun or mpirun "
+        "with more than one rank)"));
+  }
   if (ranks == 1 && flags.comm != "auto") {
     return report_error(absl::InvalidArgumentError(
         str_cat("--comm ", flags.comm,
@@ -207,6 +238,13 @@ int train(const TrainFlags& flags) {
     if (absl::Status status = session.load_checkpoint(checkpoint); !status.ok()) {
       return report_error(status);
     }
+    if (session.steps_done() > flags.steps) {
+      return report_error(
+          absl::InvalidArgumentError(str_cat("--resume: ", checkpoint, " is at step ",
+                                             session.steps_done(), ", past --steps ", flags.steps,
+                                             " (--steps counts from the first step, not from "
+                                             "the checkpoint)")));
+    }
     if (writer) {
       std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
                 << "\n";
@@ -268,9 +306,12 @@ int train(const TrainFlags& flags) {
         log.flush();
         if (!log) {
           if (show) progress.finish_line();
-          return report_error(absl::UnavailableError(str_cat(
-              "writing --log '", flags.log, "' failed at step ", stats.step, ": ",
-              std::strerror(errno), checkpoint.empty() ? "" : " (the last checkpoint is kept)")));
+          return report_error(absl::UnavailableError(
+              str_cat("writing --log '", flags.log, "' failed at step ", stats.step, ": ",
+                      std::strerror(errno),
+                      checkpoint.empty() || !std::filesystem::exists(checkpoint)
+                          ? ""
+                          : " (the last checkpoint is kept)")));
         }
       }
       if (show) progress.update(stats);
@@ -285,7 +326,9 @@ int train(const TrainFlags& flags) {
                                                      " (mod ", data->num_batches(), ")");
         return report_error(absl::InvalidArgumentError(
             str_cat("step ", stats.step, " (", batches, "): ", why, "; training stops",
-                    checkpoint.empty() ? "" : str_cat("; ", checkpoint, " is kept as it was"))));
+                    checkpoint.empty() || !std::filesystem::exists(checkpoint)
+                        ? ""
+                        : str_cat("; ", checkpoint, " is kept as it was"))));
       }
     }
     return std::nullopt;
@@ -527,6 +570,11 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   return train;
 }
 
-int run_train_command(const TrainFlags& flags) { return train(flags); }
+int run_train_command(const CLI::App& command, TrainFlags& flags) {
+  for (const CLI::Option* option : command.get_options()) {
+    if (option->count() > 0) flags.given.insert(option->get_name());
+  }
+  return train(flags);
+}
 
 }  // namespace ampc

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 
 namespace CLI {
@@ -40,6 +41,7 @@ struct TrainFlags {
   std::string comm = "auto";       // the communicator: gloo, nccl, or auto (nccl on cuda)
   bool local_batch_norm = false;   // BatchNorm statistics of each rank's shard alone
   bool shard_optimizer = false;    // ZeRO-1: each rank keeps a block of the moments
+  std::set<std::string> given;     // the flags given on the command line, by name
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.
@@ -47,6 +49,6 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags);
 
 // Runs the command: 0 on success, 1 (after `ampc: error: ...`) when the input is at fault, 130
 // when interrupted (after saving a checkpoint if --checkpoint was given).
-int run_train_command(const TrainFlags& flags);
+int run_train_command(const CLI::App& command, TrainFlags& flags);
 
 }  // namespace ampc

@@ -286,8 +286,20 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
               HasSubstr("--schedule cosine"));
   EXPECT_THAT(expect_train_error(trained, steps + " --schedule warmup"),
               HasSubstr("--warmup-steps"));
-  EXPECT_THAT(expect_train_error(trained, steps + " --lr 0.01 --min-lr 0.02"),
-              HasSubstr("--min-lr"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --schedule cosine --lr 0.01 --min-lr 0.02"),
+              HasSubstr("--min-lr 0.02 must be in [0, --lr]"));
+  // Flags that would do nothing.
+  EXPECT_THAT(expect_train_error(trained, steps + " --warmup-steps 2"),
+              HasSubstr("--warmup-steps does nothing with --schedule constant"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --min-lr 0.001"),
+              HasSubstr("--min-lr does nothing with --schedule constant"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --schedule warmup --warmup-steps 2 --min-lr 0"),
+              HasSubstr("--min-lr does nothing with --schedule warmup"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --checkpoint-every 2", 1,
+                                 /*add_checkpoint=*/false),
+              HasSubstr("--checkpoint-every needs --checkpoint DIR"));
+  EXPECT_THAT(expect_train_error(trained, steps + " --comm-timeout 30"),
+              HasSubstr("--comm-timeout applies to data-parallel training only"));
   // Usage errors (CLI11): exit 2.
   expect_train_error(trained, mlp_data() + " --steps 0", 2);
   expect_train_error(trained, mlp_data() + " --steps -3", 2);
@@ -350,6 +362,19 @@ TEST_F(TrainCliTest, ResumeRejectsAnotherModelsCheckpoint) {
                          1, /*add_checkpoint=*/false);
   EXPECT_THAT(err, HasSubstr(path("cnn_ckpt/checkpoint.safetensors")));
   EXPECT_EQ(read_file(path("cnn_ckpt/checkpoint.safetensors")), before);
+}
+
+// --steps counts from the first step: a checkpoint already past it would train nothing.
+TEST_F(TrainCliTest, ResumeRefusesACheckpointPastSteps) {
+  const std::string trained = compile("mlp", "--optimizer sgd");
+  CliResult r = train(trained, mlp_data() + " --steps 4 --checkpoint " + path("ckpt4"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string before = read_file(path("ckpt4/checkpoint.safetensors"));
+  const std::string err =
+      expect_train_error(trained, mlp_data() + " --steps 3 --resume --checkpoint " + path("ckpt4"),
+                         1, /*add_checkpoint=*/false);
+  EXPECT_THAT(err, HasSubstr("is at step 4, past --steps 3"));
+  EXPECT_EQ(read_file(path("ckpt4/checkpoint.safetensors")), before);
 }
 
 TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
