@@ -1,6 +1,7 @@
 #include "tools/command_util.h"
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include "CLI/CLI.hpp"
@@ -104,6 +105,45 @@ std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row
                    kCause, ")");
   }
   return "";
+}
+
+namespace {
+
+// Whether `a` and `b` name one file: the same file where both exist (hard links included), else
+// the same path once symbolic links and `.`/`..` are resolved.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error)) {
+    return std::filesystem::equivalent(a, b, error);
+  }
+  const std::filesystem::path canonical_a = std::filesystem::weakly_canonical(a, error);
+  if (error) return false;
+  const std::filesystem::path canonical_b = std::filesystem::weakly_canonical(b, error);
+  return !error && canonical_a == canonical_b;
+}
+
+}  // namespace
+
+absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
+                                  const std::vector<NamedPath>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].path.empty()) continue;
+    for (const NamedPath& input : inputs) {
+      if (!input.path.empty() && same_file(outputs[i].path, input.path)) {
+        return absl::InvalidArgumentError(
+            str_cat(outputs[i].flag, " '", outputs[i].path, "' is ", input.flag, " '", input.path,
+                    "': writing it would destroy what is read; choose another path"));
+      }
+    }
+    for (size_t j = i + 1; j < outputs.size(); ++j) {
+      if (!outputs[j].path.empty() && same_file(outputs[i].path, outputs[j].path)) {
+        return absl::InvalidArgumentError(str_cat(outputs[i].flag, " '", outputs[i].path, "' and ",
+                                                  outputs[j].flag, " '", outputs[j].path,
+                                                  "' are one file; choose two paths"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ampc

@@ -56,6 +56,16 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
                                                       std::string_view optimizer, double lr,
                                                       std::string_view flag);
 
+// A path a command reads or writes, with the flag that names it ("--log", "the model").
+struct NamedPath {
+  std::string flag;
+  std::string path;
+};
+// An error naming both flags when an output is the same file as an input or as another output
+// (one written over the other: the data, the model, a checkpoint lost); empty paths are skipped.
+absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
+                                  const std::vector<NamedPath>& inputs);
+
 // --lr must be a finite number > 0; the error names the flag.
 absl::Status check_lr(double lr);
 

@@ -251,6 +251,16 @@ int train(const TrainFlags& flags) {
     }
   }
 
+  const std::string export_data = flags.export_path.empty() ? "" : flags.export_path + ".data";
+  if (absl::Status status = check_distinct_paths(
+          {{"--log", flags.log},
+           {"--export", flags.export_path},
+           {"--export's external data", export_data},
+           {"--checkpoint's file", checkpoint}},
+          {{"the model", flags.model}, {"--data", flags.data}, {"--eval-data", flags.eval_data}});
+      !status.ok()) {
+    return report_error(status);
+  }
   if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path);
       !status.ok()) {
     return report_error(status);

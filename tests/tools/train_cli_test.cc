@@ -377,6 +377,35 @@ TEST_F(TrainCliTest, ResumeRefusesACheckpointPastSteps) {
   EXPECT_EQ(read_file(path("ckpt4/checkpoint.safetensors")), before);
 }
 
+// An output that is an input, or another output, would destroy it: an error naming both flags,
+// before anything is written.
+TEST_F(TrainCliTest, AnOutputThatIsAnInputOrAnotherOutputIsAnError) {
+  const std::string trained = compile("mlp", "--optimizer sgd");
+  const std::string model_bytes = read_file(trained);
+  std::filesystem::copy_file(data("mlp.train.npz"), path("d.npz"));
+  const std::string data_bytes = read_file(path("d.npz"));
+  const std::string run = " --data " + path("d.npz") + " --steps 2";
+  const struct {
+    std::string flags;
+    std::string message;
+  } cases[] = {
+      {" --log " + path("d.npz"), "--log '" + path("d.npz") + "' is --data '" + path("d.npz")},
+      {" --export " + trained, "--export '" + trained + "' is the model '" + trained},
+      {" --checkpoint " + path("ck") + " --log " + path("ck/checkpoint.safetensors"),
+       "and --checkpoint's file '" + path("ck/checkpoint.safetensors") + "' are one file"},
+      {" --log " + path("sub/../out") + " --export " + path("out"), "are one file"},
+  };
+  for (const auto& c : cases) {
+    CliResult r = train(trained, run + c.flags);
+    EXPECT_EQ(r.exit_code, 1) << c.flags;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << c.flags;
+    EXPECT_FALSE(std::filesystem::exists(path("out"))) << c.flags;
+    EXPECT_FALSE(std::filesystem::exists(path("ck"))) << c.flags;
+  }
+  EXPECT_EQ(read_file(trained), model_bytes);
+  EXPECT_EQ(read_file(path("d.npz")), data_bytes);
+}
+
 TEST_F(TrainCliTest, BadTrainingCompileFlagsAreNamedAndWriteNothing) {
   struct Case {
     std::string flags;
