@@ -1,11 +1,13 @@
 // --eval-data's report; tools/evaluation.h.
 #include "tools/evaluation.h"
 
+#include <cmath>
 #include <iostream>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "compiler/strings.h"
 #include "fmt/format.h"
 #include "runtime/batch_data.h"
 #include "runtime/comm/communicator.h"
@@ -65,12 +67,31 @@ absl::Status report_evaluation(runtime::TrainingSession& session, const runtime:
   }
   const std::map<std::string, std::string> pairs =
       accuracy_pairs(session.eval_inputs(), session.eval_outputs());
-  std::vector<double> sums(scalars.size() + 2 * pairs.size());
+  // The sums, then the number of batches whose scalar outputs are not all finite.
+  std::vector<double> sums(scalars.size() + 2 * pairs.size() + 1);
+  std::string first_non_finite;  // on this rank: "batch I: OUTPUT is nan"
   for (int64_t i = rank; i < data.num_batches(); i += ranks) {
     const std::map<std::string, Tensor> batch = data.batch(i);
-    AMPC_ASSIGN_OR_RETURN(auto outputs, session.evaluate(batch));
-    for (size_t k = 0; k < scalars.size(); ++k)
-      sums[k] += outputs.at(scalars[k]).element_as_double(0);
+    absl::StatusOr<std::map<std::string, Tensor>> evaluated = session.evaluate(batch);
+    if (!evaluated.ok()) {
+      return absl::Status(evaluated.status().code(),
+                          str_cat("--eval-data '", path, "' batch ", i, ": ",
+                                  evaluated.status().message(), " (after training)"));
+    }
+    const std::map<std::string, Tensor>& outputs = *evaluated;
+    bool finite = true;
+    for (size_t k = 0; k < scalars.size(); ++k) {
+      const double value = outputs.at(scalars[k]).element_as_double(0);
+      sums[k] += value;
+      if (!std::isfinite(value) && finite) {
+        finite = false;
+        if (first_non_finite.empty()) {
+          first_non_finite = fmt::format("batch {}: {} is {}", i, scalars[k],
+                                         std::isnan(value) ? "NaN" : fmt::format("{}", value));
+        }
+      }
+    }
+    sums.back() += finite ? 0 : 1;
     size_t k = scalars.size();
     for (const auto& [output, label] : pairs) {
       const Tensor& labels = batch.at(label);
@@ -81,6 +102,14 @@ absl::Status report_evaluation(runtime::TrainingSession& session, const runtime:
   if (ranks > 1) {
     AMPC_RETURN_IF_ERROR(group->all_reduce_now(sums.data(), static_cast<int64_t>(sums.size()),
                                                DType::kF64, runtime::comm::ReduceOp::kSum));
+  }
+  // Every rank fails alike, so none waits for the others.
+  if (const double bad = sums.back(); bad > 0) {
+    return absl::InvalidArgumentError(
+        str_cat("--eval-data '", path, "': ", static_cast<int64_t>(bad), " of its ",
+                data.num_batches(), " batches give a non-finite output (",
+                first_non_finite.empty() ? "on another rank" : first_non_finite,
+                "): NaN or inf in the data, or a diverged model (after training)"));
   }
   if (rank != 0) return absl::OkStatus();
   for (size_t k = 0; k < scalars.size(); ++k) {

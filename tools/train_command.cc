@@ -294,6 +294,13 @@ int train(const TrainFlags& flags) {
   // Step i (from 0) reads batches iK .. iK + K - 1 (mod N), computed mod N first so nothing
   // overflows.
   auto first_batch = [&](int64_t index) { return (index % data->num_batches()) * k; };
+  // Step `index`'s batches, in words.
+  auto batches_of = [&](int64_t index) {
+    const int64_t first = first_batch(index);
+    return k == 1 ? str_cat("batch ", first % data->num_batches())
+                  : str_cat("batches ", first, " to ", first + k - 1, " (mod ", data->num_batches(),
+                            ")");
+  };
   // Reads the figures of the steps queued since the last call (one wait for the device), logs
   // and shows them, and stops at the first diverged step: the exit code, or nullopt to go on.
   auto take_stats = [&]() -> std::optional<int> {
@@ -330,15 +337,11 @@ int train(const TrainFlags& flags) {
       skipped_in_a_row = stats.found_inf ? skipped_in_a_row + 1 : 0;
       if (const std::string why = divergence(stats, skipped_in_a_row, min_scale); !why.empty()) {
         if (show) progress.finish_line();
-        const int64_t first = first_batch(stats.step - 1);
-        const std::string batches = k == 1 ? str_cat("batch ", first % data->num_batches())
-                                           : str_cat("batches ", first, " to ", first + k - 1,
-                                                     " (mod ", data->num_batches(), ")");
-        return report_error(absl::InvalidArgumentError(
-            str_cat("step ", stats.step, " (", batches, "): ", why, "; training stops",
-                    checkpoint.empty() || !std::filesystem::exists(checkpoint)
-                        ? ""
-                        : str_cat("; ", checkpoint, " is kept as it was"))));
+        return report_error(absl::InvalidArgumentError(str_cat(
+            "step ", stats.step, " (", batches_of(stats.step - 1), "): ", why, "; training stops",
+            checkpoint.empty() || !std::filesystem::exists(checkpoint)
+                ? ""
+                : str_cat("; ", checkpoint, " is kept as it was"))));
       }
     }
     return std::nullopt;
@@ -356,8 +359,9 @@ int train(const TrainFlags& flags) {
         !queued.ok()) {
       if (std::optional<int> code = take_stats()) return *code;  // the steps before it first
       if (show) progress.finish_line();
-      return report_error(
-          absl::Status(queued.code(), str_cat("step ", index + 1, ": ", queued.message())));
+      return report_error(absl::Status(
+          queued.code(),
+          str_cat("step ", index + 1, " (", batches_of(index), "): ", queued.message())));
     }
     // A graph asked for and not recorded would make the flag do nothing: an error, at once.
     if (flags.cuda_graph == "on" && !session.uses_graph()) {
@@ -389,17 +393,17 @@ int train(const TrainFlags& flags) {
       }
     }
     if (stop_signal.load() != 0) return 128 + stop_signal.load();
+    // Sharded master weights are gathered from every rank for the export; rank 0 writes it.
+    if (!flags.export_path.empty()) {
+      if (absl::Status status = session.export_inference_model(flags.export_path); !status.ok()) {
+        return report_error(status);
+      }
+    }
     // The other ranks evaluate their share of --eval-data; rank 0 reports.
     if (eval_data.has_value()) {
       if (absl::Status status = report_evaluation(session, *eval_data, flags.eval_data,
                                                   session_options.communicator.get());
           !status.ok()) {
-        return report_error(status);
-      }
-    }
-    // Sharded master weights are gathered from every rank for the export; rank 0 writes it.
-    if (!flags.export_path.empty()) {
-      if (absl::Status status = session.export_inference_model(flags.export_path); !status.ok()) {
         return report_error(status);
       }
     }
@@ -425,13 +429,7 @@ int train(const TrainFlags& flags) {
               << " steps skipped on overflow; loss scale now "
               << session.state("loss_scale")->element_as_double(0) << "\n";
   }
-  if (eval_data.has_value()) {
-    if (absl::Status status = report_evaluation(session, *eval_data, flags.eval_data,
-                                                session_options.communicator.get());
-        !status.ok()) {
-      return report_error(status);
-    }
-  }
+  // The trained model first: an evaluation that fails does not lose it.
   if (!flags.export_path.empty()) {
     ExportOptions export_options;
     if (flags.external_data) export_options.external_data = ExportOptions::ExternalData::kAlways;
@@ -444,6 +442,13 @@ int train(const TrainFlags& flags) {
     }
     if (session.writes_checkpoints()) {  // rank 0 writes it
       std::cerr << "ampc: wrote the trained inference model " << flags.export_path << "\n";
+    }
+  }
+  if (eval_data.has_value()) {
+    if (absl::Status status = report_evaluation(session, *eval_data, flags.eval_data,
+                                                session_options.communicator.get());
+        !status.ok()) {
+      return report_error(status);
     }
   }
   return 0;

@@ -207,6 +207,38 @@ TEST_F(TrainCliTest, EvalDataReportsLossAndAccuracy) {
   EXPECT_NEAR(std::stod(match[1]), std::stod(match[2]) / 192.0, 1e-4);
 }
 
+// An eval batch that fails (a label out of range) or gives a NaN loss fails the command after
+// training, naming --eval-data's file and the batch; the checkpoint and the exported model are
+// written first, so the training is not lost.
+TEST_F(TrainCliTest, AFailingEvalBatchIsNamedAfterTheTrainedModelIsWritten) {
+  const std::string trained = compile("mlp", "--optimizer sgd");
+  std::map<std::string, Tensor> label_range = small_mlp_data();
+  label_range.at("label").set_element(2 * 8 + 3, 10.0);  // batch 2: class 10 of 10
+  save_npz("label_range.npz", label_range);
+  std::map<std::string, Tensor> nan = small_mlp_data();
+  nan.at("x").set_element(3 * 8 * 64 + 7, std::nan(""));  // batch 3
+  save_npz("nan.npz", nan);
+  const struct {
+    std::string file;
+    std::string message;
+  } cases[] = {
+      {"label_range.npz", "--eval-data '" + path("label_range.npz") + "' batch 2: "},
+      {"nan.npz", "--eval-data '" + path("nan.npz") +
+                      "': 1 of its 4 batches give a non-finite output (batch 3: loss is NaN)"},
+  };
+  for (const auto& c : cases) {
+    std::filesystem::remove_all(path("ckpt"));
+    std::filesystem::remove(path("export.onnx"));
+    CliResult r =
+        train(trained, mlp_data() + " --steps 2 --eval-data " + path(c.file) + " --checkpoint " +
+                           path("ckpt") + " --export " + path("export.onnx"));
+    EXPECT_EQ(r.exit_code, 1) << c.file;
+    EXPECT_THAT(r.err, HasSubstr(c.message)) << r.err;
+    EXPECT_TRUE(std::filesystem::exists(path("ckpt/checkpoint.safetensors"))) << c.file;
+    EXPECT_TRUE(std::filesystem::exists(path("export.onnx"))) << c.file;
+  }
+}
+
 // A rate of 1e6 blows the mlp up within a few steps: unchecked, training goes on with
 // non-finite losses (logged as null); --check-numerics stops at the first node that writes an
 // inf or NaN and names it, with its inputs' ranges.
@@ -219,9 +251,9 @@ TEST_F(TrainCliTest, CheckNumericsStopsAtTheFirstNonFiniteValue) {
                                               "loss is (NaN|inf|-inf) \\(NaN or inf in the data"));
   r = train(trained, mlp_data() + " --steps 20 --check-numerics");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, ::testing::ContainsRegex(
-                         "ampc: error: step [0-9]+: --check-numerics: node '[^']+' \\([A-Za-z]+\\) "
-                         "wrote (inf|NaN) to output [0-9]+ %"));
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("ampc: error: step [0-9]+ \\(batch [0-9]+\\): "
+                                              "--check-numerics: node '[^']+' \\([A-Za-z]+\\) "
+                                              "wrote (inf|NaN) to output [0-9]+ %"));
   EXPECT_THAT(r.err, HasSubstr("its float inputs: %"));
 }
 
