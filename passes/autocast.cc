@@ -18,7 +18,8 @@
 //   none    fp32, and a warning naming the op (once per op type)
 // A node pinned by --fp32-nodes, or by the import that lowered an op into it (Node::fp32_pin),
 // is fp32 whatever its category. O0 makes every node fp32; O2
-// every node low but losses and normalizations; O3 every node low. Nodes without float data
+// every node low but losses, normalizations and nodes with scalar results (the loss and the
+// arithmetic on it); O3 every node low. Nodes without float data
 // (shape arithmetic on integers) record that they have none.
 #include <regex>
 #include <set>
@@ -54,6 +55,19 @@ bool o2_keeps_fp32(const Node& node) {
       "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "LayerNormalization", "Softmax",
       "LogSoftmax"};
   return node.domain().empty() && ops.contains(node.op_type());
+}
+
+// Whether every float output of `node` is a scalar (one element): at O2 the loss and the arithmetic
+// on it (a sum of two losses, a weight on one), kept fp32 as PyTorch computes its losses (its
+// scaled gradient, 65536 by default, would overflow an f16 scalar before anything else runs).
+bool only_scalar_float_outputs(const Node& node) {
+  bool any = false;
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    if (!node.has_output(i) || !is_arithmetic_float(node.output(i)->dtype())) continue;
+    if (node.output(i)->type().num_elements() != 1) return false;
+    any = true;
+  }
+  return any;
 }
 
 class AutocastPass final : public Pass {
@@ -143,6 +157,9 @@ class AutocastPass final : public Pass {
         return low_decision(node, str_cat("O3: everything ", low_name));
       case OptLevel::kO2:
         if (o2_keeps_fp32(node)) return fp32(str_cat("O2: ", node.op_type(), " stays fp32"));
+        if (only_scalar_float_outputs(node)) {
+          return fp32("O2: a scalar result (a loss, or arithmetic on losses) stays fp32");
+        }
         return low_decision(node,
                             str_cat("O2: everything ", low_name, " but losses and normalization"));
       case OptLevel::kO1:

@@ -225,6 +225,38 @@ TEST(Autocast, Levels) {
   EXPECT_EQ(decisions(*graph)[0], "mm1: f32: --precision fp32");
 }
 
+// A loss the graph computes itself (mse: Sub, Mul, ReduceMean) plus a weighted second one: at O2
+// the element-wise part runs low, and the reduction to a scalar and the scalar arithmetic after
+// it stay fp32, so the loss (and its scaled gradient) never passes through an f16 scalar.
+TEST(Autocast, O2KeepsScalarResultsFp32) {
+  Diagnostics diagnostics;
+  PrecisionPolicy policy;
+  policy.level = OptLevel::kO2;
+  std::unique_ptr<Graph> graph = autocast(R"(
+    graph g(%x: f32[4,8], %w: f32[8,2], %t: f32[4,2], %half: f32[], %other: f32[]) opset(17) {
+      %y = MatMul(%x, %w) {name="mm"} : f32[4,2]
+      %d = Sub(%y, %t) {name="diff"} : f32[4,2]
+      %sq = Mul(%d, %d) {name="square"} : f32[4,2]
+      %mse = ReduceMean<keepdims=0>(%sq) {name="mean"} : f32[]
+      %weighted = Mul(%mse, %half) {name="weigh"} : f32[]
+      %loss = Add(%weighted, %other) {name="sum"} : f32[]
+      return %loss
+    })",
+                                          policy, diagnostics);
+  ASSERT_NE(graph, nullptr);
+  const std::string scalar =
+      ": f32: O2: a scalar result (a loss, or arithmetic on losses) stays fp32";
+  EXPECT_EQ(decisions(*graph),
+            (std::vector<std::string>{
+                "mm: f16 acc f32: O2: everything f16 but losses and normalization",
+                "diff: f16: O2: everything f16 but losses and normalization",
+                "square: f16: O2: everything f16 but losses and normalization",
+                "mean" + scalar,
+                "weigh" + scalar,
+                "sum" + scalar,
+            }));
+}
+
 TEST(Autocast, NodesWithoutFloatDataSaySo) {
   Diagnostics diagnostics;
   std::unique_ptr<Graph> graph = autocast(R"(
