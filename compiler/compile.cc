@@ -62,6 +62,11 @@ PassPipeline make_pipeline(const CompileOptions& options) {
     pipeline.add(on_training_step(make_safe_softmax_pass()));
     AutodiffOptions autodiff = training->autodiff;
     OptimizerOptions optimizer = training->optimizer;
+    if (training->accumulate > 1) {
+      pipeline.add(
+          on_training_step(make_accumulate_share_pass(training->accumulate, autodiff.loss)));
+      autodiff.loss += kShareSuffix;
+    }
     if (std::optional<LossScaleOptions> scaling = effective_loss_scale(options)) {
       pipeline.add(on_training_step(make_loss_scale_pass(*scaling, autodiff.loss)));
       autodiff.loss += ".scaled";

@@ -6,12 +6,19 @@
 //   clears when the window ends. The state `accumulate.micro_step` (i64, 0) counts the runs of
 //   the window against the constant `accumulate.steps` = K; the bool output
 //   `accumulate.window_end` is true on the K-th run, which resets the counter.
-//   The optimizer pass finds both by name: it steps with the sums times 1/K (the mean, so K
-//   micro-batches of a mean-reduced loss step like one batch K times as large) and holds every
+//   The gradients are of the loss's share, loss / K (the accumulate-share pass, before
+//   loss-scale and autodiff: PyTorch's recipe `scaler.scale(loss / K).backward()`), so the sums
+//   are the window's mean gradient: K micro-batches of a mean-reduced loss step like one batch K
+//   times as large. The optimizer pass finds the counter and window end by name and holds every
 //   optimizer and loss-scale state update until the window ends. With loss scaling the sums are
 //   of scaled gradients, unscaled once, as PyTorch's GradScaler does with gradients accumulated
-//   in .grad; an overflow in any micro-step leaves a non-finite value in a sum and the update is
-//   skipped once.
+//   in .grad (each micro-step's gradients at scale S / K, so they overflow where PyTorch's do);
+//   an overflow in any micro-step leaves a non-finite value in a sum and the update is skipped
+//   once.
+//
+// accumulate-share (before loss-scale and autodiff, with K > 1): adds the output
+//   `<loss>.share` = Div(loss, K), which loss scaling scales and autodiff differentiates; the
+//   loss output itself, which ampc train logs, is unchanged.
 // Assumes: autodiff ran; runs on the training step, before the optimizer pass.
 // Numerics: each sum is rounded to f32 once per run, in micro-batch order.
 #include "compiler/strings.h"
@@ -117,10 +124,45 @@ class AccumulatePass final : public Pass {
   int64_t steps_;
 };
 
+class AccumulateSharePass final : public Pass {
+ public:
+  AccumulateSharePass(int64_t steps, std::string loss) : steps_(steps), loss_(std::move(loss)) {}
+  std::string_view name() const override { return "accumulate-share"; }
+
+  absl::StatusOr<bool> run(Graph& graph, const PassContext& /*context*/) override {
+    Value* loss = nullptr;
+    for (Value* output : graph.outputs()) {
+      if (output->name() == loss_) loss = output;
+    }
+    if (loss == nullptr || loss->type().num_elements() != 1 || !is_float(loss->dtype())) {
+      return absl::InvalidArgumentError(
+          str_cat("gradient accumulation needs a float scalar loss output '", loss_, "'"));
+    }
+    Value* k = graph.add_initializer(
+        graph.unique_value_name(str_cat(loss_, ".accumulate_steps")),
+        Tensor::from_doubles(loss->dtype(), {}, {static_cast<double>(steps_)}));
+    k->set_constant(true);
+    Node* share = graph.create_node(kOnnxDomain, "Div", {loss, k}, {loss->type()});
+    share->set_name("accumulate/share");
+    share->output(0)->set_name(graph.unique_value_name(str_cat(loss_, kShareSuffix)));
+    graph.add_output(share->output(0));
+    describe_undecided_nodes(graph, "gradient accumulation: the loss's share of the window");
+    return true;
+  }
+
+ private:
+  int64_t steps_;
+  std::string loss_;
+};
+
 }  // namespace
 
 std::unique_ptr<Pass> make_accumulate_pass(int64_t steps) {
   return std::make_unique<AccumulatePass>(steps);
+}
+
+std::unique_ptr<Pass> make_accumulate_share_pass(int64_t steps, std::string loss) {
+  return std::make_unique<AccumulateSharePass>(steps, std::move(loss));
 }
 
 }  // namespace ampc

@@ -20,8 +20,9 @@
 //   tracker (`loss_scale.growth_tracker`) counts the clean step (ampc.LossScaleUpdate). The
 //   decision stays in the graph: no value goes to the host in the middle of a step.
 // With gradient accumulation (the accumulate pass ran: the constant `accumulate.steps` = K and
-//   the output `accumulate.window_end`): the gradients are the window's sums, used times 1/K
-//   (folded into the unscale factor), and every optimizer and loss-scale state update keeps the
+//   the output `accumulate.window_end`): the gradients are the window's sums of the loss's
+//   shares (loss / K, accumulate-share), so their mean already, and every optimizer and
+//   loss-scale state update keeps the
 //   old value until the window ends, so the scale is the same for all K micro-steps and an
 //   overflow in any of them skips the update once (the update ops' `skip` is then "overflow or
 //   not the window's end").
@@ -89,9 +90,8 @@ class OptimizerPass final : public Pass {
     for (const auto& [parameter, index] : updates) grads.push_back(graph.outputs()[index]);
     std::vector<std::pair<Value*, Value*>> state_updates;  // state, its update
     // Accumulation: the optimizer's updates hold until the window's last micro-step.
-    int64_t accumulated = 1;
     Value* window_end = nullptr;
-    AMPC_RETURN_IF_ERROR(find_accumulation(graph, accumulated, window_end));
+    AMPC_RETURN_IF_ERROR(find_accumulation(graph, window_end));
     // Loss scaling: one fused pass unscales every gradient into f32 and says whether any is
     // inf or NaN (an overflow: the whole update is skipped). Without it, gradients of
     // low-precision parameters (no master weights) are read up to f32 like the others.
@@ -99,14 +99,13 @@ class OptimizerPass final : public Pass {
     Value* found_inf = nullptr;
     if (options_.loss_scale) {
       AMPC_ASSIGN_OR_RETURN(scale, find_loss_scale(graph));
-      found_inf = unscale(graph, scale, accumulated, grads);
+      found_inf = unscale(graph, scale, grads);
     } else {
       for (Value*& grad : grads) {
         if (grad->dtype() != DType::kF32) {
           grad = convert(graph, grad, DType::kF32, kNoMasterWeights);
         }
       }
-      if (accumulated > 1) average(graph, accumulated, grads);
     }
     Value* norm = add_node(graph, "GlobalNorm", grads, {TensorType{DType::kF32, {}}}, {})[0];
     norm->set_name(graph.unique_value_name("grad_norm"));
@@ -245,31 +244,10 @@ class OptimizerPass final : public Pass {
         "loss scaling: the graph has no loss_scale initializer; run the loss-scale pass first");
   }
 
-  // 1 / K, exact for K a power of two.
-  static Value* mean_factor(Graph& graph, int64_t accumulated) {
-    Value* mean =
-        graph.add_initializer(graph.unique_value_name("accumulate.inverse"),
-                              Tensor::from_f32({}, {1.0f / static_cast<float>(accumulated)}));
-    mean->set_constant(true);
-    return mean;
-  }
-
-  // Accumulation without loss scaling: each sum times 1/K, rounded once.
-  static void average(Graph& graph, int64_t accumulated, std::vector<Value*>& grads) {
-    Value* factor = mean_factor(graph, accumulated);
-    for (Value*& grad : grads) {
-      Node* mean = graph.create_node(kOnnxDomain, "Mul", {grad, factor}, {grad->type()});
-      mean->set_name(str_cat(grad->name(), "/mean"));
-      mean->output(0)->set_name(graph.unique_value_name(str_cat(grad->name(), ".mean")));
-      grad = mean->output(0);
-    }
-  }
-
   // ampc.UnscaleGradients over every gradient: grad * factor in f32, where factor is 1 / scale
   // (the reciprocal taken in double and rounded to f32, as GradScaler's
-  // `scale.double().reciprocal().float()`), times 1/K with accumulation. Returns found_inf.
-  static Value* unscale(Graph& graph, Value* scale, int64_t accumulated,
-                        std::vector<Value*>& grads) {
+  // `scale.double().reciprocal().float()`). Returns found_inf.
+  static Value* unscale(Graph& graph, Value* scale, std::vector<Value*>& grads) {
     auto node = [&](std::string_view op, const std::vector<Value*>& operands, DType dtype,
                     Attributes attrs = {}) {
       Node* n =
@@ -281,8 +259,6 @@ class OptimizerPass final : public Pass {
     Value* factor =
         node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32, {{"to", DType::kF32}});
     factor->set_name(graph.unique_value_name("loss_scale.inverse"));
-    if (accumulated > 1)
-      factor = node("Mul", {factor, mean_factor(graph, accumulated)}, DType::kF32);
     std::vector<Value*> operands = {factor};
     std::vector<TensorType> types = {TensorType{DType::kBool, {}}};
     for (Value* grad : grads) {
@@ -308,8 +284,8 @@ class OptimizerPass final : public Pass {
     return outputs[0];
   }
 
-  // K and the window's end, when the accumulate pass ran (K stays 1 otherwise).
-  static absl::Status find_accumulation(const Graph& graph, int64_t& steps, Value*& window_end) {
+  // The window's end, when the accumulate pass ran (checked with its count K); else null.
+  static absl::Status find_accumulation(const Graph& graph, Value*& window_end) {
     const Value* k = nullptr;
     for (const Value* init : graph.initializers()) {
       if (init->name() == kAccumulationStepsName) k = init;
@@ -325,7 +301,6 @@ class OptimizerPass final : public Pass {
                                                    kAccumulationStepsName, " >= 1 and the output ",
                                                    kWindowEndName, "; run the accumulate pass"));
     }
-    steps = data->element_as_i64(0);
     return absl::OkStatus();
   }
 

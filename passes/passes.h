@@ -94,8 +94,12 @@ inline constexpr std::string_view kWindowEndName = "accumulate.window_end";
 inline constexpr int64_t kMaxAccumulationSteps = 65536;
 // "accumulate": K > 1 turns each gradient output into its f32 running sum over K runs of the
 // step, with a micro-step counter and the output `accumulate.window_end`, which the optimizer
-// pass then uses (mean of the sums; updates only at the window's end). See passes/accumulate.cc.
+// pass then uses (updates only at the window's end). See passes/accumulate.cc.
 std::unique_ptr<Pass> make_accumulate_pass(int64_t steps);
+// "accumulate-share": the output `<loss>` + kShareSuffix = loss / K, which loss scaling and
+// autodiff then take as the loss, so the accumulated sums are the window's mean gradient.
+inline constexpr std::string_view kShareSuffix = ".share";
+std::unique_ptr<Pass> make_accumulate_share_pass(int64_t steps, std::string loss);
 // "loss-scale": adds the scale (initializer `loss_scale`) and the output `<loss>.scaled` =
 // ampc.ScaleLoss(loss, loss_scale), which autodiff then differentiates, so the backward pass is
 // seeded with the scale. See passes/loss_scale.cc.

@@ -178,6 +178,36 @@ TEST(GradientAccumulation, AnOverflowInMicroStepTwoSkipsTheUpdateOnce) {
   EXPECT_EQ(state(*session, "optimizer.step"), std::vector<double>{1.0});
 }
 
+// Each micro-step's gradients are of the loss's share, loss / K, at the scale (PyTorch's recipe,
+// `scaler.scale(loss / K).backward()`), so they overflow where PyTorch's do, not K times sooner.
+// y = x w in fp16 (MatMul is on the allow list), loss = sum(y): the gradient reaching the fp16
+// MatMul's output is S / K = 65536 / 4 = 16384 and w's is x times that, 32768, both below fp16's
+// largest value (65504); the full loss's would be 65536, inf in fp16. IEEE figures: the window's
+// mean gradient is x = 2 exactly, so SGD at lr 0.5 takes w from 1 to 0.
+TEST(GradientAccumulation, MicroStepsScaleTheLossShareAsPyTorchsRecipeDoes) {
+  CompileOptions options;
+  options.mixed_precision = MixedPrecisionOptions{};
+  options.mixed_precision->policy.low_source = "test";
+  options.training = TrainingOptions{};
+  options.training->accumulate = kAccumulate;
+  std::unique_ptr<TrainingSession> session = testing::compile_training_session(R"(
+    graph g(%x: f32[1,1]) opset(17) {
+      init %w: f32[1,1] = [1]
+      %y = MatMul(%x, %w) {name="mm"} : f32[1,1]
+      %loss = ReduceSum<keepdims=0>(%y) {name="sum"} : f32[]
+      return %loss
+    })",
+                                                                               options);
+  ASSERT_TRUE(session);
+  const std::vector<Batch> micro(kAccumulate, Batch{{"x", Tensor::from_f32({1, 1}, {2.0f})}});
+  absl::StatusOr<StepStats> stats = session->step(micro, 0.5f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_FALSE(stats->found_inf);
+  EXPECT_EQ(stats->loss_scale, 65536.0);
+  EXPECT_EQ(stats->grad_norm, 2.0);
+  EXPECT_EQ(state(*session, "w"), std::vector<double>{0.0});
+}
+
 // The scale holds across the micro-steps: with a growth interval of 1 it doubles once per
 // update, not once per micro-batch.
 TEST(GradientAccumulation, TheScaleChangesOncePerUpdate) {
