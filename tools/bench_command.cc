@@ -296,7 +296,7 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
       ->add_option("--peak-tflops", flags.peak_tflops,
                    "The device's peak for MFU (default: ampc's figure for the GPU; none on the "
                    "CPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_number());
   bench
       ->add_option("--comm", flags.comm,
                    "gloo or nccl: train as a data-parallel group of one rank through this "

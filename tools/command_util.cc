@@ -1,6 +1,8 @@
 #include "tools/command_util.h"
 
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -144,6 +146,33 @@ absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
     }
   }
   return absl::OkStatus();
+}
+
+CLI::Validator at_least(int64_t minimum) {
+  return CLI::Validator(
+      [minimum](const std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (ec != std::errc() || ptr != text.data() + text.size() || value < minimum) {
+          return str_cat("must be an integer >= ", minimum, ", not '", text, "'");
+        }
+        return "";
+      },
+      str_cat("INT>=", minimum));
+}
+
+CLI::Validator positive_number() {
+  return CLI::Validator(
+      [](const std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (text.empty() || end != text.c_str() + text.size() || !(value > 0) ||
+            !std::isfinite(value)) {
+          return str_cat("must be a finite number > 0, not '", text, "'");
+        }
+        return "";
+      },
+      "FLOAT>0");
 }
 
 }  // namespace ampc

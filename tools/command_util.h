@@ -17,7 +17,8 @@
 
 namespace CLI {
 class App;
-}
+class Validator;
+}  // namespace CLI
 
 namespace ampc {
 
@@ -65,6 +66,11 @@ struct NamedPath {
 // (one written over the other: the data, the model, a checkpoint lost); empty paths are skipped.
 absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& inputs);
+
+// CLI11 checks with messages that say what a flag takes: an integer >= `minimum`; a finite
+// number > 0.
+CLI::Validator at_least(int64_t minimum);
+CLI::Validator positive_number();
 
 // --lr must be a finite number > 0; the error names the flag.
 absl::Status check_lr(double lr);

@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -454,20 +453,6 @@ int train(const TrainFlags& flags) {
   return 0;
 }
 
-// A CLI11 check for an integer flag >= `minimum`, with a message that says so.
-CLI::Validator at_least(int64_t minimum) {
-  return CLI::Validator(
-      [minimum](const std::string& text) -> std::string {
-        int64_t value = 0;
-        const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-        if (ec != std::errc() || ptr != text.data() + text.size() || value < minimum) {
-          return str_cat("must be an integer >= ", minimum, ", not '", text, "'");
-        }
-        return "";
-      },
-      str_cat("INT>=", minimum));
-}
-
 }  // namespace
 
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
@@ -509,7 +494,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   train
       ->add_option("--checkpoint-every", flags.checkpoint_every,
                    "Also save a checkpoint every K steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(1));
   train->add_flag("--resume", flags.resume,
                   "Continue from DIR/checkpoint.safetensors (--checkpoint DIR) up to --steps");
   train->add_option("--eval-data", flags.eval_data,

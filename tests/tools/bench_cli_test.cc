@@ -140,6 +140,9 @@ TEST(BenchCli, BadInputIsNamed) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err,
               HasSubstr("no output 'nosuch' to differentiate; its outputs are loss, logits"));
+  r = run_ampc("bench " + model + " --data " + data + " --peak-tflops 0");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--peak-tflops: must be a finite number > 0, not '0'"));
   r = run_ampc("bench " + model + " --data " + data + " --precision fp8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--precision"));

@@ -336,6 +336,8 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
   expect_train_error(trained, mlp_data() + " --steps 0", 2);
   expect_train_error(trained, mlp_data() + " --steps -3", 2);
   expect_train_error(trained, steps + " --schedule linear", 2);
+  EXPECT_THAT(expect_train_error(trained, steps + " --checkpoint-every 0", 2),
+              HasSubstr("--checkpoint-every: must be an integer >= 1, not '0'"));
   expect_train_error(trained, mlp_data(), 2);  // no --steps
   expect_train_error(trained, steps + " --log-every 0", 2);
   expect_train_error(trained, steps + " --device tpu", 2);
