@@ -11,7 +11,6 @@
 #include "runtime/cuda/nccl_communicator.h"
 
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 #include <array>
 #include <condition_variable>
@@ -27,9 +26,13 @@
 
 #include "compiler/strings.h"
 #include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/nccl_library.h"
 
 namespace ampc::runtime::cuda {
 namespace {
+
+// The NCCL functions, once connect_nccl has loaded them (every other caller runs after it).
+const NcclLibrary& nccl() { return **nccl_library(); }
 
 using Clock = std::chrono::steady_clock;
 
@@ -115,7 +118,7 @@ struct NcclCommunicator::State {
   void abort_locked() {
     if (aborted || comm == nullptr || !calls.try_lock()) return;
     aborted = true;
-    (void)ncclCommAbort(comm);
+    (void)nccl().ncclCommAbort(comm);
     calls.unlock();
   }
 
@@ -123,10 +126,11 @@ struct NcclCommunicator::State {
   void check_async_locked() {
     if (aborted) return;
     ncclResult_t async = ncclSuccess;
-    if (ncclCommGetAsyncError(comm, &async) != ncclSuccess) return;
+    if (nccl().ncclCommGetAsyncError(comm, &async) != ncclSuccess) return;
     if (async == ncclSuccess || async == ncclInProgress) return;
-    fail_locked(absl::UnavailableError(str_cat(who, ": NCCL failed: ", ncclGetErrorString(async),
-                                               " (", ncclGetLastError(comm), ")")));
+    fail_locked(
+        absl::UnavailableError(str_cat(who, ": NCCL failed: ", nccl().ncclGetErrorString(async),
+                                       " (", nccl().ncclGetLastError(comm), ")")));
   }
 
   void watch() {
@@ -182,8 +186,9 @@ struct NcclCommunicator::State {
     std::lock_guard lock(mutex);
     if (!failure.ok()) return failure;
     if (queued != ncclSuccess) {
-      absl::Status error = absl::InternalError(str_cat(
-          who, ": ", what, ": ", ncclGetErrorString(queued), " (", ncclGetLastError(comm), ")"));
+      absl::Status error =
+          absl::InternalError(str_cat(who, ": ", what, ": ", nccl().ncclGetErrorString(queued),
+                                      " (", nccl().ncclGetLastError(comm), ")"));
       fail_locked(error);
       return error;
     }
@@ -294,7 +299,7 @@ NcclCommunicator::~NcclCommunicator() {
     }
     state_->pending.clear();
   }
-  if (!aborted) (void)ncclCommDestroy(state_->comm);
+  if (!aborted) (void)nccl().ncclCommDestroy(state_->comm);
   (void)cudaStreamDestroy(state_->stream);
 }
 
@@ -325,22 +330,23 @@ struct Collective {
 Collective all_reduce_of(void* data, int64_t count, DType dtype, comm::ReduceOp op) {
   return {str_cat("all-reduce (", comm::reduce_op_name(op), ") of ", count, " ", dtype_name(dtype)),
           dtype, [=](ncclDataType_t type, ncclComm_t comm, cudaStream_t on) {
-            return ncclAllReduce(data, data, static_cast<size_t>(count), type, nccl_op(op), comm,
-                                 on);
+            return nccl().ncclAllReduce(data, data, static_cast<size_t>(count), type, nccl_op(op),
+                                        comm, on);
           }};
 }
 
 Collective broadcast_of(void* data, int64_t count, DType dtype, int root) {
   return {str_cat("broadcast from rank ", root, " of ", count, " ", dtype_name(dtype)), dtype,
           [=](ncclDataType_t type, ncclComm_t comm, cudaStream_t on) {
-            return ncclBroadcast(data, data, static_cast<size_t>(count), type, root, comm, on);
+            return nccl().ncclBroadcast(data, data, static_cast<size_t>(count), type, root, comm,
+                                        on);
           }};
 }
 
 Collective all_gather_of(const void* send, void* gathered, int64_t count, DType dtype) {
   return {str_cat("all-gather of ", count, " ", dtype_name(dtype)), dtype,
           [=](ncclDataType_t type, ncclComm_t comm, cudaStream_t on) {
-            return ncclAllGather(send, gathered, static_cast<size_t>(count), type, comm, on);
+            return nccl().ncclAllGather(send, gathered, static_cast<size_t>(count), type, comm, on);
           }};
 }
 
@@ -349,8 +355,8 @@ Collective reduce_scatter_of(const void* send, void* received, int64_t count, DT
   return {
       str_cat("reduce-scatter (", comm::reduce_op_name(op), ") of ", count, " ", dtype_name(dtype)),
       dtype, [=](ncclDataType_t type, ncclComm_t comm, cudaStream_t on) {
-        return ncclReduceScatter(send, received, static_cast<size_t>(count), type, nccl_op(op),
-                                 comm, on);
+        return nccl().ncclReduceScatter(send, received, static_cast<size_t>(count), type,
+                                        nccl_op(op), comm, on);
       }};
 }
 
@@ -438,17 +444,18 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> connect_nccl(
         str_cat("GPU ", options.device, " does not exist (this ", "machine has ", devices, ")"));
   }
   if (usable.ok()) usable = cuda_status(cudaSetDevice(options.device), "cudaSetDevice");
+  if (usable.ok()) usable = nccl_library().status();
   // One flag byte (rank 0 made the id) and the id.
   std::array<uint8_t, 1 + sizeof(ncclUniqueId)> message{};
   ncclUniqueId id{};
   if (rank == 0 && usable.ok()) {
-    const ncclResult_t made = ncclGetUniqueId(&id);
+    const ncclResult_t made = nccl().ncclGetUniqueId(&id);
     if (made == ncclSuccess) {
       message[0] = 1;
       std::memcpy(message.data() + 1, &id, sizeof(id));
     } else {
-      usable = absl::UnavailableError(str_cat("ncclGetUniqueId: ", ncclGetErrorString(made), " (",
-                                              ncclGetLastError(nullptr), ")"));
+      usable = absl::UnavailableError(str_cat("ncclGetUniqueId: ", nccl().ncclGetErrorString(made),
+                                              " (", nccl().ncclGetLastError(nullptr), ")"));
     }
   }
   AMPC_RETURN_IF_ERROR(host_group->broadcast_now(
@@ -468,15 +475,15 @@ absl::StatusOr<std::unique_ptr<comm::Communicator>> connect_nccl(
   state->device = options.device;
   state->timeout = options.timeout;
   state->who = who;
-  const ncclResult_t formed = ncclCommInitRank(&state->comm, size, id, rank);
+  const ncclResult_t formed = nccl().ncclCommInitRank(&state->comm, size, id, rank);
   if (formed != ncclSuccess) {
     return absl::UnavailableError(str_cat(who, " on GPU ", options.device,
-                                          ": ncclCommInitRank: ", ncclGetErrorString(formed), " (",
-                                          ncclGetLastError(nullptr), ")"));
+                                          ": ncclCommInitRank: ", nccl().ncclGetErrorString(formed),
+                                          " (", nccl().ncclGetLastError(nullptr), ")"));
   }
   if (const cudaError_t made = cudaStreamCreateWithFlags(&state->stream, cudaStreamNonBlocking);
       made != cudaSuccess) {
-    (void)ncclCommDestroy(state->comm);
+    (void)nccl().ncclCommDestroy(state->comm);
     return cuda_status(made, "cudaStreamCreateWithFlags");
   }
   return std::unique_ptr<comm::Communicator>(new NcclCommunicator(rank, size, std::move(state)));

@@ -29,6 +29,14 @@
 
 namespace ampc::runtime::cuda {
 
+// NCCL's version (ncclGetVersion's code: 22809 for 2.28.9), loading NCCL on the first call; an
+// error when it cannot be loaded. ampc loads NCCL (runtime/cuda/nccl_library.h) only when the
+// first NCCL communicator is made or this is called, so that a process that loads ampc before
+// PyTorch keeps PyTorch's own NCCL.
+absl::StatusOr<int> nccl_version();
+// Whether a libnccl is mapped into this process.
+bool nccl_loaded_in_process();
+
 struct NcclOptions {
   // The GPU this rank uses (its local rank on its machine); the sessions given this communicator
   // must run on it.
