@@ -510,6 +510,12 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "step",
           [](PyTraining& s, const py::dict& batch, std::optional<float> lr) {
+            if (const int64_t k = s.with([](auto& x) { return x.accumulation_steps(); }); k > 1) {
+              throw py::value_error(
+                  "this model accumulates gradients over " + std::to_string(k) +
+                  " micro-batches (compiled with accumulate=" + std::to_string(k) +
+                  "): give step() a list of " + std::to_string(k) + " dicts");
+            }
             const std::unique_ptr<LentInputs> lent =
                 lend_inputs(batch, s.with([](auto& x) { return x.batch_inputs(); }));
             return result_dict(take(s.with([&](auto& x) { return x.step(lent->views(), lr); })));
@@ -517,6 +523,31 @@ PYBIND11_MODULE(_ampc, m) {
           py::arg("batch"), py::arg("lr") = py::none(),
           "One training step on {name: array}, at `lr` or the compiled learning rate. Returns "
           "{'step', 'loss', 'grad_norm', 'lr', 'loss_scale', 'skipped', 'skipped_steps'}.")
+      .def(
+          "step",
+          [](PyTraining& s, const py::list& micro_batches, std::optional<float> lr) {
+            const std::vector<TensorInfo> inputs = s.with([](auto& x) { return x.batch_inputs(); });
+            // Copied (the step takes them whole), each checked as a batch is.
+            std::vector<TensorMap> copies;
+            for (const py::handle& item : micro_batches) {
+              if (!py::isinstance<py::dict>(item)) {
+                throw py::type_error("step: micro-batch " + std::to_string(copies.size()) +
+                                     " is not a dict of arrays");
+              }
+              const std::unique_ptr<LentInputs> lent =
+                  lend_inputs(py::reinterpret_borrow<py::dict>(item), inputs);
+              TensorMap& copy = copies.emplace_back();
+              for (const auto& [name, view] : lent->views()) {
+                const std::span<const uint8_t> bytes = view.bytes();
+                copy.emplace(name,
+                             Tensor(view.type, std::vector<uint8_t>(bytes.begin(), bytes.end())));
+              }
+            }
+            return result_dict(take(s.with([&](auto& x) { return x.step(copies, lr); })));
+          },
+          py::arg("micro_batches"), py::arg("lr") = py::none(),
+          "One step of a model compiled with accumulate=K on a list of exactly K micro-batches "
+          "({name: array} each): K runs of the step, one update; the loss is their mean.")
       .def(
           "evaluate",
           [](PyTraining& s, const py::dict& batch) {

@@ -54,6 +54,28 @@ def test_fifty_steps_give_the_clis_losses_bit_for_bit(compiled, tmp_path):
     assert session.steps_done == 50
 
 
+def test_an_accumulating_model_steps_on_a_list_of_micro_batches(tmp_path):
+    # K = 2 micro-batches of the model's mean loss step as the batch of both does: the same
+    # update (to f32 rounding: the gradients are summed in another order) from the same weights.
+    accumulating = str(tmp_path / "accumulating.onnx")
+    ampc.compile(MLP, accumulating, optimizer="sgd", lr=0.05, accumulate=2)
+    session = ampc.TrainingSession(accumulating)
+    data = batches()
+    stats = session.step([data[0], data[1]])
+    assert stats["step"] == 1
+    # The logged loss is the mean of the micro-batches' losses.
+    evaluation = ampc.TrainingSession(accumulating)
+    first, second = (evaluation.evaluate(data[i])["loss"] for i in (0, 1))
+    assert stats["loss"] == pytest.approx((float(first) + float(second)) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="give step\\(\\) a list of 2 dicts"):
+        session.step(data[0])
+    with pytest.raises(ValueError, match="takes 2 micro-batch"):
+        session.step([data[0]])
+    with pytest.raises(TypeError, match="micro-batch 1 is not a dict"):
+        session.step([data[0], 3])
+    assert session.steps_done == 1
+
+
 def test_outputs_are_numpy_views_that_outlive_the_session(compiled):
     session = ampc.TrainingSession(compiled)
     batch = batches()[0]
