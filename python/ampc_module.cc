@@ -173,7 +173,15 @@ py::capsule bfloat16_dlpack(const py::array& array) {
   return py::reinterpret_steal<py::capsule>(capsule);
 }
 
-std::string dtype_text(const py::dtype& dtype) { return py::cast<std::string>(dtype.attr("name")); }
+// numpy's name of `dtype` ("float32"), with its byte order when that is not the machine's
+// ("float32 (big-endian, '>f4')"), which ampc does not read.
+std::string dtype_text(const py::dtype& dtype) {
+  std::string text = py::cast<std::string>(dtype.attr("name"));
+  if (py::cast<std::string>(dtype.attr("byteorder")) == ">") {
+    text += " (big-endian, '" + py::cast<std::string>(dtype.attr("str")) + "')";
+  }
+  return text;
+}
 
 // A DLPack tensor this module consumed: its producer's memory stays valid until it is deleted.
 struct DlpackDeleter {
@@ -464,8 +472,18 @@ PYBIND11_MODULE(_ampc, m) {
       .def(
           "run",
           [](PyInference& s, const py::dict& inputs) {
-            const std::unique_ptr<LentInputs> lent =
-                lend_inputs(inputs, s.with([](auto& x) { return x.inputs(); }));
+            const std::vector<TensorInfo> infos = s.with([](auto& x) { return x.inputs(); });
+            for (const TensorInfo& info : infos) {
+              if (!inputs.contains(info.name)) {
+                std::string names;
+                for (const TensorInfo& input : infos) {
+                  names += (names.empty() ? "" : ", ") + input.name;
+                }
+                throw py::value_error("input '" + info.name + "' is missing (the inputs: " + names +
+                                      ")");
+              }
+            }
+            const std::unique_ptr<LentInputs> lent = lend_inputs(inputs, infos);
             return to_dict(take(s.with([&](auto& x) { return x.run(lent->views()); })));
           },
           py::arg("inputs"), "Runs on {name: array} and returns {name: array} of every output.")

@@ -248,7 +248,11 @@ def test_errors_raise_with_the_message(compiled, tmp_path):
     bad = dict(batch, label=np.full_like(batch["label"], 99))
     with pytest.raises(ValueError, match="label 99"):
         session.step(bad)
+    with pytest.raises(ValueError, match=r"float32 \(f32\), got float32 \(big-endian, '>f4'\)"):
+        session.step({"x": batch["x"].astype(">f4"), "label": batch["label"]})
     assert session.steps_done == 0
+    with pytest.raises(ValueError, match=r"input 'label' is missing \(the inputs: x, label\)"):
+        ampc.InferenceSession(MLP).run({"x": batch["x"]})
 
 
 @pytest.mark.parametrize("precision,dtype", [("fp16", np.float16), ("bf16", None)])
