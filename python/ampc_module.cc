@@ -19,8 +19,10 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -337,12 +339,26 @@ void LentInputs::lend_dlpack(const std::string& name, const TensorType& type,
   dlpack_.push_back(std::move(managed));
 }
 
+// The learning rate as the f32 the step takes; a ValueError for one f32 cannot hold (1e300 would
+// become inf), which the step's own check would then name as inf.
+std::optional<float> f32_lr(std::optional<double> lr) {
+  if (lr && std::isfinite(*lr) && std::abs(*lr) > std::numeric_limits<float>::max()) {
+    throw py::value_error("lr " + py::cast<std::string>(py::repr(py::float_(*lr))) +
+                          " is beyond float32's range");
+  }
+  return lr ? std::optional<float>(static_cast<float>(*lr)) : std::nullopt;
+}
+
 // A dict of arrays lent as the inputs `inputs` name (`what` they are, for the message).
 std::unique_ptr<LentInputs> lend_inputs(const py::dict& arrays,
                                         const std::vector<TensorInfo>& inputs,
                                         const std::string& what = "input") {
   auto lent = std::make_unique<LentInputs>(what);
   for (const auto& [key, value] : arrays) {
+    if (!py::isinstance<py::str>(key)) {
+      throw py::value_error("the keys are " + what + " names (str), not " +
+                            py::cast<std::string>(py::repr(key)));
+    }
     const std::string name = py::cast<std::string>(key);
     const TensorInfo* info = nullptr;
     for (const TensorInfo& input : inputs) {
@@ -527,23 +543,25 @@ PYBIND11_MODULE(_ampc, m) {
           "the names of the parameters, moments, counters and statistics the model keeps")
       .def(
           "step",
-          [](PyTraining& s, const py::dict& batch, std::optional<float> lr) {
+          [](PyTraining& s, const py::dict& batch, std::optional<double> lr) {
             if (const int64_t k = s.with([](auto& x) { return x.accumulation_steps(); }); k > 1) {
               throw py::value_error(
                   "this model accumulates gradients over " + std::to_string(k) +
                   " micro-batches (compiled with accumulate=" + std::to_string(k) +
                   "): give step() a list of " + std::to_string(k) + " dicts");
             }
+            const std::optional<float> rate = f32_lr(lr);  // with the GIL, which with() releases
             const std::unique_ptr<LentInputs> lent =
                 lend_inputs(batch, s.with([](auto& x) { return x.batch_inputs(); }));
-            return result_dict(take(s.with([&](auto& x) { return x.step(lent->views(), lr); })));
+            return result_dict(take(s.with([&](auto& x) { return x.step(lent->views(), rate); })));
           },
           py::arg("batch"), py::arg("lr") = py::none(),
           "One training step on {name: array}, at `lr` or the compiled learning rate. Returns "
           "{'step', 'loss', 'grad_norm', 'lr', 'loss_scale', 'skipped', 'skipped_steps'}.")
       .def(
           "step",
-          [](PyTraining& s, const py::list& micro_batches, std::optional<float> lr) {
+          [](PyTraining& s, const py::list& micro_batches, std::optional<double> lr) {
+            const std::optional<float> rate = f32_lr(lr);  // with the GIL, which with() releases
             const std::vector<TensorInfo> inputs = s.with([](auto& x) { return x.batch_inputs(); });
             // Copied (the step takes them whole), each checked as a batch is.
             std::vector<TensorMap> copies;
@@ -561,7 +579,7 @@ PYBIND11_MODULE(_ampc, m) {
                              Tensor(view.type, std::vector<uint8_t>(bytes.begin(), bytes.end())));
               }
             }
-            return result_dict(take(s.with([&](auto& x) { return x.step(copies, lr); })));
+            return result_dict(take(s.with([&](auto& x) { return x.step(copies, rate); })));
           },
           py::arg("micro_batches"), py::arg("lr") = py::none(),
           "One step of a model compiled with accumulate=K on a list of exactly K micro-batches "

@@ -251,6 +251,11 @@ def test_errors_raise_with_the_message(compiled, tmp_path):
     with pytest.raises(ValueError, match=r"float32 \(f32\), got float32 \(big-endian, '>f4'\)"):
         session.step({"x": batch["x"].astype(">f4"), "label": batch["label"]})
     assert session.steps_done == 0
+    with pytest.raises(ValueError, match=r"the keys are input names \(str\), not 0"):
+        session.step({0: batch["x"], "label": batch["label"]})
+    with pytest.raises(ValueError, match="lr 1e[+]?300 is beyond float32's range"):
+        session.step(batch, lr=1e300)
+    assert session.steps_done == 0
     with pytest.raises(ValueError, match=r"input 'label' is missing \(the inputs: x, label\)"):
         ampc.InferenceSession(MLP).run({"x": batch["x"]})
 
