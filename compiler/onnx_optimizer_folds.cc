@@ -37,7 +37,7 @@ namespace {
 
 // Whether the ONNX node `proto` is a normalization and its FX node `fx` the aten norm it was made
 // from.
-bool is_norm_without_parameters(const std::string& fx, const onnx::NodeProto& proto) {
+bool made_from_aten_norm(const std::string& fx, const onnx::NodeProto& proto) {
   static constexpr std::string_view kNorms[] = {"BatchNormalization", "GroupNormalization",
                                                 "InstanceNormalization", "LayerNormalization",
                                                 "RMSNormalization"};
@@ -85,7 +85,7 @@ std::vector<std::pair<int, std::string>> OptimizerFolds::read(const onnx::NodePr
     // A norm called without a weight or bias (layer_norm(x, shape, None, None)) is given a
     // constant of ones or zeros by the exporter, which its optimizer may have merged into an
     // equal parameter: the node reads a copy of it that does not train.
-    if (!is_norm_without_parameters(*fx, proto)) return renames;
+    if (!made_from_aten_norm(*fx, proto)) return renames;
     for (int input : inputs) {
       const Value* value = sink.tensor(proto.input(input));
       if (is_uniform(*value->initializer())) renames.emplace_back(input, "");

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <iostream>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -76,10 +77,10 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
   stats.insert(stats.end(), rest.begin(), rest.end());
   // A diverged run is an error, as in ampc train: its figures would compare nothing.
   int64_t skipped_in_a_row = 0;
+  const std::optional<double> min_scale = session->min_loss_scale();
   for (const runtime::StepStats& step : stats) {
     skipped_in_a_row = step.found_inf ? skipped_in_a_row + 1 : 0;
-    if (const std::string why = divergence(step, skipped_in_a_row, session->min_loss_scale());
-        !why.empty()) {
+    if (const std::string why = divergence(step, skipped_in_a_row, min_scale); !why.empty()) {
       return absl::InvalidArgumentError(str_cat("training stopped at step ", step.step, ": ", why));
     }
   }

@@ -4,6 +4,7 @@
 
 #include <fstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "compiler/strings.h"

@@ -55,8 +55,8 @@ def test_fifty_steps_give_the_clis_losses_bit_for_bit(compiled, tmp_path):
 
 
 def test_an_accumulating_model_steps_on_a_list_of_micro_batches(tmp_path):
-    # K = 2 micro-batches of the model's mean loss step as the batch of both does: the same
-    # update (to f32 rounding: the gradients are summed in another order) from the same weights.
+    # A list of K = 2 batches is one step (K runs, one update); a single dict, or a list of another
+    # length, is refused before anything runs.
     accumulating = str(tmp_path / "accumulating.onnx")
     ampc.compile(MLP, accumulating, optimizer="sgd", lr=0.05, accumulate=2)
     session = ampc.TrainingSession(accumulating)
