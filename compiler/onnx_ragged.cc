@@ -331,6 +331,11 @@ const BagReduction* RaggedValues::bag(const Value* value) const {
   return it == bags_.end() ? nullptr : &it->second;
 }
 
+const MaskIndices* RaggedValues::mask_indices(const std::string& name) const {
+  auto it = mask_indices_.find(name);
+  return it == mask_indices_.end() ? nullptr : &it->second;
+}
+
 bool alias_ragged(const std::string& name, const std::string& existing, ImportSink& sink) {
   const RaggedSlice* slice = sink.ragged().slice(existing);
   if (slice == nullptr) return false;
@@ -339,6 +344,7 @@ bool alias_ragged(const std::string& name, const std::string& existing, ImportSi
 
 bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
   if (!proto.domain().empty() && proto.domain() != "ai.onnx") return false;
+  if (reads_or_makes_masked_rows(proto, sink)) return true;
   if (proto.output_size() != 1 || proto.output(0).empty()) return false;
   const std::string& op = proto.op_type();
   if (!reads_ragged(proto, sink)) return makes_ragged(proto, sink);
@@ -350,6 +356,7 @@ bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink) {
 
 absl::Status lower_ragged(const onnx::NodeProto& proto, const std::string& label,
                           ImportSink& sink) {
+  if (reads_or_makes_masked_rows(proto, sink)) return lower_masked_rows(proto, label, sink);
   const std::string& op = proto.op_type();
   if (op == "Slice") return lower_slice(proto, label, sink);
   if (op == "Gather") return lower_gather(proto, label, sink);

@@ -37,12 +37,28 @@
 namespace ampc::onnx_io {
 
 // `source` sliced along `axis` from `start` to `end` (one-element integer values known only at
-// run time; Slice's rules: negative counts from the end, clamped to the axis).
+// run time; Slice's rules: negative counts from the end, clamped to the axis). Or, with `mask`
+// set (and no bounds), the rows of `source` along axis 0 where `mask` (bool, one element per
+// row) is true: `x[mask]` (compiler/onnx_masked_rows.cc).
 struct RaggedSlice {
   Value* source = nullptr;
   int64_t axis = 0;
   Value* start = nullptr;
   Value* end = nullptr;
+  Value* mask = nullptr;
+};
+
+// The indices NonZero gives of a mask's true elements, before they select rows
+// (compiler/onnx_masked_rows.cc), in each form the exporters pass them through.
+struct MaskIndices {
+  enum class Form {
+    kNonZero,      // NonZero's output: [rank of the mask, count]
+    kCoordinates,  // transposed: [count, rank of the mask]
+    kVector,       // a mask of rank 1: [count]
+    kShape,        // the shape of kVector: [1], holding the count
+  };
+  Value* mask = nullptr;  // the mask as NonZero read it
+  Form form = Form::kNonZero;
 };
 
 // A reduction (ReduceSum, ReduceMean, ReduceMax, ReduceMin) of one ragged slice along its axis,
@@ -59,6 +75,10 @@ class RaggedValues {
   const BagReduction* bag(const Value* value) const;
   void add_slice(const std::string& name, RaggedSlice slice) { slices_[name] = slice; }
   void add_bag(const Value* value, BagReduction bag) { bags_[value] = std::move(bag); }
+  const MaskIndices* mask_indices(const std::string& name) const;
+  void add_mask_indices(const std::string& name, MaskIndices indices) {
+    mask_indices_[name] = indices;
+  }
   // The whole-source value an earlier slice made by `op` (Gather, Cast, ...) of `operands`
   // with `detail` (its attributes), or null: each iteration of a Loop reads the same one.
   Value*& made(std::string_view op, const std::vector<Value*>& operands,
@@ -69,6 +89,7 @@ class RaggedValues {
  private:
   std::map<std::string, RaggedSlice, std::less<>> slices_;
   std::map<const Value*, BagReduction> bags_;
+  std::map<std::string, MaskIndices, std::less<>> mask_indices_;
   std::map<std::tuple<std::string, std::vector<Value*>, std::string>, Value*> made_;
 };
 
@@ -76,6 +97,15 @@ class RaggedValues {
 // computed at run time, or one of the ops above reading a ragged slice.
 bool reads_or_makes_ragged(const onnx::NodeProto& proto, ImportSink& sink);
 absl::Status lower_ragged(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
+// The same for the rows a boolean mask selects (`x[mask]`: NonZero, then GatherND or Gather),
+// which ampc keeps as the whole source and the mask: the ops that treat rows independently
+// (element-wise arithmetic, activations, MatMul on the rows, normalizations and reductions within
+// a row, the cross-entropy losses) run on the whole source, and reductions across the rows are
+// masked (compiler/onnx_masked_rows.cc).
+bool reads_or_makes_masked_rows(const onnx::NodeProto& proto, ImportSink& sink);
+absl::Status lower_masked_rows(const onnx::NodeProto& proto, const std::string& label,
+                               ImportSink& sink);
 
 // Defines `name` as the ragged slice `existing` when it is one (an If's output); false otherwise.
 bool alias_ragged(const std::string& name, const std::string& existing, ImportSink& sink);

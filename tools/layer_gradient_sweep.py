@@ -496,6 +496,11 @@ def cases():
             t, size=(5, 5), mode="bilinear", antialias=True))),
         "pixel_shuffle_3": lambda: image(nn.Sequential(nn.Conv2d(C, 9, 1), nn.PixelShuffle(3))),
         "softplus_past_threshold": lambda: seq(fn(lambda t: F.softplus(t * 30))),
+        # x[mask]: rows whose count depends on the data
+        "masked_select_mse": lambda: (LossCase(lambda a, y: ((a[y > 0] - y[y > 0]) ** 2).mean()),
+                                      "flat_target"),
+        "masked_select_l1_sum": lambda: (LossCase(
+            lambda a, y: torch.masked_select(a, y > 0).abs().sum()), "flat_target"),
         "masked_mean": lambda: seq(fn(lambda t: (t * (t > 0)).sum(1)
                                       / (t > 0).sum(1).clamp_min(1))),
         "matrix_norm": lambda: seq(fn(lambda t: torch.linalg.matrix_norm(t, keepdim=True) * t)),

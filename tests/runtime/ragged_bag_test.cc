@@ -18,7 +18,6 @@
 namespace ampc {
 namespace {
 
-using runtime::StepStats;
 using runtime::TrainingSession;
 
 int count_ops(const Graph& graph, std::string_view op_type) {
@@ -34,18 +33,11 @@ TEST_P(RaggedBags, TrainOnBatchesOfOtherBagLengthsAsPyTorchDoes) {
   absl::StatusOr<std::map<std::string, Tensor>> refs =
       runtime::read_npz(testing::source_path("tests/data/ragged/bags_refs.npz"));
   ASSERT_TRUE(refs.ok()) << refs.status();
-  std::map<std::string, Tensor> batches[2];
-  for (const auto& [key, value] : *refs) {
-    for (int b = 0; b < 2; ++b) {
-      const std::string prefix = str_cat(exporter, ".", b == 0 ? "a" : "b", ".");
-      if (key.starts_with(prefix)) batches[b][key.substr(prefix.size())] = value;
-    }
-  }
+  const std::vector<std::map<std::string, Tensor>> batches =
+      testing::fixture_batches(*refs, exporter);
+  ASSERT_EQ(batches.size(), 2u);
   ASSERT_EQ(batches[0].size(), 8u);
-  CompileOptions options;
-  options.training = TrainingOptions{};
-  options.training->optimizer.kind = OptimizerOptions::Kind::kSgd;
-  options.training->lr = 0.1f;
+  const CompileOptions options = testing::sgd_options(0.1f);
   const std::string file =
       testing::source_path(str_cat("tests/data/ragged/bags.", exporter, ".onnx"));
   Diagnostics diagnostics;
@@ -65,14 +57,7 @@ TEST_P(RaggedBags, TrainOnBatchesOfOtherBagLengthsAsPyTorchDoes) {
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       testing::session_from_file_bytes(**graph, file);
   ASSERT_TRUE(session.ok()) << session.status();
-  const Tensor& losses = refs->at(str_cat(exporter, ".loss"));
-  for (int64_t step = 0; step < losses.num_elements(); ++step) {
-    absl::StatusOr<StepStats> stats = (*session)->step(batches[step % 2], 0.1f);
-    ASSERT_TRUE(stats.ok()) << stats.status();
-    const double want = losses.element_as_double(step);
-    EXPECT_LE(std::abs(stats->loss - want), 1e-5 * std::abs(want))
-        << "step " << step << ": loss " << stats->loss << ", PyTorch " << want;
-  }
+  testing::expect_losses_track(**session, batches, refs->at(str_cat(exporter, ".loss")), 0.1f);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exporters, RaggedBags, ::testing::Values("dynamo", "torchscript"));
