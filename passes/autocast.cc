@@ -165,10 +165,13 @@ class AutocastPass final : public Pass {
       case OptLevel::kO1:
         break;
     }
-    const CategoryChoice choice = node.def() != nullptr
-                                      ? category_of(*node.def(), policy_)
-                                      : CategoryChoice{AutocastCategory::kNone, ""};
-    const std::string op = node.def() != nullptr ? node.def()->qualified_name() : node.op_type();
+    const OpDef* square_as = square_like(node);
+    const OpDef* def = square_as != nullptr ? square_as : node.def();
+    const CategoryChoice choice = def != nullptr ? category_of(*def, policy_)
+                                                 : CategoryChoice{AutocastCategory::kNone, ""};
+    const std::string op =
+        def == nullptr ? node.op_type()
+                       : str_cat(def->qualified_name(), square_as != nullptr ? " (x * x)" : "");
     // "allow-list MatMul", or for a user's entry "deny (--deny Gelu)".
     const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
                                                          " (", choice.source, ")")
@@ -190,6 +193,18 @@ class AutocastPass final : public Pass {
         return by_inputs(node, what);
     }
     return fp32("?");
+  }
+
+  // Pow's definition for a Mul of a float value by itself, the square Pow(x, 2) is (as exporters
+  // and import's lowerings write squares: mse_loss, norms, variances), unless the policy names
+  // Mul: in fp16 a square overflows from 256 on, before the sum that is fp32 anyway; else null.
+  const OpDef* square_like(const Node& node) const {
+    if (node.op_type() != "Mul" || !node.domain().empty() || node.num_operands() != 2 ||
+        node.operand(0) != node.operand(1) || !is_arithmetic_float(node.operand(0)->dtype()) ||
+        policy_.ops.contains("Mul")) {
+      return nullptr;
+    }
+    return OpRegistry::global().find("", "Pow", node.graph()->opset(""));
   }
 
   // clear and follow: low when all float inputs that decide are low.

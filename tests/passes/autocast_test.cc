@@ -48,6 +48,7 @@ std::unique_ptr<Graph> autocast(std::string_view text, const PrecisionPolicy& po
 }
 
 // x -> MatMul (allow) -> Softmax (deny) -> Relu (clear) -> Mul (follow) -> MatMul -> Tanh (follow)
+// (the Mul of two values: a Mul of one value by itself is a square, which takes Pow's entry)
 constexpr std::string_view kChain = R"(
   graph g(%x: f32[4,8]) opset(17) {
     init %w1: f32[8,8] = elided
@@ -55,7 +56,7 @@ constexpr std::string_view kChain = R"(
     %a = MatMul(%x, %w1) {name="mm1"} : f32[4,8]
     %s = Softmax(%a) {name="softmax"} : f32[4,8]
     %r = Relu(%s) {name="relu"} : f32[4,8]
-    %m = Mul(%r, %r) {name="square"} : f32[4,8]
+    %m = Mul(%r, %s) {name="product"} : f32[4,8]
     %b = MatMul(%m, %w2) {name="mm2"} : f32[4,8]
     %t = Tanh(%b) {name="tanh"} : f32[4,8]
     %n = Neg(%t) {name="neg"} : f32[4,8]
@@ -70,12 +71,51 @@ TEST(Autocast, DenySpreadsForwardThroughClearAndFollowAllowThroughThem) {
                                    "mm1: f16 acc f32: allow-list MatMul",
                                    "softmax: f32: deny-list Softmax",
                                    "relu: f32: clear-list Relu: input %s is fp32 from 'softmax'",
-                                   "square: f32: follow-list Mul: input %r is fp32 from 'relu'",
+                                   "product: f32: follow-list Mul: input %r is fp32 from 'relu'",
                                    "mm2: f16 acc f32: allow-list MatMul",
                                    "tanh: f16: follow-list Tanh: follows %b from 'mm2'",
                                    "neg: f16: clear-list Neg: follows %t from 'tanh'",
                                }));
   EXPECT_TRUE(diagnostics.warnings().empty());
+}
+
+// A Mul of a value by itself is the square Pow(x, 2) is, and takes Pow's entry: fp32 in fp16,
+// whose squares overflow from 256 on (as mse_loss, norms and variances square before their
+// fp32 sums); follow in bf16, which has fp32's range; the policy's own entry for Mul, if any.
+TEST(Autocast, ASquareTakesPowsEntry) {
+  constexpr std::string_view kSquares = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %d = Sub(%a, %x) {name="difference"} : f32[4,8]
+      %q = Mul(%a, %a) {name="square"} : f32[4,8]
+      %p = Mul(%a, %q) {name="product"} : f32[4,8]
+      return %q, %p, %d
+    })";
+  const auto square_and_product = [&](const PrecisionPolicy& policy) {
+    Diagnostics diagnostics;
+    std::unique_ptr<Graph> graph = autocast(kSquares, policy, diagnostics);
+    std::vector<std::string> got =
+        graph == nullptr ? std::vector<std::string>{} : decisions(*graph);
+    return std::vector<std::string>(got.begin() + 2, got.end());
+  };
+  EXPECT_EQ(
+      square_and_product(PrecisionPolicy{}),
+      (std::vector<std::string>{"square: f32: deny-list Pow (x * x)",
+                                "product: f32: follow-list Mul: input %q is fp32 from 'square'"}));
+  PrecisionPolicy bf16;
+  bf16.low = DType::kBF16;
+  EXPECT_EQ(
+      square_and_product(bf16),
+      (std::vector<std::string>{
+          "square: bf16: follow-list (bf16: no overflow risk) Pow (x * x): follows %a from 'mm'",
+          "product: bf16: follow-list Mul: follows %a from 'mm'"}));
+  PrecisionPolicy named;
+  ASSERT_TRUE(add_op_entry(named, "Mul", AutocastCategory::kFollow, "--follow Mul").ok());
+  EXPECT_EQ(
+      square_and_product(named),
+      (std::vector<std::string>{"square: f16: follow (--follow Mul): follows %a from 'mm'",
+                                "product: f16: follow (--follow Mul): follows %a from 'mm'"}));
 }
 
 // ConvTranspose, which import lowers onto ampc.ConvGradData (Conv's input gradient), is matrix
@@ -115,7 +155,7 @@ TEST(Autocast, FollowWithMixedInputs) {
       %c = Mul(%a, %half) {name="mul_half"} : f32[4,8]
       %d = Mul(%a, %tiny) {name="mul_tiny"} : f32[4,8]
       %e = Add(%x, %half) {name="input_only"} : f32[4,8]
-      %f = Mul(%half, %half) {name="constants_only"} : f32[]
+      %f = Add(%half, %half) {name="constants_only"} : f32[]
       return %b, %c, %d, %e, %f
     })";
   Diagnostics diagnostics;
@@ -127,7 +167,7 @@ TEST(Autocast, FollowWithMixedInputs) {
                                    "mul_half: f16: follow-list Mul: follows %a from 'mm'",
                                    "mul_tiny: f32: follow-list Mul: reads fp32 %tiny (weight)",
                                    "input_only: f32: follow-list Add: reads fp32 %x (graph input)",
-                                   "constants_only: f32: follow-list Mul: only constants in",
+                                   "constants_only: f32: follow-list Add: only constants in",
                                }));
 }
 
@@ -145,7 +185,7 @@ TEST(Autocast, OverridesAndPinsNameTheirSource) {
                 "mm1: f16 acc f32: allow-list MatMul",
                 "softmax: f16 acc f32: follow (--follow Softmax): follows %a from 'mm1'",
                 "relu: f16: clear-list Relu: follows %s from 'softmax'",
-                "square: f16: follow-list Mul: follows %r from 'relu'",
+                "product: f16: follow-list Mul: follows %r from 'relu'",
                 "mm2: f32: pinned by --fp32-nodes '^mm2$'",
                 "tanh: f32: deny (--deny Tanh)",
                 "neg: f32: clear-list Neg: input %t is fp32 from 'tanh'",

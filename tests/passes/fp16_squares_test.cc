@@ -1,0 +1,82 @@
+// Squares under fp16 autocast: f16's largest value is 65504, so the square of anything from 256
+// on overflows to inf. Each model below squares the f16 output of a MatMul (300 and 400, which
+// f16 holds exactly) before an fp32 sum, as norms, mean squared errors and RMSNorm do; compiled
+// at fp16 (O1) and run, each gives the IEEE result PyTorch's autocast gives (its pow, norm,
+// mse_loss and rms_norm are fp32), not inf or 0.
+#include <cmath>
+
+#include "compiler/compile.h"
+#include "compiler/onnx_io.h"
+#include "gtest/gtest.h"
+#include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
+
+namespace ampc {
+namespace {
+
+using onnx::TensorProto;
+
+// h = x @ I (an allow-list MatMul: h is f16) for x = [[300, 400]], then `finish` reads h.
+testing::ModelBuilder after_matmul(int64_t opset = 17) {
+  testing::ModelBuilder m(opset);
+  m.input("x", TensorProto::FLOAT, {"1", "2"});
+  m.initializer_f32("eye", {2, 2}, {1, 0, 0, 1});
+  m.node("MatMul", {"x", "eye"}, {"h"}, "project");
+  return m;
+}
+
+// The model's outputs at fp16 on x = [[300, 400]].
+std::vector<Tensor> run_at_fp16(const testing::ModelBuilder& m) {
+  std::unique_ptr<Graph> graph = testing::import_ok(m);
+  if (graph == nullptr) return {};
+  CompileOptions options;
+  options.mixed_precision = MixedPrecisionOptions{};
+  options.mixed_precision->policy.low_source = "test";
+  Diagnostics diagnostics;
+  const absl::Status compiled = compile_graph(*graph, options, diagnostics);
+  EXPECT_TRUE(compiled.ok()) << compiled;
+  EXPECT_EQ(testing::first_node(*graph, "MatMul")->precision().compute, DType::kF16);
+  return testing::run_graph(*graph, {Tensor::from_f32({1, 2}, {300, 400})});
+}
+
+TEST(Fp16Squares, TheL2NormOfAnF16ValueIsExact) {
+  testing::ModelBuilder m = after_matmul();
+  testing::add_int_attr(m.node("ReduceL2", {"h"}, {"norm"}, "norm"), "keepdims", 0);
+  m.output("norm");
+  const std::vector<Tensor> out = run_at_fp16(m);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].element_as_double(0), 500.0);  // sqrt(90000 + 160000), exact
+}
+
+// mse_loss of two f16 values as both exporters write it: Sub, then Mul of the difference by
+// itself, ReduceMean.
+TEST(Fp16Squares, AMeanSquaredErrorIsExact) {
+  testing::ModelBuilder m = after_matmul();
+  m.initializer_f32("none", {2, 2}, {0, 0, 0, 0});
+  m.node("MatMul", {"x", "none"}, {"target"}, "predict_zeros");  // f16 zeros
+  m.node("Sub", {"h", "target"}, {"d"}, "difference");
+  m.node("Mul", {"d", "d"}, {"squared"}, "square");
+  testing::add_int_attr(m.node("ReduceMean", {"squared"}, {"mse"}, "mean"), "keepdims", 0);
+  m.output("mse");
+  const std::vector<Tensor> out = run_at_fp16(m);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].element_as_double(0), 125000.0);  // (90000 + 160000) / 2, exact in f32
+}
+
+// RMSNormalization (opset 23) computes its statistics in stash_type, f32 by default.
+TEST(Fp16Squares, RmsNormalizationComputesItsStatisticsInF32) {
+  testing::ModelBuilder m = after_matmul(23);
+  m.initializer_f32("scale", {2}, {1, 1});
+  testing::add_float_attr(m.node("RMSNormalization", {"h", "scale"}, {"y"}, "rms"), "epsilon",
+                          0.0f);
+  m.output("y");
+  const std::vector<Tensor> out = run_at_fp16(m);
+  ASSERT_EQ(out.size(), 1u);
+  // x / sqrt(125000): 0.8485281 and 1.1313709 in f32, within f16's rounding of the result.
+  const double rms = std::sqrt(125000.0);
+  EXPECT_NEAR(out[0].element_as_double(0), 300 / rms, std::ldexp(300 / rms, -10));
+  EXPECT_NEAR(out[0].element_as_double(1), 400 / rms, std::ldexp(400 / rms, -10));
+}
+
+}  // namespace
+}  // namespace ampc
