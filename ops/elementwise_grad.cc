@@ -203,8 +203,10 @@ absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   if (!computed(lo) && !computed(hi)) {
     Value* zero = zero_like(b, x);
     Value* dx = dy;
-    if (hi != nullptr) dx = b.op("Where", {b.op("GreaterOrEqual", {x, hi}), zero, dx});
-    if (lo != nullptr) dx = b.op("Where", {b.op("LessOrEqual", {x, lo}), zero, dx});
+    // Strict comparisons, which every opset has (GreaterOrEqual and LessOrEqual come at 12, and
+    // Clip reads its bounds as inputs from 11); NaN gets none, as in PyTorch's clamp.
+    if (hi != nullptr) dx = b.op("Where", {b.op("Less", {x, hi}), dx, zero});
+    if (lo != nullptr) dx = b.op("Where", {b.op("Greater", {x, lo}), dx, zero});
     return Grads{dx, nullptr, nullptr};
   }
   const DType dtype = x->dtype();
@@ -221,7 +223,8 @@ absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   Value* at_lo = indicator("Equal", x, lo, 0);
   Value* below_hi = indicator("Less", x, hi, 1);
   Value* at_hi = indicator("Equal", x, hi, 0);
-  Value* ordered = indicator("LessOrEqual", lo, hi, 1);  // lo <= hi
+  // lo <= hi, as 1 - (lo > hi): LessOrEqual comes at opset 12.
+  Value* ordered = b.op("Sub", {b.scalar(1, dtype), indicator("Greater", lo, hi, 0)});
   Value* x_share = b.op("Mul", {above_lo, below_hi});
   x_share = plus_half_of(x_share, at_lo, below_hi);
   x_share = plus_half_of(x_share, at_hi, above_lo);

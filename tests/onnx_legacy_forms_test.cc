@@ -404,5 +404,28 @@ TEST(LegacyForms, ExportWritesDropoutsTrainingModeBackAsTheMaskOutput) {
   }
 }
 
+// Clip at opset 11 (the first to read its bounds as inputs, as PyTorch's TorchScript exporter
+// writes ReLU6, hardtanh and clamp there) differentiates with comparisons opset 11 has
+// (GreaterOrEqual and LessOrEqual come at 12): against central differences in f64, for constant
+// bounds and for bounds computed in the graph (whose gradients are taken too).
+TEST(LegacyForms, ClipAtOpset11DifferentiatesWithTheComparisonsItsOpsetHas) {
+  for (const bool computed : {false, true}) {
+    ModelBuilder m(11);
+    m.input("x", onnx::TensorProto::DOUBLE, {"3", "4"});
+    if (computed) {
+      m.input("lo_in", onnx::TensorProto::DOUBLE, {});
+      m.input("hi_in", onnx::TensorProto::DOUBLE, {});
+      m.node("Neg", {"lo_in"}, {"lo"}, "lower");
+      m.node("Abs", {"hi_in"}, {"hi"}, "upper");
+    } else {
+      m.initializer("lo", onnx::TensorProto::DOUBLE, {}).add_double_data(-0.5);
+      m.initializer("hi", onnx::TensorProto::DOUBLE, {}).add_double_data(0.6);
+    }
+    m.node("Clip", {"x", "lo", "hi"}, {"y"}, "clamp");
+    testing::add_weighted_loss(m, "y", {"3", "4"});
+    testing::expect_onnx_gradients_match(m, computed ? "^(x|lo_in|hi_in)$" : "^x$", 5);
+  }
+}
+
 }  // namespace
 }  // namespace ampc

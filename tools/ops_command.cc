@@ -105,7 +105,10 @@ void print_json(const std::vector<OpRow>& rows) {
     op["op"] = row.name;
     nlohmann::ordered_json opsets = nlohmann::ordered_json::array();
     for (const auto& [since, until] : row.opsets) {
-      opsets.push_back({{"since", since}, {"until", until}});
+      // A definition still current has no last opset: null, not kLatestOpset's sentinel.
+      opsets.push_back({{"since", since},
+                        {"until", until >= kLatestOpset ? nlohmann::ordered_json(nullptr)
+                                                        : nlohmann::ordered_json(until)}});
     }
     op["opsets"] = opsets;
     nlohmann::ordered_json kernels = nlohmann::ordered_json::object();

@@ -48,6 +48,9 @@ TEST(OpsCli, JsonListsEveryRegisteredOpWithItsOpsetsAndKernels) {
   EXPECT_EQ(names(by_name["Relu"]["kernels"]["cpu"]),
             (std::set<std::string>{"f32", "f16", "bf16", "f64"}));
   EXPECT_EQ(by_name["Gelu"]["opsets"][0]["since"], 20);
+  // Softmax's two definitions: 1-12 (over the coerced 2-D form), and 13 on, still current.
+  EXPECT_EQ(by_name["Softmax"]["opsets"],
+            nlohmann::json::parse(R"([{"since": 1, "until": 12}, {"since": 13, "until": null}])"));
 }
 
 TEST(OpsCli, DeviceSelectsOneColumn) {
