@@ -178,9 +178,40 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> axes_of(const onnx::NodeProt
 
 // ---- NonZero and the forms of its indices ----
 
+// NonZero: the indices of a mask known at compile time as a constant; else the mask, whose
+// indices stay symbolic until they select rows.
+
 absl::Status lower_nonzero(const onnx::NodeProto& proto, const std::string& label,
                            ImportSink& sink) {
   AMPC_ASSIGN_OR_RETURN(Value * mask, tensor_input(proto, 0, label, sink));
+  const Tensor* known = sink.known_value(mask);
+  if (known != nullptr && known->has_data()) {
+    // A mask known at compile time (old opsets' arange: NonZero of ConstantOfShape) has
+    // indices known too: [rank, count], row-major order.
+    const Shape& shape = mask->shape();
+    std::vector<int64_t> coordinates(shape.size());
+    std::vector<std::vector<int64_t>> per_axis(shape.size());
+    for (int64_t i = 0; i < known->num_elements(); ++i) {
+      if (known->element_as_double(i) != 0) {
+        for (size_t d = 0; d < shape.size(); ++d) per_axis[d].push_back(coordinates[d]);
+      }
+      for (size_t d = shape.size(); d-- > 0;) {
+        if (++coordinates[d] < shape[d]) break;
+        coordinates[d] = 0;
+      }
+    }
+    std::vector<int64_t> flat;
+    for (const std::vector<int64_t>& axis : per_axis)
+      flat.insert(flat.end(), axis.begin(), axis.end());
+    const auto count = static_cast<int64_t>(per_axis.empty() ? 0 : per_axis[0].size());
+    Emitter e(proto, label, sink);
+    return e
+        .op("Constant", {},
+            {{"value",
+              AttrValue(Tensor::from_i64({static_cast<int64_t>(shape.size()), count}, flat))}},
+            proto.output(0))
+        .status();
+  }
   if (mask->shape().empty()) {
     return absl::UnimplementedError(str_cat(label, ": NonZero of a scalar"));
   }

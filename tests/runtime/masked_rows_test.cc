@@ -5,6 +5,7 @@
 // on two batches that select other numbers of rows than the export's, against PyTorch's f32
 // losses within 1e-5 relative (PyTorch's own f32 rounding); and what ampc cannot map onto the
 // whole rows is an error naming the node and the mask.
+#include <algorithm>
 #include <cmath>
 
 #include "compiler/compile.h"
@@ -87,16 +88,50 @@ TEST(MaskedRows, ReductionsAcrossTheRowsReduceOnlyTheSelectedOnes) {
   }
 }
 
-// The gradient of the mean of exp(2 * x[m]) against central differences in f64: the rows the
-// mask leaves out get none.
+// The gradient of sum(log((2 * x[t > 0])^2)) against central differences in f64 (t drawn with x, its
+// mask computed at run time): the rows left out, zeroed, make log 0 = -inf forward and 0 * inf
+// = NaN backward, which never reaches x (PyTorch never computes them).
 TEST(MaskedRows, GradientsReachTheSelectedRowsOnly) {
   ModelBuilder m = select_rows(TensorProto::DOUBLE);
-  m.graph().mutable_input()->RemoveLast();  // the mask: from a constant, not drawn at random
-  m.initializer("m", TensorProto::BOOL, {3}).set_raw_data(std::string("\x01\x00\x01", 3));
-  m.node("Exp", {"rows"}, {"grown"}, "exp");
-  add_int_attr(m.node("ReduceMean", {"grown"}, {"loss"}, "mean"), "keepdims", 0);
+  m.graph().mutable_input()->RemoveLast();  // the mask: computed from t
+  m.input("t", TensorProto::DOUBLE, {"3"});
+  m.initializer("zero", TensorProto::DOUBLE, {}).add_double_data(0);
+  m.node("Greater", {"t", "zero"}, {"m"}, "positive");
+  // Greater must come before NonZero: move it to the front.
+  auto* nodes = m.graph().mutable_node();
+  std::rotate(nodes->rbegin(), nodes->rbegin() + 1, nodes->rend());
+  m.node("Mul", {"rows", "rows"}, {"squares"}, "square");
+  m.node("Log", {"squares"}, {"logs"}, "log");
+  add_int_attr(m.node("ReduceSum", {"logs"}, {"loss"}, "sum"), "keepdims", 0);
   m.output("loss");
   testing::expect_onnx_gradients_match(m, "^x$", 7);
+}
+
+// NonZero of a mask known at compile time is its indices, a constant: what PyTorch's TorchScript
+// exporter writes for arange before opset 11 (NonZero of ConstantOfShape's ones, as in
+// nn.EmbeddingBag's offsets), and for a constant mask.
+TEST(MaskedRows, NonZeroOfAKnownMaskIsAConstant) {
+  ModelBuilder m;
+  m.initializer_i64("shape", {2}, {2, 3});
+  m.initializer_i64("axis0", {1}, {0});
+  onnx::NodeProto& ones = m.node("ConstantOfShape", {"shape"}, {"mask"}, "ones");
+  onnx::AttributeProto* value = ones.add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(TensorProto::INT64);
+  value->mutable_t()->add_dims(1);
+  value->mutable_t()->add_int64_data(1);
+  m.initializer_i64("holes", {2, 3}, {1, 0, 1, 1, 1, 0});
+  m.node("Mul", {"mask", "holes"}, {"some"}, "some");
+  m.node("NonZero", {"some"}, {"at"}, "nonzero");
+  m.output("at");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(testing::count_ops(*graph, "NonZero"), 0);
+  const std::vector<Tensor> out = run_graph(*graph, {});
+  ASSERT_EQ(out.size(), 1u);
+  // Row-major order: (0,0), (0,2), (1,0), (1,1); rows of coordinates, one per axis.
+  EXPECT_EQ(out[0], Tensor::from_i64({2, 4}, {0, 0, 1, 1, 0, 2, 0, 1}));
 }
 
 // What does not treat the rows independently, or reads how many there are, is an error that
