@@ -86,7 +86,9 @@ inline absl::StatusOr<GradientCheck> check_gradients(const Graph& graph,
     }
     const double error = std::sqrt(diff_norm) / std::max(std::sqrt(numeric_norm), 1e-3);
     ++result.inputs_checked;
-    if (error >= result.max_relative_error) {
+    // A NaN (a NaN gradient or loss) is the worst error, which no tolerance passes.
+    if (!std::isnan(result.max_relative_error) &&
+        (std::isnan(error) || error >= result.max_relative_error)) {
       result.max_relative_error = error;
       result.worst_input = input->name();
     }
