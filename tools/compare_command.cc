@@ -114,7 +114,10 @@ CLI::App* add_compare_command(CLI::App& app, CompareFlags& flags) {
       "Train the model at fp32, fp16 (dynamic loss scaling) and bf16 from the same initial "
       "weights on the same batches, and print memory, step time, skipped steps, loss scale and "
       "final loss side by side.");
-  compare->add_option("model", flags.model, "The ONNX model (with its loss output `loss`)")
+  compare
+      ->add_option("model", flags.model,
+                   "The ONNX model with its loss: the output `loss`, else its only float "
+                   "scalar output")
       ->required();
   compare->add_option("--data", flags.data, "Training data, as for ampc train")->required();
   compare->add_option("--steps", flags.steps, "Steps per precision")
@@ -138,6 +141,12 @@ CLI::App* add_compare_command(CLI::App& app, CompareFlags& flags) {
 int run_compare_command(const CompareFlags& flags) {
   if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
     return report_error(lr);
+  }
+  // Every precision before any is trained: a bad one found after the first run wastes it.
+  for (const std::string& precision : flags.precisions) {
+    const absl::StatusOr<CompileOptions> options =
+        quick_training_options(precision, flags.optimizer, flags.lr, "--precisions");
+    if (!options.ok()) return report_error(options.status());
   }
   // The device first: without it nothing below can run.
   const absl::StatusOr<runtime::Device> device = usable_device(flags.device);

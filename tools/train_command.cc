@@ -458,7 +458,8 @@ int train(const TrainFlags& flags) {
 CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   CLI::App* train = app.add_subcommand(
       "train",
-      "Train a compiled training model (ampc compile --optimizer ...) on the CPU. Step i uses "
+      "Train a compiled training model (ampc compile --optimizer ...) on the CPU or a GPU "
+      "(--device). Step i uses "
       "batch i mod N of --data (batches iK .. iK+K-1 for a model compiled with --accumulate "
       "K).");
   train->add_option("model", flags.model, "The training model")->required();
@@ -480,7 +481,7 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   train->add_option("--min-lr", flags.min_lr, "The rate cosine decays to (default 0)");
   train->add_option("--log", flags.log,
                     "Write one JSON object per step (step, loss, grad_norm, lr) to this file, "
-                    "every --log-every steps (appended to with --resume)");
+                    "the records of --log-every steps at a time (appended to with --resume)");
   train
       ->add_option("--log-every", flags.log_every,
                    "Read the loss, grad_norm and loss scale from the device every N steps and at "
