@@ -88,6 +88,38 @@ PassPipeline make_pipeline(const CompileOptions& options) {
   return pipeline;
 }
 
+// A disabled pass that what the compile asks for is made of: the model would be written without
+// it (no update, no loss scaling, casts decided but not inserted), so it is an error naming the
+// flag that needs the pass.
+absl::Status check_needed_passes(const CompileOptions& options) {
+  std::vector<std::pair<std::string_view, std::string_view>> needed;  // pass, what needs it
+  if (options.mixed_precision) {
+    needed.insert(needed.end(), {{"autocast", "--precision"}, {"insert-casts", "--precision"}});
+  }
+  if (options.training) {
+    for (std::string_view pass : {"training-step", "autodiff", "batchnorm-state", "optimizer"}) {
+      needed.emplace_back(pass, "--optimizer");
+    }
+    if (options.training->accumulate > 1) {
+      needed.insert(needed.end(),
+                    {{"accumulate-share", "--accumulate"}, {"accumulate", "--accumulate"}});
+    }
+    if (effective_loss_scale(options)) {
+      needed.emplace_back("loss-scale", options.training->loss_scale
+                                            ? "--loss-scale"
+                                            : "fp16's dynamic loss scaling");
+    }
+  }
+  for (const auto& [pass, flag] : needed) {
+    if (options.pipeline.disabled.contains(pass)) {
+      return absl::InvalidArgumentError(str_cat(
+          "--disable-pass ", pass, ": ", flag, " needs this pass",
+          pass == "loss-scale" ? " (--loss-scale none compiles without loss scaling)" : ""));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The name of `graph`'s only float scalar output when no output is named `loss`, else nullopt.
 std::optional<std::string> only_scalar_output(const Graph& graph, const std::string& loss) {
   std::optional<std::string> only;
@@ -155,6 +187,7 @@ absl::Status validate_training_options(const TrainingOptions& options) {
 
 absl::Status compile_graph(Graph& graph, const CompileOptions& given, Diagnostics& diagnostics) {
   if (given.training) AMPC_RETURN_IF_ERROR(validate_training_options(*given.training));
+  AMPC_RETURN_IF_ERROR(check_needed_passes(given));
   CompileOptions options = given;
   if (options.training && !options.training->append_loss && !options.training->loss_named) {
     std::string& loss = options.training->autodiff.loss;
@@ -182,6 +215,7 @@ absl::StatusOr<std::unique_ptr<Graph>> compile_file(const std::string& input_pat
   // Check flags and pass names before the (possibly slow) import, so a typo fails at once.
   if (options.training) AMPC_RETURN_IF_ERROR(validate_training_options(*options.training));
   AMPC_RETURN_IF_ERROR(make_pipeline(options).validate_options());
+  AMPC_RETURN_IF_ERROR(check_needed_passes(options));
   const Stopwatch import_time;
   ImportOptions import = options.import;
   import.buffer_updates = options.training.has_value();

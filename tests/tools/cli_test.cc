@@ -316,6 +316,17 @@ TEST_F(CliTest, BadFlagsAreUsageErrors) {
   r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --disable-pass nope");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("--disable-pass: unknown pass 'nope'"));
+  // A pass the compile's flags are made of: without it the model would lack what they ask for.
+  for (const auto& [pass, flag] : std::vector<std::pair<std::string, std::string>>{
+           {"optimizer", "--optimizer"},
+           {"insert-casts", "--precision"},
+           {"loss-scale", "fp16's dynamic loss scaling"},
+           {"accumulate", "--accumulate"}}) {
+    r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") +
+             " --optimizer sgd --precision fp16 --accumulate 2 --disable-pass " + pass);
+    EXPECT_EQ(r.exit_code, 1) << pass;
+    EXPECT_THAT(r.err, HasSubstr("--disable-pass " + pass + ": " + flag + " needs this pass"));
+  }
   r = ampc("compile " + model("mlp"));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--output"));
