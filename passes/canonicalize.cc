@@ -25,11 +25,16 @@
 //     Unsqueeze) of each of the Split's equal pieces in order is one Reshape of the Split's
 //     input that makes the pieces an axis, and one reduction over it: the bags' sums, means or
 //     maxima at once.
+//   - Log(Sigmoid(x)), as PyTorch's dynamo exporter writes F.logsigmoid (and the binary
+//     cross-entropy with logits, DPO's loss), becomes -Softplus(-x), the form PyTorch computes
+//     it in: Sigmoid underflows to 0 below -88 in f32 (-17 in f16), where the composition gives
+//     -inf and its gradient 1/0. (Other readers of the Sigmoid keep it.)
 // Assumes: the graph verifies. Initializers and nodes that become unread are left to dce.
-// Numerics: none; no value changes (Identity is exact; a moved value is copied exactly, and
-//   f64 values, which a float attribute would round, are not moved; Split and Gather move the
-//   same elements as the Slices and Gathers they replace; the merged reduction reduces each
-//   piece's elements along the same axis, of the same length and inner stride, so in the same
+// Numerics: none but the log-sigmoid's, which is the value log(sigmoid(x)) rounds to where the
+//   composition loses it; no other value changes (Identity is exact; a moved value is copied
+//   exactly, and f64 values, which a float attribute would round, are not moved; Split and Gather
+//   move the same elements as the Slices and Gathers they replace; the merged reduction reduces
+//   each piece's elements along the same axis, of the same length and inner stride, so in the same
 //   order: tests/passes/canonicalize_test.cc checks the results bit for bit).
 #include <algorithm>
 #include <unordered_set>
@@ -388,6 +393,30 @@ bool merge_reductions(Graph& graph, Node& concat) {
   return true;
 }
 
+// Log(Sigmoid(x)) as -Softplus(-x) (see the file comment).
+bool stable_log_sigmoid(Graph& graph, Node& log) {
+  if (!is_onnx_op(&log, "Log") || log.num_operands() != 1) return false;
+  Node* sigmoid = log.operand(0)->producer();
+  if (!is_onnx_op(sigmoid, "Sigmoid") || !is_arithmetic_float(log.output(0)->dtype())) {
+    return false;
+  }
+  const TensorType type = log.output(0)->type();
+  const std::string name = log.name().empty() ? log.output(0)->name() : log.name();
+  Value* x = sigmoid->operand(0);
+  Node* negated = graph.create_node(kOnnxDomain, "Neg", {x}, {type}, {}, &log);
+  negated->set_name(str_cat(name, "/log_sigmoid/neg_x"));
+  negated->output(0)->set_name(graph.unique_value_name(str_cat(name, "/neg_x")));
+  Node* softplus =
+      graph.create_node(kOnnxDomain, "Softplus", {negated->output(0)}, {type}, {}, &log);
+  softplus->set_name(str_cat(name, "/log_sigmoid/softplus"));
+  softplus->output(0)->set_name(graph.unique_value_name(str_cat(name, "/softplus")));
+  Node* result = graph.create_node(kOnnxDomain, "Neg", {softplus->output(0)}, {type}, {}, &log);
+  result->set_name(name);
+  log.set_name(str_cat(name, "/replaced"));  // until dce removes it
+  take_over(graph, log.output(0), result->output(0));
+  return true;
+}
+
 class CanonicalizePass final : public Pass {
  public:
   std::string_view name() const override { return "canonicalize"; }
@@ -403,7 +432,7 @@ class CanonicalizePass final : public Pass {
       const bool moved = move_constant_inputs_to_attrs(*node);
       const bool dropped = drop_trailing_omitted_operands(*node);
       const bool merged = merge_slices(graph, *node, sliced) || merge_gathers(graph, *node) ||
-                          merge_reductions(graph, *node);
+                          merge_reductions(graph, *node) || stable_log_sigmoid(graph, *node);
       changed = changed || moved || dropped || merged;
     }
     return changed;

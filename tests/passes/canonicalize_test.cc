@@ -1,9 +1,13 @@
 // canonicalize: Identity removal (and when an Identity must stay), constant AttrAsInput inputs
-// moved into attributes across opsets, trailing omitted operands dropped. The merges of sliced
+// moved into attributes across opsets, trailing omitted operands dropped, log(sigmoid(x)) in
+// PyTorch's stable form. The merges of sliced
 // pieces: tests/passes/canonicalize_merges_test.cc.
+#include <cmath>
 #include <string_view>
 
+#include "compiler/text_ir.h"
 #include "passes/passes.h"
+#include "runtime/interpreter.h"
 #include "tests/test_util.h"
 
 namespace ampc {
@@ -361,6 +365,42 @@ TEST(Canonicalize, OmittedOperandBeforeAPresentOneStays) {
       return %y, %mask
     })";
   EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
+// ---- log(sigmoid(x)) ----------------------------------------------------------------------------
+
+// Log(Sigmoid(x)), as the dynamo exporter writes F.logsigmoid, is -Softplus(-x): where Sigmoid
+// underflows (below -88 in f32) the composition gives -inf, and its gradient 1/0; the rewrite
+// gives log(sigmoid(x)) = -log1p(exp(-x)) rounded once, against std::log1p in f64. A Sigmoid
+// that something else reads stays for it.
+TEST(Canonicalize, LogOfSigmoidIsMinusSoftplusOfMinusX) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+    graph g(%x: f32[5]) opset(18) {
+      %s = Sigmoid(%x) : f32[5]
+      %l = Log(%s) {name="log_sigmoid"} : f32[5]
+      return %l, %s
+    })");
+  ASSERT_NE(graph, nullptr);
+  PassPipeline pipeline;
+  add_canonicalize_pipeline(pipeline);
+  ASSERT_TRUE(pipeline.run(*graph, PassContext{}).ok());
+  const auto count = [&](std::string_view op) {
+    int n = 0;
+    for (const auto& node : graph->nodes()) n += node->op_type() == op;
+    return n;
+  };
+  EXPECT_EQ(count("Log"), 0) << print_graph(*graph);
+  EXPECT_EQ(count("Sigmoid"), 1);
+  const std::vector<float> x = {-100.0f, -20.0f, 0.0f, 3.5f, 30.0f};
+  absl::StatusOr<std::vector<Tensor>> out =
+      runtime::interpret_graph(*graph, {Tensor::from_f32({5}, x)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double want = x[i] < 0 ? x[i] - std::log1p(std::exp(static_cast<double>(x[i])))
+                                 : -std::log1p(std::exp(-static_cast<double>(x[i])));
+    const double got = (*out)[0].element_as_double(static_cast<int64_t>(i));
+    EXPECT_NEAR(got, want, std::abs(want) * 2.5e-7) << "x = " << x[i];  // ~2 ulp of f32
+  }
 }
 
 }  // namespace
