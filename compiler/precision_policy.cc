@@ -92,9 +92,32 @@ absl::Status add_op_entry(PrecisionPolicy& policy, std::string_view op, Autocast
 absl::Status read_policy_file(const std::string& path, PrecisionPolicy& policy) {
   absl::StatusOr<std::string> text = read_regular_file(path);
   if (!text.ok()) return absl::InvalidArgumentError(str_cat("--policy: ", text.status().message()));
-  const nlohmann::json json = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded() || !json.is_object()) {
-    return absl::InvalidArgumentError(str_cat(path, ": not a JSON object"));
+  // A key given twice at the top level would silently keep one of the two lists.
+  std::set<std::string, std::less<>> keys;
+  std::string repeated;
+  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event,
+                             nlohmann::json& parsed) {
+    if (depth == 1 && event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+        !keys.insert(parsed.get<std::string>()).second && repeated.empty()) {
+      repeated = parsed.get<std::string>();
+    }
+    return true;
+  };
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(*text, note_keys);
+  } catch (const nlohmann::json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 3, column 1: ..." without its tag.
+    std::string_view why = e.what();
+    if (const size_t tag_end = why.find("] "); tag_end != std::string_view::npos) {
+      why.remove_prefix(tag_end + 2);
+    }
+    return absl::InvalidArgumentError(str_cat(path, ": not valid JSON: ", why));
+  }
+  if (!json.is_object()) return absl::InvalidArgumentError(str_cat(path, ": not a JSON object"));
+  if (!repeated.empty()) {
+    return absl::InvalidArgumentError(
+        str_cat(path, ": \"", repeated, "\" is given twice; give each key once"));
   }
   auto string_list = [&](const nlohmann::json& value,
                          std::string_view key) -> absl::StatusOr<std::vector<std::string>> {

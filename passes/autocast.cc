@@ -167,8 +167,8 @@ class AutocastPass final : public Pass {
     }
     const OpDef* square_as = square_like(node);
     const OpDef* def = square_as != nullptr ? square_as : node.def();
-    const CategoryChoice choice = def != nullptr ? category_of(*def, policy_)
-                                                 : CategoryChoice{AutocastCategory::kNone, ""};
+    const CategoryChoice choice =
+        def != nullptr ? category_of(*def, policy_) : CategoryChoice{AutocastCategory::kNone, ""};
     const std::string op =
         def == nullptr ? node.op_type()
                        : str_cat(def->qualified_name(), square_as != nullptr ? " (x * x)" : "");
@@ -176,6 +176,10 @@ class AutocastPass final : public Pass {
     const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
                                                          " (", choice.source, ")")
                                                : str_cat(choice.source, " ", op);
+    if (const Node* sum = summing_reader(node); sum != nullptr && !choice.overridden) {
+      return fp32(str_cat(what, ": its products are summed in fp32 by '", sum->name(),
+                          "' (a dot product's, exact in fp32 as a GEMM's)"));
+    }
     switch (choice.category) {
       case AutocastCategory::kAllow:
         return low_decision(node, what);
@@ -205,6 +209,29 @@ class AutocastPass final : public Pass {
       return nullptr;
     }
     return OpRegistry::global().find("", "Pow", node.graph()->opset(""));
+  }
+
+  // For a Mul every reader of which is a fp32 sum (ReduceSum, ReduceMean: cosine similarity's
+  // dot products, mse_loss's squared differences as TorchScript writes them, a masked mean), the
+  // first of those readers; else null. Such a Mul is the element-wise half of a dot product,
+  // whose products a GEMM computes exactly in fp32: in fp16 they overflow from 65504 (two
+  // values of 256), before the sum that is fp32 anyway.
+  const Node* summing_reader(const Node& node) const {
+    if (node.op_type() != "Mul" || !node.domain().empty() || node.num_outputs() != 1 ||
+        !is_arithmetic_float(node.output(0)->dtype()) || node.output(0)->uses().empty() ||
+        policy_.low != DType::kF16) {
+      return nullptr;
+    }
+    for (const Use& use : node.output(0)->uses()) {
+      const Node* reader = use.user;
+      if (reader == nullptr || !reader->domain().empty() ||
+          (reader->op_type() != "ReduceSum" && reader->op_type() != "ReduceMean") ||
+          reader->def() == nullptr ||
+          category_of(*reader->def(), policy_).category != AutocastCategory::kDeny) {
+        return nullptr;
+      }
+    }
+    return node.output(0)->uses().front().user;
   }
 
   // clear and follow: low when all float inputs that decide are low.

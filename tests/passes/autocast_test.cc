@@ -118,6 +118,40 @@ TEST(Autocast, ASquareTakesPowsEntry) {
                                 "product: f16: follow (--follow Mul): follows %a from 'mm'"}));
 }
 
+// A Mul that only fp32 sums read is a dot product's element-wise half: fp32 in fp16 (its
+// products exact, as a GEMM's), not when anything else reads it, and low again in bf16.
+TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
+  constexpr std::string_view kDot = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      init %v: f32[8,8] = elided
+      %a = MatMul(%x, %w) {name="mm_a"} : f32[4,8]
+      %b = MatMul(%x, %v) {name="mm_b"} : f32[4,8]
+      %p = Mul(%a, %b) {name="products"} : f32[4,8]
+      %d = ReduceSum<axes=[1], keepdims=0>(%p) {name="dot"} : f32[4]
+      %q = Mul(%b, %a) {name="also_read"} : f32[4,8]
+      %e = ReduceSum<axes=[1], keepdims=0>(%q) {name="sum"} : f32[4]
+      %t = Tanh(%q) {name="tanh"} : f32[4,8]
+      return %d, %e, %t
+    })";
+  const auto products = [&](const PrecisionPolicy& policy) {
+    Diagnostics diagnostics;
+    std::unique_ptr<Graph> graph = autocast(kDot, policy, diagnostics);
+    std::vector<std::string> got =
+        graph == nullptr ? std::vector<std::string>{} : decisions(*graph);
+    return got.size() < 5 ? got : std::vector<std::string>{got[2], got[4]};
+  };
+  EXPECT_EQ(products(PrecisionPolicy{}),
+            (std::vector<std::string>{"products: f32: follow-list Mul: its products are summed in "
+                                      "fp32 by 'dot' (a dot product's, exact in fp32 as a GEMM's)",
+                                      "also_read: f16: follow-list Mul: follows %b from 'mm_b'"}));
+  PrecisionPolicy bf16;
+  bf16.low = DType::kBF16;
+  EXPECT_EQ(products(bf16),
+            (std::vector<std::string>{"products: bf16: follow-list Mul: follows %a from 'mm_a'",
+                                      "also_read: bf16: follow-list Mul: follows %b from 'mm_b'"}));
+}
+
 // ConvTranspose, which import lowers onto ampc.ConvGradData (Conv's input gradient), is matrix
 // work on the allow list like Conv, in fp16 and bf16.
 TEST(Autocast, TransposedConvolutionIsOnTheAllowList) {
@@ -369,7 +403,9 @@ TEST(PrecisionPolicy, PolicyFiles) {
       {R"({"allow": ["NoSuchOp"]})", "no op 'NoSuchOp'"},
       {R"({"precision": "fp8"})", "not supported yet"},
       {R"([1, 2])", "not a JSON object"},
-      {R"({"allow": [)", "not a JSON object"},
+      // Where the JSON breaks, as its parser says; a key given twice.
+      {"{\"allow\": [\"Gelu\"],\n}", "not valid JSON: parse error at line 2, column 1"},
+      {R"({"deny": ["Mul"], "deny": ["Add"]})", "\"deny\" is given twice"},
   };
   for (const auto& c : bad) {
     auto [status, unused] = read(c.json);

@@ -1,8 +1,8 @@
-// Squares under fp16 autocast: f16's largest value is 65504, so the square of anything from 256
-// on overflows to inf. Each model below squares the f16 output of a MatMul (300 and 400, which
-// f16 holds exactly) before an fp32 sum, as norms, mean squared errors and RMSNorm do; compiled
-// at fp16 (O1) and run, each gives the IEEE result PyTorch's autocast gives (its pow, norm,
-// mse_loss and rms_norm are fp32), not inf or 0.
+// Squares and products under fp16 autocast: f16's largest value is 65504, so the square of
+// anything from 256 on overflows to inf. Each model below squares the f16 output of a MatMul (300
+// and 400, which f16 holds exactly) before an fp32 sum, as norms, mean squared errors and RMSNorm
+// do; compiled at fp16 (O1) and run, each gives the IEEE result PyTorch's autocast gives (its pow,
+// norm, mse_loss and rms_norm are fp32), not inf or 0.
 #include <cmath>
 
 #include "compiler/compile.h"
@@ -61,6 +61,20 @@ TEST(Fp16Squares, AMeanSquaredErrorIsExact) {
   const std::vector<Tensor> out = run_at_fp16(m);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].element_as_double(0), 125000.0);  // (90000 + 160000) / 2, exact in f32
+}
+
+// A dot product written element-wise (cosine_similarity as TorchScript writes it): Mul of two
+// f16 values, then ReduceSum. Its products are computed in fp32, as a GEMM's are.
+TEST(Fp16Squares, ADotProductsProductsAreExact) {
+  testing::ModelBuilder m = after_matmul();
+  m.initializer_f32("swap", {2, 2}, {0, 1, 1, 0});
+  m.node("MatMul", {"x", "swap"}, {"swapped"}, "swap");  // [400, 300], f16
+  m.node("Mul", {"h", "swapped"}, {"products"}, "products");
+  testing::add_int_attr(m.node("ReduceSum", {"products"}, {"dot"}, "sum"), "keepdims", 0);
+  m.output("dot");
+  const std::vector<Tensor> out = run_at_fp16(m);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].element_as_double(0), 240000.0);  // 120000 + 120000, exact in f32
 }
 
 // RMSNormalization (opset 23) computes its statistics in stash_type, f32 by default.
