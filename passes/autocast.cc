@@ -176,6 +176,12 @@ class AutocastPass final : public Pass {
     const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
                                                          " (", choice.source, ")")
                                                : str_cat(choice.source, " ", op);
+    if (const Node* product = linear_bias_of(node);
+        product != nullptr && !choice.overridden && choice.category == AutocastCategory::kFollow) {
+      return low_decision(
+          node, str_cat(what, ": adds the bias of '", product->name(), "' (nn.Linear's, in ",
+                        low_name, " with its product as F.linear's under autocast)"));
+    }
     if (const Node* sum = summing_reader(node); sum != nullptr && !choice.overridden) {
       return fp32(str_cat(what, ": its products are summed in fp32 by '", sum->name(),
                           "' (a dot product's, exact in fp32 as a GEMM's)"));
@@ -209,6 +215,39 @@ class AutocastPass final : public Pass {
       return nullptr;
     }
     return OpRegistry::global().find("", "Pow", node.graph()->opset(""));
+  }
+
+  // For an Add of a low MatMul's product and a bias, the MatMul; else null. The exporters write
+  // nn.Linear on inputs of rank 3 and more (every transformer's) as MatMul by the (transposed)
+  // weight, then Add of the bias [N]; F.linear under autocast adds its bias in low precision, as
+  // Gemm (the rank-2 form) does, where the rule for a weight read by a follow op would keep the
+  // Add, and everything after it up to the next MatMul, in fp32.
+  const Node* linear_bias_of(const Node& node) const {
+    if (node.op_type() != "Add" || !node.domain().empty() || node.num_operands() != 2) {
+      return nullptr;
+    }
+    const auto is_weight = [&](const Value* v) {
+      return v != nullptr && v->kind() == Value::Kind::kInitializer &&
+             kinds_.at(v) == Kind::kWeight;
+    };
+    for (int i = 0; i < 2; ++i) {
+      const Value* product = node.operand(i);
+      const Value* bias = node.operand(1 - i);
+      const Node* matmul = product->producer();
+      if (matmul == nullptr || matmul->op_type() != "MatMul" || !matmul->domain().empty() ||
+          kinds_.at(product) != Kind::kLow || !is_weight(bias) || bias->shape().size() != 1 ||
+          product->shape().empty() || bias->shape()[0] != product->shape().back()) {
+        continue;
+      }
+      const Value* weight = matmul->operand(1);
+      const Node* transpose = weight->producer();
+      if (transpose != nullptr && transpose->op_type() == "Transpose" &&
+          transpose->domain().empty()) {
+        weight = transpose->operand(0);
+      }
+      if (is_weight(weight) && weight->shape().size() == 2) return matmul;
+    }
+    return nullptr;
   }
 
   // For a Mul every reader of which is a fp32 sum (ReduceSum, ReduceMean: cosine similarity's

@@ -118,6 +118,37 @@ TEST(Autocast, ASquareTakesPowsEntry) {
                                 "product: f16: follow (--follow Mul): follows %a from 'mm'"}));
 }
 
+// nn.Linear on a rank-3 input as the exporters write it, MatMul by the transposed weight and Add
+// of the bias [N]: the Add is low with its product (F.linear under autocast adds its bias in
+// low precision, as Gemm does); a weight of another shape, or a product of two activations,
+// keeps the rule for weights.
+TEST(Autocast, NnLinearsBiasAddIsLowWithItsProduct) {
+  constexpr std::string_view kLinear = R"(
+    graph g(%x: f32[2,4,8]) opset(17) {
+      init %weight: f32[6,8] = elided
+      init %bias: f32[6] = elided
+      init %table: f32[4,6] = elided
+      %wt = Transpose<perm=[1,0]>(%weight) {name="transpose"} : f32[8,6]
+      %p = MatMul(%x, %wt) {name="fc/MatMul"} : f32[2,4,6]
+      %y = Add(%bias, %p) {name="fc/Add"} : f32[2,4,6]
+      %z = Add(%p, %table) {name="add_table"} : f32[2,4,6]
+      return %y, %z
+    })";
+  for (const DType low : {DType::kF16, DType::kBF16}) {
+    Diagnostics diagnostics;
+    PrecisionPolicy policy;
+    policy.low = low;
+    std::unique_ptr<Graph> graph = autocast(kLinear, policy, diagnostics);
+    ASSERT_NE(graph, nullptr);
+    const std::vector<std::string> got = decisions(*graph);
+    ASSERT_EQ(got.size(), 4u);
+    EXPECT_EQ(got[2], str_cat("fc/Add: ", dtype_name(low),
+                              ": follow-list Add: adds the bias of 'fc/MatMul' (nn.Linear's, in ",
+                              dtype_name(low), " with its product as F.linear's under autocast)"));
+    EXPECT_EQ(got[3], "add_table: f32: follow-list Add: reads fp32 %table (weight)");
+  }
+}
+
 // A Mul that only fp32 sums read is a dot product's element-wise half: fp32 in fp16 (its
 // products exact, as a GEMM's), not when anything else reads it, and low again in bf16.
 TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
@@ -181,11 +212,11 @@ TEST(Autocast, FollowWithMixedInputs) {
   constexpr std::string_view kText = R"(
     graph g(%x: f32[4,8]) opset(17) {
       init %w: f32[8,8] = elided
-      init %bias: f32[8] = elided
+      init %offset: f32[4,8] = elided
       init %half: f32[] = [0.5]
       init %tiny: f32[] = [1e-10]
       %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
-      %b = Add(%a, %bias) {name="add_bias"} : f32[4,8]
+      %b = Add(%a, %offset) {name="add_offset"} : f32[4,8]
       %c = Mul(%a, %half) {name="mul_half"} : f32[4,8]
       %d = Mul(%a, %tiny) {name="mul_tiny"} : f32[4,8]
       %e = Add(%x, %half) {name="input_only"} : f32[4,8]
@@ -197,7 +228,7 @@ TEST(Autocast, FollowWithMixedInputs) {
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(decisions(*graph), (std::vector<std::string>{
                                    "mm: f16 acc f32: allow-list MatMul",
-                                   "add_bias: f32: follow-list Add: reads fp32 %bias (weight)",
+                                   "add_offset: f32: follow-list Add: reads fp32 %offset (weight)",
                                    "mul_half: f16: follow-list Mul: follows %a from 'mm'",
                                    "mul_tiny: f32: follow-list Mul: reads fp32 %tiny (weight)",
                                    "input_only: f32: follow-list Add: reads fp32 %x (graph input)",

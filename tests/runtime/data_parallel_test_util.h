@@ -41,6 +41,7 @@ struct Recipe {
   // empty: the perceptron of tests/runtime/mlp_training_util.h, at 16 rows.
   std::string example = {};
   bool fp16 = false;
+  std::vector<std::string> fp32_nodes = {};  // with fp16: nodes pinned fp32 (--fp32-nodes)
   OptimizerOptions::Kind optimizer = OptimizerOptions::Kind::kSgd;
   std::optional<LossScaleOptions> loss_scale = std::nullopt;
   int64_t accumulate = 1;
@@ -100,6 +101,9 @@ inline absl::StatusOr<std::unique_ptr<TrainingSession>> open(
   if (recipe.fp16) {
     options.mixed_precision = MixedPrecisionOptions{};
     options.mixed_precision->policy.low_source = "test";
+    for (const std::string& regex : recipe.fp32_nodes) {
+      options.mixed_precision->policy.fp32_nodes.push_back({regex, "--fp32-nodes"});
+    }
   }
   options.training = TrainingOptions{};
   options.training->optimizer.kind = recipe.optimizer;

@@ -65,13 +65,17 @@ TEST(ShardedOptimizer, EachRankKeepsOneBlockOfEveryMoment) {
 
 // At fp16 the perceptron's forward reads w1 and w2 only through Casts to f16: each is read
 // through a whole f16 copy instead, and each rank keeps only its block of their f32 master
-// weights (3 ranks: 11 of w1's 32 elements). b1 is added in f32 and stays whole. The copies are
+// weights (3 ranks: 11 of w1's 32 elements). b1, added in f32 (its Add pinned fp32: it would
+// be nn.Linear's bias add in f16), stays whole. The copies are
 // not in state_names(), and a master weight cannot be set alone.
 TEST(ShardedOptimizer, MasterWeightsReadOnlyInLowPrecisionKeepOneBlockPerRank) {
   on_ranks(3, [&](int /*rank*/, std::shared_ptr<comm::Communicator> group) {
-    absl::StatusOr<std::unique_ptr<TrainingSession>> session = open(
-        Recipe{.fp16 = true, .optimizer = OptimizerOptions::Kind::kAdamW, .shard_optimizer = true},
-        4, std::move(group));
+    absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+        open(Recipe{.fp16 = true,
+                    .fp32_nodes = {"^bias1$"},
+                    .optimizer = OptimizerOptions::Kind::kAdamW,
+                    .shard_optimizer = true},
+             4, std::move(group));
     ASSERT_TRUE(session.ok()) << session.status();
     const TrainingSession& trainer = **session;
     std::map<std::string, std::string> copies;
@@ -254,11 +258,14 @@ TEST(ShardedOptimizer, AShardedCheckpointResumesOnAnyNumberOfRanks) {
 
 // The perceptron of 8 rows compiled with AdamW, at fp16 or f32, accumulating `accumulate`
 // micro-batches; null when that fails.
+// The perceptron compiled with AdamW; at fp16 its bias Add pinned fp32, so that b1 is a master
+// weight the forward reads in f32 beside two it reads through f16 copies.
 std::unique_ptr<Graph> compiled_perceptron(bool fp16, int64_t accumulate = 1) {
   CompileOptions options;
   if (fp16) {
     options.mixed_precision = MixedPrecisionOptions{};
     options.mixed_precision->policy.low_source = "test";
+    options.mixed_precision->policy.fp32_nodes.push_back({"^bias1$", "--fp32-nodes"});
   }
   options.training = TrainingOptions{};
   options.training->optimizer.kind = OptimizerOptions::Kind::kAdamW;
@@ -303,7 +310,7 @@ TEST(ShardedOptimizer, TheShardedStepScattersGradientsAndGathersParameters) {
 // At fp16 the step reads w1 and w2 through f16 copies: no Cast of them is left, each of their
 // updates reads and writes its parameter's block (the initializer itself), and the one AllGather
 // gathers their updated blocks cast to f16 into the copies' next values, new state. b1, added in
-// f32, is still cut by a Shard and gathered whole in f32.
+// f32 (pinned), is still cut by a Shard and gathered whole in f32.
 TEST(ShardedOptimizer, TheStepGathersLowPrecisionCopiesOfShardedMasterWeights) {
   std::unique_ptr<Graph> graph = compiled_perceptron(/*fp16=*/true);
   ASSERT_NE(graph, nullptr);
