@@ -59,10 +59,10 @@ constexpr std::string_view kSingleOperandIdentities[] = {"Max", "Min", "Sum", "M
 constexpr std::string_view kLosses[] = {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"};
 
 std::string selection_why(const std::string& name, const RaggedSlice& rows) {
-  return str_cat("the rows of '", rows.source->name(), "' where mask '", rows.mask->name(),
-                 "' is true (x[mask], whose shape depends on the data); ampc runs static graphs, "
-                 "so it supports such a selection only where ops that treat its rows independently "
-                 "and then a loss or a reduction over the rows read it; '",
+  return str_cat("rows of ", rows.selected,
+                 " (x[mask]: their count depends on the data); ampc runs static graphs, so it "
+                 "supports such rows only where ops that treat them independently and then a loss "
+                 "or a reduction over the rows read them; '",
                  name, "' is read otherwise");
 }
 
@@ -263,7 +263,12 @@ absl::Status select_rows(const onnx::NodeProto& proto, const std::string& label,
     AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, source->dtype()));
     AMPC_ASSIGN_OR_RETURN(source, e.op("Where", {keep, source, zero}));
   }
-  return define_rows(proto.output(0), RaggedSlice{.source = source, .mask = mask}, sink);
+  return define_rows(
+      proto.output(0),
+      RaggedSlice{.source = source,
+                  .mask = mask,
+                  .selected = str_cat("'", proto.input(0), "'['", indices.mask->name(), "']")},
+      sink);
 }
 
 // An op reading indices: the next form, or the rows they select.
@@ -273,9 +278,13 @@ absl::Status lower_indices_op(const onnx::NodeProto& proto, const std::string& l
   const std::string& out = proto.output(0);
   if (op == "GatherND" || op == "Gather") {
     const MaskIndices* at = indices_of(proto, 1, sink);
-    if (at == nullptr || indices_of(proto, 0, sink) != nullptr || rows_of(proto, 0, sink)) {
-      return unsupported(label, indices_why(proto.input(0), *indices_of(proto, 0, sink)));
+    if (const MaskIndices* data = indices_of(proto, 0, sink)) {
+      return unsupported(label, indices_why(proto.input(0), *data));
     }
+    if (const RaggedSlice* rows = rows_of(proto, 0, sink)) {  // rows picked from rows
+      return unsupported(label, selection_why(proto.input(0), *rows));
+    }
+    if (at == nullptr) return absl::InternalError(str_cat(label, " reads no mask's indices"));
     const bool gather_nd =
         op == "GatherND" && at->form == Form::kCoordinates && int_attr(proto, "batch_dims", 0) == 0;
     const bool gather =
@@ -341,10 +350,9 @@ absl::StatusOr<const RaggedSlice*> common_rows(const onnx::NodeProto& proto,
       continue;
     }
     if (first != nullptr && !same_mask(rows->mask, first->mask, sink)) {
-      return absl::UnimplementedError(str_cat(label,
-                                              " combines rows selected by different masks ('",
-                                              first->mask->name(), "' and '", rows->mask->name(),
-                                              "'); ampc maps element-wise ops onto rows "
+      return absl::UnimplementedError(str_cat(label, " combines rows selected by different masks (",
+                                              first->selected, " and ", rows->selected,
+                                              "); ampc maps element-wise ops onto rows "
                                               "of the same mask"));
     }
     first = first == nullptr ? rows : first;
@@ -485,8 +493,9 @@ absl::Status lower_row_wise(const onnx::NodeProto& proto, const RaggedSlice& row
     if (out == nullptr || out->shape().empty() || out->shape()[0] != rows.source->shape()[0]) {
       return absl::InternalError(str_cat("the whole rows of '", proto.output(i), "' lost axis 0"));
     }
-    AMPC_RETURN_IF_ERROR(
-        define_rows(proto.output(i), RaggedSlice{.source = out, .mask = rows.mask}, sink));
+    AMPC_RETURN_IF_ERROR(define_rows(
+        proto.output(i), RaggedSlice{.source = out, .mask = rows.mask, .selected = rows.selected},
+        sink));
   }
   return absl::OkStatus();
 }
@@ -592,7 +601,9 @@ absl::Status lower_loss(const onnx::NodeProto& proto, const std::string& label,
   AMPC_RETURN_IF_ERROR(sink.import_node(whole));
   for (const auto& [i, name] : selected) {
     AMPC_RETURN_IF_ERROR(define_rows(
-        proto.output(i), RaggedSlice{.source = sink.tensor(name), .mask = rows.mask}, sink));
+        proto.output(i),
+        RaggedSlice{.source = sink.tensor(name), .mask = rows.mask, .selected = rows.selected},
+        sink));
   }
   return absl::OkStatus();
 }

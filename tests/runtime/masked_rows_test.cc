@@ -88,8 +88,8 @@ TEST(MaskedRows, ReductionsAcrossTheRowsReduceOnlyTheSelectedOnes) {
   }
 }
 
-// The gradient of sum(log((2 * x[t > 0])^2)) against central differences in f64 (t drawn with x, its
-// mask computed at run time): the rows left out, zeroed, make log 0 = -inf forward and 0 * inf
+// The gradient of sum(log((2 * x[t > 0])^2)) against central differences in f64 (t drawn with x,
+// its mask computed at run time): the rows left out, zeroed, make log 0 = -inf forward and 0 * inf
 // = NaN backward, which never reaches x (PyTorch never computes them).
 TEST(MaskedRows, GradientsReachTheSelectedRowsOnly) {
   ModelBuilder m = select_rows(TensorProto::DOUBLE);
@@ -140,8 +140,7 @@ TEST(MaskedRows, WhatCannotRunOnTheWholeRowsIsAnErrorNamingTheNodeAndTheMask) {
   ModelBuilder across = select_rows();
   add_int_attr(across.node("Softmax", {"rows"}, {"p"}, "softmax_over_rows"), "axis", 0);
   across.output("p");
-  expect_import_error(across, "node 'softmax_over_rows' (Softmax) reads the rows of");
-  expect_import_error(across, "where mask 'm' is true");
+  expect_import_error(across, "node 'softmax_over_rows' (Softmax) reads rows of 'x'['m']");
   expect_import_error(across, "it works across the rows (axis 0)");
 
   ModelBuilder count = select_rows();
@@ -151,8 +150,12 @@ TEST(MaskedRows, WhatCannotRunOnTheWholeRowsIsAnErrorNamingTheNodeAndTheMask) {
 
   ModelBuilder returned = select_rows();
   returned.output("rows");
-  expect_import_error(returned,
-                      "where mask 'm' is true (x[mask], whose shape depends on the data)");
+  expect_import_error(returned, "rows of 'x'['m'] (x[mask]: their count depends on the data)");
+
+  ModelBuilder twice = select_rows();  // rows picked from picked rows
+  twice.node("GatherND", {"rows", "at"}, {"again"}, "pick_again");
+  twice.output("again");
+  expect_import_error(twice, "node 'pick_again' (GatherND) reads rows of 'x'['m']");
 
   ModelBuilder indices = select_rows();
   indices.node("Cast", {"at"}, {"f"}, "cast_indices");
