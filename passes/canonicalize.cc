@@ -400,6 +400,13 @@ bool stable_log_sigmoid(Graph& graph, Node& log) {
   if (!is_onnx_op(sigmoid, "Sigmoid") || !is_arithmetic_float(log.output(0)->dtype())) {
     return false;
   }
+  // A Log nothing reads (the one a rewrite left for dce) is left alone, so the pass reaches a
+  // fixed point without dce too.
+  const std::vector<Value*>& outputs = graph.outputs();
+  if (log.output(0)->uses().empty() &&
+      std::find(outputs.begin(), outputs.end(), log.output(0)) == outputs.end()) {
+    return false;
+  }
   const TensorType type = log.output(0)->type();
   const std::string name = log.name().empty() ? log.output(0)->name() : log.name();
   Value* x = sigmoid->operand(0);

@@ -391,6 +391,19 @@ TEST(Canonicalize, LogOfSigmoidIsMinusSoftplusOfMinusX) {
   };
   EXPECT_EQ(count("Log"), 0) << print_graph(*graph);
   EXPECT_EQ(count("Sigmoid"), 1);
+  // Without dce (--disable-pass dce) the rewritten Log stays, unread, and is not rewritten again.
+  std::unique_ptr<Graph> undead = testing::parse_or_fail(R"(
+    graph g(%x: f32[5]) opset(18) {
+      %s = Sigmoid(%x) : f32[5]
+      %l = Log(%s) : f32[5]
+      %n = Neg(%l) : f32[5]
+      return %n
+    })");
+  ASSERT_NE(undead, nullptr);
+  ASSERT_TRUE(make_canonicalize_pass()->run(*undead, PassContext{}).value_or(false));
+  absl::StatusOr<bool> again = make_canonicalize_pass()->run(*undead, PassContext{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(*again) << print_graph(*undead);
   const std::vector<float> x = {-100.0f, -20.0f, 0.0f, 3.5f, 30.0f};
   absl::StatusOr<std::vector<Tensor>> out =
       runtime::interpret_graph(*graph, {Tensor::from_f32({5}, x)});
