@@ -27,6 +27,7 @@
 
 #include "compiler/precision_policy.h"
 #include "compiler/strings.h"
+#include "passes/mask_data.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -165,13 +166,12 @@ class AutocastPass final : public Pass {
       case OptLevel::kO1:
         break;
     }
-    const OpDef* square_as = square_like(node);
-    const OpDef* def = square_as != nullptr ? square_as : node.def();
+    const StandIn stand_in = stands_in_for(node);
+    const OpDef* def = stand_in.def != nullptr ? stand_in.def : node.def();
     const CategoryChoice choice =
         def != nullptr ? category_of(*def, policy_) : CategoryChoice{AutocastCategory::kNone, ""};
     const std::string op =
-        def == nullptr ? node.op_type()
-                       : str_cat(def->qualified_name(), square_as != nullptr ? " (x * x)" : "");
+        def == nullptr ? node.op_type() : str_cat(def->qualified_name(), stand_in.form);
     // "allow-list MatMul", or for a user's entry "deny (--deny Gelu)".
     const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
                                                          " (", choice.source, ")")
@@ -181,6 +181,16 @@ class AutocastPass final : public Pass {
       return low_decision(
           node, str_cat(what, ": adds the bias of '", product->name(), "' (nn.Linear's, in ",
                         low_name, " with its product as F.linear's under autocast)"));
+    }
+    if (const Node* divide = rsqrt_reader(node); divide != nullptr) {
+      const OpDef& reciprocal = *stands_in_for(*divide).def;
+      const CategoryChoice as = category_of(reciprocal, policy_);
+      if (as.category == AutocastCategory::kDeny) {
+        return fp32(str_cat(as.overridden ? str_cat("deny (", as.source, ")")
+                                          : str_cat(as.source, " ", reciprocal.qualified_name()),
+                            ": the root '", divide->name(),
+                            "' divides by (torch.rsqrt as TorchScript writes it)"));
+      }
     }
     if (const Node* sum = summing_reader(node); sum != nullptr && !choice.overridden) {
       return fp32(str_cat(what, ": its products are summed in fp32 by '", sum->name(),
@@ -205,16 +215,58 @@ class AutocastPass final : public Pass {
     return fp32("?");
   }
 
-  // Pow's definition for a Mul of a float value by itself, the square Pow(x, 2) is (as exporters
-  // and import's lowerings write squares: mse_loss, norms, variances), unless the policy names
-  // Mul: in fp16 a square overflows from 256 on, before the sum that is fp32 anyway; else null.
-  const OpDef* square_like(const Node& node) const {
-    if (node.op_type() != "Mul" || !node.domain().empty() || node.num_operands() != 2 ||
-        node.operand(0) != node.operand(1) || !is_arithmetic_float(node.operand(0)->dtype()) ||
-        policy_.ops.contains("Mul")) {
+  // The op a node computes under another's name, whose entry decides it unless the policy names
+  // the node's own op:
+  //   Mul(x, x)      Pow's: the square Pow(x, 2) is, as exporters and import's lowerings write
+  //                  squares (mse_loss, norms, variances); in fp16 it overflows from 256 on,
+  //                  before the sum that is fp32 anyway.
+  //   Div(c, x)      Reciprocal's, for a constant scalar c: the TorchScript exporter writes
+  //                  torch.rsqrt as Div(1, Sqrt(x)), and PyTorch computes c / x as
+  //                  x.reciprocal() * c; autocast runs both in fp32 (1 / x overflows fp16 from
+  //                  x < 2^-16 on).
+  struct StandIn {
+    const OpDef* def = nullptr;
+    const char* form = "";
+  };
+  StandIn stands_in_for(const Node& node) const {
+    if (!node.domain().empty() || node.num_operands() != 2 ||
+        policy_.ops.contains(node.op_type())) {
+      return {};
+    }
+    const int opset = node.graph()->opset("");
+    if (node.op_type() == "Mul" && node.operand(0) == node.operand(1) &&
+        is_arithmetic_float(node.operand(0)->dtype())) {
+      return {OpRegistry::global().find("", "Pow", opset), " (x * x)"};
+    }
+    if (node.op_type() == "Div" && node.operand(0) != nullptr && node.operand(1) != nullptr &&
+        is_arithmetic_float(node.operand(1)->dtype()) && constant_scalar(node.operand(0)) &&
+        !is_constant_kind(node.operand(1))) {
+      return {OpRegistry::global().find("", "Reciprocal", opset), " (c / x)"};
+    }
+    return {};
+  }
+
+  // Whether `value` was classified a constant (values the walk has not reached are not).
+  bool is_constant_kind(const Value* value) const {
+    const auto it = kinds_.find(value);
+    return it != kinds_.end() && it->second == Kind::kConstant;
+  }
+
+  // For a Sqrt every reader of which divides a constant by it (Div(c, Sqrt(x)), which
+  // stands_in_for takes as Reciprocal), the first of those readers; else null. Together they are
+  // torch.rsqrt, which autocast computes in fp32 from the low input.
+  const Node* rsqrt_reader(const Node& node) const {
+    if (node.op_type() != "Sqrt" || !node.domain().empty() || node.num_outputs() != 1 ||
+        node.output(0)->uses().empty() || policy_.ops.contains("Sqrt")) {
       return nullptr;
     }
-    return OpRegistry::global().find("", "Pow", node.graph()->opset(""));
+    for (const Use& use : node.output(0)->uses()) {
+      if (use.user == nullptr || use.operand != 1 || stands_in_for(*use.user).def == nullptr ||
+          use.user->op_type() != "Div") {
+        return nullptr;
+      }
+    }
+    return node.output(0)->uses().front().user;
   }
 
   // For an Add of a low MatMul's product and a bias, the MatMul; else null. The exporters write

@@ -25,18 +25,25 @@ testing::ModelBuilder after_matmul(int64_t opset = 17) {
   return m;
 }
 
-// The model's outputs at fp16 on x = [[300, 400]].
-std::vector<Tensor> run_at_fp16(const testing::ModelBuilder& m) {
+// The model imported and compiled at fp16 (O1), or null.
+std::unique_ptr<Graph> compile_at_fp16(const testing::ModelBuilder& m) {
   std::unique_ptr<Graph> graph = testing::import_ok(m);
-  if (graph == nullptr) return {};
+  if (graph == nullptr) return nullptr;
   CompileOptions options;
   options.mixed_precision = MixedPrecisionOptions{};
   options.mixed_precision->policy.low_source = "test";
   Diagnostics diagnostics;
   const absl::Status compiled = compile_graph(*graph, options, diagnostics);
   EXPECT_TRUE(compiled.ok()) << compiled;
+  return compiled.ok() ? std::move(graph) : nullptr;
+}
+
+// The model's outputs at fp16 on x (by default [[300, 400]]).
+std::vector<Tensor> run_at_fp16(const testing::ModelBuilder& m, std::vector<float> x = {300, 400}) {
+  std::unique_ptr<Graph> graph = compile_at_fp16(m);
+  if (graph == nullptr) return {};
   EXPECT_EQ(testing::first_node(*graph, "MatMul")->precision().compute, DType::kF16);
-  return testing::run_graph(*graph, {Tensor::from_f32({1, 2}, {300, 400})});
+  return testing::run_graph(*graph, {Tensor::from_f32({1, 2}, std::move(x))});
 }
 
 TEST(Fp16Squares, TheL2NormOfAnF16ValueIsExact) {
@@ -90,6 +97,50 @@ TEST(Fp16Squares, RmsNormalizationComputesItsStatisticsInF32) {
   const double rms = std::sqrt(125000.0);
   EXPECT_NEAR(out[0].element_as_double(0), 300 / rms, std::ldexp(300 / rms, -10));
   EXPECT_NEAR(out[0].element_as_double(1), 400 / rms, std::ldexp(400 / rms, -10));
+}
+
+// A constant divided by an f16 value (how the TorchScript exporter writes the divisions it
+// does not write as Reciprocal) is the reciprocal PyTorch's autocast computes in fp32: 1 / x
+// overflows f16 for x below 2^-16.
+TEST(Fp16Reciprocals, AConstantDividedByAnF16ValueIsExact) {
+  testing::ModelBuilder m = after_matmul();
+  testing::add_float_attr(m.node("Constant", {}, {"one"}, "one"), "value_float", 1.0f);
+  m.node("Div", {"one", "h"}, {"y"}, "reciprocal");
+  m.output("y");
+  const std::vector<Tensor> out = run_at_fp16(m, {std::ldexp(1.0f, -20), std::ldexp(1.0f, -18)});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].element_as_double(0), std::ldexp(1.0, 20));  // f16 would give inf
+  EXPECT_EQ(out[0].element_as_double(1), std::ldexp(1.0, 18));
+}
+
+// torch.rsqrt as the TorchScript exporter writes it, Div(1, Sqrt(h)), is fp32 from the f16 input
+// on, root included, as PyTorch's rsqrt under autocast: the IEEE f32 results of 1 / sqrt(300)
+// and 1 / sqrt(400), where an f16 root (17.328125 for 17.320508) would move the first by 4e-4.
+TEST(Fp16Reciprocals, RsqrtAsTorchScriptWritesItIsF32) {
+  testing::ModelBuilder m = after_matmul();
+  testing::add_float_attr(m.node("Constant", {}, {"one"}, "one"), "value_float", 1.0f);
+  m.node("Sqrt", {"h"}, {"root"}, "root");
+  m.node("Div", {"one", "root"}, {"y"}, "rsqrt");
+  m.output("y");
+  const std::vector<Tensor> out = run_at_fp16(m);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].element_as_double(0), 1.0f / std::sqrt(300.0f));
+  EXPECT_EQ(out[0].element_as_double(1), 0.05f);
+}
+
+// A root read by anything but such a division follows its input, as PyTorch's sqrt does.
+TEST(Fp16Reciprocals, ARootReadOtherwiseFollowsItsInput) {
+  testing::ModelBuilder m = after_matmul();
+  testing::add_float_attr(m.node("Constant", {}, {"one"}, "one"), "value_float", 1.0f);
+  m.node("Sqrt", {"h"}, {"root"}, "root");
+  m.node("Div", {"one", "root"}, {"y"}, "rsqrt");
+  m.node("Add", {"root", "root"}, {"z"}, "twice");
+  m.output("y");
+  m.output("z");
+  std::unique_ptr<Graph> graph = compile_at_fp16(m);
+  ASSERT_NE(graph, nullptr);
+  EXPECT_EQ(testing::first_node(*graph, "Sqrt")->precision().compute, DType::kF16);
+  EXPECT_EQ(testing::first_node(*graph, "Div")->precision().compute, DType::kF32);
 }
 
 }  // namespace
