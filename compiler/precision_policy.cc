@@ -54,16 +54,16 @@ std::string_view precision_name(DType low) {
   }
 }
 
-absl::StatusOr<DType> parse_precision(std::string_view name) {
+absl::StatusOr<DType> parse_precision(std::string_view name, std::string_view flag) {
   if (name == "fp32") return DType::kF32;
   if (name == "fp16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
   if (name.starts_with("fp8")) {
     return absl::UnimplementedError(
-        str_cat("--precision ", name, ": fp8 training is not supported yet (fp32, fp16, bf16)"));
+        str_cat(flag, " ", name, ": fp8 training is not supported yet (fp32, fp16, bf16)"));
   }
   return absl::InvalidArgumentError(
-      str_cat("unknown --precision '", name, "' (fp32, fp16 or bf16)"));
+      str_cat("unknown ", flag, " '", name, "' (fp32, fp16 or bf16)"));
 }
 
 absl::StatusOr<OptLevel> parse_opt_level(std::string_view name) {

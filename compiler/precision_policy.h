@@ -50,8 +50,8 @@ struct PrecisionPolicy {
   std::vector<NodePin> fp32_nodes;
 };
 
-// "fp32", "fp16", "bf16" (fp8 is an error saying it is not supported yet).
-absl::StatusOr<DType> parse_precision(std::string_view name);
+// "fp32", "fp16", "bf16" (fp8 is an error saying it is not supported yet); errors name `flag`.
+absl::StatusOr<DType> parse_precision(std::string_view name, std::string_view flag = "--precision");
 // The --precision name of `low` (fp32, fp16, bf16).
 std::string_view precision_name(DType low);
 // "O0" .. "O3".

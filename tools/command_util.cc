@@ -18,7 +18,7 @@ absl::StatusOr<CompileOptions> quick_training_options(std::string_view precision
                                                       std::string_view flag) {
   CompileOptions options;
   options.training = TrainingOptions{};
-  AMPC_ASSIGN_OR_RETURN(const DType low, parse_precision(precision));
+  AMPC_ASSIGN_OR_RETURN(const DType low, parse_precision(precision, flag));
   if (low != DType::kF32) {
     options.mixed_precision = MixedPrecisionOptions{};
     options.mixed_precision->policy.low = low;

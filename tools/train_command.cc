@@ -57,16 +57,22 @@ class Progress {
   Progress(bool bar, int64_t first_step, int64_t total)
       : bar_(bar), first_step_(first_step), total_(total), start_(Clock::now()) {}
 
-  void update(const runtime::StepStats& stats) {
+  // `stats` of one step; `done` the steps run so far, which may be past it: the figures of the
+  // steps between two reads come together, and the rate counts every step run by now.
+  void update(const runtime::StepStats& stats, int64_t done) {
     const auto now = Clock::now();
     const bool last = stats.step == total_;
     const int64_t every = std::max<int64_t>(1, total_ / 20);
     if (bar_ && !last && now - last_draw_ < std::chrono::milliseconds(100)) return;
     if (!bar_ && !last && stats.step % every != 0) return;
     last_draw_ = now;
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const double rate = elapsed > 0 ? static_cast<double>(stats.step - first_step_) / elapsed : 0;
-    const double eta = rate > 0 ? static_cast<double>(total_ - stats.step) / rate : NAN;
+    if (done != rate_done_) {  // the steps read together share one rate
+      rate_done_ = done;
+      const double elapsed = std::chrono::duration<double>(now - start_).count();
+      rate_ = elapsed > 0 ? static_cast<double>(done - first_step_) / elapsed : 0;
+    }
+    const double rate = rate_;
+    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : NAN;
     std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {:.3g}  lr {:.3g}",
                                       stats.step, total_, stats.loss, stats.grad_norm, stats.lr);
     if (!std::isnan(stats.loss_scale)) {
@@ -94,6 +100,8 @@ class Progress {
   int64_t total_;
   Clock::time_point start_;
   Clock::time_point last_draw_{};
+  int64_t rate_done_ = -1;  // the steps done when rate_ was measured
+  double rate_ = 0;
 };
 
 // The flags given that do nothing with the others: an error naming them and why.
@@ -216,6 +224,15 @@ int train(const TrainFlags& flags) {
       ranks > 1 ? global_batch_inputs(session.batch_inputs(), ranks) : session.batch_inputs();
   if (!data_inputs.ok()) return report_error(data_inputs.status());
   absl::StatusOr<runtime::BatchData> data = runtime::BatchData::load(flags.data, *data_inputs);
+  if (!data.ok() && ranks > 1) {
+    const std::vector<runtime::TensorInfo> model_inputs = session.batch_inputs();
+    const int64_t rows = model_inputs.empty() ? 0 : model_inputs.front().type.shape.at(0);
+    return report_error(absl::Status(
+        data.status().code(),
+        str_cat(data.status().message(), " (with ", ranks,
+                " ranks, each batch of --data is a global batch of ", ranks, " x the model's ",
+                rows, " rows, and rank r takes rows ", rows, "r to ", rows, "r+", rows - 1, ")")));
+  }
   if (!data.ok()) return report_error(data.status());
   // Read now, so a bad file fails before any step runs; evaluated after the last.
   std::optional<runtime::BatchData> eval_data;
@@ -330,7 +347,7 @@ int train(const TrainFlags& flags) {
                           : " (the last checkpoint is kept)")));
         }
       }
-      if (show) progress.update(stats);
+      if (show) progress.update(stats, taken->back().step);
       // A diverged step ends training before anything saves the weights it (or a step after
       // it, queued before its figures were read) made.
       skipped_in_a_row = stats.found_inf ? skipped_in_a_row + 1 : 0;

@@ -163,6 +163,17 @@ TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
   EXPECT_THAT(r.err, HasSubstr("--local-batch-norm applies to data-parallel training only"));
 }
 
+// The model's own batches are not global batches: the error says what --data must hold with
+// N ranks and which rows each rank takes.
+TEST_F(DataParallelCliTest, DataOfTheModelsBatchesExplainsTheGlobalBatch) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.05");
+  CliResult r = train(trained, "--nproc 3 --data " + data("mlp.train.npz") + " --steps 1");
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("must be f32[N,24,64]"));
+  EXPECT_THAT(r.err, HasSubstr("with 3 ranks, each batch of --data is a global batch of 3 x the "
+                               "model's 8 rows, and rank r takes rows 8r to 8r+7"));
+}
+
 // --comm picks the communicator: nccl moves GPU memory, so it needs --device cuda (refused before
 // any rank starts), and like the other data-parallel flags it is an error with one rank.
 TEST_F(DataParallelCliTest, CommNcclNeedsCudaAndCommNeedsSeveralRanks) {

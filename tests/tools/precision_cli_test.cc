@@ -220,7 +220,7 @@ TEST_F(PrecisionCliTest, CompareTrainsEachPrecisionAndPrintsOneTable) {
                         testing::source_path("models/mlp.train.npz") +
                         " --steps 2 --precisions fp32,fp8");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("not supported yet"));
+  EXPECT_THAT(r.err, HasSubstr("--precisions fp8: fp8 training is not supported yet"));
   // Every precision is checked before the first is trained.
   EXPECT_THAT(r.err, Not(HasSubstr("trained fp32")));
 
