@@ -210,7 +210,11 @@ class Walker {
   // folded into its transpose, a lookup of a position table): training it trains another model
   // than PyTorch's, worth a warning.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
-    if (!options_.trainable.empty() || !file_declares_parameters()) return;
+    if (!options_.trainable.empty()) return;
+    if (!file_declares_parameters()) {
+      warn_folded(trainable);
+      return;
+    }
     std::vector<std::string> undeclared;
     for (const Value* value : trainable) {
       if (value->initializer() != nullptr && value->declared() == Value::Declared::kUnknown) {
@@ -224,6 +228,32 @@ class Walker {
         "signature): the exporter's optimizer made them from parameters or buffers, folding a "
         "transpose or a lookup, so this trains another model than PyTorch's; export with "
         "torch.onnx.export(..., optimize=False), or name what trains with --trainable"));
+  }
+
+  // Where the file declares nothing, an initializer the TorchScript exporter computed by constant
+  // folding (do_constant_folding=True, its default) is named onnx::<reader>_<n>; one that trains
+  // was computed from parameters. A Linear's weight read transposed is common and harmless (the
+  // file has no other copy, or tie-folded-weights ties the two), but an arithmetic fold (RWKV's
+  // 1 - p) trains as a parameter of its own, another model than PyTorch's: worth a warning.
+  void warn_folded(const std::vector<Value*>& trainable) const {
+    std::vector<std::string> folded;
+    for (const Value* value : trainable) {
+      if (value->initializer() == nullptr || !value->name().starts_with("onnx::")) continue;
+      const bool a_weight =
+          std::all_of(value->uses().begin(), value->uses().end(), [](const Use& use) {
+            return use.user->domain().empty() && use.operand == 1 &&
+                   (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
+          });
+      if (!a_weight) folded.push_back(value->name());
+    }
+    if (folded.empty()) return;
+    context_.warn(str_cat(
+        "initializers ", str_join(folded, ", "),
+        " train as parameters, but the TorchScript exporter computed them from the model's "
+        "parameters (its do_constant_folding=True): a reshape of one that the file holds nowhere "
+        "else trains as PyTorch's, but an expression (1 - p, p / 2) or a second copy trains "
+        "another model; export with torch.onnx.export(..., do_constant_folding=False), or name "
+        "what trains with --trainable"));
   }
 
   // Those of the initializers `names` the loss depends on.

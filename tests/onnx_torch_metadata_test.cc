@@ -215,6 +215,38 @@ TEST(TorchGraphSignature, AnUndeclaredInitializerThatTrainsIsNamedInAWarning) {
   }
 }
 
+// A TorchScript file (no signature) where the exporter's constant folding computed onnx::Mul_5
+// = 1 - p and the transposed weight onnx::MatMul_6: the first is named in a warning (it trains
+// apart from p, which PyTorch trains through both), the transposed weight is not (the file holds
+// no other copy of it); --trainable silences it.
+TEST(TorchScriptFolds, AFoldedInitializerThatTrainsIsNamedInAWarning) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"1", "3"});
+  b.initializer_f32("p", {3}, {0.25f, 0.5f, 0.75f});
+  b.initializer_f32("onnx::Mul_5", {3}, {0.75f, 0.5f, 0.25f});
+  b.initializer_f32("onnx::MatMul_6", {3, 3}, {1, 0, 0, 0, 1, 0, 0, 0, 1});
+  b.node("MatMul", {"x", "onnx::MatMul_6"}, {"h"}, "linear");
+  b.node("Mul", {"h", "p"}, {"kept"}, "keep");
+  b.node("Mul", {"h", "onnx::Mul_5"}, {"rest"}, "rest");
+  b.node("Add", {"kept", "rest"}, {"mixed"}, "mix");
+  add_int_attr(b.node("ReduceSum", {"mixed"}, {"loss"}, "sum"), "keepdims", 0);
+  b.output("loss");
+  for (const std::string trainable : {"", "^p$"}) {
+    SCOPED_TRACE(trainable.empty() ? "default" : "--trainable " + trainable);
+    std::unique_ptr<Graph> graph = import_ok(b.bytes());
+    ASSERT_NE(graph, nullptr);
+    Diagnostics diagnostics;
+    ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, trainable), diagnostics).ok());
+    const std::string warnings = str_join(diagnostics.warnings(), "\n");
+    EXPECT_EQ(absl::StrContains(warnings,
+                                "initializers onnx::Mul_5 train as parameters, but the "
+                                "TorchScript exporter computed them"),
+              trainable.empty())
+        << warnings;
+    EXPECT_FALSE(absl::StrContains(warnings, "onnx::MatMul_6")) << warnings;
+  }
+}
+
 // ---- padding_idx ---------------------------------------------------------------------------
 
 // The embedding model with the Gather's FX node calling aten.embedding with `args`, imported.
