@@ -205,55 +205,44 @@ class Walker {
                        [](const Value* v) { return v->declared() != Value::Declared::kUnknown; });
   }
 
-  // Where the file declares its parameters (PyTorch's graph signature), a trained initializer it
-  // does not declare was made by the exporter's optimizer from parameters or buffers (a weight
-  // folded into its transpose, a lookup of a position table): training it trains another model
-  // than PyTorch's, worth a warning.
+  // A trained initializer the exporter computed from parameters trains apart from them, another
+  // model than PyTorch's, worth a warning naming it:
+  //  - where the file declares its parameters (PyTorch's graph signature), one it does not
+  //    declare was made by the exporter's optimizer (a weight folded into its transpose, a
+  //    lookup of a position table);
+  //  - where it declares nothing, the TorchScript exporter's constant folding (its default
+  //    do_constant_folding=True) names what it computed onnx::<reader>_<n>. A Linear's weight
+  //    read transposed by a MatMul or Gemm is common and harmless (the file has no other copy,
+  //    or tie-folded-weights ties the two); an arithmetic fold (RWKV's 1 - p) is not.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty()) return;
-    if (!file_declares_parameters()) {
-      warn_folded(trainable);
-      return;
-    }
-    std::vector<std::string> undeclared;
+    const bool declares = file_declares_parameters();
+    const auto a_weight = [](const Value* value) {
+      return std::all_of(value->uses().begin(), value->uses().end(), [](const Use& use) {
+        return use.user->domain().empty() && use.operand == 1 &&
+               (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
+      });
+    };
+    std::vector<std::string> made;
     for (const Value* value : trainable) {
-      if (value->initializer() != nullptr && value->declared() == Value::Declared::kUnknown) {
-        undeclared.push_back(value->name());
+      if (value->initializer() == nullptr) continue;
+      if (declares ? value->declared() == Value::Declared::kUnknown
+                   : value->name().starts_with("onnx::") && !a_weight(value)) {
+        made.push_back(value->name());
       }
     }
-    if (undeclared.empty()) return;
+    if (made.empty()) return;
     context_.warn(str_cat(
-        "initializers ", str_join(undeclared, ", "),
-        " train as parameters, but the exported program does not declare them (PyTorch's graph "
-        "signature): the exporter's optimizer made them from parameters or buffers, folding a "
-        "transpose or a lookup, so this trains another model than PyTorch's; export with "
-        "torch.onnx.export(..., optimize=False), or name what trains with --trainable"));
-  }
-
-  // Where the file declares nothing, an initializer the TorchScript exporter computed by constant
-  // folding (do_constant_folding=True, its default) is named onnx::<reader>_<n>; one that trains
-  // was computed from parameters. A Linear's weight read transposed is common and harmless (the
-  // file has no other copy, or tie-folded-weights ties the two), but an arithmetic fold (RWKV's
-  // 1 - p) trains as a parameter of its own, another model than PyTorch's: worth a warning.
-  void warn_folded(const std::vector<Value*>& trainable) const {
-    std::vector<std::string> folded;
-    for (const Value* value : trainable) {
-      if (value->initializer() == nullptr || !value->name().starts_with("onnx::")) continue;
-      const bool a_weight =
-          std::all_of(value->uses().begin(), value->uses().end(), [](const Use& use) {
-            return use.user->domain().empty() && use.operand == 1 &&
-                   (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
-          });
-      if (!a_weight) folded.push_back(value->name());
-    }
-    if (folded.empty()) return;
-    context_.warn(str_cat(
-        "initializers ", str_join(folded, ", "),
-        " train as parameters, but the TorchScript exporter computed them from the model's "
-        "parameters (its do_constant_folding=True): a reshape of one that the file holds nowhere "
-        "else trains as PyTorch's, but an expression (1 - p, p / 2) or a second copy trains "
-        "another model; export with torch.onnx.export(..., do_constant_folding=False), or name "
-        "what trains with --trainable"));
+        "initializers ", str_join(made, ", "), " train as parameters, but ",
+        declares ? "the exported program does not declare them (PyTorch's graph signature): the "
+                   "exporter's optimizer made them from parameters or buffers, folding a "
+                   "transpose or a lookup, so this trains another model than PyTorch's; export "
+                   "with torch.onnx.export(..., optimize=False)"
+                 : "the TorchScript exporter computed them from the model's parameters (its "
+                   "do_constant_folding=True): a reshape of one that the file holds nowhere else "
+                   "trains as PyTorch's, but an expression (1 - p, p / 2) or a second copy trains "
+                   "another model; export with torch.onnx.export(..., do_constant_folding=False)",
+        ", or name what trains with --trainable"));
   }
 
   // Those of the initializers `names` the loss depends on.
