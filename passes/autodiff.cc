@@ -95,6 +95,7 @@ class Walker {
       }
     }
     warn_undeclared(trainable);
+    warn_lost_padding(trainable);
     if (trainable.empty()) return false;
 
     add_contribution(loss, seed(loss));
@@ -243,6 +244,48 @@ class Walker {
                    "trains as PyTorch's, but an expression (1 - p, p / 2) or a second copy trains "
                    "another model; export with torch.onnx.export(..., do_constant_folding=False)",
         ", or name what trains with --trainable"));
+  }
+
+  // nn.Embedding(padding_idx=r) starts row r at zeros and never moves it; a TorchScript file
+  // cannot say so (dynamo's metadata does: Gather's padding_idx), and the row trains. A trained
+  // table such a file gathers rows of, with one or two all-zero rows (MPNet pads two tables), is
+  // named in a warning.
+  void warn_lost_padding(const std::vector<Value*>& trainable) const {
+    if (!options_.trainable.empty() || file_declares_parameters()) return;
+    std::vector<std::string> tables;
+    for (const Value* table : trainable) {
+      const Tensor* data = table->initializer();
+      if (data == nullptr || !data->has_data() || table->type().shape.size() != 2 ||
+          table->type().shape[0] < 3) {
+        continue;
+      }
+      const bool gathered =
+          std::any_of(table->uses().begin(), table->uses().end(), [](const Use& use) {
+            return use.user->domain().empty() && use.user->op_type() == "Gather" &&
+                   use.operand == 0 && use.user->find_attr("padding_idx") == nullptr &&
+                   (use.user->find_attr("axis") == nullptr || use.user->int_attr("axis") == 0);
+          });
+      if (!gathered) continue;
+      const int64_t rows = table->type().shape[0];
+      const int64_t width = table->type().shape[1];
+      std::vector<int64_t> zero_rows;
+      for (int64_t r = 0; r < rows && zero_rows.size() <= 2; ++r) {
+        bool zero = true;
+        for (int64_t c = 0; c < width && zero; ++c)
+          zero = data->element_as_double(r * width + c) == 0;
+        if (zero) zero_rows.push_back(r);
+      }
+      if (!zero_rows.empty() && zero_rows.size() <= 2) {
+        tables.push_back(str_cat(table->name(), " (row ", str_join(zero_rows, ", "), ")"));
+      }
+    }
+    if (tables.empty()) return;
+    context_.warn(str_cat(
+        "embedding tables ", str_join(tables, ", "),
+        " hold all-zero rows, as nn.Embedding(padding_idx=...) starts its padding row, which "
+        "PyTorch never trains; a TorchScript export does not carry padding_idx, so here those rows "
+        "train when a batch holds their index: export with torch.onnx.export(..., dynamo=True), "
+        "which keeps it"));
   }
 
   // Those of the initializers `names` the loss depends on.

@@ -334,6 +334,31 @@ TEST(TorchEmbedding, ThePaddingRowIsNotTrained) {
   });
 }
 
+// A TorchScript file (no signature, no padding_idx) whose trained table has an all-zero row, as
+// nn.Embedding(padding_idx=1) starts it: a warning names the table and the row, and says the row
+// trains here; without the zero row, or with --trainable, nothing is said.
+TEST(TorchEmbedding, AZeroRowOfATorchScriptTableIsNamedInAWarning) {
+  for (const bool zero_row : {true, false}) {
+    for (const std::string trainable : {"", "^w$"}) {
+      SCOPED_TRACE(
+          str_cat(zero_row ? "zero row" : "no zero row", " --trainable '", trainable, "'"));
+      Model m = embedding_model(/*signature=*/false);
+      if (zero_row) {  // w's row 1, 4 5 6, becomes 0 0 0
+        std::string& raw = *m.builder.graph().mutable_initializer(0)->mutable_raw_data();
+        std::fill(raw.begin() + 3 * sizeof(float), raw.begin() + 6 * sizeof(float), '\0');
+      }
+      std::unique_ptr<Graph> graph = import_ok(m.builder.bytes());
+      ASSERT_NE(graph, nullptr);
+      Diagnostics diagnostics;
+      ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, trainable), diagnostics).ok());
+      const std::string warnings = str_join(diagnostics.warnings(), "\n");
+      EXPECT_EQ(absl::StrContains(warnings, "embedding tables w (row 1) hold all-zero rows"),
+                zero_row && trainable.empty())
+          << warnings;
+    }
+  }
+}
+
 TEST(TorchEmbedding, PaddingIdxTravelsInTheNodesMetadataNotItsAttributes) {
   std::unique_ptr<Graph> graph = import_embedding("%p_w, %ids, 1");
   ASSERT_NE(graph, nullptr);
