@@ -25,38 +25,12 @@
 #include <numeric>
 #include <set>
 
-#include "compiler/onnx_lowering_internal.h"
-#include "compiler/onnx_ragged.h"
+#include "compiler/onnx_masked_rows_internal.h"
 
 namespace ampc::onnx_io {
-namespace {
+namespace masked_rows_internal {
 
-using lowering::Emitter;
 using lowering::has_input;
-using lowering::tensor_input;
-using ragged_internal::one_of;
-using ragged_internal::reduction_identity;
-using Form = MaskIndices::Form;
-
-// Ops that apply to each element alone (input 0; any other input is a parameter constant along
-// the rows, such as Clip's bounds or PRelu's slope).
-constexpr std::string_view kUnaryOps[] = {
-    "Abs",         "Neg",       "Exp",   "Log",   "Sqrt",     "Reciprocal",
-    "Relu",        "Sigmoid",   "Tanh",  "Erf",   "Softplus", "Softsign",
-    "Sin",         "Cos",       "Floor", "Ceil",  "Round",    "Sign",
-    "Not",         "IsNaN",     "IsInf", "Cast",  "CastLike", "Identity",
-    "LeakyRelu",   "Elu",       "Selu",  "Celu",  "Gelu",     "Mish",
-    "HardSigmoid", "HardSwish", "Clip",  "PRelu", "Dropout",  "ThresholdedRelu"};
-// Element-wise ops of several operands, broadcast.
-constexpr std::string_view kBroadcastOps[] = {
-    "Add", "Sub", "Mul",  "Div",         "Pow",           "Max",  "Min",
-    "Mod", "Sum", "Mean", "Where",       "Equal",         "Less", "Greater",
-    "And", "Or",  "Xor",  "LessOrEqual", "GreaterOrEqual"};
-constexpr std::string_view kMaskedReductions[] = {"ReduceSum", "ReduceMean", "ReduceMax",
-                                                  "ReduceMin"};
-constexpr std::string_view kAxisOps[] = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization"};
-constexpr std::string_view kSingleOperandIdentities[] = {"Max", "Min", "Sum", "Mean"};
-constexpr std::string_view kLosses[] = {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"};
 
 std::string selection_why(const std::string& name, const RaggedSlice& rows) {
   return str_cat("rows of ", rows.selected,
@@ -73,10 +47,7 @@ std::string indices_why(const std::string& name, const MaskIndices& indices) {
                  name, "' is read otherwise");
 }
 
-// Whether masks `a` and `b` hold the same elements: the same value, equal known values, or the
-// outputs of nodes of one op with the same attributes over such values (the dynamo exporter
-// writes `y > 0` anew for each `x[y > 0]`).
-bool same_mask(const Value* a, const Value* b, ImportSink& sink, int depth = 8) {
+bool same_mask(const Value* a, const Value* b, ImportSink& sink, int depth) {
   if (a == b) return true;
   if (a == nullptr || b == nullptr || a->type() != b->type() || depth == 0) return false;
   const Tensor* known_a = sink.known_value(a);
@@ -125,7 +96,6 @@ absl::Status unsupported(const std::string& label, const std::string& why) {
   return absl::UnimplementedError(str_cat(label, " reads ", why));
 }
 
-// The known integers of input `i`, or nullopt.
 std::optional<std::vector<int64_t>> known_ints(const onnx::NodeProto& proto, int i,
                                                ImportSink& sink) {
   if (!has_input(proto, i)) return std::nullopt;
@@ -135,7 +105,6 @@ std::optional<std::vector<int64_t>> known_ints(const onnx::NodeProto& proto, int
   return known->to_i64_vector();
 }
 
-// An int attribute of `proto`, or `fallback`.
 int64_t int_attr(const onnx::NodeProto& proto, std::string_view name, int64_t fallback) {
   for (const onnx::AttributeProto& a : proto.attribute()) {
     if (a.name() == name && a.type() == onnx::AttributeProto::INT) return a.i();
@@ -143,7 +112,6 @@ int64_t int_attr(const onnx::NodeProto& proto, std::string_view name, int64_t fa
   return fallback;
 }
 
-// An ints attribute of `proto`, or nullopt.
 std::optional<std::vector<int64_t>> ints_attr(const onnx::NodeProto& proto, std::string_view name) {
   for (const onnx::AttributeProto& a : proto.attribute()) {
     if (a.name() == name && a.type() == onnx::AttributeProto::INTS) {
@@ -153,7 +121,6 @@ std::optional<std::vector<int64_t>> ints_attr(const onnx::NodeProto& proto, std:
   return std::nullopt;
 }
 
-// `axes` counted from 0 in rank `rank`, sorted; nullopt when one is out of range.
 std::optional<std::vector<int64_t>> normalized(std::vector<int64_t> axes, int64_t rank) {
   for (int64_t& a : axes) {
     if (a < -rank || a >= rank) return std::nullopt;
@@ -163,8 +130,6 @@ std::optional<std::vector<int64_t>> normalized(std::vector<int64_t> axes, int64_
   return axes;
 }
 
-// The axes `proto` (Squeeze, Unsqueeze, a reduction) names: an attribute before `since`, an
-// input after; nullopt when absent, an error when computed at run time.
 absl::StatusOr<std::optional<std::vector<int64_t>>> axes_of(const onnx::NodeProto& proto,
                                                             int64_t since, const std::string& label,
                                                             ImportSink& sink) {
@@ -176,49 +141,6 @@ absl::StatusOr<std::optional<std::vector<int64_t>>> axes_of(const onnx::NodeProt
   return axes;
 }
 
-// ---- NonZero and the forms of its indices ----
-
-// NonZero: the indices of a mask known at compile time as a constant; else the mask, whose
-// indices stay symbolic until they select rows.
-
-absl::Status lower_nonzero(const onnx::NodeProto& proto, const std::string& label,
-                           ImportSink& sink) {
-  AMPC_ASSIGN_OR_RETURN(Value * mask, tensor_input(proto, 0, label, sink));
-  const Tensor* known = sink.known_value(mask);
-  if (known != nullptr && known->has_data()) {
-    // A mask known at compile time (old opsets' arange: NonZero of ConstantOfShape) has
-    // indices known too: [rank, count], row-major order.
-    const Shape& shape = mask->shape();
-    std::vector<int64_t> coordinates(shape.size());
-    std::vector<std::vector<int64_t>> per_axis(shape.size());
-    for (int64_t i = 0; i < known->num_elements(); ++i) {
-      if (known->element_as_double(i) != 0) {
-        for (size_t d = 0; d < shape.size(); ++d) per_axis[d].push_back(coordinates[d]);
-      }
-      for (size_t d = shape.size(); d-- > 0;) {
-        if (++coordinates[d] < shape[d]) break;
-        coordinates[d] = 0;
-      }
-    }
-    std::vector<int64_t> flat;
-    for (const std::vector<int64_t>& axis : per_axis)
-      flat.insert(flat.end(), axis.begin(), axis.end());
-    const auto count = static_cast<int64_t>(per_axis.empty() ? 0 : per_axis[0].size());
-    Emitter e(proto, label, sink);
-    return e
-        .op("Constant", {},
-            {{"value",
-              AttrValue(Tensor::from_i64({static_cast<int64_t>(shape.size()), count}, flat))}},
-            proto.output(0))
-        .status();
-  }
-  if (mask->shape().empty()) {
-    return absl::UnimplementedError(str_cat(label, ": NonZero of a scalar"));
-  }
-  return define_indices(proto.output(0), MaskIndices{mask, Form::kNonZero}, sink);
-}
-
-// The mask as one bool per row: [rows], made once per mask.
 absl::StatusOr<Value*> flat_mask(Emitter& e, Value* mask, ImportSink& sink) {
   Value*& flat = sink.ragged().made("MaskRows", {mask}, "");
   if (flat == nullptr) {
@@ -230,107 +152,36 @@ absl::StatusOr<Value*> flat_mask(Emitter& e, Value* mask, ImportSink& sink) {
   return flat;
 }
 
-// The mask shaped to broadcast along the rows of a value of rank `rank`: [rows, 1, ..., 1].
-absl::StatusOr<Value*> row_mask(Emitter& e, const RaggedSlice& rows, size_t rank) {
+absl::StatusOr<Value*> row_mask(Emitter& e, Value* mask, size_t rank) {
+  if (rank == 1) return mask;
   Shape shape(rank, 1);
-  shape[0] = rows.mask->shape()[0];
-  if (rank == 1) return rows.mask;
-  return e.reshape(rows.mask, shape);
+  shape[0] = mask->shape()[0];
+  return e.reshape(mask, shape);
 }
 
-// `data`'s rows where `indices`' mask is true: its leading mask dimensions flattened into rows.
-absl::Status select_rows(const onnx::NodeProto& proto, const std::string& label, Value* data,
-                         const MaskIndices& indices, ImportSink& sink) {
-  const Shape& mask_shape = indices.mask->shape();
-  const Shape& shape = data->shape();
-  if (shape.size() < mask_shape.size() ||
-      !std::equal(mask_shape.begin(), mask_shape.end(), shape.begin())) {
-    return invalid(str_cat(label, ": the mask '", indices.mask->name(), "' has shape ",
-                           shape_to_string(mask_shape), ", which does not lead data '",
-                           data->name(), "' of shape ", shape_to_string(shape)));
-  }
-  Emitter e(proto, label, sink);
-  AMPC_ASSIGN_OR_RETURN(Value * mask, flat_mask(e, indices.mask, sink));
-  Shape rows_shape{indices.mask->type().num_elements()};
-  rows_shape.insert(rows_shape.end(), shape.begin() + static_cast<int64_t>(mask_shape.size()),
-                    shape.end());
-  Value* source = data;
-  if (rows_shape != shape) {
-    AMPC_ASSIGN_OR_RETURN(source, e.reshape(data, rows_shape));
-  }
-  if (is_arithmetic_float(source->dtype())) {
-    AMPC_ASSIGN_OR_RETURN(Value * keep, row_mask(e, RaggedSlice{.mask = mask}, rows_shape.size()));
-    AMPC_ASSIGN_OR_RETURN(Value * zero, e.scalar(0, source->dtype()));
-    AMPC_ASSIGN_OR_RETURN(source, e.op("Where", {keep, source, zero}));
-  }
-  return define_rows(
-      proto.output(0),
-      RaggedSlice{.source = source,
-                  .mask = mask,
-                  .selected = str_cat("'", proto.input(0), "'['", indices.mask->name(), "']")},
-      sink);
-}
+namespace {
 
-// An op reading indices: the next form, or the rows they select.
-absl::Status lower_indices_op(const onnx::NodeProto& proto, const std::string& label,
-                              ImportSink& sink) {
-  const std::string& op = proto.op_type();
-  const std::string& out = proto.output(0);
-  if (op == "GatherND" || op == "Gather") {
-    const MaskIndices* at = indices_of(proto, 1, sink);
-    if (const MaskIndices* data = indices_of(proto, 0, sink)) {
-      return unsupported(label, indices_why(proto.input(0), *data));
-    }
-    if (const RaggedSlice* rows = rows_of(proto, 0, sink)) {  // rows picked from rows
-      return unsupported(label, selection_why(proto.input(0), *rows));
-    }
-    if (at == nullptr) return absl::InternalError(str_cat(label, " reads no mask's indices"));
-    const bool gather_nd =
-        op == "GatherND" && at->form == Form::kCoordinates && int_attr(proto, "batch_dims", 0) == 0;
-    const bool gather =
-        op == "Gather" && at->form == Form::kVector && int_attr(proto, "axis", 0) == 0;
-    if (!gather_nd && !gather) return unsupported(label, indices_why(proto.input(1), *at));
-    AMPC_ASSIGN_OR_RETURN(Value * data, tensor_input(proto, 0, label, sink));
-    return select_rows(proto, label, data, *at, sink);
-  }
-  const MaskIndices& in = *indices_of(proto, 0, sink);
-  const auto rank = static_cast<int64_t>(in.mask->shape().size());
-  const auto next = [&](Form form) {
-    return define_indices(out, MaskIndices{in.mask, form}, sink);
-  };
-  if (op == "Identity" || op == "Cast" ||
-      (one_of(op, kSingleOperandIdentities) && proto.input_size() == 1)) {
-    return next(in.form);
-  }
-  if (op == "Transpose" && in.form == Form::kNonZero &&
-      ints_attr(proto, "perm").value_or(std::vector<int64_t>{1, 0}) == std::vector<int64_t>{1, 0}) {
-    return next(Form::kCoordinates);
-  }
-  if (op == "Squeeze" && in.form == Form::kCoordinates && rank == 1) {
-    AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes,
-                          axes_of(proto, 13, label, sink));
-    if (axes && normalized(*axes, 2) == std::vector<int64_t>{1}) return next(Form::kVector);
-  }
-  if (op == "Unsqueeze" && in.form == Form::kVector) {
-    AMPC_ASSIGN_OR_RETURN(std::optional<std::vector<int64_t>> axes,
-                          axes_of(proto, 13, label, sink));
-    if (axes && normalized(*axes, 2) == std::vector<int64_t>{1}) return next(Form::kCoordinates);
-  }
-  if (op == "Concat" && in.form == Form::kCoordinates && proto.input_size() == 1) {
-    return next(Form::kCoordinates);
-  }
-  if (op == "Shape" && in.form == Form::kVector && int_attr(proto, "start", 0) == 0 &&
-      int_attr(proto, "end", 1) >= 1) {
-    return next(Form::kShape);
-  }
-  if (op == "Expand" && in.form == Form::kVector) {
-    const MaskIndices* shape = indices_of(proto, 1, sink);
-    if (shape != nullptr && same_mask(shape->mask, in.mask, sink) && shape->form == Form::kShape) {
-      return next(Form::kVector);
-    }
-  }
-  return unsupported(label, indices_why(proto.input(0), in));
-}
+using ragged_internal::one_of;
+using ragged_internal::reduction_identity;
+
+// Ops that apply to each element alone (input 0; any other input is a parameter constant along
+// the rows, such as Clip's bounds or PRelu's slope).
+constexpr std::string_view kUnaryOps[] = {
+    "Abs",         "Neg",       "Exp",   "Log",   "Sqrt",     "Reciprocal",
+    "Relu",        "Sigmoid",   "Tanh",  "Erf",   "Softplus", "Softsign",
+    "Sin",         "Cos",       "Floor", "Ceil",  "Round",    "Sign",
+    "Not",         "IsNaN",     "IsInf", "Cast",  "CastLike", "Identity",
+    "LeakyRelu",   "Elu",       "Selu",  "Celu",  "Gelu",     "Mish",
+    "HardSigmoid", "HardSwish", "Clip",  "PRelu", "Dropout",  "ThresholdedRelu"};
+// Element-wise ops of several operands, broadcast.
+constexpr std::string_view kBroadcastOps[] = {
+    "Add", "Sub", "Mul",  "Div",         "Pow",           "Max",  "Min",
+    "Mod", "Sum", "Mean", "Where",       "Equal",         "Less", "Greater",
+    "And", "Or",  "Xor",  "LessOrEqual", "GreaterOrEqual"};
+constexpr std::string_view kMaskedReductions[] = {"ReduceSum", "ReduceMean", "ReduceMax",
+                                                  "ReduceMin"};
+constexpr std::string_view kAxisOps[] = {"Softmax", "LogSoftmax", "Hardmax", "LayerNormalization"};
+constexpr std::string_view kLosses[] = {"SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss"};
 
 // ---- What reads selected rows ----
 
@@ -512,7 +363,7 @@ absl::Status lower_reduction(const onnx::NodeProto& proto, const std::string& la
                                             dtype_name(source->dtype())));
   }
   Emitter e(proto, label, sink);
-  AMPC_ASSIGN_OR_RETURN(Value * keep, row_mask(e, rows, source->shape().size()));
+  AMPC_ASSIGN_OR_RETURN(Value * keep, row_mask(e, rows.mask, source->shape().size()));
   AMPC_ASSIGN_OR_RETURN(Value * identity, e.scalar(reduction_identity(op), source->dtype()));
   AMPC_ASSIGN_OR_RETURN(Value * masked, e.op("Where", {keep, source, identity}));
   const bool keepdims = int_attr(proto, "keepdims", 1) != 0;
@@ -574,7 +425,7 @@ absl::Status lower_loss(const onnx::NodeProto& proto, const std::string& label,
     }
   }
   Emitter e(proto, label, sink);
-  AMPC_ASSIGN_OR_RETURN(Value * keep, row_mask(e, *labels, labels->source->shape().size()));
+  AMPC_ASSIGN_OR_RETURN(Value * keep, row_mask(e, labels->mask, labels->source->shape().size()));
   AMPC_ASSIGN_OR_RETURN(Value * ignored,
                         e.scalar(static_cast<double>(ignore), labels->source->dtype()));
   AMPC_ASSIGN_OR_RETURN(Value * kept_labels, e.op("Where", {keep, labels->source, ignored}));
@@ -658,14 +509,14 @@ bool reads_rows(const onnx::NodeProto& proto, ImportSink& sink) {
   return false;
 }
 
-bool reads_indices(const onnx::NodeProto& proto, ImportSink& sink) {
-  for (int i = 0; i < proto.input_size(); ++i) {
-    if (indices_of(proto, i, sink) != nullptr) return true;
-  }
-  return false;
-}
-
 }  // namespace
+}  // namespace masked_rows_internal
+
+using masked_rows_internal::lower_indices_op;
+using masked_rows_internal::lower_nonzero;
+using masked_rows_internal::lower_rows_op;
+using masked_rows_internal::reads_indices;
+using masked_rows_internal::reads_rows;
 
 bool reads_or_makes_masked_rows(const onnx::NodeProto& proto, ImportSink& sink) {
   if (proto.output_size() < 1 || proto.output(0).empty()) return false;
