@@ -6,7 +6,9 @@
 //   rank's backward computes the gradient of its shard's share of the whole batch's mean loss:
 //   for a power-of-two number of ranks every backward value is then exactly the one the whole
 //   batch gives for the same rows (a scaling by 2^-k), so low-precision overflows happen where
-//   they would on one rank. The gradients the step's optimizer reads (the operands of
+//   they would on one rank (but for each rank's share of an f16 gradient, rounded before the
+//   sum: a share can overflow where the whole batch's sum does not; docs/distributed.md).
+//   The gradients the step's optimizer reads (the operands of
 //   ampc.UnscaleGradients with loss scaling, else those of ampc.GlobalNorm, which the optimizer
 //   pass always adds), taken in the order the backward produces them, are cut into buckets of
 //   about `bucket_bytes` (as f32); each bucket becomes one ampc.AllReduce node (the sum over the

@@ -2,22 +2,34 @@
 #include "tools/data_parallel.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
+#include <thread>
 
 #include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/comm/launch.h"
 
 extern char** environ;
+
+namespace {
+// A stop signal (SIGINT, SIGTERM, SIGHUP) the launcher received and has not passed on yet.
+std::atomic<int> launcher_signal{0};
+}  // namespace
+
+extern "C" void on_launcher_signal(int signal) { launcher_signal.store(signal); }
 
 namespace ampc {
 namespace {
@@ -76,6 +88,13 @@ int run_local_ranks(int nproc) {
   }
   const std::string store = *made;
   const std::vector<std::string> arguments = without_nproc(own_arguments());
+  // The ranks run in process groups of their own and end with the launcher, so a stop signal
+  // reaches them once, through the launcher, whether it came from the terminal (Ctrl-C) or was
+  // sent to the launcher alone (a scheduler, kill, a hang-up); each rank then stops after its
+  // step and saves its checkpoint, as one `ampc train` does.
+  const pid_t launcher = getpid();
+  constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  for (int signal : kStopSignals) std::signal(signal, on_launcher_signal);
   std::vector<pid_t> ranks(nproc, -1);
   for (int rank = 0; rank < nproc; ++rank) {
     const pid_t pid = fork();
@@ -88,6 +107,9 @@ int run_local_ranks(int nproc) {
       break;
     }
     if (pid == 0) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (getppid() != launcher) _exit(128 + SIGTERM);  // it ended before prctl
       setenv("RANK", std::to_string(rank).c_str(), 1);
       setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
       setenv("WORLD_SIZE", std::to_string(nproc).c_str(), 1);
@@ -103,28 +125,40 @@ int run_local_ranks(int nproc) {
     }
     ranks[rank] = pid;
   }
-  // Waits for every rank; after the first failure the others are asked to stop (SIGTERM), and
-  // each rank that failed on its own is named.
+  // Waits for every rank, passing stop signals on; after the first failure the others are asked
+  // to stop (SIGTERM), and each rank that failed on its own is named. Polled, so that a signal
+  // that arrives between two checks is not left waiting for a rank to end.
   int result = 0;
   int running = 0;
   for (pid_t pid : ranks) running += pid > 0 ? 1 : 0;
   if (running < nproc) result = 1;
   std::vector<bool> stopped(nproc, false);
+  int passed_on = 0;  // the last stop signal passed on to the ranks
   std::vector<std::string> failures;
   while (running > 0) {
-    int status = 0;
-    const pid_t done = waitpid(-1, &status, 0);
-    if (done < 0) {
-      if (errno == EINTR) continue;
-      break;
+    if (const int signal = launcher_signal.exchange(0); signal != 0) {
+      passed_on = signal;
+      if (result == 0) result = 128 + signal;
+      for (pid_t pid : ranks) {
+        if (pid > 0) kill(pid, signal);
+      }
     }
+    int status = 0;
+    const pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done == 0 || (done < 0 && errno == EINTR)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    if (done < 0) break;
     const auto it = std::find(ranks.begin(), ranks.end(), done);
     if (it == ranks.end()) continue;
     const int rank = static_cast<int>(it - ranks.begin());
     ranks[rank] = -1;
     --running;
     if (exit_code(status) == 0) continue;
-    if (!(stopped[rank] && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM)) {
+    const bool asked = (stopped[rank] && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) ||
+                       (passed_on != 0 && exit_code(status) == 128 + passed_on);
+    if (!asked) {
       failures.push_back(str_cat("rank ", rank, " of ", nproc, " ", describe_exit(status)));
     }
     if (result != 0) continue;
@@ -136,6 +170,7 @@ int run_local_ranks(int nproc) {
       }
     }
   }
+  for (int signal : kStopSignals) std::signal(signal, SIG_DFL);
   for (const std::string& failure : failures) std::cerr << "ampc: error: " << failure << "\n";
   std::error_code ignored;
   std::filesystem::remove_all(store, ignored);

@@ -20,7 +20,8 @@ namespace ampc {
 // ranks 0 .. nproc-1 of one group meeting in a fresh temporary directory, and waits for them. A
 // rank that fails makes the launcher stop the others (SIGTERM): the exit code is 0 when every
 // rank succeeded, else the first failed rank's, after a message naming each rank that failed on
-// its own.
+// its own. A stop signal (SIGINT, SIGTERM, SIGHUP) to the launcher is passed on to every rank,
+// which saves its checkpoint and stops; the ranks end with the launcher (SIGTERM).
 int run_local_ranks(int nproc);
 
 // This process's rank, when a launcher's environment names one (runtime/comm/launch.h).

@@ -277,7 +277,7 @@ int train(const TrainFlags& flags) {
       !status.ok()) {
     return report_error(status);
   }
-  if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path);
+  if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path, writer);
       !status.ok()) {
     return report_error(status);
   }

@@ -36,7 +36,8 @@ absl::Status check_free_space(const std::filesystem::path& dir, int64_t bytes,
 }  // namespace
 
 absl::Status check_outputs(const runtime::TrainingSession& session,
-                           const std::string& checkpoint_dir, const std::string& export_path) {
+                           const std::string& checkpoint_dir, const std::string& export_path,
+                           bool writer) {
   std::error_code error;
   auto refuse_special = [&](const std::string& flag, const std::filesystem::path& path) {
     const std::filesystem::file_status status = std::filesystem::status(path, error);
@@ -74,7 +75,8 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
     }
     AMPC_RETURN_IF_ERROR(refuse_special("--checkpoint", dir / kCheckpointFile));
     const std::string stale_prefix = str_cat(".", kCheckpointFile, ".");
-    for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    for (const auto& entry : writer ? std::filesystem::directory_iterator(dir, error)
+                                    : std::filesystem::directory_iterator()) {
       const std::string name = entry.path().filename().string();
       if (name.starts_with(stale_prefix) && entry.is_regular_file()) {
         std::filesystem::remove(entry.path(), error);

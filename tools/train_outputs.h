@@ -16,10 +16,12 @@ inline constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
 
 // Where --checkpoint, --export and --log write, checked before the first step so that a typo
 // costs no training: the checkpoint folder exists or is made, takes a file, has room for the
-// checkpoint, and holds no stale temporaries of an interrupted save (removed); the export's
-// folder has room for the trained model; outputs that exist are regular files.
+// checkpoint, and holds no stale temporaries of an interrupted save (removed by the `writer`,
+// the rank that saves: another rank would remove the temporary of a save in progress); the
+// export's folder has room for the trained model; outputs that exist are regular files.
 absl::Status check_outputs(const runtime::TrainingSession& session,
-                           const std::string& checkpoint_dir, const std::string& export_path);
+                           const std::string& checkpoint_dir, const std::string& export_path,
+                           bool writer);
 
 // On --resume, the log keeps one record per step: records past the checkpoint's step (logged
 // before the run that wrote them was killed, and to be run again) are cut off.

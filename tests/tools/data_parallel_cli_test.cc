@@ -256,28 +256,11 @@ TEST_F(DataParallelCliTest, RanksStartedWithTorchrunsVariablesMeetThroughRankZer
   EXPECT_FALSE(fs::exists(path("rank1.jsonl")));
 }
 
-// A rank killed mid-run (checkpoints every 50 steps): the launcher exits non-zero within the
-// timeout naming it, and a resume from the last checkpoint up to K + 6 steps ends with the
-// checkpoint, byte for byte, of a run that was never killed.
-TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingItAndTheRunResumes) {
-  const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
-  const std::string global = global_batches(4);
-  const std::string err_file = path("err.txt");
-  const std::string killed_dir = path("killed");
-  const pid_t launcher = fork();
-  ASSERT_GE(launcher, 0);
-  if (launcher == 0) {
-    std::freopen(err_file.c_str(), "w", stderr);
-    execl(AMPC_BINARY, AMPC_BINARY, "train", ranks_model.c_str(), "--nproc", "2", "--data",
-          global.c_str(), "--steps", "100000000", "--progress", "none", "--comm-timeout", "30",
-          "--checkpoint", killed_dir.c_str(), "--checkpoint-every", "50",
-          static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  // Wait for the two ranks, then kill rank 1's process (the higher pid: started second).
+// The processes `launcher` started, once there are `count` of them (or what there is after 30 s).
+std::vector<pid_t> ranks_of(pid_t launcher, size_t count) {
   std::vector<pid_t> children;
   const auto start = std::chrono::steady_clock::now();
-  while (children.size() < 2 &&
+  while (children.size() < count &&
          std::chrono::steady_clock::now() - start < std::chrono::seconds(30)) {
     children.clear();
     for (const auto& entry : fs::directory_iterator("/proc")) {
@@ -292,6 +275,89 @@ TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingItAndTheRunResu
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
+  return children;
+}
+
+// `ampc train ARGS...` started in a child process with its stderr in `err_file`.
+pid_t start_ampc(const std::string& err_file, std::vector<std::string> args) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::freopen(err_file.c_str(), "w", stderr);
+    std::vector<char*> argv{const_cast<char*>(AMPC_BINARY), const_cast<char*>("train")};
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(AMPC_BINARY, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// A stop signal sent to the launcher alone (a scheduler's SIGTERM, `kill`, a hang-up) reaches
+// every rank: they stop after a step, rank 0 saves the checkpoint and says so, the launcher
+// exits 128 + the signal, and no rank is left running.
+TEST_F(DataParallelCliTest, AStopSignalToTheLauncherStopsEveryRankWithACheckpoint) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
+  const std::string err_file = path("err.txt");
+  const pid_t launcher = start_ampc(
+      err_file, {ranks_model, "--nproc", "2", "--data", global_batches(4), "--steps", "100000000",
+                 "--progress", "none", "--comm-timeout", "30", "--checkpoint", path("stopped")});
+  ASSERT_GT(launcher, 0);
+  const std::vector<pid_t> children = ranks_of(launcher, 2);
+  ASSERT_EQ(children.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::seconds(2));  // both are training by now
+  kill(launcher, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(launcher, &status, 0), launcher);
+  const bool left = std::any_of(children.begin(), children.end(),
+                                [](pid_t child) { return kill(child, 0) == 0; });
+  for (pid_t child : children) kill(child, SIGKILL);  // had the launcher left them running
+  EXPECT_FALSE(left);
+  ASSERT_TRUE(WIFEXITED(status)) << read_file(err_file);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  const std::string err = read_file(err_file);
+  EXPECT_THAT(err, HasSubstr("ampc: interrupted by SIGTERM after step")) << err;
+  EXPECT_THAT(err, Not(HasSubstr("ampc: error"))) << err;
+  EXPECT_TRUE(runtime::read_safetensors(path("stopped/checkpoint.safetensors")).ok());
+}
+
+// Only rank 0, which saves, removes what an interrupted save left: another rank would remove
+// the temporary of rank 0's save in progress (a resume at the last step saves at once; its
+// ranks raced, and half the runs failed).
+TEST_F(DataParallelCliTest, OnlyTheSavingRankRemovesAnInterruptedSavesTemporary) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --lr 0.05");
+  const std::string global = global_batches(2);
+  const std::string dir = path("ckpt");
+  CliResult r = train(ranks_model, "--nproc 2 --data " + global + " --steps 2 --checkpoint " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (int run = 0; run < 3; ++run) {
+    SCOPED_TRACE(run);
+    std::ofstream(dir + "/.checkpoint.safetensors.Ab12Cd") << "half a checkpoint";
+    r = train(ranks_model,
+              "--nproc 2 --data " + global + " --steps 2 --resume --checkpoint " + dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const std::regex removed("ampc: removed ");
+    EXPECT_EQ(std::distance(std::sregex_iterator(r.err.begin(), r.err.end(), removed),
+                            std::sregex_iterator()),
+              1)
+        << r.err;
+  }
+}
+
+// A rank killed mid-run (checkpoints every 50 steps): the launcher exits non-zero within the
+// timeout naming it, and a resume from the last checkpoint up to K + 6 steps ends with the
+// checkpoint, byte for byte, of a run that was never killed.
+TEST_F(DataParallelCliTest, AKilledRankMakesTheLauncherFailNamingItAndTheRunResumes) {
+  const std::string ranks_model = compile("mlp", "--optimizer sgd --momentum 0.9 --lr 0.05");
+  const std::string global = global_batches(4);
+  const std::string err_file = path("err.txt");
+  const std::string killed_dir = path("killed");
+  const pid_t launcher =
+      start_ampc(err_file, {ranks_model, "--nproc", "2", "--data", global, "--steps", "100000000",
+                            "--progress", "none", "--comm-timeout", "30", "--checkpoint",
+                            killed_dir, "--checkpoint-every", "50"});
+  ASSERT_GT(launcher, 0);
+  // Wait for the two ranks, then kill rank 1's process (the higher pid: started second).
+  const std::vector<pid_t> children = ranks_of(launcher, 2);
   ASSERT_EQ(children.size(), 2u);
   std::this_thread::sleep_for(std::chrono::seconds(2));  // both are training by now
   kill(std::max(children[0], children[1]), SIGKILL);
