@@ -192,6 +192,12 @@ class AutocastPass final : public Pass {
                             "' divides by (torch.rsqrt as TorchScript writes it)"));
       }
     }
+    if (const Node* atan = arctangent_reader(node); atan != nullptr && !choice.overridden) {
+      return fp32(str_cat(what, ": '", atan->name(),
+                          "' takes the arctangent of its quotient (torch.atan2 as the exporters "
+                          "write it; in fp16 the quotient and its gradient overflow where the "
+                          "angle does not)"));
+    }
     if (const Node* sum = summing_reader(node); sum != nullptr && !choice.overridden) {
       return fp32(str_cat(what, ": its products are summed in fp32 by '", sum->name(),
                           "' (a dot product's, exact in fp32 as a GEMM's)"));
@@ -300,6 +306,23 @@ class AutocastPass final : public Pass {
       if (is_weight(weight) && weight->shape().size() == 2) return matmul;
     }
     return nullptr;
+  }
+
+  // In fp16, for a Div every reader of which is an Atan, the first of those; else null. The
+  // exporters write atan2(y, x) as Atan(y / x) and quadrant corrections: where x is small the
+  // quotient overflows fp16, or its square does in Atan's gradient 1 / (1 + u^2), where
+  // PyTorch's atan2 and its gradient x / (x^2 + y^2) never form it.
+  const Node* arctangent_reader(const Node& node) const {
+    if (node.op_type() != "Div" || !node.domain().empty() || node.num_outputs() != 1 ||
+        node.output(0)->uses().empty() || policy_.low != DType::kF16) {
+      return nullptr;
+    }
+    for (const Use& use : node.output(0)->uses()) {
+      if (use.user == nullptr || !use.user->domain().empty() || use.user->op_type() != "Atan") {
+        return nullptr;
+      }
+    }
+    return node.output(0)->uses().front().user;
   }
 
   // For a Mul every reader of which is a fp32 sum (ReduceSum, ReduceMean: cosine similarity's

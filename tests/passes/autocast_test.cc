@@ -47,6 +47,24 @@ std::unique_ptr<Graph> autocast(std::string_view text, const PrecisionPolicy& po
   return graph;
 }
 
+// The decisions of nodes `picked` (indices in graph order) of `text` under `policy`.
+std::vector<std::string> decisions_of(std::string_view text, const PrecisionPolicy& policy,
+                                      const std::vector<size_t>& picked) {
+  Diagnostics diagnostics;
+  std::unique_ptr<Graph> graph = autocast(text, policy, diagnostics);
+  if (graph == nullptr) return {};
+  const std::vector<std::string> all = decisions(*graph);
+  std::vector<std::string> got;
+  for (size_t i : picked) got.push_back(i < all.size() ? all[i] : "(no node)");
+  return got;
+}
+
+PrecisionPolicy bf16_policy() {
+  PrecisionPolicy bf16;
+  bf16.low = DType::kBF16;
+  return bf16;
+}
+
 // x -> MatMul (allow) -> Softmax (deny) -> Relu (clear) -> Mul (follow) -> MatMul -> Tanh (follow)
 // (the Mul of two values: a Mul of one value by itself is a square, which takes Pow's entry)
 constexpr std::string_view kChain = R"(
@@ -149,15 +167,19 @@ TEST(Autocast, NnLinearsBiasAddIsLowWithItsProduct) {
   }
 }
 
-// A Mul that only fp32 sums read is a dot product's element-wise half: fp32 in fp16 (its
-// products exact, as a GEMM's), not when anything else reads it, and low again in bf16.
-TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
-  constexpr std::string_view kDot = R"(
+// The start of a graph of two f16 products of x, %a (node mm_a) and %b (mm_b).
+constexpr std::string_view kTwoProducts = R"(
     graph g(%x: f32[4,8]) opset(17) {
       init %w: f32[8,8] = elided
       init %v: f32[8,8] = elided
       %a = MatMul(%x, %w) {name="mm_a"} : f32[4,8]
       %b = MatMul(%x, %v) {name="mm_b"} : f32[4,8]
+)";
+
+// A Mul that only fp32 sums read is a dot product's element-wise half: fp32 in fp16 (its
+// products exact, as a GEMM's), not when anything else reads it, and low again in bf16.
+TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
+  const std::string kDot = std::string(kTwoProducts) + R"(
       %p = Mul(%a, %b) {name="products"} : f32[4,8]
       %d = ReduceSum<axes=[1], keepdims=0>(%p) {name="dot"} : f32[4]
       %q = Mul(%b, %a) {name="also_read"} : f32[4,8]
@@ -166,21 +188,43 @@ TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
       return %d, %e, %t
     })";
   const auto products = [&](const PrecisionPolicy& policy) {
-    Diagnostics diagnostics;
-    std::unique_ptr<Graph> graph = autocast(kDot, policy, diagnostics);
-    std::vector<std::string> got =
-        graph == nullptr ? std::vector<std::string>{} : decisions(*graph);
-    return got.size() < 5 ? got : std::vector<std::string>{got[2], got[4]};
+    return decisions_of(kDot, policy, {2, 4});
   };
   EXPECT_EQ(products(PrecisionPolicy{}),
             (std::vector<std::string>{"products: f32: follow-list Mul: its products are summed in "
                                       "fp32 by 'dot' (a dot product's, exact in fp32 as a GEMM's)",
                                       "also_read: f16: follow-list Mul: follows %b from 'mm_b'"}));
-  PrecisionPolicy bf16;
-  bf16.low = DType::kBF16;
-  EXPECT_EQ(products(bf16),
+  EXPECT_EQ(products(bf16_policy()),
             (std::vector<std::string>{"products: bf16: follow-list Mul: follows %a from 'mm_a'",
                                       "also_read: bf16: follow-list Mul: follows %b from 'mm_b'"}));
+}
+
+// atan2 as the exporters write it, Atan of a quotient, then the quadrant's corrections: in fp16
+// the quotient is fp32 (so is the Atan that follows it), since y / x overflows where x is small,
+// and so does Atan's gradient 1 / (1 + u^2) of a large quotient u; in bf16 both follow. A
+// quotient read otherwise follows.
+TEST(Autocast, AnArctangentsQuotientIsFp32InFp16) {
+  const std::string kAtan2 = std::string(kTwoProducts) + R"(
+      %u = Div(%a, %b) {name="slope"} : f32[4,8]
+      %t = Atan(%u) {name="atan"} : f32[4,8]
+      %r = Div(%b, %a) {name="ratio"} : f32[4,8]
+      %s = Tanh(%r) {name="tanh"} : f32[4,8]
+      return %t, %s
+    })";
+  const auto decided = [&](const PrecisionPolicy& policy) {
+    return decisions_of(kAtan2, policy, {2, 3, 4});
+  };
+  EXPECT_EQ(decided(PrecisionPolicy{}),
+            (std::vector<std::string>{
+                "slope: f32: follow-list Div: 'atan' takes the arctangent of its quotient "
+                "(torch.atan2 as the exporters write it; in fp16 the quotient and its gradient "
+                "overflow where the angle does not)",
+                "atan: f32: follow-list Atan: input %u is fp32 from 'slope'",
+                "ratio: f16: follow-list Div: follows %b from 'mm_b'"}));
+  EXPECT_EQ(decided(bf16_policy()),
+            (std::vector<std::string>{"slope: bf16: follow-list Div: follows %a from 'mm_a'",
+                                      "atan: bf16: follow-list Atan: follows %u from 'slope'",
+                                      "ratio: bf16: follow-list Div: follows %b from 'mm_b'"}));
 }
 
 // ConvTranspose, which import lowers onto ampc.ConvGradData (Conv's input gradient), is matrix
