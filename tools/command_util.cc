@@ -59,7 +59,8 @@ absl::StatusOr<runtime::Device> usable_device(const std::string& name) {
 }
 
 int report_error(const absl::Status& status) {
-  std::cerr << "ampc: error: " << status.message() << "\n";
+  // One write, so that the lines of ranks that fail together do not interleave.
+  std::cerr << str_cat("ampc: error: ", status.message(), "\n");
   return 1;
 }
 

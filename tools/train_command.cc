@@ -73,8 +73,14 @@ class Progress {
     }
     const double rate = rate_;
     const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : NAN;
-    std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {:.3g}  lr {:.3g}",
-                                      stats.step, total_, stats.loss, stats.grad_norm, stats.lr);
+    // A step skipped on overflow has no norm (the log's null).
+    const std::string norm = stats.found_inf ? std::string("overflow")
+                             : std::isfinite(stats.grad_norm)
+                                 ? fmt::format("{:.3g}", stats.grad_norm)
+                             : std::isnan(stats.grad_norm) ? std::string("nan")
+                                                           : std::string("inf");
+    std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {}  lr {:.3g}",
+                                      stats.step, total_, stats.loss, norm, stats.lr);
     if (!std::isnan(stats.loss_scale)) {
       numbers += fmt::format("  scale {:g}  skipped {}", stats.loss_scale, stats.skipped_steps);
     }

@@ -75,5 +75,16 @@ TEST_F(TrainCliTest, ProgressLinesComeEveryTwentiethOfTheRun) {
   EXPECT_EQ(lines.back().eta, "0s");
 }
 
+// A step skipped on overflow has no gradient norm (the log's null): its line says so, where it
+// printed "-nan".
+TEST_F(TrainCliTest, ASkippedStepsLineSaysItOverflowed) {
+  const std::string trained = compile("mlp", "--optimizer sgd --precision fp16 --scale-init 1e30");
+  CliResult r = train_showing(trained, TrainCliTest::mlp_data() + " --steps 2 --progress lines");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("step 1/2  loss "));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("  grad_norm overflow  lr 0.01  scale 1e+30  skipped 1"));
+  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("nan")));
+}
+
 }  // namespace
 }  // namespace ampc
