@@ -172,10 +172,7 @@ class AutocastPass final : public Pass {
         def != nullptr ? category_of(*def, policy_) : CategoryChoice{AutocastCategory::kNone, ""};
     const std::string op =
         def == nullptr ? node.op_type() : str_cat(def->qualified_name(), stand_in.form);
-    // "allow-list MatMul", or for a user's entry "deny (--deny Gelu)".
-    const std::string what = choice.overridden ? str_cat(autocast_category_name(choice.category),
-                                                         " (", choice.source, ")")
-                                               : str_cat(choice.source, " ", op);
+    const std::string what = entry_of(choice, op);
     if (const Node* product = linear_bias_of(node);
         product != nullptr && !choice.overridden && choice.category == AutocastCategory::kFollow) {
       return low_decision(
@@ -186,10 +183,8 @@ class AutocastPass final : public Pass {
       const OpDef& reciprocal = *stands_in_for(*divide).def;
       const CategoryChoice as = category_of(reciprocal, policy_);
       if (as.category == AutocastCategory::kDeny) {
-        return fp32(str_cat(as.overridden ? str_cat("deny (", as.source, ")")
-                                          : str_cat(as.source, " ", reciprocal.qualified_name()),
-                            ": the root '", divide->name(),
-                            "' divides by (torch.rsqrt as TorchScript writes it)"));
+        return fp32(str_cat(entry_of(as, reciprocal.qualified_name()), ": the root '",
+                            divide->name(), "' divides by (torch.rsqrt as TorchScript writes it)"));
       }
     }
     if (const Node* atan = arctangent_reader(node); atan != nullptr && !choice.overridden) {
@@ -219,6 +214,13 @@ class AutocastPass final : public Pass {
         return by_inputs(node, what);
     }
     return fp32("?");
+  }
+
+  // The policy entry that decides `op`: "allow-list MatMul", or for a user's "deny (--deny Gelu)".
+  static std::string entry_of(const CategoryChoice& choice, std::string_view op) {
+    return choice.overridden
+               ? str_cat(autocast_category_name(choice.category), " (", choice.source, ")")
+               : str_cat(choice.source, " ", op);
   }
 
   // The op a node computes under another's name, whose entry decides it unless the policy names
@@ -262,15 +264,22 @@ class AutocastPass final : public Pass {
   // stands_in_for takes as Reciprocal), the first of those readers; else null. Together they are
   // torch.rsqrt, which autocast computes in fp32 from the low input.
   const Node* rsqrt_reader(const Node& node) const {
-    if (node.op_type() != "Sqrt" || !node.domain().empty() || node.num_outputs() != 1 ||
-        node.output(0)->uses().empty() || policy_.ops.contains("Sqrt")) {
+    if (node.op_type() != "Sqrt" || !node.domain().empty() || policy_.ops.contains("Sqrt")) {
       return nullptr;
     }
+    return only_readers(node, [&](const Use& use) {
+      return use.operand == 1 && use.user->op_type() == "Div" &&
+             stands_in_for(*use.user).def != nullptr;
+    });
+  }
+
+  // The first reader of `node`'s only output when there are readers and `reads` holds for each
+  // use; else null.
+  template <typename Reads>
+  static const Node* only_readers(const Node& node, Reads reads) {
+    if (node.num_outputs() != 1 || node.output(0)->uses().empty()) return nullptr;
     for (const Use& use : node.output(0)->uses()) {
-      if (use.user == nullptr || use.operand != 1 || stands_in_for(*use.user).def == nullptr ||
-          use.user->op_type() != "Div") {
-        return nullptr;
-      }
+      if (use.user == nullptr || !reads(use)) return nullptr;
     }
     return node.output(0)->uses().front().user;
   }
@@ -313,16 +322,12 @@ class AutocastPass final : public Pass {
   // quotient overflows fp16, or its square does in Atan's gradient 1 / (1 + u^2), where
   // PyTorch's atan2 and its gradient x / (x^2 + y^2) never form it.
   const Node* arctangent_reader(const Node& node) const {
-    if (node.op_type() != "Div" || !node.domain().empty() || node.num_outputs() != 1 ||
-        node.output(0)->uses().empty() || policy_.low != DType::kF16) {
+    if (node.op_type() != "Div" || !node.domain().empty() || policy_.low != DType::kF16) {
       return nullptr;
     }
-    for (const Use& use : node.output(0)->uses()) {
-      if (use.user == nullptr || !use.user->domain().empty() || use.user->op_type() != "Atan") {
-        return nullptr;
-      }
-    }
-    return node.output(0)->uses().front().user;
+    return only_readers(node, [](const Use& use) {
+      return use.user->domain().empty() && use.user->op_type() == "Atan";
+    });
   }
 
   // For a Mul every reader of which is a fp32 sum (ReduceSum, ReduceMean: cosine similarity's
@@ -332,20 +337,16 @@ class AutocastPass final : public Pass {
   // values of 256), before the sum that is fp32 anyway.
   const Node* summing_reader(const Node& node) const {
     if (node.op_type() != "Mul" || !node.domain().empty() || node.num_outputs() != 1 ||
-        !is_arithmetic_float(node.output(0)->dtype()) || node.output(0)->uses().empty() ||
-        policy_.low != DType::kF16) {
+        !is_arithmetic_float(node.output(0)->dtype()) || policy_.low != DType::kF16) {
       return nullptr;
     }
-    for (const Use& use : node.output(0)->uses()) {
-      const Node* reader = use.user;
-      if (reader == nullptr || !reader->domain().empty() ||
-          (reader->op_type() != "ReduceSum" && reader->op_type() != "ReduceMean") ||
-          reader->def() == nullptr ||
-          category_of(*reader->def(), policy_).category != AutocastCategory::kDeny) {
-        return nullptr;
-      }
-    }
-    return node.output(0)->uses().front().user;
+    return only_readers(node, [&](const Use& use) {
+      const Node& reader = *use.user;
+      return reader.domain().empty() &&
+             (reader.op_type() == "ReduceSum" || reader.op_type() == "ReduceMean") &&
+             reader.def() != nullptr &&
+             category_of(*reader.def(), policy_).category == AutocastCategory::kDeny;
+    });
   }
 
   // clear and follow: low when all float inputs that decide are low.
