@@ -194,8 +194,11 @@ absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_sec
   return std::optional<RankGroup>(std::move(group));
 }
 
-absl::StatusOr<std::vector<runtime::TensorInfo>> global_batch_inputs(
-    std::vector<runtime::TensorInfo> inputs, int ranks) {
+absl::StatusOr<runtime::BatchData> load_global_batches(const std::string& path,
+                                                       std::vector<runtime::TensorInfo> inputs,
+                                                       int ranks) {
+  const int64_t rows =
+      inputs.empty() || inputs.front().type.shape.empty() ? 0 : inputs.front().type.shape.front();
   for (runtime::TensorInfo& input : inputs) {
     if (input.type.shape.empty()) {
       return absl::InvalidArgumentError(str_cat(
@@ -203,7 +206,13 @@ absl::StatusOr<std::vector<runtime::TensorInfo>> global_batch_inputs(
     }
     input.type.shape[0] *= ranks;
   }
-  return inputs;
+  absl::StatusOr<runtime::BatchData> data = runtime::BatchData::load(path, inputs);
+  if (data.ok()) return data;
+  return absl::Status(
+      data.status().code(),
+      str_cat(data.status().message(), " (with ", ranks,
+              " ranks, each batch of --data is a global batch of ", ranks, " x the model's ", rows,
+              " rows, and rank r takes rows ", rows, "r to ", rows, "r+", rows - 1, ")"));
 }
 
 std::map<std::string, Tensor> shard(const std::map<std::string, Tensor>& batch, int rank,

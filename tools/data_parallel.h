@@ -11,6 +11,7 @@
 
 #include "ampc/status.h"
 #include "ampc/tensor.h"
+#include "runtime/batch_data.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/session.h"
 
@@ -35,10 +36,13 @@ struct RankGroup {
 absl::StatusOr<std::optional<RankGroup>> join_launched_group(int64_t timeout_seconds,
                                                              std::string_view engine);
 
-// The inputs a data file holds for `ranks` ranks: each batch input's dim 0 times `ranks` (the
-// global batch); an input without a batch dim cannot be sharded.
-absl::StatusOr<std::vector<runtime::TensorInfo>> global_batch_inputs(
-    std::vector<runtime::TensorInfo> inputs, int ranks);
+// The batches of the data file `path` for `ranks` ranks of a model whose batch inputs are
+// `inputs`: each batch is the global batch, each batch input's dim 0 times `ranks`, of which rank
+// r takes rows r*B to r*B+B-1 (shard); an input without a batch dim cannot be sharded. An error
+// about the file's shapes says so.
+absl::StatusOr<runtime::BatchData> load_global_batches(const std::string& path,
+                                                       std::vector<runtime::TensorInfo> inputs,
+                                                       int ranks);
 
 // Rank `rank` of `ranks`' rows of a global batch: rows r * B / N .. (r + 1) * B / N - 1.
 std::map<std::string, Tensor> shard(const std::map<std::string, Tensor>& batch, int rank,

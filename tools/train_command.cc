@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstring>
@@ -28,6 +27,7 @@
 #include "tools/data_parallel.h"
 #include "tools/evaluation.h"
 #include "tools/train_outputs.h"
+#include "tools/train_progress.h"
 
 namespace ampc {
 namespace {
@@ -42,73 +42,6 @@ extern "C" void on_stop_signal(int signal) { stop_signal.store(signal); }
 std::string json_number(double value) {
   return std::isfinite(value) ? fmt::format("{}", static_cast<float>(value)) : "null";
 }
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const int64_t s = static_cast<int64_t>(seconds + 0.5);
-  if (s < 60) return str_cat(s, "s");
-  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
-  return fmt::format("{}h{:02}m", s / 3600, s % 3600 / 60);
-}
-
-// Progress on stderr: a bar redrawn in place on a terminal, plain lines otherwise.
-class Progress {
- public:
-  Progress(bool bar, int64_t first_step, int64_t total)
-      : bar_(bar), first_step_(first_step), total_(total), start_(Clock::now()) {}
-
-  // `stats` of one step; `done` the steps run so far, which may be past it: the figures of the
-  // steps between two reads come together, and the rate counts every step run by now.
-  void update(const runtime::StepStats& stats, int64_t done) {
-    const auto now = Clock::now();
-    const bool last = stats.step == total_;
-    const int64_t every = std::max<int64_t>(1, total_ / 20);
-    if (bar_ && !last && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    if (!bar_ && !last && stats.step % every != 0) return;
-    last_draw_ = now;
-    if (done != rate_done_) {  // the steps read together share one rate
-      rate_done_ = done;
-      const double elapsed = std::chrono::duration<double>(now - start_).count();
-      rate_ = elapsed > 0 ? static_cast<double>(done - first_step_) / elapsed : 0;
-    }
-    const double rate = rate_;
-    const double eta = rate > 0 ? static_cast<double>(total_ - done) / rate : NAN;
-    // A step skipped on overflow has no norm (the log's null).
-    const std::string norm = stats.found_inf ? std::string("overflow")
-                             : std::isfinite(stats.grad_norm)
-                                 ? fmt::format("{:.3g}", stats.grad_norm)
-                             : std::isnan(stats.grad_norm) ? std::string("nan")
-                                                           : std::string("inf");
-    std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {}  lr {:.3g}",
-                                      stats.step, total_, stats.loss, norm, stats.lr);
-    if (!std::isnan(stats.loss_scale)) {
-      numbers += fmt::format("  scale {:g}  skipped {}", stats.loss_scale, stats.skipped_steps);
-    }
-    numbers += fmt::format("  {:.1f} steps/s  ETA {}", rate, format_duration(eta));
-    if (bar_) {
-      constexpr int kWidth = 24;
-      const int filled = static_cast<int>(kWidth * stats.step / std::max<int64_t>(total_, 1));
-      std::cerr << "\r[" << std::string(filled, '#') << std::string(kWidth - filled, '.') << "] "
-                << numbers << "\x1b[K" << (last ? "\n" : "") << std::flush;
-    } else {
-      std::cerr << numbers << "\n";
-    }
-  }
-
-  void finish_line() {
-    if (bar_) std::cerr << "\n";
-  }
-
- private:
-  using Clock = std::chrono::steady_clock;
-  bool bar_;
-  int64_t first_step_;
-  int64_t total_;
-  Clock::time_point start_;
-  Clock::time_point last_draw_{};
-  int64_t rate_done_ = -1;  // the steps done when rate_ was measured
-  double rate_ = 0;
-};
 
 // The flags given that do nothing with the others: an error naming them and why.
 absl::Status check_flags_have_effect(const TrainFlags& flags) {
@@ -224,21 +157,10 @@ int train(const TrainFlags& flags) {
   schedule.min_lr = flags.min_lr;
   if (absl::Status status = schedule.validate(); !status.ok()) return report_error(status);
 
-  // With N ranks, each batch of --data is the global batch: N times the model's rows, of which
-  // rank r takes its shard.
-  absl::StatusOr<std::vector<runtime::TensorInfo>> data_inputs =
-      ranks > 1 ? global_batch_inputs(session.batch_inputs(), ranks) : session.batch_inputs();
-  if (!data_inputs.ok()) return report_error(data_inputs.status());
-  absl::StatusOr<runtime::BatchData> data = runtime::BatchData::load(flags.data, *data_inputs);
-  if (!data.ok() && ranks > 1) {
-    const std::vector<runtime::TensorInfo> model_inputs = session.batch_inputs();
-    const int64_t rows = model_inputs.empty() ? 0 : model_inputs.front().type.shape.at(0);
-    return report_error(absl::Status(
-        data.status().code(),
-        str_cat(data.status().message(), " (with ", ranks,
-                " ranks, each batch of --data is a global batch of ", ranks, " x the model's ",
-                rows, " rows, and rank r takes rows ", rows, "r to ", rows, "r+", rows - 1, ")")));
-  }
+  // With N ranks, each batch of --data is the global batch, of which rank r takes its shard.
+  absl::StatusOr<runtime::BatchData> data =
+      ranks > 1 ? load_global_batches(flags.data, session.batch_inputs(), ranks)
+                : runtime::BatchData::load(flags.data, session.batch_inputs());
   if (!data.ok()) return report_error(data.status());
   // Read now, so a bad file fails before any step runs; evaluated after the last.
   std::optional<runtime::BatchData> eval_data;
