@@ -10,9 +10,9 @@
 //   ReduceLogSumExp and LpNormalization (compiler/onnx_function_ops.cc), RotaryEmbedding (23)
 //   and OneHot (compiler/onnx_encoding_ops.cc) become the ops their definitions are made of;
 //   their gradients follow.
-// - ConvTranspose becomes ampc.ConvGradData (the input gradient of Conv, which it is), and
-//   Resize and Upsample a Gather per tap and axis, weighted and summed
-//   (compiler/onnx_spatial_ops.cc).
+// - ConvTranspose becomes ampc.ConvGradData (the input gradient of Conv, which it is;
+//   compiler/onnx_conv_transpose.cc), and Resize and Upsample a Gather per tap and axis,
+//   weighted and summed (compiler/onnx_resize.cc).
 // - Einsum becomes Transposes, Reshapes, strided Slices (diagonals), ReduceSums and one MatMul
 //   or Mul per pair of operands (compiler/onnx_einsum.cc).
 // - Sequences (SplitToSequence, SequenceAt, SequenceConstruct, SequenceInsert, SequenceErase,

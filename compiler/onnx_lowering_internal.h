@@ -214,11 +214,13 @@ absl::Status lower_sign(const onnx::NodeProto& proto, const std::string& label, 
 absl::Status lower_recurrent(const onnx::NodeProto& proto, const std::string& label,
                              ImportSink& sink);
 
-// ConvTranspose, Col2Im, Resize and Upsample (compiler/onnx_spatial_ops.cc).
+// ConvTranspose and Col2Im (compiler/onnx_conv_transpose.cc).
 absl::Status lower_conv_transpose(const onnx::NodeProto& proto, const std::string& label,
                                   ImportSink& sink);
-absl::Status lower_resize(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 absl::Status lower_col2im(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
+
+// Resize and Upsample (compiler/onnx_resize.cc).
+absl::Status lower_resize(const onnx::NodeProto& proto, const std::string& label, ImportSink& sink);
 
 // GridSample (opsets 16 and 20; compiler/onnx_grid_sample.cc): Gathers of X at indices computed
 // from the grid, weighted and summed; the coordinate arithmetic pinned fp32.
