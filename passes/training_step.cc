@@ -13,7 +13,8 @@
 //   (compiler/onnx_metadata.h, kFoldedBatchNormsKey), a scatter without a reduction whose
 //   constant indices write an element twice (how PyTorch's exporters write index_add).
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
-//   variance become graph outputs and state updates of its running-statistics initializers.
+//   variance become graph outputs and state updates of its running-statistics initializers;
+//   a new value with an element that is not finite leaves the statistic as it was.
 //   ONNX defines the new variance from the biased batch variance; PyTorch (whose exports these
 //   graphs mostly are) from the unbiased one, n/(n-1) times larger, n = elements per channel.
 //   The default follows PyTorch; RunningVariance::kBiased keeps ONNX's definition.
@@ -429,11 +430,39 @@ class BatchNormStatePass final : public Pass {
       newest[var_at].second = new_var;
       changed = true;
     }
-    for (const auto& [state, update] : newest) add_update(graph, state, update);
+    for (const auto& [state, update] : newest) {
+      add_update(graph, state, finite_or_kept(graph, state, update));
+    }
     return changed;
   }
 
  private:
+  // `update` where all its elements are finite, else `state` as it was. A batch whose
+  // statistics are NaN or infinite (a NaN in the data, a forward that overflowed f16) would
+  // leave the running statistics non-finite for every later step and the eval graph, as it
+  // leaves PyTorch's; that step's gradients are non-finite too, so a loss-scaled step is skipped
+  // and one without loss scaling reports a non-finite loss, and the statistics stay with the
+  // weights. A finite update is taken as it is, bit for bit. The test is
+  // IsNaN(ReduceSum(update * 0)): 0 * x is NaN for x NaN or infinite, else a zero. Kept fp32.
+  static Value* finite_or_kept(Graph& graph, Value* state, Value* update) {
+    const std::string base = str_cat(state->name(), "/keep_finite/");
+    auto node = [&](std::string_view op, std::vector<Value*> operands, TensorType type,
+                    Attributes attrs = {}) {
+      Node* created = graph.create_node(kOnnxDomain, op, operands, {type}, std::move(attrs));
+      created->set_name(str_cat(base, op));
+      created->set_fp32_pin("it keeps a running statistic when the batch's is not finite");
+      created->output(0)->set_name(graph.unique_value_name(str_cat(base, op)));
+      return created->output(0);
+    };
+    const TensorType& type = update->type();
+    const TensorType scalar{type.dtype, {}};
+    Value* zero = scalar_constant(graph, type.dtype, 0.0, str_cat(state->name(), ".zero"));
+    Value* zeros = node("Mul", {update, zero}, type);
+    Value* sum = node("ReduceSum", {zeros}, scalar, {{"keepdims", int64_t{0}}});
+    Value* not_finite = node("IsNaN", {sum}, TensorType{DType::kBool, {}});
+    return node("Where", {not_finite, state, update}, type);
+  }
+
   // m*v + (R - m*v) * n/(n-1): R = m*v + (1-m)*batch_var is the node's running variance, so
   // this is m*v + (1-m)*batch_var*n/(n-1), the running variance from the unbiased batch variance.
   static Value* unbiased(Graph& graph, Node& node, int64_t n, const std::string& state,

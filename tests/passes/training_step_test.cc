@@ -4,6 +4,7 @@
 // that stores the eval graph and the step together (ONNX training_info).
 #include <cmath>
 #include <functional>
+#include <limits>
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
@@ -334,6 +335,39 @@ TEST(BatchNormState, RunningVarianceFromTheUnbiasedBatchVarianceLikePyTorch) {
 
 TEST(BatchNormState, RunningVarianceFromTheBiasedBatchVarianceLikeOnnx) {
   expect_running_statistics(RunningVariance::kBiased);
+}
+
+// A batch whose statistics are not finite (a NaN in the data; an infinity, as from a forward
+// that overflowed f16) leaves both running statistics as they were, bit for bit; PyTorch's
+// would hold NaN from then on. A batch of large finite values moves them as any other does.
+TEST(BatchNormState, ABatchWithNonFiniteStatisticsLeavesTheRunningStatistics) {
+  const float kNan = std::numeric_limits<float>::quiet_NaN();
+  const float kInf = std::numeric_limits<float>::infinity();
+  for (float bad : {kNan, kInf, -kInf}) {
+    SCOPED_TRACE(bad);
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(kBatchNormModel);
+    ASSERT_NE(graph, nullptr);
+    auto pass = make_batchnorm_state_pass(RunningVariance::kUnbiased);
+    ASSERT_TRUE(*run_pass(*pass, *graph));
+    std::map<std::string, Tensor> inputs = {
+        {"x", Tensor::from_f32({2, 2, 1, 3}, {1, 2, 3, 0, 0, 0, 4, bad, 6, 1, 1, 1})}};
+    std::unique_ptr<Graph> copy = graph->clone();
+    EXPECT_EQ(run_graph(std::move(graph), inputs, "mean.next").to_double_vector(),
+              (std::vector<double>{0.5, -1.0}));
+    EXPECT_EQ(run_graph(std::move(copy), inputs, "var.next").to_double_vector(),
+              (std::vector<double>{2.0, 0.5}));
+  }
+  // Channel 0 all 1e18 (its square, 1e36, is finite in f32): the running mean moves to it.
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kBatchNormModel);
+  ASSERT_NE(graph, nullptr);
+  auto pass = make_batchnorm_state_pass(RunningVariance::kUnbiased);
+  ASSERT_TRUE(*run_pass(*pass, *graph));
+  const std::map<std::string, Tensor> inputs = {
+      {"x", Tensor::from_f32({2, 2, 1, 3},
+                             {1e18f, 1e18f, 1e18f, 0, 0, 0, 1e18f, 1e18f, 1e18f, 1, 1, 1})}};
+  const Tensor mean = run_graph(std::move(graph), inputs, "mean.next");
+  EXPECT_NEAR(mean.element_as_double(0), 0.75 * 0.5 + 0.25 * 1e18, 1e12);
+  EXPECT_NEAR(mean.element_as_double(1), 0.75 * -1.0 + 0.25 * 0.5, 1e-6);
 }
 
 // One BatchNorm module applied to two inputs (a siamese net's shared layer) is two nodes reading

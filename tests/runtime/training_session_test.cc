@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <random>
 
 #include "compiler/compile.h"
@@ -162,6 +163,43 @@ TEST_F(TrainingSessionTest, EvaluateReadsTheRunningStatisticsTheStepsUpdated) {
     ASSERT_TRUE(session->set_state(name, *fresh->state(name)).ok());
   }
   EXPECT_EQ(session->evaluate(batch)->at("logits"), before->at("logits"));
+}
+
+// fp16 with loss scaling, a batch with one NaN pixel: the step is skipped, and everything it
+// would have changed stays as it was, bit for bit: the weights, the moments, the step counter
+// and the BatchNorm running statistics (PyTorch's would hold NaN from then on). The next batch
+// trains, and the eval graph's outputs stay finite.
+TEST_F(TrainingSessionTest, ANanInTheDataLeavesTheRunningStatisticsOfASkippedStep) {
+  CompileOptions options;
+  options.mixed_precision = MixedPrecisionOptions{};
+  options.mixed_precision->policy.low_source = "test";
+  options.training = TrainingOptions{};
+  options.training->optimizer = adamw();
+  options.training->lr = 2e-3f;
+  std::unique_ptr<TrainingSession> session =
+      testing::compile_training_file(testing::source_path("models/cnn.onnx"), options);
+  ASSERT_TRUE(session);
+  const BatchData data = load_data("cnn.train.npz", session->batch_inputs());
+  std::map<std::string, Tensor> poisoned = data.batch(0);
+  poisoned.at("x").mutable_data<float>()[5] = std::numeric_limits<float>::quiet_NaN();
+  std::map<std::string, Tensor> before;
+  for (const std::string& name : session->state_names())
+    before.emplace(name, *session->state(name));
+  absl::StatusOr<StepStats> skipped = session->step(poisoned, 2e-3f);
+  ASSERT_TRUE(skipped.ok()) << skipped.status();
+  EXPECT_TRUE(skipped->found_inf);
+  for (const auto& [name, value] : before) {
+    if (name == "loss_scale" || name.starts_with("loss_scale.")) continue;  // halves
+    EXPECT_EQ(*session->state(name), value) << name;
+  }
+  EXPECT_TRUE(before.contains("bn1.running_mean"));
+  absl::StatusOr<StepStats> next = session->step(data.batch(1), 2e-3f);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->found_inf);
+  EXPECT_FALSE(*session->state("bn1.running_mean") == before.at("bn1.running_mean"));
+  absl::StatusOr<std::map<std::string, Tensor>> eval = session->evaluate(data.batch(2));
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  for (double v : eval->at("logits").to_double_vector()) ASSERT_TRUE(std::isfinite(v));
 }
 
 // Dropout draws a new mask each step (as PyTorch does), from the step index, so a resumed run
