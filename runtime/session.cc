@@ -220,6 +220,10 @@ absl::Status InferenceSession::set_initializer(std::string_view name, const Tens
                                               type_to_string(init->type()), ", not ",
                                               type_to_string(value.type)));
   }
+  if (value.data == nullptr && init->type().byte_size() > 0) {
+    return absl::InvalidArgumentError(
+        str_cat("the value for initializer '", name, "' has no data"));
+  }
   return executor_->write(init, value.bytes());
 }
 

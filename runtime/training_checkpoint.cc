@@ -54,30 +54,7 @@ absl::StatusOr<Tensor> TrainingSession::whole_state(const std::string& name) con
   return Tensor(whole, std::move(gathered));
 }
 
-absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
-  AMPC_RETURN_IF_ERROR(settle());
-  std::map<std::string, Tensor> tensors;
-  for (const std::string& name : state_names()) {
-    AMPC_ASSIGN_OR_RETURN(tensors[name], whole_state(name));
-  }
-  if (rank() != 0) return absl::OkStatus();  // rank 0 writes
-  std::map<std::string, std::string> metadata = {
-      {std::string(kCheckpointFormat), std::string(kCheckpointFormatVersion)},
-      {std::string(kCheckpointSteps), str_cat(steps_done_)},
-      {std::string(kCheckpointAccumulate), str_cat(accumulation_steps_)},
-  };
-  metadata[std::string(kCheckpointCountsCrc)] = counts_checksum(steps_done_, accumulation_steps_);
-  for (const auto& [name, tensor] : tensors) {
-    metadata[str_cat(kCheckpointCrcPrefix, name)] = fmt::format("{:08x}", crc32_of(tensor.bytes()));
-  }
-  return write_safetensors(path, tensors, metadata);
-}
-
-namespace {
-
-// What a checkpoint's state may hold: finite floats; a positive loss scale; counters, second
-// moments and the step counter not below 0. Empty when `value` is fine, else why not.
-std::string implausible_state(std::string_view name, const Tensor& value) {
+std::string TrainingSession::implausible_state(std::string_view name, const Tensor& value) {
   const bool non_negative = name == "optimizer.step" || name.ends_with(".exp_avg_sq") ||
                             name == "loss_scale.growth_tracker" ||
                             name == "loss_scale.skipped_steps" || name == kMicroStepState;
@@ -91,7 +68,32 @@ std::string implausible_state(std::string_view name, const Tensor& value) {
   return "";
 }
 
-}  // namespace
+absl::Status TrainingSession::save_checkpoint(const std::string& path) const {
+  AMPC_RETURN_IF_ERROR(settle());
+  std::map<std::string, Tensor> tensors;
+  for (const std::string& name : state_names()) {
+    AMPC_ASSIGN_OR_RETURN(tensors[name], whole_state(name));
+  }
+  // What load_checkpoint would refuse is not written: a checkpoint always resumes.
+  for (const auto& [name, tensor] : tensors) {
+    if (const std::string why = implausible_state(name, tensor); !why.empty()) {
+      return absl::FailedPreconditionError(
+          str_cat("cannot save a checkpoint to ", path, ": the state '", name, "' is not one a ",
+                  "training run can continue from (", why, "); nothing was written"));
+    }
+  }
+  if (rank() != 0) return absl::OkStatus();  // rank 0 writes
+  std::map<std::string, std::string> metadata = {
+      {std::string(kCheckpointFormat), std::string(kCheckpointFormatVersion)},
+      {std::string(kCheckpointSteps), str_cat(steps_done_)},
+      {std::string(kCheckpointAccumulate), str_cat(accumulation_steps_)},
+  };
+  metadata[std::string(kCheckpointCountsCrc)] = counts_checksum(steps_done_, accumulation_steps_);
+  for (const auto& [name, tensor] : tensors) {
+    metadata[str_cat(kCheckpointCrcPrefix, name)] = fmt::format("{:08x}", crc32_of(tensor.bytes()));
+  }
+  return write_safetensors(path, tensors, metadata);
+}
 
 absl::Status TrainingSession::load_checkpoint(const std::string& path) {
   AMPC_ASSIGN_OR_RETURN(SafetensorsFile file, read_safetensors(path));

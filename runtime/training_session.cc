@@ -509,6 +509,12 @@ absl::Status TrainingSession::set_state(std::string_view name, const TensorView&
                   "alone; load_checkpoint restores it"));
     }
   }
+  if (value.data != nullptr && has_state(name)) {
+    const Tensor copy(value.type, std::vector<uint8_t>(value.bytes().begin(), value.bytes().end()));
+    if (const std::string why = implausible_state(name, copy); !why.empty()) {
+      return absl::InvalidArgumentError(str_cat("'", name, "' cannot be set to this value: ", why));
+    }
+  }
   AMPC_RETURN_IF_ERROR(step_->set_initializer(name, value));
   eval_stale_ = true;
   counter_unchecked_ = true;

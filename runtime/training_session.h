@@ -115,13 +115,16 @@ class TrainingSession {
   // but not in state_names(): it is its parameter cast, rebuilt from the whole parameter
   // whenever that is restored.
   const std::vector<LowPrecisionCopy>& low_precision_copies() const { return copies_; }
-  // Sets a piece of state (this rank's block of a sharded one). A sharded master weight is
-  // refused (its copy could not follow): load_checkpoint() restores those.
+  // Sets a piece of state (this rank's block of a sharded one). A value load_checkpoint() would
+  // refuse (not finite; a negative counter, second moment or step counter; a loss scale not
+  // above 0) is refused, as is a sharded master weight (its copy could not follow):
+  // load_checkpoint() restores those.
   absl::Status set_state(std::string_view name, const TensorView& value);
 
   // Writes every piece of state and the step count to a safetensors file, through a temporary
   // file and a rename (a crash never leaves a half-written checkpoint). It waits for the queued
-  // steps first and fails, writing nothing, when one of them met a data error. In a
+  // steps first and fails, writing nothing, when one of them met a data error or when a piece
+  // of state is one load_checkpoint() would refuse (a NaN weight after a non-finite step). In a
   // data-parallel group every rank calls it (sharded state is gathered whole from every rank's
   // block) and rank 0 writes the file.
   absl::Status save_checkpoint(const std::string& path) const;
@@ -163,6 +166,10 @@ class TrainingSession {
 
  private:
   TrainingSession() = default;
+  // What state may hold to be saved, loaded or set: finite floats; a positive loss scale;
+  // counters, second moments and the step counter not below 0. Empty when `value` is fine, else
+  // why not.
+  static std::string implausible_state(std::string_view name, const Tensor& value);
   // Copies the state the eval graph holds a copy of (none, unless types differ) into it.
   absl::Status sync_eval();
   // The batch holds exactly the step's inputs but `lr`, each of its type.

@@ -296,6 +296,46 @@ TEST_F(TrainingSessionTest, BadCheckpointsAreErrorsThatChangeNothing) {
   EXPECT_TRUE(session->load_checkpoint(path("v1.safetensors")).ok());
 }
 
+// set_state refuses what load_checkpoint refuses (the value checks of the test above) and a view
+// without data, changing nothing; save_checkpoint refuses to write such state (after a step on a
+// NaN batch, without loss scaling, the weights are NaN), so every checkpoint written resumes.
+TEST_F(TrainingSessionTest, StateThatCannotBeResumedIsNeitherSetNorSaved) {
+  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", adamw(), 1e-3f);
+  ASSERT_TRUE(session);
+  const Tensor weight = *session->state("fc1.weight");
+  const Tensor counter = *session->state("optimizer.step");
+  auto expect_refused = [&](std::string_view name, const TensorView& value,
+                            std::string_view needle) {
+    const absl::Status status = session->set_state(name, value);
+    EXPECT_FALSE(status.ok()) << name;
+    EXPECT_NE(std::string(status.message()).find(needle), std::string::npos) << status;
+    EXPECT_EQ(*session->state("fc1.weight"), weight);
+    EXPECT_EQ(*session->state("optimizer.step"), counter);
+  };
+  Tensor nan_weight = weight;
+  nan_weight.set_element(3, std::nan(""));
+  expect_refused("fc1.weight", nan_weight, "element 3 is nan");
+  Tensor negative = counter;
+  negative.set_element(0, -1);
+  expect_refused("optimizer.step", negative, "below 0");
+  expect_refused("optimizer.step", TensorView(counter.type(), nullptr), "has no data");
+  Tensor moved = weight;
+  moved.set_element(3, 0.25);
+  ASSERT_TRUE(session->set_state("fc1.weight", moved).ok());
+  EXPECT_EQ(*session->state("fc1.weight"), moved);
+
+  const BatchData data = load_data("mlp.train.npz", session->batch_inputs());
+  std::map<std::string, Tensor> poisoned = data.batch(0);
+  poisoned.at("x").set_element(0, std::nan(""));
+  absl::StatusOr<StepStats> stats = session->step(poisoned, 1e-3f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_TRUE(std::isnan(stats->loss));
+  const absl::Status saved = session->save_checkpoint(path("nan.safetensors"));
+  EXPECT_EQ(saved.code(), absl::StatusCode::kFailedPrecondition) << saved;
+  EXPECT_NE(std::string(saved.message()).find("is nan"), std::string::npos) << saved;
+  EXPECT_FALSE(std::filesystem::exists(path("nan.safetensors")));
+}
+
 // A flipped bit anywhere in a checkpoint is refused with an error that changes nothing, or, where
 // it hits nothing that matters (a space in the JSON header), loads the very same state; in the
 // tensor data every flip is refused by the checksum of the tensor it hits.
