@@ -119,6 +119,56 @@ TEST(OpsetConversion, PoolingUpsamplingAndBatchNormalization) {
   EXPECT_EQ(from, 7);
 }
 
+// Upsample (7 to 9) and Resize-10 map output position o to input coordinate o / scale, and
+// their nearest mode takes the floor when enlarging, the ceiling when shrinking (ONNX's operator
+// definitions; onnxruntime computes the same). The converter's opset-13 Resize would default to
+// half-pixel coordinates: linear x2 of [1, 2, 3] would give [1, 1.25, 1.75, ...]. By hand from
+// the definitions: linear x2 reads 0, 0.5, 1, ..., 2.5 (the last clamped to 3); nearest x0.75 of
+// [1, 2, 3, 4] reads ceil(0), ceil(4/3), ceil(8/3) = 0, 2, 3.
+TEST(OpsetConversion, OldUpsamplingKeepsItsCoordinates) {
+  int64_t from = 0;
+  const Tensor signal = Tensor::from_f32({1, 1, 3}, {1, 2, 3});
+  const std::vector<float> linear_x2 = {1, 1.5f, 2, 2.5f, 3, 3};
+
+  ModelBuilder upsample7 = old_model(7, {"1", "1", "3"});
+  onnx::NodeProto& up7 = upsample7.node("Upsample", {"X"}, {"Y"}, "up");
+  testing::add_string_attr(up7, "mode", "linear");
+  testing::add_floats_attr(up7, "scales", {1, 1, 2});
+  EXPECT_EQ(run_single(upsample7, signal, &from), linear_x2);
+  EXPECT_EQ(from, 7);
+
+  ModelBuilder upsample9 = old_model(9, {"1", "1", "3"});
+  upsample9.initializer_f32("scales", {3}, {1, 1, 2});
+  testing::add_string_attr(upsample9.node("Upsample", {"X", "scales"}, {"Y"}, "up"), "mode",
+                           "linear");
+  EXPECT_EQ(run_single(upsample9, signal, &from), linear_x2);
+  EXPECT_EQ(from, 9);
+
+  ModelBuilder resize10 = old_model(10, {"1", "1", "3"});
+  resize10.initializer_f32("scales", {3}, {1, 1, 2});
+  testing::add_string_attr(resize10.node("Resize", {"X", "scales"}, {"Y"}, "resize"), "mode",
+                           "linear");
+  EXPECT_EQ(run_single(resize10, signal, &from), linear_x2);
+  EXPECT_EQ(from, 10);
+
+  ModelBuilder shrink = old_model(10, {"1", "1", "4"});
+  shrink.initializer_f32("scales", {3}, {1, 1, 0.75f});
+  shrink.node("Resize", {"X", "scales"}, {"Y"}, "resize");  // nearest, the default
+  EXPECT_EQ(run_single(shrink, Tensor::from_f32({1, 1, 4}, {1, 2, 3, 4}), &from),
+            (std::vector<float>{1, 3, 4}));
+  EXPECT_EQ(from, 10);
+
+  // Scales that enlarge one axis and shrink another have no opset-13 nearest mode: the model is
+  // imported in its own opset's form (ampc has Upsample-9), floor on one axis, ceiling on the
+  // other: rows 0, 0, 1, 1 of [[1, 2, 3, 4], [5, 6, 7, 8]], columns ceil(0), ceil(2) = 0, 2.
+  ModelBuilder mixed = old_model(9, {"1", "2", "4"});
+  mixed.initializer_f32("scales", {3}, {1, 2, 0.5f});
+  mixed.node("Upsample", {"X", "scales"}, {"Y"}, "up");
+  EXPECT_EQ(run_single(mixed, Tensor::from_f32({1, 2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}), &from),
+            (std::vector<float>{1, 3, 1, 3, 5, 7, 5, 7}));
+  EXPECT_EQ(from, 0);
+}
+
 TEST(OpsetConversion, InspectSaysTheModelWasConverted) {
   ModelBuilder m = old_model(9, {"2", "4"});
   testing::add_ints_attr(m.node("Pad", {"X"}, {"Y"}, "pad"), "pads", {0, 1, 0, 1});
