@@ -61,11 +61,47 @@ std::optional<float> f32_lr(std::optional<double> lr) {
   return lr ? std::optional<float>(static_cast<float>(*lr)) : std::nullopt;
 }
 
-SessionOptions options_for(const std::string& device, int device_index, bool allow_tf32) {
+// A path argument as the file system's bytes: a str, bytes or os.PathLike, as os.fsencode takes
+// them. A NUL would end the path early in every C call that takes it (a load of "a.ckpt\0b"
+// would read a.ckpt), so it is refused as Python's own open() refuses it.
+std::string path_arg(const py::handle& value, const std::string& call, const char* argument) {
+  py::object encoded;
+  try {
+    encoded = py::module_::import("os").attr("fsencode")(value);
+  } catch (py::error_already_set& e) {
+    if (!e.matches(PyExc_TypeError)) throw;
+    throw py::type_error(call + ": " + argument + " is a path (str or os.PathLike), not " +
+                         Py_TYPE(value.ptr())->tp_name);
+  }
+  std::string path = py::cast<std::string>(encoded);
+  if (path.find('\0') != std::string::npos) {
+    throw py::value_error(call + ": " + argument + " " + py::cast<std::string>(py::repr(value)) +
+                          " holds a NUL character (embedded null byte), which no file name can");
+  }
+  return path;
+}
+
+// The options the Python sessions take. Those that would do nothing on the device are refused,
+// as the CLI refuses --allow-tf32 on the cpu.
+SessionOptions options_for(const std::string& device, int device_index, bool allow_tf32,
+                           bool check_numerics) {
   SessionOptions options;
   options.device = take(parse_device(device));
+  if (device_index < 0) {
+    throw py::value_error("device_index=" + std::to_string(device_index) +
+                          " is not a GPU index (0 is the first GPU)");
+  }
+  if (options.device == Device::kCpu && allow_tf32) {
+    throw py::value_error(
+        "allow_tf32=True has no effect on the cpu device (use it with device='cuda')");
+  }
+  if (options.device == Device::kCpu && device_index != 0) {
+    throw py::value_error("device_index=" + std::to_string(device_index) +
+                          " has no effect on the cpu device (use it with device='cuda')");
+  }
   options.device_index = device_index;
   options.allow_tf32 = allow_tf32;
+  options.check_numerics = check_numerics;
   return options;
 }
 
@@ -133,21 +169,23 @@ PYBIND11_MODULE(_ampc, m) {
 
   py::class_<PyInference>(m, "InferenceSession",
                           "Runs an ONNX model ampc supports on the CPU or a GPU.")
-      .def(py::init([](const std::string& path, const std::string& device, int device_index,
+      .def(py::init([](const py::object& path, const std::string& device, int device_index,
                        bool allow_tf32, const std::map<std::string, std::vector<int64_t>>& shapes,
-                       const std::map<std::string, int64_t>& dims) {
-             SessionOptions options = options_for(device, device_index, allow_tf32);
+                       const std::map<std::string, int64_t>& dims, bool check_numerics) {
+             const std::string file = path_arg(path, "InferenceSession", "path");
+             SessionOptions options = options_for(device, device_index, allow_tf32, check_numerics);
              options.shapes.insert(shapes.begin(), shapes.end());
              options.dims.insert(dims.begin(), dims.end());
-             return load<InferenceSession>(path, std::move(options));
+             return load<InferenceSession>(file, std::move(options));
            }),
            py::arg("path"), py::kw_only(), py::arg("device") = "cpu", py::arg("device_index") = 0,
            py::arg("allow_tf32") = false,
            py::arg("shapes") = std::map<std::string, std::vector<int64_t>>{},
-           py::arg("dims") = std::map<std::string, int64_t>{},
-           "Loads and compiles the model at `path` for `device` ('cpu' or 'cuda'). A model with "
-           "dynamic input dims needs them fixed: `shapes` ({input: [dims]}, as --shape) or "
-           "`dims` ({dim name: size}, as --dim).")
+           py::arg("dims") = std::map<std::string, int64_t>{}, py::arg("check_numerics") = false,
+           "Loads and compiles the model at `path` (str or os.PathLike) for `device` ('cpu' or "
+           "'cuda'). A model with dynamic input dims needs them fixed: `shapes` ({input: [dims]}, "
+           "as --shape) or `dims` ({dim name: size}, as --dim). check_numerics: a node that writes "
+           "an inf or a NaN its inputs did not hold fails the run (ValueError naming it).")
       .def_property_readonly(
           "inputs",
           [](PyInference& s) { return describe(s.with([](auto& x) { return x.inputs(); })); },
@@ -185,13 +223,17 @@ PYBIND11_MODULE(_ampc, m) {
 
   py::class_<PyTraining>(m, "TrainingSession",
                          "Trains a model compiled with `ampc compile --optimizer`.")
-      .def(py::init([](const std::string& path, const std::string& device, int device_index,
-                       bool allow_tf32) {
-             return load<TrainingSession>(path, options_for(device, device_index, allow_tf32));
+      .def(py::init([](const py::object& path, const std::string& device, int device_index,
+                       bool allow_tf32, bool check_numerics) {
+             const std::string file = path_arg(path, "TrainingSession", "path");
+             return load<TrainingSession>(
+                 file, options_for(device, device_index, allow_tf32, check_numerics));
            }),
            py::arg("path"), py::kw_only(), py::arg("device") = "cpu", py::arg("device_index") = 0,
-           py::arg("allow_tf32") = false,
-           "Loads the training model at `path` for `device` ('cpu' or 'cuda').")
+           py::arg("allow_tf32") = false, py::arg("check_numerics") = false,
+           "Loads the training model at `path` (str or os.PathLike) for `device` ('cpu' or "
+           "'cuda'). check_numerics: a step in which a node writes an inf or a NaN its inputs did "
+           "not hold raises ValueError naming it and changes no state.")
       .def_property_readonly(
           "batch_inputs",
           [](PyTraining& s) { return describe(s.with([](auto& x) { return x.batch_inputs(); })); },
@@ -311,20 +353,23 @@ PYBIND11_MODULE(_ampc, m) {
           "and shape).")
       .def(
           "save_checkpoint",
-          [](PyTraining& s, const std::string& path) {
-            check(s.with([&](auto& x) { return x.save_checkpoint(path); }));
+          [](PyTraining& s, const py::object& path) {
+            const std::string file = path_arg(path, "save_checkpoint", "path");
+            check(s.with([&](auto& x) { return x.save_checkpoint(file); }));
           },
           py::arg("path"), "Writes every piece of state and the step count (safetensors).")
       .def(
           "load_checkpoint",
-          [](PyTraining& s, const std::string& path) {
-            check(s.with([&](auto& x) { return x.load_checkpoint(path); }));
+          [](PyTraining& s, const py::object& path) {
+            const std::string file = path_arg(path, "load_checkpoint", "path");
+            check(s.with([&](auto& x) { return x.load_checkpoint(file); }));
           },
           py::arg("path"), "Restores what save_checkpoint wrote; on error nothing changes.")
       .def(
           "export",
-          [](PyTraining& s, const std::string& path, bool keep_loss) {
-            check(s.with([&](auto& x) { return x.export_inference_model(path, keep_loss); }));
+          [](PyTraining& s, const py::object& path, bool keep_loss) {
+            const std::string file = path_arg(path, "export", "path");
+            check(s.with([&](auto& x) { return x.export_inference_model(file, keep_loss); }));
           },
           py::arg("path"), py::kw_only(), py::arg("keep_loss") = false,
           "Writes the eval graph with the current weights as an inference model.")

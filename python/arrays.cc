@@ -185,14 +185,25 @@ void LentInputs::lend(const std::string& name, const TensorType& type, const py:
 void LentInputs::lend_array(const std::string& name, const TensorType& type,
                             const py::handle& value) {
   const py::dtype want = numpy_dtype(type.dtype);
-  // The array itself when it is C-contiguous already; else a C-contiguous copy.
-  py::array array = py::array::ensure(value, py::array::c_style);
-  if (!array) bad(name, "expected an array");
+  // An array is checked as it lies, before any copy: a wrong broadcast view may be larger than
+  // memory once copied, and must get the shape error, not a MemoryError. Anything else (a list)
+  // becomes the array numpy makes of it.
+  py::array array;
+  if (py::isinstance<py::array>(value)) {
+    array = py::reinterpret_borrow<py::array>(value);
+  } else {
+    array = py::array::ensure(value);
+    if (!array) bad(name, "expected an array, got " + std::string(Py_TYPE(value.ptr())->tp_name));
+  }
   if (!array.dtype().is(want) && !array.dtype().equal(want)) {
     bad(name, "expected dtype " + dtype_text(want) + " (" + std::string(dtype_name(type.dtype)) +
                   "), got " + dtype_text(array.dtype()));
   }
   check_shape(name, type, Shape(array.shape(), array.shape() + array.ndim()));
+  if ((array.flags() & py::array::c_style) == 0) {
+    // numpy's C-contiguous copy, through Python so that a MemoryError stays one.
+    array = py::module_::import("numpy").attr("ascontiguousarray")(array);
+  }
   views_.set(name, TensorView(type, array.data()));
   arrays_.push_back(std::move(array));
 }

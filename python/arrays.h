@@ -3,7 +3,8 @@
 // Arrays in (numpy arrays, or anything with __dlpack__ in host memory, such as a CPU torch
 // tensor) must have the input's dtype and shape; they are lent to the session for the call
 // (ampc::TensorView), which on the CPU reads them where they are: no copy, unless an array is not
-// C-contiguous (numpy makes a contiguous copy; a strided DLPack tensor is gathered into one).
+// C-contiguous (numpy makes a contiguous copy; a strided DLPack tensor is gathered into one),
+// and no copy before the dtype and shape are found right.
 // Arrays out are numpy views of the tensors the session returned, which they keep alive (no
 // copy). f16 is numpy's float16; bf16 is DLPack's bfloat16 in, or ml_dtypes.bfloat16 when that
 // package is importable (else the raw bits as uint16); out, those arrays as ampc.BFloat16Array,

@@ -8,6 +8,7 @@
 Importing this module imports torch; nothing else in ampc needs it.
 """
 import copy
+import inspect
 import os
 import types
 import warnings
@@ -35,8 +36,15 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
     not changed. Returns the exporter used.
     """
     example_inputs = tuple(example_inputs)
-    if not 0 <= targets <= len(example_inputs):
-        raise ValueError(f"targets={targets}, but example_inputs holds {len(example_inputs)} tensors")
+    path = _path(path)
+    if isinstance(targets, bool) or not isinstance(targets, int):
+        raise ValueError(f"targets={targets!r}: expected the number (an int) of example_inputs "
+                         "that go to the loss")
+    if not 0 <= targets < len(example_inputs):
+        raise ValueError(f"targets={targets}, but example_inputs holds {len(example_inputs)} "
+                         "tensors: the model takes the first, the loss the last `targets` "
+                         f"(0 to {len(example_inputs) - 1})")
+    _check_loss_arguments(loss_fn, targets)
     inputs = len(example_inputs) - targets
     if input_names is None:
         labels = ["label"] if targets == 1 else [f"label{i}" for i in range(targets)]
@@ -83,6 +91,29 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
             if os.path.exists(path):
                 os.remove(path)
     raise RuntimeError("the model could not be exported:\n  " + "\n  ".join(errors))
+
+
+def _path(path):
+    """`path` as str or bytes (os.PathLike too); a NUL, which would cut it short, is refused."""
+    path = os.fspath(path)
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise ValueError(f"export_training: path {path!r} holds a NUL character (embedded null "
+                         "byte), which no file name can")
+    return path
+
+
+def _check_loss_arguments(loss_fn, targets):
+    """Refuses, before any export, a loss_fn that cannot take the model's output and `targets`
+    tensors (cross_entropy with targets=0), where its signature says so."""
+    try:
+        signature = inspect.signature(loss_fn).replace(return_annotation=inspect.Signature.empty)
+    except (TypeError, ValueError):  # a builtin without one: the export will tell
+        return
+    try:
+        signature.bind(None, *([None] * targets))
+    except TypeError as e:
+        raise ValueError(f"targets={targets}: loss_fn{signature} cannot be called with the "
+                         f"model's output and {targets} target tensor(s): {e}") from None
 
 
 def _check_export(path, model):

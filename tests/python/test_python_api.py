@@ -22,13 +22,6 @@ MLP = os.path.join(SOURCE, "models", "mlp.onnx")
 MLP_DATA = os.path.join(SOURCE, "models", "mlp.train.npz")
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("models") / "mlp.train.onnx")
-    ampc.compile(MLP, path, optimizer="sgd", momentum=0.9, lr=0.05)
-    return path
-
-
 def batches():
     data = np.load(MLP_DATA)
     return [{name: data[name][i] for name in data.files} for i in range(data["x"].shape[0])]

@@ -77,6 +77,23 @@ def test_bad_arguments_are_refused(tmp_path):
         ampc.torch.export_training(Net(), (torch.zeros(2, 12), torch.zeros(2, 3)),
                                    torch.nn.functional.mse_loss, str(tmp_path / "m.onnx"),
                                    exporter="tf")
+    # Checked before any export: cross_entropy needs its target, the model an input, and
+    # targets is a count.
+    xy = (torch.zeros(2, 12), torch.zeros(2, dtype=torch.long))
+    for targets, message in [
+            (0, r"targets=0: loss_fn\(input.*\) cannot be called with the model's output and 0 "
+                r"target tensor\(s\)"),
+            (2, r"targets=2, but example_inputs holds 2 tensors: the model takes the first, the "
+                r"loss the last `targets` \(0 to 1\)"),
+            (1.0, r"targets=1.0: expected the number \(an int\)"),
+            (True, r"targets=True: expected the number \(an int\)")]:
+        with pytest.raises(ValueError, match=message):
+            ampc.torch.export_training(Net(False), xy, torch.nn.functional.cross_entropy,
+                                       tmp_path / "m.onnx", targets=targets)
+    with pytest.raises(ValueError, match="export_training: path '.*' holds a NUL character"):
+        ampc.torch.export_training(Net(False), xy, torch.nn.functional.cross_entropy,
+                                   str(tmp_path / "m.onnx") + "\0x")
+    assert not (tmp_path / "m.onnx").exists()
 
 
 SOURCE = os.environ.get("AMPC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
