@@ -14,11 +14,15 @@
 //   form, written back as the outputs on export). saved_mean and saved_var are left undefined:
 //   runtimes fill them differently (the batch variance or its inverse square root), and reading
 //   one is an error that says so.
+// - Slice before opset 10 takes starts, ends and axes as attributes, and ampc's Slice is opset
+//   10's: each sliced axis becomes a Gather of its positions (the axis's length must be known).
 // - Dropout before opset 12 has no training_mode either: PyTorch's exporter writes the mask output
 //   for a module in training and no Dropout at all in eval, so a node with its mask output is in
 //   training mode. It gets opset 12's training_mode operand (a constant true), which export
 //   writes back as the mask output. Before opset 10 the mask had the data's type; ampc's is
 //   bool, so there it is left undefined.
+#include <algorithm>
+
 #include "compiler/onnx_lowering.h"
 #include "compiler/onnx_lowering_internal.h"
 #include "compiler/strings.h"
@@ -142,9 +146,72 @@ absl::Status lower_dropout_before_12(const onnx::NodeProto& proto, const std::st
       .status();
 }
 
+// Slice before opset 10 takes starts, ends and the optional axes as attributes, and ampc's Slice
+// is opset 10's: each sliced axis becomes a Gather (opset 1) of the positions start .. end - 1,
+// clamped to the axis as Slice clamps them (INT64_MAX, PyTorch's `x[a:]`, is the axis's end).
+// Data movement both ways: the same values, and a gradient that adds into those positions.
+absl::Status lower_slice_before_10(const onnx::NodeProto& proto, const std::string& label,
+                                   ImportSink& sink) {
+  AMPC_ASSIGN_OR_RETURN(NodeAttributes attrs,
+                        read_attributes(proto, label,
+                                        {{"axes", onnx::AttributeProto::INTS},
+                                         {"starts", onnx::AttributeProto::INTS},
+                                         {"ends", onnx::AttributeProto::INTS}}));
+  if (proto.input_size() != 1 || proto.output_size() != 1) {
+    return invalid(str_cat(label, " has ", proto.input_size(), " inputs and ", proto.output_size(),
+                           " outputs; Slice has one of each before opset 10"));
+  }
+  const auto starts = attrs.int_lists.find("starts");
+  const auto ends = attrs.int_lists.find("ends");
+  if (starts == attrs.int_lists.end() || ends == attrs.int_lists.end()) {
+    return invalid(str_cat(label, " has no ", starts == attrs.int_lists.end() ? "starts" : "ends",
+                           " attribute, which Slice requires before opset 10"));
+  }
+  const auto axes = attrs.int_lists.find("axes");
+  const size_t n = starts->second.size();
+  if (ends->second.size() != n || (axes != attrs.int_lists.end() && axes->second.size() != n)) {
+    return invalid(str_cat(label, ": starts, ends and axes have ", n, ", ", ends->second.size(),
+                           " and ", axes == attrs.int_lists.end() ? n : axes->second.size(),
+                           " elements; Slice needs as many of each"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Value * data, tensor_input(proto, 0, label, sink));
+  const Shape& shape = data->shape();
+  const auto rank = static_cast<int64_t>(shape.size());
+  Emitter e(proto, label, sink);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t axis = axes == attrs.int_lists.end() ? static_cast<int64_t>(i) : axes->second[i];
+    if (axis < -rank || axis >= rank) {
+      return invalid(str_cat(label, ": axis ", axis, " is outside the data's ", rank, " axes"));
+    }
+    if (axis < 0) axis += rank;
+    const int64_t length = shape[axis];
+    if (length < 0) {
+      return absl::UnimplementedError(
+          str_cat(label, ": ampc needs the length of axis ", axis,
+                  " to slice it at this opset (attributes before opset 10), and the data's is ",
+                  "not known; export the model at opset 10 or later, or fix the input's shape"));
+    }
+    auto clamped = [length](int64_t at) {
+      if (at < 0) at += length;
+      return std::clamp<int64_t>(at, 0, length);
+    };
+    const int64_t from = clamped(starts->second[i]);
+    const int64_t to = std::max(from, clamped(ends->second[i]));
+    std::vector<double> positions;
+    for (int64_t p = from; p < to; ++p) positions.push_back(static_cast<double>(p));
+    AMPC_ASSIGN_OR_RETURN(Value * indices, e.constant(Tensor::from_doubles(DType::kI64, {to - from},
+                                                                           std::move(positions))));
+    AMPC_ASSIGN_OR_RETURN(data, e.op("Gather", {data, indices}, {{"axis", AttrValue(axis)}},
+                                     i + 1 == n ? e.output(0) : std::string()));
+  }
+  if (n == 0) return e.op("Identity", {data}, {}, e.output(0)).status();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool legacy_form_lowered(std::string_view op_type, int64_t opset) {
+  if (op_type == "Slice") return opset < 10;
   if (op_type == "Softmax" || op_type == "LogSoftmax") return opset < 13;
   if (op_type == "Dropout") return opset >= 7 && opset < 12;
   return op_type == "BatchNormalization" && opset >= 9 && opset < 14;
@@ -154,6 +221,7 @@ absl::Status lower_legacy_form(const onnx::NodeProto& proto, const std::string& 
                                ImportSink& sink) {
   if (proto.op_type() == "BatchNormalization") return lower_batch_norm_v9(proto, label, sink);
   if (proto.op_type() == "Dropout") return lower_dropout_before_12(proto, label, sink);
+  if (proto.op_type() == "Slice") return lower_slice_before_10(proto, label, sink);
   return lower_coerced_softmax(proto, label, sink);
 }
 

@@ -6,6 +6,8 @@
 // another order), and the zoo's opset-12 exports against PyTorch's training runs
 // (tests/runtime/zoo_test.cc).
 #include <cmath>
+#include <cstdint>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
@@ -305,6 +307,51 @@ TEST(LegacyForms, AGraphRaisedToOpset14WritesTrainingModeAsTheAttribute) {
   const Node* bn = only_node(*again, "BatchNormalization");
   EXPECT_EQ(bn->int_attr("training_mode"), 1);
   EXPECT_EQ(bn->def()->until_opset, kLatestOpset);
+}
+
+// ---- Slice before opset 10 -------------------------------------------------------------------
+
+// An opset-9 file with a training Dropout (its mask output), which ONNX's converter would make an
+// inference Dropout, is imported as it is (compiler/onnx_import.cc), and its Slices with them:
+// each sliced axis becomes a Gather of the positions Slice's definition picks (negative starts
+// and ends count from the axis's end, and both clamp to it). Data movement: exact.
+TEST(LegacyForms, SliceWithItsAttributesBeforeOpset10PicksThePositionsItsDefinitionDoes) {
+  // x[r][c] = 10 r + c, 3 x 5.
+  std::vector<float> x;
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 5; ++c) x.push_back(static_cast<float>(10 * r + c));
+  }
+  struct Case {
+    std::vector<int64_t> starts, ends;
+    std::optional<std::vector<int64_t>> axes;
+    std::vector<double> want;
+  };
+  const std::vector<Case> cases = {
+      // Rows 1.. (PyTorch's x[1:] writes INT64_MAX), columns -3 .. -1: 2 and 3.
+      {{1, -3}, {INT64_MAX, -1}, std::nullopt, {12, 13, 22, 23}},
+      // Axis -1 from 3 to 100 (clamped to 5); axis 0 from -100 (clamped to 0) to 1.
+      {{3, -100}, {100, 1}, std::vector<int64_t>{-1, 0}, {3, 4}},
+      // An empty window: start past end.
+      {{4}, {2}, std::vector<int64_t>{1}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::PrintToString(c.starts));
+    ModelBuilder m(9);
+    m.input("x", onnx::TensorProto::FLOAT, {"3", "5"});
+    onnx::NodeProto& drop = m.node("Dropout", {"x"}, {"d", "mask"}, "drop");
+    testing::add_float_attr(drop, "ratio", 0.0f);
+    onnx::NodeProto& slice = m.node("Slice", {"d"}, {"y"}, "slice");
+    testing::add_ints_attr(slice, "starts", c.starts);
+    testing::add_ints_attr(slice, "ends", c.ends);
+    if (c.axes) testing::add_ints_attr(slice, "axes", *c.axes);
+    m.output("y");
+    std::unique_ptr<Graph> graph = import_ok(m.bytes());
+    ASSERT_NE(graph, nullptr);
+    EXPECT_EQ(graph->metadata().count("ampc.converted_from_opset"), 0u);
+    const std::vector<Tensor> y = run_graph(*graph, {Tensor::from_f32({3, 5}, x)});
+    ASSERT_EQ(y.size(), 1u);
+    EXPECT_EQ(y[0].to_double_vector(), c.want);
+  }
 }
 
 // ---- Dropout before opset 12 ------------------------------------------------------------------
