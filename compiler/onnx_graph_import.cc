@@ -77,10 +77,56 @@ class Importer : public onnx_io::ImportSink {
     if (const std::vector<std::string> folded = folds_.folded_batch_norms(); !folded.empty()) {
       graph_->set_metadata(onnx_io::kFoldedBatchNormsKey, str_join(folded, ", "));
     }
+    if (const std::vector<std::string> missing = missing_parameters(graph); !missing.empty()) {
+      graph_->set_metadata(onnx_io::kMissingParametersKey, str_join(missing, ", "));
+    }
     return std::move(graph_);
   }
 
  private:
+  // The parameters `graph`'s signature declares and a node's FX node reads (%p_w) that are not
+  // in the imported graph (after the optimizer folds' copies) and that no node reading them
+  // holds in another form: an initializer the signature does not declare, of floats not all
+  // equal (a transposed or concatenated weight the optimizer folded, which trains as the
+  // parameter would). What is left was removed (a zero bias) or became uniform constants.
+  std::vector<std::string> missing_parameters(const onnx::GraphProto& graph) {
+    const std::unordered_map<std::string, std::string> names =
+        onnx_io::torch_names_by_fx_name(graph);
+    const std::unordered_map<std::string, Value::Declared> declared =
+        onnx_io::torch_signature(graph);
+    auto stands_in = [&](const std::string& input) {
+      auto it = values_.find(input);
+      if (it == values_.end() || it->second->kind() != Value::Kind::kInitializer ||
+          it->second->declared() != Value::Declared::kUnknown ||
+          !is_arithmetic_float(it->second->dtype())) {
+        return false;
+      }
+      const Tensor& data = *it->second->initializer();
+      for (int64_t i = 1; i < data.num_elements(); ++i) {
+        if (data.element_as_double(i) != data.element_as_double(0)) return true;
+      }
+      return false;
+    };
+    std::map<std::string, bool> read;  // parameter -> whether a reader holds it in another form
+    for (const onnx::NodeProto& node : graph.node()) {
+      const std::optional<std::string> fx = onnx_io::torch_fx_node(node);
+      if (!fx) continue;
+      for (const std::string& arg : onnx_io::torch_tensor_args(*fx)) {
+        const auto name = names.find(arg);
+        if (name == names.end() || values_.contains(name->second)) continue;
+        const auto kind = declared.find(name->second);
+        if (kind == declared.end() || kind->second != Value::Declared::kParameter) continue;
+        bool& held = read[name->second];
+        held = held || std::any_of(node.input().begin(), node.input().end(), stands_in);
+      }
+    }
+    std::vector<std::string> missing;
+    for (const auto& [name, held] : read) {
+      if (!held) missing.push_back(name);
+    }
+    return missing;
+  }
+
   absl::Status import_opsets(const onnx::ModelProto& model) {
     std::unordered_set<std::string> seen;
     for (const onnx::OperatorSetIdProto& opset : model.opset_import()) {

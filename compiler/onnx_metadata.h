@@ -52,6 +52,13 @@ std::vector<std::pair<std::string, std::string>> torch_buffer_mutations(
 // node names its arguments) -> their names (w, table).
 std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::GraphProto& graph);
 
+// The parameters a PyTorch graph signature declares and its nodes' FX nodes read that the file
+// holds neither as themselves nor in another form: what the dynamo exporter's optimizer
+// (optimize=True) removed or folded into uniform constants (a Linear's zero bias it drops from
+// the Gemm; GroupNorm's ones and zeros at opset 18). They do not train. The importer records
+// them as this graph metadata (compiler/onnx_graph_import.cc), the training-step pass warns.
+inline constexpr char kMissingParametersKey[] = "ampc.missing_parameters";
+
 // The attributes PyTorch's dynamo exporter recorded of a node (its FX node, in the node's
 // metadata) that the node's ONNX form lost:
 // - Gather made from aten.embedding: `padding_idx` (the row that gets no gradient) when >= 0,

@@ -323,6 +323,17 @@ class TrainingStepPass final : public Pass {
           "not normalize by the batch as PyTorch's does; export with "
           "torch.onnx.export(..., optimize=False)"));
     }
+    if (auto missing = graph.metadata().find(onnx_io::kMissingParametersKey);
+        missing != graph.metadata().end()) {
+      context.warn(str_cat(
+          "parameters ", missing->second,
+          " are declared by the file's graph signature and read by its nodes' FX nodes, but the "
+          "file holds no initializer of them: the exporter's optimizer removed them or folded "
+          "them into constants (a parameter whose value is uniform: a zero bias, a norm's ones "
+          "and zeros), so they do not train as PyTorch's do; export with "
+          "torch.onnx.export(..., optimize=False)"));
+      graph.erase_metadata(onnx_io::kMissingParametersKey);
+    }
     if (auto stale = graph.metadata().find(onnx_io::kStaleBuffersKey);
         stale != graph.metadata().end()) {
       context.warn(str_cat(

@@ -11,6 +11,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/training_session.h"
 #include "tests/onnx_model_builder.h"
@@ -158,6 +159,46 @@ TEST(TorchFoldedBatchNorm, AConvCarryingATrainingBatchNormIsNamedInAWarning) {
     }
     EXPECT_EQ(named, folded);
   }
+}
+
+// With its optimizer on, the dynamo exporter drops a bias that starts at zero from its Gemm and
+// writes GroupNorm's weight (ones) as a constant: the signature declares them and the nodes' FX
+// nodes read them, but the file holds neither, so they would not train. The compile names them.
+// A parameter the file holds in another form (a transposed weight, as floats not all equal:
+// it trains as the parameter would) and one no node reads (an unused module's) are not named.
+TEST(TorchMissingParameters, AParameterTheOptimizerDroppedOrMadeUniformIsNamedInAWarning) {
+  ModelBuilder m(18);
+  m.input("x", onnx::TensorProto::FLOAT, {"2", "3"});
+  m.initializer_f32("a.weight", {3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9});
+  m.initializer_f32("val_3", {3, 3}, {1, 4, 7, 2, 5, 8, 3, 6, 9});  // c.weight transposed
+  m.initializer_f32("val_5", {3}, {1, 1, 1});                       // g.weight, ones
+  from_aten(m.node("Gemm", {"x", "a.weight"}, {"h"}, "node_Gemm_1"), "linear", "linear.default",
+            "%x, %p_a_weight, %p_a_bias");
+  from_aten(m.node("MatMul", {"h", "val_3"}, {"k"}, "node_MatMul_2"), "linear_1", "linear.default",
+            "%linear, %p_c_weight");
+  from_aten(m.node("Mul", {"k", "val_5"}, {"n"}, "node_Mul_3"), "group_norm", "group_norm.default",
+            "%linear_1, 1, %p_g_weight, %p_g_bias, 1e-05");
+  add_int_attr(m.node("ReduceSum", {"n"}, {"loss"}, "sum"), "keepdims", 0);
+  m.output("loss");
+  add_metadata(m.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
+               "\n# inputs\np_a_weight: PARAMETER target='a.weight'\n"
+               "p_a_bias: PARAMETER target='a.bias'\np_c_weight: PARAMETER target='c.weight'\n"
+               "p_g_weight: PARAMETER target='g.weight'\np_g_bias: PARAMETER target='g.bias'\n"
+               "p_unused_weight: PARAMETER target='unused.weight'\nx: USER_INPUT\n\n"
+               "# outputs\nsum: USER_OUTPUT\n");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "optimized.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(**graph, testing::sgd_options(0.1f), diagnostics).ok());
+  std::vector<std::string> named;
+  for (const std::string& warning : diagnostics.warnings()) {
+    if (warning.find("file holds no initializer of them") != std::string::npos) {
+      named.push_back(warning);
+    }
+  }
+  ASSERT_EQ(named.size(), 1u) << str_join(diagnostics.warnings(), "\n");
+  EXPECT_NE(named[0].find("parameters a.bias, g.bias, g.weight are declared"), std::string::npos)
+      << named[0];
 }
 
 }  // namespace
