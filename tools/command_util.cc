@@ -1,8 +1,12 @@
 #include "tools/command_util.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -113,15 +117,20 @@ std::string divergence(const runtime::StepStats& stats, int64_t skipped_in_a_row
 namespace {
 
 // Whether `a` and `b` name one file: the same file where both exist (hard links included), else
-// the same path once symbolic links and `.`/`..` are resolved.
+// the same absolute path once symbolic links and `.`/`..` are resolved (`out.onnx` and
+// `./out.onnx`, which weakly_canonical alone leaves relative and apart while neither exists).
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code error;
   if (std::filesystem::exists(a, error) && std::filesystem::exists(b, error)) {
     return std::filesystem::equivalent(a, b, error);
   }
-  const std::filesystem::path canonical_a = std::filesystem::weakly_canonical(a, error);
+  auto normalized = [&](const std::string& path) {
+    return std::filesystem::weakly_canonical(std::filesystem::absolute(path, error), error)
+        .lexically_normal();
+  };
+  const std::filesystem::path canonical_a = normalized(a);
   if (error) return false;
-  const std::filesystem::path canonical_b = std::filesystem::weakly_canonical(b, error);
+  const std::filesystem::path canonical_b = normalized(b);
   return !error && canonical_a == canonical_b;
 }
 
@@ -145,6 +154,35 @@ absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
                                                   "' are one file; choose two paths"));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status check_output_file(std::string_view flag, const std::string& path) {
+  std::error_code error;
+  const std::filesystem::file_status status = std::filesystem::status(path, error);
+  if (std::filesystem::exists(status)) {
+    if (!std::filesystem::is_regular_file(status)) {
+      const std::filesystem::file_type type = status.type();
+      const std::string_view kind = type == std::filesystem::file_type::directory ? "a directory"
+                                    : type == std::filesystem::file_type::fifo    ? "a pipe"
+                                    : type == std::filesystem::file_type::socket  ? "a socket"
+                                                                                  : "a device";
+      return absl::InvalidArgumentError(
+          str_cat(flag, " '", path, "' exists and is not a regular file: it is ", kind));
+    }
+    if (::access(path.c_str(), W_OK) != 0) {
+      return absl::InvalidArgumentError(
+          str_cat("cannot write ", flag, " '", path, "': ", std::strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  const std::filesystem::path file(path);
+  const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
+  if (!std::filesystem::is_directory(folder, error) || ::access(folder.c_str(), W_OK) != 0) {
+    return absl::InvalidArgumentError(str_cat("cannot write ", flag, " '", path, "': its folder '",
+                                              folder.string(),
+                                              "' does not exist or is not writable"));
   }
   return absl::OkStatus();
 }

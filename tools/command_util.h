@@ -67,6 +67,11 @@ struct NamedPath {
 absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
                                   const std::vector<NamedPath>& inputs);
 
+// Whether the file `path`, which the flag `flag` names, can be written: what exists there is a
+// regular file this process may write, else its folder exists and may be written into. The
+// error names the flag and the path. Checked before any work, so that a typo costs none.
+absl::Status check_output_file(std::string_view flag, const std::string& path);
+
 // CLI11 checks with messages that say what a flag takes: an integer >= `minimum`; a finite
 // number > 0.
 CLI::Validator at_least(int64_t minimum);

@@ -3,11 +3,13 @@
 #include "tools/compile_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
 #include <iostream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <system_error>
 
@@ -232,6 +234,11 @@ absl::StatusOr<std::optional<TrainingOptions>> training_options(const CompileFla
         return absl::InvalidArgumentError(
             str_cat("--loss-scale '", flags.loss_scale, "': expected static:S with a number S"));
       }
+      // Checked here, so that the error names the flag given (the scale is --scale-init's).
+      if (!(scaling.init > 0) || !std::isfinite(scaling.init)) {
+        return absl::InvalidArgumentError(str_cat("--loss-scale '", flags.loss_scale,
+                                                  "': the scale S must be a finite number > 0"));
+      }
     } else if (!flags.loss_scale.empty() && flags.loss_scale != "dynamic") {
       return absl::InvalidArgumentError(
           str_cat("unknown --loss-scale '", flags.loss_scale, "' (dynamic, static:S or none)"));
@@ -309,7 +316,56 @@ void print_timings(const std::vector<PassTiming>& timings) {
   std::cerr << out;
 }
 
+// Where the compile writes, checked before any pass runs or any dump is written: the output and
+// its external data can be written, and the dump folder is neither.
+absl::Status check_output_paths(const CompileFlags& flags) {
+  const std::string external_data = flags.external_data ? flags.output + ".data" : "";
+  AMPC_RETURN_IF_ERROR(check_distinct_paths(
+      {{"-o", flags.output}, {"-o's external data", external_data}, {"--dump-dir", flags.dump_dir}},
+      {}));
+  AMPC_RETURN_IF_ERROR(check_output_file("-o", flags.output));
+  if (flags.external_data)
+    AMPC_RETURN_IF_ERROR(check_output_file("-o's external data", external_data));
+  return absl::OkStatus();
+}
+
+// Whether a training step updates BatchNorm running statistics (a BatchNorm in training mode
+// outputs them beside Y): what --bn-running-var shapes.
+bool updates_running_statistics(const Graph& step) {
+  for (const auto& node : step.nodes()) {
+    if (node->op_type() == "BatchNormalization" && node->num_outputs() > 1) return true;
+  }
+  return false;
+}
+
+// The flags of a compile that succeeded which did nothing to the model: --bn-running-var without
+// a BatchNorm that trains, --freeze matching no initializer. (A regex is checked by the compile.)
+absl::Status check_model_flags_had_effect(const CompileFlags& flags, const Graph& graph) {
+  const Graph* step = graph.training_step();
+  if (step == nullptr) return absl::OkStatus();
+  if (flags.training_flags_given.contains("--bn-running-var") &&
+      !updates_running_statistics(*step)) {
+    return absl::InvalidArgumentError(
+        str_cat("--bn-running-var does nothing: ", flags.input,
+                " has no BatchNormalization that trains (updates running statistics)"));
+  }
+  if (!flags.freeze.empty()) {
+    const std::regex freeze(flags.freeze);
+    const auto matches = [&](const Graph& g) {
+      return std::any_of(g.initializers().begin(), g.initializers().end(),
+                         [&](const Value* v) { return std::regex_search(v->name(), freeze); });
+    };
+    if (!matches(graph) && !matches(*step)) {
+      return absl::InvalidArgumentError(str_cat("--freeze '", flags.freeze,
+                                                "' matches no initializer of ", flags.input,
+                                                ", so it freezes nothing"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int run_compile(const CompileFlags& flags) {
+  if (absl::Status status = check_output_paths(flags); !status.ok()) return report_error(status);
   if (absl::Status dump_dir = check_dump_dir(flags); !dump_dir.ok()) return report_error(dump_dir);
   CompileOptions options;
   absl::StatusOr<std::optional<TrainingOptions>> training = training_options(flags);
@@ -347,6 +403,14 @@ int run_compile(const CompileFlags& flags) {
   absl::StatusOr<std::unique_ptr<Graph>> graph = compile_file(flags.input, options, diagnostics);
   print_warnings(diagnostics);
   if (!graph.ok()) return report_error(graph.status());
+  // As `ampc run` and the sessions refuse it: a model with no outputs computes nothing.
+  if ((*graph)->outputs().empty()) {
+    return report_error(absl::InvalidArgumentError(
+        str_cat(flags.input, ": graph '", (*graph)->name(), "' has no outputs")));
+  }
+  if (absl::Status status = check_model_flags_had_effect(flags, **graph); !status.ok()) {
+    return report_error(status);
+  }
   const int nodes = (*graph)->num_nodes();
   const int step_nodes = (*graph)->training_step() ? (*graph)->training_step()->num_nodes() : -1;
   if (baseline.valid()) {

@@ -1,6 +1,7 @@
 // The `ampc` command line: compile, inspect, run, train, compare, bench and ops.
 //
 // Every failure that depends on input prints `ampc: error: ...` and exits 1; bad flags exit 2.
+#include <algorithm>
 #include <iostream>
 #include <map>
 #include <string>
@@ -10,6 +11,8 @@
 #include "ampc/version.h"
 #include "compiler/onnx_io.h"
 #include "compiler/report.h"
+#include "compiler/strings.h"
+#include "nlohmann/json.hpp"
 #include "tools/bench_command.h"
 #include "tools/command_util.h"
 #include "tools/compare_command.h"
@@ -31,6 +34,24 @@ struct InspectFlags {
   ShapeFlags shapes;
 };
 
+// inspect_json of a graph and, for a training model, its training step under "training_step":
+// the same fields but "schema", and the state the step updates ("state_updates": each state
+// initializer with the step output written over it after a run).
+std::string inspect_json_with_step(const Graph& graph) {
+  const Graph* step = graph.training_step();
+  if (step == nullptr) return inspect_json(graph);
+  nlohmann::ordered_json json = nlohmann::ordered_json::parse(inspect_json(graph));
+  nlohmann::ordered_json step_json = nlohmann::ordered_json::parse(inspect_json(*step));
+  step_json.erase("schema");
+  nlohmann::ordered_json updates = nlohmann::ordered_json::array();
+  for (const Graph::StateUpdate& update : step->state_updates()) {
+    updates.push_back({{"state", update.state}, {"update", update.update}});
+  }
+  step_json["state_updates"] = std::move(updates);
+  json["training_step"] = std::move(step_json);
+  return json.dump(2) + "\n";
+}
+
 int run_inspect(const InspectFlags& flags) {
   ImportOptions options;
   if (absl::Status status = parse_shape_flags(flags.shapes, options.input_shapes, options.dims);
@@ -48,7 +69,7 @@ int run_inspect(const InspectFlags& flags) {
   if (flags.format == "dot") {
     return report_error(absl::InvalidArgumentError("--format dot goes with --precision"));
   }
-  std::cout << (flags.format == "json" ? inspect_json(**graph) : inspect_text(**graph));
+  std::cout << (flags.format == "json" ? inspect_json_with_step(**graph) : inspect_text(**graph));
   return 0;
 }
 
@@ -89,6 +110,19 @@ int run(int argc, char** argv) {
   OpsFlags ops_flags;
   CLI::App* ops_command = add_ops_command(app, ops_flags);
 
+  // CLI11 reads an unknown first word as a stray argument and says only that a subcommand is
+  // required: name the word and the commands.
+  if (argc > 1 && argv[1][0] != '-') {
+    std::vector<std::string> commands;
+    for (const CLI::App* command : app.get_subcommands([](const CLI::App*) { return true; })) {
+      commands.push_back(command->get_name());
+    }
+    if (std::find(commands.begin(), commands.end(), argv[1]) == commands.end()) {
+      std::cerr << "ampc: error: unknown command '" << argv[1] << "'; the commands are "
+                << str_join(commands, ", ") << " (ampc --help)\n";
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

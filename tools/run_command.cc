@@ -8,6 +8,8 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <system_error>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "compiler/compile.h"
@@ -127,12 +129,18 @@ absl::StatusOr<std::map<std::string, GivenInput>> check_given_inputs(
 }
 
 // Writes each output as DIR/<stem>.npy (a stem taken twice gets _2, _3, ...) and prints one line
-// per output. On failure removes what it wrote.
+// per output. On failure removes what it wrote, and the folders it made.
 absl::Status write_outputs(const RunFlags& flags, const std::vector<runtime::TensorInfo>& outputs,
                            const std::map<std::string, Tensor>& values) {
   const std::filesystem::path dir(flags.output_dir);
+  std::vector<std::filesystem::path> made;  // the folders made for --output-dir, deepest first
   if (!flags.output_dir.empty()) {
     std::error_code ec;
+    for (std::filesystem::path p = dir; !p.empty() && !std::filesystem::exists(p, ec);
+         p = p.parent_path()) {
+      made.push_back(p);
+      if (p == p.parent_path()) break;
+    }
     std::filesystem::create_directories(dir, ec);
     if (ec) {
       return absl::InvalidArgumentError(
@@ -149,7 +157,10 @@ absl::Status write_outputs(const RunFlags& flags, const std::vector<runtime::Ten
     const std::string path = (dir / file).string();
     const Tensor& value = values.at(info.name);
     if (absl::Status status = runtime::write_npy(path, value); !status.ok()) {
-      for (const std::string& done : written) std::filesystem::remove(done);
+      std::error_code ignored;
+      for (const std::string& done : written) std::filesystem::remove(done, ignored);
+      // Only while empty: a folder something else wrote into meanwhile stays.
+      for (const std::filesystem::path& folder : made) std::filesystem::remove(folder, ignored);
       return status;
     }
     written.push_back(path);

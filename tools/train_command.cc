@@ -69,6 +69,109 @@ absl::Status check_flags_have_effect(const TrainFlags& flags) {
   return absl::OkStatus();
 }
 
+// --nproc's bound: ranks per online CPU. Each local rank is a whole process with its own copy of
+// the model, the data and the backend's threads, so ranks beyond a few per core only take turns
+// on the cores (slower than fewer ranks), and a typo (--nproc 100000) would start processes until
+// the machine stalls. 4 per CPU keeps small experiments within it: 4 ranks on a 1-core machine.
+constexpr int64_t kRanksPerCpu = 4;
+
+absl::Status check_nproc(int64_t nproc) {
+  const int64_t cpus = std::max<int64_t>(sysconf(_SC_NPROCESSORS_ONLN), 1);
+  if (nproc <= kRanksPerCpu * cpus) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      str_cat("--nproc ", nproc, " is out of range: at most ", kRanksPerCpu * cpus,
+              " ranks on this machine (", kRanksPerCpu, " per online CPU, ", cpus,
+              " online; each rank is a process with its own copy of the model)"));
+}
+
+// Whether the training step normalizes by batch statistics: a BatchNorm in training mode, which
+// outputs the running statistics beside Y.
+bool has_batch_norm(const Graph& step) {
+  for (const auto& node : step.nodes()) {
+    if (node->op_type().ends_with("BatchNormalization") && node->num_outputs() > 1) return true;
+  }
+  return false;
+}
+
+// What training loads and checks before its first step.
+struct Prepared {
+  std::unique_ptr<runtime::TrainingSession> session;
+  runtime::LrSchedule schedule;
+  std::optional<runtime::BatchData> data;
+  std::optional<runtime::BatchData> eval_data;  // read now, evaluated after the last step
+  std::string checkpoint;                       // DIR/checkpoint.safetensors, or empty
+};
+
+// Loads the model with `options` for a group of `ranks` and checks the flags, the data, a
+// resumed checkpoint and every path training writes, so that a bad one fails before any step.
+// `writer`: this process writes the outputs (rank 0, or the --nproc launcher checking once for
+// every rank before they start); `announce`: it says that it resumed.
+absl::StatusOr<Prepared> prepare(const TrainFlags& flags, const runtime::SessionOptions& options,
+                                 int ranks, bool writer, bool announce) {
+  Prepared prepared;
+  AMPC_ASSIGN_OR_RETURN(prepared.session, runtime::TrainingSession::load(flags.model, options));
+  runtime::TrainingSession& session = *prepared.session;
+  if (flags.local_batch_norm && !has_batch_norm(session.graph())) {
+    return absl::InvalidArgumentError(str_cat("--local-batch-norm does nothing: ", flags.model,
+                                              " has no BatchNormalization in its training step"));
+  }
+  runtime::LrSchedule& schedule = prepared.schedule;
+  AMPC_ASSIGN_OR_RETURN(schedule.kind, runtime::parse_lr_schedule_kind(flags.schedule));
+  if (flags.lr && !(*flags.lr > 0 && std::isfinite(*flags.lr))) {
+    return absl::InvalidArgumentError(str_cat("--lr ", *flags.lr, " must be a finite number > 0"));
+  }
+  schedule.lr = flags.lr.value_or(session.default_lr().value_or(0));
+  if (schedule.lr <= 0) {
+    return absl::InvalidArgumentError(
+        str_cat(flags.model, " stores no learning rate; give one with --lr"));
+  }
+  schedule.warmup_steps = flags.warmup_steps;
+  schedule.total_steps = flags.steps;
+  schedule.min_lr = flags.min_lr;
+  AMPC_RETURN_IF_ERROR(schedule.validate());
+
+  // With N ranks, each batch of --data is the global batch, of which rank r takes its shard.
+  AMPC_ASSIGN_OR_RETURN(prepared.data,
+                        ranks > 1 ? load_global_batches(flags.data, session.batch_inputs(), ranks)
+                                  : runtime::BatchData::load(flags.data, session.batch_inputs()));
+  if (!flags.eval_data.empty()) {
+    AMPC_ASSIGN_OR_RETURN(prepared.eval_data,
+                          runtime::BatchData::load(flags.eval_data, session.eval_inputs()));
+  }
+  const std::string& checkpoint = prepared.checkpoint =
+      flags.checkpoint_dir.empty()
+          ? ""
+          : (std::filesystem::path(flags.checkpoint_dir) / kCheckpointFile).string();
+  if (flags.resume) {
+    if (!std::filesystem::exists(checkpoint)) {
+      return absl::NotFoundError(
+          str_cat("--resume: there is no checkpoint ", checkpoint, " to resume from"));
+    }
+    AMPC_RETURN_IF_ERROR(session.load_checkpoint(checkpoint));
+    if (session.steps_done() > flags.steps) {
+      return absl::InvalidArgumentError(
+          str_cat("--resume: ", checkpoint, " is at step ", session.steps_done(), ", past --steps ",
+                  flags.steps, " (--steps counts from the first step, not from the checkpoint)"));
+    }
+    if (announce) {
+      std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
+                << "\n";
+    }
+  }
+
+  const std::string export_data = flags.export_path.empty() ? "" : flags.export_path + ".data";
+  AMPC_RETURN_IF_ERROR(check_distinct_paths(
+      {{"--log", flags.log},
+       {"--export", flags.export_path},
+       {"--export's external data", export_data},
+       {"--checkpoint's file", checkpoint}},
+      {{"the model", flags.model}, {"--data", flags.data}, {"--eval-data", flags.eval_data}}));
+  if (!flags.log.empty() && writer) AMPC_RETURN_IF_ERROR(check_output_file("--log", flags.log));
+  AMPC_RETURN_IF_ERROR(
+      check_outputs(session, flags.checkpoint_dir, flags.export_path, flags.external_data, writer));
+  return prepared;
+}
+
 int train(const TrainFlags& flags) {
   if (absl::Status status = check_flags_have_effect(flags); !status.ok()) {
     return report_error(status);
@@ -83,7 +186,31 @@ int train(const TrainFlags& flags) {
         "--comm nccl communicates between GPUs: use it with --device cuda (the cpu device's "
         "ranks communicate through gloo)"));
   }
-  if (flags.nproc > 1) return run_local_ranks(static_cast<int>(flags.nproc));
+  if (flags.allow_tf32 && !on_gpu) {
+    return report_error(absl::InvalidArgumentError(
+        "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
+  }
+  if (flags.cuda_graph == "on" && !on_gpu) {
+    return report_error(absl::InvalidArgumentError(
+        "--cuda-graph on has no effect on the cpu device (use it with --device cuda)"));
+  }
+  runtime::SessionOptions session_options;
+  session_options.sync_batch_norm = !flags.local_batch_norm;
+  session_options.shard_optimizer = flags.shard_optimizer;
+  if (flags.nproc > 1) {
+    if (absl::Status status = check_nproc(flags.nproc); !status.ok()) return report_error(status);
+    // What every rank would check alike (the model, the data, the flags, the paths) is checked
+    // once, here, before any rank starts, so that an error is printed once and costs no
+    // processes. On the CPU, whatever --device says: the checks do not depend on it, and the
+    // launcher keeps no GPU context while its ranks run.
+    if (absl::StatusOr<Prepared> checked =
+            prepare(flags, session_options, static_cast<int>(flags.nproc), /*writer=*/true,
+                    /*announce=*/false);
+        !checked.ok()) {
+      return report_error(checked.status());
+    }
+    return run_local_ranks(static_cast<int>(flags.nproc));
+  }
   // A rank of a data-parallel group (started by --nproc, torchrun or mpirun), or nullopt.
   absl::StatusOr<std::optional<RankGroup>> group = join_launched_group(flags.comm_timeout, engine);
   if (!group.ok()) return report_error(group.status());
@@ -111,19 +238,8 @@ int train(const TrainFlags& flags) {
                   "more than one rank)")));
     }
   }
-  runtime::SessionOptions session_options;
   if (*group) session_options.communicator = (*group)->communicator;
-  session_options.sync_batch_norm = !flags.local_batch_norm;
-  session_options.shard_optimizer = flags.shard_optimizer;
   session_options.check_numerics = flags.check_numerics;
-  if (flags.allow_tf32 && *device != runtime::Device::kCuda) {
-    return report_error(absl::InvalidArgumentError(
-        "--allow-tf32 has no effect on the cpu device (use it with --device cuda)"));
-  }
-  if (flags.cuda_graph == "on" && *device != runtime::Device::kCuda) {
-    return report_error(absl::InvalidArgumentError(
-        "--cuda-graph on has no effect on the cpu device (use it with --device cuda)"));
-  }
   session_options.device = *device;
   // One GPU per rank on each machine: the LOCAL_RANK-th.
   if (*group && *device == runtime::Device::kCuda) {
@@ -131,90 +247,18 @@ int train(const TrainFlags& flags) {
   }
   session_options.allow_tf32 = flags.allow_tf32;
   session_options.cuda_graph = flags.cuda_graph == "on";
-  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> loaded =
-      runtime::TrainingSession::load(flags.model, session_options);
-  if (!loaded.ok()) return report_error(loaded.status());
-  runtime::TrainingSession& session = **loaded;
+  absl::StatusOr<Prepared> prepared = prepare(flags, session_options, ranks, writer, writer);
+  if (!prepared.ok()) return report_error(prepared.status());
+  runtime::TrainingSession& session = *prepared->session;
+  const runtime::LrSchedule& schedule = prepared->schedule;
+  const std::optional<runtime::BatchData>& data = prepared->data;
+  const std::optional<runtime::BatchData>& eval_data = prepared->eval_data;
+  const std::string& checkpoint = prepared->checkpoint;
   // Who writes checkpoints: rank 0; with a sharded optimizer every rank takes part (the moments
   // are gathered from every rank's block) and rank 0 writes.
   const bool saves = writer || !session.sharded_state().empty();
-
-  runtime::LrSchedule schedule;
-  absl::StatusOr<runtime::LrSchedule::Kind> kind = runtime::parse_lr_schedule_kind(flags.schedule);
-  if (!kind.ok()) return report_error(kind.status());
-  schedule.kind = *kind;
-  if (flags.lr && !(*flags.lr > 0 && std::isfinite(*flags.lr))) {
-    return report_error(
-        absl::InvalidArgumentError(str_cat("--lr ", *flags.lr, " must be a finite number > 0")));
-  }
-  schedule.lr = flags.lr.value_or(session.default_lr().value_or(0));
-  if (schedule.lr <= 0) {
-    return report_error(absl::InvalidArgumentError(
-        str_cat(flags.model, " stores no learning rate; give one with --lr")));
-  }
-  schedule.warmup_steps = flags.warmup_steps;
-  schedule.total_steps = flags.steps;
-  schedule.min_lr = flags.min_lr;
-  if (absl::Status status = schedule.validate(); !status.ok()) return report_error(status);
-
-  // With N ranks, each batch of --data is the global batch, of which rank r takes its shard.
-  absl::StatusOr<runtime::BatchData> data =
-      ranks > 1 ? load_global_batches(flags.data, session.batch_inputs(), ranks)
-                : runtime::BatchData::load(flags.data, session.batch_inputs());
-  if (!data.ok()) return report_error(data.status());
-  // Read now, so a bad file fails before any step runs; evaluated after the last.
-  std::optional<runtime::BatchData> eval_data;
-  if (!flags.eval_data.empty()) {
-    absl::StatusOr<runtime::BatchData> eval =
-        runtime::BatchData::load(flags.eval_data, session.eval_inputs());
-    if (!eval.ok()) return report_error(eval.status());
-    eval_data = *std::move(eval);
-  }
-  const std::string checkpoint =
-      flags.checkpoint_dir.empty()
-          ? ""
-          : (std::filesystem::path(flags.checkpoint_dir) / kCheckpointFile).string();
-  if (flags.resume) {
-    if (!std::filesystem::exists(checkpoint)) {
-      return report_error(absl::NotFoundError(
-          str_cat("--resume: there is no checkpoint ", checkpoint, " to resume from")));
-    }
-    if (absl::Status status = session.load_checkpoint(checkpoint); !status.ok()) {
-      return report_error(status);
-    }
-    if (session.steps_done() > flags.steps) {
-      return report_error(
-          absl::InvalidArgumentError(str_cat("--resume: ", checkpoint, " is at step ",
-                                             session.steps_done(), ", past --steps ", flags.steps,
-                                             " (--steps counts from the first step, not from "
-                                             "the checkpoint)")));
-    }
-    if (writer) {
-      std::cerr << "ampc: resumed from " << checkpoint << " after step " << session.steps_done()
-                << "\n";
-    }
-  }
-
-  const std::string export_data = flags.export_path.empty() ? "" : flags.export_path + ".data";
-  if (absl::Status status = check_distinct_paths(
-          {{"--log", flags.log},
-           {"--export", flags.export_path},
-           {"--export's external data", export_data},
-           {"--checkpoint's file", checkpoint}},
-          {{"the model", flags.model}, {"--data", flags.data}, {"--eval-data", flags.eval_data}});
-      !status.ok()) {
-    return report_error(status);
-  }
-  if (absl::Status status = check_outputs(session, flags.checkpoint_dir, flags.export_path, writer);
-      !status.ok()) {
-    return report_error(status);
-  }
   std::ofstream log;
   if (!flags.log.empty() && writer) {
-    if (std::filesystem::exists(flags.log) && !std::filesystem::is_regular_file(flags.log)) {
-      return report_error(absl::InvalidArgumentError(
-          str_cat("--log '", flags.log, "' exists and is not a regular file")));
-    }
     if (flags.resume) {
       if (absl::Status status = cut_log_to_step(flags.log, session.steps_done()); !status.ok()) {
         return report_error(status);
@@ -483,10 +527,12 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
       ->check(CLI::IsMember({"auto", "bar", "lines", "none"}))
       ->capture_default_str();
   train
-      ->add_option("--nproc", flags.nproc,
-                   "Train data-parallel on N ranks (processes) on this machine: each batch of "
-                   "--data holds N times the model's rows and rank r takes rows r*B/N .. "
-                   "(r+1)*B/N-1; the gradients are averaged over the ranks (docs/distributed.md)")
+      ->add_option(
+          "--nproc", flags.nproc,
+          "Train data-parallel on N ranks (processes) on this machine: each batch of "
+          "--data holds N times the model's rows and rank r takes rows r*B/N .. "
+          "(r+1)*B/N-1; the gradients are averaged over the ranks (docs/distributed.md); at "
+          "most 4 per online CPU")
       ->check(at_least(1))
       ->capture_default_str();
   train

@@ -10,6 +10,7 @@
 
 #include "compiler/file_util.h"
 #include "compiler/strings.h"
+#include "tools/command_util.h"
 
 namespace ampc {
 namespace {
@@ -37,7 +38,7 @@ absl::Status check_free_space(const std::filesystem::path& dir, int64_t bytes,
 
 absl::Status check_outputs(const runtime::TrainingSession& session,
                            const std::string& checkpoint_dir, const std::string& export_path,
-                           bool writer) {
+                           bool external_data, bool writer) {
   std::error_code error;
   auto refuse_special = [&](const std::string& flag, const std::filesystem::path& path) {
     const std::filesystem::file_status status = std::filesystem::status(path, error);
@@ -56,6 +57,9 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
                                                 "' does not exist or is not writable"));
     }
     AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
+    if (external_data) {
+      AMPC_RETURN_IF_ERROR(check_output_file("--export's external data", export_path + ".data"));
+    }
     if (const Graph* eval = session.eval_graph(); eval != nullptr) {
       // A parameter read through a low-precision copy is exported as its f32 master weights.
       int64_t bytes = initializer_bytes(*eval);

@@ -18,10 +18,11 @@ inline constexpr std::string_view kCheckpointFile = "checkpoint.safetensors";
 // costs no training: the checkpoint folder exists or is made, takes a file, has room for the
 // checkpoint, and holds no stale temporaries of an interrupted save (removed by the `writer`,
 // the rank that saves: another rank would remove the temporary of a save in progress); the
-// export's folder has room for the trained model; outputs that exist are regular files.
+// export's folder has room for the trained model; outputs that exist are regular files, the
+// export's external data (`external_data`: EXPORT.data) among them.
 absl::Status check_outputs(const runtime::TrainingSession& session,
                            const std::string& checkpoint_dir, const std::string& export_path,
-                           bool writer);
+                           bool external_data, bool writer);
 
 // On --resume, the log keeps one record per step: records past the checkpoint's step (logged
 // before the run that wrote them was killed, and to be run again) are cut off.

@@ -306,6 +306,106 @@ TEST_F(CliTest, ShapeMismatchNamesNodeAndBothShapes) {
   EXPECT_THAT(r.err, HasSubstr("dim 'n' is 3 by --shape in0 but 4 by --shape in1"));
 }
 
+// A training model's JSON holds its training step under "training_step" (the eval graph's
+// fields but "schema", and the state updates), as the text shows both graphs; the eval graph's
+// fields are as they were.
+TEST_F(CliTest, InspectJsonHoldsATrainingModelsStep) {
+  CliResult r = ampc("compile " + model("mlp") + " -o " + path("t.onnx") + " --optimizer sgd");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = ampc("inspect --format json " + path("t.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json json = nlohmann::json::parse(r.out);
+  EXPECT_EQ(json["schema"], "ampc.inspect/1");
+  EXPECT_EQ(json["summary"]["node_count"], 6);
+  ASSERT_TRUE(json.contains("training_step")) << r.out.substr(0, 200);
+  const nlohmann::json& step = json["training_step"];
+  EXPECT_FALSE(step.contains("schema"));
+  EXPECT_EQ(step["summary"]["node_count"], step["nodes"].size());
+  EXPECT_GT(step["summary"]["node_count"], json["summary"]["node_count"]);
+  // The parameters are state the step updates.
+  ASSERT_TRUE(step["state_updates"].is_array());
+  std::vector<std::string> states;
+  for (const nlohmann::json& update : step["state_updates"]) {
+    states.push_back(update["state"].get<std::string>());
+    EXPECT_TRUE(update["update"].is_string());
+  }
+  for (const std::string name : {"fc1.weight", "fc1.bias", "fc3.weight"}) {
+    EXPECT_NE(std::find(states.begin(), states.end(), name), states.end()) << name;
+  }
+  // What the text says of the step, the JSON says too.
+  r = ampc("inspect " + path("t.onnx"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("summary of training step"));
+  // A model without a step has no such key.
+  r = ampc("inspect --format json " + model("mlp"));
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("training_step"));
+}
+
+// A compile of a model with no outputs computes nothing: refused as `ampc run` refuses it.
+TEST_F(CliTest, AModelWithNoOutputsIsRefused) {
+  std::string bytes = one_node_model("Relu", 17, 1, {"4"});
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromString(bytes));
+  proto.mutable_graph()->clear_output();
+  write("noout.onnx", proto.SerializeAsString());
+  CliResult r = ampc("compile " + path("noout.onnx") + " -o " + path("out.onnx"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err,
+              HasSubstr("ampc: error: " + path("noout.onnx") + ": graph 'g' has no outputs"));
+  EXPECT_FALSE(fs::exists(path("out.onnx")));
+  r = ampc("run " + path("noout.onnx") + " --output-dir " + path("out"));
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("graph 'g' has no outputs"));
+}
+
+// Flags that would do nothing to this model are errors naming them, and nothing is written:
+// --bn-running-var without a BatchNorm that trains, --freeze matching no initializer.
+TEST_F(CliTest, TrainingFlagsThatDoNothingToTheModelAreErrors) {
+  const struct {
+    std::string flags;
+    std::string message;
+  } cases[] = {
+      {"--bn-running-var biased",
+       "--bn-running-var does nothing: " + model("mlp") + " has no BatchNormalization that trains"},
+      {"--freeze '^no_such_weight$'",
+       "--freeze '^no_such_weight$' matches no initializer of " + model("mlp")},
+  };
+  for (const auto& c : cases) {
+    CliResult r =
+        ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --optimizer sgd " + c.flags);
+    EXPECT_EQ(r.exit_code, 1) << c.flags << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: error: " + c.message)) << c.flags;
+    EXPECT_FALSE(fs::exists(path("o.onnx"))) << c.flags;
+  }
+  // Where they act, they are accepted.
+  CliResult r = ampc("compile " + model("cnn") + " -o " + path("o.onnx") +
+                     " --optimizer sgd --bn-running-var biased");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --optimizer sgd --freeze fc1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// Errors name what the user typed: the flag --loss-scale (not --scale-init, which it sets), and
+// an unknown command (with the commands there are).
+TEST_F(CliTest, ErrorsNameWhatWasTyped) {
+  for (const std::string scale : {"static:0", "static:-1", "static:inf"}) {
+    CliResult r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") +
+                       " --optimizer sgd --loss-scale " + scale);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: error: --loss-scale '" + scale +
+                                 "': the scale S must be a finite number > 0"));
+    EXPECT_THAT(r.err, Not(HasSubstr("--scale-init")));
+  }
+  CliResult r = ampc("bogus");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: unknown command 'bogus'; the commands are compile, "
+                               "inspect, run, train, compare, bench, ops"));
+  r = ampc("bogus --help");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown command 'bogus'"));
+  EXPECT_FALSE(fs::exists(path("o.onnx")));
+}
+
 TEST_F(CliTest, BadFlagsAreUsageErrors) {
   CliResult r = ampc("compile " + model("mlp") + " -o " + path("o.onnx") + " --shape x:8xfoo");
   EXPECT_EQ(r.exit_code, 1);
@@ -343,7 +443,8 @@ TEST_F(CliTest, OutputsThatAreNotRegularFilesAreRefusedAndLinksWrittenThrough) {
   ASSERT_EQ(mkfifo(path("pipe").c_str(), 0644), 0);
   CliResult r = ampc("compile " + model("mlp") + " -o " + path("pipe"));
   EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("cannot write '" + path("pipe") + "': it is a pipe"));
+  EXPECT_THAT(
+      r.err, HasSubstr("-o '" + path("pipe") + "' exists and is not a regular file: it is a pipe"));
   EXPECT_TRUE(fs::is_fifo(path("pipe")));
   r = ampc("compile " + model("mlp") + " -o " + dir_.string());
   EXPECT_EQ(r.exit_code, 1) << r.err;

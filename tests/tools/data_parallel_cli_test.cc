@@ -163,6 +163,56 @@ TEST_F(DataParallelCliTest, LocalBatchNormWithOneRankIsAnError) {
   EXPECT_THAT(r.err, HasSubstr("--local-batch-norm applies to data-parallel training only"));
 }
 
+// --nproc is an int64 on the command line and a number of processes here: a value past the
+// machine's bound (4 ranks per online CPU) is a range error naming the flag, whatever its size,
+// and starts no process. Values that once overflowed the int cast (an abort, a silent exit 0,
+// training on 2 ranks) are among them; 4 ranks stay allowed on any machine.
+TEST_F(DataParallelCliTest, NprocPastTheMachinesBoundIsARangeError) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.05");
+  const std::string past_bound = std::to_string(4 * sysconf(_SC_NPROCESSORS_ONLN) + 1);
+  for (const std::string& nproc : {std::string("2147483648"), std::string("4294967296"),
+                                   std::string("4294967298"), past_bound}) {
+    const std::string err = expect_train_error(
+        trained, "--nproc " + nproc + " --data " + global_batches(1) + " --steps 1");
+    EXPECT_THAT(err, HasSubstr("ampc: error: --nproc " + nproc + " is out of range: at most "))
+        << nproc;
+    EXPECT_THAT(err, HasSubstr(" per online CPU")) << nproc;
+    EXPECT_THAT(err, Not(HasSubstr("rank 0"))) << nproc;
+  }
+  CliResult r =
+      train(trained, "--nproc 4 --data " + regrouped("mlp", 4, 1, "four.npz") + " --steps 1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// What every rank would find alike (an unreadable model or data, data of the wrong shape, a
+// path that cannot be written, a flag that does nothing) is found once, by the launcher before
+// any rank starts: one message, no line about a rank.
+TEST_F(DataParallelCliTest, AnErrorEveryRankWouldMeetIsPrintedOnceBeforeAnyRankStarts) {
+  const std::string trained = compile("mlp", "--optimizer sgd --lr 0.05");
+  const std::string global = " --data " + regrouped("mlp", 3, 1, "three.npz") + " --steps 1";
+  const struct {
+    std::string model;
+    std::string args;
+    std::string message;
+  } cases[] = {
+      {path("nope.onnx"), global, "cannot read '" + path("nope.onnx") + "'"},
+      {trained, " --data " + path("nope.npz") + " --steps 1", path("nope.npz")},
+      {trained, " --data " + data("mlp.train.npz") + " --steps 1", "must be f32[N,24,64]"},
+      {trained, global + " --log " + path("no/such/folder/log.jsonl"),
+       "cannot write --log '" + path("no/such/folder/log.jsonl") + "'"},
+      {trained, global + " --local-batch-norm", "--local-batch-norm does nothing: "},
+  };
+  for (const auto& c : cases) {
+    CliResult r = train(c.model, "--nproc 3" + c.args);
+    EXPECT_EQ(r.exit_code, 1) << c.args << "\n" << r.err;
+    const size_t first = r.err.find(c.message);
+    EXPECT_NE(first, std::string::npos) << c.args << "\n" << r.err;
+    EXPECT_EQ(first, r.err.rfind(c.message)) << "printed more than once: " << r.err;
+    EXPECT_EQ(r.err.find("ampc: error: "), r.err.rfind("ampc: error: ")) << r.err;
+    EXPECT_THAT(r.err, Not(HasSubstr("rank 0 of 3"))) << r.err;  // no line about a rank
+  }
+}
+
 // The model's own batches are not global batches: the error says what --data must hold with
 // N ranks and which rows each rank takes.
 TEST_F(DataParallelCliTest, DataOfTheModelsBatchesExplainsTheGlobalBatch) {

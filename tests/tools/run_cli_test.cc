@@ -259,5 +259,24 @@ TEST_F(RunCliTest, OutputNamesBecomeSafeDistinctFileNames) {
   EXPECT_EQ(*relu, Tensor::from_f32({3}, {0, 0, 2}));
 }
 
+// A run that fails while writing its outputs (a file name the file system refuses as too long)
+// leaves nothing behind: not the outputs written before it, nor the --output-dir folders it made.
+TEST_F(RunCliTest, AFailedWriteRemovesTheOutputFolderItMade) {
+  write("relu.onnx", relu_model({"first", std::string(300, 'n')}));
+  save("in.npy", Tensor::from_f32({3}, {-1, 0, 2}));
+  fs::create_directories(path("kept"));
+  for (const std::string dir : {"out", "kept/new/deeper", "kept"}) {
+    CliResult r =
+        ampc(path("relu.onnx") + " --input in=" + path("in.npy") + " --output-dir " + path(dir));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ampc: error: "));
+    EXPECT_THAT(r.err, HasSubstr("File name too long"));
+    EXPECT_FALSE(fs::exists(path(dir + "/first.npy"))) << dir;
+  }
+  EXPECT_FALSE(fs::exists(path("out")));
+  EXPECT_FALSE(fs::exists(path("kept/new")));
+  EXPECT_TRUE(fs::is_directory(path("kept")));  // it was there before
+}
+
 }  // namespace
 }  // namespace ampc
