@@ -107,10 +107,12 @@ class AutocastPass final : public Pass {
       }
       node.mutable_precision() = std::move(decision);
     }
+    // A pin that matches nothing would do nothing: an error, as a flag that has no effect is.
     for (size_t i = 0; i < pins.size(); ++i) {
       if (!pin_used[i]) {
-        context.warn(
-            str_cat(pins[i].second->source, " '", pins[i].second->regex, "' matches no node"));
+        return absl::InvalidArgumentError(str_cat(pins[i].second->source, " '",
+                                                  pins[i].second->regex,
+                                                  "' matches no node, so it pins nothing"));
       }
     }
     return true;

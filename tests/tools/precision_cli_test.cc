@@ -335,10 +335,17 @@ TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
   }
 }
 
-TEST_F(PrecisionCliTest, AnFp32NodesRegexThatMatchesNothingIsAWarning) {
+// A regex that pins nothing does nothing: an error naming the flag, and nothing written (one that
+// matches a node compiles).
+TEST_F(PrecisionCliTest, AnFp32NodesRegexThatMatchesNothingIsAnError) {
   CliResult r = compile("mlp", "--precision bf16 --fp32-nodes '^no_such_node$'");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("ampc: warning: --fp32-nodes '^no_such_node$' matches no node"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("ampc: error: "));
+  EXPECT_THAT(r.err,
+              HasSubstr("--fp32-nodes '^no_such_node$' matches no node, so it pins nothing"));
+  EXPECT_FALSE(std::filesystem::exists(path("out.onnx")));
+  r = compile("mlp", "--precision bf16 --fp32-nodes 'fc1'");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 }  // namespace
