@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <string>
 
 #include "compiler/strings.h"
@@ -42,8 +43,11 @@ void Progress::update(const runtime::StepStats& stats, int64_t done) {
     rate_ = elapsed > 0 ? static_cast<double>(done - first_step_) / elapsed : 0;
   }
   const double eta = rate_ > 0 ? static_cast<double>(total_ - done) / rate_ : NAN;
+  // A NaN loss prints as "nan", whatever its sign bit ("-nan" read as a negative loss).
+  const double loss =
+      std::isnan(stats.loss) ? std::numeric_limits<double>::quiet_NaN() : stats.loss;
   std::string numbers = fmt::format("step {}/{}  loss {:.4f}  grad_norm {}  lr {:.3g}", stats.step,
-                                    total_, stats.loss, norm_text(stats), stats.lr);
+                                    total_, loss, norm_text(stats), stats.lr);
   if (!std::isnan(stats.loss_scale)) {
     numbers += fmt::format("  scale {:g}  skipped {}", stats.loss_scale, stats.skipped_steps);
   }

@@ -2,6 +2,8 @@
 // of the device come together (--log-every), so the lines of one read share one rate, counted
 // over every step run by then, and an ETA from there; no figure depends on how fast the machine
 // is.
+#include <cmath>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -84,6 +86,21 @@ TEST_F(TrainCliTest, ASkippedStepsLineSaysItOverflowed) {
   EXPECT_THAT(r.err, ::testing::HasSubstr("step 1/2  loss "));
   EXPECT_THAT(r.err, ::testing::HasSubstr("  grad_norm overflow  lr 0.01  scale 1e+30  skipped 1"));
   EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("nan")));
+}
+
+// fp16 on a batch with a NaN pixel: the step is skipped and its line says "loss nan" (the CNN's
+// NaN loss has its sign bit set, which printed "-nan", a negative loss to the eye).
+TEST_F(TrainCliTest, ANanLossPrintsAsNan) {
+  const std::string trained = compile("cnn", "--optimizer sgd --lr 0.01 --precision fp16");
+  absl::StatusOr<std::map<std::string, Tensor>> arrays = runtime::read_npz(data("cnn.train.npz"));
+  ASSERT_TRUE(arrays.ok()) << arrays.status();
+  Tensor x = train_cli::first_batches(arrays->at("x"), 2);
+  x.set_element(x.num_elements() - 1, std::nan(""));  // in the second batch
+  save_npz("nan.npz", {{"x", x}, {"label", train_cli::first_batches(arrays->at("label"), 2)}});
+  CliResult r = train_showing(trained, "--data " + path("nan.npz") + " --steps 2 --progress lines");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::HasSubstr("step 2/2  loss nan  grad_norm overflow")) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr("-nan"))) << r.err;
 }
 
 }  // namespace
