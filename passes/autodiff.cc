@@ -210,11 +210,12 @@ class Walker {
   // model than PyTorch's, worth a warning naming it:
   //  - where the file declares its parameters (PyTorch's graph signature), one it does not
   //    declare was made by the exporter's optimizer (a weight folded into its transpose, a
-  //    lookup of a position table);
+  //    lookup of a position table, an expression);
   //  - where it declares nothing, the TorchScript exporter's constant folding (its default
-  //    do_constant_folding=True) names what it computed onnx::<reader>_<n>. A Linear's weight
-  //    read transposed by a MatMul or Gemm is common and harmless (the file has no other copy,
-  //    or tie-folded-weights ties the two); an arithmetic fold (RWKV's 1 - p) is not.
+  //    do_constant_folding=True) names what it computed onnx::<reader>_<n>.
+  //  In both, a Linear's weight read transposed by a MatMul or Gemm is common and harmless (the
+  //  file has no other copy, or tie-folded-weights ties the two) and not named; an arithmetic
+  //  fold (RWKV's 1 - p) is not harmless.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty()) return;
     const bool declares = file_declares_parameters();
@@ -227,8 +228,9 @@ class Walker {
     std::vector<std::string> made;
     for (const Value* value : trainable) {
       if (value->initializer() == nullptr) continue;
-      if (declares ? value->declared() == Value::Declared::kUnknown
-                   : value->name().starts_with("onnx::") && !a_weight(value)) {
+      const bool folded = declares ? value->declared() == Value::Declared::kUnknown
+                                   : value->name().starts_with("onnx::");
+      if (folded && !a_weight(value)) {
         made.push_back(value->name());
       }
     }
@@ -236,9 +238,10 @@ class Walker {
     context_.warn(str_cat(
         "initializers ", str_join(made, ", "), " train as parameters, but ",
         declares ? "the exported program does not declare them (PyTorch's graph signature): the "
-                   "exporter's optimizer made them from parameters or buffers, folding a "
-                   "transpose or a lookup, so this trains another model than PyTorch's; export "
-                   "with torch.onnx.export(..., optimize=False)"
+                   "exporter's optimizer made them from parameters or buffers: a lookup of one "
+                   "that the file holds nowhere else trains as PyTorch's, but an expression "
+                   "(1 - p, p / 2) or a second copy trains another model; export with "
+                   "torch.onnx.export(..., optimize=False)"
                  : "the TorchScript exporter computed them from the model's parameters (its "
                    "do_constant_folding=True): a reshape of one that the file holds nowhere else "
                    "trains as PyTorch's, but an expression (1 - p, p / 2) or a second copy trains "

@@ -182,17 +182,21 @@ TEST(TorchGraphSignature, WhatWasDeclaredSurvivesALowPrecisionCopy) {
   EXPECT_EQ(testing::find_initializer(*graph, "w")->declared(), Value::Declared::kParameter);
 }
 
-// A file whose signature declares w only, and an initializer the exporter's optimizer made
-// (folded from a parameter, as the default exporter writes a transposed weight): it trains, with a
-// warning naming it, unless --trainable says what trains.
+// A file whose signature declares w only, and initializers the exporter's optimizer made from
+// parameters: val_4, read by a Mul (an expression of a parameter, such as 1 - p), trains with a
+// warning naming it, unless --trainable says what trains; val_9, a weight a MatMul reads (a
+// Linear's weight folded into its transpose, which trains as the parameter would), trains and
+// is not named.
 TEST(TorchGraphSignature, AnUndeclaredInitializerThatTrainsIsNamedInAWarning) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {"3"});
   b.initializer_f32("w", {3}, {1, 2, 3});
   b.initializer_f32("val_4", {3}, {4, 5, 6});
+  b.initializer_f32("val_9", {3, 3}, {1, 0, 0, 0, 2, 0, 0, 0, 3});
   b.node("Add", {"x", "w"}, {"shifted"}, "add");
   b.node("Mul", {"shifted", "val_4"}, {"scaled"}, "mul");
-  add_int_attr(b.node("ReduceSum", {"scaled"}, {"loss"}, "sum"), "keepdims", 0);
+  b.node("MatMul", {"scaled", "val_9"}, {"projected"}, "linear");
+  add_int_attr(b.node("ReduceSum", {"projected"}, {"loss"}, "sum"), "keepdims", 0);
   b.output("loss");
   add_metadata(b.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
                "\n# inputs\np_w: PARAMETER target='w'\nx: USER_INPUT\n");
@@ -209,8 +213,9 @@ TEST(TorchGraphSignature, AnUndeclaredInitializerThatTrainsIsNamedInAWarning) {
                                   "exported program does not declare them");
     }
     EXPECT_EQ(warned, trainable.empty()) << str_join(diagnostics.warnings(), "\n");
-    const std::vector<std::string> want =
-        trainable.empty() ? std::vector<std::string>{"val_4", "w"} : std::vector<std::string>{"w"};
+    const std::vector<std::string> want = trainable.empty()
+                                              ? std::vector<std::string>{"val_4", "val_9", "w"}
+                                              : std::vector<std::string>{"w"};
     EXPECT_EQ(trained(*graph), want);
   }
 }
