@@ -35,21 +35,6 @@ namespace {
 
 enum class Kind { kLow, kFp32, kWeight, kConstant };
 
-// Ops whose low-precision kernels still accumulate in fp32 (sums, means, statistics).
-bool accumulates(const Node& node) {
-  static const std::set<std::string, std::less<>> ops = {"ReduceSum",
-                                                         "ReduceMean",
-                                                         "GlobalAveragePool",
-                                                         "AveragePool",
-                                                         "Softmax",
-                                                         "LogSoftmax",
-                                                         "LayerNormalization",
-                                                         "BatchNormalization",
-                                                         "SoftmaxCrossEntropyLoss",
-                                                         "NegativeLogLikelihoodLoss"};
-  return node.domain().empty() && ops.contains(node.op_type());
-}
-
 // Ops O2 keeps in fp32: losses and normalization statistics.
 bool o2_keeps_fp32(const Node& node) {
   static const std::set<std::string, std::less<>> ops = {
@@ -415,7 +400,7 @@ class AutocastPass final : public Pass {
     d.compute = policy_.low;
     const bool allow =
         node.def() != nullptr && node.def()->autocast.category == AutocastCategory::kAllow;
-    if (allow || accumulates(node)) d.accumulate = DType::kF32;
+    if (allow || accumulates_in_fp32(node)) d.accumulate = DType::kF32;
     d.reason = std::move(reason);
     return d;
   }
@@ -433,11 +418,40 @@ class AutocastPass final : public Pass {
 
 }  // namespace
 
-void describe_undecided_nodes(Graph& graph, std::string_view reason) {
+bool accumulates_in_fp32(const Node& node) {
+  static const std::set<std::string, std::less<>> onnx_ops = {"ReduceSum",
+                                                              "ReduceMean",
+                                                              "GlobalAveragePool",
+                                                              "AveragePool",
+                                                              "Softmax",
+                                                              "LogSoftmax",
+                                                              "LayerNormalization",
+                                                              "BatchNormalization",
+                                                              "SoftmaxCrossEntropyLoss",
+                                                              "NegativeLogLikelihoodLoss"};
+  // The backward's: sums over the batch, the rows or the keys, and the scatters that add.
+  static const std::set<std::string, std::less<>> ampc_ops = {"Attention",
+                                                              "AttentionGrad",
+                                                              "BatchNormalizationGrad",
+                                                              "ConvGradData",
+                                                              "ConvGradFilter",
+                                                              "GatherElementsGrad",
+                                                              "GatherGrad",
+                                                              "GatherNDGrad",
+                                                              "LayerNormalizationGrad",
+                                                              "LogSoftmaxGrad",
+                                                              "SoftmaxCrossEntropyLossGrad",
+                                                              "SoftmaxGrad",
+                                                              "SyncBatchNormalization"};
+  if (node.domain().empty()) return onnx_ops.contains(node.op_type());
+  return node.domain() == kAmpcDomain && ampc_ops.contains(node.op_type());
+}
+
+void describe_nodes(Graph& graph, const std::vector<Node*>& nodes, std::string_view reason) {
   const bool decided = std::any_of(graph.nodes().begin(), graph.nodes().end(),
                                    [](const auto& node) { return !node->precision().empty(); });
   if (!decided) return;
-  for (const auto& node : graph.nodes()) {
+  for (Node* node : nodes) {
     if (!node->precision().empty()) continue;
     PrecisionDecision d;
     for (int i = 0; i < node->num_outputs() && !d.compute; ++i) {
@@ -445,9 +459,20 @@ void describe_undecided_nodes(Graph& graph, std::string_view reason) {
         d.compute = node->output(i)->dtype();
       }
     }
+    // A test of floats (IsNaN, a comparison, ArgMax) computes in what it reads.
+    for (int i = 0; i < node->num_operands() && !d.compute; ++i) {
+      if (node->has_operand(i) && is_arithmetic_float(node->operand(i)->dtype())) {
+        d.compute = node->operand(i)->dtype();
+      }
+    }
+    if (d.compute && accumulates_in_fp32(*node)) d.accumulate = DType::kF32;
     d.reason = d.compute ? std::string(reason) : "no floating-point data";
     node->mutable_precision() = std::move(d);
   }
+}
+
+void describe_undecided_nodes(Graph& graph, std::string_view reason) {
+  describe_nodes(graph, graph.node_list(), reason);
 }
 
 std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy) {

@@ -340,11 +340,12 @@ class Walker {
       for (int k = 0; k < n.num_outputs() && !d.compute; ++k) {
         if (n.has_output(k) && is_float_value(n.output(k))) d.compute = n.output(k)->dtype();
       }
-      const bool reduces =
-          n.op_type().starts_with("Reduce") ||
-          (n.def() != nullptr && n.def()->autocast.category == AutocastCategory::kAllow) ||
-          n.op_type().find("Conv") != std::string::npos;
-      if (reduces && forward.precision().accumulate) d.accumulate = forward.precision().accumulate;
+      // As autocast records it for a forward node: the op's, not the forward node's (a bias Add's
+      // gradient is a ReduceSum, which accumulates in fp32).
+      if ((n.def() != nullptr && n.def()->autocast.category == AutocastCategory::kAllow) ||
+          accumulates_in_fp32(n)) {
+        d.accumulate = DType::kF32;
+      }
       d.reason = str_cat("gradient of ", label);
       n.mutable_precision() = std::move(d);
     }

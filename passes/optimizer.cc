@@ -256,8 +256,11 @@ class OptimizerPass final : public Pass {
       return n->output(0);
     };
     Value* wide = node("Cast", {scale}, DType::kF64, {{"to", DType::kF64}});
-    Value* factor =
-        node("Cast", {node("Reciprocal", {wide}, DType::kF64)}, DType::kF32, {{"to", DType::kF32}});
+    Value* inverse = node("Reciprocal", {wide}, DType::kF64);
+    Value* factor = node("Cast", {inverse}, DType::kF32, {{"to", DType::kF32}});
+    describe_nodes(graph, {wide->producer(), inverse->producer(), factor->producer()},
+                   "loss scaling: 1 / scale taken in f64 and rounded to f32, as GradScaler's "
+                   "scale.double().reciprocal().float()");
     factor->set_name(graph.unique_value_name("loss_scale.inverse"));
     std::vector<Value*> operands = {factor};
     std::vector<TensorType> types = {TensorType{DType::kBool, {}}};

@@ -28,9 +28,15 @@ std::unique_ptr<Pass> make_infer_shapes_pass();
 std::unique_ptr<Pass> make_autocast_pass(PrecisionPolicy policy);
 
 // Gives every node that has float data but no decision the compute dtype of its first float
-// output and `reason` (the nodes the optimizer and loss-scale passes add), when the graph was
-// compiled with mixed precision (some node has a decision); otherwise does nothing.
+// output (of its first float operand where no output is float: IsNaN) and `reason` (the nodes
+// the optimizer and loss-scale passes add), when the graph was compiled with mixed precision
+// (some node has a decision); otherwise does nothing.
 void describe_undecided_nodes(Graph& graph, std::string_view reason);
+// The same for `nodes` alone.
+void describe_nodes(Graph& graph, const std::vector<Node*>& nodes, std::string_view reason);
+// Whether `node`'s kernels accumulate in fp32 when it computes in f16 or bf16 (sums, means,
+// statistics, the backward's sums and adding scatters): what its precision decision records.
+bool accumulates_in_fp32(const Node& node);
 
 // "insert-casts": one Cast per (value, dtype) so every node reads its operands in the dtype
 // autocast decided; graph outputs keep their dtypes. With `low_precision_weights` (inference

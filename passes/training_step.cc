@@ -444,6 +444,7 @@ class BatchNormStatePass final : public Pass {
     for (const auto& [state, update] : newest) {
       add_update(graph, state, finite_or_kept(graph, state, update));
     }
+    describe_undecided_nodes(graph, "BatchNorm's running statistics, in their dtype");
     return changed;
   }
 
@@ -454,14 +455,14 @@ class BatchNormStatePass final : public Pass {
   // leaves PyTorch's; that step's gradients are non-finite too, so a loss-scaled step is skipped
   // and one without loss scaling reports a non-finite loss, and the statistics stay with the
   // weights. A finite update is taken as it is, bit for bit. The test is
-  // IsNaN(ReduceSum(update * 0)): 0 * x is NaN for x NaN or infinite, else a zero. Kept fp32.
+  // IsNaN(ReduceSum(update * 0)): 0 * x is NaN for x NaN or infinite, else a zero, in the
+  // statistics' dtype (f32; autocast has run).
   static Value* finite_or_kept(Graph& graph, Value* state, Value* update) {
     const std::string base = str_cat(state->name(), "/keep_finite/");
     auto node = [&](std::string_view op, std::vector<Value*> operands, TensorType type,
                     Attributes attrs = {}) {
       Node* created = graph.create_node(kOnnxDomain, op, operands, {type}, std::move(attrs));
       created->set_name(str_cat(base, op));
-      created->set_fp32_pin("it keeps a running statistic when the batch's is not finite");
       created->output(0)->set_name(graph.unique_value_name(str_cat(base, op)));
       return created->output(0);
     };
