@@ -62,6 +62,27 @@ absl::Status check_fp32_policy_is_bare(const PrecisionPolicy& policy, bool allow
               given.size() == 1 ? "it" : "them", ", or choose fp16 or bf16"));
 }
 
+// The levels but O1 decide every node by the level (O0: fp32; O2 and O3: low but for their own
+// exceptions): an op list entry does nothing there, and at O0 neither does a node pin. An error
+// naming each, as at fp32.
+absl::Status check_level_policy_is_bare(const PrecisionPolicy& policy) {
+  if (policy.low == DType::kF32 || policy.level == OptLevel::kO1) return absl::OkStatus();
+  std::vector<std::string> given;
+  for (const auto& [op, entry] : policy.ops) given.push_back(entry.source);
+  if (policy.level == OptLevel::kO0) {
+    for (const PrecisionPolicy::NodePin& pin : policy.fp32_nodes) given.push_back(pin.source);
+  }
+  if (given.empty()) return absl::OkStatus();
+  const std::string level =
+      policy.level_source.empty() || policy.level_source == "--opt-level"
+          ? str_cat("--opt-level ", opt_level_name(policy.level))
+          : str_cat(policy.level_source, ": opt_level ", opt_level_name(policy.level));
+  return absl::InvalidArgumentError(str_cat(
+      level, " decides every node by its level, so ", str_join(given, ", "),
+      given.size() == 1 ? " does" : " do", " nothing: drop ", given.size() == 1 ? "it" : "them",
+      ", or use opt level O1 (the default), where the op lists and node pins apply"));
+}
+
 // The mixed-precision options the flags ask for; unset when they ask for none.
 absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
     const CompileFlags& flags) {
@@ -112,6 +133,7 @@ absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
     return std::nullopt;
   }
   AMPC_RETURN_IF_ERROR(check_fp32_policy_is_bare(policy, flags.allow_excess_precision));
+  AMPC_RETURN_IF_ERROR(check_level_policy_is_bare(policy));
   return options;
 }
 

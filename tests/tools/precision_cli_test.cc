@@ -325,6 +325,11 @@ TEST_F(PrecisionCliTest, BadPolicyFlagsAreErrorsAndWriteNothing) {
        "precision fp32 (--precision) turns mixed precision off, so --opt-level O2 does nothing"},
       {"--precision fp32 --allow Tanh --fp32-nodes x", "so --allow Tanh, --fp32-nodes do nothing"},
       {"--policy " + path("fp32.json"), "so " + path("fp32.json") + ": deny Tanh does nothing"},
+      // Levels but O1 decide every node by the level: op lists do nothing there, nor pins at O0.
+      {"--precision fp16 --opt-level O2 --deny Gemm",
+       "--opt-level O2 decides every node by its level, so --deny Gemm does nothing"},
+      {"--precision bf16 --opt-level O3 --allow Softmax", "so --allow Softmax does nothing"},
+      {"--precision fp16 --opt-level O0 --fp32-nodes fc1", "so --fp32-nodes does nothing"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.flags);
