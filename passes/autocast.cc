@@ -360,7 +360,10 @@ class AutocastPass final : public Pass {
         case Kind::kWeight:
           return fp32(str_cat(
               what, ": reads fp32 %", operand->name(),
-              operand->kind() == Value::Kind::kGraphInput ? " (graph input)" : " (weight)"));
+              operand->kind() == Value::Kind::kGraphInput ? " (graph input)"
+              : operand->is_constant()
+                  ? str_cat(" (a constant ", dtype_name(policy_.low), " does not hold exactly)")
+                  : std::string(" (weight)")));
       }
     }
     if (low_input == nullptr) return fp32(str_cat(what, ": only constants in"));

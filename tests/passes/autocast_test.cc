@@ -251,7 +251,7 @@ TEST(Autocast, TransposedConvolutionIsOnTheAllowList) {
 
 // A follow node reading a low value and a weight stays fp32 (reading the weight in fp16 would
 // round it, as PyTorch's type promotion of fp16 + fp32 does); a constant that fp16 holds exactly
-// does not count; one it cannot hold does.
+// does not count; one it cannot hold does, and the reason says so (not "weight").
 TEST(Autocast, FollowWithMixedInputs) {
   constexpr std::string_view kText = R"(
     graph g(%x: f32[4,8]) opset(17) {
@@ -274,7 +274,8 @@ TEST(Autocast, FollowWithMixedInputs) {
                                    "mm: f16 acc f32: allow-list MatMul",
                                    "add_offset: f32: follow-list Add: reads fp32 %offset (weight)",
                                    "mul_half: f16: follow-list Mul: follows %a from 'mm'",
-                                   "mul_tiny: f32: follow-list Mul: reads fp32 %tiny (weight)",
+                                   "mul_tiny: f32: follow-list Mul: reads fp32 %tiny (a "
+                                   "constant f16 does not hold exactly)",
                                    "input_only: f32: follow-list Add: reads fp32 %x (graph input)",
                                    "constants_only: f32: follow-list Add: only constants in",
                                }));
