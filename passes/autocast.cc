@@ -322,9 +322,12 @@ class AutocastPass final : public Pass {
   // first of those readers; else null. Such a Mul is the element-wise half of a dot product,
   // whose products a GEMM computes exactly in fp32: in fp16 they overflow from 65504 (two
   // values of 256), before the sum that is fp32 anyway.
+  // A Mul by a constant scales (tanh(h) * 0.5): it is no product of two values, and follows.
   const Node* summing_reader(const Node& node) const {
     if (node.op_type() != "Mul" || !node.domain().empty() || node.num_outputs() != 1 ||
-        !is_arithmetic_float(node.output(0)->dtype()) || policy_.low != DType::kF16) {
+        !is_arithmetic_float(node.output(0)->dtype()) || policy_.low != DType::kF16 ||
+        node.num_operands() != 2 || kinds_.at(node.operand(0)) == Kind::kConstant ||
+        kinds_.at(node.operand(1)) == Kind::kConstant) {
       return nullptr;
     }
     return only_readers(node, [&](const Use& use) {

@@ -84,6 +84,22 @@ TEST(Fp16Squares, ADotProductsProductsAreExact) {
   EXPECT_EQ(out[0].element_as_double(0), 240000.0);  // 120000 + 120000, exact in f32
 }
 
+// A Mul by a constant before the sum scales (0.5 * tanh(h), then a mean): no product of two
+// values, so it follows its input in f16, where x * 0.5 cannot overflow.
+TEST(Fp16Squares, AScalingBeforeASumFollowsItsInput) {
+  testing::ModelBuilder m = after_matmul();
+  testing::add_float_attr(m.node("Constant", {}, {"half"}, "half"), "value_float", 0.5f);
+  m.node("Tanh", {"h"}, {"t"}, "tanh");
+  m.node("Mul", {"t", "half"}, {"scaled"}, "scale");
+  testing::add_int_attr(m.node("ReduceMean", {"scaled"}, {"mean"}, "mean"), "keepdims", 0);
+  m.output("mean");
+  std::unique_ptr<Graph> graph = compile_at_fp16(m);
+  ASSERT_NE(graph, nullptr);
+  const PrecisionDecision& scale = testing::first_node(*graph, "Mul")->precision();
+  EXPECT_EQ(scale.compute, DType::kF16) << scale.reason;
+  EXPECT_EQ(scale.reason.find("summed"), std::string::npos) << scale.reason;
+}
+
 // RMSNormalization (opset 23) computes its statistics in stash_type, f32 by default.
 TEST(Fp16Squares, RmsNormalizationComputesItsStatisticsInF32) {
   testing::ModelBuilder m = after_matmul(23);
