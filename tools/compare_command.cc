@@ -1,7 +1,9 @@
 // `ampc compare MODEL --data DATA.npz --steps N`: compiles the model for training at each
 // precision (fp32, fp16 with dynamic loss scaling, bf16), trains each from the same initial
 // weights on the same batches, and prints one table: planned memory, step time, skipped steps,
-// final loss scale, final loss and its gap to fp32 — what a user looks at before switching.
+// final loss scale, final loss and its gap to fp32 — what a user looks at before switching. Each
+// trains the model as its compiled file would hold it, so its planned memory is the figure `ampc
+// inspect --precision` gives that file.
 #include "tools/compare_command.h"
 
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "runtime/plan.h"
 #include "runtime/training_session.h"
 #include "tools/command_util.h"
+#include "tools/precision_report.h"
 
 namespace ampc {
 namespace {
@@ -45,17 +48,17 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
                                                                        flags.lr, "--precisions"));
   options.import.data_shapes = data.batch_shapes;
   Diagnostics diagnostics;
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,
+  AMPC_ASSIGN_OR_RETURN(const std::unique_ptr<Graph> compiled,
                         compile_file(flags.model, options, diagnostics));
+  // What trains is the model as `ampc compile` would write it, so the memory planned for it is
+  // the figure `ampc inspect --precision` gives that file (on the CPU).
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph, as_written(*compiled));
   Row row;
   row.precision = precision;
   row.warnings = diagnostics.warnings();
   AMPC_ASSIGN_OR_RETURN(const runtime::Device device, runtime::parse_device(flags.device));
-  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan,
-                        runtime::Plan::build(*graph->training_step(), device));
-  for (int a = 0; a < runtime::kNumArenas; ++a) {
-    row.planned_bytes += plan->arena_bytes(static_cast<runtime::ArenaKind>(a));
-  }
+  AMPC_ASSIGN_OR_RETURN(const auto arenas, planned_arenas(*graph->training_step(), device));
+  for (int64_t bytes : arenas) row.planned_bytes += bytes;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::TrainingSession> session,
                         runtime::TrainingSession::create(
                             std::move(graph), runtime::SessionOptions{.device = device}));

@@ -138,8 +138,9 @@ absl::StatusOr<std::optional<MixedPrecisionOptions>> mixed_precision_options(
 }
 
 // The memory of the model compiled again with every node f32 (O0), for `ampc inspect
-// --precision` to compare with (kMetadataPrecisionBaseline). Best effort: the mixed-precision
-// compile is what counts, so a failure here only means no comparison (nullopt).
+// --precision` to compare with (kMetadataPrecisionBaseline), measured on that compile as its
+// file would hold it, as inspect measures the file it reads (precision_baseline). Best effort: the
+// mixed-precision compile is what counts, so a failure here only means no comparison (nullopt).
 std::optional<std::string> o0_baseline(const std::string& input, CompileOptions options) {
   options.mixed_precision.reset();
   options.pipeline.dump_after.clear();

@@ -10,6 +10,8 @@
 #include <unordered_set>
 
 #include "compiler/compile.h"
+#include "compiler/fused_body.h"
+#include "compiler/onnx_io.h"
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
@@ -40,11 +42,17 @@ std::string joined(const std::vector<std::string>& names) {
   return names.empty() ? "-" : str_join(names, ",");
 }
 
+// The key of nodes_by_compute for the nodes with no decision at all (a file compiled without
+// --precision); "-" is for decided nodes with no floating-point data.
+constexpr std::string_view kUndecided = "undecided";
+
 struct NodeFacts {
-  std::string name;
+  std::string name;         // as in the file: "" when it has none
+  std::string output_name;  // a nameless node's first output, which identifies it
   std::string op;
   std::vector<std::string> inputs;
   std::string compute;  // "-" when none
+  bool decided = false;
   std::string accumulate;
   std::vector<std::string> outputs;
   std::string reason;
@@ -59,8 +67,11 @@ struct GraphFacts {
   int casts = 0;
   std::map<std::string, int> casts_to;
   int64_t cast_bytes = 0;
+  // Casts inside ampc.FusedElementwise bodies: they round in registers and move no memory.
+  int fused_casts = 0;
+  std::map<std::string, int> fused_casts_to;
   bool training = false;
-  int64_t state_bytes = 0;  // training: every piece of state; else the weights
+  int64_t state_bytes = 0;  // training: every piece of state; else weight_bytes()
   // Training: the state split by role, and the gradients the optimizer receives.
   int64_t parameter_bytes = 0;
   int64_t optimizer_state_bytes = 0;  // moments and the step counter
@@ -150,53 +161,151 @@ void split_state(const Graph& graph, const std::unordered_set<std::string_view>&
   for (const auto& [name, bytes] : state) facts.other_state_bytes += bytes;
 }
 
+// f32 over bf16 over f16: what "widest" means for the dtypes a node computes in.
+int width_rank(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+      return 4;
+    case DType::kF32:
+      return 3;
+    case DType::kBF16:
+      return 2;
+    case DType::kF16:
+      return 1;
+    default:
+      return 0;
+  }
+}
+
+absl::StatusOr<FusedBody> body_of(const Node& node) {
+  const AttrValue* attr = node.find_attr("body");
+  const std::string* text = attr != nullptr ? std::get_if<std::string>(attr) : nullptr;
+  if (text == nullptr) return absl::InvalidArgumentError("no body");
+  return FusedBody::parse(*text, node.num_operands());
+}
+
+// What an ampc.FusedElementwise node computes in: the widest dtype any instruction of its body
+// computes in, each counted as the node it replaced is (a Cast in the dtype it casts to, any
+// other instruction in the widest floating-point dtype among its operands and result); so a
+// body that mixes f32 with f16 reports f32. None (nullopt) when nothing in it is floating point.
+// The fused node's own decision names its last member's dtype, which hides the rest of the body.
+std::optional<DType> fused_compute(const Node& node) {
+  const absl::StatusOr<FusedBody> body = body_of(node);
+  if (!body.ok()) return std::nullopt;
+  std::vector<DType> slot_dtypes;
+  for (const Value* operand : node.operands()) {
+    slot_dtypes.push_back(operand != nullptr ? operand->dtype() : DType::kBool);
+  }
+  std::optional<DType> widest;
+  auto widen = [&](DType dtype) {
+    if (width_rank(dtype) > 0 && (!widest || width_rank(dtype) > width_rank(*widest))) {
+      widest = dtype;
+    }
+  };
+  for (const FusedInstr& instr : body->instrs) {
+    widen(instr.dtype);
+    if (instr.op != FusedOp::kCast) {
+      for (int arg : instr.args) widen(slot_dtypes[arg]);
+    }
+    slot_dtypes.push_back(instr.dtype);
+  }
+  return widest;
+}
+
+// The Casts inside a fused node's body, by the dtype each casts to.
+std::map<std::string, int> fused_casts(const Node& node) {
+  std::map<std::string, int> to;
+  const absl::StatusOr<FusedBody> body = body_of(node);
+  if (!body.ok()) return to;
+  for (const FusedInstr& instr : body->instrs) {
+    if (instr.op == FusedOp::kCast) to[std::string(dtype_name(instr.dtype))]++;
+  }
+  return to;
+}
+
+bool is_fused(const Node& node) {
+  return node.domain() == kAmpcDomain && node.op_type() == "FusedElementwise";
+}
+
+NodeFacts node_facts(const Node& node) {
+  std::vector<Value*> outputs;
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    outputs.push_back(node.has_output(i) ? node.output(i) : nullptr);
+  }
+  const PrecisionDecision& d = node.precision();
+  NodeFacts n;
+  n.name = node.name();
+  if (n.name.empty()) {
+    for (const Value* output : outputs) {
+      if (output == nullptr) continue;
+      n.output_name = output->name();
+      break;
+    }
+  }
+  n.op = node.def() != nullptr ? node.def()->qualified_name() : node.op_type();
+  n.inputs = dtypes_of(node.operands());
+  n.decided = !d.empty();
+  std::optional<DType> compute = d.compute;
+  if (n.decided && is_fused(node)) compute = fused_compute(node);
+  n.compute = compute ? std::string(dtype_name(*compute)) : "-";
+  n.accumulate = d.accumulate ? std::string(dtype_name(*d.accumulate)) : "-";
+  n.outputs = dtypes_of(outputs);
+  n.reason = d.reason;
+  n.cast = node.domain().empty() && node.op_type() == "Cast";
+  return n;
+}
+
+// The weights of an eval graph: the bytes of its floating-point initializers that are not
+// program constants (Value::is_constant; in the file, the doc_string "ampc: constant"). Integer
+// tensors (shapes, axes, split sizes, indices) are never weights, whether the exporter or ampc
+// wrote them.
+int64_t weight_bytes(const Graph& graph) {
+  int64_t bytes = 0;
+  for (const Value* init : graph.initializers()) {
+    if (is_float(init->dtype()) && !init->is_constant()) bytes += init->type().byte_size();
+  }
+  return bytes;
+}
+
 GraphFacts gather(const Graph& graph, std::string kind) {
   GraphFacts facts;
   facts.name = graph.name();
   facts.kind = std::move(kind);
   for (const auto& node : graph.nodes()) {
-    std::vector<Value*> outputs;
-    for (int i = 0; i < node->num_outputs(); ++i) {
-      outputs.push_back(node->has_output(i) ? node->output(i) : nullptr);
-    }
-    const PrecisionDecision& d = node->precision();
-    NodeFacts n;
-    n.name = node->name().empty() ? node->op_type() : node->name();
-    n.op = node->def() != nullptr ? node->def()->qualified_name() : node->op_type();
-    n.inputs = dtypes_of(node->operands());
-    n.compute = d.compute ? std::string(dtype_name(*d.compute)) : "-";
-    n.accumulate = d.accumulate ? std::string(dtype_name(*d.accumulate)) : "-";
-    n.outputs = dtypes_of(outputs);
-    n.reason = d.reason;
-    n.cast = node->domain().empty() && node->op_type() == "Cast";
-    facts.by_compute[n.compute]++;
+    NodeFacts n = node_facts(*node);
+    facts.by_compute[n.decided ? n.compute : std::string(kUndecided)]++;
     if (n.cast) {
       ++facts.casts;
       facts.casts_to[std::string(dtype_name(node->output(0)->dtype()))]++;
       facts.cast_bytes +=
           node->operand(0)->type().byte_size() + node->output(0)->type().byte_size();
     }
+    if (is_fused(*node)) {
+      for (const auto& [to, count] : fused_casts(*node)) {
+        facts.fused_casts += count;
+        facts.fused_casts_to[to] += count;
+      }
+    }
     facts.nodes.push_back(std::move(n));
   }
   facts.training = !graph.state_updates().empty();
   const std::unordered_set<std::string_view> state_names = names_of_state(graph);
-  if (facts.training) split_state(graph, state_names, facts);
-  for (const Value* init : graph.initializers()) {
-    if (init->is_constant()) continue;
-    if (!facts.training || state_names.contains(init->name())) {
-      facts.state_bytes += init->type().byte_size();
+  if (facts.training) {
+    split_state(graph, state_names, facts);
+    for (const Value* init : graph.initializers()) {
+      if (!init->is_constant() && state_names.contains(init->name())) {
+        facts.state_bytes += init->type().byte_size();
+      }
     }
-  }
-  absl::StatusOr<std::unique_ptr<runtime::Plan>> plan =
-      runtime::Plan::build(graph, runtime::Device::kCpu);
-  if (plan.ok()) {
-    std::array<int64_t, runtime::kNumArenas> arenas{};
-    for (int a = 0; a < runtime::kNumArenas; ++a) {
-      arenas[a] = (*plan)->arena_bytes(static_cast<runtime::ArenaKind>(a));
-    }
-    facts.arenas = arenas;
   } else {
-    facts.plan_error = std::string(plan.status().message());
+    facts.state_bytes = weight_bytes(graph);
+  }
+  absl::StatusOr<std::array<int64_t, runtime::kNumArenas>> arenas =
+      planned_arenas(graph, runtime::Device::kCpu);
+  if (arenas.ok()) {
+    facts.arenas = *arenas;
+  } else {
+    facts.plan_error = std::string(arenas.status().message());
   }
   return facts;
 }
@@ -232,13 +341,20 @@ std::string change(int64_t before, int64_t after) {
                      100.0 * static_cast<double>(after - before) / static_cast<double>(before));
 }
 
+// How text and dot name a node: its name, or for a nameless one "(no name: %<first output>)",
+// which no op type can be mistaken for.
+std::string shown_name(const NodeFacts& n) {
+  if (!n.name.empty()) return n.name;
+  return n.output_name.empty() ? "(no name)" : str_cat("(no name: %", n.output_name, ")");
+}
+
 std::string text(const GraphFacts& f) {
   std::string out = str_cat("precision of ", f.kind, " '", f.name, "'\n");
   const std::string row = "  {:<40} {:<22} {:<16} {:<5} {:<4} {:<10} {}\n";
   out += fmt::format(fmt::runtime(row), "node", "op", "inputs", "comp", "acc", "output", "reason");
   for (const NodeFacts& n : f.nodes) {
-    out += fmt::format(fmt::runtime(row), n.name, n.op, joined(n.inputs), n.compute, n.accumulate,
-                       joined(n.outputs),
+    out += fmt::format(fmt::runtime(row), shown_name(n), n.op, joined(n.inputs), n.compute,
+                       n.accumulate, joined(n.outputs),
                        n.reason.empty() ? "(no decision: compiled without --precision)" : n.reason);
   }
   std::vector<std::string> compute;
@@ -247,9 +363,17 @@ std::string text(const GraphFacts& f) {
   for (const auto& [dtype, n] : f.casts_to) targets.push_back(str_cat(n, " to ", dtype));
   out += str_cat("\nsummary of '", f.name, "'\n");
   out += str_cat("  nodes by compute dtype: ", str_join(compute, ", "), "\n");
+  std::vector<std::string> fused_targets;
+  for (const auto& [dtype, n] : f.fused_casts_to)
+    fused_targets.push_back(str_cat(n, " to ", dtype));
   out += str_cat("  casts: ", f.casts,
                  targets.empty() ? "" : str_cat(" (", str_join(targets, ", "), ")"),
-                 ", reading and writing ", grouped(f.cast_bytes), " bytes per run\n");
+                 ", reading and writing ", grouped(f.cast_bytes), " bytes per run");
+  if (f.fused_casts > 0) {
+    out += str_cat("; and ", f.fused_casts, " inside fused nodes (", str_join(fused_targets, ", "),
+                   "), which move no memory of their own");
+  }
+  out += "\n";
   if (f.training) {
     out += str_cat("  training state: ", grouped(f.state_bytes), " bytes (parameters ",
                    grouped(f.parameter_bytes), ", optimizer moments and step ",
@@ -283,18 +407,23 @@ ordered_json json(const GraphFacts& f) {
   g["kind"] = json_kind(f);
   g["nodes"] = ordered_json::array();
   for (const NodeFacts& n : f.nodes) {
-    g["nodes"].push_back(
-        {{"name", n.name},
-         {"op", n.op},
-         {"inputs", n.inputs},
-         {"compute", n.compute == "-" ? ordered_json() : ordered_json(n.compute)},
-         {"accumulate", n.accumulate == "-" ? ordered_json() : ordered_json(n.accumulate)},
-         {"outputs", n.outputs},
-         {"reason", n.reason}});
+    ordered_json node = {{"name", n.name}};
+    if (n.name.empty()) node["output_name"] = n.output_name;
+    node.update(ordered_json{
+        {"op", n.op},
+        {"inputs", n.inputs},
+        {"compute", n.compute == "-" ? ordered_json() : ordered_json(n.compute)},
+        {"accumulate", n.accumulate == "-" ? ordered_json() : ordered_json(n.accumulate)},
+        {"outputs", n.outputs},
+        {"reason", n.reason}});
+    g["nodes"].push_back(std::move(node));
   }
   ordered_json summary;
   summary["nodes_by_compute"] = f.by_compute;
-  summary["casts"] = {{"count", f.casts}, {"to", f.casts_to}, {"bytes_per_run", f.cast_bytes}};
+  summary["casts"] = {{"count", f.casts},
+                      {"to", f.casts_to},
+                      {"bytes_per_run", f.cast_bytes},
+                      {"fused", {{"count", f.fused_casts}, {"to", f.fused_casts_to}}}};
   summary[f.training ? "state_bytes" : "weight_bytes"] = f.state_bytes;
   if (f.training) {
     summary["state"] = {{"parameters", f.parameter_bytes},
@@ -336,7 +465,7 @@ std::string dot_quoted(std::string_view text) {
 
 // Nodes coloured by compute dtype; casts drawn as diamonds; edges labelled with the dtype that
 // flows.
-std::string dot(const Graph& graph, const std::string& cluster) {
+std::string dot(const Graph& graph, const GraphFacts& facts, const std::string& cluster) {
   static const std::map<std::string, std::string> colours = {
       {"f16", "#9ecae1"}, {"bf16", "#a1d99b"}, {"f32", "#fdd0a2"}, {"f64", "#fcbba1"}};
   std::string out = str_cat("  subgraph ", dot_quoted("cluster_" + cluster),
@@ -344,18 +473,15 @@ std::string dot(const Graph& graph, const std::string& cluster) {
   std::map<const Node*, std::string> ids;
   int next = 0;
   for (const auto& node : graph.nodes()) {
+    const NodeFacts& n = facts.nodes[next];  // gather keeps the graph's order
     const std::string id = str_cat(cluster == "eval" ? "e" : "s", next++);
     ids[node.get()] = id;
-    const PrecisionDecision& d = node->precision();
-    const std::string compute = d.compute ? std::string(dtype_name(*d.compute)) : "-";
-    const auto colour = colours.find(compute);
-    const bool cast = node->domain().empty() && node->op_type() == "Cast";
-    const std::string label = str_cat(node->name().empty() ? node->op_type() : node->name(), "\n",
-                                      node->op_type(), " ", compute);
-    out += str_cat("    ", id, " [label=", dot_quoted(label), ", shape=", cast ? "diamond" : "box",
-                   ", style=filled, fillcolor=",
+    const auto colour = colours.find(n.compute);
+    const std::string label = str_cat(shown_name(n), "\n", node->op_type(), " ", n.compute);
+    out += str_cat("    ", id, " [label=", dot_quoted(label),
+                   ", shape=", n.cast ? "diamond" : "box", ", style=filled, fillcolor=",
                    dot_quoted(colour != colours.end() ? colour->second : "#eeeeee"),
-                   ", tooltip=", dot_quoted(d.reason), "];\n");
+                   ", tooltip=", dot_quoted(n.reason), "];\n");
   }
   for (const auto& node : graph.nodes()) {
     for (const Value* operand : node->operands()) {
@@ -378,9 +504,26 @@ std::string precision_report(const Graph& graph) {
   return out;
 }
 
-std::string precision_baseline(const Graph& o0) {
+absl::StatusOr<std::unique_ptr<Graph>> as_written(const Graph& compiled) {
+  AMPC_ASSIGN_OR_RETURN(const std::string bytes, export_onnx_bytes(compiled));
+  return import_onnx_bytes(bytes, str_cat("the compiled '", compiled.name(), "'"));
+}
+
+absl::StatusOr<std::array<int64_t, runtime::kNumArenas>> planned_arenas(const Graph& graph,
+                                                                        runtime::Device device) {
+  AMPC_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Plan> plan, runtime::Plan::build(graph, device));
+  std::array<int64_t, runtime::kNumArenas> arenas{};
+  for (int a = 0; a < runtime::kNumArenas; ++a) {
+    arenas[a] = plan->arena_bytes(static_cast<runtime::ArenaKind>(a));
+  }
+  return arenas;
+}
+
+std::optional<std::string> precision_baseline(const Graph& o0) {
+  const absl::StatusOr<std::unique_ptr<Graph>> written = as_written(o0);
+  if (!written.ok()) return std::nullopt;
   ordered_json json = ordered_json::object();
-  for (const GraphFacts& f : gather_all(o0)) {
+  for (const GraphFacts& f : gather_all(**written)) {
     if (!f.arenas) continue;
     json[std::string(json_kind(f))] = {{"state_bytes", f.state_bytes},
                                        {"planned_bytes", f.planned_bytes()}};
@@ -398,8 +541,9 @@ std::string precision_report_json(const Graph& graph) {
 
 std::string precision_report_dot(const Graph& graph) {
   std::string out = str_cat("digraph ", dot_quoted(graph.name()), " {\n  rankdir=TB;\n");
-  out += dot(graph, "eval");
-  if (const Graph* step = graph.training_step()) out += dot(*step, "training step");
+  const std::vector<GraphFacts> facts = gather_all(graph);
+  out += dot(graph, facts[0], "eval");
+  if (const Graph* step = graph.training_step()) out += dot(*step, facts[1], "training step");
   return out + "}\n";
 }
 
