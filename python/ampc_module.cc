@@ -51,12 +51,17 @@ T take(absl::StatusOr<T> value) {
   return *std::move(value);
 }
 
-// The learning rate as the f32 the step takes; a ValueError for one f32 cannot hold (1e300 would
-// become inf), which the step's own check would then name as inf.
+// The learning rate as the f32 the step takes; a ValueError for one f32 cannot hold: 1e300 would
+// become inf, which the step's own check would then name as inf, and 1e-50 would become 0, a
+// step that silently changes nothing.
 std::optional<float> f32_lr(std::optional<double> lr) {
   if (lr && std::isfinite(*lr) && std::abs(*lr) > std::numeric_limits<float>::max()) {
     throw py::value_error("lr " + py::cast<std::string>(py::repr(py::float_(*lr))) +
                           " is beyond float32's range");
+  }
+  if (lr && *lr != 0 && static_cast<float>(*lr) == 0) {
+    throw py::value_error("lr " + py::cast<std::string>(py::repr(py::float_(*lr))) +
+                          " rounds to 0 in float32 (the step would change nothing)");
   }
   return lr ? std::optional<float>(static_cast<float>(*lr)) : std::nullopt;
 }

@@ -120,6 +120,13 @@ absl::StatusOr<Prepared> prepare(const TrainFlags& flags, const runtime::Session
   if (flags.lr && !(*flags.lr > 0 && std::isfinite(*flags.lr))) {
     return absl::InvalidArgumentError(str_cat("--lr ", *flags.lr, " must be a finite number > 0"));
   }
+  // The step takes its learning rate in f32: one that rounds to 0 there would change nothing.
+  if (flags.lr && static_cast<float>(*flags.lr) == 0) {
+    return absl::InvalidArgumentError(
+        str_cat("--lr ", *flags.lr,
+                " rounds to 0 in f32, the step's learning rate: it would "
+                "change nothing"));
+  }
   schedule.lr = flags.lr.value_or(session.default_lr().value_or(0));
   if (schedule.lr <= 0) {
     return absl::InvalidArgumentError(

@@ -249,6 +249,9 @@ def test_errors_raise_with_the_message(compiled, tmp_path):
     with pytest.raises(ValueError, match="lr 1e[+]?300 is beyond float32's range"):
         session.step(batch, lr=1e300)
     assert session.steps_done == 0
+    with pytest.raises(ValueError, match="lr 1e-50 rounds to 0 in float32"):
+        session.step(batch, lr=1e-50)
+    assert session.steps_done == 0
     with pytest.raises(ValueError, match=r"input 'label' is missing \(the inputs: x, label\)"):
         ampc.InferenceSession(MLP).run({"x": batch["x"]})
 
