@@ -79,6 +79,10 @@ int run(int argc, char** argv) {
       "Run `ampc COMMAND --help` for the flags of one command."};
   app.set_version_flag("--version", "ampc " AMPC_VERSION_STRING);
   app.require_subcommand(1);
+  // A usage error reads as every other error does (`ampc: error: ...`), then the way to the help.
+  app.failure_message([](const CLI::App* /*app*/, const CLI::Error& e) {
+    return str_cat("ampc: error: ", e.what(), "\nRun with --help for more information.\n");
+  });
 
   CompileFlags compile_flags;
   CLI::App* compile = add_compile_command(app, compile_flags);

@@ -404,6 +404,13 @@ TEST_F(CliTest, ErrorsNameWhatWasTyped) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("unknown command 'bogus'"));
   EXPECT_FALSE(fs::exists(path("o.onnx")));
+  // The parser's own usage errors read as every other error does, then point to the help.
+  for (const std::string args : {"compile", "train x.onnx --steps abc"}) {
+    r = ampc(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(r.err.rfind("ampc: error: ", 0), 0u) << args << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("Run with --help for more information.")) << args;
+  }
 }
 
 TEST_F(CliTest, BadFlagsAreUsageErrors) {
