@@ -187,6 +187,13 @@ absl::Status check_output_file(std::string_view flag, const std::string& path) {
   return absl::OkStatus();
 }
 
+bool updates_running_statistics(const Graph& step) {
+  for (const auto& node : step.nodes()) {
+    if (node->op_type().ends_with("BatchNormalization") && node->num_outputs() > 1) return true;
+  }
+  return false;
+}
+
 CLI::Validator at_least(int64_t minimum) {
   return CLI::Validator(
       [minimum](const std::string& text) -> std::string {

@@ -72,6 +72,11 @@ absl::Status check_distinct_paths(const std::vector<NamedPath>& outputs,
 // error names the flag and the path. Checked before any work, so that a typo costs none.
 absl::Status check_output_file(std::string_view flag, const std::string& path);
 
+// Whether a training step updates BatchNorm running statistics: a BatchNorm in training mode
+// (or ampc.SyncBatchNormalization) outputs them beside Y. What --bn-running-var shapes and
+// --local-batch-norm acts on.
+bool updates_running_statistics(const Graph& step);
+
 // CLI11 checks with messages that say what a flag takes: an integer >= `minimum`; a finite
 // number > 0.
 CLI::Validator at_least(int64_t minimum);

@@ -33,15 +33,6 @@ absl::Status check_training_flags_have_effect(const CompileFlags& flags) {
   return absl::OkStatus();
 }
 
-// Whether a training step updates BatchNorm running statistics (a BatchNorm in training mode
-// outputs them beside Y): what --bn-running-var shapes.
-bool updates_running_statistics(const Graph& step) {
-  for (const auto& node : step.nodes()) {
-    if (node->op_type() == "BatchNormalization" && node->num_outputs() > 1) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 const std::vector<std::string_view> kScaleFlags = {"--scale-init",    "--scale-growth",

@@ -84,15 +84,6 @@ absl::Status check_nproc(int64_t nproc) {
               " online; each rank is a process with its own copy of the model)"));
 }
 
-// Whether the training step normalizes by batch statistics: a BatchNorm in training mode, which
-// outputs the running statistics beside Y.
-bool has_batch_norm(const Graph& step) {
-  for (const auto& node : step.nodes()) {
-    if (node->op_type().ends_with("BatchNormalization") && node->num_outputs() > 1) return true;
-  }
-  return false;
-}
-
 // What training loads and checks before its first step.
 struct Prepared {
   std::unique_ptr<runtime::TrainingSession> session;
@@ -111,7 +102,7 @@ absl::StatusOr<Prepared> prepare(const TrainFlags& flags, const runtime::Session
   Prepared prepared;
   AMPC_ASSIGN_OR_RETURN(prepared.session, runtime::TrainingSession::load(flags.model, options));
   runtime::TrainingSession& session = *prepared.session;
-  if (flags.local_batch_norm && !has_batch_norm(session.graph())) {
+  if (flags.local_batch_norm && !updates_running_statistics(session.graph())) {
     return absl::InvalidArgumentError(str_cat("--local-batch-norm does nothing: ", flags.model,
                                               " has no BatchNormalization in its training step"));
   }

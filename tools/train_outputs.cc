@@ -49,14 +49,7 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
     return absl::OkStatus();
   };
   if (!export_path.empty()) {
-    const std::filesystem::path path(export_path);
-    const std::filesystem::path parent = path.has_parent_path() ? path.parent_path() : ".";
-    if (!std::filesystem::is_directory(parent, error) || ::access(parent.c_str(), W_OK) != 0) {
-      return absl::InvalidArgumentError(str_cat("cannot write --export '", export_path,
-                                                "': its folder '", parent.string(),
-                                                "' does not exist or is not writable"));
-    }
-    AMPC_RETURN_IF_ERROR(refuse_special("--export", path));
+    AMPC_RETURN_IF_ERROR(check_output_file("--export", export_path));
     if (external_data) {
       AMPC_RETURN_IF_ERROR(check_output_file("--export's external data", export_path + ".data"));
     }
@@ -67,7 +60,9 @@ absl::Status check_outputs(const runtime::TrainingSession& session,
         const TensorType whole{DType::kF32, session.sharded_state().at(copy.parameter)};
         bytes += whole.byte_size() - TensorType{copy.dtype, whole.shape}.byte_size();
       }
-      AMPC_RETURN_IF_ERROR(check_free_space(parent, bytes, "the --export folder"));
+      const std::filesystem::path path(export_path);
+      AMPC_RETURN_IF_ERROR(check_free_space(path.has_parent_path() ? path.parent_path() : ".",
+                                            bytes, "the --export folder"));
     }
   }
   if (!checkpoint_dir.empty()) {
