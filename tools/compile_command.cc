@@ -43,6 +43,16 @@ std::function<absl::Status(std::string_view, const Graph&)> make_dumper(
   };
 }
 
+// "`why`, so A, B do nothing: drop them, `instead`": the policy entries `given` that `why` makes
+// do nothing, or OK when there are none.
+absl::Status refuse_doing_nothing(std::string_view why, const std::vector<std::string>& given,
+                                  std::string_view instead) {
+  if (given.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(str_cat(why, ", so ", str_join(given, ", "),
+                                            given.size() == 1 ? " does" : " do", " nothing: drop ",
+                                            given.size() == 1 ? "it" : "them", ", ", instead));
+}
+
 // fp32 turns mixed precision off: an error naming what would shape it, which does nothing then.
 absl::Status check_fp32_policy_is_bare(const PrecisionPolicy& policy, bool allow_excess_precision) {
   if (policy.low != DType::kF32) return absl::OkStatus();
@@ -55,11 +65,9 @@ absl::Status check_fp32_policy_is_bare(const PrecisionPolicy& policy, bool allow
   for (const auto& [op, entry] : policy.ops) given.push_back(entry.source);
   for (const PrecisionPolicy::NodePin& pin : policy.fp32_nodes) given.push_back(pin.source);
   if (allow_excess_precision) given.push_back("--allow-excess-precision");
-  if (given.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      str_cat("precision fp32 (", policy.low_source, ") turns mixed precision off, so ",
-              str_join(given, ", "), given.size() == 1 ? " does" : " do", " nothing: drop ",
-              given.size() == 1 ? "it" : "them", ", or choose fp16 or bf16"));
+  return refuse_doing_nothing(
+      str_cat("precision fp32 (", policy.low_source, ") turns mixed precision off"), given,
+      "or choose fp16 or bf16");
 }
 
 // The levels but O1 decide every node by the level (O0: fp32; O2 and O3: low but for their own
@@ -72,15 +80,13 @@ absl::Status check_level_policy_is_bare(const PrecisionPolicy& policy) {
   if (policy.level == OptLevel::kO0) {
     for (const PrecisionPolicy::NodePin& pin : policy.fp32_nodes) given.push_back(pin.source);
   }
-  if (given.empty()) return absl::OkStatus();
   const std::string level =
       policy.level_source.empty() || policy.level_source == "--opt-level"
           ? str_cat("--opt-level ", opt_level_name(policy.level))
           : str_cat(policy.level_source, ": opt_level ", opt_level_name(policy.level));
-  return absl::InvalidArgumentError(str_cat(
-      level, " decides every node by its level, so ", str_join(given, ", "),
-      given.size() == 1 ? " does" : " do", " nothing: drop ", given.size() == 1 ? "it" : "them",
-      ", or use opt level O1 (the default), where the op lists and node pins apply"));
+  return refuse_doing_nothing(
+      str_cat(level, " decides every node by its level"), given,
+      "or use opt level O1 (the default), where the op lists and node pins apply");
 }
 
 // The mixed-precision options the flags ask for; unset when they ask for none.
