@@ -3,6 +3,9 @@
 #include <charconv>
 #include <cmath>
 #include <optional>
+#include <set>
+#include <string>
+#include <unordered_set>
 
 #include "compiler/onnx_buffer_updates.h"
 #include "compiler/stopwatch.h"
@@ -140,6 +143,55 @@ absl::Status check_range(bool ok, std::string_view flag, float value, std::strin
   return absl::InvalidArgumentError(str_cat(flag, " ", value, " is out of range: ", range));
 }
 
+// The names the training step gives what it adds (its inputs and state, runtime/ and the
+// checkpoints find them by these names), and `<p>.grad`, autodiff's name for the gradient of
+// each initializer `p`. A value of the model's own under one of them would be taken for the
+// step's (a parameter left out of training, an `lr` input the runs cannot feed): an
+// intermediate value is renamed, a name the model shows (an input, an initializer, an output) is
+// an error naming it.
+absl::Status reserve_training_names(Graph& graph) {
+  static const std::set<std::string, std::less<>> kReserved = {"lr",
+                                                               "optimizer.step",
+                                                               std::string(kLossScaleName),
+                                                               "loss_scale.skipped_steps",
+                                                               "loss_scale.growth_tracker",
+                                                               "loss_scale.hysteresis_left",
+                                                               std::string(kMicroStepState)};
+  std::unordered_set<std::string> gradients;
+  for (const Value* init : graph.initializers()) gradients.insert(init->name() + ".grad");
+  auto reserved = [&](const std::string& name) {
+    return kReserved.contains(name) || gradients.contains(name);
+  };
+  auto refuse = [&](std::string_view what, const std::string& name) {
+    const std::string meaning =
+        gradients.contains(name)
+            ? str_cat("the gradient of initializer '", name.substr(0, name.size() - 5), "'")
+            : std::string("its own state or inputs");
+    return absl::InvalidArgumentError(
+        str_cat(what, " '", name, "' has a name the training step gives ", meaning,
+                "; rename it in the model (reserved: ", str_join(kReserved, ", "),
+                ", and <initializer>.grad)"));
+  };
+  for (const Value* input : graph.inputs()) {
+    if (reserved(input->name())) return refuse("graph input", input->name());
+  }
+  for (const Value* init : graph.initializers()) {
+    if (reserved(init->name())) return refuse("initializer", init->name());
+  }
+  for (const Value* output : graph.outputs()) {
+    if (reserved(output->name())) return refuse("graph output", output->name());
+  }
+  for (Node* node : graph.node_list()) {
+    for (int i = 0; i < node->num_outputs(); ++i) {
+      Value* value = node->has_output(i) ? node->output(i) : nullptr;
+      if (value != nullptr && reserved(value->name())) {
+        value->set_name(graph.unique_value_name(value->name()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status validate_training_options(const TrainingOptions& options) {
@@ -197,6 +249,7 @@ absl::Status compile_graph(Graph& graph, const CompileOptions& given, Diagnostic
       loss = *only;
     }
   }
+  if (options.training) AMPC_RETURN_IF_ERROR(reserve_training_names(graph));
   PassPipeline pipeline = make_pipeline(options);
   PassContext context{&diagnostics};
   AMPC_RETURN_IF_ERROR(pipeline.run(graph, context).status());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <system_error>
@@ -227,6 +228,55 @@ void tensor_to_proto(const Tensor& tensor, onnx::TensorProto* proto) {
   proto->set_data_type(to_onnx_dtype(tensor.dtype()));
   const std::span<const uint8_t> bytes = tensor.bytes();
   proto->set_raw_data(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+}
+
+absl::StatusOr<Tensor> tensor_from_sparse_proto(const onnx::SparseTensorProto& proto,
+                                                std::string_view what,
+                                                const std::string& base_dir) {
+  const Shape shape(proto.dims().begin(), proto.dims().end());
+  if (!checked_num_elements(shape)) {
+    return tensor_error(what, str_cat("dims ", shape_to_string(shape), " are not a tensor's"));
+  }
+  AMPC_ASSIGN_OR_RETURN(const Tensor values,
+                        tensor_from_proto(proto.values(), str_cat(what, " values"), base_dir));
+  AMPC_ASSIGN_OR_RETURN(const Tensor indices,
+                        tensor_from_proto(proto.indices(), str_cat(what, " indices"), base_dir));
+  const int64_t count = values.num_elements();
+  const int64_t rank = static_cast<int64_t>(shape.size());
+  if (values.shape().size() != 1) {
+    return tensor_error(what, str_cat("its values are ", type_to_string(values.type()),
+                                      "; a sparse tensor's are one dimension"));
+  }
+  const bool linear = indices.shape() == Shape{count};
+  if (indices.dtype() != DType::kI64 || (!linear && indices.shape() != Shape{count, rank})) {
+    return tensor_error(what, str_cat("its indices are ", type_to_string(indices.type()), "; for ",
+                                      count, " values in ", rank, " dimensions they are i64[",
+                                      count, "] or i64[", count, ",", rank, "]"));
+  }
+  AMPC_ASSIGN_OR_RETURN(Tensor dense, Tensor::create(TensorType{values.dtype(), shape}));
+  const std::span<const int64_t> at = indices.data<int64_t>();
+  const size_t size = static_cast<size_t>(dtype_size(values.dtype()));
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t position = 0;
+    bool inside = true;
+    if (linear) {
+      position = at[k];
+      inside = position >= 0 && position < dense.num_elements();
+    } else {
+      for (int64_t d = 0; d < rank; ++d) {
+        const int64_t coordinate = at[k * rank + d];
+        inside = inside && coordinate >= 0 && coordinate < shape[d];
+        position = position * shape[d] + coordinate;
+      }
+    }
+    if (!inside) {
+      return tensor_error(
+          what, str_cat("index ", k, " of its indices is outside dims ", shape_to_string(shape)));
+    }
+    std::memcpy(dense.mutable_bytes().data() + position * size, values.bytes().data() + k * size,
+                size);
+  }
+  return dense;
 }
 
 void type_to_proto(const TensorType& type, onnx::TypeProto* proto) {

@@ -29,6 +29,12 @@ std::optional<int64_t> checked_num_elements(const Shape& shape);
 absl::StatusOr<Tensor> tensor_from_proto(const onnx::TensorProto& proto, std::string_view what,
                                          const std::string& base_dir);
 
+// The dense tensor an ONNX sparse tensor stands for (a Constant's sparse_value, a sparse
+// initializer): `values` [NNZ] at `indices` ([NNZ] linear positions or [NNZ, rank] coordinates,
+// int64) in a tensor of `dims`, zeros elsewhere. Errors name `what` and the index at fault.
+absl::StatusOr<Tensor> tensor_from_sparse_proto(const onnx::SparseTensorProto& proto,
+                                                std::string_view what, const std::string& base_dir);
+
 // Writes `tensor` as raw_data. The tensor must hold data.
 void tensor_to_proto(const Tensor& tensor, onnx::TensorProto* proto);
 

@@ -5,6 +5,8 @@
 // unrolling it. Both import the nodes of their subgraphs through the importer, so a subgraph's
 // nodes are lowered, typed and folded as the model's own are, and a condition the body computes
 // from the iteration number and shapes is known when it is read.
+#include <algorithm>
+#include <string>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -221,24 +223,71 @@ std::string hint_of(const onnx::NodeProto& proto) {
   return proto.op_type();
 }
 
+// Every value name `graph` reads, through every graph nested in its nodes.
+void collect_read(const onnx::GraphProto& graph, std::unordered_set<std::string>& names) {
+  for (const onnx::ValueInfoProto& output : graph.output()) names.insert(output.name());
+  for (const onnx::NodeProto& node : graph.node()) {
+    for (const std::string& input : node.input()) {
+      if (!input.empty()) names.insert(input);
+    }
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      if (attr.has_g()) collect_read(attr.g(), names);
+      for (const onnx::GraphProto& nested : attr.graphs()) collect_read(nested, names);
+    }
+  }
+}
+
+// Makes the gradient of an If decided at run time reach only what the taken branch reads: each
+// float value `branch` reads from outside it is read through Where(cond, v, detached v) in the
+// then_branch and Where(cond, detached v, v) in the else_branch (detached: an Identity autodiff
+// takes no gradient through). Forward, that is v, bit for bit; backward, v's gradient from the
+// branch is Where(cond, g, 0) (or Where(cond, 0, g)). Both branches run, backward too, so
+// without it a 0 from Where's rule meets the untaken branch's own NaN or inf (the derivative of
+// a Sqrt of a negative weight it never uses) and makes NaN of the shared value's gradient.
+// Program constants take no gradient and are read as they are.
+absl::Status guard_outer_reads(onnx::GraphProto& branch, Value* cond, bool then,
+                               const std::string& prefix, ImportSink& sink) {
+  std::unordered_set<std::string> defined, read;
+  collect_defined(branch, defined);
+  collect_read(branch, read);
+  std::vector<std::string> outer;
+  for (const std::string& name : read) {
+    if (defined.contains(name)) continue;
+    const Value* value = sink.tensor(name);
+    if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
+    if (value->initializer() != nullptr && value->is_constant()) continue;
+    outer.push_back(name);
+  }
+  std::sort(outer.begin(), outer.end());  // the names the guards take, in one order
+  Renaming guarded;
+  for (const std::string& name : outer) {
+    Value* value = sink.tensor(name);
+    AMPC_ASSIGN_OR_RETURN(std::vector<Value*> detached,
+                          sink.emit("Identity", {value}, {{"stop_gradient", AttrValue(int64_t{1})}},
+                                    {sink.fresh_name(str_cat(prefix, name, "/detached"))},
+                                    str_cat(prefix, name, "/detach")));
+    std::vector<Value*> operands = {cond, value, detached[0]};
+    if (!then) std::swap(operands[1], operands[2]);
+    AMPC_ASSIGN_OR_RETURN(
+        std::vector<Value*> selected,
+        sink.emit("Where", std::move(operands), {}, {sink.fresh_name(str_cat(prefix, name))},
+                  str_cat(prefix, name, "/guard")));
+    guarded[name] = selected[0]->name();
+  }
+  rename_graph(branch, guarded, "");
+  return absl::OkStatus();
+}
+
 // An If whose condition is computed at run time: both branches imported (under fresh names) and
 // each output selected by the condition with Where, which needs the branches' outputs to be
 // tensors of one type. Both are computed, so this holds for branches without side effects,
-// which ONNX's are; a gradient reaches only the selected branch (Where's rule).
+// which ONNX's are; a gradient reaches only the selected branch: Where's rule for the outputs,
+// guard_outer_reads for what the branches read.
 absl::Status lower_selected_if(const onnx::NodeProto& proto, const std::string& label, Value* cond,
                                ImportSink& sink) {
   AMPC_ASSIGN_OR_RETURN(auto branches,
                         graph_attributes(proto, label, {"then_branch", "else_branch"}));
   const std::string hint = hint_of(proto);
-  std::vector<onnx::GraphProto> copies;
-  for (const std::string taken : {"then_branch", "else_branch"}) {
-    AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto branch,
-                          checked_branch(proto, label, *branches.at(taken), taken));
-    copies.push_back(renamed_copy(branch, str_cat(hint, "/", taken, "/"), sink));
-    for (const onnx::NodeProto& node : copies.back().node()) {
-      AMPC_RETURN_IF_ERROR(sink.import_node(node));
-    }
-  }
   if (!cond->shape().empty()) {
     AMPC_ASSIGN_OR_RETURN(
         std::vector<Value*> no_dims,
@@ -248,6 +297,18 @@ absl::Status lower_selected_if(const onnx::NodeProto& proto, const std::string& 
                           sink.emit("Reshape", {cond, no_dims[0]}, {},
                                     {sink.fresh_name(str_cat(hint, "/condition"))}, hint));
     cond = scalar[0];
+  }
+  std::vector<onnx::GraphProto> copies;
+  for (const std::string taken : {"then_branch", "else_branch"}) {
+    AMPC_ASSIGN_OR_RETURN(const onnx::GraphProto branch,
+                          checked_branch(proto, label, *branches.at(taken), taken));
+    const std::string prefix = str_cat(hint, "/", taken, "/");
+    copies.push_back(renamed_copy(branch, prefix, sink));
+    AMPC_RETURN_IF_ERROR(
+        guard_outer_reads(copies.back(), cond, taken == "then_branch", prefix, sink));
+    for (const onnx::NodeProto& node : copies.back().node()) {
+      AMPC_RETURN_IF_ERROR(sink.import_node(node));
+    }
   }
   for (int i = 0; i < proto.output_size(); ++i) {
     if (proto.output(i).empty()) continue;

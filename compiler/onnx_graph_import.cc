@@ -50,10 +50,6 @@ class Importer : public onnx_io::ImportSink {
   Importer(const ImportOptions& options, std::string base_dir, const Graph* outer = nullptr)
       : options_(options), base_dir_(std::move(base_dir)), outer_(outer) {}
 
-  absl::StatusOr<std::unique_ptr<Graph>> run(const onnx::ModelProto& model) {
-    return run_graph(model, model.graph());
-  }
-
   absl::StatusOr<std::unique_ptr<Graph>> run_graph(const onnx::ModelProto& model,
                                                    const onnx::GraphProto& graph) {
     graph_ = std::make_unique<Graph>(graph.name().empty() ? "main" : graph.name());
@@ -159,14 +155,24 @@ class Importer : public onnx_io::ImportSink {
   }
 
   absl::Status import_initializers(const onnx::GraphProto& graph) {
-    if (graph.sparse_initializer_size() > 0) {
-      return absl::UnimplementedError(str_cat("sparse initializers are not supported ('",
-                                              graph.sparse_initializer(0).values().name(), "')"));
+    // Sparse initializers, dense (named by their values, as ONNX names them), after the others.
+    std::vector<onnx::TensorProto> densified;
+    for (const onnx::SparseTensorProto& sparse : graph.sparse_initializer()) {
+      const std::string what = str_cat("sparse initializer '", sparse.values().name(), "'");
+      AMPC_ASSIGN_OR_RETURN(Tensor data,
+                            onnx_io::tensor_from_sparse_proto(sparse, what, base_dir_));
+      onnx::TensorProto& proto = densified.emplace_back();
+      onnx_io::tensor_to_proto(data, &proto);
+      proto.set_name(sparse.values().name());
     }
     const std::unordered_map<std::string, Value::Declared> declared =
         onnx_io::torch_signature(graph);
-    for (int i = 0; i < graph.initializer_size(); ++i) {
-      const onnx::TensorProto& proto = graph.initializer(i);
+    const int count = graph.initializer_size() + static_cast<int>(densified.size());
+    for (int i = 0; i < count; ++i) {
+      const onnx::TensorProto& proto =
+          i < graph.initializer_size()
+              ? graph.initializer(i)
+              : densified[static_cast<size_t>(i - graph.initializer_size())];
       if (proto.name().empty()) return invalid(str_cat("initializer #", i, " has no name"));
       const std::string what = str_cat("initializer '", proto.name(), "'");
       if (outer_value(proto.name()) != nullptr) {
@@ -240,7 +246,9 @@ class Importer : public onnx_io::ImportSink {
     return operands;
   }
 
-  absl::Status import_node(const onnx::NodeProto& proto) override {
+  absl::Status import_node(const onnx::NodeProto& given) override {
+    AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> dense, densified_constant(given));
+    const onnx::NodeProto& proto = dense ? *dense : given;
     AMPC_ASSIGN_OR_RETURN(std::optional<onnx::NodeProto> rewired, detached_.read(proto, *this));
     const onnx::NodeProto& read = rewired ? *rewired : proto;
     const std::vector<std::pair<int, std::string>> unmerged = folds_.read(read, *this);
@@ -266,6 +274,31 @@ class Importer : public onnx_io::ImportSink {
       rewritten.set_input(input, parameter);
     }
     return import_node_as_read(rewritten);
+  }
+
+  // A Constant given by `sparse_value` as one given by the dense `value` it stands for; nullopt
+  // for every other node.
+  absl::StatusOr<std::optional<onnx::NodeProto>> densified_constant(
+      const onnx::NodeProto& proto) const {
+    if (proto.op_type() != "Constant" || !(proto.domain().empty() || proto.domain() == "ai.onnx")) {
+      return std::nullopt;
+    }
+    for (int i = 0; i < proto.attribute_size(); ++i) {
+      const onnx::AttributeProto& attr = proto.attribute(i);
+      if (attr.name() != "sparse_value") continue;
+      AMPC_ASSIGN_OR_RETURN(Tensor data,
+                            onnx_io::tensor_from_sparse_proto(
+                                attr.sparse_tensor(),
+                                str_cat(describe_proto(proto), ": its sparse_value"), base_dir_));
+      onnx::NodeProto dense = proto;
+      onnx::AttributeProto* value = dense.mutable_attribute(i);
+      value->Clear();
+      value->set_name("value");
+      value->set_type(onnx::AttributeProto::TENSOR);
+      onnx_io::tensor_to_proto(data, value->mutable_t());
+      return dense;
+    }
+    return std::nullopt;
   }
 
   absl::Status import_node_as_read(const onnx::NodeProto& proto) {
@@ -535,7 +568,12 @@ absl::StatusOr<std::unique_ptr<Graph>> import_graph(const onnx::ModelProto& mode
                                                     const ImportOptions& options,
                                                     const std::string& base_dir,
                                                     const Graph* outer) {
-  return Importer(options, base_dir, outer).run_graph(model, graph);
+  absl::StatusOr<std::unique_ptr<Graph>> imported =
+      Importer(options, base_dir, outer).run_graph(model, graph);
+  if (imported.ok() && &graph == &model.graph()) {
+    (*imported)->set_metadata(kSourceProducerKey, model.producer_name());
+  }
+  return imported;
 }
 
 }  // namespace ampc::onnx_io

@@ -59,6 +59,11 @@ std::unordered_map<std::string, std::string> torch_names_by_fx_name(const onnx::
 // them as this graph metadata (compiler/onnx_graph_import.cc), the training-step pass warns.
 inline constexpr char kMissingParametersKey[] = "ampc.missing_parameters";
 
+// The producer_name of the ONNX file a graph was imported from ("pytorch" for both of PyTorch's
+// exporters; often empty in files written by hand), for the passes that undo what one exporter
+// does (tie-folded-weights). Absent in graphs that were not imported (the text IR).
+inline constexpr char kSourceProducerKey[] = "ampc.source_producer";
+
 // The attributes PyTorch's dynamo exporter recorded of a node (its FX node, in the node's
 // metadata) that the node's ONNX form lost:
 // - Gather made from aten.embedding: `padding_idx` (the row that gets no gradient) when >= 0,

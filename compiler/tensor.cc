@@ -1,20 +1,40 @@
 #include "ampc/tensor.h"
 
-#include <bit>
 #include <cmath>
 #include <utility>
 
 #include "ampc/float16.h"
 #include "compiler/float8.h"
+#include "compiler/strings.h"
+#include "runtime/cast_math.h"
+#include "runtime/storage_type.h"
 
 namespace ampc {
 
-Tensor::Tensor(TensorType type)
-    : type_(std::move(type)), bytes_(static_cast<size_t>(type_.byte_size()), 0) {}
+Tensor::Tensor(TensorType type) : type_(std::move(type)) {
+  AMPC_CHECK(checked_byte_size(type_).ok());
+  bytes_.resize(static_cast<size_t>(type_.byte_size()), 0);
+}
 
 Tensor::Tensor(TensorType type, std::vector<uint8_t> bytes)
     : type_(std::move(type)), bytes_(std::move(bytes)) {
   AMPC_CHECK(static_cast<int64_t>(bytes_.size()) == type_.byte_size());
+}
+
+absl::StatusOr<Tensor> Tensor::create(TensorType type) {
+  absl::StatusOr<int64_t> bytes = checked_byte_size(type);
+  if (!bytes.ok()) return bytes.status();
+  return Tensor(std::move(type));
+}
+
+absl::StatusOr<Tensor> Tensor::create(TensorType type, std::vector<uint8_t> bytes) {
+  absl::StatusOr<int64_t> size = checked_byte_size(type);
+  if (!size.ok()) return size.status();
+  if (static_cast<int64_t>(bytes.size()) != *size) {
+    return absl::InvalidArgumentError(str_cat(type_to_string(type), " takes ", *size,
+                                              " bytes, not the ", bytes.size(), " given"));
+  }
+  return Tensor(std::move(type), std::move(bytes));
 }
 
 Tensor Tensor::elided(TensorType type) {
@@ -57,19 +77,6 @@ T load(const std::vector<uint8_t>& bytes, int64_t i) {
 template <typename T>
 void store(std::vector<uint8_t>& bytes, int64_t i, T v) {
   std::memcpy(bytes.data() + i * sizeof(T), &v, sizeof(T));
-}
-
-// `value` rounded to f32 with round-to-odd: an inexact result keeps an odd last bit, so rounding
-// it once more to a format with at least two fewer bits (fp8) gives the same bits as rounding
-// `value` directly; plain round-to-nearest twice could land on the wrong side of a tie.
-float to_f32_round_to_odd(double value) {
-  float rounded = static_cast<float>(value);
-  if (static_cast<double>(rounded) != value && !std::isnan(value) &&
-      (std::bit_cast<uint32_t>(rounded) & 1u) == 0) {
-    const float toward = static_cast<double>(rounded) > value ? -INFINITY : INFINITY;
-    rounded = std::nextafter(rounded, toward);  // the other neighbour of `value`, whose bit is odd
-  }
-  return rounded;
 }
 
 }  // namespace
@@ -120,48 +127,21 @@ int64_t Tensor::element_as_i64(int64_t i) const {
   }
 }
 
+// Both round as Cast does, through its conversions (runtime/cast_math.h): once, to nearest even,
+// from the exact value; to an integer type, a double truncates and saturates (NaN becomes 0), an
+// int64 keeps its low bits.
 void Tensor::set_element(int64_t i, double value) {
   AMPC_CHECK(has_data_ && i >= 0 && i < num_elements());
-  switch (type_.dtype) {
-    case DType::kF32:
-      return store<float>(bytes_, i, static_cast<float>(value));
-    case DType::kF64:
-      return store<double>(bytes_, i, value);
-    case DType::kF16:
-      return store<uint16_t>(bytes_, i, f32_to_f16_bits(static_cast<float>(value)));
-    case DType::kBF16:
-      return store<uint16_t>(bytes_, i, f32_to_bf16_bits(static_cast<float>(value)));
-    case DType::kBool:
-      return store<uint8_t>(bytes_, i, value != 0 ? 1 : 0);
-    case DType::kI64:
-    case DType::kI32:
-    case DType::kI8:
-    case DType::kU8:
-      return set_element_i64(i, static_cast<int64_t>(value));
-    case DType::kF8E4M3FN:  // saturating, as ONNX Cast's default
-      return store<uint8_t>(bytes_, i, f32_to_f8e4m3fn_bits(to_f32_round_to_odd(value)));
-    case DType::kF8E5M2:
-      return store<uint8_t>(bytes_, i, f32_to_f8e5m2_bits(to_f32_round_to_odd(value)));
-  }
-  AMPC_CHECK(false);
+  visit_storage_type(type_.dtype, [&]<typename T>(std::type_identity<T>) {
+    store<T>(bytes_, i, cast_math::cast<double, T>(value, /*saturate=*/true));
+  });
 }
 
 void Tensor::set_element_i64(int64_t i, int64_t value) {
   AMPC_CHECK(has_data_ && i >= 0 && i < num_elements());
-  switch (type_.dtype) {
-    case DType::kI64:
-      return store<int64_t>(bytes_, i, value);
-    case DType::kI32:
-      return store<int32_t>(bytes_, i, static_cast<int32_t>(value));
-    case DType::kI8:
-      return store<int8_t>(bytes_, i, static_cast<int8_t>(value));
-    case DType::kU8:
-      return store<uint8_t>(bytes_, i, static_cast<uint8_t>(value));
-    case DType::kBool:
-      return store<uint8_t>(bytes_, i, value != 0 ? 1 : 0);
-    default:
-      return set_element(i, static_cast<double>(value));
-  }
+  visit_storage_type(type_.dtype, [&]<typename T>(std::type_identity<T>) {
+    store<T>(bytes_, i, cast_math::cast<int64_t, T>(value, /*saturate=*/true));
+  });
 }
 
 std::vector<int64_t> Tensor::to_i64_vector() const {

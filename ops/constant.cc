@@ -63,7 +63,8 @@ absl::StatusOr<std::vector<Tensor>> fold_constant(const FoldContext& ctx) {
 OpDef constant_op() {
   OpDef def;
   def.name = "Constant";
-  def.since_opset = 1;  // value_* (12) are alternatives to `value`; sparse_value is unsupported
+  def.since_opset = 1;  // value_* (12) are alternatives to `value`; the importer makes a
+  // sparse_value (11) the dense `value` it stands for
   def.summary = "a constant tensor given by one of its value attributes";
   def.outputs = {input("output")};
   def.attrs = {optional_attr("value", AttrKind::kTensor),

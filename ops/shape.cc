@@ -10,9 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
+#include <type_traits>
 
 #include "compiler/grad_builder.h"
 #include "ops/op_util.h"
+#include "runtime/cast_math.h"
+#include "runtime/storage_type.h"
 
 namespace ampc::ops {
 
@@ -447,33 +451,25 @@ absl::Status infer_cast(InferenceContext& ctx) {
 // float -> integer truncating toward zero. An empty result means "not folded": fp8 (storage only
 // in the compiler) and non-finite or out-of-range float -> integer values, whose result ONNX
 // leaves undefined, are left to the runtime.
+// Folds through the kernels' own conversions (runtime/cast_math.h), so a Cast of a constant gives
+// the bits the same Cast computes at run time: one rounding, saturating float to integer.
 absl::StatusOr<std::vector<Tensor>> fold_cast(const FoldContext& ctx) {
   const Tensor& in = *ctx.inputs[0];
   Tensor out(*ctx.output_types[0]);
-  const DType from = in.dtype();
-  const DType to = out.dtype();
-  auto is_fp8 = [](DType t) { return t == DType::kF8E4M3FN || t == DType::kF8E5M2; };
-  if (is_fp8(from) || is_fp8(to)) return std::vector<Tensor>{};
-  const bool from_int = is_integer(from) || from == DType::kBool;
-  const bool to_int = is_integer(to);
-  for (int64_t i = 0; i < in.num_elements(); ++i) {
-    if (from_int && (to_int || to == DType::kBool)) {
-      out.set_element_i64(i, in.element_as_i64(i));
-    } else if (from_int) {
-      // Through f32 first for f32 outputs, so an int64 rounds once, not twice via double.
-      const int64_t value = in.element_as_i64(i);
-      out.set_element(i, to == DType::kF32 ? static_cast<double>(static_cast<float>(value))
-                                           : static_cast<double>(value));
-    } else if (to_int) {
-      const double value = std::trunc(in.element_as_double(i));
-      if (!std::isfinite(value) || value < -0x1p63 || value >= 0x1p63) {
-        return std::vector<Tensor>{};
+  if (in.dtype() == out.dtype()) return std::vector<Tensor>{in};
+  const bool saturate = ctx.node.int_attr("saturate") != 0;
+  visit_storage_type(in.dtype(), [&]<typename From>(std::type_identity<From>) {
+    visit_storage_type(out.dtype(), [&]<typename To>(std::type_identity<To>) {
+      const std::span<const uint8_t> src = in.bytes();
+      const std::span<uint8_t> dst = out.mutable_bytes();
+      for (int64_t i = 0; i < in.num_elements(); ++i) {
+        From x;
+        std::memcpy(&x, src.data() + i * sizeof(From), sizeof(From));
+        const To y = cast_math::cast<From, To>(x, saturate);
+        std::memcpy(dst.data() + i * sizeof(To), &y, sizeof(To));
       }
-      out.set_element_i64(i, static_cast<int64_t>(value));
-    } else {
-      out.set_element(i, in.element_as_double(i));  // to bool: nonzero (and NaN) is true
-    }
-  }
+    });
+  });
   return std::vector<Tensor>{std::move(out)};
 }
 

@@ -14,18 +14,26 @@
 // value (a zero-initialized weight equals the transpose of any other zero matrix of that shape)
 // and a square matrix equal to its own transpose (an identity), whose equality says nothing of
 // where it came from. Of two candidates, the one first in the file stays (PyTorch writes the
-// parameters first, the folded copies after).
+// parameters first, the folded copies after). Nor in a file another program wrote (its
+// producer_name, compiler/onnx_metadata.h's kSourceProducerKey, is not PyTorch's): there the
+// transposed copy is what the file says, two weights that happen to start equal.
+//
+// Cost: linear in the initializers' bytes. Candidates meet by a hash of their elements in
+// transposed order, and the readers of the copies are found in one walk over the nodes.
 //
 // Numerics: exact (a transpose moves bits). The eval graph reads the same Transpose(A), so the
 // weights the training step updates are the weights the eval graph reads.
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "compiler/onnx_metadata.h"
 #include "compiler/strings.h"
 #include "passes/passes.h"
 
@@ -70,61 +78,106 @@ bool is_transpose(const Tensor& a, const Tensor& b) {
   return true;
 }
 
+// A hash of the bytes of `t`'s elements, read row by row, or column by column when `transposed`:
+// a matrix and a copy of its transpose hash alike when the one is read transposed.
+size_t element_hash(const Tensor& t, bool transposed) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  const size_t size = static_cast<size_t>(dtype_size(t.dtype()));
+  std::string bytes;
+  bytes.reserve(t.bytes().size());
+  for (int64_t i = 0; i < (transposed ? cols : rows); ++i) {
+    for (int64_t j = 0; j < (transposed ? rows : cols); ++j) {
+      const uint8_t* e = transposed ? element(t, j, i, cols, size) : element(t, i, j, cols, size);
+      bytes.append(reinterpret_cast<const char*>(e), size);
+    }
+  }
+  return std::hash<std::string>{}(bytes);
+}
+
+// Whether the graph came from a file PyTorch wrote, or was not imported from a file at all.
+bool from_pytorch(const Graph& graph) {
+  auto producer = graph.metadata().find(onnx_io::kSourceProducerKey);
+  return producer == graph.metadata().end() || producer->second == "pytorch";
+}
+
 class TieFoldedWeightsPass final : public Pass {
  public:
   std::string_view name() const override { return "tie-folded-weights"; }
 
   absl::StatusOr<bool> run(Graph& graph, const PassContext& context) override {
-    // Candidates by shape, in the file's order, and each one's place in it.
-    std::map<std::pair<int64_t, int64_t>, std::vector<Value*>> by_shape;
+    if (!from_pytorch(graph)) return false;
+    // Candidates by shape and hash (an original by the hash of its transpose), in the file's
+    // order, and each one's place in it.
+    using Key = std::tuple<int64_t, int64_t, DType, size_t>;
+    std::map<Key, std::vector<Value*>> originals;
+    std::vector<Value*> copies;
     std::unordered_map<const Value*, size_t> place;
     for (Value* init : graph.initializers()) {
       if (!candidate(init)) continue;
-      by_shape[{init->shape()[0], init->shape()[1]}].push_back(init);
+      const Tensor& data = *init->initializer();
+      originals[{init->shape()[1], init->shape()[0], init->dtype(), element_hash(data, true)}]
+          .push_back(init);
+      if (init->declared() != Value::Declared::kParameter) copies.push_back(init);
       place.emplace(init, place.size());
     }
     std::vector<std::pair<Value*, Value*>> ties;  // (kept, copy)
     std::unordered_set<const Value*> tied;        // both sides of every tie
-    for (const auto& [shape, copies] : by_shape) {
-      auto originals = by_shape.find({shape.second, shape.first});
-      if (originals == by_shape.end()) continue;
-      for (Value* copy : copies) {
-        if (copy->declared() == Value::Declared::kParameter || tied.contains(copy)) continue;
-        for (Value* original : originals->second) {
-          if (place[original] >= place[copy] || tied.contains(original)) continue;
-          const Tensor& a = *original->initializer();
-          if (a.dtype() != copy->dtype() || !is_transpose(a, *copy->initializer())) continue;
-          if (shape.first == shape.second && is_transpose(a, a)) continue;  // symmetric
-          ties.emplace_back(original, copy);
-          tied.insert(original);
-          tied.insert(copy);
-          break;
-        }
+    for (Value* copy : copies) {
+      if (tied.contains(copy)) continue;
+      const Tensor& b = *copy->initializer();
+      auto same = originals.find({b.shape()[0], b.shape()[1], b.dtype(), element_hash(b, false)});
+      if (same == originals.end()) continue;
+      for (Value* original : same->second) {
+        if (place[original] >= place[copy] || tied.contains(original)) continue;
+        const Tensor& a = *original->initializer();
+        if (!is_transpose(a, b)) continue;
+        if (a.shape()[0] == a.shape()[1] && is_transpose(a, a)) continue;  // symmetric
+        ties.emplace_back(original, copy);
+        tied.insert(original);
+        tied.insert(copy);
+        break;
       }
     }
-    for (auto [original, copy] : ties) {
-      Node* first_reader = nullptr;
-      for (Node* node : graph.node_list()) {
-        if (std::find(node->operands().begin(), node->operands().end(), copy) !=
-            node->operands().end()) {
-          first_reader = node;
-          break;
-        }
+    if (ties.empty()) return false;
+
+    // Each copy's first reader, where its transpose goes.
+    std::unordered_map<const Value*, Node*> first_reader;
+    for (auto [original, copy] : ties) first_reader.emplace(copy, nullptr);
+    for (Node* node : graph.node_list()) {
+      for (const Value* operand : node->operands()) {
+        auto it = first_reader.find(operand);
+        if (it != first_reader.end() && it->second == nullptr) it->second = node;
       }
-      Node* transpose = graph.create_node(kOnnxDomain, "Transpose", {original}, {copy->type()},
-                                          {{"perm", std::vector<int64_t>{1, 0}}}, first_reader);
+    }
+    std::vector<std::string> described;
+    for (auto [original, copy] : ties) {
+      Node* transpose =
+          graph.create_node(kOnnxDomain, "Transpose", {original}, {copy->type()},
+                            {{"perm", std::vector<int64_t>{1, 0}}}, first_reader.at(copy));
       transpose->set_name(str_cat(original->name(), "/tied_transpose"));
       const std::string name = copy->name();
       copy->replace_all_uses_with(transpose->output(0));
       graph.erase_graph_value(copy);
       transpose->output(0)->set_name(graph.unique_value_name(name));
-      context.warn(str_cat("initializer '", name, "' is the transpose of '", original->name(),
-                           "' bit for bit: the exporter folded a transpose of it (constant "
-                           "folding, the default of torch.onnx.export), so it now reads "
-                           "Transpose('",
-                           original->name(), "') and the two train as one, as in PyTorch"));
+      described.push_back(str_cat("'", name, "' is the transpose of '", original->name(), "'"));
     }
-    return !ties.empty();
+    // One line per tie, or one line for them all when there are many.
+    constexpr size_t kListed = 3;
+    const std::string why =
+        "the exporter folded a transpose of it (constant folding, the default of "
+        "torch.onnx.export), so it now reads the transpose of the other and the two train as "
+        "one, as in PyTorch";
+    if (ties.size() <= kListed) {
+      for (const std::string& tie : described) {
+        context.warn(str_cat("initializer ", tie, " bit for bit: ", why));
+      }
+    } else {
+      described.resize(kListed);
+      context.warn(str_cat(ties.size(), " initializers are the transposes of others bit for bit (",
+                           str_join(described, ", "), ", and ", ties.size() - kListed,
+                           " more): for each, ", why));
+    }
+    return true;
   }
 };
 

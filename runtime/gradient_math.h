@@ -27,13 +27,14 @@ struct LeakyReluGrad {
     return x > X(0) ? dy : dy * static_cast<X>(alpha);
   }
 };
-// dy * (Phi + x * phi), Phi = 0.5 * (1 + erf(x / sqrt(2))), phi = exp(-x^2 / 2) / sqrt(2 pi).
+// dy * (Phi + x * phi), Phi = 0.5 * erfc(-x / sqrt(2)) (1 + erf without its cancellation, as
+// GeluErf), phi = exp(-x^2 / 2) / sqrt(2 pi).
 struct GeluErfGrad {
   template <typename X>
   AMPC_HD X operator()(X dy, X x) const {
     const X inv_sqrt2 = static_cast<X>(0.70710678118654752440);
     const X inv_sqrt_2pi = static_cast<X>(0.39894228040143267794);
-    const X cdf = X(0.5) * (X(1) + erf(x * inv_sqrt2));
+    const X cdf = X(0.5) * erfc(-x * inv_sqrt2);
     const X pdf = inv_sqrt_2pi * exp(X(-0.5) * x * x);
     return dy * (cdf + x * pdf);
   }

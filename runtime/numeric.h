@@ -348,7 +348,8 @@ struct Abs {
     }
   }
 };
-// min(max(x, low), high): an absent bound does not clip, low > high gives high, NaN stays NaN.
+// min(max(x, low), high): an absent bound does not clip, low > high gives high, NaN (in x or in a
+// bound) gives NaN.
 template <typename X>
 struct Clip {
   X low;
@@ -356,8 +357,9 @@ struct Clip {
   bool has_low;
   bool has_high;
   AMPC_HD X operator()(X x) const {
-    if (has_low && x < low) x = low;
-    if (has_high && x > high) x = high;
+    // A NaN bound gives NaN, as numpy's clip (ONNX's reference) and PyTorch's clamp do.
+    if (has_low && (x < low || low != low)) x = low;
+    if (has_high && (x > high || high != high)) x = high;
     return x;
   }
 };
@@ -401,12 +403,13 @@ struct Erf {
     return erf(x);
   }
 };
-// 0.5 * x * (1 + erf(x * (1/sqrt(2))))
+// 0.5 * x * (1 + erf(x / sqrt(2))), computed as 0.5 * x * erfc(-x / sqrt(2)): the same value,
+// without the cancellation of 1 + erf for negative x (below about -5.4 the sum loses every bit).
 struct GeluErf {
   template <typename X>
   AMPC_HD X operator()(X x) const {
     const X inv_sqrt2 = static_cast<X>(0.70710678118654752440);
-    return X(0.5) * x * (X(1) + erf(x * inv_sqrt2));
+    return X(0.5) * x * erfc(-x * inv_sqrt2);
   }
 };
 // 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x^3)))

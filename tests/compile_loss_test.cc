@@ -1,11 +1,14 @@
 // Which output a training compile differentiates when the user names none: the output named
 // `loss`, else the model's only float scalar output (exporters name it after its op:
 // `cross_entropy_loss`, `add_3`), with a warning that says which; never a guess between two.
+// And the names the training step gives what it adds: a model's value under one of them is
+// renamed (an intermediate) or refused (a name the model shows).
 #include <string>
 
 #include "compiler/compile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "runtime/training_session.h"
 #include "tests/test_util.h"
 #include "tests/training_file.h"
 
@@ -61,6 +64,73 @@ TEST(CompileLoss, NamedOrAmbiguousTheLossIsNotGuessed) {
   status = compile_graph(*graph, options, diagnostics);
   EXPECT_THAT(status.message(), HasSubstr("its outputs are total, mean, sq"));
   EXPECT_TRUE(diagnostics.warnings().empty());
+}
+
+// An intermediate value named `w.grad`, autodiff's name for w's gradient, is renamed, and w
+// trains: loss = sum((x w)^2), so dL/dw = 2 x^2 w; at x = [1, 2], w = [0.5, -2] that is [1, -16],
+// and one SGD step at lr 0.5 takes w to [0, 6] (exact in f32).
+TEST(ReservedNames, AnIntermediateUnderAReservedNameIsRenamed) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(R"(
+    graph g(%x: f32[2]) {
+      init %w: f32[2] = [0.5, -2]
+      %w.grad = Mul(%x, %w) : f32[2]
+      %lr = Mul(%w.grad, %w.grad) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%lr) : f32[]
+      return %loss
+    })");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(**graph, testing::sgd_options(0.5f), diagnostics).ok());
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(*std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<runtime::StepStats> stats =
+      (*session)->step({{"x", Tensor::from_f32({2}, {1, 2})}}, 0.5f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  absl::StatusOr<Tensor> w = (*session)->state("w");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->to_double_vector(), (std::vector<double>{0.0, 6.0}));
+}
+
+// A name the model shows (an input, an initializer, an output) is its user's: an error names it.
+TEST(ReservedNames, AModelsOwnInputInitializerOrOutputUnderOneIsAnError) {
+  auto compile = [](const std::string& text) {
+    absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(text);
+    EXPECT_TRUE(graph.ok()) << graph.status();
+    Diagnostics diagnostics;
+    return graph.ok() ? compile_graph(**graph, testing::sgd_options(0.5f), diagnostics)
+                      : graph.status();
+  };
+  EXPECT_THAT(compile(R"(
+    graph g(%x: f32[2], %lr: f32[2]) {
+      init %w: f32[2] = [0.5, -2]
+      %a = Mul(%x, %w) : f32[2]
+      %b = Mul(%a, %lr) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%b) : f32[]
+      return %loss
+    })")
+                  .message(),
+              HasSubstr("graph input 'lr' has a name the training step gives its own state or "
+                        "inputs; rename it in the model"));
+  EXPECT_THAT(compile(R"(
+    graph g(%x: f32[2]) {
+      init %optimizer.step: f32[2] = [0.5, -2]
+      %a = Mul(%x, %optimizer.step) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%a) : f32[]
+      return %loss
+    })")
+                  .message(),
+              HasSubstr("initializer 'optimizer.step' has a name the training step gives"));
+  EXPECT_THAT(compile(R"(
+    graph g(%x: f32[2]) {
+      init %w: f32[2] = [0.5, -2]
+      %w.grad = Mul(%x, %w) : f32[2]
+      %loss = ReduceSum<keepdims=0>(%w.grad) : f32[]
+      return %loss, %w.grad
+    })")
+                  .message(),
+              HasSubstr("graph output 'w.grad' has a name the training step gives the gradient "
+                        "of initializer 'w'"));
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "onnx/checker.h"
 #include "onnx/onnx_pb.h"
 #include "tests/onnx_model_builder.h"
+#include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
 
 namespace ampc {
@@ -131,6 +132,55 @@ TEST(OnnxImport, ReadsEveryTensorDataField) {
   EXPECT_EQ(values(5), (std::vector<double>{0.1}));
   EXPECT_EQ(values(6), (std::vector<double>{1, -1}));
   EXPECT_EQ((*graph)->outputs().at(1)->dtype(), DType::kF16);
+}
+
+// A sparse tensor: `values` at `indices` in a tensor of `dims`, zeros elsewhere.
+void fill_sparse(onnx::SparseTensorProto& sparse, const std::string& name,
+                 const std::vector<int64_t>& dims, const std::vector<float>& values,
+                 const std::vector<int64_t>& index_dims, const std::vector<int64_t>& indices) {
+  for (int64_t d : dims) sparse.add_dims(d);
+  onnx::TensorProto* v = sparse.mutable_values();
+  v->set_name(name);
+  v->set_data_type(onnx::TensorProto::FLOAT);
+  v->add_dims(static_cast<int64_t>(values.size()));
+  for (float x : values) v->add_float_data(x);
+  onnx::TensorProto* at = sparse.mutable_indices();
+  at->set_data_type(onnx::TensorProto::INT64);
+  for (int64_t d : index_dims) at->add_dims(d);
+  for (int64_t i : indices) at->add_int64_data(i);
+}
+
+// ONNX's sparse tensors (a Constant's sparse_value, opset 11; a graph's sparse_initializer) are
+// the dense tensors they stand for. Indices as linear positions and as coordinates; out of the
+// dims, an error that names the tensor and the index.
+TEST(OnnxImport, SparseConstantsAndInitializersAreDense) {
+  ModelBuilder m(17);
+  onnx::NodeProto& constant = m.node("Constant", {}, {"c"}, "sparse_constant");
+  onnx::AttributeProto* attr = constant.add_attribute();
+  attr->set_name("sparse_value");
+  attr->set_type(onnx::AttributeProto::SPARSE_TENSOR);
+  fill_sparse(*attr->mutable_sparse_tensor(), "c_values", {2, 3}, {1.5f, -2}, {2}, {1, 5});
+  fill_sparse(*m.graph().add_sparse_initializer(), "s", {2, 3}, {4, 8}, {2, 2}, {0, 0, 1, 2});
+  m.node("Add", {"c", "s"}, {"sum"}, "add");
+  m.output("sum");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "sparse.onnx");
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  const std::vector<Tensor> sum = testing::run_graph(**graph, {});
+  ASSERT_EQ(sum.size(), 1u);
+  EXPECT_EQ(sum[0].type(), (TensorType{DType::kF32, {2, 3}}));
+  EXPECT_EQ(sum[0].to_double_vector(), (std::vector<double>{4, 1.5, 0, 0, 0, 8 - 2}));
+
+  ModelBuilder outside(17);
+  fill_sparse(*outside.graph().add_sparse_initializer(), "s", {2, 3}, {4, 8}, {2, 2}, {0, 0, 2, 1});
+  outside.node("Identity", {"s"}, {"y"}, "copy");
+  outside.output("y");
+  absl::StatusOr<std::unique_ptr<Graph>> refused =
+      import_onnx_bytes(outside.bytes(), "outside.onnx");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "sparse initializer 's': index 1 of its indices is outside dims "
+                                "[2,3]"))
+      << refused.status();
 }
 
 TEST(OnnxImport, ShapeOptionFixesDynamicDims) {

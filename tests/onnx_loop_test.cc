@@ -17,10 +17,12 @@
 #include "onnx/onnx_pb.h"
 #include "passes/passes.h"
 #include "runtime/interpreter.h"
+#include "runtime/training_session.h"
 #include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
 #include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
+#include "tests/training_file.h"
 
 namespace ampc {
 namespace {
@@ -138,6 +140,46 @@ TEST(LoopGradients, ThroughEveryIterationToTheInputsAndTheInitialState) {
   ModelBuilder m = recurrent_loop(TensorProto::DOUBLE, 4);
   testing::add_weighted_loss(m, "Y", {"4", "3"});
   testing::expect_onnx_gradients_match(m, "^(X|H0|Wt)$", 5);
+}
+
+// An If whose condition is data: both branches run, forward and backward, and the gradient of
+// what they read must come from the taken branch only. The else_branch reads Sqrt(W) of a W
+// with negative elements: NaN it never uses, and which must not reach W's gradient. loss =
+// sum(If(flag, x W, x sqrt(W))); with flag true, dL/dW[i][j] = sum_r x[r][i], and one SGD step
+// at lr 1 (small integers: exact) takes W to W - dL/dW.
+TEST(RunTimeIf, TheBranchNotTakenGivesNoGradient) {
+  ModelBuilder m(17);
+  m.input("x", TensorProto::FLOAT, {"2", "2"});
+  m.input("flag", TensorProto::BOOL, {});
+  m.initializer_f32("W", {2, 2}, {1, -4, -9, 2});
+  onnx::NodeProto& branch = m.node("If", {"flag"}, {"y"}, "guarded");
+  onnx::GraphProto& then_graph = graph_attr(branch, "then_branch");
+  add_node(then_graph, "MatMul", {"x", "W"}, {"plain"});
+  add_outputs(then_graph, {"plain"});
+  onnx::GraphProto& else_graph = graph_attr(branch, "else_branch");
+  add_node(else_graph, "Sqrt", {"W"}, {"root"});
+  add_node(else_graph, "MatMul", {"x", "root"}, {"rooted"});
+  add_outputs(else_graph, {"rooted"});
+  m.node("ReduceSum", {"y"}, {"loss"}, "loss");
+  add_int_attr(*m.graph().mutable_node(m.graph().node_size() - 1), "keepdims", 0);
+  m.output("loss");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, testing::sgd_options(1.0f), diagnostics).ok());
+  absl::StatusOr<std::unique_ptr<runtime::TrainingSession>> session =
+      runtime::TrainingSession::create(std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  const Tensor x = Tensor::from_f32({2, 2}, {1, 2, 3, -5});
+  absl::StatusOr<runtime::StepStats> stats =
+      (*session)->step({{"x", x}, {"flag", Tensor::from_doubles(DType::kBool, {}, {1})}}, 1.0f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  // loss = sum(x W) = [1,2]W + [3,-5]W summed: rows of x summed = [4, -3] dotted with W's rows.
+  EXPECT_EQ(stats->loss, 4.0 * (1 - 4) + -3.0 * (-9 + 2));
+  EXPECT_TRUE(std::isfinite(stats->grad_norm)) << stats->grad_norm;
+  absl::StatusOr<Tensor> w = (*session)->state("W");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->to_double_vector(), (std::vector<double>{1 - 4, -4 - 4, -9 + 3, 2 + 3}));
 }
 
 // A while-loop over the rows of X (no trip count; the body's condition i + 1 < rows), collecting

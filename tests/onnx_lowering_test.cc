@@ -146,7 +146,9 @@ TEST(StaticIf, AConditionComputedAtRunTimeSelectsBetweenBranchesOfOneType) {
   then_node.set_input(1, "minus_one");
   std::unique_ptr<Graph> graph = import_ok(m);
   ASSERT_NE(graph, nullptr);
-  EXPECT_EQ(count_ops(*graph, "Where"), 1);
+  // One to select the output, and one per branch to guard its read of x (whose gradient must
+  // come from the taken branch only: tests/onnx_loop_test.cc, RunTimeIf).
+  EXPECT_EQ(count_ops(*graph, "Where"), 3);
   const std::vector<float> x = {1.5f, -2, 0, 3, -0.25f, 7};
   for (const bool flag : {true, false}) {
     const std::vector<Tensor> y =

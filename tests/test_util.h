@@ -1,6 +1,8 @@
 // Helpers shared by the tests: parsing text IR, running one pass, paths to test data.
 #pragma once
 
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,6 +27,19 @@ std::string onnx_test_data_path(std::string_view relative);
 // Whether the CUDA backend can start here (a CUDA build on a machine with a GPU and driver).
 // `gpu` tests skip when it cannot.
 bool cuda_device_present();
+
+// The raw bits of each element of a tensor of elements of up to 4 bytes (f16, bf16, fp8, f32,
+// the integers), for tests that compare bit patterns.
+inline std::vector<uint32_t> element_bits(const Tensor& t) {
+  std::vector<uint32_t> result;
+  const size_t size = static_cast<size_t>(dtype_size(t.dtype()));
+  for (int64_t i = 0; i < t.num_elements(); ++i) {
+    uint32_t b = 0;
+    std::memcpy(&b, t.bytes().data() + static_cast<size_t>(i) * size, size);
+    result.push_back(b);
+  }
+  return result;
+}
 
 // Parses and verifies text IR; fails the test (and returns null) when either fails.
 // (Inline, like the two below, so tests that do not use the text IR need not link it.)

@@ -26,6 +26,13 @@ class Tensor {
   // Takes `bytes` as the little-endian element data; its size must match `type`.
   Tensor(TensorType type, std::vector<uint8_t> bytes);
 
+  // The checked forms of the two constructors, for types and bytes that come from outside the
+  // program (a file, a user, another library): an InvalidArgument naming the type when a
+  // dimension is negative, the size overflows, or `bytes` is not the type's size, where the
+  // constructors stop the program.
+  static absl::StatusOr<Tensor> create(TensorType type);
+  static absl::StatusOr<Tensor> create(TensorType type, std::vector<uint8_t> bytes);
+
   // A tensor whose element data is absent (the text IR elides large constants). It has a type
   // but no bytes; reading it is an internal error.
   static Tensor elided(TensorType type);

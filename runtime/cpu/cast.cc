@@ -8,40 +8,10 @@
 #include "runtime/cast_math.h"
 #include "runtime/cpu/broadcast.h"
 #include "runtime/cpu/f16_convert.h"
+#include "runtime/storage_type.h"
 
 namespace ampc::runtime::cpu {
 namespace {
-
-// Calls fn(std::type_identity<T>{}) with the C++ type that stores elements of `dtype`.
-template <typename Fn>
-auto visit_element_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::kF32:
-      return fn(std::type_identity<float>{});
-    case DType::kF16:
-      return fn(std::type_identity<Float16>{});
-    case DType::kBF16:
-      return fn(std::type_identity<BFloat16>{});
-    case DType::kF64:
-      return fn(std::type_identity<double>{});
-    case DType::kI64:
-      return fn(std::type_identity<int64_t>{});
-    case DType::kI32:
-      return fn(std::type_identity<int32_t>{});
-    case DType::kI8:
-      return fn(std::type_identity<int8_t>{});
-    case DType::kU8:
-      return fn(std::type_identity<uint8_t>{});
-    case DType::kBool:
-      return fn(std::type_identity<bool>{});
-    case DType::kF8E4M3FN:
-      return fn(std::type_identity<F8E4M3FN>{});
-    case DType::kF8E5M2:
-      return fn(std::type_identity<F8E5M2>{});
-  }
-  AMPC_CHECK(false);
-  return fn(std::type_identity<float>{});
-}
 
 // ---- Kernel -------------------------------------------------------------------------------
 
@@ -70,7 +40,7 @@ absl::Status cast_kernel(const KernelContext& ctx) {
     return absl::OkStatus();
   }
   const bool saturate = ctx.node.int_attr("saturate") != 0;
-  visit_element_type(out.dtype(), [&]<typename To>(std::type_identity<To>) {
+  visit_storage_type(out.dtype(), [&]<typename To>(std::type_identity<To>) {
     cast_elements<From, To>(in, out, saturate);
   });
   return absl::OkStatus();
@@ -81,7 +51,7 @@ void register_cast_kernels(KernelRegistry& r) {
     // Element i is read before it is written, at the same byte offset when the sizes match.
     KernelDef def = kernel_def("Cast", {.in_place_operand = 0});
     def.dtypes = {dtype};
-    def.fn = visit_element_type(
+    def.fn = visit_storage_type(
         dtype, []<typename From>(std::type_identity<From>) { return &cast_kernel<From>; });
     r.add(std::move(def));
   }

@@ -220,6 +220,35 @@ TEST_F(PublicApi, WeightsAreWhatTheExportHolds) {
   EXPECT_LT(weights.size(), state.size());  // the momentum buffers are state, not weights
 }
 
+// Tensor::create is the constructors' checked form for types and bytes from outside the program:
+// what no tensor can hold is an InvalidArgument naming the type, where the constructors abort.
+TEST(PublicApiTensor, CreateRefusesWhatNoTensorHolds) {
+  const TensorType negative{DType::kF32, {2, -3}};
+  absl::StatusOr<Tensor> refused = Tensor::create(negative);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("f32[2,-3]"), std::string::npos) << refused.status();
+  EXPECT_FALSE(Tensor::create(negative, {}).ok());
+
+  // 2^62 elements of 4 bytes: the byte size does not fit in int64.
+  const TensorType huge{DType::kF32, {int64_t{1} << 31, int64_t{1} << 31}};
+  EXPECT_FALSE(Tensor::create(huge).ok());
+
+  const TensorType pair{DType::kF16, {2}};
+  absl::StatusOr<Tensor> short_bytes = Tensor::create(pair, {0x00, 0x3c, 0x00});
+  ASSERT_FALSE(short_bytes.ok());
+  EXPECT_NE(short_bytes.status().message().find("f16[2] takes 4 bytes, not the 3 given"),
+            std::string::npos)
+      << short_bytes.status();
+
+  absl::StatusOr<Tensor> ones = Tensor::create(pair, {0x00, 0x3c, 0x00, 0x3c});
+  ASSERT_TRUE(ones.ok()) << ones.status();
+  EXPECT_EQ(ones->to_double_vector(), (std::vector<double>{1.0, 1.0}));
+  absl::StatusOr<Tensor> zeros = Tensor::create(TensorType{DType::kBF16, {0, 5}});
+  ASSERT_TRUE(zeros.ok()) << zeros.status();
+  EXPECT_EQ(zeros->bytes().size(), 0u);
+}
+
 TEST(PublicApiVersion, HeadersAndLibraryAgree) {
   EXPECT_EQ(AMPC_VERSION_MAJOR, 0);
   EXPECT_EQ(std::string(AMPC_VERSION_STRING), std::to_string(AMPC_VERSION_MAJOR) + "." +

@@ -1,7 +1,9 @@
 // Shape, view and generator ops (ops/shape.cc, ops/constant.cc): inferred types, folded values
 // and error messages, checked against the ONNX spec's definitions and hand-computed values; and
 // compile-time value propagation through a PyTorch-style Shape -> ... -> Reshape chain.
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "compiler/op_def.h"
 #include "compiler/shape_inference.h"
@@ -204,6 +206,52 @@ TEST(Cast, FoldRoundsToHalfPrecisionToNearestEven) {
               {{"to", DType::kF16}});
   ASSERT_EQ(values.size(), 1u);
   EXPECT_EQ(values[0].to_double_vector(), (std::vector<double>{1.0, 3.5}));
+}
+
+// A Cast of a constant folds to the bits the kernel computes: rounded once from the exact source
+// value. The expected bits are worked out by hand from the IEEE formats (f16: 11 significant bits,
+// bf16: 8), each value a tie of the target format nudged by less than an f32 ulp, where rounding
+// through f32 first lands on the tie and then on the even neighbour.
+TEST(Cast, FoldRoundsOnceFromF64AndLargeIntegers) {
+  const std::vector<double> f64_values = {
+      1.0 + 0x1p-11 + 0x1p-40,     // above the f16 tie between 1 and 1 + 2^-10: 1 + 2^-10
+      2049.0 + 0x1p-29,            // above the f16 tie between 2048 and 2050: 2050
+      -(1.0 + 0x1p-11 + 0x1p-40),  // the same, negative
+  };
+  std::vector<Tensor> values =
+      fold_op("Cast", {TensorType{DType::kF64, {3}}},
+              {{0, Tensor::from_doubles(DType::kF64, {3}, f64_values)}}, {{"to", DType::kF16}});
+  ASSERT_EQ(values.size(), 1u);
+  EXPECT_EQ(testing::element_bits(values[0]), (std::vector<uint32_t>{0x3c01, 0x6801, 0xbc01}));
+
+  values = fold_op("Cast", {TensorType{DType::kF64, {1}}},
+                   {{0, Tensor::from_doubles(DType::kF64, {1}, {1.0 + 0x1p-8 + 0x1p-40})}},
+                   {{"to", DType::kBF16}});
+  ASSERT_EQ(values.size(), 1u);
+  EXPECT_EQ(testing::element_bits(values[0]), (std::vector<uint32_t>{0x3f81}));  // 1 + 2^-7
+
+  // 2^24 + 2^16 + 1 is above the bf16 tie 2^24 + 2^16 (f32 holds only the tie): 2^24 + 2^17.
+  // 2^60 + 2^52 + 1 is above the tie 2^60 + 2^52 (so is neither f32 nor f64): 2^60 + 2^53.
+  values = fold_op("Cast", {i64({2})},
+                   {{0, ints({(int64_t{1} << 24) + (1 << 16) + 1,
+                              (int64_t{1} << 60) + (int64_t{1} << 52) + 1})}},
+                   {{"to", DType::kBF16}});
+  ASSERT_EQ(values.size(), 1u);
+  EXPECT_EQ(testing::element_bits(values[0]), (std::vector<uint32_t>{0x4b81, 0x5d81}));
+}
+
+// Float to a narrower integer: out of range saturates and NaN becomes 0, as the kernel does
+// (ONNX leaves both undefined), so a constant and a computed input give the same integers.
+TEST(Cast, FoldSaturatesFloatsOutOfTheIntegerRange) {
+  const Tensor x = Tensor::from_f32({5}, {3e9f, 300.0f, -1.0f, 128.0f, NAN});
+  auto fold_to = [&](DType to) {
+    std::vector<Tensor> values = fold_op("Cast", {f32({5})}, {{0, x}}, {{"to", to}});
+    return values.empty() ? std::vector<int64_t>{} : values[0].to_i64_vector();
+  };
+  EXPECT_EQ(fold_to(DType::kI32), (std::vector<int64_t>{2147483647, 300, -1, 128, 0}));
+  EXPECT_EQ(fold_to(DType::kI8), (std::vector<int64_t>{127, 127, -1, 127, 0}));
+  EXPECT_EQ(fold_to(DType::kU8), (std::vector<int64_t>{255, 255, 0, 128, 0}));
+  EXPECT_EQ(fold_to(DType::kI64), (std::vector<int64_t>{3000000000, 300, -1, 128, 0}));
 }
 
 // ---- Dropout ----------------------------------------------------------------------------------

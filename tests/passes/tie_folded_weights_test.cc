@@ -4,8 +4,11 @@
 // Reference: one SGD step of the tied model, its gradient worked out here in f64.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "compiler/compile.h"
+#include "compiler/onnx_metadata.h"
+#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "passes/passes.h"
 #include "runtime/training_session.h"
@@ -84,6 +87,75 @@ TEST(TieFoldedWeights, CoincidencesStayApart) {
   absl::StatusOr<bool> changed = pass->run(*declared, PassContext{&diagnostics});
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed);
+}
+
+// Only PyTorch's exporters fold a transpose into a copy; in a file another program wrote, the
+// copy is a weight of its own that starts equal (a hand-written autoencoder's decoder), and
+// stays one. The producer is the file's producer_name, which the importer records.
+TEST(TieFoldedWeights, OnlyFilesPyTorchWroteAreTied) {
+  for (const char* producer : {"", "handwritten", "tf2onnx", "pytorch"}) {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(tied_head_model(kTransposeOfEmb));
+    ASSERT_NE(graph, nullptr);
+    graph->set_metadata(onnx_io::kSourceProducerKey, producer);
+    Diagnostics diagnostics;
+    absl::StatusOr<bool> changed =
+        make_tie_folded_weights_pass()->run(*graph, PassContext{&diagnostics});
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    EXPECT_EQ(*changed, std::string(producer) == "pytorch") << producer;
+    EXPECT_EQ(diagnostics.warnings().size(), *changed ? 1u : 0u) << producer;
+  }
+}
+
+// Many ties (a model of many tied layers) are one warning that counts them, not one line each;
+// every copy reads its own original's transpose.
+TEST(TieFoldedWeights, ManyTiesAreOneWarning) {
+  std::string inits, body;
+  const int kTies = 5;
+  for (int k = 0; k < kTies; ++k) {
+    // w<k> = [[k, 1, 2], [3, 4, 5]] + 10 k; c<k> its transpose (folded copy, after every w).
+    std::vector<double> w(6);
+    for (int e = 0; e < 6; ++e) w[e] = e + 10 * k + 0.5;
+    inits += str_cat("init %w", k, ": f32[2,3] = [", str_join(w, ", "), "]\n");
+    body += str_cat("%p", k, " = MatMul(%x, %w", k, ") : f32[2,3]\n");
+    body += str_cat("%q", k, " = MatMul(%p", k, ", %c", k, ") : f32[2,2]\n");
+    body += k == 0 ? std::string("%all0 = Identity(%q0) : f32[2,2]\n")
+                   : str_cat("%all", k, " = Add(%all", k - 1, ", %q", k, ") : f32[2,2]\n");
+  }
+  for (int k = 0; k < kTies; ++k) {
+    std::vector<double> c(6);
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 2; ++j) c[i * 2 + j] = j * 3 + i + 10 * k + 0.5;
+    }
+    inits += str_cat("init %c", k, ": f32[3,2] = [", str_join(c, ", "), "]\n");
+  }
+  const std::string model =
+      str_cat("graph g(%x: f32[2,2]) {\n", inits, body, "%loss = ReduceSum<keepdims=0>(%all",
+              kTies - 1, ") : f32[]\nreturn %loss\n}");
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(model);
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  absl::StatusOr<bool> changed =
+      make_tie_folded_weights_pass()->run(*graph, PassContext{&diagnostics});
+  ASSERT_TRUE(changed.ok()) << changed.status();
+  EXPECT_TRUE(*changed);
+  ASSERT_EQ(diagnostics.warnings().size(), 1u);
+  EXPECT_NE(diagnostics.warnings()[0].find("5 initializers are the transposes of others"),
+            std::string::npos)
+      << diagnostics.warnings()[0];
+  EXPECT_NE(diagnostics.warnings()[0].find("and 2 more"), std::string::npos)
+      << diagnostics.warnings()[0];
+  int transposes = 0;
+  for (Node* node : graph->node_list()) {
+    if (node->op_type() != "Transpose") continue;
+    ++transposes;
+    const std::string original = node->operand(0)->name();
+    // The reader of c<k> (MatMul q<k>) now reads Transpose(w<k>).
+    for (const Use& use : node->output(0)->uses()) {
+      EXPECT_EQ(use.user->output(0)->name(), "q" + original.substr(1)) << original;
+    }
+  }
+  EXPECT_EQ(transposes, kTies);
+  EXPECT_EQ(graph->initializers().size(), static_cast<size_t>(kTies));
 }
 
 // One SGD step (lr 1) moves emb by its whole gradient: the rows the ids pick get

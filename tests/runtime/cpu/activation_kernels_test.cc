@@ -88,6 +88,35 @@ TEST(ActivationKernels, SmoothActivationsMatchF64Reference) {
                gelu_tanh_ref, 1.0);
 }
 
+// Below x = -5.4, 1 + erf(x / sqrt(2)) cancels to nothing in f32 (f32 erf is -1 there), and a
+// Gelu written that way returns -0 or a value off by 50%. The reference is 0.5 x erfc(-x/sqrt(2))
+// in f64 (the same value without the cancellation). In f32 the argument z = -x/sqrt(2) is rounded
+// once (half an ulp), which erfc's condition number 2 z^2 magnifies: f32 must stay within
+// 2 + 2 z^2 ulps (2.5e-6 relative at x = -13, against 100% before); bf16 within one bf16 ulp of
+// its rounding. Down to where the result leaves the normal range.
+TEST(ActivationKernels, GeluKeepsItsNegativeTail) {
+  auto reference = [](double x) { return 0.5 * x * std::erfc(-x / std::sqrt(2.0)); };
+  const std::vector<float> x = sweep(-13.0f, -4.0f, 181);
+  const Tensor t = Tensor::from_f32({static_cast<int64_t>(x.size())}, x);
+  const std::vector<float> y = elements<float>(activation("Gelu", t));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float expected = static_cast<float>(reference(x[i]));
+    const float ulp = std::fabs(std::nextafter(expected, 0.0f) - expected);
+    const double z = x[i] / std::sqrt(2.0);
+    EXPECT_NEAR(y[i], expected, (2 + 2 * z * z) * ulp) << "Gelu(" << x[i] << ")";
+  }
+  const Tensor low =
+      Tensor::from_doubles(DType::kBF16, t.shape(), std::vector<double>(x.begin(), x.end()));
+  const std::vector<double> x_bf16 = low.to_double_vector();
+  const std::vector<double> y_bf16 = activation("Gelu", low).to_double_vector();
+  for (size_t i = 0; i < x_bf16.size(); ++i) {
+    const double expected =
+        Tensor::from_doubles(DType::kBF16, {}, {reference(x_bf16[i])}).element_as_double(0);
+    const double ulp = std::ldexp(1.0, std::ilogb(expected) - 7);
+    EXPECT_NEAR(y_bf16[i], expected, ulp) << "bf16 Gelu(" << x_bf16[i] << ")";
+  }
+}
+
 // Softplus, HardSigmoid, HardSwish, Sin and Cos against their ONNX definitions in f64.
 double softplus_ref(double x) { return std::log(std::exp(x) + 1.0); }
 double hard_sigmoid_ref(double x) { return std::max(0.0, std::min(1.0, 0.2 * x + 0.5)); }
@@ -220,7 +249,8 @@ float sigmoid_f32(float x) {
   const float e = std::exp(x);
   return e / (1.0f + e);
 }
-float gelu_f32(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
+// 1 + erf(x / sqrt(2)) as erfc(-x / sqrt(2)), which does not cancel for negative x.
+float gelu_f32(float x) { return 0.5f * x * std::erfc(-x * 0.70710678118654752440f); }
 float softplus_f32(float v) { return (v > 0.0f ? v : 0.0f) + std::log1p(std::exp(-std::fabs(v))); }
 float gelu_tanh_f32(float x) {
   return 0.5f * x * (1.0f + std::tanh(0.79788456080286535588f * (x + 0.044715f * x * x * x)));

@@ -32,16 +32,7 @@ Tensor cast(const Tensor& x, DType to, const std::string& attrs = "") {
 }
 
 // The raw element bits of a 1- or 2-byte tensor.
-std::vector<uint32_t> bits(const Tensor& t) {
-  std::vector<uint32_t> result;
-  const int size = dtype_size(t.dtype());
-  for (int64_t i = 0; i < t.num_elements(); ++i) {
-    uint32_t b = 0;
-    std::memcpy(&b, t.bytes().data() + i * size, size);
-    result.push_back(b);
-  }
-  return result;
-}
+std::vector<uint32_t> bits(const Tensor& t) { return testing::element_bits(t); }
 
 TEST(CastKernels, FloatToIntegerTruncatesTowardZero) {
   const Tensor x = Tensor::from_f32({6}, {2.9f, -2.9f, 0.5f, -0.5f, 1e6f, -7.0f});

@@ -446,6 +446,11 @@ TEST(ElementwiseKernels, ClipWithOptionalBounds) {
   std::vector<float> crossed = clip(&high, &low);
   EXPECT_EQ(crossed[0], -1.0f);
   EXPECT_EQ(crossed[3], -1.0f);
+  // A NaN bound makes every element NaN, as numpy.clip (ONNX's reference) and torch.clamp.
+  const Tensor nan_bound = Tensor::from_f32({}, {kNaN});
+  for (const std::vector<float>& clipped : {clip(&nan_bound, &high), clip(&low, &nan_bound)}) {
+    for (float v : clipped) EXPECT_TRUE(std::isnan(v)) << v;
+  }
   const Tensor i = typed_tensor<int32_t>(DType::kI32, {4}, {-7, 0, 3, 9});
   const Tensor ilo = typed_tensor<int32_t>(DType::kI32, {1}, {0});
   const Tensor ihi = typed_tensor<int32_t>(DType::kI32, {}, {5});
