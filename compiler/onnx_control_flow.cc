@@ -237,6 +237,25 @@ void collect_read(const onnx::GraphProto& graph, std::unordered_set<std::string>
   }
 }
 
+// The values `graph` (through its nested graphs) slices with a start or end not known at import.
+void collect_sliced_by_data(const onnx::GraphProto& graph, ImportSink& sink,
+                            std::unordered_set<std::string>& names) {
+  for (const onnx::NodeProto& node : graph.node()) {
+    if (node.op_type() == "Slice" && node.input_size() >= 3) {
+      for (int i = 1; i <= 2; ++i) {
+        const Value* bound = sink.tensor(node.input(i));
+        if (bound == nullptr || sink.known_value(bound) == nullptr) names.insert(node.input(0));
+      }
+    }
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      if (attr.has_g()) collect_sliced_by_data(attr.g(), sink, names);
+      for (const onnx::GraphProto& nested : attr.graphs()) {
+        collect_sliced_by_data(nested, sink, names);
+      }
+    }
+  }
+}
+
 // Makes the gradient of an If decided at run time reach only what the taken branch reads: each
 // float value `branch` reads from outside it is read through Where(cond, v, detached v) in the
 // then_branch and Where(cond, detached v, v) in the else_branch (detached: an Identity autodiff
@@ -247,15 +266,24 @@ void collect_read(const onnx::GraphProto& graph, std::unordered_set<std::string>
 // Program constants take no gradient and are read as they are.
 absl::Status guard_outer_reads(onnx::GraphProto& branch, Value* cond, bool then,
                                const std::string& prefix, ImportSink& sink) {
-  std::unordered_set<std::string> defined, read;
+  std::unordered_set<std::string> defined, read, sliced_by_data;
   collect_defined(branch, defined);
   collect_read(branch, read);
+  collect_sliced_by_data(branch, sink, sliced_by_data);
   std::vector<std::string> outer;
   for (const std::string& name : read) {
     if (defined.contains(name)) continue;
     const Value* value = sink.tensor(name);
     if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
     if (value->initializer() != nullptr && value->is_constant()) continue;
+    // A bag, or the data of a Slice of run-time bounds, stays as onnx_ragged.h reads it (a
+    // Loop's per-bag Ifs, an empty bag's zeros or its reduction, merge into one segment
+    // reduction, which takes the gradient of the bags that exist only).
+    const RaggedValues& ragged = sink.ragged();
+    if (ragged.slice(name) != nullptr || ragged.bag(value) != nullptr ||
+        ragged.mask_indices(name) != nullptr || sliced_by_data.contains(name)) {
+      continue;
+    }
     outer.push_back(name);
   }
   std::sort(outer.begin(), outer.end());  // the names the guards take, in one order

@@ -524,12 +524,16 @@ class Importer : public onnx_io::ImportSink {
     return absl::OkStatus();
   }
 
-  const Value* outer_value(const std::string& name) const {
+  // The outer graph's (first) initializer named `name`, or null; indexed on first use.
+  const Value* outer_value(const std::string& name) {
     if (outer_ == nullptr) return nullptr;
-    for (const Value* init : outer_->initializers()) {
-      if (init->name() == name) return init;
+    if (outer_initializers_.empty()) {
+      for (const Value* init : outer_->initializers()) {
+        outer_initializers_.try_emplace(init->name(), init);
+      }
     }
-    return nullptr;
+    auto it = outer_initializers_.find(name);
+    return it == outer_initializers_.end() ? nullptr : it->second;
   }
 
   // The value `name` is bound to, or a copy of the outer graph's initializer of that name, or
@@ -548,6 +552,7 @@ class Importer : public onnx_io::ImportSink {
   ImportOptions options_;  // a copy: callers pass temporaries
   std::string base_dir_;
   const Graph* outer_;
+  std::unordered_map<std::string, const Value*> outer_initializers_;  // outer_value's index
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
   onnx_io::DetachedInputs detached_;

@@ -5,10 +5,10 @@
 // The importer trusts nothing in the file: every malformed piece (bad protobuf, unknown op or
 // attribute, wrong data size, dangling name, dynamic dim) becomes a Status that names the file
 // and the node or value, never a check failure.
-#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <optional>
+#include <string_view>
 #include <unordered_set>
 #include <utility>
 
@@ -50,20 +50,24 @@ absl::Status import_training_info(const onnx::ModelProto& model,
   if (!step.ok()) {
     return absl::Status(step.status().code(), str_cat("training step: ", step.status().message()));
   }
+  // Named once, not searched per binding: a step can bind tens of thousands of state tensors.
+  const auto names_of = [](const std::vector<Value*>& values) {
+    std::unordered_set<std::string_view> names;
+    for (const Value* value : values) names.insert(value->name());
+    return names;
+  };
+  const std::unordered_set<std::string_view> initializer_names = names_of((*step)->initializers());
+  const std::unordered_set<std::string_view> output_names = names_of((*step)->outputs());
   std::unordered_set<std::string> bound;
   for (const onnx::StringStringEntryProto& binding : training.update_binding()) {
-    const auto has = [&](const std::vector<Value*>& values, const std::string& name) {
-      return std::any_of(values.begin(), values.end(),
-                         [&](const Value* v) { return v->name() == name; });
-    };
     const std::string what =
         str_cat("training_info update_binding '", binding.key(), "' <- '", binding.value(), "'");
     // An initializer the step never reads is still state (e.g. a parameter only the eval graph
     // uses would not be bound), so only the step's own names count.
-    if (!has((*step)->initializers(), binding.key())) {
+    if (!initializer_names.contains(binding.key())) {
       return invalid(str_cat(what, ": the step reads no initializer '", binding.key(), "'"));
     }
-    if (!has((*step)->outputs(), binding.value())) {
+    if (!output_names.contains(binding.value())) {
       return invalid(str_cat(what, ": the step has no output '", binding.value(), "'"));
     }
     if (!bound.insert(binding.key()).second) {

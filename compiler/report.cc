@@ -1,5 +1,8 @@
 #include "compiler/report.h"
 
+#include <string_view>
+#include <unordered_map>
+
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
 #include "nlohmann/json.hpp"
@@ -104,11 +107,14 @@ std::string summary_text(const Graph& graph, std::string_view what) {
                        grouped(count.initializer_elements), grouped(count.initializer_bytes));
   }
   if (!graph.state_updates().empty()) {
+    // Elements per initializer name (summed over every initializer of the name), then per update.
+    std::unordered_map<std::string_view, int64_t> by_name;
+    for (const Value* init : graph.initializers()) {
+      by_name[init->name()] += init->type().num_elements();
+    }
     int64_t elements = 0;
     for (const Graph::StateUpdate& update : graph.state_updates()) {
-      for (const Value* init : graph.initializers()) {
-        if (init->name() == update.state) elements += init->type().num_elements();
-      }
+      if (auto it = by_name.find(update.state); it != by_name.end()) elements += it->second;
     }
     out += str_cat("  state: ", graph.state_updates().size(), " tensors, ", grouped(elements),
                    " elements, updated after every step\n");

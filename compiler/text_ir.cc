@@ -5,6 +5,7 @@
 // exact form, so print -> parse -> print is an identity.
 #include "compiler/text_ir.h"
 
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -116,6 +117,7 @@ class Printer {
       taken.insert(name);
       assigned.insert(name);
       names_.emplace(v, std::move(name));
+      by_name_.emplace(v->name(), v);
     }
   }
 
@@ -129,9 +131,7 @@ class Printer {
 
   // `%name` of the graph value named `name` (state updates are kept by name).
   std::string ref_by_name(const std::string& name) const {
-    for (const Value* value : values_in_order()) {
-      if (value->name() == name) return ref(value);
-    }
+    if (auto it = by_name_.find(name); it != by_name_.end()) return ref(it->second);
     return str_cat("%", text_ir::is_bare_value_name(name) ? name : quote(name));
   }
 
@@ -232,6 +232,8 @@ class Printer {
   const Graph& graph_;
   const PrintOptions& options_;
   std::unordered_map<const Value*, std::string> names_;
+  // The first value (in definition order) of each name the graph gives, for ref_by_name.
+  std::unordered_map<std::string_view, const Value*> by_name_;
   std::string out_;
 };
 

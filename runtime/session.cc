@@ -21,11 +21,19 @@ std::string expected_inputs(const Graph& graph) {
   return str_join(parts, ", ");
 }
 
-const Value* find_named(const std::vector<Value*>& values, std::string_view name) {
-  for (const Value* value : values) {
-    if (value->name() == name) return value;
-  }
-  return nullptr;
+// Each name's first position in `values`. The keys view the values' own names.
+InferenceSession::NameIndex index_names(const std::vector<Value*>& values) {
+  InferenceSession::NameIndex positions;
+  positions.reserve(values.size());
+  for (size_t i = 0; i < values.size(); ++i) positions.emplace(values[i]->name(), i);
+  return positions;
+}
+
+// The first of `values` named `name`, found through `positions` (index_names(values)).
+const Value* find_named(const std::vector<Value*>& values,
+                        const InferenceSession::NameIndex& positions, std::string_view name) {
+  const auto it = positions.find(name);
+  return it == positions.end() ? nullptr : values[it->second];
 }
 
 }  // namespace
@@ -52,10 +60,12 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::create(
                                                                .allow_tf32 = options.allow_tf32}));
   }
   options.device = backend->device();
-  std::erase_if(shared, [&](const auto& entry) {
-    const Value* init = find_named(graph->initializers(), entry.first);
-    return init == nullptr || entry.second == nullptr;
-  });
+  {
+    const NameIndex initializers = index_names(graph->initializers());
+    std::erase_if(shared, [&](const auto& entry) {
+      return !initializers.contains(entry.first) || entry.second == nullptr;
+    });
+  }
   PlanOptions plan_options{
       .reuse_memory = options.reuse_memory,
       .update_state_in_place = options.update_state_in_place && !options.check_numerics};
@@ -80,7 +90,10 @@ InferenceSession::InferenceSession(std::unique_ptr<Graph> graph, std::unique_ptr
     : graph_(std::move(graph)),
       plan_(std::move(plan)),
       options_(std::move(options)),
-      backend_(std::move(backend)) {
+      backend_(std::move(backend)),
+      input_positions_(index_names(graph_->inputs())),
+      output_positions_(index_names(graph_->outputs())),
+      initializer_positions_(index_names(graph_->initializers())) {
   input_bound_.assign(graph_->inputs().size(), false);
   input_lent_.assign(graph_->inputs().size(), false);
 }
@@ -102,21 +115,21 @@ std::vector<TensorInfo> InferenceSession::outputs() const {
 
 absl::StatusOr<int> InferenceSession::input_index(std::string_view name,
                                                   const TensorView& value) const {
-  for (size_t i = 0; i < graph_->inputs().size(); ++i) {
-    const Value* input = graph_->inputs()[i];
-    if (input->name() != name) continue;
-    if (value.type != input->type()) {
-      return absl::InvalidArgumentError(str_cat("input '", name, "' must be ",
-                                                type_to_string(input->type()), ", not ",
-                                                type_to_string(value.type)));
-    }
-    if (value.data == nullptr && input->type().byte_size() > 0) {
-      return absl::InvalidArgumentError(str_cat("input '", name, "' has no data"));
-    }
-    return static_cast<int>(i);
+  const auto it = input_positions_.find(name);
+  if (it == input_positions_.end()) {
+    return absl::NotFoundError(
+        str_cat("the graph has no input '", name, "'; its inputs are ", expected_inputs(*graph_)));
   }
-  return absl::NotFoundError(
-      str_cat("the graph has no input '", name, "'; its inputs are ", expected_inputs(*graph_)));
+  const Value* input = graph_->inputs()[it->second];
+  if (value.type != input->type()) {
+    return absl::InvalidArgumentError(str_cat("input '", name, "' must be ",
+                                              type_to_string(input->type()), ", not ",
+                                              type_to_string(value.type)));
+  }
+  if (value.data == nullptr && input->type().byte_size() > 0) {
+    return absl::InvalidArgumentError(str_cat("input '", name, "' has no data"));
+  }
+  return static_cast<int>(it->second);
 }
 
 absl::Status InferenceSession::set_input(std::string_view name, const TensorView& value) {
@@ -176,8 +189,7 @@ absl::Status InferenceSession::launch() {
 }
 
 absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
-  for (const Value* output : graph_->outputs()) {
-    if (output->name() != name) continue;
+  if (const Value* output = find_named(graph_->outputs(), output_positions_, name)) {
     if (!has_run_) {
       return absl::FailedPreconditionError(
           str_cat("output '", name, "' is not available: the session has not run"));
@@ -191,28 +203,28 @@ absl::StatusOr<Tensor> InferenceSession::output(std::string_view name) const {
 }
 
 absl::StatusOr<std::byte*> InferenceSession::output_address(std::string_view name) const {
-  const Value* output = find_named(graph_->outputs(), name);
+  const Value* output = find_named(graph_->outputs(), output_positions_, name);
   if (output == nullptr)
     return absl::NotFoundError(str_cat("the graph has no output '", name, "'"));
   return executor_->address_of(output);
 }
 
 absl::StatusOr<Tensor> InferenceSession::initializer(std::string_view name) const {
-  const Value* init = find_named(graph_->initializers(), name);
+  const Value* init = find_named(graph_->initializers(), initializer_positions_, name);
   if (init == nullptr)
     return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
   return executor_->read(init);
 }
 
 absl::StatusOr<std::byte*> InferenceSession::initializer_address(std::string_view name) const {
-  const Value* init = find_named(graph_->initializers(), name);
+  const Value* init = find_named(graph_->initializers(), initializer_positions_, name);
   if (init == nullptr)
     return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
   return executor_->address_of(init);
 }
 
 absl::Status InferenceSession::set_initializer(std::string_view name, const TensorView& value) {
-  const Value* init = find_named(graph_->initializers(), name);
+  const Value* init = find_named(graph_->initializers(), initializer_positions_, name);
   if (init == nullptr)
     return absl::NotFoundError(str_cat("the graph has no initializer '", name, "'"));
   if (value.type != init->type()) {
@@ -229,8 +241,8 @@ absl::Status InferenceSession::set_initializer(std::string_view name, const Tens
 
 absl::Status InferenceSession::copy_output_to_initializer(std::string_view output,
                                                           std::string_view state) {
-  const Value* from = find_named(graph_->outputs(), output);
-  const Value* to = find_named(graph_->initializers(), state);
+  const Value* from = find_named(graph_->outputs(), output_positions_, output);
+  const Value* to = find_named(graph_->initializers(), initializer_positions_, state);
   if (from == nullptr || to == nullptr || from->type() != to->type()) {
     return absl::InvalidArgumentError(
         str_cat("cannot copy output '", output, "' over initializer '", state, "'"));

@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "ampc/dtype.h"
@@ -47,6 +48,8 @@ class InferenceSession {
   // (initializer_address), which this one reads and never writes; that memory must hold a value
   // of the initializer's type. Names the graph has no initializer for are ignored.
   using SharedInitializers = std::map<std::string, std::byte*, std::less<>>;
+  // Positions in a list of graph values by name (the first of each name).
+  using NameIndex = std::unordered_map<std::string_view, size_t>;
   static absl::StatusOr<std::unique_ptr<InferenceSession>> create(
       std::unique_ptr<Graph> graph, SessionOptions options = {},
       std::shared_ptr<Backend> backend = nullptr, SharedInitializers shared = {});
@@ -118,6 +121,12 @@ class InferenceSession {
   SessionOptions options_;
   std::shared_ptr<Backend> backend_;
   std::unique_ptr<Executor> executor_;
+  // graph_'s inputs, outputs and initializers by name, indexed once: a training step looks up
+  // each of its (tens of thousands of) state tensors by name, at load and every step. The keys
+  // view graph_'s own names, which nothing changes after the session is made.
+  NameIndex input_positions_;
+  NameIndex output_positions_;
+  NameIndex initializer_positions_;
   // The graph input `name` whose type `value` must have; an error naming the input otherwise.
   absl::StatusOr<int> input_index(std::string_view name, const TensorView& value) const;
 

@@ -131,6 +131,31 @@ TEST(TextIrPrint, NamesUnnamedAndRepeatedValuesUniquelyAndStably) {
   EXPECT_EQ(print_graph(*parsed), expected);
 }
 
+// A state update names its values; it refers to the first value of each name (the initializer,
+// not a later value that repeats its name), and a name no value has prints as it is.
+TEST(TextIrPrint, StateUpdatesReferToTheFirstValueOfTheirNames) {
+  Graph graph("step");
+  Value* x = graph.add_input("x", f32({2}));
+  Value* w = graph.add_initializer("w", Tensor::from_f32({2}, {1.0f, 2.0f}));
+  Node* sum = graph.create_node("", "Add", {x, w}, {f32({2})});
+  sum->output(0)->set_name("w");  // repeats the initializer's name
+  Node* next = graph.create_node("", "Relu", {sum->output(0)}, {f32({2})});
+  next->output(0)->set_name("w.next");
+  graph.add_output(next->output(0));
+  graph.add_state_update("w", "w.next");
+  graph.add_state_update("ghost", "no such value");
+
+  EXPECT_EQ(print_graph(graph), R"(graph step(%x: f32[2]) opset(17) {
+  init %w: f32[2] = [1.0, 2.0]
+  %w.1 = Add(%x, %w) : f32[2]
+  %w.next = Relu(%w.1) : f32[2]
+  return %w.next
+  update %w = %w.next
+  update %ghost = %"no such value"
+}
+)");
+}
+
 TEST(TextIrPrint, QuotesNamesThatAreNotBare) {
   Graph graph("my graph");
   Value* x = graph.add_input("input 0", f32({1}));

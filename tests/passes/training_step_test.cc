@@ -501,6 +501,19 @@ TEST(TrainingModelFile, MalformedTrainingInfoIsAnError) {
        [](onnx::ModelProto& m) {
          m.mutable_training_info(0)->mutable_update_binding(0)->set_key("ghost");
        }},
+      // A binding's key must name an initializer and its value an output, not the other way.
+      {"no initializer '",
+       [](onnx::ModelProto& m) {
+         onnx::StringStringEntryProto& binding =
+             *m.mutable_training_info(0)->mutable_update_binding(0);
+         binding.set_key(binding.value());
+       }},
+      {"no output '",
+       [](onnx::ModelProto& m) {
+         onnx::StringStringEntryProto& binding =
+             *m.mutable_training_info(0)->mutable_update_binding(0);
+         binding.set_value(binding.key());
+       }},
       {"bound twice",
        [](onnx::ModelProto& m) {
          *m.mutable_training_info(0)->add_update_binding() = m.training_info(0).update_binding(0);

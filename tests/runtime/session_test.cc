@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "runtime/npy.h"
 #include "tests/test_util.h"
@@ -120,6 +121,52 @@ graph g(%x: f32[3,2], %i: i64[2]) {
       {{"x", Tensor(TensorType{DType::kF32, {3, 2}})}, {"i", Tensor::from_i64({2}, {0, 7})}});
   ASSERT_FALSE(outputs.ok());
   EXPECT_NE(outputs.status().message().find("pick_rows"), std::string::npos) << outputs.status();
+}
+
+// Every initializer and output is found by its own name, among many (the session indexes them),
+// and a name the graph lacks is an error naming it.
+TEST(InferenceSession, FindsEachOfManyInitializersAndOutputsByName) {
+  constexpr int kCount = 64;
+  std::string text = "graph g(%x: f32[1]) {\n";
+  std::vector<std::string> outputs;
+  for (int i = 0; i < kCount; ++i) {
+    text += str_cat("  init %p", i, ": f32[1] = [", i, ".0]\n");
+    text += str_cat("  %o", i, " = Add(%p", i, ", %x) : f32[1]\n");
+    outputs.push_back(str_cat("%o", i));
+  }
+  text += str_cat("  return ", str_join(outputs, ", "), "\n}\n");
+  absl::StatusOr<std::unique_ptr<Graph>> graph = parse_graph(text);
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  absl::StatusOr<std::unique_ptr<InferenceSession>> made =
+      InferenceSession::create(*std::move(graph));
+  ASSERT_TRUE(made.ok()) << made.status();
+  InferenceSession& session = **made;
+
+  ASSERT_TRUE(session.set_input("x", Tensor::from_f32({1}, {100.0f})).ok());
+  ASSERT_TRUE(session.run().ok());
+  for (int i = 0; i < kCount; ++i) {
+    const std::string p = str_cat("p", i);
+    const std::string o = str_cat("o", i);
+    absl::StatusOr<Tensor> output = session.output(o);
+    ASSERT_TRUE(output.ok()) << output.status();
+    EXPECT_EQ(output->data<float>()[0], 100.0f + static_cast<float>(i)) << o;
+    ASSERT_TRUE(session.copy_output_to_initializer(o, p).ok()) << o;
+    absl::StatusOr<Tensor> state = session.initializer(p);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->data<float>()[0], 100.0f + static_cast<float>(i)) << p;
+    EXPECT_TRUE(session.initializer_address(p).ok()) << p;
+    EXPECT_TRUE(session.output_address(o).ok()) << o;
+  }
+
+  EXPECT_EQ(session.initializer("p64").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(session.initializer_address("o0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(session.output_address("p0").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(session.set_initializer("x", Tensor::from_f32({1}, {0.0f})).code(),
+            absl::StatusCode::kNotFound);
+  const absl::Status unknown_output = session.output("o64").status();
+  EXPECT_EQ(unknown_output.code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(unknown_output.message().find("'o64'"), std::string::npos) << unknown_output;
+  EXPECT_FALSE(session.copy_output_to_initializer("p0", "o0").ok());
 }
 
 }  // namespace
