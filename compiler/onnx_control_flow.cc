@@ -276,6 +276,9 @@ absl::Status guard_outer_reads(onnx::GraphProto& branch, Value* cond, bool then,
     const Value* value = sink.tensor(name);
     if (value == nullptr || !is_arithmetic_float(value->dtype())) continue;
     if (value->initializer() != nullptr && value->is_constant()) continue;
+    // A value known at import that no float initializer reaches (a scale computed from shapes)
+    // takes no gradient and keeps being known (Resize's scales, Range's bounds).
+    if (sink.known_value(value) != nullptr && !reads_float_initializer(value, sink)) continue;
     // A bag, or the data of a Slice of run-time bounds, stays as onnx_ragged.h reads it (a
     // Loop's per-bag Ifs, an empty bag's zeros or its reduction, merge into one segment
     // reduction, which takes the gradient of the bags that exist only).

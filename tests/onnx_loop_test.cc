@@ -182,6 +182,45 @@ TEST(RunTimeIf, TheBranchNotTakenGivesNoGradient) {
   EXPECT_EQ(w->to_double_vector(), (std::vector<double>{1 - 4, -4 - 4, -9 + 3, 2 + 3}));
 }
 
+// What a branch reads that is known at import and that no float initializer reaches (a float
+// computed from shapes) is not guarded, so it stays known where a shape needs it: Range's limit.
+// y = flag ? Range(0, rows, 1) : 2 Range(0, rows, 1), rows = x's first dim as a float.
+TEST(RunTimeIf, ValuesKnownFromShapesStayKnownInTheBranches) {
+  ModelBuilder m(17);
+  m.input("x", TensorProto::FLOAT, {"3", "2"});
+  m.input("flag", TensorProto::BOOL, {});
+  m.node("Shape", {"x"}, {"shape"}, "shape");
+  scalar_constant(m.graph(), "zero", TensorProto::INT64, 0);
+  m.node("Gather", {"shape", "zero"}, {"rows_i"}, "rows_i");
+  add_int_attr(m.node("Cast", {"rows_i"}, {"rows"}, "rows"), "to", TensorProto::FLOAT);
+  for (const char* name : {"start", "step"}) {
+    onnx::NodeProto& constant = m.node("Constant", {}, {name}, name);
+    onnx::AttributeProto* value = constant.add_attribute();
+    value->set_name("value_float");
+    value->set_type(onnx::AttributeProto::FLOAT);
+    value->set_f(name == std::string("start") ? 0.0f : 1.0f);
+  }
+  onnx::NodeProto& branch = m.node("If", {"flag"}, {"y"}, "ranges");
+  onnx::GraphProto& then_graph = graph_attr(branch, "then_branch");
+  add_node(then_graph, "Range", {"start", "rows", "step"}, {"plain"});
+  add_outputs(then_graph, {"plain"});
+  onnx::GraphProto& else_graph = graph_attr(branch, "else_branch");
+  add_node(else_graph, "Range", {"start", "rows", "step"}, {"counted"});
+  add_node(else_graph, "Add", {"counted", "counted"}, {"doubled"});
+  add_outputs(else_graph, {"doubled"});
+  m.output("y");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  for (const bool flag : {true, false}) {
+    const std::vector<Tensor> y =
+        run_graph(*graph, {Tensor::from_f32({3, 2}, {1, 2, 3, 4, 5, 6}),
+                           Tensor::from_doubles(DType::kBool, {}, {flag ? 1.0 : 0.0})});
+    ASSERT_EQ(y.size(), 1u);
+    EXPECT_EQ(y[0].to_double_vector(),
+              flag ? (std::vector<double>{0, 1, 2}) : (std::vector<double>{0, 2, 4}));
+  }
+}
+
 // A while-loop over the rows of X (no trip count; the body's condition i + 1 < rows), collecting
 // a sequence whose rows an If inside the body negates for the first two iterations; the
 // sequence is the Loop's output, stacked by ConcatFromSequence.
