@@ -5,7 +5,6 @@
 // running the imported graph on the CPU against values worked out by hand (small integers
 // through MatMul, Add, Mul, Neg and LeakyRelu: exact in f32, so compared bit for bit; onnxruntime
 // 1.32 gives the same figures for the subgraph tests' models written with onnx.helper).
-#include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
@@ -18,25 +17,16 @@
 namespace ampc {
 namespace {
 
+using testing::add_input;
 using testing::add_int_attr;
+using testing::add_outputs;
 using testing::count_ops;
+using testing::expect_import_errors;
+using testing::floats;
+using testing::graph_attr;
 using testing::import_ok;
 using testing::ModelBuilder;
 using testing::run_graph;
-
-void expect_import_errors(const ModelBuilder& m, const std::vector<std::string>& fragments) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
-  ASSERT_FALSE(graph.ok()) << "import succeeded";
-  for (const std::string& fragment : fragments) {
-    EXPECT_TRUE(absl::StrContains(graph.status().message(), fragment))
-        << "message: " << graph.status().message() << "\nmissing: " << fragment;
-  }
-}
-
-std::vector<float> floats(const Tensor& t) {
-  std::span<const float> data = t.data<float>();
-  return {data.begin(), data.end()};
-}
 
 // Appends `attr` to the function as a default (FunctionProto.attribute_proto, field 11, which
 // ONNX's headers of the build may not know: written as the raw field).
@@ -216,25 +206,6 @@ TEST(ModelLocalFunctions, OpsThatMeanTheSameAtBothOpsetsAreInlined) {
 }
 
 // ---- Functions and subgraphs ---------------------------------------------------------------
-
-// The graph attribute `name` of `node`, empty.
-onnx::GraphProto& graph_attr(onnx::NodeProto& node, const std::string& name) {
-  onnx::AttributeProto* attr = node.add_attribute();
-  attr->set_name(name);
-  attr->set_type(onnx::AttributeProto::GRAPH);
-  attr->mutable_g()->set_name(name);
-  return *attr->mutable_g();
-}
-
-void add_input(onnx::GraphProto& graph, const std::string& name, int elem_type) {
-  onnx::ValueInfoProto* info = graph.add_input();
-  info->set_name(name);
-  info->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
-}
-
-void add_outputs(onnx::GraphProto& graph, const std::vector<std::string>& names) {
-  for (const std::string& name : names) graph.add_output()->set_name(name);
-}
 
 // A Constant node making `name` the i64 scalar `value`.
 template <typename Body>

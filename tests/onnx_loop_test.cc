@@ -28,21 +28,15 @@ namespace ampc {
 namespace {
 
 using onnx::TensorProto;
+using testing::add_input;
 using testing::add_int_attr;
+using testing::add_outputs;
 using testing::count_ops;
 using testing::expect_import_error;
+using testing::graph_attr;
 using testing::import_ok;
 using testing::ModelBuilder;
 using testing::run_graph;
-
-// The graph attribute `name` of `node`, empty.
-onnx::GraphProto& graph_attr(onnx::NodeProto& node, const std::string& name) {
-  onnx::AttributeProto* attr = node.add_attribute();
-  attr->set_name(name);
-  attr->set_type(onnx::AttributeProto::GRAPH);
-  attr->mutable_g()->set_name(name);
-  return *attr->mutable_g();
-}
 
 onnx::NodeProto& add_node(onnx::GraphProto& graph, const std::string& op_type,
                           const std::vector<std::string>& inputs,
@@ -53,16 +47,6 @@ onnx::NodeProto& add_node(onnx::GraphProto& graph, const std::string& op_type,
   for (const std::string& input : inputs) node->add_input(input);
   for (const std::string& output : outputs) node->add_output(output);
   return *node;
-}
-
-void add_input(onnx::GraphProto& graph, const std::string& name, int elem_type) {
-  onnx::ValueInfoProto* info = graph.add_input();
-  info->set_name(name);
-  info->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
-}
-
-void add_outputs(onnx::GraphProto& graph, const std::vector<std::string>& names) {
-  for (const std::string& name : names) graph.add_output()->set_name(name);
 }
 
 // A Constant node of `graph` making `name` a scalar.

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "absl/strings/match.h"
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
@@ -21,23 +20,11 @@ namespace {
 
 using testing::add_int_attr;
 using testing::count_ops;
+using testing::expect_import_errors;
+using testing::floats;
 using testing::import_ok;
 using testing::ModelBuilder;
 using testing::run_graph;
-
-void expect_import_errors(const ModelBuilder& m, const std::vector<std::string>& fragments) {
-  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
-  ASSERT_FALSE(graph.ok()) << "import succeeded";
-  for (const std::string& fragment : fragments) {
-    EXPECT_TRUE(absl::StrContains(graph.status().message(), fragment))
-        << "message: " << graph.status().message() << "\nmissing: " << fragment;
-  }
-}
-
-std::vector<float> floats(const Tensor& t) {
-  std::span<const float> data = t.data<float>();
-  return {data.begin(), data.end()};
-}
 
 // 0, 1, ..., 11 as f32[3,4].
 Tensor iota_3x4() {

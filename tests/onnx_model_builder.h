@@ -89,6 +89,26 @@ class ModelBuilder {
   onnx::ModelProto model_;
 };
 
+// The graph attribute `name` of `node` (an If's branch, a Loop's body), empty.
+inline onnx::GraphProto& graph_attr(onnx::NodeProto& node, const std::string& name) {
+  onnx::AttributeProto* attr = node.add_attribute();
+  attr->set_name(name);
+  attr->set_type(onnx::AttributeProto::GRAPH);
+  attr->mutable_g()->set_name(name);
+  return *attr->mutable_g();
+}
+
+// A subgraph input `name` of element type `elem_type`, no shape.
+inline void add_input(onnx::GraphProto& graph, const std::string& name, int elem_type) {
+  onnx::ValueInfoProto* info = graph.add_input();
+  info->set_name(name);
+  info->mutable_type()->mutable_tensor_type()->set_elem_type(elem_type);
+}
+
+inline void add_outputs(onnx::GraphProto& graph, const std::vector<std::string>& names) {
+  for (const std::string& name : names) graph.add_output()->set_name(name);
+}
+
 inline onnx::AttributeProto& add_int_attr(onnx::NodeProto& node, const std::string& name,
                                           int64_t value) {
   onnx::AttributeProto* attr = node.add_attribute();

@@ -3,6 +3,7 @@
 // errors.
 #pragma once
 
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,6 +79,22 @@ inline void expect_import_error(const ModelBuilder& m, const std::string& messag
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "bad.onnx");
   ASSERT_FALSE(graph.ok()) << message;
   EXPECT_NE(graph.status().message().find(message), std::string::npos) << graph.status();
+}
+
+// Importing `m` fails with a message that holds every one of `fragments`.
+inline void expect_import_errors(const ModelBuilder& m, const std::vector<std::string>& fragments) {
+  absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "test.onnx");
+  ASSERT_FALSE(graph.ok()) << "import succeeded";
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(graph.status().message().find(fragment), std::string::npos)
+        << "message: " << graph.status().message() << "\nmissing: " << fragment;
+  }
+}
+
+// The elements of an f32 tensor.
+inline std::vector<float> floats(const Tensor& t) {
+  std::span<const float> data = t.data<float>();
+  return {data.begin(), data.end()};
 }
 
 }  // namespace ampc::testing
