@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -154,15 +155,23 @@ def torch_step_ms(name, threads, steps, warmup):
     return statistics.median(times) * 1e3
 
 
+def export_training_model(model, arrays, path):
+    """`model` (its forward's inputs named and ordered as `arrays`, its loss returned) to `path`
+    by the TorchScript exporter in training mode, its inputs shaped as the first batch."""
+    with warnings.catch_warnings():  # the exporter's deprecation notices
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, tuple(torch.from_numpy(a[0]) for a in arrays.values()), path,
+                          dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False, input_names=list(arrays),
+                          output_names=["loss"], opset_version=17)
+
+
 def export(name, directory):
     torch.manual_seed(0)
     model = MODELS[name][0]().train()
     arrays = batches(name, 8, 1)
     path = os.path.join(directory, name + ".onnx")
-    torch.onnx.export(model, tuple(torch.from_numpy(a[0]) for a in arrays.values()), path,
-                      dynamo=False, training=torch.onnx.TrainingMode.TRAINING,
-                      do_constant_folding=False, input_names=list(arrays),
-                      output_names=["loss"], opset_version=17)
+    export_training_model(model, arrays, path)
     data = os.path.join(directory, name + ".npz")
     np.savez(data, **arrays)
     return path, data

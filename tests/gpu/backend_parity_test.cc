@@ -33,34 +33,19 @@ enum class Contract { kExact, kTranscendental, kAccumulating };
 Contract contract_of(const std::string& op) {
   static const std::set<std::string> transcendental = {
       "Exp", "Log", "Tanh", "Sigmoid", "Erf", "Gelu", "Softplus", "Elu", "Selu", "Celu", "Mish",
-      "Sin", "Cos", "Pow",
+      "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Pow",
       // Box-Muller's log and cosine in f64 (runtime/random_math.h).
       "RandomNormal", "RandomNormalLike",
       // Adam's bias corrections are pow in f64 (CUDA's within 2 ulp of glibc's).
       "Adam", "GeluGrad"};
-  static const std::set<std::string> accumulating = {"MatMul",
-                                                     "Gemm",
-                                                     "Conv",
-                                                     "BatchNormalization",
-                                                     "ReduceSum",
-                                                     "ReduceMean",
-                                                     "GlobalAveragePool",
-                                                     "AveragePool",
-                                                     "CumSum",
-                                                     "Softmax",
-                                                     "LogSoftmax",
-                                                     "LayerNormalization",
-                                                     "SoftmaxCrossEntropyLoss",
-                                                     "NegativeLogLikelihoodLoss",
-                                                     "GlobalNorm",
-                                                     "SoftmaxGrad",
-                                                     "LogSoftmaxGrad",
-                                                     "SoftmaxCrossEntropyLossGrad",
-                                                     "NegativeLogLikelihoodLossGrad",
-                                                     "LayerNormalizationGrad",
-                                                     "BatchNormalizationGrad",
-                                                     "ConvGradData",
-                                                     "ConvGradFilter"};
+  static const std::set<std::string> accumulating = {
+      "MatMul", "Gemm", "Conv", "BatchNormalization", "ReduceSum", "ReduceMean",
+      "GlobalAveragePool", "AveragePool", "CumSum", "Softmax", "LogSoftmax", "LayerNormalization",
+      "SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss", "GlobalNorm", "SoftmaxGrad",
+      "LogSoftmaxGrad", "SoftmaxCrossEntropyLossGrad", "NegativeLogLikelihoodLossGrad",
+      "LayerNormalizationGrad", "BatchNormalizationGrad", "ConvGradData", "ConvGradFilter",
+      // Tiled: its sums in another order.
+      "Attention", "AttentionGrad"};
   if (transcendental.contains(op)) return Contract::kTranscendental;
   if (accumulating.contains(op)) return Contract::kAccumulating;
   return Contract::kExact;

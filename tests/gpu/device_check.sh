@@ -3,14 +3,17 @@
 #   here:           ../shared/tools/device-bundle.sh && tests/gpu/device_check.sh --pack
 #   on the GPU:     tests/gpu/device_check.sh          (device tool: carry [".device"])
 # On the GPU it runs, each phase under its own time limit so one slow phase cannot eat the rest:
-# the gpu-labelled tests, the CUDA benchmarks and PyTorch's figures for the same workloads,
-# `ampc bench` on the example models' training steps (fused and not; each fused body compiles
+# the gpu-labelled tests (each binary under its own limit), training steps beside PyTorch's
+# (tools/gpu_step_bench.py: GPT-2-124M, ResNet-18, an MLP, each under its own limit), the CUDA
+# benchmarks and PyTorch's figures for the same workloads, `ampc bench` on the example models'
+# training steps (fused and not; each fused body compiles
 # with NVRTC when the session loads, before the timed steps, and is kept in $AMPC_KERNEL_CACHE),
 # Nsight Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
 # parity and conformance tests, and racecheck over the kernels that use shared memory. Logs go to
 # $OUT (at most 8 files: the device tool returns no more); the last lines printed are a summary.
-#   AMPC_CHECK_PHASES="tests bench torch steps profile memcheck racecheck"   the phases
+#   AMPC_CHECK_PHASES="tests anchors bench torch steps profile memcheck racecheck"   the phases
 #                                       (default: all)
+#   AMPC_ANCHORS="gpt2 mlp resnet18"   the workloads of the anchors phase
 #   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
 #                                       empty: every op)
 set -uo pipefail
@@ -27,7 +30,7 @@ export OUT=${OUT:-/tmp/ampc-device-check}
 out=$OUT
 mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH"  # compute-sanitizer
-phases=${AMPC_CHECK_PHASES:-tests bench torch steps profile memcheck racecheck}
+phases=${AMPC_CHECK_PHASES:-tests anchors bench torch steps profile memcheck racecheck}
 summary=()
 note() { summary+=("$1"); }
 want() { [[ " $phases " == *" $1 "* ]]; }
@@ -42,12 +45,48 @@ phase() {
 }
 
 mkdir -p /tmp/onnx && tar -C /tmp/onnx -xzf .device/onnx-node.tgz
+# The tests that run the CLI find it where the build put it (AMPC_BINARY, in build-device/).
+[ -d .device/bin ] || tar -C .device -xzf .device/payload.tgz
+mkdir -p build-device && ln -sf "$PWD/.device/bin/ampc" build-device/ampc
 export AMPC_ONNX_TEST_DATA_DIR=/tmp/onnx
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
 
 if want tests; then
-  phase gpu-tests "${AMPC_TESTS_S:-180}" .device/run.sh gpu-tests >/dev/null 2>&1
+  # Each test binary under its own limit (AMPC_TEST_S), so one that hangs leaves the others their
+  # time; one log and one archive of gtest XML, as `.device/run.sh gpu-tests` writes.
+  xml=$(mktemp -d)
+  phase gpu-tests "${AMPC_TESTS_S:-240}" bash -c '
+    for t in $(cat .device/gpu-tests.txt); do
+      echo "== $t"
+      timeout --kill-after=5 "${AMPC_TEST_S:-120}" .device/run.sh bin/$t \
+        --gtest_output="xml:'"$xml"'/$t.xml" || echo "== $t FAILED (exit $?)"
+    done' >"$out/gpu-tests.log" 2>&1
+  # The attention kernels' GEMM path (AMPC_CUDA_ATTENTION=gemm, not yet the default) too.
+  phase gpu-tests-gemm-attention "${AMPC_TEST_S:-120}" env AMPC_CUDA_ATTENTION=gemm \
+    AMPC_PARITY_OPS=Attention,AttentionGrad bash -c '
+    for t in attention_cuda_test fused_cuda_test backend_parity_test; do
+      echo "== $t (AMPC_CUDA_ATTENTION=gemm)"
+      .device/run.sh bin/$t || echo "== $t (AMPC_CUDA_ATTENTION=gemm) FAILED (exit $?)"
+    done' >>"$out/gpu-tests.log" 2>&1
+  tar -C "$xml" -cf "$out/gpu-tests-xml.tar" . 2>/dev/null
   note "$(grep -cE '^\[       OK \]' "$out/gpu-tests.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu-tests.log") failed lines, $(grep -cE '^\[  SKIPPED \]' "$out/gpu-tests.log") skipped"
+fi
+if want anchors; then  # training steps beside PyTorch on GPT-2-124M, ResNet-18 and an MLP
+  for w in ${AMPC_ANCHORS:-gpt2 mlp resnet18}; do
+    phase "anchors $w" "${AMPC_ANCHORS_S:-150}" env PYTHONUNBUFFERED=1 python3 \
+      tools/gpu_step_bench.py --ampc ".device/run.sh bin/ampc" --only "$w" \
+      --out "/tmp/anchors-$w.json" >>"$out/anchors.txt" 2>&1
+  done
+  cat /tmp/anchors-*.json >"$out/anchors.json" 2>/dev/null  # one JSON document per workload
+  # Where GPT-2's bf16 step goes (AMPC_PROFILE), with each attention path.
+  timeout 60 python3 tools/gpu_step_bench.py --export-only /tmp/anchor-models --only gpt2 \
+    >/dev/null 2>&1
+  for path in rows gemm; do
+    phase "profile gpt2 attention=$path" 60 env AMPC_PROFILE=1 AMPC_CUDA_ATTENTION=$path \
+      .device/run.sh bin/ampc bench /tmp/anchor-models/gpt2-124m.onnx \
+      --data /tmp/anchor-models/gpt2-124m.npz --device cuda --precision bf16 --optimizer adamw \
+      --steps 2 --warmup 1 >>"$out/anchors.txt" 2>&1
+  done
 fi
 if want bench; then
   phase benchmarks "${AMPC_BENCH_S:-120}" .device/run.sh bin/ampc_cuda_benchmarks \
@@ -96,6 +135,9 @@ grep -hE '^\[  FAILED  \]|FAILED$|ERROR SUMMARY: [1-9]|RACECHECK SUMMARY: [1-9]'
 echo "==== benchmarks"
 grep -E '_median|^-|^Benchmark' "$out/benchmarks.txt" 2>/dev/null
 cat "$out/torch.txt" 2>/dev/null
+echo "==== training steps beside PyTorch (tools/gpu_step_bench.py)"
+grep -E '^\||error|Error|^ampc profile|ampc\.Attention|step time' "$out/anchors.txt" 2>/dev/null |
+  cut -c1-300
 echo "==== training steps (ampc bench)"
 grep -E '^ampc bench|step time|MFU|memory|error' "$out/steps.txt" 2>/dev/null
 echo "==== profiles"
