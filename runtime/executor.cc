@@ -1,10 +1,15 @@
 #include "runtime/executor.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <optional>
+#include <string_view>
 
 #include "compiler/strings.h"
+#include "fmt/format.h"
 #include "runtime/comm/communicator.h"
 
 namespace ampc::runtime {
@@ -49,6 +54,15 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::create(const Graph& graph, c
                                                            std::shared_ptr<Backend> backend,
                                                            ExecutorOptions options) {
   AMPC_CHECK(backend != nullptr);
+  if (const char* profile = std::getenv("AMPC_PROFILE"); profile != nullptr) {
+    const std::string_view value(profile);
+    if (value != "0" && value != "1" && !value.empty()) {
+      return absl::InvalidArgumentError(
+          str_cat("AMPC_PROFILE=", value,
+                  ": expected 1 (print where each run's time goes when the session ends) or 0"));
+    }
+    options.profile |= value == "1";
+  }
   std::unique_ptr<Executor> executor(
       new Executor(graph, plan, std::move(backend), std::move(options)));
   AMPC_RETURN_IF_ERROR(executor->allocate_and_bind());
@@ -75,6 +89,7 @@ Executor::Executor(const Graph& graph, const Plan& plan, std::shared_ptr<Backend
 
 // States may hold library objects made on the device; they go before the memory they describe.
 Executor::~Executor() {
+  if (options_.profile && profiled_runs_ > 0) print_profile();
   for (void* recorded : recorded_) {
     if (recorded != nullptr) backend_->destroy_graph(recorded);
   }
@@ -256,8 +271,8 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
     random_stream_ = random_stream;
     random_stream_set_ = true;
   }
-  const bool graphs =
-      options_.use_graph && !options_.check_numerics && !options_.poison_freed_buffers;
+  const bool graphs = options_.use_graph && !options_.check_numerics &&
+                      !options_.poison_freed_buffers && !options_.profile;
   // Collectives marked `window` run differently inside a window: their own recording.
   inside_window = inside_window && has_window_collectives_;
   const int kind = inside_window ? 1 : 0;
@@ -285,10 +300,17 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
     }
     return absl::OkStatus();
   }
-  if (!options_.check_numerics && !options_.poison_freed_buffers) {
+  if (!options_.check_numerics && !options_.poison_freed_buffers && !options_.profile) {
     return launch_steps(random_stream, inside_window, /*capturing=*/false);
   }
   const std::vector<PlanStep>& steps = plan_.steps();
+  if (options_.profile) {
+    step_seconds_.resize(steps.size());
+    ++profiled_runs_;
+    // What earlier work is still queued is not the first step's.
+    AMPC_ASSIGN_OR_RETURN(const DeviceError error, backend_->synchronize());
+    if (error.code != kNoDeviceError) return data_error(error);
+  }
   absl::Status first_non_finite;
   for (size_t s = 0; s < steps.size(); ++s) {
     contexts_[s].random_stream = random_stream;
@@ -304,10 +326,18 @@ absl::Status Executor::launch(uint64_t random_stream, bool inside_window) {
         status = read_inputs.status();
       }
     }
+    const auto start = std::chrono::steady_clock::now();
     if (status.ok()) status = steps[s].kernel->fn(contexts_[s]);
     // The checks read the outputs at once: no overlap here.
     if (status.ok() && states_[s] != nullptr && states_[s]->asynchronous()) {
       status = states_[s]->join(backend_->context());
+    }
+    if (status.ok() && options_.profile) {
+      absl::StatusOr<DeviceError> waited = backend_->synchronize();
+      if (!waited.ok()) return waited.status();
+      if (waited->code != kNoDeviceError) return data_error(*waited);
+      step_seconds_[s] +=
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     }
     if (!status.ok()) {
       // Work queued before the failure (on every stream) must not outlive this call unreported.
@@ -397,6 +427,53 @@ absl::Status Executor::data_error(const DeviceError& error) const {
                                 ? steps[error.step].node->describe()
                                 : std::string("a kernel");
   return absl::InvalidArgumentError(str_cat(where, ": ", describe_device_error(error)));
+}
+
+void Executor::print_profile() const {
+  const std::vector<PlanStep>& steps = plan_.steps();
+  struct OpTotal {
+    int64_t nodes = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, OpTotal> per_op;
+  double total = 0;
+  std::vector<int> order(steps.size());
+  for (int s = 0; s < static_cast<int>(steps.size()); ++s) {
+    const Node& node = *steps[s].node;
+    OpTotal& op = per_op[node.domain().empty() ? node.op_type()
+                                               : str_cat(node.domain(), ".", node.op_type())];
+    ++op.nodes;
+    op.seconds += step_seconds_[s];
+    total += step_seconds_[s];
+    order[s] = s;
+  }
+  std::vector<std::pair<std::string, OpTotal>> ops(per_op.begin(), per_op.end());
+  std::sort(ops.begin(), ops.end(),
+            [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return step_seconds_[a] > step_seconds_[b]; });
+  const double runs = static_cast<double>(profiled_runs_);
+  std::string out = fmt::format(
+      "ampc profile ({} device, {} runs of {} steps; each kernel waited for, so the sum is a "
+      "bound): {:.3f} ms a run\n{:>10}  {:>6}  {:>6}  op\n",
+      device_name(backend_->device()), profiled_runs_, steps.size(), total / runs * 1e3, "ms a run",
+      "%", "nodes");
+  for (const auto& [op, figures] : ops) {
+    out += fmt::format("{:>10.3f}  {:>5.1f}%  {:>6}  {}\n", figures.seconds / runs * 1e3,
+                       total > 0 ? 100 * figures.seconds / total : 0.0, figures.nodes, op);
+  }
+  out += "the slowest nodes:\n";
+  for (size_t k = 0; k < std::min<size_t>(order.size(), 15); ++k) {
+    const Node& node = *steps[order[k]].node;
+    std::string types;
+    for (int o = 0; o < node.num_outputs(); ++o) {
+      if (!node.has_output(o)) continue;
+      types += str_cat(types.empty() ? "" : ", ", type_to_string(node.output(o)->type()));
+    }
+    out += fmt::format("{:>10.3f}  {} -> {}\n", step_seconds_[order[k]] / runs * 1e3,
+                       node.describe(), types);
+  }
+  std::fputs(out.c_str(), stderr);
 }
 
 // The first NaN among a step's float outputs when no float input holds a NaN, or inf when none

@@ -44,6 +44,12 @@ struct ExecutorOptions {
   // poison_freed_buffers (they work between kernels) and on backends without graphs; a run the
   // backend cannot record runs as it is, and graph_status() says why.
   bool use_graph = false;
+  // Time every step: wait for the device after each kernel and add the wall time from its launch
+  // to its end to the step's total; on destruction, print the totals per op and the slowest
+  // nodes to stderr. The waits make the run slower and keep graphs off: for finding where a
+  // step's time goes, never for measuring it. On when the environment sets AMPC_PROFILE=1
+  // (create() refuses a value other than 0 or 1).
+  bool profile = false;
 };
 
 class Executor {
@@ -112,6 +118,8 @@ class Executor {
   // and every state update is finite.
   absl::Status settle_skipped_numerics(const absl::Status& first_non_finite) const;
   absl::Status data_error(const DeviceError& error) const;
+  // ExecutorOptions::profile: the table printed on destruction.
+  void print_profile() const;
 
   const Graph& graph_;
   const Plan& plan_;
@@ -138,6 +146,9 @@ class Executor {
   void* recorded_[2] = {nullptr, nullptr};
   bool graph_tried_[2] = {false, false};
   bool has_window_collectives_ = false;
+  // ExecutorOptions::profile: seconds per step over every run, and the runs.
+  std::vector<double> step_seconds_;
+  int64_t profiled_runs_ = 0;
   absl::Status graph_status_;
   // Queues every step's kernel (no checks between them); `capturing` while a graph records.
   absl::Status launch_steps(uint64_t random_stream, bool inside_window, bool capturing);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -122,5 +123,28 @@ absl::StatusOr<std::vector<TensorType>> infer_op(const OpCase& op_case);
 
 // Runs a command line; returns its exit code and fills stdout and stderr.
 int run_command(const std::string& command, std::string* out, std::string* err);
+
+// Sets environment variable `name` to `value` for its lifetime (switches such as AMPC_CPU_CONV are
+// read when a graph is loaded, AMPC_PROFILE when a session is made), then restores what it was.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
 
 }  // namespace ampc::testing

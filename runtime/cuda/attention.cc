@@ -1,16 +1,282 @@
 // CUDA kernels of ampc.Attention and ampc.AttentionGrad (ops/attention.cc): the parameters,
-// read at load from the shapes and attributes as runtime/cpu/attention.cc reads them. The
-// kernels: attention_kernels.cu.
+// read at load from the shapes and attributes as runtime/cpu/attention.cc reads them.
+//
+// Two ways to run them, chosen by AMPC_CUDA_ATTENTION (attention_path()). The GEMM path, for a
+// batch entry whose f32 scores fit the budget below: the batch entries in chunks, per chunk S =
+// scale Q Kt on cuBLASLt into the workspace, the row-wise steps (mask, softmax, LSE; backward: the
+// probabilities again from the LSE, dS) as kernels, and the products with P and dS on cuBLASLt: Y =
+// P V; dV = P^T dY, dP = dY V^T, dQ = scale dS Kt^T, dKt = scale Q^T dS. Every product is f32 with
+// f32 accumulation (TF32 only where ExecutionContext::allow_tf32 says so); f16 and bf16 operands
+// are widened into the workspace first (exactly) and the results rounded once into the outputs.
+// Else the row kernels of attention_kernels.cu, which hold one row in shared memory and never the T
+// x S matrix, but run on the CUDA cores only: on an H200, GPT-2-124M's attention backward (8 x 12
+// heads, T = 1024, bf16) took 84 ms a layer on them (docs/benchmarks.md). The row kernels stay the
+// default until the GEMM path has passed the gpu tests on a GPU (docs/device-runs/README.md).
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <string_view>
+
 #include "compiler/strings.h"
 #include "runtime/cuda/attention_kernels.h"
 #include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/gemm_plan.h"
+#include "runtime/cuda/kernels.h"
 
 namespace ampc::runtime::cuda {
 namespace {
 
+// The f32 scratch the GEMM path takes for one chunk of batch entries, at most (a batch entry
+// that alone needs more than kGemmEntryBytes runs on the row kernels).
+inline constexpr int64_t kGemmChunkBytes = int64_t{256} << 20;
+inline constexpr int64_t kGemmEntryBytes = int64_t{1} << 30;
+
+// Where the GEMM path keeps a chunk's f32 values in the workspace (offsets in floats; -1: not
+// kept, the operand read or the output written in place as f32).
+struct GemmLayout {
+  int64_t scores = 0, dprobs = -1, delta = -1;
+  int64_t q = -1, kt = -1, v = -1, dy = -1;    // widened operands
+  int64_t y = -1, dq = -1, dkt = -1, dv = -1;  // results before rounding
+  int64_t floats = 0;
+};
+
+// The products of one chunk size.
+struct GemmPlans {
+  std::unique_ptr<GemmPlan> scores, values, dprobs, dvalues, dqueries, dkeys;
+};
+
 struct AttentionState : KernelState {
   AttentionParams params;
+  bool gemm = false;  // the GEMM path
+  DType dtype = DType::kF32;
+  int64_t chunk = 0;  // batch entries per chunk
+  GemmLayout layout;
+  // [0] for full chunks, [1] for the last one when it is shorter.
+  std::array<GemmPlans, 2> plans;
 };
+
+// Whether AMPC_CUDA_ATTENTION asks for the GEMM path.
+absl::StatusOr<bool> gemm_path_asked() {
+  const char* value = std::getenv("AMPC_CUDA_ATTENTION");
+  if (value == nullptr || std::string_view(value) == "rows") return false;
+  if (std::string_view(value) == "gemm") return true;
+  return absl::InvalidArgumentError(
+      str_cat("AMPC_CUDA_ATTENTION=", value, ": expected `rows` (the default) or `gemm`"));
+}
+
+// The largest power of two up to 256 dividing every one of `bytes`.
+int64_t common_alignment(std::initializer_list<int64_t> bytes) {
+  int64_t alignment = 256;
+  for (const int64_t b : bytes) {
+    while (alignment > 1 && b % alignment != 0) alignment /= 2;
+  }
+  return alignment;
+}
+
+// The GEMM path's plans and workspace for `state` (`grad`: AttentionGrad's), when it applies.
+absl::Status plan_gemm_path(const KernelContext& ctx, bool grad, AttentionState& state) {
+  const AttentionParams& p = state.params;
+  const bool widen = state.dtype != DType::kF32;
+  const int64_t entry_floats =
+      p.t * p.s * (grad ? 2 : 1) + (grad ? p.t : 0) +
+      (widen ? p.t * p.d + p.d * p.s + p.s * p.dv + p.t * p.dv + (grad ? p.t * p.dv : 0) : 0) +
+      (widen && grad ? p.t * p.d + p.d * p.s + p.s * p.dv : 0);
+  if (p.t == 0 || p.s == 0 || p.d == 0 || p.dv == 0 ||
+      entry_floats * static_cast<int64_t>(sizeof(float)) > kGemmEntryBytes) {
+    return absl::OkStatus();
+  }
+  state.chunk = std::clamp<int64_t>(
+      kGemmChunkBytes / (entry_floats * static_cast<int64_t>(sizeof(float))), 1, p.batch);
+  const int64_t c = state.chunk;
+  GemmLayout& l = state.layout;
+  int64_t next = 0;
+  const auto take = [&](int64_t floats) {
+    const int64_t at = next;
+    next += (floats + 63) / 64 * 64;  // 256-byte aligned
+    return at;
+  };
+  l.scores = take(c * p.t * p.s);
+  if (grad) {
+    l.dprobs = take(c * p.t * p.s);
+    l.delta = take(c * p.t);
+  }
+  if (widen) {
+    l.q = take(c * p.t * p.d);
+    l.kt = take(c * p.d * p.s);
+    l.v = take(c * p.s * p.dv);
+    if (grad) {
+      l.dy = take(c * p.t * p.dv);
+      l.dq = take(c * p.t * p.d);
+      l.dkt = take(c * p.d * p.s);
+      l.dv = take(c * p.s * p.dv);
+    } else {
+      l.y = take(c * p.t * p.dv);
+    }
+  }
+  l.floats = next;
+  state.workspace_bytes = next * static_cast<int64_t>(sizeof(float));
+  // Operands and results at chunk offsets of the tensors themselves where no copy is made.
+  const int64_t f = sizeof(float);
+  const int64_t alignment = common_alignment(
+      {c * p.t * p.d * f, c * p.d * p.s * f, c * p.s * p.dv * f, c * p.t * p.dv * f, p.t * p.d * f,
+       p.d * p.s * f, p.s * p.dv * f, p.t * p.dv * f, p.t * p.s * f});
+  const auto plan = [&](int64_t batch, int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b,
+                        int64_t stride_a, int64_t stride_b,
+                        std::unique_ptr<GemmPlan>& out) -> absl::Status {
+    const GemmProblem problem{.dtype = DType::kF32,
+                              .m = m,
+                              .n = n,
+                              .k = k,
+                              .trans_a = trans_a,
+                              .trans_b = trans_b,
+                              .batch = batch,
+                              .stride_a = stride_a,
+                              .stride_b = stride_b,
+                              .alignment = alignment};
+    AMPC_ASSIGN_OR_RETURN(out, GemmPlan::create(problem, *ctx.exec));
+    return absl::OkStatus();
+  };
+  const int64_t last = p.batch % c;
+  const absl::Status planned = [&]() -> absl::Status {
+    for (int which = 0; which < (last == 0 ? 1 : 2); ++which) {
+      const int64_t b = which == 0 ? c : last;
+      GemmPlans& g = state.plans[which];
+      // S [t, s] = Q [t, d] Kt [d, s].
+      AMPC_RETURN_IF_ERROR(plan(b, p.t, p.s, p.d, false, false, p.t * p.d, p.d * p.s, g.scores));
+      if (!grad) {
+        // Y [t, dv] = P [t, s] V [s, dv].
+        AMPC_RETURN_IF_ERROR(
+            plan(b, p.t, p.dv, p.s, false, false, p.t * p.s, p.s * p.dv, g.values));
+        continue;
+      }
+      // dP [t, s] = dY [t, dv] V^T (V stored [s, dv]).
+      AMPC_RETURN_IF_ERROR(plan(b, p.t, p.s, p.dv, false, true, p.t * p.dv, p.s * p.dv, g.dprobs));
+      // dV [s, dv] = P^T (P stored [t, s]) dY [t, dv].
+      AMPC_RETURN_IF_ERROR(plan(b, p.s, p.dv, p.t, true, false, p.t * p.s, p.t * p.dv, g.dvalues));
+      // dQ [t, d] = dS [t, s] Kt^T (Kt stored [d, s]).
+      AMPC_RETURN_IF_ERROR(plan(b, p.t, p.d, p.s, false, true, p.t * p.s, p.d * p.s, g.dqueries));
+      // dKt [d, s] = Q^T (Q stored [t, d]) dS [t, s].
+      AMPC_RETURN_IF_ERROR(plan(b, p.d, p.s, p.t, true, false, p.t * p.d, p.t * p.s, g.dkeys));
+    }
+    return absl::OkStatus();
+  }();
+  if (!planned.ok()) {  // no cuBLASLt algorithm for a product: the row kernels instead
+    state.plans = {};
+    state.workspace_bytes = 0;
+    return absl::OkStatus();
+  }
+  state.gemm = true;
+  return absl::OkStatus();
+}
+
+// A chunk's operand as f32: `data` of `type` at element `offset` itself when f32, else widened
+// into the workspace at `at` (floats).
+absl::StatusOr<const float*> widened(const void* data, DType type, int64_t offset, int64_t n,
+                                     float* workspace, int64_t at, cudaStream_t stream) {
+  const int64_t bytes = dtype_size(type);
+  const auto* from = static_cast<const std::byte*>(data) + offset * bytes;
+  if (type == DType::kF32) return reinterpret_cast<const float*>(from);
+  const cudaError_t code =
+      launch_cast(*elem_of(type), Elem::kF32, from, workspace + at, n, false, stream);
+  if (code != cudaSuccess) return cuda_status(code, "widening an attention operand to f32");
+  return workspace + at;
+}
+
+// Where a chunk's f32 result goes: the output itself at element `offset` when f32, else the
+// workspace at `at` (rounded into the output by rounded()).
+float* result(void* data, DType type, int64_t offset, float* workspace, int64_t at) {
+  if (type == DType::kF32) return static_cast<float*>(data) + offset;
+  return workspace + at;
+}
+
+absl::Status rounded(const float* values, void* data, DType type, int64_t offset, int64_t n,
+                     cudaStream_t stream) {
+  if (type == DType::kF32) return absl::OkStatus();
+  auto* to = static_cast<std::byte*>(data) + offset * dtype_size(type);
+  return cuda_status(launch_cast(Elem::kF32, *elem_of(type), values, to, n, false, stream),
+                     "rounding an attention result from f32");
+}
+
+absl::Status attention_gemm(const KernelContext& ctx, const AttentionState& state) {
+  const AttentionParams& p = state.params;
+  const GemmLayout& l = state.layout;
+  const DType type = state.dtype;
+  const cudaStream_t stream = stream_of(ctx);
+  auto* ws = reinterpret_cast<float*>(ctx.workspace.data());
+  const void* mask = ctx.has_input(3) ? ctx.input(3).data : nullptr;
+  float* lse = ctx.has_output(1) ? static_cast<float*>(ctx.output(1).data) : nullptr;
+  for (int64_t first = 0; first < p.batch; first += state.chunk) {
+    const int64_t c = std::min(state.chunk, p.batch - first);
+    const GemmPlans& g = state.plans[c == state.chunk ? 0 : 1];
+    AMPC_ASSIGN_OR_RETURN(const float* q, widened(ctx.input(0).data, type, first * p.t * p.d,
+                                                  c * p.t * p.d, ws, l.q, stream));
+    AMPC_ASSIGN_OR_RETURN(const float* kt, widened(ctx.input(1).data, type, first * p.d * p.s,
+                                                   c * p.d * p.s, ws, l.kt, stream));
+    AMPC_ASSIGN_OR_RETURN(const float* v, widened(ctx.input(2).data, type, first * p.s * p.dv,
+                                                  c * p.s * p.dv, ws, l.v, stream));
+    float* scores = ws + l.scores;
+    AMPC_RETURN_IF_ERROR(g.scores->run(*ctx.exec, q, kt, nullptr, scores, p.scale, 0));
+    AMPC_RETURN_IF_ERROR(
+        launched(launch_attention_probs(scores, mask, lse == nullptr ? nullptr : lse + first * p.t,
+                                        first, c * p.t, p, stream),
+                 ctx));
+    float* y = result(ctx.output(0).data, type, first * p.t * p.dv, ws, l.y);
+    AMPC_RETURN_IF_ERROR(g.values->run(*ctx.exec, scores, v, nullptr, y, 1, 0));
+    AMPC_RETURN_IF_ERROR(
+        rounded(y, ctx.output(0).data, type, first * p.t * p.dv, c * p.t * p.dv, stream));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status attention_grad_gemm(const KernelContext& ctx, const AttentionState& state) {
+  const AttentionParams& p = state.params;
+  const GemmLayout& l = state.layout;
+  const DType type = state.dtype;
+  const cudaStream_t stream = stream_of(ctx);
+  auto* ws = reinterpret_cast<float*>(ctx.workspace.data());
+  const void* mask = ctx.has_input(6) ? ctx.input(6).data : nullptr;
+  const auto* lse = static_cast<const float*>(ctx.input(5).data);
+  const int64_t bytes = dtype_size(type);
+  for (int64_t first = 0; first < p.batch; first += state.chunk) {
+    const int64_t c = std::min(state.chunk, p.batch - first);
+    const GemmPlans& g = state.plans[c == state.chunk ? 0 : 1];
+    const int64_t row0 = first * p.t;
+    AMPC_ASSIGN_OR_RETURN(const float* dy, widened(ctx.input(0).data, type, row0 * p.dv,
+                                                   c * p.t * p.dv, ws, l.dy, stream));
+    AMPC_ASSIGN_OR_RETURN(const float* q, widened(ctx.input(1).data, type, row0 * p.d,
+                                                  c * p.t * p.d, ws, l.q, stream));
+    AMPC_ASSIGN_OR_RETURN(const float* kt, widened(ctx.input(2).data, type, first * p.d * p.s,
+                                                   c * p.d * p.s, ws, l.kt, stream));
+    AMPC_ASSIGN_OR_RETURN(const float* v, widened(ctx.input(3).data, type, first * p.s * p.dv,
+                                                  c * p.s * p.dv, ws, l.v, stream));
+    float* probs = ws + l.scores;
+    float* dprobs = ws + l.dprobs;
+    float* delta = ws + l.delta;
+    AMPC_RETURN_IF_ERROR(g.scores->run(*ctx.exec, q, kt, nullptr, probs, p.scale, 0));
+    AMPC_RETURN_IF_ERROR(
+        launched(launch_attention_grad_probs(
+                     elem(ctx.input(0)), probs, mask, lse + row0,
+                     static_cast<const std::byte*>(ctx.input(0).data) + row0 * p.dv * bytes,
+                     static_cast<const std::byte*>(ctx.input(4).data) + row0 * p.dv * bytes, delta,
+                     first, c * p.t, p, stream),
+                 ctx));
+    float* dv = result(ctx.output(2).data, type, first * p.s * p.dv, ws, l.dv);
+    AMPC_RETURN_IF_ERROR(g.dvalues->run(*ctx.exec, probs, dy, nullptr, dv, 1, 0));
+    AMPC_RETURN_IF_ERROR(g.dprobs->run(*ctx.exec, dy, v, nullptr, dprobs, 1, 0));
+    AMPC_RETURN_IF_ERROR(
+        launched(launch_attention_grad_scores(probs, dprobs, delta, c * p.t, p.s, stream), ctx));
+    float* dq = result(ctx.output(0).data, type, row0 * p.d, ws, l.dq);
+    AMPC_RETURN_IF_ERROR(g.dqueries->run(*ctx.exec, dprobs, kt, nullptr, dq, p.scale, 0));
+    float* dkt = result(ctx.output(1).data, type, first * p.d * p.s, ws, l.dkt);
+    AMPC_RETURN_IF_ERROR(g.dkeys->run(*ctx.exec, q, dprobs, nullptr, dkt, p.scale, 0));
+    AMPC_RETURN_IF_ERROR(rounded(dq, ctx.output(0).data, type, row0 * p.d, c * p.t * p.d, stream));
+    AMPC_RETURN_IF_ERROR(
+        rounded(dkt, ctx.output(1).data, type, first * p.d * p.s, c * p.d * p.s, stream));
+    AMPC_RETURN_IF_ERROR(
+        rounded(dv, ctx.output(2).data, type, first * p.s * p.dv, c * p.s * p.dv, stream));
+  }
+  return absl::OkStatus();
+}
 
 // Q, Kt and V are operands `first` .. `first + 2`; the mask is operand `mask`.
 absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ctx, int first,
@@ -35,7 +301,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ct
   p.dv = v[rank - 1];
   p.scale = ctx.node.float_attr("scale");
   p.safe = ctx.node.int_attr("safe") != 0;
-  if (p.s > kMaxAttentionKeys || p.t > kMaxAttentionQueries) {
+  state->dtype = ctx.input(first).dtype();
+  const bool grad = first == 1;
+  AMPC_ASSIGN_OR_RETURN(const bool gemm, gemm_path_asked());
+  if (gemm) AMPC_RETURN_IF_ERROR(plan_gemm_path(ctx, grad, *state));
+  if (!state->gemm && (p.s > kMaxAttentionKeys || p.t > kMaxAttentionQueries)) {
     return absl::UnimplementedError(str_cat("attention over ", p.t, " queries and ", p.s,
                                             " keys: the CUDA kernels hold at most ",
                                             kMaxAttentionKeys, " keys and ", kMaxAttentionQueries,
@@ -73,8 +343,11 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_attention(const KernelContext&
 
 absl::StatusOr<std::unique_ptr<KernelState>> init_attention_grad(const KernelContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<KernelState> state, init_params(ctx, 1, 6));
-  const AttentionParams& p = static_cast<const AttentionState&>(*state).params;
-  state->workspace_bytes = attention_grad_workspace_floats(p) * static_cast<int64_t>(sizeof(float));
+  const auto& attention = static_cast<const AttentionState&>(*state);
+  if (!attention.gemm) {
+    state->workspace_bytes =
+        attention_grad_workspace_floats(attention.params) * static_cast<int64_t>(sizeof(float));
+  }
   return state;
 }
 
@@ -84,6 +357,7 @@ const void* mask_of(const KernelContext& ctx, int index) {
 
 absl::Status attention(const KernelContext& ctx) {
   const auto& state = static_cast<const AttentionState&>(*ctx.state);
+  if (state.gemm) return attention_gemm(ctx, state);
   float* lse = ctx.has_output(1) ? static_cast<float*>(ctx.output(1).data) : nullptr;
   return launched(
       launch_attention(elem(ctx.input(0)), ctx.input(0).data, ctx.input(1).data, ctx.input(2).data,
@@ -93,6 +367,7 @@ absl::Status attention(const KernelContext& ctx) {
 
 absl::Status attention_grad(const KernelContext& ctx) {
   const auto& state = static_cast<const AttentionState&>(*ctx.state);
+  if (state.gemm) return attention_grad_gemm(ctx, state);
   return launched(
       launch_attention_grad(
           elem(ctx.input(0)), ctx.input(0).data, ctx.input(1).data, ctx.input(2).data,

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "runtime/cuda/attention_kernels.h"
+#include "runtime/cuda/elementwise.cuh"
 #include "runtime/cuda/reduce.cuh"
 #include "runtime/numeric.h"
 
@@ -206,6 +207,94 @@ __global__ void __launch_bounds__(kAttentionThreads)
   }
 }
 
+// ---- The GEMM path (attention_gemm_* in attention_kernels.h) --------------------------------
+
+// Row `r` of S (from batch entry `first` on) masked in place, over the elements this thread
+// takes; their maximum.
+__device__ float masked_row(const AttentionParams& p, const void* mask, float* row, int64_t first,
+                            int64_t r) {
+  const int64_t i = r % p.t;
+  const int64_t mask_base = p.has_mask ? mask_batch_offset(p, first + r / p.t) : 0;
+  float max = -std::numeric_limits<float>::infinity();
+  for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+    float score = row[j];
+    if (p.has_mask) {
+      score = masked(p, mask, mask_base + i * p.mask_row_stride + j * p.mask_col_stride, score);
+    }
+    row[j] = score;
+    max = MaxOf{}(max, score);
+  }
+  return max;
+}
+
+// Rows of S (f32, [rows, s], the scaled scores of `rows` query rows from batch entry `first`
+// on) become probabilities in place: masked, less the row's max, exponentiated, divided by the
+// row's sum; `lse` (may be null) gets max + log(sum), as attention_kernel computes them.
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_probs_kernel(float* scores, const void* mask, float* lse, int64_t first, int64_t rows,
+                           AttentionParams p) {
+  const BlockTeam team;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = scores + r * p.s;
+    float max = masked_row(p, mask, row, first, r);
+    max = team.reduce(max, MaxOf{});
+    float sum = 0;
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+      const float e = numeric::exp(row[j] - max);
+      row[j] = e;
+      sum += e;
+    }
+    sum = team.reduce(sum, Plus{});
+    const bool empty = p.safe && numeric::is_empty_row(max);  // the same for the whole block
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) row[j] = empty ? 0.0f : row[j] / sum;
+    if (lse != nullptr && threadIdx.x == 0) lse[r] = max + numeric::log(empty ? 1.0f : sum);
+  }
+}
+
+// The backward's probabilities, in place over S as attention_probs_kernel leaves them, from the
+// saved LSE (recomputing the max and log-sum where numeric::lse_holds_log_sum says it does not
+// hold them), and delta[r] = dY_r . Y_r.
+template <typename T>
+__global__ void __launch_bounds__(kAttentionThreads)
+    attention_grad_probs_kernel(float* scores, const void* mask, const float* lse, const T* dy,
+                                const T* y, float* delta, int64_t first, int64_t rows,
+                                AttentionParams p) {
+  const BlockTeam team;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float* row = scores + r * p.s;
+    float max = masked_row(p, mask, row, first, r);
+    float log_sum = 0;
+    if (numeric::lse_holds_log_sum(lse[r])) {  // the same for the whole block
+      max = lse[r];
+    } else {
+      max = team.reduce(max, MaxOf{});
+      float sum = 0;
+      for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) sum += numeric::exp(row[j] - max);
+      log_sum = numeric::log(team.reduce(sum, Plus{}));
+    }
+    const bool empty = p.safe && numeric::is_empty_row(max);  // no probability, no gradient
+    for (int64_t j = threadIdx.x; j < p.s; j += blockDim.x) {
+      row[j] = empty ? 0.0f : numeric::exp((row[j] - max) - log_sum);
+    }
+    float d = 0;
+    for (int64_t x = threadIdx.x; x < p.dv; x += blockDim.x) {
+      d += load(dy[r * p.dv + x]) * load(y[r * p.dv + x]);
+    }
+    d = team.reduce(d, Plus{});
+    if (threadIdx.x == 0) delta[r] = d;
+  }
+}
+
+// dS = P (dP - delta_row), in place over dP; 0 where P is (a masked key: no gradient, even
+// from an inf in dP).
+__global__ void attention_grad_scores_kernel(const float* probs, float* dprobs, const float* delta,
+                                             int64_t n, int64_t s) {
+  for (int64_t k = global_thread(); k < n; k += grid_threads()) {
+    const float prob = probs[k];
+    dprobs[k] = prob == 0 ? 0.0f : prob * (dprobs[k] - delta[k / s]);
+  }
+}
+
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 * 8 ? 65535 * 8 : rows));
 }
@@ -252,6 +341,37 @@ cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, cons
             dy_t, q_t, kt_t, v_t, per_row, mask, static_cast<T*>(dkt), static_cast<T*>(dv), params);
     return cudaGetLastError();
   });
+}
+
+cudaError_t launch_attention_probs(float* scores, const void* mask, float* lse, int64_t first,
+                                   int64_t rows, const AttentionParams& params,
+                                   cudaStream_t stream) {
+  if (rows == 0) return cudaGetLastError();
+  attention_probs_kernel<<<row_blocks(rows), kAttentionThreads, 0, stream>>>(scores, mask, lse,
+                                                                             first, rows, params);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attention_grad_probs(Elem type, float* scores, const void* mask,
+                                        const float* lse, const void* dy, const void* y,
+                                        float* delta, int64_t first, int64_t rows,
+                                        const AttentionParams& params, cudaStream_t stream) {
+  if (rows == 0) return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attention_grad_probs_kernel<T><<<row_blocks(rows), kAttentionThreads, 0, stream>>>(
+        scores, mask, lse, static_cast<const T*>(dy), static_cast<const T*>(y), delta, first, rows,
+        params);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t launch_attention_grad_scores(const float* probs, float* dprobs, const float* delta,
+                                         int64_t rows, int64_t s, cudaStream_t stream) {
+  if (rows * s == 0) return cudaGetLastError();
+  attention_grad_scores_kernel<<<blocks_for(rows * s), kThreads, 0, stream>>>(probs, dprobs, delta,
+                                                                              rows * s, s);
+  return cudaGetLastError();
 }
 
 }  // namespace ampc::runtime::cuda

@@ -51,6 +51,29 @@ cudaError_t launch_attention_grad(Elem type, const void* dy, const void* q, cons
                                   const void* v, const void* y, const float* lse, const void* mask,
                                   void* dq, void* dkt, void* dv, float* workspace,
                                   const AttentionParams& params, cudaStream_t stream);
+// The GEMM path (runtime/cuda/attention.cc): the scores of a chunk of batch entries as one f32
+// matrix per entry, S = scale Q Kt and the products with it on cuBLASLt, the row-wise steps
+// below between them. `rows` query rows of S ([rows, S], row-major, f32) from batch entry
+// `first` on (mask offsets count from there). Elements are f32 throughout, each sum in f32.
+
+// S's rows become probabilities in place (masked, exp(s - max) / sum); lse[r] (may be null)
+// gets max + log(sum), as launch_attention computes them.
+cudaError_t launch_attention_probs(float* scores, const void* mask, float* lse, int64_t first,
+                                   int64_t rows, const AttentionParams& params,
+                                   cudaStream_t stream);
+
+// The backward's probabilities in place over S, from the forward's LSE of those rows (the max
+// and log-sum recomputed where numeric::lse_holds_log_sum says it does not hold them), and
+// delta[r] = dY_r . Y_r (dY and Y of `type`, [rows, Dv]).
+cudaError_t launch_attention_grad_probs(Elem type, float* scores, const void* mask,
+                                        const float* lse, const void* dy, const void* y,
+                                        float* delta, int64_t first, int64_t rows,
+                                        const AttentionParams& params, cudaStream_t stream);
+
+// dS = P (dP - delta_row) in place over dP ([rows, s]), 0 where P is 0.
+cudaError_t launch_attention_grad_scores(const float* probs, float* dprobs, const float* delta,
+                                         int64_t rows, int64_t s, cudaStream_t stream);
+
 // Per query row: d_i = dY_i . Y_i and the max and log-sum the probabilities are recomputed with.
 inline int64_t attention_grad_workspace_floats(const AttentionParams& params) {
   return 3 * params.batch * params.t;

@@ -245,17 +245,38 @@ __global__ void __launch_bounds__(kMaxTeamThreads)
   }
 }
 
-// dScale and dB: one thread per column, summing its rows in order (as the CPU).
+// Column j's sums of dScale and dBias over row part `blockIdx.y` (layer_norm_grad_row_parts),
+// into parts[part * n + j] and parts[(parts + part) * n + j]: the threads of a warp read
+// consecutive columns of a row.
 template <typename T>
-__global__ void layer_norm_columns_kernel(const T* dy, const T* x, const float* stats, T* dscale,
-                                          T* dbias, LayerNormGradParams p) {
+__global__ void layer_norm_column_parts_kernel(const T* dy, const T* x, const float* stats,
+                                               float* parts, LayerNormGradParams p) {
+  const int64_t j = global_thread();
+  if (j >= p.n) return;
+  const int64_t count = gridDim.y;
+  const int64_t part = blockIdx.y;
+  const int64_t per_part = (p.rows + count - 1) / count;
+  const int64_t end = per_part * (part + 1) < p.rows ? per_part * (part + 1) : p.rows;
+  float scale_sum = 0, bias_sum = 0;
+  for (int64_t row = per_part * part; row < end; ++row) {
+    const int64_t i = row * p.n + j;
+    const float grad = load(dy[i]);
+    scale_sum += grad * ((load(x[i]) - stats[row]) * stats[p.rows + row]);
+    bias_sum += grad;
+  }
+  parts[part * p.n + j] = scale_sum;
+  parts[(count + part) * p.n + j] = bias_sum;
+}
+
+// dScale and dBias: each column's part sums added in part order.
+template <typename T>
+__global__ void layer_norm_columns_kernel(const float* parts, int64_t count, T* dscale, T* dbias,
+                                          LayerNormGradParams p) {
   for (int64_t j = global_thread(); j < p.n; j += grid_threads()) {
     float scale_sum = 0, bias_sum = 0;
-    for (int64_t row = 0; row < p.rows; ++row) {
-      const int64_t i = row * p.n + j;
-      const float grad = load(dy[i]);
-      scale_sum += grad * ((load(x[i]) - stats[row]) * stats[p.rows + row]);
-      bias_sum += grad;
+    for (int64_t part = 0; part < count; ++part) {
+      scale_sum += parts[part * p.n + j];
+      bias_sum += parts[(count + part) * p.n + j];
     }
     dscale[j] = store<T>(scale_sum);
     if (dbias != nullptr) dbias[j] = store<T>(bias_sum);
@@ -734,8 +755,14 @@ cudaError_t launch_layer_norm_grad(Elem type, const void* dy, const void* x, con
             in, static_cast<const S*>(mean), static_cast<const S*>(inv_std_dev), stats, params);
       });
       // The columns read dY before dX (which may share its buffer) is written.
+      const int64_t parts = layer_norm_grad_row_parts(params.rows);
+      float* part_sums = stats + 2 * params.rows;
+      const dim3 part_grid(static_cast<unsigned>((params.n + kThreads - 1) / kThreads),
+                           static_cast<unsigned>(parts));
+      layer_norm_column_parts_kernel<<<part_grid, kThreads, 0, stream>>>(g, in, stats, part_sums,
+                                                                         params);
       layer_norm_columns_kernel<<<blocks_for(params.n), kThreads, 0, stream>>>(
-          g, in, stats, static_cast<T*>(dscale), static_cast<T*>(dbias), params);
+          part_sums, parts, static_cast<T*>(dscale), static_cast<T*>(dbias), params);
       with_team(params.rows, params.n, false, [&](auto team, dim3 grid, dim3 block) {
         using Team = typename decltype(team)::type;
         layer_norm_dx_kernel<Team, T><<<grid, block, 0, stream>>>(

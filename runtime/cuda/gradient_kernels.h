@@ -66,8 +66,19 @@ struct LayerNormGradParams {
   Layout<1> scale_columns;
 };
 
-// Scratch: the mean and inverse standard deviation of every row, in f32.
-inline int64_t layer_norm_grad_workspace_bytes(int64_t rows) { return 2 * rows * 4; }
+// dScale and dBias sum a column over every row: the rows split into this many parts (parts of
+// at least 32 rows), each part's sums in the workspace, then the parts summed in order; so the
+// columns' sums run in parallel over the rows too, and each sum's order is fixed by the shape.
+inline int64_t layer_norm_grad_row_parts(int64_t rows) {
+  const int64_t parts = rows / 32;
+  return parts < 1 ? 1 : (parts > 256 ? 256 : parts);
+}
+
+// Scratch: the mean and inverse standard deviation of every row, and each row part's column sums
+// of dScale and dBias, in f32.
+inline int64_t layer_norm_grad_workspace_bytes(int64_t rows, int64_t n) {
+  return (2 * rows + 2 * layer_norm_grad_row_parts(rows) * n) * 4;
+}
 
 // dx, dscale and (when not null) dbias, all of X's type; the row statistics are read from
 // mean and inv_std_dev (of `stats_type`) when mean is not null, else recomputed as the forward

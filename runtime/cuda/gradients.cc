@@ -164,7 +164,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_layer_norm_grad(const KernelCo
                                               dtype_name(stats), " statistics"));
     }
   }
-  state->workspace_bytes = layer_norm_grad_workspace_bytes(p.rows);
+  state->workspace_bytes = layer_norm_grad_workspace_bytes(p.rows, p.n);
   return state;
 }
 

@@ -110,29 +110,6 @@ inline std::vector<double> direct_grad_filter(const ConvCase& c, const std::vect
   return dw;
 }
 
-// Sets environment variable `name` to `value` for its lifetime (kernels read AMPC_CPU_CONV when a
-// graph is loaded), then restores what it was.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
 // ---- Running the gradient kernels ----------------------------------------------------------
 
 // Runs the one ampc-domain node `op<attrs>(inputs...)` with an output of type `output`.
