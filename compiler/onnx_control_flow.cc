@@ -256,6 +256,32 @@ void collect_sliced_by_data(const onnx::GraphProto& graph, ImportSink& sink,
   }
 }
 
+// Float inputs whose values decide an op's output shape (Range's bounds and step, Resize's and
+// Upsample's roi and scales): import needs them known, and no gradient flows through them.
+bool shape_deciding_float_input(const onnx::NodeProto& node, int index) {
+  if (!node.domain().empty() && node.domain() != "ai.onnx") return false;
+  const std::string& op = node.op_type();
+  return op == "Range" || ((op == "Resize" || op == "Upsample") && (index == 1 || index == 2));
+}
+
+// The value names `branch` reads where a guard may stand: its outputs, its nodes' inputs but
+// those shape_deciding_float_input names, and everything its nested graphs read.
+void collect_guardable_reads(const onnx::GraphProto& branch,
+                             std::unordered_set<std::string>& names) {
+  for (const onnx::ValueInfoProto& output : branch.output()) names.insert(output.name());
+  for (const onnx::NodeProto& node : branch.node()) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (!node.input(i).empty() && !shape_deciding_float_input(node, i)) {
+        names.insert(node.input(i));
+      }
+    }
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      if (attr.has_g()) collect_read(attr.g(), names);
+      for (const onnx::GraphProto& nested : attr.graphs()) collect_read(nested, names);
+    }
+  }
+}
+
 // Makes the gradient of an If decided at run time reach only what the taken branch reads: each
 // float value `branch` reads from outside it is read through Where(cond, v, detached v) in the
 // then_branch and Where(cond, detached v, v) in the else_branch (detached: an Identity autodiff
@@ -263,12 +289,13 @@ void collect_sliced_by_data(const onnx::GraphProto& graph, ImportSink& sink,
 // branch is Where(cond, g, 0) (or Where(cond, 0, g)). Both branches run, backward too, so
 // without it a 0 from Where's rule meets the untaken branch's own NaN or inf (the derivative of
 // a Sqrt of a negative weight it never uses) and makes NaN of the shared value's gradient.
-// Program constants take no gradient and are read as they are.
+// Program constants take no gradient and are read as they are, and so is a value where it decides
+// a shape (shape_deciding_float_input), which must stay known.
 absl::Status guard_outer_reads(onnx::GraphProto& branch, Value* cond, bool then,
                                const std::string& prefix, ImportSink& sink) {
   std::unordered_set<std::string> defined, read, sliced_by_data;
   collect_defined(branch, defined);
-  collect_read(branch, read);
+  collect_guardable_reads(branch, read);
   collect_sliced_by_data(branch, sink, sliced_by_data);
   std::vector<std::string> outer;
   for (const std::string& name : read) {
@@ -305,7 +332,18 @@ absl::Status guard_outer_reads(onnx::GraphProto& branch, Value* cond, bool then,
                   str_cat(prefix, name, "/guard")));
     guarded[name] = selected[0]->name();
   }
-  rename_graph(branch, guarded, "");
+  for (onnx::ValueInfoProto& output : *branch.mutable_output()) {
+    rename(*output.mutable_name(), guarded);
+  }
+  for (onnx::NodeProto& node : *branch.mutable_node()) {
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (!shape_deciding_float_input(node, i)) rename(*node.mutable_input(i), guarded);
+    }
+    for (onnx::AttributeProto& attr : *node.mutable_attribute()) {
+      if (attr.has_g()) rename_graph(*attr.mutable_g(), guarded, "");
+      for (onnx::GraphProto& nested : *attr.mutable_graphs()) rename_graph(nested, guarded, "");
+    }
+  }
   return absl::OkStatus();
 }
 

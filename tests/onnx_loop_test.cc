@@ -59,6 +59,8 @@ void scalar_constant(onnx::GraphProto& graph, const std::string& name, int elem_
   attr->mutable_t()->set_data_type(elem_type);
   if (elem_type == TensorProto::BOOL) {
     attr->mutable_t()->add_int32_data(static_cast<int32_t>(value));
+  } else if (elem_type == TensorProto::FLOAT) {
+    attr->mutable_t()->add_float_data(static_cast<float>(value));
   } else {
     attr->mutable_t()->add_int64_data(value);
   }
@@ -202,6 +204,40 @@ TEST(RunTimeIf, ValuesKnownFromShapesStayKnownInTheBranches) {
     ASSERT_EQ(y.size(), 1u);
     EXPECT_EQ(y[0].to_double_vector(),
               flag ? (std::vector<double>{0, 1, 2}) : (std::vector<double>{0, 2, 4}));
+  }
+}
+
+// A float initializer (which may be trained) that a branch reads where its value decides a shape,
+// Range's limit, is read as it is, so it stays known; where a branch computes with it, it is
+// guarded. y = flag ? Range(0, n, 1) * n : Range(0, n, 1), n an initializer of 3.
+TEST(RunTimeIf, AFloatInitializerDecidingAShapeIsReadUnguardedThere) {
+  ModelBuilder m(17);
+  m.input("flag", TensorProto::BOOL, {});
+  m.initializer_f32("n", {}, {3});
+  scalar_constant(m.graph(), "start", TensorProto::FLOAT, 0);
+  scalar_constant(m.graph(), "step", TensorProto::FLOAT, 1);
+  onnx::NodeProto& branch = m.node("If", {"flag"}, {"y"}, "ranges");
+  onnx::GraphProto& then_graph = graph_attr(branch, "then_branch");
+  add_node(then_graph, "Range", {"start", "n", "step"}, {"counted"});
+  add_node(then_graph, "Mul", {"counted", "n"}, {"scaled"});
+  add_outputs(then_graph, {"scaled"});
+  onnx::GraphProto& else_graph = graph_attr(branch, "else_branch");
+  add_node(else_graph, "Range", {"start", "n", "step"}, {"plain"});
+  add_outputs(else_graph, {"plain"});
+  m.output("y");
+  std::unique_ptr<Graph> graph = import_ok(m);
+  ASSERT_NE(graph, nullptr);
+  int guards = 0;  // the then-branch's Mul reads n through Where(flag, n, detached n)
+  for (const Node* node : graph->node_list()) {
+    guards += node->op_type() == "Where" && node->operand(1)->name() == "n";
+  }
+  EXPECT_EQ(guards, 1);
+  for (const bool flag : {true, false}) {
+    const std::vector<Tensor> y =
+        run_graph(*graph, {Tensor::from_doubles(DType::kBool, {}, {flag ? 1.0 : 0.0})});
+    ASSERT_EQ(y.size(), 1u);
+    EXPECT_EQ(y[0].to_double_vector(),
+              flag ? (std::vector<double>{0, 3, 6}) : (std::vector<double>{0, 1, 2}));
   }
 }
 

@@ -236,10 +236,19 @@ struct TensorList {
   int64_t size[kMaxTensorsPerLaunch] = {};
 };
 
-// norms[first + k] = the L2 norm of tensor k of `tensors` (type T: f32 or f64), one block per
-// tensor, in a fixed order (deterministic); then global_norm over `count` norms into `out`.
-cudaError_t launch_tensor_norms(Elem type, const TensorList& tensors, void* norms, int first,
-                                cudaStream_t stream);
+// A tensor of n elements is summed in this many parts (of at least 16384 elements, at most
+// kMaxNormParts), each by one block, so a large tensor (an embedding) is not one block's work.
+inline constexpr int64_t kMaxNormParts = 256;
+AMPC_HD int64_t tensor_norm_parts(int64_t n) {
+  const int64_t parts = (n + 16383) / 16384;
+  return parts < 1 ? 1 : (parts > kMaxNormParts ? kMaxNormParts : parts);
+}
+
+// norms[first + k] = the L2 norm of tensor k of `tensors` (type T: f32 or f64): each part's sum
+// of squares into partials[(first + k) * kMaxNormParts + part], then the parts' sum as a tree in
+// a fixed order (deterministic); then global_norm over `count` norms into `out`.
+cudaError_t launch_tensor_norms(Elem type, const TensorList& tensors, void* norms, void* partials,
+                                int first, cudaStream_t stream);
 cudaError_t launch_norm_of_norms(Elem type, const void* norms, int count, void* out,
                                  cudaStream_t stream);
 

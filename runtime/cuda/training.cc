@@ -96,17 +96,22 @@ const std::vector<TensorList>& lists_of(const KernelContext& ctx) {
   return static_cast<const TensorListsState&>(*ctx.state).lists;
 }
 
-// The norms of each input go to the workspace, then their norm to the output.
+// The norms of each input go to the workspace, after them each input's part sums
+// (launch_tensor_norms), then the norms' norm to the output.
 int64_t global_norm_workspace(const Node& node) {
-  return static_cast<int64_t>(node.num_operands()) * dtype_size(node.operand(0)->dtype());
+  return static_cast<int64_t>(node.num_operands()) * (1 + kMaxNormParts) *
+         dtype_size(node.operand(0)->dtype());
 }
 
 absl::Status global_norm(const KernelContext& ctx) {
   const Elem type = elem(ctx.input(0));
+  std::byte* partials =
+      ctx.workspace.data() + static_cast<int64_t>(ctx.node.num_operands()) * elem_size(type);
   int first = 0;
   for (const TensorList& list : lists_of(ctx)) {
     AMPC_RETURN_IF_ERROR(launched(
-        launch_tensor_norms(type, list, ctx.workspace.data(), first, stream_of(ctx)), ctx));
+        launch_tensor_norms(type, list, ctx.workspace.data(), partials, first, stream_of(ctx)),
+        ctx));
     first += list.count;
   }
   return launched(

@@ -117,10 +117,33 @@ __device__ T sum_of_squares(const T* x, int64_t n) {
   return block_sum(partial);
 }
 
+// Part blockIdx.x of tensor blockIdx.y's sum of squares (tensor_norm_parts), into
+// partials[(first + k) * kMaxNormParts + part].
 template <typename T>
-__global__ void tensor_norms_kernel(TensorList tensors, T* norms, int first) {
+__global__ void tensor_norm_parts_kernel(TensorList tensors, T* partials, int first) {
+  const int k = blockIdx.y;
+  const int64_t n = tensors.size[k];
+  const int64_t parts = tensor_norm_parts(n);
+  const int64_t part = blockIdx.x;
+  if (part >= parts) return;  // the whole block
+  const int64_t per_part = (n + parts - 1) / parts;
+  const int64_t begin = part * per_part;
+  const int64_t size = begin + per_part < n ? per_part : (begin < n ? n - begin : 0);
+  const T sum = sum_of_squares(static_cast<const T*>(tensors.data[k]) + begin, size);
+  if (threadIdx.x == 0) partials[(first + k) * kMaxNormParts + part] = sum;
+}
+
+static_assert(kThreads >= kMaxNormParts);
+
+// norms[first + k]: the square root of tensor k's part sums, added as a tree in part order (one
+// part a thread).
+template <typename T>
+__global__ void tensor_norms_kernel(TensorList tensors, const T* partials, T* norms, int first) {
   const int k = blockIdx.x;
-  const T sum = sum_of_squares(static_cast<const T*>(tensors.data[k]), tensors.size[k]);
+  const int64_t parts = tensor_norm_parts(tensors.size[k]);
+  const T partial =
+      threadIdx.x < parts ? partials[(first + k) * kMaxNormParts + threadIdx.x] : T(0);
+  const T sum = block_sum(partial);
   if (threadIdx.x == 0) norms[first + k] = numeric::sqrt(sum);
 }
 
@@ -232,15 +255,24 @@ cudaError_t launch_adam(Elem type, int64_t n, const void* param, const void* gra
   return cudaGetLastError();
 }
 
-cudaError_t launch_tensor_norms(Elem type, const TensorList& tensors, void* norms, int first,
-                                cudaStream_t stream) {
+cudaError_t launch_tensor_norms(Elem type, const TensorList& tensors, void* norms, void* partials,
+                                int first, cudaStream_t stream) {
   if (tensors.count == 0) return cudaSuccess;
+  int64_t parts = 1;
+  for (int k = 0; k < tensors.count; ++k) {
+    parts = tensor_norm_parts(tensors.size[k]) > parts ? tensor_norm_parts(tensors.size[k]) : parts;
+  }
+  const dim3 grid(static_cast<unsigned>(parts), static_cast<unsigned>(tensors.count));
   if (type == Elem::kF64) {
-    tensor_norms_kernel<double>
-        <<<tensors.count, kThreads, 0, stream>>>(tensors, static_cast<double*>(norms), first);
+    tensor_norm_parts_kernel<double>
+        <<<grid, kThreads, 0, stream>>>(tensors, static_cast<double*>(partials), first);
+    tensor_norms_kernel<double><<<tensors.count, kThreads, 0, stream>>>(
+        tensors, static_cast<const double*>(partials), static_cast<double*>(norms), first);
   } else {
-    tensor_norms_kernel<float>
-        <<<tensors.count, kThreads, 0, stream>>>(tensors, static_cast<float*>(norms), first);
+    tensor_norm_parts_kernel<float>
+        <<<grid, kThreads, 0, stream>>>(tensors, static_cast<float*>(partials), first);
+    tensor_norms_kernel<float><<<tensors.count, kThreads, 0, stream>>>(
+        tensors, static_cast<const float*>(partials), static_cast<float*>(norms), first);
   }
   return cudaGetLastError();
 }
