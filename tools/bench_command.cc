@@ -49,6 +49,7 @@ struct Figures {
   int64_t planned_bytes = 0;
   std::optional<int64_t> measured_bytes;
   double final_loss = NAN;
+  bool cuda_graph = false;  // the steps replayed a recorded CUDA graph
 };
 
 // The process's resident-set high-water mark in bytes, after resetting it to the current
@@ -132,7 +133,12 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
           // One rank's BatchNorm statistics are its own either way (and synchronized BatchNorm
           // is built for the CPU only).
           runtime::SessionOptions{
-              .device = device, .communicator = group, .sync_batch_norm = false}));
+              .device = device,
+              .cuda_graph = flags.cuda_graph == "on" ||
+                            (flags.cuda_graph == "auto" && device == runtime::Device::kCuda &&
+                             group == nullptr),
+              .communicator = group,
+              .sync_batch_norm = false}));
   AMPC_ASSIGN_OR_RETURN(
       const runtime::BatchData batches,
       runtime::BatchData::from_arrays(std::move(data.arrays), session->batch_inputs(), flags.data));
@@ -146,6 +152,7 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
     AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats, session->step(batches.batch(i), lr));
     (void)stats;
   }
+
   for (int64_t i = 0; i < flags.steps; ++i) {
     const Clock::time_point start = Clock::now();
     AMPC_ASSIGN_OR_RETURN(const runtime::StepStats stats,
@@ -158,6 +165,12 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
                   "); the timings of a diverged run mean nothing (lower --lr)"));
     }
     figures.final_loss = stats.loss;
+  }
+  figures.cuda_graph = session->uses_graph();
+  if (flags.cuda_graph == "on" && !figures.cuda_graph) {
+    return absl::FailedPreconditionError(
+        str_cat("--cuda-graph on: the training step could not be recorded as a CUDA graph: ",
+                session->graph_status().message()));
   }
   std::sort(figures.step_ms.begin(), figures.step_ms.end());
   if (device == runtime::Device::kCpu) {
@@ -195,6 +208,7 @@ void print(const BenchFlags& flags, const Figures& f) {
     json["model"] = flags.model;
     json["device"] = flags.device;
     json["comm"] = flags.comm;
+    json["cuda_graph"] = f.cuda_graph;
     json["precision"] = flags.precision;
     json["optimizer"] = flags.optimizer;
     json["fusion"] = !flags.no_fuse;
@@ -221,7 +235,8 @@ void print(const BenchFlags& flags, const Figures& f) {
   }
   std::cout << fmt::format(
       "ampc bench {} on {}, {}, {}{}{}{}: {} steps after {} warm-up\n", flags.model, flags.device,
-      flags.precision, flags.optimizer, flags.no_fuse ? ", no fusion" : "",
+      flags.precision, flags.optimizer,
+      str_cat(f.cuda_graph ? ", CUDA graph" : "", flags.no_fuse ? ", no fusion" : ""),
       flags.disabled.empty() ? "" : str_cat(", without ", str_join(flags.disabled, ", ")),
       str_cat(flags.recompute == "cheap" ? ", recompute cheap" : "",
               flags.comm == "none" ? "" : str_cat(", through ", flags.comm, " (one rank)")),
@@ -304,6 +319,13 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
                    "what it costs beside none; nccl needs --device cuda")
       ->check(CLI::IsMember({"none", "gloo", "nccl"}))
       ->capture_default_str();
+  bench
+      ->add_option("--cuda-graph", flags.cuda_graph,
+                   "on: replay the step as a CUDA graph (--device cuda; an error if it cannot be "
+                   "recorded); auto (the default): on with --device cuda and no --comm, where a "
+                   "step that cannot be recorded runs as it is; off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
   bench->add_option("--format", flags.format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
@@ -313,6 +335,11 @@ CLI::App* add_bench_command(CLI::App& app, BenchFlags& flags) {
 int run_bench_command(const BenchFlags& flags) {
   if (const absl::Status lr = check_lr(flags.lr); !lr.ok()) {
     return report_error(lr);
+  }
+  if (flags.cuda_graph == "on" && flags.device != "cuda") {
+    std::cerr << "ampc: error: --cuda-graph on has no effect on the cpu device (use it with "
+                 "--device cuda)\n";
+    return 1;
   }
   if (flags.comm == "nccl" && flags.device != "cuda") {
     std::cerr << "ampc: error: --comm nccl communicates between GPUs: use it with --device cuda\n";

@@ -29,7 +29,8 @@ struct BenchFlags {
   std::string recompute = "none";     // cheap: --recompute cheap
   std::optional<double> peak_tflops;  // unset: the device's figure where ampc knows it
   std::string format = "text";
-  std::string comm = "none";  // gloo or nccl: train through a data-parallel group of one rank
+  std::string comm = "none";        // gloo or nccl: train through a data-parallel group of one rank
+  std::string cuda_graph = "auto";  // as ampc train's
 };
 
 // Adds the `bench` subcommand to `app`; its flags are parsed into `flags`.

@@ -244,7 +244,10 @@ int train(const TrainFlags& flags) {
     session_options.device_index = (*group)->local_rank;
   }
   session_options.allow_tf32 = flags.allow_tf32;
-  session_options.cuda_graph = flags.cuda_graph == "on";
+  // auto: one process's step on a GPU (a data-parallel step's collectives stay outside graphs
+  // unless asked for).
+  session_options.cuda_graph =
+      flags.cuda_graph == "on" || (flags.cuda_graph == "auto" && on_gpu && !*group);
   absl::StatusOr<Prepared> prepared = prepare(flags, session_options, ranks, writer, writer);
   if (!prepared.ok()) return report_error(prepared.status());
   runtime::TrainingSession& session = *prepared->session;
@@ -513,8 +516,10 @@ CLI::App* add_train_command(CLI::App& app, TrainFlags& flags) {
   train
       ->add_option("--cuda-graph", flags.cuda_graph,
                    "on: record the first step as a CUDA graph and replay it (one launch per step; "
-                   "needs --device cuda); off (the default until graphs are proven on a GPU)")
-      ->check(CLI::IsMember({"on", "off"}))
+                   "needs --device cuda, and a step that cannot be recorded is an error); auto "
+                   "(the default): on with --device cuda in one process, where a step that "
+                   "cannot be recorded runs as it is; off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
   train->add_flag("--allow-tf32", flags.allow_tf32,
                   "Let f32 MatMul, Gemm and Conv use TF32 tensor cores on cuda (faster, 10-bit "

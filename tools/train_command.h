@@ -35,13 +35,14 @@ struct TrainFlags {
   bool check_numerics = false;
   std::string device = "cpu";
   bool allow_tf32 = false;
-  std::string cuda_graph = "off";  // on: record the step as a CUDA graph and replay it
-  int64_t nproc = 1;               // > 1: run that many data-parallel ranks on this machine
-  int64_t comm_timeout = 300;      // seconds a rank waits for the others
-  std::string comm = "auto";       // the communicator: gloo, nccl, or auto (nccl on cuda)
-  bool local_batch_norm = false;   // BatchNorm statistics of each rank's shard alone
-  bool shard_optimizer = false;    // ZeRO-1: each rank keeps a block of the moments
-  std::set<std::string> given;     // the flags given on the command line, by name
+  // on: record the step as a CUDA graph and replay it; auto: on for --device cuda in one process
+  std::string cuda_graph = "auto";
+  int64_t nproc = 1;              // > 1: run that many data-parallel ranks on this machine
+  int64_t comm_timeout = 300;     // seconds a rank waits for the others
+  std::string comm = "auto";      // the communicator: gloo, nccl, or auto (nccl on cuda)
+  bool local_batch_norm = false;  // BatchNorm statistics of each rank's shard alone
+  bool shard_optimizer = false;   // ZeRO-1: each rank keeps a block of the moments
+  std::set<std::string> given;    // the flags given on the command line, by name
 };
 
 // Adds the `train` subcommand to `app`; its flags are parsed into `flags`.

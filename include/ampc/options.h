@@ -52,8 +52,8 @@ struct SessionOptions {
   // Write each state update over its state where the planner can; false keeps every update
   // apart and copies it over its state after the run (for tests and debugging).
   bool update_state_in_place = true;
-  // On CUDA, record the first run as a CUDA graph and replay it (`ampc train --cuda-graph on`).
-  // Off by default until the graphs have run on a GPU.
+  // On CUDA, record the first run as a CUDA graph and replay it (`ampc train --cuda-graph`, on by
+  // default there for one process: bit for bit the run without, on an H200 since 2026-12-01).
   bool cuda_graph = false;
   // Data-parallel training (TrainingSession): this rank's group (Gloo, or NCCL for a cuda
   // session). The step averages its gradients and its logged loss over the group (a group of one

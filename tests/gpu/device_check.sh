@@ -96,14 +96,14 @@ fi
 if want torch; then  # PyTorch on the same workloads, for side-by-side figures
   phase torch "${AMPC_TORCH_S:-60}" python3 tools/torch_op_bench.py >"$out/torch.txt" 2>&1
 fi
-if want steps; then  # training steps through `ampc bench`, with and without fusion
+if want steps; then  # training steps through `ampc bench`: as built, without fusion, without graphs
   export AMPC_KERNEL_CACHE=/tmp/ampc-kernels
   for m in mlp cnn tiny_gpt; do
     for p in fp32 bf16 fp16; do
-      for fusion in "" --no-fuse; do
-        phase "bench $m $p ${fusion:-fused}" "${AMPC_STEPS_S:-60}" .device/run.sh bin/ampc bench \
+      for variant in "" --no-fuse "--cuda-graph off"; do
+        phase "bench $m $p ${variant:-fused}" "${AMPC_STEPS_S:-60}" .device/run.sh bin/ampc bench \
           models/$m.onnx --data models/$m.train.npz --device cuda --precision $p --steps 200 \
-          $fusion >>"$out/steps.txt" 2>&1
+          $variant >>"$out/steps.txt" 2>&1
       done
     done
   done

@@ -47,6 +47,7 @@ TEST(BenchCli, TheMlpReportHoldsTogether) {
   EXPECT_GT(j["planned_bytes"].get<int64_t>(), 0);
   EXPECT_TRUE(j["measured_bytes"].is_number_integer());
   EXPECT_TRUE(std::isfinite(j["final_loss"].get<double>()));
+  EXPECT_EQ(j["cuda_graph"], false);  // --cuda-graph auto records none on the cpu
 }
 
 TEST(BenchCli, TokenInputsReportTokensAndFusionCanBeOff) {
@@ -146,6 +147,12 @@ TEST(BenchCli, BadInputIsNamed) {
   r = run_ampc("bench " + model + " --data " + data + " --precision fp8");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--precision"));
+  r = run_ampc("bench " + model + " --data " + data + " --cuda-graph on");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("--cuda-graph on has no effect on the cpu device"));
+  r = run_ampc("bench " + model + " --data " + data + " --cuda-graph maybe");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--cuda-graph"));
   if (!testing::cuda_device_present()) {
     r = run_ampc("bench " + model + " --data " + data + " --device cuda");
     EXPECT_EQ(r.exit_code, 1);

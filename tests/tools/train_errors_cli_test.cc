@@ -113,6 +113,11 @@ TEST_F(TrainCliTest, BadFlagsAndModelsFailBeforeWritingAnything) {
   expect_train_error(trained, steps + " --device tpu", 2);
   expect_train_error(trained, steps + " --cuda-graph maybe", 2);
   EXPECT_THAT(expect_train_error(trained, steps + " --cuda-graph on"), HasSubstr("--cuda-graph"));
+  // auto, the default, and off run on the cpu (no graph there).
+  for (const char* graph : {" --cuda-graph auto", " --cuda-graph off"}) {
+    const CliResult r = train(trained, steps + graph);
+    EXPECT_EQ(r.exit_code, 0) << graph << ": " << r.err;
+  }
   EXPECT_THAT(expect_train_error(trained, steps + " --allow-tf32"), HasSubstr("--allow-tf32"));
   // Without a usable GPU (this machine, CI), --device cuda names the CUDA reason before any step.
   if (!testing::cuda_device_present()) {
