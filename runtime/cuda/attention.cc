@@ -37,7 +37,6 @@ struct GemmLayout {
   int64_t scores = 0, dprobs = -1, delta = -1;
   int64_t q = -1, kt = -1, v = -1, dy = -1;    // widened operands
   int64_t y = -1, dq = -1, dkt = -1, dv = -1;  // results before rounding
-  int64_t floats = 0;
 };
 
 // The products of one chunk size.
@@ -113,7 +112,6 @@ absl::Status plan_gemm_path(const KernelContext& ctx, bool grad, AttentionState&
       l.y = take(c * p.t * p.dv);
     }
   }
-  l.floats = next;
   state.workspace_bytes = next * static_cast<int64_t>(sizeof(float));
   // Operands and results at chunk offsets of the tensors themselves where no copy is made.
   const int64_t f = sizeof(float);
