@@ -1,25 +1,37 @@
 // CUDA kernels of ampc.Attention and ampc.AttentionGrad (ops/attention.cc): the parameters,
 // read at load from the shapes and attributes as runtime/cpu/attention.cc reads them.
 //
-// Two ways to run them, chosen by AMPC_CUDA_ATTENTION (attention_path()). The GEMM path, for a
-// batch entry whose f32 scores fit the budget below: the batch entries in chunks, per chunk S =
-// scale Q Kt on cuBLASLt into the workspace, the row-wise steps (mask, softmax, LSE; backward: the
-// probabilities again from the LSE, dS) as kernels, and the products with P and dS on cuBLASLt: Y =
-// P V; dV = P^T dY, dP = dY V^T, dQ = scale dS Kt^T, dKt = scale Q^T dS. Every product is f32 with
-// f32 accumulation (TF32 only where ExecutionContext::allow_tf32 says so); f16 and bf16 operands
-// are widened into the workspace first (exactly) and the results rounded once into the outputs.
-// Else the row kernels of attention_kernels.cu, which hold one row in shared memory and never the T
-// x S matrix, but run on the CUDA cores only: on an H200, GPT-2-124M's attention backward (8 x 12
-// heads, T = 1024, bf16) took 84 ms a layer on them (docs/benchmarks.md). The row kernels stay the
-// default until the GEMM path has passed the gpu tests on a GPU (docs/device-runs/README.md).
+// Three ways to run them, chosen by AMPC_CUDA_ATTENTION (attention_path.h):
+// - cuDNN's fused flash attention (`cudnn`, `cudnn-only`; cudnn_attention.h), for f16 and bf16
+//   where cuDNN has an engine for the shapes and the node is not `safe` with a mask (cuDNN gives
+//   a row that keeps no key NaN, not 0). Kt is transposed into K [.., S, D] (cuDNN wants the
+//   head dim contiguous) and the mask made an additive bias of the I/O type (0 / -inf for a bool
+//   mask) in the workspace; the backward transposes cuDNN's dK back into dKt. cuDNN rounds the
+//   probabilities to the I/O type before the product with V (and dS before the products with K
+//   and Q), so it agrees with the other two within a few units of that type.
+// - The GEMM path (`gemm`, and `cudnn` where cuDNN does not apply), for a batch entry whose f32
+//   scores fit the budget below: the batch entries in chunks, per chunk S = scale Q Kt on
+//   cuBLASLt into the workspace, the row-wise steps (mask, softmax, LSE; backward: the
+//   probabilities again from the LSE, dS) as kernels, and the products with P and dS on cuBLASLt:
+//   Y = P V; dV = P^T dY, dP = dY V^T, dQ = scale dS Kt^T, dKt = scale Q^T dS. Every product is
+//   f32 with f32 accumulation (TF32 only where ExecutionContext::allow_tf32 says so); f16 and bf16
+//   operands are widened into the workspace first (exactly) and the results rounded once into the
+//   outputs.
+// - Else the row kernels of attention_kernels.cu, which hold one row in shared memory and never
+//   the T x S matrix, but run on the CUDA cores only: on an H200, GPT-2-124M's attention backward
+//   (8 x 12 heads, T = 1024, bf16) took 84 ms a layer on them (docs/benchmarks.md).
+// The row kernels stay the default until the other two have passed the gpu tests on a GPU
+// (docs/device-runs/README.md).
 #include <algorithm>
 #include <array>
 #include <cstdlib>
-#include <string_view>
 
 #include "compiler/strings.h"
 #include "runtime/cuda/attention_kernels.h"
+#include "runtime/cuda/attention_path.h"
 #include "runtime/cuda/cuda_util.h"
+#include "runtime/cuda/cudnn_attention.h"
+#include "runtime/cuda/data_movement_kernels.h"
 #include "runtime/cuda/gemm_plan.h"
 #include "runtime/cuda/kernels.h"
 
@@ -44,8 +56,17 @@ struct GemmPlans {
   std::unique_ptr<GemmPlan> scores, values, dprobs, dvalues, dqueries, dkeys;
 };
 
+// The cuDNN path's graph and where its scratch lies in the workspace (byte offsets).
+struct CudnnPath {
+  std::shared_ptr<const CudnnAttention> graph;
+  int64_t heads = 1;               // the last batch dim (cuDNN's h; b is the rest)
+  int64_t bias_b = 0, bias_h = 0;  // the bias's extents; 0: no mask
+  int64_t k = 0, bias = 0, dk = 0, library = 0;
+};
+
 struct AttentionState : KernelState {
   AttentionParams params;
+  CudnnPath cudnn;    // the cuDNN path, when cudnn.graph is set
   bool gemm = false;  // the GEMM path
   DType dtype = DType::kF32;
   int64_t chunk = 0;  // batch entries per chunk
@@ -53,15 +74,6 @@ struct AttentionState : KernelState {
   // [0] for full chunks, [1] for the last one when it is shorter.
   std::array<GemmPlans, 2> plans;
 };
-
-// Whether AMPC_CUDA_ATTENTION asks for the GEMM path.
-absl::StatusOr<bool> gemm_path_asked() {
-  const char* value = std::getenv("AMPC_CUDA_ATTENTION");
-  if (value == nullptr || std::string_view(value) == "rows") return false;
-  if (std::string_view(value) == "gemm") return true;
-  return absl::InvalidArgumentError(
-      str_cat("AMPC_CUDA_ATTENTION=", value, ": expected `rows` (the default) or `gemm`"));
-}
 
 // The largest power of two up to 256 dividing every one of `bytes`.
 int64_t common_alignment(std::initializer_list<int64_t> bytes) {
@@ -276,6 +288,120 @@ absl::Status attention_grad_gemm(const KernelContext& ctx, const AttentionState&
   return absl::OkStatus();
 }
 
+// The cuDNN path's graph and workspace for `state` (`grad`: AttentionGrad's; `stats`: the
+// forward writes the LSE), or why it does not apply.
+absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
+                             AttentionState& state) {
+  const AttentionParams& p = state.params;
+  if (p.has_mask && p.safe) {
+    return absl::UnimplementedError(
+        "cuDNN's fused attention gives a row that keeps no key NaN, and this node is `safe` with "
+        "a mask (0 there)");
+  }
+  CudnnPath& c = state.cudnn;
+  c.heads = p.batch_rank > 0 ? p.batch_dims[p.batch_rank - 1] : 1;
+  CudnnAttentionProblem problem{.dtype = state.dtype,
+                                .b = p.batch / std::max<int64_t>(c.heads, 1),
+                                .h = c.heads,
+                                .t = p.t,
+                                .s = p.s,
+                                .d = p.d,
+                                .dv = p.dv,
+                                .scale = p.scale,
+                                .backward = grad,
+                                .stats = stats};
+  if (p.has_mask) {
+    bool varies_b = false;
+    for (int k = 0; k + 1 < p.batch_rank; ++k) varies_b = varies_b || p.mask_batch_strides[k] != 0;
+    const bool varies_h = p.batch_rank > 0 && p.mask_batch_strides[p.batch_rank - 1] != 0;
+    c.bias_b = problem.bias_b = varies_b ? problem.b : 1;
+    c.bias_h = problem.bias_h = varies_h ? c.heads : 1;
+  }
+  AMPC_ASSIGN_OR_RETURN(
+      c.graph, CudnnAttention::create(problem, static_cast<cudnnHandle_t>(ctx.exec->cudnn)));
+  const int64_t element = dtype_size(state.dtype);
+  int64_t next = 0;
+  const auto take = [&](int64_t bytes) {
+    const int64_t at = next;
+    next += (bytes + 255) / 256 * 256;
+    return at;
+  };
+  c.library = take(c.graph->workspace_bytes());
+  c.k = take(p.batch * p.s * p.d * element);
+  if (p.has_mask) c.bias = take(c.bias_b * c.bias_h * p.t * p.s * element);
+  if (grad) c.dk = take(p.batch * p.s * p.d * element);
+  state.workspace_bytes = next;
+  return absl::OkStatus();
+}
+
+// The batch of [rows, cols] matrices `in` transposed into `out` ([cols, rows] each).
+absl::Status transposed(const KernelContext& ctx, const void* in, void* out, int64_t batch,
+                        int64_t rows, int64_t cols, DType type) {
+  MoveMap map;
+  map.rank = 3;
+  map.size = batch * rows * cols;
+  const int64_t dims[3] = {batch, cols, rows};
+  const int64_t in_strides[3] = {rows * cols, 1, cols};
+  const int64_t out_strides[3] = {rows * cols, rows, 1};
+  for (int k = 0; k < 3; ++k) {
+    map.dims[k] = map.in_dims[k] = dims[k];
+    map.in_strides[k] = in_strides[k];
+    map.out_strides[k] = out_strides[k];
+    map.rules[k] = DimRule::kStride;
+  }
+  return launched(
+      launch_move(map, static_cast<int>(dtype_size(type)), in, out, nullptr, stream_of(ctx)), ctx);
+}
+
+// K from Kt and the bias from the mask (operand `mask`) in the workspace; returns the bias.
+absl::StatusOr<const void*> cudnn_operands(const KernelContext& ctx, const AttentionState& state,
+                                           const void* kt, int mask) {
+  const AttentionParams& p = state.params;
+  const CudnnPath& c = state.cudnn;
+  std::byte* ws = ctx.workspace.data();
+  AMPC_RETURN_IF_ERROR(transposed(ctx, kt, ws + c.k, p.batch, p.d, p.s, state.dtype));
+  if (!p.has_mask) return nullptr;
+  AMPC_RETURN_IF_ERROR(
+      launched(launch_attention_bias(*elem_of(state.dtype), ctx.input(mask).data, ws + c.bias,
+                                     c.bias_b, c.bias_h, c.heads, p, stream_of(ctx)),
+               ctx));
+  return ws + c.bias;
+}
+
+absl::Status attention_cudnn(const KernelContext& ctx, const AttentionState& state) {
+  const CudnnPath& c = state.cudnn;
+  std::byte* ws = ctx.workspace.data();
+  AMPC_ASSIGN_OR_RETURN(const void* bias, cudnn_operands(ctx, state, ctx.input(1).data, 3));
+  const CudnnAttentionArgs args{
+      .q = ctx.input(0).data,
+      .k = ws + c.k,
+      .v = ctx.input(2).data,
+      .bias = bias,
+      .o = ctx.output(0).data,
+      .stats = ctx.has_output(1) ? static_cast<float*>(ctx.output(1).data) : nullptr};
+  return c.graph->run(static_cast<cudnnHandle_t>(ctx.exec->cudnn), args, ws + c.library);
+}
+
+absl::Status attention_grad_cudnn(const KernelContext& ctx, const AttentionState& state) {
+  const AttentionParams& p = state.params;
+  const CudnnPath& c = state.cudnn;
+  std::byte* ws = ctx.workspace.data();
+  AMPC_ASSIGN_OR_RETURN(const void* bias, cudnn_operands(ctx, state, ctx.input(2).data, 6));
+  const CudnnAttentionArgs args{.q = ctx.input(1).data,
+                                .k = ws + c.k,
+                                .v = ctx.input(3).data,
+                                .bias = bias,
+                                .o_in = ctx.input(4).data,
+                                .d_o = ctx.input(0).data,
+                                .stats_in = static_cast<const float*>(ctx.input(5).data),
+                                .dq = ctx.output(0).data,
+                                .dk = ws + c.dk,
+                                .dv = ctx.output(2).data};
+  AMPC_RETURN_IF_ERROR(
+      c.graph->run(static_cast<cudnnHandle_t>(ctx.exec->cudnn), args, ws + c.library));
+  return transposed(ctx, ws + c.dk, ctx.output(1).data, p.batch, p.s, p.d, state.dtype);
+}
+
 // Q, Kt and V are operands `first` .. `first + 2`; the mask is operand `mask`.
 absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ctx, int first,
                                                          int mask) {
@@ -300,15 +426,6 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ct
   p.scale = ctx.node.float_attr("scale");
   p.safe = ctx.node.int_attr("safe") != 0;
   state->dtype = ctx.input(first).dtype();
-  const bool grad = first == 1;
-  AMPC_ASSIGN_OR_RETURN(const bool gemm, gemm_path_asked());
-  if (gemm) AMPC_RETURN_IF_ERROR(plan_gemm_path(ctx, grad, *state));
-  if (!state->gemm && (p.s > kMaxAttentionKeys || p.t > kMaxAttentionQueries)) {
-    return absl::UnimplementedError(str_cat("attention over ", p.t, " queries and ", p.s,
-                                            " keys: the CUDA kernels hold at most ",
-                                            kMaxAttentionKeys, " keys and ", kMaxAttentionQueries,
-                                            " queries per row in shared memory"));
-  }
   if (ctx.has_input(mask)) {
     const TensorArg& m = ctx.input(mask);
     if (m.dtype() != DType::kBool && m.dtype() != DType::kF32 && m.dtype() != DType::kF16 &&
@@ -332,6 +449,28 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_params(const KernelContext& ct
     p.mask_row_stride = strides[rank - 2];
     p.mask_col_stride = strides[rank - 1];
   }
+  const bool grad = first == 1;
+  AMPC_ASSIGN_OR_RETURN(const AttentionPath path,
+                        parse_attention_path(std::getenv("AMPC_CUDA_ATTENTION")));
+  if (path == AttentionPath::kCudnn || path == AttentionPath::kCudnnOnly) {
+    const absl::Status cudnn = plan_cudnn_path(ctx, grad, !grad && ctx.has_output(1), *state);
+    if (!cudnn.ok() && path == AttentionPath::kCudnnOnly) {
+      return absl::Status(cudnn.code(),
+                          str_cat("AMPC_CUDA_ATTENTION=cudnn-only: ", cudnn.message()));
+    }
+    if (!cudnn.ok()) state->cudnn = {};
+  }
+  if (state->cudnn.graph == nullptr &&
+      (path == AttentionPath::kGemm || path == AttentionPath::kCudnn)) {
+    AMPC_RETURN_IF_ERROR(plan_gemm_path(ctx, grad, *state));
+  }
+  if (state->cudnn.graph == nullptr && !state->gemm &&
+      (p.s > kMaxAttentionKeys || p.t > kMaxAttentionQueries)) {
+    return absl::UnimplementedError(str_cat("attention over ", p.t, " queries and ", p.s,
+                                            " keys: the CUDA kernels hold at most ",
+                                            kMaxAttentionKeys, " keys and ", kMaxAttentionQueries,
+                                            " queries per row in shared memory"));
+  }
   return state;
 }
 
@@ -342,7 +481,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_attention(const KernelContext&
 absl::StatusOr<std::unique_ptr<KernelState>> init_attention_grad(const KernelContext& ctx) {
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<KernelState> state, init_params(ctx, 1, 6));
   const auto& attention = static_cast<const AttentionState&>(*state);
-  if (!attention.gemm) {
+  if (attention.cudnn.graph == nullptr && !attention.gemm) {
     state->workspace_bytes =
         attention_grad_workspace_floats(attention.params) * static_cast<int64_t>(sizeof(float));
   }
@@ -355,6 +494,7 @@ const void* mask_of(const KernelContext& ctx, int index) {
 
 absl::Status attention(const KernelContext& ctx) {
   const auto& state = static_cast<const AttentionState&>(*ctx.state);
+  if (state.cudnn.graph != nullptr) return attention_cudnn(ctx, state);
   if (state.gemm) return attention_gemm(ctx, state);
   float* lse = ctx.has_output(1) ? static_cast<float*>(ctx.output(1).data) : nullptr;
   return launched(
@@ -365,6 +505,7 @@ absl::Status attention(const KernelContext& ctx) {
 
 absl::Status attention_grad(const KernelContext& ctx) {
   const auto& state = static_cast<const AttentionState&>(*ctx.state);
+  if (state.cudnn.graph != nullptr) return attention_grad_cudnn(ctx, state);
   if (state.gemm) return attention_grad_gemm(ctx, state);
   return launched(
       launch_attention_grad(

@@ -295,6 +295,21 @@ __global__ void attention_grad_scores_kernel(const float* probs, float* dprobs, 
   }
 }
 
+// The mask as cuDNN's additive bias [bias_b, bias_h, T, S] of T: entry (bb, hh) is batch entry
+// bb * heads + hh (each 0 along an extent of 1, which the mask does not vary over).
+template <typename T>
+__global__ void attention_bias_kernel(const void* mask, T* bias, int64_t n, int64_t bias_h,
+                                      int64_t heads, AttentionParams p) {
+  for (int64_t k = global_thread(); k < n; k += grid_threads()) {
+    const int64_t j = k % p.s;
+    const int64_t i = (k / p.s) % p.t;
+    const int64_t entry = k / (p.s * p.t);
+    const int64_t b = (entry / bias_h) * heads + entry % bias_h;
+    bias[k] = store<T>(masked(
+        p, mask, mask_batch_offset(p, b) + i * p.mask_row_stride + j * p.mask_col_stride, 0.0f));
+  }
+}
+
 unsigned row_blocks(int64_t rows) {
   return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 * 8 ? 65535 * 8 : rows));
 }
@@ -371,6 +386,26 @@ cudaError_t launch_attention_grad_scores(const float* probs, float* dprobs, cons
   if (rows * s == 0) return cudaGetLastError();
   attention_grad_scores_kernel<<<blocks_for(rows * s), kThreads, 0, stream>>>(probs, dprobs, delta,
                                                                               rows * s, s);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_attention_bias(Elem type, const void* mask, void* bias, int64_t bias_b,
+                                  int64_t bias_h, int64_t heads, const AttentionParams& params,
+                                  cudaStream_t stream) {
+  const int64_t n = bias_b * bias_h * params.t * params.s;
+  if (n == 0) return cudaGetLastError();
+  switch (type) {
+    case Elem::kF16:
+      attention_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+          mask, static_cast<Float16*>(bias), n, bias_h, heads, params);
+      break;
+    case Elem::kBF16:
+      attention_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+          mask, static_cast<BFloat16*>(bias), n, bias_h, heads, params);
+      break;
+    default:
+      return cudaErrorInvalidValue;
+  }
   return cudaGetLastError();
 }
 

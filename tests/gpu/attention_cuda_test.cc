@@ -3,7 +3,8 @@
 // for reductions (both accumulate in f32; the CUDA block reduces the row's maximum and sum as a
 // tree where the CPU adds sequentially), in f32, f16 and bf16, with a bool mask and a bias, and
 // for rows longer than a block (300 keys over 256 threads), and safe with rows that keep no
-// key (0, with no gradient).
+// key (0, with no gradient). Then cuDNN's fused attention (AMPC_CUDA_ATTENTION=cudnn-only, so
+// a node cuDNN refuses fails the test instead of falling back) against the same CPU kernels.
 #include <random>
 
 #include "gtest/gtest.h"
@@ -52,6 +53,47 @@ INSTANTIATE_TEST_SUITE_P(
       const Case& c = info.param;
       return str_cat(dtype_name(c.dtype), c.shape.bias ? "_bias" : "_mask", "_t", c.shape.t,
                      c.shape.safe ? "_safe_padded" : "");
+    });
+
+// cuDNN rounds the probabilities to the I/O type before the product with V, and dS before the
+// products with K and Q (runtime/cuda/cudnn_attention.h): each output is a sum of terms each
+// within one rounding (u) of the CPU's, so the norm-wise error stays within a few u; 8 u leaves
+// room for the f32 sums' order and still fails a wrong layout, scale or mask (errors near 1).
+class CudnnAttentionCuda : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CudnnAttentionCuda, MatchesTheCpuKernels) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  const Case& c = GetParam();
+  std::mt19937 rng(11);
+  const std::map<std::string, Tensor> inputs = testing::attention_inputs(c.shape, rng);
+  const auto cpu = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCpu);
+  testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn-only");
+  const auto cuda = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCuda);
+  ASSERT_EQ(cpu.size(), 4u);
+  ASSERT_EQ(cuda.size(), 4u);
+  const double u = c.dtype == DType::kF16 ? 0x1p-11 : 0x1p-8;
+  for (const auto& [name, want] : cpu) {
+    const double error = testing::relative_error(cuda.at(name), want);
+    std::printf("%s in %s on cuDNN, T = %lld: against the CPU %.3g (%.2f u)\n", name.c_str(),
+                std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.shape.t), error,
+                error / u);
+    EXPECT_LT(error, 8 * u) << name;
+  }
+}
+
+// Head dims cuDNN takes (multiples of 8 up to 128), T not a multiple of its tiles, a bool mask
+// (Where) and a bias (Add, Q and Kt each scaled), both causal, and one head against several.
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, CudnnAttentionCuda,
+    ::testing::Values(
+        Case{{.batch = 2, .heads = 3, .t = 100, .d = 64, .dv = 64}, DType::kF16},
+        Case{{.batch = 2, .heads = 3, .t = 100, .d = 64, .dv = 64}, DType::kBF16},
+        Case{{.batch = 1, .heads = 2, .t = 128, .d = 128, .dv = 128, .bias = true}, DType::kBF16},
+        Case{{.batch = 3, .heads = 1, .t = 64, .d = 32, .dv = 32, .bias = true}, DType::kF16}),
+    [](const auto& info) {
+      const Case& c = info.param;
+      return str_cat(dtype_name(c.dtype), c.shape.bias ? "_bias" : "_mask", "_b", c.shape.batch,
+                     "_h", c.shape.heads, "_t", c.shape.t, "_d", c.shape.d);
     });
 
 }  // namespace

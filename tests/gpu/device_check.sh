@@ -61,13 +61,16 @@ if want tests; then
       timeout --kill-after=5 "${AMPC_TEST_S:-120}" .device/run.sh bin/$t \
         --gtest_output="xml:'"$xml"'/$t.xml" || echo "== $t FAILED (exit $?)"
     done' >"$out/gpu-tests.log" 2>&1
-  # The attention kernels' GEMM path (AMPC_CUDA_ATTENTION=gemm, not yet the default) too.
-  phase gpu-tests-gemm-attention "${AMPC_TEST_S:-120}" env AMPC_CUDA_ATTENTION=gemm \
-    AMPC_PARITY_OPS=Attention,AttentionGrad bash -c '
-    for t in attention_cuda_test fused_cuda_test backend_parity_test; do
-      echo "== $t (AMPC_CUDA_ATTENTION=gemm)"
-      .device/run.sh bin/$t || echo "== $t (AMPC_CUDA_ATTENTION=gemm) FAILED (exit $?)"
-    done' >>"$out/gpu-tests.log" 2>&1
+  # The attention kernels' GEMM and cuDNN paths (AMPC_CUDA_ATTENTION=gemm or cudnn, not yet the
+  # default) too; cudnn falls back to gemm where cuDNN does not apply.
+  for path in gemm cudnn; do
+    phase "gpu-tests attention=$path" "${AMPC_TEST_S:-120}" env AMPC_CUDA_ATTENTION=$path \
+      AMPC_PARITY_OPS=Attention,AttentionGrad bash -c '
+      for t in attention_cuda_test fused_cuda_test backend_parity_test; do
+        echo "== $t (AMPC_CUDA_ATTENTION=$AMPC_CUDA_ATTENTION)"
+        .device/run.sh bin/$t || echo "== $t (AMPC_CUDA_ATTENTION=$AMPC_CUDA_ATTENTION) FAILED"
+      done' >>"$out/gpu-tests.log" 2>&1
+  done
   tar -C "$xml" -cf "$out/gpu-tests-xml.tar" . 2>/dev/null
   note "$(grep -cE '^\[       OK \]' "$out/gpu-tests.log") ok, $(grep -cE '^\[  FAILED  \]' "$out/gpu-tests.log") failed lines, $(grep -cE '^\[  SKIPPED \]' "$out/gpu-tests.log") skipped"
 fi
@@ -81,7 +84,7 @@ if want anchors; then  # training steps beside PyTorch on GPT-2-124M, ResNet-18 
   # Where GPT-2's bf16 step goes (AMPC_PROFILE), with each attention path.
   timeout 60 python3 tools/gpu_step_bench.py --export-only /tmp/anchor-models --only gpt2 \
     >/dev/null 2>&1
-  for path in rows gemm; do
+  for path in rows gemm cudnn; do
     phase "profile gpt2 attention=$path" 60 env AMPC_PROFILE=1 AMPC_CUDA_ATTENTION=$path \
       .device/run.sh bin/ampc bench /tmp/anchor-models/gpt2-124m.onnx \
       --data /tmp/anchor-models/gpt2-124m.npz --device cuda --precision bf16 --optimizer adamw \

@@ -9,6 +9,7 @@
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
+#include "runtime/cuda/attention_path.h"
 #include "runtime/kernel.h"
 #include "runtime/plan.h"
 #include "tests/op_sample_graph.h"
@@ -89,35 +90,46 @@ TEST(CudaKernelInit, EverySampleTheCpuRunsLoadsOnCudaUpToTheDevice) {
                                 << str_join(rejected, "\n");
 }
 
+// The CUDA kernel state of the one node of `text` (an ampc.Attention over f16 or bf16 operands
+// [1, 2, 8, 64] and Kt [1, 2, 64, keys]), made at load on a context with no stream or handles.
+absl::StatusOr<std::unique_ptr<KernelState>> attention_state(const std::string& text) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (graph == nullptr) return absl::InvalidArgumentError("the test graph did not parse");
+  ExecutionContext exec;
+  exec.device = Device::kCuda;
+  const Node& node = *graph->nodes().front();
+  AMPC_ASSIGN_OR_RETURN(const KernelDef* kernel,
+                        KernelRegistry::global().resolve(node, Device::kCuda));
+  KernelContext ctx{.node = node, .inputs = {}, .outputs = {}, .workspace = {}};
+  ctx.exec = &exec;
+  for (const Value* operand : node.operands()) {
+    ctx.inputs.push_back(TensorArg{&operand->type(), nullptr});
+  }
+  for (int i = 0; i < node.num_outputs(); ++i) {
+    ctx.outputs.push_back(TensorArg{&node.output(i)->type(), nullptr});
+  }
+  return kernel->init(ctx);
+}
+
+std::string attention_graph(int64_t keys, std::string_view dtype = "f16",
+                            std::string_view mask = "", std::string_view safe = "0") {
+  const std::string t(dtype);
+  const std::string mask_input = mask.empty() ? "" : str_cat(", %m: ", mask);
+  return str_cat("graph g(%q: ", t, "[1,2,8,64], %kt: ", t, "[1,2,64,", keys, "], %v: ", t, "[1,2,",
+                 keys, ",64]", mask_input, R"() opset(17, "ampc": 1) {
+        %y, %lse = ampc.Attention<scale=0.125, safe=)",
+                 safe, ">(%q, %kt, %v", mask.empty() ? "" : ", %m", ") : ", t,
+                 "[1,2,8,64], f32[1,2,8]\n        return %y\n      }");
+}
+
 // ampc.Attention's CUDA kernels hold one row of scores in shared memory: a longer row is refused
 // at load, naming the limit, instead of failing at launch.
 TEST(CudaKernelInit, AttentionRowsLongerThanSharedMemoryAreRefusedAtLoad) {
 #if !defined(AMPC_HAVE_CUDA)
   GTEST_SKIP() << "built without CUDA";
 #endif
-  ExecutionContext exec;
-  exec.device = Device::kCuda;
   for (const int64_t keys : {int64_t{4096}, int64_t{12033}}) {
-    std::unique_ptr<Graph> graph = testing::parse_or_fail(str_cat(R"(
-      graph g(%q: f16[1,2,8,64], %kt: f16[1,2,64,)",
-                                                                  keys, R"(], %v: f16[1,2,)", keys,
-                                                                  R"(,64]) opset(17, "ampc": 1) {
-        %y, %lse = ampc.Attention<scale=0.125>(%q, %kt, %v) : f16[1,2,8,64], f32[1,2,8]
-        return %y
-      })"));
-    ASSERT_NE(graph, nullptr);
-    const Node& node = *graph->nodes().front();
-    absl::StatusOr<const KernelDef*> kernel = KernelRegistry::global().resolve(node, Device::kCuda);
-    ASSERT_TRUE(kernel.ok()) << kernel.status();
-    KernelContext ctx{.node = node, .inputs = {}, .outputs = {}, .workspace = {}};
-    ctx.exec = &exec;
-    for (const Value* operand : node.operands()) {
-      ctx.inputs.push_back(TensorArg{&operand->type(), nullptr});
-    }
-    for (int i = 0; i < node.num_outputs(); ++i) {
-      ctx.outputs.push_back(TensorArg{&node.output(i)->type(), nullptr});
-    }
-    absl::StatusOr<std::unique_ptr<KernelState>> state = (*kernel)->init(ctx);
+    absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(attention_graph(keys));
     if (keys <= 12032) {
       EXPECT_TRUE(state.ok()) << state.status();
     } else {
@@ -125,6 +137,55 @@ TEST(CudaKernelInit, AttentionRowsLongerThanSharedMemoryAreRefusedAtLoad) {
       EXPECT_NE(state.status().message().find("at most 12032 keys"), std::string::npos)
           << state.status();
     }
+  }
+}
+
+TEST(CudaKernelInit, AmpcCudaAttentionNamesItsFourPathsAndRefusesAnyOther) {
+  using cuda::AttentionPath;
+  EXPECT_EQ(*cuda::parse_attention_path(nullptr), AttentionPath::kRows);
+  EXPECT_EQ(*cuda::parse_attention_path("rows"), AttentionPath::kRows);
+  EXPECT_EQ(*cuda::parse_attention_path("gemm"), AttentionPath::kGemm);
+  EXPECT_EQ(*cuda::parse_attention_path("cudnn"), AttentionPath::kCudnn);
+  EXPECT_EQ(*cuda::parse_attention_path("cudnn-only"), AttentionPath::kCudnnOnly);
+  for (const char* bad : {"", "flash", "CUDNN"}) {
+    absl::StatusOr<AttentionPath> path = cuda::parse_attention_path(bad);
+    ASSERT_FALSE(path.ok()) << bad;
+    EXPECT_NE(path.status().message().find(str_cat("AMPC_CUDA_ATTENTION=", bad, ":")),
+              std::string::npos)
+        << path.status();
+    EXPECT_NE(path.status().message().find("`cudnn-only`"), std::string::npos) << path.status();
+  }
+}
+
+// AMPC_CUDA_ATTENTION=cudnn takes cuDNN's fused attention where it applies and falls back where
+// it does not (here, with no device, nowhere): the node still loads. cudnn-only refuses at load
+// instead, saying why: an f32 node, a `safe` node with a mask, or what cuDNN itself refused.
+TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
+#if !defined(AMPC_HAVE_CUDA)
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  {
+    testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn");
+    for (const std::string& text :
+         {attention_graph(16), attention_graph(16, "bf16", "bool[8,16]"),
+          attention_graph(16, "f32"), attention_graph(16, "bf16", "bool[8,16]", "1")}) {
+      absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(text);
+      EXPECT_TRUE(state.ok()) << state.status() << "\n" << text;
+    }
+  }
+  testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn-only");
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {attention_graph(16, "f32"), "reads f16 or bf16 operands only"},
+      {attention_graph(16, "bf16", "bool[8,16]", "1"), "`safe` with a mask"},
+      // No device here: cuDNN (or the build, without the frontend) refuses the graph itself.
+      {attention_graph(16, "bf16", "f32[1,1,8,16]"), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64"}};
+  for (const auto& [text, why] : refusals) {
+    absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(text);
+    ASSERT_FALSE(state.ok()) << text;
+    std::printf("refused: %s\n", std::string(state.status().message()).c_str());
+    EXPECT_NE(state.status().message().find("AMPC_CUDA_ATTENTION=cudnn-only: "), std::string::npos)
+        << state.status();
+    EXPECT_NE(state.status().message().find(why), std::string::npos) << state.status();
   }
 }
 
