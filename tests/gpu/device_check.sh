@@ -14,6 +14,7 @@
 #   AMPC_CHECK_PHASES="tests anchors bench torch steps profile memcheck racecheck"   the phases
 #                                       (default: all)
 #   AMPC_ANCHORS="gpt2 mlp resnet18"   the workloads of the anchors phase
+#   AMPC_ANCHORS_ATTENTION=cudnn       AMPC_CUDA_ATTENTION for the anchors (default cudnn)
 #   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
 #                                       empty: every op)
 set -uo pipefail
@@ -76,7 +77,8 @@ if want tests; then
 fi
 if want anchors; then  # training steps beside PyTorch on GPT-2-124M, ResNet-18 and an MLP
   for w in ${AMPC_ANCHORS:-gpt2 mlp resnet18}; do
-    phase "anchors $w" "${AMPC_ANCHORS_S:-150}" env PYTHONUNBUFFERED=1 python3 \
+    phase "anchors $w" "${AMPC_ANCHORS_S:-150}" env PYTHONUNBUFFERED=1 \
+      AMPC_CUDA_ATTENTION="${AMPC_ANCHORS_ATTENTION:-cudnn}" python3 \
       tools/gpu_step_bench.py --ampc ".device/run.sh bin/ampc" --only "$w" \
       --out "/tmp/anchors-$w.json" >>"$out/anchors.txt" 2>&1
   done
@@ -103,7 +105,9 @@ if want steps; then  # training steps through `ampc bench`: as built, without fu
   export AMPC_KERNEL_CACHE=/tmp/ampc-kernels
   for m in mlp cnn tiny_gpt; do
     for p in fp32 bf16 fp16; do
-      for variant in "" --no-fuse "--cuda-graph off"; do
+      # --comm nccl: a data-parallel group of one through NCCL, whose step beside the plain one
+      # is what the bucketed all-reduce costs when the backward does not hide it (issue 17).
+      for variant in "" --no-fuse "--cuda-graph off" "--comm nccl"; do
         phase "bench $m $p ${variant:-fused}" "${AMPC_STEPS_S:-60}" .device/run.sh bin/ampc bench \
           models/$m.onnx --data models/$m.train.npz --device cuda --precision $p --steps 200 \
           $variant >>"$out/steps.txt" 2>&1
