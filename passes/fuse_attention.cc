@@ -16,7 +16,8 @@
 // the pattern must have the pattern's next node as its only reader, so nothing that is read
 // elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
 // type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to
-// the scores. Anything else (a soft cap, a mask before the scale, a finite fill value whose
+// the scores. A bias Where(C, 0, -inf) with a bool C becomes the bool mask C (prefer_bool_mask).
+// Anything else (a soft cap, a mask before the scale, a finite fill value whose
 // fully masked rows would differ) stays unfused. The ONNX Attention op, which the importer
 // expands into this pattern, fuses the same way when its mask is causal or a float bias.
 // Assumes: static shapes; runs on the training step before autodiff (so the backward is the
@@ -139,6 +140,7 @@ class Matcher {
         // The structure first: walking back from the scores operand to a weight would visit
         // the layers above the attention.
         if (match_scaled(node->operand(1 - bias), value->shape()) && !reads_weights(b)) {
+          prefer_bool_mask(value->shape());
           return true;
         }
         match_.nodes.resize(mark);
@@ -147,6 +149,31 @@ class Matcher {
       return false;
     }
     return match_scaled(value, value->shape());
+  }
+
+  // A bias Where(C, 0, -inf) or Where(C, -inf, 0) with a bool C (as PyTorch's exports compute a
+  // causal or padding mask), maybe cast, is the bool mask C: adding 0 leaves a score as it is and
+  // -inf masks it out as the bool mask does, so the fused node reads C (one byte a score, and
+  // what cuDNN's attention takes exactly; runtime/cuda/attention.cc). The Where stays for its
+  // other readers, or for dce.
+  void prefer_bool_mask(const Shape& scores_shape) {
+    Value* b = match_.mask;
+    while (is_op(b->producer(), "Cast") && is_float(b->producer()->operand(0)->dtype())) {
+      b = b->producer()->operand(0);
+    }
+    Node* where = b->producer();
+    if (!is_op(where, "Where") || where->operand(0)->dtype() != DType::kBool ||
+        !broadcasts(where->operand(0)->shape(), scores_shape)) {
+      return;
+    }
+    for (int zero : {1, 2}) {
+      const std::optional<double> z = constant_scalar(where->operand(zero));
+      const std::optional<double> fill = constant_scalar(where->operand(3 - zero));
+      if (!z || *z != 0 || !fill || !std::isinf(*fill) || *fill > 0) continue;
+      match_.mask = where->operand(0);
+      match_.mask_keep = zero == 1 ? 1 : 0;  // Where(C, 0, -inf) keeps where C is true
+      return;
+    }
   }
 
   // [Mul or Div by a constant scalar] back to MatMul(Q, Kt), which produces `scores_shape`.

@@ -31,7 +31,8 @@ inline void mark_constants(Graph& graph) {
 struct AttentionCase {
   int64_t batch = 2, heads = 2, t = 16, d = 8, dv = 5;
   // The mask as an additive 0 / `fill` bias (Add) with Q and Kt scaled, else bool (Where) with
-  // the scores scaled.
+  // the scores scaled; none unless `masked`.
+  bool masked = true;
   bool bias = false;
   std::string fill = "-inf";
   // Keys 0 .. padded - 1 are masked for every query besides the causal mask (left padding): the
@@ -64,9 +65,11 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   // scaled_dot_product_attention; else the scores are scaled.
   text += c.bias ? str_cat("  init %c_root: ", t, "[] = [0.6123724356957945]\n")
                  : str_cat("  init %c_scale: ", t, "[] = [0.375]\n");
-  text += str_cat("  init %c_ninf: ", t, "[] = [-inf]\n");
-  text +=
-      str_cat("  init %c_mask: ", c.bias ? t : "bool", "[", c.t, ",", c.t, "] = [", mask, "]\n");
+  if (c.masked) {
+    text += str_cat("  init %c_ninf: ", t, "[] = [-inf]\n");
+    text +=
+        str_cat("  init %c_mask: ", c.bias ? t : "bool", "[", c.t, ",", c.t, "] = [", mask, "]\n");
+  }
   text += str_cat("  %kt = Transpose<perm=[0, 1, 3, 2]>(%k) : ", t, shape(c.t, c.d), "\n");
   if (c.bias) {
     text += str_cat("  %qs = Mul(%q, %c_root) : ", t, shape(c.d, c.t), "\n");
@@ -76,9 +79,11 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
     text += str_cat("  %s = MatMul(%q, %kt) : ", t, scores, "\n");
     text += str_cat("  %sc = Mul(%s, %c_scale) : ", t, scores, "\n");
   }
-  text += c.bias ? str_cat("  %sm = Add(%sc, %c_mask) : ", t, scores, "\n")
-                 : str_cat("  %sm = Where(%c_mask, %sc, %c_ninf) : ", t, scores, "\n");
-  std::string softmax_in = "%sm";
+  if (c.masked) {
+    text += c.bias ? str_cat("  %sm = Add(%sc, %c_mask) : ", t, scores, "\n")
+                   : str_cat("  %sm = Where(%c_mask, %sc, %c_ninf) : ", t, scores, "\n");
+  }
+  std::string softmax_in = c.masked ? "%sm" : "%sc";
   if (wide != t) {
     text += str_cat("  %sw = Cast<to=", wide, ">(%sm) : ", wide, scores, "\n");
     softmax_in = "%sw";

@@ -3,8 +3,9 @@
 //
 // Three ways to run them, chosen by AMPC_CUDA_ATTENTION (attention_path.h):
 // - cuDNN's fused flash attention (`cudnn`, `cudnn-only`; cudnn_attention.h), for f16 and bf16
-//   where cuDNN has an engine for the shapes and the node is not `safe` with a mask (cuDNN gives
-//   a row that keeps no key NaN, not 0). Kt is transposed into K [.., S, D] (cuDNN wants the
+//   where cuDNN has an engine for the shapes, the mask (if any) is bool or of the operands' type,
+//   and the node is not `safe` with a mask (cuDNN gives a row that keeps no key NaN, not 0); see
+//   plan_cudnn_path for the rest. Kt is transposed into K [.., S, D] (cuDNN wants the
 //   head dim contiguous) and the mask made an additive bias of the I/O type (0 / -inf for a bool
 //   mask) in the workspace; the backward transposes cuDNN's dK back into dKt. cuDNN rounds the
 //   probabilities to the I/O type before the product with V (and dS before the products with K
@@ -42,6 +43,8 @@ namespace {
 // that alone needs more than kGemmEntryBytes runs on the row kernels).
 inline constexpr int64_t kGemmChunkBytes = int64_t{256} << 20;
 inline constexpr int64_t kGemmEntryBytes = int64_t{1} << 30;
+// The most workspace cuDNN's fused attention may take for one node.
+inline constexpr int64_t kCudnnWorkspaceBytes = int64_t{1} << 30;
 
 // Where the GEMM path keeps a chunk's f32 values in the workspace (offsets in floats; -1: not
 // kept, the operand read or the output written in place as f32).
@@ -298,6 +301,18 @@ absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
         "cuDNN's fused attention gives a row that keeps no key NaN, and this node is `safe` with "
         "a mask (0 there)");
   }
+  if (p.has_mask && p.mask_type != Elem::kBool && p.mask_type != *elem_of(state.dtype)) {
+    return absl::UnimplementedError(
+        "cuDNN's fused attention adds the mask in the operands' type, which would round this "
+        "node's wider float mask (a bool mask, or a float one of the operands' type, goes)");
+  }
+  // Before cuDNN 9.26 its Hopper backward with a bias can give NaN where S is no multiple of
+  // 128 (the frontend works around it only up to 9.15): the other paths take those.
+  if (grad && p.has_mask && p.s % 128 != 0 && cudnnGetVersion() < 92600) {
+    return absl::UnimplementedError(
+        str_cat("cuDNN ", cudnnGetVersion(), "'s attention backward with a mask over ", p.s,
+                " keys (no multiple of 128) is not trusted before cuDNN 9.26"));
+  }
   CudnnPath& c = state.cudnn;
   c.heads = p.batch_rank > 0 ? p.batch_dims[p.batch_rank - 1] : 1;
   CudnnAttentionProblem problem{.dtype = state.dtype,
@@ -319,6 +334,13 @@ absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
   }
   AMPC_ASSIGN_OR_RETURN(
       c.graph, CudnnAttention::create(problem, static_cast<cudnnHandle_t>(ctx.exec->cudnn)));
+  // The deterministic backward keeps dP per tile pair: at long sequences more than a workspace
+  // should hold.
+  if (c.graph->workspace_bytes() > kCudnnWorkspaceBytes) {
+    return absl::UnimplementedError(str_cat(
+        "cuDNN's fused attention (", c.graph->describe(), ") asks ", c.graph->workspace_bytes(),
+        " bytes of workspace, over ampc's ", kCudnnWorkspaceBytes));
+  }
   const int64_t element = dtype_size(state.dtype);
   int64_t next = 0;
   const auto take = [&](int64_t bytes) {

@@ -193,6 +193,7 @@ absl::StatusOr<std::shared_ptr<const CudnnAttention>> CudnnAttention::create(
     if (std::shared_ptr<const CudnnAttention> shared = it->second.lock()) return shared;
   }
   AMPC_ASSIGN_OR_RETURN(std::shared_ptr<const CudnnAttention> attention, make(p, handle));
+  std::erase_if(*built, [](const auto& entry) { return entry.second.expired(); });
   (*built)[k] = attention;
   return attention;
 }

@@ -171,6 +171,59 @@ TEST(FuseAttention, BiasesFromAFoldedBoolMaskFuse) {
     })");
 }
 
+// A bias of 0 and -inf computed by Where from a bool condition (GPT-2's causal mask through
+// PyTorch's TorchScript export, maybe cast by autocast) is that condition as a bool mask: kept
+// where the 0 is. The Where, read by nothing now, is left to dce.
+TEST(FuseAttention, ABiasOfZeroAndMinusInfinityFromABoolConditionIsThatBoolMask) {
+  for (const bool zero_first : {true, false}) {
+    const std::string where =
+        zero_first ? "Where(%c, %c_zero, %c_ninf)" : "Where(%c, %c_ninf, %c_zero)";
+    const std::string head = R"(
+    graph g(%q: f16[2,3,2], %kt: f16[2,2,3], %v: f16[2,3,2], %c: bool[3,3]) opset(17) {
+      init %c_zero: f32[] = [0.0]
+      init %c_ninf: f32[] = [-inf]
+      %b = )" + where + R"( : f32[3,3]
+      %bh = Cast<to=f16>(%b) : f16[3,3]
+)";
+    expect_fusion(
+        head + R"(
+      %s = MatMul(%q, %kt) : f16[2,3,3]
+      %sb = Add(%s, %bh) : f16[2,3,3]
+      %p = Softmax(%sb) : f16[2,3,3]
+      %y = MatMul(%p, %v) : f16[2,3,2]
+      return %y
+    })",
+        head + str_cat(R"(
+      %y, %y.lse = ampc.Attention<mask_keep=)",
+                       zero_first ? 1 : 0, R"(, scale=1.0>(%q, %kt, %v, %c) : f16[2,3,2], f32[2,3]
+      return %y
+    })"));
+  }
+  // A finite fill (rows with no key are uniform, not NaN) or a nonzero kept value stays a bias.
+  for (const std::string& where :
+       {std::string("Where(%c, %c_zero, %c_low)"), std::string("Where(%c, %c_one, %c_ninf)")}) {
+    const std::string head = R"(
+    graph g(%q: f32[3,2], %kt: f32[2,3], %v: f32[3,2], %c: bool[3,3]) opset(17) {
+      init %c_zero: f32[] = [0.0]
+      init %c_one: f32[] = [1.0]
+      init %c_low: f32[] = [-10000.0]
+      init %c_ninf: f32[] = [-inf]
+      %b = )" + where + R"( : f32[3,3]
+)";
+    expect_fusion(head + R"(
+      %s = MatMul(%q, %kt) : f32[3,3]
+      %sb = Add(%s, %b) : f32[3,3]
+      %p = Softmax(%sb) : f32[3,3]
+      %y = MatMul(%p, %v) : f32[3,2]
+      return %y
+    })",
+                  head + R"(
+      %y, %y.lse = ampc.Attention<scale=1.0>(%q, %kt, %v, %b) : f32[3,2], f32[3]
+      return %y
+    })");
+  }
+}
+
 // The dynamo exporter's default optimizer lifts the square-root scale into a one-element
 // initializer named val_<n>, which autodiff takes as a constant (not a weight; passes/mask_data.h),
 // and so does the fusion. A [1] initializer named as a module's parameter stays a weight: see
@@ -371,6 +424,25 @@ TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
       EXPECT_LT(fused_error, 8 * u * std::sqrt(static_cast<double>(c.t)));
       EXPECT_LE(fused_error, 2 * unfused_error + 4 * u);
     }
+  }
+}
+
+// Without a mask the pattern fuses too (cuDNN's path runs it without a bias): the fused node
+// agrees with the unfused graph to f64 rounding in f64, and within 8 u sqrt(T) in f32.
+TEST(FusedAttention, TheUnmaskedPatternFusesAndMatchesTheUnfusedGraph) {
+  const testing::AttentionCase c{.t = 37, .masked = false};
+  std::mt19937 rng(13);
+  const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
+  const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
+  const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+  const auto fused32 = testing::run_attention(DType::kF32, c, true, inputs);
+  ASSERT_EQ(reference.size(), 4u);
+  ASSERT_EQ(fused64.size(), 4u);
+  ASSERT_EQ(fused32.size(), 4u);
+  for (const auto& [name, want] : reference) {
+    EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+    EXPECT_LT(testing::relative_error(fused32.at(name), want), 8 * 0x1p-24 * std::sqrt(37.0))
+        << name << " in f32";
   }
 }
 

@@ -159,7 +159,8 @@ TEST(CudaKernelInit, AmpcCudaAttentionNamesItsFourPathsAndRefusesAnyOther) {
 
 // AMPC_CUDA_ATTENTION=cudnn takes cuDNN's fused attention where it applies and falls back where
 // it does not (here, with no device, nowhere): the node still loads. cudnn-only refuses at load
-// instead, saying why: an f32 node, a `safe` node with a mask, or what cuDNN itself refused.
+// instead, saying why: an f32 node, a `safe` node with a mask, a float mask wider than the
+// operands, or what cuDNN itself refused.
 TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
 #if !defined(AMPC_HAVE_CUDA)
   GTEST_SKIP() << "built without CUDA";
@@ -177,8 +178,9 @@ TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
   const std::vector<std::pair<std::string, std::string>> refusals = {
       {attention_graph(16, "f32"), "reads f16 or bf16 operands only"},
       {attention_graph(16, "bf16", "bool[8,16]", "1"), "`safe` with a mask"},
+      {attention_graph(16, "bf16", "f32[1,1,8,16]"), "would round this node's wider float mask"},
       // No device here: cuDNN (or the build, without the frontend) refuses the graph itself.
-      {attention_graph(16, "bf16", "f32[1,1,8,16]"), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64"}};
+      {attention_graph(16, "bf16", "bf16[1,1,8,16]"), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64"}};
   for (const auto& [text, why] : refusals) {
     absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(text);
     ASSERT_FALSE(state.ok()) << text;
