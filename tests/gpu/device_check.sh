@@ -8,13 +8,14 @@
 # benchmarks and PyTorch's figures for the same workloads, `ampc bench` on the example models'
 # training steps (fused and not; each fused body compiles
 # with NVRTC when the session loads, before the timed steps, and is kept in $AMPC_KERNEL_CACHE),
-# Nsight Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over the forward,
-# parity and conformance tests, and racecheck over the kernels that use shared memory. Logs go to
+# Nsight Compute on the bandwidth benchmarks' kernels, compute-sanitizer memcheck over
+# every gpu test binary, and racecheck over the kernels that use shared memory. Logs go to
 # $OUT (at most 8 files: the device tool returns no more); the last lines printed are a summary.
 #   AMPC_CHECK_PHASES="tests anchors bench torch steps profile memcheck racecheck"   the phases
 #                                       (default: all)
 #   AMPC_ANCHORS="gpt2 mlp resnet18"   the workloads of the anchors phase
 #   AMPC_ANCHORS_ATTENTION=cudnn       AMPC_CUDA_ATTENTION for the anchors (default cudnn)
+#   AMPC_MEMCHECK_TESTS="cuda_forward_test ..."   the binaries memcheck runs (default: every one)
 #   AMPC_RACECHECK_OPS="Softmax,..."   the ops racecheck runs (default: those with shared memory;
 #                                       empty: every op)
 set -uo pipefail
@@ -124,8 +125,8 @@ if want profile; then  # Nsight Compute on one launch of each bandwidth benchmar
       --benchmark_min_time=0.01 --benchmark_repetitions=1 >>"$out/profile.txt" 2>&1
   done
 fi
-if want memcheck; then
-  for t in cuda_forward_test backend_parity_test onnx_execution_cuda_test; do
+if want memcheck; then  # every gpu test binary (AMPC_MEMCHECK_TESTS picks some)
+  for t in ${AMPC_MEMCHECK_TESTS:-$(cat .device/gpu-tests.txt)}; do
     phase "memcheck $t" "${AMPC_MEMCHECK_S:-120}" .device/run.sh compute-sanitizer --tool memcheck \
       --error-exitcode 1 --print-limit 20 .device/bin/$t >>"$out/memcheck.log" 2>&1
   done
