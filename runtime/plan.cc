@@ -76,8 +76,8 @@ class Occupancy {
     below_.resize(2 * static_cast<size_t>(leaves_));
   }
 
-  void place(const Buffer& buffer, int64_t end) {
-    add(1, 0, leaves_, buffer.first_step + 1, buffer.last_step + 1, buffer.offset, end);
+  void place(const Buffer& buffer, int64_t begin, int64_t end) {
+    add(1, 0, leaves_, buffer.first_step + 1, buffer.last_step + 1, begin, end);
   }
 
   // The lowest offset where `bytes` fit beside every placed buffer alive with `buffer`.
@@ -92,11 +92,17 @@ class Occupancy {
       bool moved = false;
       for (int64_t end; (end = cursors_[i].blocking_end(offset, bytes)) >= 0; moved = true) {
         offset = end;
+        ++probes_;
       }
+      ++probes_;
       clear = moved ? 1 : clear + 1;
     }
     return offset;
   }
+
+  // How many ranges the searches so far have looked at: their work, counted the same on every
+  // machine.
+  int64_t probes() const { return probes_; }
 
  private:
   static OffsetRanges& at(std::vector<std::unique_ptr<OffsetRanges>>& nodes, int node) {
@@ -130,6 +136,7 @@ class Occupancy {
   }
 
   int leaves_ = 1;
+  int64_t probes_ = 0;
   std::vector<std::unique_ptr<OffsetRanges>> own_;
   std::vector<std::unique_ptr<OffsetRanges>> below_;
   std::vector<OffsetRanges::Cursor> cursors_;
@@ -308,6 +315,15 @@ void Plan::assign_offsets(bool reuse_memory) {
   // they are written (first fit in time, which packs the backward's buffers into the memory the
   // forward's activations free, in backward order). Ties keep graph order: the plan is
   // deterministic.
+  //
+  // First fit in time runs first and to the end; each of the other two may then look at no more
+  // than kOrderProbeBudget times the ranges it looked at (Occupancy::probes, the same count on
+  // every machine, so the plan stays deterministic), or it is dropped. On ordinary graphs they
+  // look at about as many (1.0-1.5x on the example models and GPT-2); where tens of thousands of
+  // small buffers stay live at once in scattered holes (a DenseNet block's Concat gradients),
+  // placing the large ones first leaves every small one a search over all of them (20-25x, and
+  // growing with the graph), which made planning quadratic there (docs/benchmarks.md).
+  constexpr int64_t kOrderProbeBudget = 4;
   const auto area = [&](int b) {
     return buffers_[b].bytes * (buffers_[b].last_step - buffers_[b].first_step + 1);
   };
@@ -318,22 +334,35 @@ void Plan::assign_offsets(bool reuse_memory) {
   };
   std::vector<int64_t> best_offsets;
   int64_t best_bytes = -1;
-  for (const auto& order : orders) {
+  size_t best_order = 0;
+  int64_t budget = -1;  // set by first fit in time
+  placement_orders_dropped_ = 0;
+  for (const size_t o : {size_t{2}, size_t{0}, size_t{1}}) {
     std::vector<int> sequence = activations;
-    std::stable_sort(sequence.begin(), sequence.end(), order);
+    std::stable_sort(sequence.begin(), sequence.end(), orders[o]);
     Occupancy placed(static_cast<int>(steps_.size()));
     std::vector<int64_t> offsets(buffers_.size(), 0);
     int64_t arena = 0;
+    bool dropped = false;
     for (int b : sequence) {
-      Buffer& buffer = buffers_[b];
+      const Buffer& buffer = buffers_[b];
       const int64_t bytes = align_up(buffer.bytes);
-      buffer.offset = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
-      offsets[b] = buffer.offset;
-      arena = std::max(arena, buffer.offset + bytes);
-      if (bytes > 0) placed.place(buffer, buffer.offset + bytes);
+      offsets[b] = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
+      arena = std::max(arena, offsets[b] + bytes);
+      if (bytes > 0) placed.place(buffer, offsets[b], offsets[b] + bytes);
+      if (budget >= 0 && placed.probes() > budget) {
+        dropped = true;
+        break;
+      }
     }
-    if (best_bytes < 0 || arena < best_bytes) {
+    if (budget < 0) budget = kOrderProbeBudget * std::max<int64_t>(placed.probes(), 1024);
+    if (dropped) {
+      ++placement_orders_dropped_;
+      continue;
+    }
+    if (best_bytes < 0 || arena < best_bytes || (arena == best_bytes && o < best_order)) {
       best_bytes = arena;
+      best_order = o;
       best_offsets = std::move(offsets);
     }
   }
@@ -356,6 +385,10 @@ std::string Plan::summary() const {
   out += str_cat("activations without sharing: ", unshared_activation_bytes_, " bytes; ",
                  buffers_.size(), " buffers, ", in_place, " values written in place (",
                  in_place_state_bytes_, " bytes of state updated in place)\n");
+  if (placement_orders_dropped_ > 0) {
+    out += str_cat("placement: ", placement_orders_dropped_,
+                   " of the 3 greedy orders dropped over their search budget\n");
+  }
   return out;
 }
 

@@ -98,6 +98,9 @@ class Plan {
   bool updates_in_place(const Value* update) const;
   // The bytes of the state updates stored over their state.
   int64_t in_place_state_bytes() const { return in_place_state_bytes_; }
+  // How many of the placement orders tried (assign_offsets) were dropped for looking at more
+  // ranges than their budget allows.
+  int placement_orders_dropped() const { return placement_orders_dropped_; }
 
  private:
   Plan() = default;
@@ -109,6 +112,7 @@ class Plan {
   int64_t arena_bytes_[kNumArenas] = {0, 0, 0};
   int64_t unshared_activation_bytes_ = 0;
   int64_t in_place_state_bytes_ = 0;
+  int placement_orders_dropped_ = 0;
 };
 
 }  // namespace ampc::runtime

@@ -253,6 +253,63 @@ TEST(Plan, PlacementIsTheBestOfThreeGreedyOrdersOnRandomGraphs) {
               other_than_size);
 }
 
+// A DenseNet block as a training step: layer i multiplies the concatenation of every earlier
+// feature map by its weight. The backward splits each Concat's gradient into its parts and sums
+// every feature's parts as the layers above produce them: about layers^2 / 2 small buffers,
+// freed at scattered steps, live together in the holes the large ones leave.
+std::unique_ptr<Graph> dense_block_step(int layers) {
+  constexpr int kWidth = 4;
+  std::string text = "graph dense(%x: f32[2," + std::to_string(kWidth) + "]) opset(17) {\n";
+  std::vector<std::string> features = {"%x"};
+  for (int i = 1; i <= layers; ++i) {
+    const int in = kWidth * i;
+    std::string weights;
+    for (int e = 0; e < in * kWidth; ++e) weights += e == 0 ? "0.01" : ", 0.01";
+    text += str_cat("  init %w", i, ": f32[", in, ",", kWidth, "] = [", weights, "]\n");
+    text +=
+        str_cat("  %c", i, " = Concat<axis=1>(", str_join(features, ", "), ") : f32[2,", in, "]\n");
+    text += str_cat("  %m", i, " = MatMul(%c", i, ", %w", i, ") : f32[2,", kWidth, "]\n");
+    text += str_cat("  %f", i, " = Relu(%m", i, ") : f32[2,", kWidth, "]\n");
+    features.push_back(str_cat("%f", i));
+  }
+  text += str_cat("  %loss = ReduceSum<keepdims=0>(%f", layers, ") : f32[]\n  return %loss\n}\n");
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(text);
+  if (graph == nullptr) return nullptr;
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  Diagnostics diagnostics;
+  const absl::Status compiled = compile_graph(*graph, options, diagnostics);
+  EXPECT_TRUE(compiled.ok()) << compiled;
+  return compiled.ok() ? graph->take_training_step() : nullptr;
+}
+
+// Placing the largest buffers first leaves each of a dense block's many small gradient parts a
+// search over every hole: at 150 layers those orders look at several times the ranges first fit
+// in time does and are dropped (runtime/plan.cc, assign_offsets), and the plan is still valid.
+// A 12-layer block keeps all three orders.
+TEST(Plan, OrdersWhoseSearchesBlowUpAreDropped) {
+  for (const int layers : {12, 150}) {
+    SCOPED_TRACE(str_cat(layers, " layers"));
+    std::unique_ptr<Graph> step = dense_block_step(layers);
+    ASSERT_NE(step, nullptr);
+    std::unique_ptr<Plan> plan = plan_for(*step);
+    ASSERT_NE(plan, nullptr);
+    std::printf("%d layers: %zu buffers, %d orders dropped\n", layers, plan->buffers().size(),
+                plan->placement_orders_dropped());
+    EXPECT_TRUE(live_buffers_are_disjoint(*plan));
+    EXPECT_GE(plan->arena_bytes(ArenaKind::kActivations), live_bytes_bound(*plan));
+    if (layers == 12) {
+      EXPECT_EQ(plan->placement_orders_dropped(), 0);
+      EXPECT_EQ(plan->summary().find("dropped"), std::string::npos) << plan->summary();
+      continue;
+    }
+    EXPECT_GE(plan->placement_orders_dropped(), 1);
+    EXPECT_NE(plan->summary().find("greedy orders dropped over their search budget"),
+              std::string::npos)
+        << plan->summary();
+  }
+}
+
 TEST(Plan, GraphOutputsAndInputsAreNeverOverwritten) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
 graph g(%x: f32[64]) {
