@@ -394,19 +394,12 @@ cudaError_t launch_attention_bias(Elem type, const void* mask, void* bias, int64
                                   cudaStream_t stream) {
   const int64_t n = bias_b * bias_h * params.t * params.s;
   if (n == 0) return cudaGetLastError();
-  switch (type) {
-    case Elem::kF16:
-      attention_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-          mask, static_cast<Float16*>(bias), n, bias_h, heads, params);
-      break;
-    case Elem::kBF16:
-      attention_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-          mask, static_cast<BFloat16*>(bias), n, bias_h, heads, params);
-      break;
-    default:
-      return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return visit_float_elem(type, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    attention_bias_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(mask, static_cast<T*>(bias), n,
+                                                                     bias_h, heads, params);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace ampc::runtime::cuda

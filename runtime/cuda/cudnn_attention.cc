@@ -56,8 +56,7 @@ absl::Status fe_status(fe::error_t error, std::string_view step, const std::stri
 }  // namespace
 
 struct CudnnAttention::Graph {
-  // Shared: the frontend's composite nodes take the graph through shared_from_this.
-  std::shared_ptr<fe::graph::Graph> graph = std::make_shared<fe::graph::Graph>();
+  fe::graph::Graph graph;
   int64_t workspace = 0;
 };
 
@@ -73,7 +72,7 @@ absl::Status check_dtype(const CudnnAttentionProblem& p, const std::string& what
 }
 
 // `p`'s SDPA node, its operands and results, in `g`.
-void describe_graph(const CudnnAttentionProblem& p, fe::graph::Graph& g) {
+void add_sdpa_node(const CudnnAttentionProblem& p, fe::graph::Graph& g) {
   g.set_io_data_type(p.dtype == DType::kF16 ? fe::DataType_t::HALF : fe::DataType_t::BFLOAT16)
       .set_intermediate_data_type(fe::DataType_t::FLOAT)
       .set_compute_data_type(fe::DataType_t::FLOAT);
@@ -120,8 +119,8 @@ absl::StatusOr<std::shared_ptr<const CudnnAttention>> CudnnAttention::make(
   const std::string what = attention->describe();
   AMPC_RETURN_IF_ERROR(check_dtype(p, what));
   attention->graph_ = std::make_unique<Graph>();
-  fe::graph::Graph& g = *attention->graph_->graph;
-  describe_graph(p, g);
+  fe::graph::Graph& g = attention->graph_->graph;
+  add_sdpa_node(p, g);
   AMPC_RETURN_IF_ERROR(fe_status(g.validate(), "validate", what));
   AMPC_RETURN_IF_ERROR(fe_status(g.build_operation_graph(handle), "operation graph", what));
   AMPC_RETURN_IF_ERROR(
@@ -152,7 +151,7 @@ absl::Status CudnnAttention::run(cudnnHandle_t handle, const CudnnAttentionArgs&
     pointers[kDk] = a.dk;
     pointers[kDv] = a.dv;
   }
-  fe::error_t error = graph_->graph->execute(handle, pointers, workspace);
+  fe::error_t error = graph_->graph.execute(handle, pointers, workspace);
   if (error.is_good()) return absl::OkStatus();
   return absl::InternalError(
       str_cat("cuDNN's fused attention (", describe(), ") failed: ", error.get_message()));

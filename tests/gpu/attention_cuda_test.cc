@@ -18,27 +18,40 @@ struct Case {
   DType dtype;
 };
 
-class AttentionCuda : public ::testing::TestWithParam<Case> {};
+// The unit roundoff of `dtype`.
+double roundoff(DType dtype) {
+  return dtype == DType::kF32 ? 0x1p-24 : dtype == DType::kF16 ? 0x1p-11 : 0x1p-8;
+}
 
-TEST_P(AttentionCuda, MatchesTheCpuKernels) {
-  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
-  const Case& c = GetParam();
-  std::mt19937 rng(5);
+// Y and the gradients of `c` on CUDA (under the attention path AMPC_CUDA_ATTENTION names) against
+// the CPU kernels, each within `tolerance` norm-wise; `path` labels the printed figures.
+void expect_cuda_matches_cpu(const Case& c, uint32_t seed, double tolerance,
+                             std::string_view path) {
+  std::mt19937 rng(seed);
   const std::map<std::string, Tensor> inputs = testing::attention_inputs(c.shape, rng);
   const auto cpu = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCpu);
   const auto cuda = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCuda);
   ASSERT_EQ(cpu.size(), 4u);
   ASSERT_EQ(cuda.size(), 4u);
-  // f32: a few ulps of the sums' length; f16/bf16: one unit of the stored type.
-  const double u = c.dtype == DType::kF32 ? 0x1p-24 : c.dtype == DType::kF16 ? 0x1p-11 : 0x1p-8;
-  const double tolerance =
-      c.dtype == DType::kF32 ? 8 * u * std::sqrt(static_cast<double>(c.shape.t)) : 2 * u;
   for (const auto& [name, want] : cpu) {
     const double error = testing::relative_error(cuda.at(name), want);
-    std::printf("%s in %s, T = %lld: CUDA against CPU %.3g\n", name.c_str(),
-                std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.shape.t), error);
+    std::printf("%s in %s on %s, T = %lld: against the CPU %.3g (%.2f u)\n", name.c_str(),
+                std::string(dtype_name(c.dtype)).c_str(), std::string(path).c_str(),
+                static_cast<long long>(c.shape.t), error, error / roundoff(c.dtype));
     EXPECT_LT(error, tolerance) << name;
   }
+}
+
+class AttentionCuda : public ::testing::TestWithParam<Case> {};
+
+// f32: a few ulps of the sums' length; f16/bf16: one unit of the stored type.
+TEST_P(AttentionCuda, MatchesTheCpuKernels) {
+  if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
+  const Case& c = GetParam();
+  const double u = roundoff(c.dtype);
+  expect_cuda_matches_cpu(
+      c, 5, c.dtype == DType::kF32 ? 8 * u * std::sqrt(static_cast<double>(c.shape.t)) : 2 * u,
+      "CUDA");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -63,22 +76,8 @@ class CudnnAttentionCuda : public ::testing::TestWithParam<Case> {};
 
 TEST_P(CudnnAttentionCuda, MatchesTheCpuKernels) {
   if (!testing::cuda_device_present()) GTEST_SKIP() << "no usable CUDA device";
-  const Case& c = GetParam();
-  std::mt19937 rng(11);
-  const std::map<std::string, Tensor> inputs = testing::attention_inputs(c.shape, rng);
-  const auto cpu = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCpu);
-  testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn-only");
-  const auto cuda = testing::run_attention(c.dtype, c.shape, true, inputs, Device::kCuda);
-  ASSERT_EQ(cpu.size(), 4u);
-  ASSERT_EQ(cuda.size(), 4u);
-  const double u = c.dtype == DType::kF16 ? 0x1p-11 : 0x1p-8;
-  for (const auto& [name, want] : cpu) {
-    const double error = testing::relative_error(cuda.at(name), want);
-    std::printf("%s in %s on cuDNN, T = %lld: against the CPU %.3g (%.2f u)\n", name.c_str(),
-                std::string(dtype_name(c.dtype)).c_str(), static_cast<long long>(c.shape.t), error,
-                error / u);
-    EXPECT_LT(error, 8 * u) << name;
-  }
+  const testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn-only");
+  expect_cuda_matches_cpu(GetParam(), 11, 8 * roundoff(GetParam().dtype), "cuDNN");
 }
 
 // Head dims cuDNN takes (multiples of 8 up to 128); a bool mask (Where) and a bias (Add, Q and
