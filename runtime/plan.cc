@@ -5,8 +5,11 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <queue>
+#include <utility>
 
 #include "compiler/strings.h"
+#include "runtime/live_offsets.h"
 
 namespace ampc::runtime {
 namespace {
@@ -316,14 +319,19 @@ void Plan::assign_offsets(bool reuse_memory) {
   // forward's activations free, in backward order). Ties keep graph order: the plan is
   // deterministic.
   //
-  // First fit in time runs first and to the end; each of the other two may then look at no more
-  // than kOrderProbeBudget times the ranges it looked at (Occupancy::probes, the same count on
-  // every machine, so the plan stays deterministic), or it is dropped. On ordinary graphs they
-  // look at about as many (1.0-1.5x on the example models and GPT-2); where tens of thousands of
-  // small buffers stay live at once in scattered holes (a DenseNet block's Concat gradients),
-  // placing the large ones first leaves every small one a search over all of them (20-25x, and
-  // growing with the graph), which made planning quadratic there (docs/benchmarks.md).
-  constexpr int64_t kOrderProbeBudget = 4;
+  // First fit in time is a sweep over the steps (LiveOffsets: O(log n) a buffer, whatever the
+  // graph). The other two search the segment tree of lifetimes (Occupancy), which costs a few
+  // ranges looked at per level of the tree on ordinary graphs (at most 6 on the example models,
+  // the zoo's and GPTs of up to 192 layers), but can grow with the buffers alive at once: where
+  // tens of thousands of small buffers stay live in scattered holes (a DenseNet block's Concat
+  // gradients), placing the large ones first leaves every small one a search over all of them
+  // (100-250 a level), which made planning quadratic there (docs/benchmarks.md). So each may
+  // look at no more than kProbesPerLevel ranges per buffer and level (Occupancy::probes, the
+  // same count on every machine, so the plan stays deterministic), or it is dropped.
+  constexpr int64_t kProbesPerLevel = 16;
+  int64_t levels = 1;
+  while ((int64_t{1} << levels) < std::ssize(steps_) + 2) ++levels;
+  const int64_t budget = kProbesPerLevel * levels * std::max<int64_t>(std::ssize(activations), 64);
   const auto area = [&](int b) {
     return buffers_[b].bytes * (buffers_[b].last_step - buffers_[b].first_step + 1);
   };
@@ -335,28 +343,14 @@ void Plan::assign_offsets(bool reuse_memory) {
   std::vector<int64_t> best_offsets;
   int64_t best_bytes = -1;
   size_t best_order = 0;
-  int64_t budget = -1;  // set by first fit in time
   placement_orders_dropped_ = 0;
   for (const size_t o : {size_t{2}, size_t{0}, size_t{1}}) {
     std::vector<int> sequence = activations;
     std::stable_sort(sequence.begin(), sequence.end(), orders[o]);
-    Occupancy placed(static_cast<int>(steps_.size()));
     std::vector<int64_t> offsets(buffers_.size(), 0);
-    int64_t arena = 0;
-    bool dropped = false;
-    for (int b : sequence) {
-      const Buffer& buffer = buffers_[b];
-      const int64_t bytes = align_up(buffer.bytes);
-      offsets[b] = bytes == 0 ? 0 : placed.lowest_free(buffer, bytes);
-      arena = std::max(arena, offsets[b] + bytes);
-      if (bytes > 0) placed.place(buffer, offsets[b], offsets[b] + bytes);
-      if (budget >= 0 && placed.probes() > budget) {
-        dropped = true;
-        break;
-      }
-    }
-    if (budget < 0) budget = kOrderProbeBudget * std::max<int64_t>(placed.probes(), 1024);
-    if (dropped) {
+    const int64_t arena = o == 2 ? place_in_write_order(sequence, offsets)
+                                 : place_in_order(sequence, budget, offsets);
+    if (arena < 0) {
       ++placement_orders_dropped_;
       continue;
     }
@@ -368,6 +362,46 @@ void Plan::assign_offsets(bool reuse_memory) {
   }
   for (int b : activations) buffers_[b].offset = best_offsets[b];
   activation_bytes = std::max<int64_t>(best_bytes, 0);
+}
+
+int64_t Plan::place_in_write_order(const std::vector<int>& sequence,
+                                   std::vector<int64_t>& offsets) const {
+  // Placed in order of first step, a buffer meets exactly the placed ones still alive at its
+  // first step: those whose last step is not before it.
+  LiveOffsets live;
+  using Expiry = std::pair<int, int64_t>;  // last step, offset
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiring;
+  int64_t arena = 0;
+  for (int b : sequence) {
+    const Buffer& buffer = buffers_[b];
+    while (!expiring.empty() && expiring.top().first < buffer.first_step) {
+      live.erase(expiring.top().second);
+      expiring.pop();
+    }
+    const int64_t bytes = align_up(buffer.bytes);
+    if (bytes == 0) continue;
+    offsets[b] = live.lowest_free(bytes);
+    live.insert(offsets[b], offsets[b] + bytes);
+    expiring.emplace(buffer.last_step, offsets[b]);
+    arena = std::max(arena, offsets[b] + bytes);
+  }
+  return arena;
+}
+
+int64_t Plan::place_in_order(const std::vector<int>& sequence, int64_t probe_budget,
+                             std::vector<int64_t>& offsets) const {
+  Occupancy placed(static_cast<int>(steps_.size()));
+  int64_t arena = 0;
+  for (int b : sequence) {
+    const Buffer& buffer = buffers_[b];
+    const int64_t bytes = align_up(buffer.bytes);
+    if (bytes == 0) continue;
+    offsets[b] = placed.lowest_free(buffer, bytes);
+    arena = std::max(arena, offsets[b] + bytes);
+    placed.place(buffer, offsets[b], offsets[b] + bytes);
+    if (placed.probes() > probe_budget) return -1;
+  }
+  return arena;
 }
 
 bool Plan::updates_in_place(const Value* update) const {

@@ -105,6 +105,15 @@ class Plan {
  private:
   Plan() = default;
   void assign_offsets(bool reuse_memory);
+  // Each places the activation buffers of `sequence` in that order, each at the lowest offset
+  // free beside the placed buffers whose lifetimes meet its own, writes their offsets and
+  // returns the arena they need. place_in_write_order takes them in order of first step (a
+  // sweep over the steps); place_in_order in any order, and returns -1 once its searches have
+  // looked at more than `probe_budget` ranges.
+  int64_t place_in_write_order(const std::vector<int>& sequence,
+                               std::vector<int64_t>& offsets) const;
+  int64_t place_in_order(const std::vector<int>& sequence, int64_t probe_budget,
+                         std::vector<int64_t>& offsets) const;
 
   std::vector<PlanStep> steps_;
   std::vector<Buffer> buffers_;
