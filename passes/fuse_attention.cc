@@ -16,7 +16,9 @@
 // the pattern must have the pattern's next node as its only reader, so nothing that is read
 // elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
 // type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to
-// the scores. A bias Where(C, 0, -inf) with a bool C becomes the bool mask C (prefer_bool_mask).
+// the scores. A bias Where(C, 0, -inf) with a bool C becomes the bool mask C (prefer_bool_mask),
+// and a constant bias of only 0 and -inf (or a fill of at least 2^127 where no row is wholly
+// masked) a bool constant (bool_mask_of).
 // Anything else (a soft cap, a mask before the scale, a finite fill value whose
 // fully masked rows would differ) stays unfused. The ONNX Attention op, which the importer
 // expands into this pattern, fuses the same way when its mask is causal or a float bias.
@@ -33,6 +35,7 @@
 #include <cmath>
 #include <optional>
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -313,6 +316,7 @@ class FuseAttentionPass final : public Pass {
     }
     Matcher matcher;
     bool changed = false;
+    bool_masks_.clear();
     for (Node* softmax : softmaxes) {
       std::optional<AttentionMatch> match = matcher.match(softmax);
       if (!match) continue;
@@ -323,7 +327,54 @@ class FuseAttentionPass final : public Pass {
   }
 
  private:
-  static void rewrite(Graph& graph, const AttentionMatch& m) {
+  // A constant bias of only 0 and -inf (the exporters fold a causal mask into one, in f32
+  // whatever the operands' type) is the bool mask "keep where 0": adding 0 leaves a score as it
+  // is and -inf masks it, as the bool mask does. So is one whose fill is a finite value of
+  // magnitude 2^127 or more (Hugging Face's torch.finfo(f32 or bf16).min) where every row keeps
+  // a key: a finite score s of |s| < 2^103, plus such a fill F, rounds to F in f32 (the scores'
+  // type; F's ulp is 2^104), and exp(F - m) for the row's largest kept score m is 0, exactly
+  // what masking gives. A row that keeps no key would average the fill's keys instead (NaN, or
+  // 0 when `safe`, as masked), so such a bias stays a bias. One bool initializer per bias,
+  // shared by every node that reads it (a GPT's layers read one): a quarter of an f32 bias's
+  // bytes, the form cuDNN's attention takes for any operand type, and the one whose causal
+  // pattern it runs without a bias (runtime/cuda/attention.cc).
+  Value* bool_mask_of(Graph& graph, Value* bias) {
+    const Tensor* data = bias->initializer();
+    if (data == nullptr || !data->has_data() || !is_float(bias->dtype())) return nullptr;
+    if (auto it = bool_masks_.find(bias); it != bool_masks_.end()) return it->second;
+    constexpr double kLargestFill = -0x1p127;
+    const int64_t n = data->num_elements();
+    const int64_t row = bias->shape().empty() ? 1 : std::max<int64_t>(bias->shape().back(), 1);
+    std::vector<double> keep(n);
+    bool finite_fill = false;
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = data->element_as_double(i);
+      if (x != 0 && !(x <= kLargestFill)) return bool_masks_[bias] = nullptr;
+      finite_fill = finite_fill || (x != 0 && std::isfinite(x));
+      keep[i] = x == 0 ? 1.0 : 0.0;
+    }
+    for (int64_t r = 0; finite_fill && r < n; r += row) {
+      if (std::none_of(keep.begin() + r, keep.begin() + r + row, [](double k) { return k != 0; })) {
+        return bool_masks_[bias] = nullptr;
+      }
+    }
+    Value* mask = graph.add_initializer(graph.unique_value_name(str_cat(bias->name(), ".keep")),
+                                        Tensor::from_doubles(DType::kBool, bias->shape(), keep));
+    mask->set_constant(true);
+    return bool_masks_[bias] = mask;
+  }
+
+  void rewrite(Graph& graph, AttentionMatch m) {
+    if (m.mask != nullptr && m.mask->dtype() != DType::kBool) {
+      Value* bias = m.mask;  // through float casts, which keep 0 and -inf
+      while (is_op(bias->producer(), "Cast") && is_float(bias->producer()->operand(0)->dtype())) {
+        bias = bias->producer()->operand(0);
+      }
+      if (Value* mask = bool_mask_of(graph, bias)) {
+        m.mask = mask;
+        m.mask_keep = 1;
+      }
+    }
     Node* out = m.output;
     const TensorType& q = m.q->type();
     const TensorType lse{q.dtype == DType::kF64 ? DType::kF64 : DType::kF32,
@@ -372,9 +423,14 @@ class FuseAttentionPass final : public Pass {
     fused->output(0)->set_name(name);
     fused->output(1)->set_name(graph.unique_value_name(str_cat(name, ".lse")));
     for (Value* value : maybe_dead) {
-      if (value->is_dead()) graph.erase_graph_value(value);
+      if (value->is_dead()) {
+        bool_masks_.erase(value);
+        graph.erase_graph_value(value);
+      }
     }
   }
+
+  std::unordered_map<const Value*, Value*> bool_masks_;
 };
 
 }  // namespace

@@ -108,6 +108,8 @@ absl::Status Executor::allocate_and_bind() {
     AMPC_RETURN_IF_ERROR(
         backend_->copy_to_device(address(init), bytes.data(), static_cast<int64_t>(bytes.size())));
   }
+  // Kernels make their library state (cuBLASLt descriptors, cuDNN graphs) on the current device.
+  AMPC_RETURN_IF_ERROR(backend_->make_current());
   ExecutionContext* exec = &backend_->context();
   const std::vector<PlanStep>& steps = plan_.steps();
   int64_t workspace_bytes = plan_.arena_bytes(ArenaKind::kWorkspace);

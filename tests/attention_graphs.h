@@ -35,9 +35,15 @@ struct AttentionCase {
   bool masked = true;
   bool bias = false;
   std::string fill = "-inf";
+  // The bias passes an Identity, so the fusion sees a value computed in the graph, not the
+  // constant it would take as a bool mask (passes/fuse_attention.cc, bool_mask_of).
+  bool computed_bias = false;
   // Keys 0 .. padded - 1 are masked for every query besides the causal mask (left padding): the
   // first `padded` rows keep no key.
   int64_t padded = 0;
+  // Besides: query i keeps only the `window` keys up to itself (sliding-window attention), when
+  // positive.
+  int64_t window = 0;
   // The probabilities pass PyTorch's safe softmax, Where(IsNaN(p), 0, p), as its TorchScript
   // export of scaled_dot_product_attention with a mask writes them.
   bool safe = false;
@@ -54,7 +60,7 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   for (int64_t i = 0; i < c.t; ++i) {
     for (int64_t j = 0; j < c.t; ++j) {
       if (!mask.empty()) mask += ", ";
-      const bool keep = j <= i && j >= c.padded;
+      const bool keep = j <= i && j >= c.padded && (c.window == 0 || i - j < c.window);
       mask += c.bias ? (keep ? "0.0" : c.fill) : (keep ? "true" : "false");
     }
   }
@@ -79,8 +85,12 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
     text += str_cat("  %s = MatMul(%q, %kt) : ", t, scores, "\n");
     text += str_cat("  %sc = Mul(%s, %c_scale) : ", t, scores, "\n");
   }
+  if (c.masked && c.bias && c.computed_bias) {
+    text += str_cat("  %bias = Identity(%c_mask) : ", t, "[", c.t, ",", c.t, "]\n");
+  }
   if (c.masked) {
-    text += c.bias ? str_cat("  %sm = Add(%sc, %c_mask) : ", t, scores, "\n")
+    text += c.bias ? str_cat("  %sm = Add(%sc, ", c.computed_bias ? "%bias" : "%c_mask", ") : ", t,
+                             scores, "\n")
                    : str_cat("  %sm = Where(%c_mask, %sc, %c_ninf) : ", t, scores, "\n");
   }
   std::string softmax_in = c.masked ? "%sm" : "%sc";
@@ -115,9 +125,11 @@ inline Tensor as_type(const Tensor& t, DType dtype) {
 
 // y and the gradients of q, k and v, in f64, from the graph in `dtype`, fused or not, run on
 // `device`; empty (after a test failure) when something failed.
+// With `cuda_graph`, the session records its first run as a CUDA graph and the second run
+// (whose results these are) replays it.
 inline std::map<std::string, std::vector<double>> run_attention(
     DType dtype, const AttentionCase& c, bool fuse, const std::map<std::string, Tensor>& in,
-    runtime::Device device = runtime::Device::kCpu) {
+    runtime::Device device = runtime::Device::kCpu, bool cuda_graph = false) {
   std::map<std::string, std::vector<double>> result;
   std::unique_ptr<Graph> graph = parse_or_fail(attention_graph(dtype, c));
   if (graph == nullptr) return result;
@@ -137,6 +149,7 @@ inline std::map<std::string, std::vector<double>> run_attention(
   EXPECT_TRUE(changed.ok()) << changed.status();
   runtime::SessionOptions options;
   options.device = device;
+  options.cuda_graph = cuda_graph;
   absl::StatusOr<std::unique_ptr<runtime::InferenceSession>> session =
       runtime::InferenceSession::create(std::move(graph), options);
   EXPECT_TRUE(session.ok()) << session.status();
@@ -144,6 +157,7 @@ inline std::map<std::string, std::vector<double>> run_attention(
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, tensor] : in) inputs[name] = as_type(tensor, dtype);
   absl::StatusOr<std::map<std::string, Tensor>> outputs = (*session)->run(inputs);
+  if (cuda_graph && outputs.ok()) outputs = (*session)->run(inputs);
   EXPECT_TRUE(outputs.ok()) << outputs.status();
   if (!outputs.ok()) return result;
   for (const std::string name : {"y", "q.grad", "k.grad", "v.grad"}) {

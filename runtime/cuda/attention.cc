@@ -3,11 +3,13 @@
 //
 // Three ways to run them, chosen by AMPC_CUDA_ATTENTION (attention_path.h):
 // - cuDNN's fused flash attention (`cudnn`, `cudnn-only`; cudnn_attention.h), for f16 and bf16
-//   where cuDNN has an engine for the shapes, the mask (if any) is bool or of the operands' type,
-//   and the node is not `safe` with a mask (cuDNN gives a row that keeps no key NaN, not 0); see
-//   plan_cudnn_path for the rest. Kt is transposed into K [.., S, D] (cuDNN wants the
-//   head dim contiguous) and the mask made an additive bias of the I/O type (0 / -inf for a bool
-//   mask) in the workspace; the backward transposes cuDNN's dK back into dKt. cuDNN rounds the
+//   where cuDNN has an engine for the shapes, the mask (if any) is bool or of the operands' type
+//   (for the backward, a constant with no large finite fill), and the node is not `safe` with a
+//   mask that may leave a row no key (cuDNN gives such a row NaN, not 0); see plan_cudnn_path
+//   for the rest. Kt is transposed into K [.., S, D] (cuDNN wants the head dim contiguous) and
+//   the mask made an additive bias of the I/O type (0 / -inf for a bool mask) in the workspace,
+//   unless it is a constant causal mask, which cuDNN's causal mode stands for (skipping the tiles
+//   above the diagonal); the backward transposes cuDNN's dK back into dKt. cuDNN rounds the
 //   probabilities to the I/O type before the product with V (and dS before the products with K
 //   and Q), so it agrees with the other two within a few units of that type.
 // - The GEMM path (`gemm`, and `cudnn` where cuDNN does not apply), for a batch entry whose f32
@@ -25,6 +27,7 @@
 // (docs/device-runs/README.md).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdlib>
 
 #include "compiler/strings.h"
@@ -63,7 +66,7 @@ struct GemmPlans {
 struct CudnnPath {
   std::shared_ptr<const CudnnAttention> graph;
   int64_t heads = 1;               // the last batch dim (cuDNN's h; b is the rest)
-  int64_t bias_b = 0, bias_h = 0;  // the bias's extents; 0: no mask
+  int64_t bias_b = 0, bias_h = 0;  // the bias's extents; 0: no mask, or a causal one
   int64_t k = 0, bias = 0, dk = 0, library = 0;
 };
 
@@ -291,24 +294,79 @@ absl::Status attention_grad_gemm(const KernelContext& ctx, const AttentionState&
   return absl::OkStatus();
 }
 
+// cuDNN's backward recomputes P = exp(s - LSE) from the forward's LSE with no guard for a row
+// whose every key a large finite bias masks (Hugging Face's finfo.min fill): there LSE rounds
+// back to the fill and P to 1 for every key, not 1 / S (ampc's kernels recompute such rows:
+// numeric::lse_holds_log_sum). A float mask goes to cuDNN's backward only when it is a constant
+// whose finite entries are small (|x| < 2^10, where LSE still holds log S to well within a
+// unit of f16); a -inf entry masks exactly.
+absl::Status check_cudnn_backward_bias(const Value& mask) {
+  const Tensor* data = mask.initializer();
+  if (data == nullptr || !data->has_data()) {
+    return absl::UnimplementedError(str_cat(
+        "cuDNN's attention backward would get a row masked by a large finite value wrong, and "
+        "this node's float mask %",
+        mask.name(),
+        " is computed in the graph (a bool mask, or a "
+        "constant one of 0 and -inf, goes)"));
+  }
+  for (int64_t i = 0; i < data->num_elements(); ++i) {
+    const double x = data->element_as_double(i);
+    if (std::isfinite(x) && std::abs(x) >= 1024) {
+      return absl::UnimplementedError(str_cat(
+          "cuDNN's attention backward would get a row masked by a large finite value "
+          "wrong, and this node's float mask %",
+          mask.name(), " holds ", x, " (a bool mask, or a constant one of 0 and -inf, goes)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Whether `mask` is a constant bool mask that keeps exactly the keys j <= i of every query i
+// (top left aligned) in every batch entry it covers: cuDNN's causal mode, with no bias.
+bool is_causal_constant(const Value& mask, const AttentionParams& p) {
+  const Tensor* data = mask.initializer();
+  if (data == nullptr || !data->has_data() || data->dtype() != DType::kBool) return false;
+  const Shape& shape = data->type().shape;
+  const size_t rank = shape.size();
+  if (rank < 2 || shape[rank - 2] != p.t || shape[rank - 1] != p.s) return false;
+  for (int64_t k = 0; k < data->num_elements(); ++k) {
+    const int64_t i = (k / p.s) % p.t;
+    const int64_t j = k % p.s;
+    if (((data->element_as_double(k) != 0) == p.keep) != (j <= i)) return false;
+  }
+  return true;
+}
+
 // The cuDNN path's graph and workspace for `state` (`grad`: AttentionGrad's; `stats`: the
 // forward writes the LSE), or why it does not apply.
 absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
                              AttentionState& state) {
   const AttentionParams& p = state.params;
-  if (p.has_mask && p.safe) {
+  const bool causal = p.has_mask && is_causal_constant(*ctx.node.operand(grad ? 6 : 3), p);
+  // A causal mask leaves every row key 0.
+  if (p.has_mask && p.safe && !causal) {
     return absl::UnimplementedError(
         "cuDNN's fused attention gives a row that keeps no key NaN, and this node is `safe` with "
-        "a mask (0 there)");
+        "a mask (0 there) that is not a constant causal one");
   }
   if (p.has_mask && p.mask_type != Elem::kBool && p.mask_type != *elem_of(state.dtype)) {
     return absl::UnimplementedError(
         "cuDNN's fused attention adds the mask in the operands' type, which would round this "
         "node's wider float mask (a bool mask, or a float one of the operands' type, goes)");
   }
+  // cuDNN before 9.10 takes -inf in a bias badly (its frontend masks with the lowest finite
+  // value there), and a bool mask becomes a bias of 0 and -inf.
+  if (p.has_mask && p.mask_type == Elem::kBool && cudnnGetVersion() < 91000) {
+    return absl::UnimplementedError(
+        str_cat("cuDNN ", cudnnGetVersion(), " takes a bool mask (a -inf bias) only from 9.10"));
+  }
+  if (grad && p.has_mask && p.mask_type != Elem::kBool) {
+    AMPC_RETURN_IF_ERROR(check_cudnn_backward_bias(*ctx.node.operand(6)));
+  }
   // Before cuDNN 9.26 its Hopper backward with a bias can give NaN where S is no multiple of
   // 128 (the frontend works around it only up to 9.15): the other paths take those.
-  if (grad && p.has_mask && p.s % 128 != 0 && cudnnGetVersion() < 92600) {
+  if (grad && p.has_mask && !causal && p.s % 128 != 0 && cudnnGetVersion() < 92600) {
     return absl::UnimplementedError(
         str_cat("cuDNN ", cudnnGetVersion(), "'s attention backward with a mask over ", p.s,
                 " keys (no multiple of 128) is not trusted before cuDNN 9.26"));
@@ -324,8 +382,9 @@ absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
                                 .dv = p.dv,
                                 .scale = p.scale,
                                 .backward = grad,
-                                .stats = stats};
-  if (p.has_mask) {
+                                .stats = stats,
+                                .causal = causal};
+  if (p.has_mask && !causal) {
     bool varies_b = false;
     for (int k = 0; k + 1 < p.batch_rank; ++k) varies_b = varies_b || p.mask_batch_strides[k] != 0;
     const bool varies_h = p.batch_rank > 0 && p.mask_batch_strides[p.batch_rank - 1] != 0;
@@ -350,7 +409,7 @@ absl::Status plan_cudnn_path(const KernelContext& ctx, bool grad, bool stats,
   };
   c.library = take(c.graph->workspace_bytes());
   c.k = take(p.batch * p.s * p.d * element);
-  if (p.has_mask) c.bias = take(c.bias_b * c.bias_h * p.t * p.s * element);
+  if (c.bias_b > 0) c.bias = take(c.bias_b * c.bias_h * p.t * cudnn_bias_pitch(p.s) * element);
   if (grad) c.dk = take(p.batch * p.s * p.d * element);
   state.workspace_bytes = next;
   return absl::OkStatus();
@@ -382,11 +441,11 @@ absl::StatusOr<const void*> cudnn_operands(const KernelContext& ctx, const Atten
   const CudnnPath& c = state.cudnn;
   std::byte* ws = ctx.workspace.data();
   AMPC_RETURN_IF_ERROR(transposed(ctx, kt, ws + c.k, p.batch, p.d, p.s, state.dtype));
-  if (!p.has_mask) return nullptr;
-  AMPC_RETURN_IF_ERROR(
-      launched(launch_attention_bias(*elem_of(state.dtype), ctx.input(mask).data, ws + c.bias,
-                                     c.bias_b, c.bias_h, c.heads, p, stream_of(ctx)),
-               ctx));
+  if (c.bias_b == 0) return nullptr;  // no mask, or cuDNN's causal mode
+  AMPC_RETURN_IF_ERROR(launched(
+      launch_attention_bias(*elem_of(state.dtype), ctx.input(mask).data, ws + c.bias, c.bias_b,
+                            c.bias_h, c.heads, cudnn_bias_pitch(p.s), p, stream_of(ctx)),
+      ctx));
   return ws + c.bias;
 }
 

@@ -295,17 +295,19 @@ __global__ void attention_grad_scores_kernel(const float* probs, float* dprobs, 
   }
 }
 
-// The mask as cuDNN's additive bias [bias_b, bias_h, T, S] of T: entry (bb, hh) is batch entry
-// bb * heads + hh (each 0 along an extent of 1, which the mask does not vary over).
+// The mask as cuDNN's additive bias [bias_b, bias_h, T, S] of T, its rows `pitch` elements
+// apart: entry (bb, hh) is batch entry bb * heads + hh (each 0 along an extent of 1, which the
+// mask does not vary over).
 template <typename T>
 __global__ void attention_bias_kernel(const void* mask, T* bias, int64_t n, int64_t bias_h,
-                                      int64_t heads, AttentionParams p) {
+                                      int64_t heads, int64_t pitch, AttentionParams p) {
   for (int64_t k = global_thread(); k < n; k += grid_threads()) {
     const int64_t j = k % p.s;
-    const int64_t i = (k / p.s) % p.t;
-    const int64_t entry = k / (p.s * p.t);
+    const int64_t row = k / p.s;  // entry * T + i
+    const int64_t i = row % p.t;
+    const int64_t entry = row / p.t;
     const int64_t b = (entry / bias_h) * heads + entry % bias_h;
-    bias[k] = store<T>(masked(
+    bias[row * pitch + j] = store<T>(masked(
         p, mask, mask_batch_offset(p, b) + i * p.mask_row_stride + j * p.mask_col_stride, 0.0f));
   }
 }
@@ -390,14 +392,14 @@ cudaError_t launch_attention_grad_scores(const float* probs, float* dprobs, cons
 }
 
 cudaError_t launch_attention_bias(Elem type, const void* mask, void* bias, int64_t bias_b,
-                                  int64_t bias_h, int64_t heads, const AttentionParams& params,
-                                  cudaStream_t stream) {
+                                  int64_t bias_h, int64_t heads, int64_t pitch,
+                                  const AttentionParams& params, cudaStream_t stream) {
   const int64_t n = bias_b * bias_h * params.t * params.s;
   if (n == 0) return cudaGetLastError();
   return visit_float_elem(type, [&](auto tag) {
     using T = typename decltype(tag)::type;
     attention_bias_kernel<T><<<blocks_for(n), kThreads, 0, stream>>>(mask, static_cast<T*>(bias), n,
-                                                                     bias_h, heads, params);
+                                                                     bias_h, heads, pitch, params);
     return cudaGetLastError();
   });
 }

@@ -75,12 +75,13 @@ cudaError_t launch_attention_grad_scores(const float* probs, float* dprobs, cons
                                          int64_t rows, int64_t s, cudaStream_t stream);
 
 // The cuDNN path (runtime/cuda/attention.cc): the mask as an additive bias of `type` (f16 or
-// bf16) [bias_b, bias_h, T, S], dense, for Q's batch dims read as [b, heads] (heads the last
-// one): 0 where a bool mask keeps a key and -inf where it does not, or the float mask rounded to
-// `type`. bias_b is 1 or b, bias_h 1 or heads, as the mask varies along them.
+// bf16) [bias_b, bias_h, T, S], its rows `pitch` elements apart (the S elements of each
+// written, the rest untouched), for Q's batch dims read as [b, heads] (heads the last one): 0
+// where a bool mask keeps a key and -inf where it does not, or the float mask rounded to `type`.
+// bias_b is 1 or b, bias_h 1 or heads, as the mask varies along them.
 cudaError_t launch_attention_bias(Elem type, const void* mask, void* bias, int64_t bias_b,
-                                  int64_t bias_h, int64_t heads, const AttentionParams& params,
-                                  cudaStream_t stream);
+                                  int64_t bias_h, int64_t heads, int64_t pitch,
+                                  const AttentionParams& params, cudaStream_t stream);
 
 // Per query row: d_i = dY_i . Y_i and the max and log-sum the probabilities are recomputed with.
 inline int64_t attention_grad_workspace_floats(const AttentionParams& params) {

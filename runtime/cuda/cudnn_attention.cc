@@ -4,6 +4,7 @@
 // defines AMPC_HAVE_CUDNN_FRONTEND when it has the headers.
 #include "runtime/cuda/cudnn_attention.h"
 
+#include <exception>
 #include <map>
 #include <mutex>
 #include <unordered_map>
@@ -32,8 +33,9 @@ std::vector<int64_t> dense_strides(const std::vector<int64_t>& dims) {
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& graph, const char* name,
-                                                    Uid uid, std::vector<int64_t> dims) {
-  std::vector<int64_t> strides = dense_strides(dims);
+                                                    Uid uid, std::vector<int64_t> dims,
+                                                    std::vector<int64_t> strides = {}) {
+  if (strides.empty()) strides = dense_strides(dims);
   return graph.tensor(fe::graph::Tensor_attributes()
                           .set_name(name)
                           .set_uid(uid)
@@ -80,7 +82,11 @@ void add_sdpa_node(const CudnnAttentionProblem& p, fe::graph::Graph& g) {
   auto k = input(g, "K", kK, {p.b, p.h, p.s, p.d});
   auto v = input(g, "V", kV, {p.b, p.h, p.s, p.dv});
   std::shared_ptr<fe::graph::Tensor_attributes> bias;
-  if (p.bias_b > 0) bias = input(g, "bias", kBias, {p.bias_b, p.bias_h, p.t, p.s});
+  if (p.bias_b > 0) {
+    const int64_t pitch = cudnn_bias_pitch(p.s);
+    bias = input(g, "bias", kBias, {p.bias_b, p.bias_h, p.t, p.s},
+                 {p.bias_h * p.t * pitch, p.t * pitch, pitch, 1});
+  }
   const std::vector<int64_t> rows = {p.b, p.h, p.t, p.dv};
   if (!p.backward) {
     auto options = fe::graph::SDPA_attributes()
@@ -88,6 +94,7 @@ void add_sdpa_node(const CudnnAttentionProblem& p, fe::graph::Graph& g) {
                        .set_generate_stats(p.stats)
                        .set_attn_scale(p.scale);
     if (bias != nullptr) options.set_bias(bias);
+    if (p.causal) options.set_causal_mask(true);
     auto [o, stats] = g.sdpa(q, k, v, options);
     output(o, kO, rows);
     if (p.stats) {
@@ -105,6 +112,7 @@ void add_sdpa_node(const CudnnAttentionProblem& p, fe::graph::Graph& g) {
                      .set_attn_scale(p.scale)
                      .set_deterministic_algorithm(true);
   if (bias != nullptr) options.set_bias(bias);
+  if (p.causal) options.set_causal_mask(true);
   auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, options);
   output(dq, kDq, {p.b, p.h, p.t, p.d});
   output(dk, kDk, {p.b, p.h, p.s, p.d});
@@ -120,15 +128,23 @@ absl::StatusOr<std::shared_ptr<const CudnnAttention>> CudnnAttention::make(
   AMPC_RETURN_IF_ERROR(check_dtype(p, what));
   attention->graph_ = std::make_unique<Graph>();
   fe::graph::Graph& g = attention->graph_->graph;
-  add_sdpa_node(p, g);
-  AMPC_RETURN_IF_ERROR(fe_status(g.validate(), "validate", what));
-  AMPC_RETURN_IF_ERROR(fe_status(g.build_operation_graph(handle), "operation graph", what));
-  AMPC_RETURN_IF_ERROR(
-      fe_status(g.create_execution_plans({fe::HeurMode_t::A}), "execution plans", what));
-  AMPC_RETURN_IF_ERROR(fe_status(g.check_support(handle), "support", what));
-  AMPC_RETURN_IF_ERROR(fe_status(g.build_plans(handle), "plans", what));
-  AMPC_RETURN_IF_ERROR(
-      fe_status(g.get_workspace_size(attention->graph_->workspace), "workspace", what));
+  // The frontend reports most refusals as error codes, but throws where it finds no
+  // implementation for a node: either way the node takes another path.
+  try {
+    add_sdpa_node(p, g);
+    AMPC_RETURN_IF_ERROR(fe_status(g.validate(), "validate", what));
+    AMPC_RETURN_IF_ERROR(fe_status(g.build_operation_graph(handle), "operation graph", what));
+    AMPC_RETURN_IF_ERROR(
+        fe_status(g.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                  "execution plans", what));
+    AMPC_RETURN_IF_ERROR(fe_status(g.check_support(handle), "support", what));
+    AMPC_RETURN_IF_ERROR(fe_status(g.build_plans(handle), "plans", what));
+    AMPC_RETURN_IF_ERROR(
+        fe_status(g.get_workspace_size(attention->graph_->workspace), "workspace", what));
+  } catch (const std::exception& error) {
+    return absl::UnimplementedError(
+        str_cat("cuDNN's fused attention takes no ", what, ": ", error.what()));
+  }
   return attention;
 }
 
@@ -186,12 +202,19 @@ absl::StatusOr<std::shared_ptr<const CudnnAttention>> CudnnAttention::create(
   using Key = std::pair<cudnnHandle_t, decltype(key(p))>;
   static std::mutex mutex;
   static auto* built = new std::map<Key, std::weak_ptr<const CudnnAttention>>();
+  // Why a problem has no graph, so that a GPT's layers of one shape ask cuDNN's heuristics and
+  // support checks once, not once a node (a refusal sends the node to another path, whatever
+  // its cause).
+  static auto* refused = new std::map<Key, absl::Status>();
   const std::lock_guard lock(mutex);
   const Key k(handle, key(p));
   if (auto it = built->find(k); it != built->end()) {
     if (std::shared_ptr<const CudnnAttention> shared = it->second.lock()) return shared;
   }
-  AMPC_ASSIGN_OR_RETURN(std::shared_ptr<const CudnnAttention> attention, make(p, handle));
+  if (auto it = refused->find(k); it != refused->end()) return it->second;
+  absl::StatusOr<std::shared_ptr<const CudnnAttention>> made = make(p, handle);
+  if (!made.ok()) return refused->emplace(k, made.status()).first->second;
+  std::shared_ptr<const CudnnAttention> attention = *std::move(made);
   std::erase_if(*built, [](const auto& entry) { return entry.second.expired(); });
   (*built)[k] = attention;
   return attention;
@@ -202,6 +225,7 @@ std::string CudnnAttention::describe() const {
   std::string text = str_cat(p.backward ? "backward " : "forward ", dtype_name(p.dtype), " b ", p.b,
                              " h ", p.h, " T ", p.t, " S ", p.s, " D ", p.d, " Dv ", p.dv);
   if (p.bias_b > 0) text += str_cat(", bias [", p.bias_b, ", ", p.bias_h, "]");
+  if (p.causal) text += ", causal";
   return text;
 }
 

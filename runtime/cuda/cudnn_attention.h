@@ -5,7 +5,8 @@
 //
 // The layout is cuDNN's [b, h, rows, d] with the head dim contiguous: Q [b, h, T, D], K (not Kt)
 // [b, h, S, D], V [b, h, S, Dv], O and dO [b, h, T, Dv], Stats (the LSE, f32) [b, h, T, 1], all
-// dense, and an optional additive bias [b or 1, h or 1, T, S] in the I/O type. cuDNN reads the
+// dense, and an optional additive bias [b or 1, h or 1, T, S] in the I/O type, its rows
+// cudnn_bias_pitch(S) apart. cuDNN reads the
 // operands in f16 or bf16, accumulates in f32 and rounds the probabilities (and the backward's
 // dS) to the I/O type before the products with V (and K, Q): the results agree with ampc's own
 // kernels within a few units of the I/O type, not bit for bit.
@@ -13,6 +14,8 @@
 
 #include <cudnn.h>
 
+#include <bit>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -31,7 +34,15 @@ struct CudnnAttentionProblem {
   bool stats = true;
   // The bias's batch and head extents (each 1 or b / h); 0: no bias.
   int64_t bias_b = 0, bias_h = 0;
+  // Query i sees keys 0..i only (top left aligned), which cuDNN masks itself, skipping the tiles
+  // above the diagonal: about half the work of the same mask as a bias.
+  bool causal = false;
 };
+
+// The elements between rows of the bias: S rounded up to 8, so that every row starts 16-byte
+// aligned, as cuDNN assumes of every tensor it is given (its frontend checks that of Q, K, V
+// and O only, and a misaligned operand gives wrong results on Hopper, not an error).
+inline int64_t cudnn_bias_pitch(int64_t s) { return (s + 7) / 8 * 8; }
 
 // The device pointers of one run. Forward reads q, k, v, bias and writes o, stats; backward reads
 // q, k, v, o_in, d_o, stats_in, bias and writes dq, dk, dv.
@@ -57,7 +68,8 @@ class CudnnAttention {
   // attention kernels when it plans them: the 12 layers of a GPT share one forward and one
   // backward). Unimplemented, with cuDNN's reason, when cuDNN has no engine for the problem
   // (f32, a head dim it does not take, a GPU older than it supports, a build without the
-  // frontend); the backward is deterministic (cuDNN's deterministic algorithm) or refused.
+  // frontend); the backward is deterministic (cuDNN's deterministic algorithm) or refused. A
+  // refusal is remembered per problem and handle like a graph, so it is asked for once.
   static absl::StatusOr<std::shared_ptr<const CudnnAttention>> create(
       const CudnnAttentionProblem& p, cudnnHandle_t handle);
   ~CudnnAttention();
@@ -68,12 +80,13 @@ class CudnnAttention {
   int64_t workspace_bytes() const;
   // Queues the graph on `handle`'s stream.
   absl::Status run(cudnnHandle_t handle, const CudnnAttentionArgs& args, void* workspace) const;
-  // "bf16 b 8 h 12 T 1024 S 1024 D 64 Dv 64, bias [1, 1]": for messages.
+  // "bf16 b 8 h 12 T 1024 S 1024 D 64 Dv 64, bias [1, 1]" (or ", causal"): for messages.
   std::string describe() const;
   // Every field of the problem, for the cache of built graphs.
   static auto key(const CudnnAttentionProblem& p) {
-    return std::make_tuple(p.dtype, p.b, p.h, p.t, p.s, p.d, p.dv, p.scale, p.backward, p.stats,
-                           p.bias_b, p.bias_h);
+    // The scale by its bits: a NaN would break the cache's ordering.
+    return std::make_tuple(p.dtype, p.b, p.h, p.t, p.s, p.d, p.dv, std::bit_cast<uint32_t>(p.scale),
+                           p.backward, p.stats, p.bias_b, p.bias_h, p.causal);
   }
 
  private:

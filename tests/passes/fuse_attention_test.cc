@@ -93,10 +93,76 @@ TEST(FuseAttention, InvertedMasksDivisorsAndAdditiveBiasesFuse) {
     })",
                 R"(
     graph g(%q: f32[1,3,2], %kt: f32[1,2,3], %v: f32[1,3,2]) opset(17) {
-      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
-      %y, %y.lse = ampc.Attention<scale=1.0>(%q, %kt, %v, %c_bias) : f32[1,3,2], f32[1,3]
+      init %c_bias.keep: bool[3,3] = [true, false, false, true, true, false, true, true, true]
+      %y, %y.lse = ampc.Attention<mask_keep=1, scale=1.0>(%q, %kt, %v, %c_bias.keep) : f32[1,3,2], f32[1,3]
       return %y
     })");
+}
+
+// A constant bias of only 0 and -inf (the dynamo exporter folds the causal mask into one, in f32
+// whatever the operands' type, maybe behind a cast) is the bool mask kept where it is 0: one
+// bool initializer for every attention that reads the bias, and the f32 one gone.
+TEST(FuseAttention, AConstantBiasOfZeroAndMinusInfinityBecomesABoolMask) {
+  const std::string attention = R"(
+      %s{n} = MatMul(%q, %kt) : f16[2,3,3]
+      %sb{n} = Add(%s{n}, %bh) : f16[2,3,3]
+      %p{n} = Softmax(%sb{n}) : f16[2,3,3]
+      %y{n} = MatMul(%p{n}, %v) : f16[2,3,2]
+)";
+  const auto layers = [&](std::string_view bias) {
+    std::string text = str_cat(R"(
+    graph g(%q: f16[2,3,2], %kt: f16[2,2,3], %v: f16[2,3,2]) opset(17) {
+      init %bias: f32[3,3] = [)",
+                               bias, R"(]
+      %bh = Cast<to=f16>(%bias) : f16[3,3]
+)");
+    for (const char* n : {"1", "2"}) {
+      std::string layer = attention;
+      for (size_t at; (at = layer.find("{n}")) != std::string::npos;) layer.replace(at, 3, n);
+      text += layer;
+    }
+    return text + "      return %y1, %y2\n    }";
+  };
+  std::unique_ptr<Graph> graph =
+      testing::parse_or_fail(layers("0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0"));
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(make_fuse_attention_pass()->run(*graph, PassContext{&diagnostics}).ok());
+  ASSERT_TRUE(make_dce_pass()->run(*graph, PassContext{&diagnostics}).ok());
+  EXPECT_TRUE(verify(*graph).ok()) << verify(*graph);
+  EXPECT_EQ(print_graph(*graph), testing::canonical_text(R"(
+    graph g(%q: f16[2,3,2], %kt: f16[2,2,3], %v: f16[2,3,2]) opset(17) {
+      init %bias.keep: bool[3,3] = [true, false, false, true, true, false, true, true, true]
+      %y1, %y1.lse = ampc.Attention<mask_keep=1, scale=1.0>(%q, %kt, %v, %bias.keep) : f16[2,3,2], f32[2,3]
+      %y2, %y2.lse = ampc.Attention<mask_keep=1, scale=1.0>(%q, %kt, %v, %bias.keep) : f16[2,3,2], f32[2,3]
+      return %y1, %y2
+    })"));
+
+  // Hugging Face's fill, f32's lowest finite value, masks as -inf does where every row keeps a
+  // key; a row that keeps none is uniform over its keys, so such a bias stays one, as does a
+  // fill of smaller magnitude (whose masked scores need not round to it).
+  constexpr std::string_view kLowest = "-3.4028234663852886e+38";
+  graph = testing::parse_or_fail(
+      layers(str_cat("0.0, ", kLowest, ", ", kLowest, ", 0.0, 0.0, ", kLowest, ", 0.0, 0.0, 0.0")));
+  ASSERT_NE(graph, nullptr);
+  ASSERT_TRUE(make_fuse_attention_pass()->run(*graph, PassContext{&diagnostics}).ok());
+  std::string text = print_graph(*graph);
+  EXPECT_NE(text.find("init %bias.keep: bool[3,3] = [true, false, false, true, true, false, true, "
+                      "true, true]"),
+            std::string::npos)
+      << text;
+  for (const std::string& bias :
+       {str_cat("0.0, ", kLowest, ", ", kLowest, ", ", kLowest, ", ", kLowest, ", ", kLowest,
+                ", 0.0, 0.0, 0.0"),
+        std::string("0.0, -10000.0, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0")}) {
+    SCOPED_TRACE(bias);
+    graph = testing::parse_or_fail(layers(bias));
+    ASSERT_NE(graph, nullptr);
+    ASSERT_TRUE(make_fuse_attention_pass()->run(*graph, PassContext{&diagnostics}).ok());
+    text = print_graph(*graph);
+    EXPECT_EQ(text.find("bool["), std::string::npos) << text;
+    EXPECT_NE(text.find("ampc.Attention<scale=1.0>(%q, %kt, %v, %bh)"), std::string::npos) << text;
+  }
 }
 
 // PyTorch's export of scaled_dot_product_attention scales Q and Kt by the scale's square root;
@@ -119,8 +185,8 @@ TEST(FuseAttention, ScalesOfQAndKtFoldIntoTheScale) {
     })",
                 R"(
     graph g(%q: f32[2,3,2], %kt: f32[2,2,3], %v: f32[2,3,2]) opset(17) {
-      init %c_bias: f32[3,3] = [0.0, -inf, -inf, 0.0, 0.0, -inf, 0.0, 0.0, 0.0]
-      %y, %y.lse = ampc.Attention<scale=0.375>(%q, %kt, %v, %c_bias) : f32[2,3,2], f32[2,3]
+      init %c_bias.keep: bool[3,3] = [true, false, false, true, true, false, true, true, true]
+      %y, %y.lse = ampc.Attention<mask_keep=1, scale=0.375>(%q, %kt, %v, %c_bias.keep) : f32[2,3,2], f32[2,3]
       return %y
     })");
   expect_fusion(R"(
@@ -388,13 +454,19 @@ std::vector<AttentionRun> expect_fused_near_reference(const testing::AttentionCa
 }
 
 // Masks as a bool Where (the scores scaled) or an additive bias (Q and Kt each scaled by the
-// scale's square root, as PyTorch exports them); 16 positions (one CPU tile of queries) or 150
-// (three tiles, each reading the keys up to its last row under the causal mask).
-class FusedAttentionNumerics : public ::testing::TestWithParam<std::tuple<bool, int64_t>> {};
+// scale's square root, as PyTorch exports them): a constant one of 0 and -inf, or of 0 and
+// f32's lowest finite value, each of which the fused node reads as a bool mask, and one
+// computed in the graph of 0 and -inf, which it adds; 16 positions (one CPU tile of queries) or
+// 150 (three tiles, each reading the keys up to its last row under the causal mask).
+class FusedAttentionNumerics
+    : public ::testing::TestWithParam<std::tuple<std::string_view, int64_t>> {};
 
 TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
-  const auto [bias, t] = GetParam();
-  const testing::AttentionCase c{.t = t, .bias = bias};
+  const auto [mask, t] = GetParam();
+  const testing::AttentionCase c{.t = t,
+                                 .bias = mask != "bool_mask",
+                                 .fill = mask == "lowest_bias" ? "-3.4028234663852886e+38" : "-inf",
+                                 .computed_bias = mask == "computed_bias"};
   std::mt19937 rng(11);
   const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
   const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
@@ -476,12 +548,13 @@ TEST(FusedAttention, RowsMaskedByTheLowestFiniteBiasAreUniformInTheGradientToo) 
 // is 0, and so is its gradient. The fused node (safe) against the unfused graph with the guard,
 // made differentiable by the safe-softmax pass, in f64; the masked rows' outputs and dQ are
 // exactly 0 (the guard's definition, an independent check of both); in f32 within the GEMM
-// tolerance. Bool and additive masks, one and three query tiles.
+// tolerance. Bool masks and additive ones computed in the graph, one and three query tiles.
 TEST(FusedAttention, RowsWithNoKeyBehindTheSafeSoftmaxAreZeroWithNoGradient) {
   for (const bool bias : {false, true}) {
     for (const int64_t t : {int64_t{16}, int64_t{150}}) {
       SCOPED_TRACE(str_cat(bias ? "bias" : "bool mask", ", t = ", t));
-      const testing::AttentionCase c{.t = t, .bias = bias, .padded = 3, .safe = true};
+      const testing::AttentionCase c{
+          .t = t, .bias = bias, .computed_bias = bias, .padded = 3, .safe = true};
       std::mt19937 rng(7);
       const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
       const std::vector<AttentionRun> runs = expect_fused_near_reference(c, inputs);
@@ -504,11 +577,11 @@ TEST(FusedAttention, RowsWithNoKeyBehindTheSafeSoftmaxAreZeroWithNoGradient) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Masks, FusedAttentionNumerics,
-                         ::testing::Combine(::testing::Values(false, true),
+                         ::testing::Combine(::testing::Values("bool_mask", "bias", "lowest_bias",
+                                                              "computed_bias"),
                                             ::testing::Values(int64_t{16}, int64_t{150})),
                          [](const auto& info) {
-                           return str_cat(std::get<0>(info.param) ? "bias" : "bool_mask", "_t",
-                                          std::get<1>(info.param));
+                           return str_cat(std::get<0>(info.param), "_t", std::get<1>(info.param));
                          });
 
 }  // namespace

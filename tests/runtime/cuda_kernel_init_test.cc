@@ -122,6 +122,51 @@ std::string attention_graph(int64_t keys, std::string_view dtype = "f16",
                  "[1,2,8,64], f32[1,2,8]\n        return %y\n      }");
 }
 
+// ampc.Attention of bf16 over 16 keys with a constant bool mask: query i keeps keys j <= i +
+// `ahead` (0: causal).
+std::string constant_mask_attention_graph(int ahead, std::string_view safe = "0") {
+  std::string mask;
+  for (int i = 0; i < 8; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      mask += str_cat(mask.empty() ? "" : ", ", j <= i + ahead ? "true" : "false");
+    }
+  }
+  return str_cat(
+      R"(graph g(%q: bf16[1,2,8,64], %kt: bf16[1,2,64,16], %v: bf16[1,2,16,64]) opset(17, "ampc": 1) {
+        init %m: bool[8,16] = [)",
+      mask, R"(]
+        %y, %lse = ampc.Attention<scale=0.125, safe=)",
+      safe, R"(>(%q, %kt, %v, %m) : bf16[1,2,8,64], f32[1,2,8]
+        return %y
+      })");
+}
+
+// ampc.AttentionGrad over 128 keys of bf16 with the float mask `mask`: a graph input when
+// `fill` is empty, else a constant of 0 and `fill`.
+std::string attention_grad_graph(std::string_view fill) {
+  constexpr int kKeys = 128;
+  const std::string rows = "[1,2,8,64]";
+  std::string mask_init;
+  std::string mask_input = ", %m: bf16[8,128]";
+  if (!fill.empty()) {
+    mask_input.clear();
+    mask_init = "init %m: bf16[8,128] = [";
+    for (int i = 0; i < 8 * kKeys; ++i) {
+      mask_init += str_cat(i == 0 ? "" : ", ", i % kKeys <= i / kKeys ? "0.0" : std::string(fill));
+    }
+    mask_init += "]\n";
+  }
+  return str_cat(
+      "graph g(%dy: bf16", rows, ", %q: bf16", rows,
+      ", %kt: bf16[1,2,64,128], %v: ", "bf16[1,2,128,64], %y: bf16", rows, ", %lse: f32[1,2,8]",
+      mask_input,
+      R"() opset(17, "ampc": 1) {
+        )",
+      mask_init,
+      R"(%dq, %dkt, %dv = ampc.AttentionGrad<scale=0.125>(%dy, %q, %kt, %v, %y, %lse, %m) : bf16)",
+      rows, ", bf16[1,2,64,128], bf16[1,2,128,64]\n        return %dq\n      }");
+}
+
 // ampc.Attention's CUDA kernels hold one row of scores in shared memory: a longer row is refused
 // at load, naming the limit, instead of failing at launch.
 TEST(CudaKernelInit, AttentionRowsLongerThanSharedMemoryAreRefusedAtLoad) {
@@ -160,7 +205,8 @@ TEST(CudaKernelInit, AmpcCudaAttentionNamesItsFourPathsAndRefusesAnyOther) {
 // AMPC_CUDA_ATTENTION=cudnn takes cuDNN's fused attention where it applies and falls back where
 // it does not (here, with no device, nowhere): the node still loads. cudnn-only refuses at load
 // instead, saying why: an f32 node, a `safe` node with a mask, a float mask wider than the
-// operands, or what cuDNN itself refused.
+// operands, a backward's float mask that is not a constant without large finite values, or
+// what cuDNN itself refused.
 TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
 #if !defined(AMPC_HAVE_CUDA)
   GTEST_SKIP() << "built without CUDA";
@@ -169,7 +215,8 @@ TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
     testing::ScopedEnv path("AMPC_CUDA_ATTENTION", "cudnn");
     for (const std::string& text :
          {attention_graph(16), attention_graph(16, "bf16", "bool[8,16]"),
-          attention_graph(16, "f32"), attention_graph(16, "bf16", "bool[8,16]", "1")}) {
+          attention_graph(16, "f32"), attention_graph(16, "bf16", "bool[8,16]", "1"),
+          attention_grad_graph(""), attention_grad_graph("-3.3895313892515355e38")}) {
       absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(text);
       EXPECT_TRUE(state.ok()) << state.status() << "\n" << text;
     }
@@ -179,8 +226,20 @@ TEST(CudaKernelInit, CudnnAttentionFallsBackUnlessOnlyItIsAsked) {
       {attention_graph(16, "f32"), "reads f16 or bf16 operands only"},
       {attention_graph(16, "bf16", "bool[8,16]", "1"), "`safe` with a mask"},
       {attention_graph(16, "bf16", "f32[1,1,8,16]"), "would round this node's wider float mask"},
-      // No device here: cuDNN (or the build, without the frontend) refuses the graph itself.
-      {attention_graph(16, "bf16", "bf16[1,1,8,16]"), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64"}};
+      // cuDNN's backward would make a row masked by a large finite fill uniform over every key.
+      {attention_grad_graph(""), "float mask %m is computed in the graph"},
+      {attention_grad_graph("-3.3895313892515355e38"),
+       "float mask %m holds -3.3895313892515355e+38"},
+      {attention_grad_graph("-8192"), "float mask %m holds -8192"},
+      // No device here: cuDNN (or the build, without the frontend) refuses the graph itself,
+      // and its message says which graph: with a bias, or in cuDNN's causal mode for a constant
+      // causal mask (safe or not: it leaves every row a key).
+      {attention_graph(16, "bf16", "bf16[1,1,8,16]"),
+       "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64, bias [1, 1]"},
+      {constant_mask_attention_graph(1), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64, bias [1, 1]"},
+      {constant_mask_attention_graph(0), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64, causal"},
+      {constant_mask_attention_graph(0, "1"), "forward bf16 b 1 h 2 T 8 S 16 D 64 Dv 64, causal"},
+      {constant_mask_attention_graph(1, "1"), "`safe` with a mask"}};
   for (const auto& [text, why] : refusals) {
     absl::StatusOr<std::unique_ptr<KernelState>> state = attention_state(text);
     ASSERT_FALSE(state.ok()) << text;
