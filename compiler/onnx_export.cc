@@ -1,6 +1,7 @@
 // ONNX export: Graph -> ModelProto, generic over each op's OpDef, but for ops whose ONNX form
-// differs from ampc's: ampc.ConvGradData (written as ConvTranspose), BatchNormalization at
-// opsets 9-13 and Dropout before 12 (training mode written as outputs).
+// differs from ampc's: ampc.ConvGradData (written as ConvTranspose), BatchNormalization in
+// training mode (the running statistics as outputs, which before opset 14 also say the mode)
+// and Dropout before 12 (training mode written as outputs).
 //
 // Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
@@ -268,20 +269,27 @@ class Exporter {
     write_attr("output_padding", AttrValue(output_padding), proto.add_attribute());
   }
 
+  static bool is_batch_norm(const Node& node) {
+    return node.domain() == kOnnxDomain && node.op_type() == "BatchNormalization";
+  }
+
   // BatchNormalization at opsets 9-13 has no training_mode attribute: the file marks training
   // mode by the mean and var outputs (compiler/onnx_legacy_ops.cc reads them back).
   static bool is_batch_norm_before_14(const Node& node) {
-    return node.domain() == kOnnxDomain && node.op_type() == "BatchNormalization" &&
-           node.graph()->opset(kOnnxDomain) < 14;
+    return is_batch_norm(node) && node.graph()->opset(kOnnxDomain) < 14;
   }
 
-  // The form has all five outputs (ONNX's checker allows one or five); saved_mean and saved_var
-  // name nothing ampc computes, so nothing in the file reads them.
-  void write_batch_norm_mode(const Node& node, onnx::NodeProto& proto) {
+  // In training mode ONNX's BatchNormalization names its running statistics as outputs: all
+  // five before opset 14 (its checker allows one or five), exactly three from 14 (training_mode
+  // 1 with one output, as a training model read from PyTorch's dynamo exporter has it, fails
+  // the checker and onnxruntime). Outputs ampc does not use get fresh names that nothing in the
+  // file reads (saved_mean and saved_var name nothing ampc computes).
+  void write_batch_norm_outputs(const Node& node, onnx::NodeProto& proto) {
     if (node.int_attr("training_mode") == 0) return;
     static constexpr const char* kSuffixes[] = {"", ".mean", ".var", ".saved_mean", ".saved_var"};
-    while (proto.output_size() < 5) proto.add_output("");
-    for (int i = 1; i < 5; ++i) {
+    const int outputs = is_batch_norm_before_14(node) ? 5 : 3;
+    while (proto.output_size() < outputs) proto.add_output("");
+    for (int i = 1; i < outputs; ++i) {
       if (proto.output(i).empty())
         proto.set_output(i, fresh_name(str_cat(node.name(), kSuffixes[i])));
     }
@@ -363,7 +371,7 @@ class Exporter {
       return absl::OkStatus();
     }
     const bool legacy_batch_norm = is_batch_norm_before_14(node);
-    if (legacy_batch_norm) write_batch_norm_mode(node, *proto);
+    if (is_batch_norm(node)) write_batch_norm_outputs(node, *proto);
     const bool legacy_dropout = is_dropout_before_12(node);
     if (legacy_dropout) AMPC_RETURN_IF_ERROR(write_dropout_mode(node, *proto));
     for (const auto& [name, value] : node.attrs()) {

@@ -73,6 +73,9 @@ class Importer : public onnx_io::ImportSink {
     if (const std::vector<std::string> folded = folds_.folded_batch_norms(); !folded.empty()) {
       graph_->set_metadata(onnx_io::kFoldedBatchNormsKey, str_join(folded, ", "));
     }
+    if (!shadowed_.empty()) {
+      graph_->set_metadata(onnx_io::kShadowedNamesKey, str_join(shadowed_, ", "));
+    }
     if (const std::vector<std::string> missing = missing_parameters(graph); !missing.empty()) {
       graph_->set_metadata(onnx_io::kMissingParametersKey, str_join(missing, ", "));
     }
@@ -151,6 +154,29 @@ class Importer : public onnx_io::ImportSink {
     if (!values_.emplace(name, value).second) {
       return invalid(str_cat(definer, " defines value '", name, "', which is already defined"));
     }
+    return absl::OkStatus();
+  }
+
+  // Binds a node's output `name` to `value`. A name an initializer already has is shadowed from
+  // here on: PyTorch's dynamo exporter (optimize=False) names a node's output after its FX node
+  // and an initializer after its buffer or parameter, so a buffer `index` or `mean` and an
+  // aten.index or aten.mean call give two values one name, which ONNX forbids (its checker and
+  // onnxruntime refuse the file). Read in node order, as ONNX's reference evaluator reads it (and
+  // gives PyTorch's results), the nodes before the output read the initializer and those after
+  // it the output; so the output gets a fresh name here, the initializer keeps its own (a
+  // parameter's name is what --trainable and checkpoints know), and the name is recorded for the
+  // training-step pass to warn of (kShadowedNamesKey). Any other redefinition is an error.
+  absl::Status define_output(const std::string& name, Value* value, std::string_view definer) {
+    auto it = values_.find(name);
+    if (it == values_.end() || it->second->kind() != Value::Kind::kInitializer) {
+      value->set_name(name);
+      return define(name, value, definer);
+    }
+    const std::string fresh = fresh_name(name);
+    value->set_name(fresh);
+    AMPC_RETURN_IF_ERROR(define(fresh, value, definer));  // may rehash: `it` is stale
+    values_[name] = value;
+    shadowed_.push_back(name);
     return absl::OkStatus();
   }
 
@@ -391,8 +417,7 @@ class Importer : public onnx_io::ImportSink {
     node->set_name(node_name);
     for (int i = 0; i < num_outputs; ++i) {
       if (!node->has_output(i)) continue;
-      node->output(i)->set_name(output_names[i]);
-      AMPC_RETURN_IF_ERROR(define(output_names[i], node->output(i), label));
+      AMPC_RETURN_IF_ERROR(define_output(output_names[i], node->output(i), label));
     }
     AMPC_ASSIGN_OR_RETURN(std::vector<std::optional<TensorType>> types, propagator_.visit(*node));
     for (int i = 0; i < num_outputs; ++i) {
@@ -555,6 +580,7 @@ class Importer : public onnx_io::ImportSink {
   std::unordered_map<std::string, const Value*> outer_initializers_;  // outer_value's index
   std::unique_ptr<Graph> graph_;
   std::unordered_map<std::string, Value*> values_;
+  std::vector<std::string> shadowed_;  // initializer names a node output redefined (define_output)
   onnx_io::DetachedInputs detached_;
   onnx_io::OptimizerFolds folds_;
   TypePropagator propagator_;

@@ -86,6 +86,13 @@ std::map<std::string, int64_t> torch_recorded_attrs(const onnx::NodeProto& node)
 bool torch_training_batch_norm(const onnx::NodeProto& node);
 inline constexpr char kFoldedBatchNormsKey[] = "ampc.folded_batch_norms";
 
+// Initializer names that a node's output in the file redefines (PyTorch's dynamo exporter with
+// optimize=False names a buffer and an aten call's output alike: a buffer `index` and
+// aten.index): the importer reads them in node order, nodes after the output reading the output
+// (under a fresh name), and records the names as this graph metadata; the training-step pass
+// warns of them.
+inline constexpr char kShadowedNamesKey[] = "ampc.shadowed_names";
+
 // The FX node PyTorch's dynamo exporter recorded on `node` (`pkg.torch.onnx.fx_node`: "%exp :
 // [num_users=1] = call_function[target=torch.ops.aten.exp.default](args = (%linear,), kwargs =
 // {})"), or nullopt (TorchScript exports, other files).

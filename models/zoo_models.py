@@ -5,6 +5,8 @@ ZOO maps a name to (model factory, batch factory, exporters to try); see export_
 what is written for each.
 """
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -248,6 +250,119 @@ class PaddedTagger(nn.Module):
         return loss, logits
 
 
+class RmsNorm(nn.Module):
+    """T5's LayerNorm: scales by the root mean square, no mean subtracted, no bias."""
+
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class T5Encoder(nn.Module):
+    """T5-style encoder LM: RMS norms, unscaled attention with a learned relative-position bias
+    (T5's bidirectional log buckets: integer arithmetic, Log, Min and Where on positions), a
+    gated tanh-GELU feed-forward, no biases. The bias is a trained weight, so the attention
+    stays unfused (fuse-attention takes only biases that no weight reaches)."""
+
+    def __init__(self, vocab=64, dim=32, heads=4, layers=2, buckets=8, max_distance=16):
+        super().__init__()
+        self.heads, self.buckets, self.max_distance = heads, buckets, max_distance
+        self.tok = nn.Embedding(vocab, dim)
+        self.rel = nn.Embedding(buckets, heads)
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            self.layers.append(nn.ModuleDict(dict(
+                n1=RmsNorm(dim), qkv=nn.Linear(dim, 3 * dim, bias=False),
+                o=nn.Linear(dim, dim, bias=False), n2=RmsNorm(dim),
+                wi0=nn.Linear(dim, 2 * dim, bias=False), wi1=nn.Linear(dim, 2 * dim, bias=False),
+                wo=nn.Linear(2 * dim, dim, bias=False))))
+        self.norm = RmsNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def bucket(self, relative):
+        half = self.buckets // 2
+        exact = half // 2
+        distance = relative.abs()
+        far = exact + (torch.log(distance.float() / exact) / math.log(self.max_distance / exact)
+                       * (half - exact)).to(torch.long)
+        far = torch.min(far, torch.full_like(far, half - 1))
+        return (relative > 0).to(torch.long) * half + torch.where(distance < exact, distance, far)
+
+    def forward(self, idx, targets):
+        b, t = idx.shape
+        pos = torch.arange(t)
+        bias = self.rel(self.bucket(pos[None, :] - pos[:, None])).permute(2, 0, 1)[None]
+        x = self.tok(idx)
+        for layer in self.layers:
+            q, k, v = layer["qkv"](layer["n1"](x)).view(b, t, 3, self.heads, -1).permute(
+                2, 0, 3, 1, 4)
+            scores = q @ k.transpose(-1, -2) + bias
+            a = (scores.float().softmax(-1).type_as(scores) @ v).transpose(1, 2).reshape(b, t, -1)
+            x = x + layer["o"](a)
+            h = layer["n2"](x)
+            x = x + layer["wo"](F.gelu(layer["wi0"](h), approximate="tanh") * layer["wi1"](h))
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
+
+
+class Seq2Seq(nn.Module):
+    """nn.Transformer encoder-decoder (post-norm, ReLU, one layer each) with a source padding
+    mask (for the encoder's self-attention and the decoder's cross-attention) and a causal
+    target mask: nn.MultiheadAttention's self- and cross-attention."""
+
+    def __init__(self, vocab=64, dim=32, heads=4, max_len=16, pad=0):
+        super().__init__()
+        self.pad = pad
+        self.src_emb, self.tgt_emb = nn.Embedding(vocab, dim), nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(max_len, dim) * 0.02)
+        self.net = nn.Transformer(dim, heads, 1, 1, 2 * dim, dropout=0.0, batch_first=True)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, src, tgt, targets):
+        t = tgt.shape[1]
+        causal = torch.triu(torch.full((t, t), float("-inf")), diagonal=1)
+        # tgt_is_causal: PyTorch would otherwise compare the mask with a causal one, which
+        # torch.export cannot trace.
+        # The padding mask for the cross-attention too: in eval mode PyTorch's fast path runs
+        # the encoder on nested tensors, whose padded positions come out as zeros.
+        padding = src == self.pad
+        out = self.net(self.src_emb(src) + self.pos[:src.shape[1]],
+                       self.tgt_emb(tgt) + self.pos[:t], tgt_mask=causal, tgt_is_causal=True,
+                       src_key_padding_mask=padding, memory_key_padding_mask=padding)
+        logits = self.head(out)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()), logits
+
+
+class Moe(nn.Module):
+    """A mixture-of-experts feed-forward in a token classifier: top-2 routing (torch.topk), each
+    token's expert weights gathered by index, einsum, a load-balancing auxiliary loss."""
+
+    def __init__(self, vocab=64, dim=16, experts=4, hidden=32):
+        super().__init__()
+        self.experts = experts
+        self.tok = nn.Embedding(vocab, dim)
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, dim, hidden) * 0.2)
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, dim) * 0.2)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab)
+
+    def forward(self, idx, targets):
+        x = self.tok(idx)                                         # [B, T, D]
+        probs = self.router(x).softmax(-1)
+        top, which = probs.topk(2, dim=-1)                        # [B, T, 2]
+        top = top / top.sum(-1, keepdim=True)
+        h = F.relu(torch.einsum("btd,btkdh->btkh", x, self.w1[which]))
+        x = x + (torch.einsum("btkh,btkhd->btkd", h, self.w2[which]) * top.unsqueeze(-1)).sum(2)
+        load = F.one_hot(which[..., 0], self.experts).float().mean((0, 1))
+        aux = self.experts * (load * probs.mean((0, 1))).sum()
+        logits = self.head(self.norm(x))
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten()) + 0.01 * aux, logits
+
+
 # ----------------------------------------------------------------------------- vision
 
 
@@ -356,6 +471,150 @@ class UNet(nn.Module):
         return F.cross_entropy(logits, y) + dice, logits
 
 
+class Vit(nn.Module):
+    """ViT: a patch convolution, a class token, learned positions, nn.TransformerEncoder
+    (pre-norm, GELU: nn.MultiheadAttention without a mask), the head on the class token."""
+
+    def __init__(self, classes=10, dim=32, heads=4, layers=2, patch=4, image=16):
+        super().__init__()
+        self.patch = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x, y):
+        p = self.patch(x).flatten(2).transpose(1, 2)
+        p = torch.cat([self.cls.expand(p.shape[0], -1, -1), p], dim=1) + self.pos
+        logits = self.head(self.norm(self.encoder(p))[:, 0])
+        return F.cross_entropy(logits, y), logits
+
+
+class ConvNeXtBlock(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dw = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pw1, self.pw2 = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.full((dim,), 0.5))
+
+    def forward(self, x):
+        h = self.dw(x).permute(0, 2, 3, 1)
+        h = self.pw2(F.gelu(self.pw1(self.norm(h)))) * self.gamma
+        return x + h.permute(0, 3, 1, 2)
+
+
+class ConvNeXt(nn.Module):
+    """ConvNeXt-style: a patchify stem, depthwise 7x7 convolutions, LayerNorm over channels in
+    channels-last order (permutes around it), pointwise Linears, layer scale."""
+
+    def __init__(self, classes=10, dims=(16, 32)):
+        super().__init__()
+        self.stem = nn.Conv2d(3, dims[0], 4, stride=4)
+        self.stem_norm = nn.LayerNorm(dims[0], eps=1e-6)
+        self.b1 = ConvNeXtBlock(dims[0])
+        self.down_norm = nn.LayerNorm(dims[0], eps=1e-6)
+        self.down = nn.Conv2d(dims[0], dims[1], 2, stride=2)
+        self.b2 = ConvNeXtBlock(dims[1])
+        self.norm = nn.LayerNorm(dims[1], eps=1e-6)
+        self.head = nn.Linear(dims[1], classes)
+
+    @staticmethod
+    def channels_last_norm(norm, x):
+        return norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+    def forward(self, x, y):
+        h = self.b1(self.channels_last_norm(self.stem_norm, self.stem(x)))
+        h = self.b2(self.down(self.channels_last_norm(self.down_norm, h)))
+        logits = self.head(self.norm(h.mean((-2, -1))))
+        return F.cross_entropy(logits, y), logits
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer: patches cut with unfold, token-mixing MLPs on transposed activations, Mish,
+    ELU and Softplus, and an auxiliary term on the tokens' standard deviation."""
+
+    def __init__(self, classes=10, dim=24, tokens=16):
+        super().__init__()
+        self.patch = nn.Linear(48, dim)
+        self.n1, self.n2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.tok1, self.tok2 = nn.Linear(tokens, 2 * tokens), nn.Linear(2 * tokens, tokens)
+        self.ch1, self.ch2 = nn.Linear(dim, 2 * dim), nn.Linear(2 * dim, dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x, y):
+        b = x.shape[0]
+        p = x.unfold(2, 4, 4).unfold(3, 4, 4).permute(0, 2, 3, 1, 4, 5).reshape(b, 16, 48)
+        h = self.patch(p)
+        h = h + self.tok2(F.mish(self.tok1(self.n1(h).transpose(1, 2)))).transpose(1, 2)
+        h = h + self.ch2(F.elu(self.ch1(self.n2(h))))
+        logits = self.head(F.softplus(h).mean(1))
+        aux = (h.std(1) - 1).pow(2).mean()
+        return F.cross_entropy(logits, y) + 0.01 * aux, logits
+
+
+class Swin(nn.Module):
+    """A Swin-style block: shifted windows (torch.roll, window partition by view and permute),
+    window attention with a learned relative-position bias looked up by an index buffer named
+    `index` (which the dynamo exporter with optimize=False also gives to aten.index's output),
+    GELU MLP, mean-pooled head."""
+
+    def __init__(self, classes=10, dim=16, heads=2, window=4):
+        super().__init__()
+        self.heads, self.window = heads, window
+        self.patch = nn.Conv2d(3, dim, 2, stride=2)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.table = nn.Parameter(torch.randn((2 * window - 1) ** 2, heads) * 0.02)
+        grid = torch.stack(torch.meshgrid(torch.arange(window), torch.arange(window),
+                                          indexing="ij")).flatten(1)
+        rel = (grid[:, :, None] - grid[:, None, :]).permute(1, 2, 0) + window - 1
+        self.register_buffer("index", rel[..., 0] * (2 * window - 1) + rel[..., 1],
+                             persistent=False)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x, y):
+        h = self.patch(x).permute(0, 2, 3, 1)                       # B, H, W, C
+        b, rows, cols, c = h.shape
+        w, n = self.window, self.window * self.window
+        s = torch.roll(self.norm1(h), shifts=(-2, -2), dims=(1, 2))
+        win = s.view(b, rows // w, w, cols // w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, n, c)
+        q, k, v = self.qkv(win).view(-1, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        bias = self.table[self.index.view(-1)].view(n, n, -1).permute(2, 0, 1)
+        a = ((q @ k.transpose(-2, -1)) * (q.shape[-1] ** -0.5) + bias).softmax(-1) @ v
+        a = self.proj(a.transpose(1, 2).reshape(-1, n, c))
+        a = a.view(b, rows // w, cols // w, w, w, c).permute(0, 1, 3, 2, 4, 5).reshape(b, rows, cols, c)
+        h = h + torch.roll(a, shifts=(2, 2), dims=(1, 2))
+        h = h + self.mlp(self.norm2(h))
+        logits = self.head(h.mean((1, 2)))
+        return F.cross_entropy(logits, y), logits
+
+
+class Clip(nn.Module):
+    """A contrastive image-text model: a conv image tower and a mean-of-embeddings text tower,
+    L2-normalized, a learned logit scale (exp, clamped at 100), cross-entropy both ways against
+    the diagonal (torch.arange labels)."""
+
+    def __init__(self, vocab=64, dim=16):
+        super().__init__()
+        self.image = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(),
+                                   nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, dim))
+        self.tok = nn.Embedding(vocab, dim)
+        self.text = nn.Linear(dim, dim)
+        self.logit_scale = nn.Parameter(torch.tensor(math.log(1 / 0.07)))
+
+    def forward(self, x, idx):
+        i = F.normalize(self.image(x), dim=-1)
+        t = F.normalize(self.text(self.tok(idx).mean(1)), dim=-1)
+        logits = self.logit_scale.exp().clamp(max=100) * i @ t.t()
+        labels = torch.arange(x.shape[0])
+        return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.t(), labels)) / 2, logits
+
+
 # ----------------------------------------------------------------------------- recurrent
 
 
@@ -398,6 +657,97 @@ class BagRecommender(nn.Module):
         pairs = torch.stack([(d * u).sum(1), (d * i).sum(1), (u * i).sum(1)], dim=1)
         logits = self.top(torch.cat([d, u, i, pairs], dim=1)).squeeze(1)
         return F.binary_cross_entropy_with_logits(logits, clicks), logits
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+class Gnn(nn.Module):
+    """Two message-passing layers on an edge list: index_select of the sources, index_add into
+    the destinations (a scatter-add with repeated indices), mean by in-degree, residual."""
+
+    def __init__(self, features=8, hidden=16, classes=3):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(features, hidden), nn.Linear(hidden, classes)
+
+    @staticmethod
+    def propagate(h, src, dst):
+        total = h.new_zeros(h.shape).index_add(0, dst, h.index_select(0, src))
+        degree = h.new_zeros(h.shape[0]).index_add(0, dst, h.new_ones(dst.shape[0])).clamp(min=1)
+        return total / degree[:, None] + h
+
+    def forward(self, x, src, dst, y):
+        h = F.relu(self.propagate(self.l1(x), src, dst))
+        logits = self.l2(self.propagate(h, src, dst))
+        return F.cross_entropy(logits, y), logits
+
+
+# ----------------------------------------------------------------------------- audio
+
+
+class AudioConv(nn.Module):
+    """A 1-D convolution net on waveforms: a strided Conv1d, GroupNorm, SiLU, dilated
+    convolutions with BatchNorm1d and InstanceNorm1d, LeakyReLU and Hardswish, adaptive max
+    pooling, and a label-smoothed loss (which the TorchScript exporter refuses)."""
+
+    def __init__(self, classes=6, ch=16):
+        super().__init__()
+        self.front = nn.Conv1d(1, ch, 9, stride=4, padding=4)
+        self.gn = nn.GroupNorm(4, ch)
+        self.d1 = nn.Conv1d(ch, ch, 3, dilation=2, padding=2)
+        self.bn = nn.BatchNorm1d(ch)
+        self.d2 = nn.Conv1d(ch, 2 * ch, 3, dilation=4, padding=4, bias=False)
+        self.inorm = nn.InstanceNorm1d(2 * ch, affine=True)
+        self.pool = nn.AdaptiveMaxPool1d(4)
+        self.head = nn.Linear(8 * ch, classes)
+
+    def forward(self, x, y):
+        h = F.silu(self.gn(self.front(x)))
+        h = h + F.leaky_relu(self.bn(self.d1(h)), 0.1)
+        h = F.hardswish(self.inorm(self.d2(h)))
+        logits = self.head(self.pool(h).flatten(1))
+        return F.cross_entropy(logits, y, label_smoothing=0.1), logits
+
+
+class Conformer(nn.Module):
+    """A Conformer convolution module on frames: a weight-normed input projection
+    (parametrizations.weight_norm), pointwise Conv1d and GLU, depthwise Conv1d, BatchNorm1d,
+    SiLU, a per-frame classifier (cross-entropy over the class axis of [B, C, T])."""
+
+    def __init__(self, features=10, dim=16, classes=5):
+        super().__init__()
+        from torch.nn.utils.parametrizations import weight_norm
+        self.inp = weight_norm(nn.Linear(features, dim))
+        self.ln = nn.LayerNorm(dim)
+        self.pw1 = nn.Conv1d(dim, 2 * dim, 1)
+        self.dw = nn.Conv1d(dim, dim, 5, padding=2, groups=dim)
+        self.bn = nn.BatchNorm1d(dim)
+        self.pw2 = nn.Conv1d(dim, dim, 1)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x, y):
+        h = self.inp(x)                                                # B, T, D
+        c = F.glu(self.pw1(self.ln(h).transpose(1, 2)), dim=1)
+        h = h + self.pw2(F.silu(self.bn(self.dw(c)))).transpose(1, 2)
+        logits = self.head(h)
+        return F.cross_entropy(logits.transpose(1, 2), y), logits
+
+
+class RunningMean(nn.Module):
+    """Sequence classification with a running mean (cumsum over time), a length mask built from
+    a lengths input, a masked mean, clamp and pow, log_softmax and nll_loss."""
+
+    def __init__(self, features=6, dim=12, classes=4):
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(features, dim), nn.Linear(dim, classes)
+
+    def forward(self, x, lengths, y):
+        t = x.shape[1]
+        h = torch.tanh(self.l1(x)).cumsum(1) / torch.arange(1, t + 1)[None, :, None]
+        mask = (torch.arange(t)[None, :] < lengths[:, None]).float()
+        pooled = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True)
+        logits = self.l2(pooled.clamp(-0.9, 0.9).pow(3) + pooled)
+        return F.nll_loss(F.log_softmax(logits, -1), y), logits
 
 
 # ----------------------------------------------------------------------------- batches
@@ -463,6 +813,43 @@ def flat_batch(g, b=8, classes=10):
     return {"x": torch.rand((b, 784), generator=g), "y": torch.randint(0, classes, (b,), generator=g)}
 
 
+def seq2seq_batch(g, b=2, t=16):
+    """Source tokens with a padded tail (0) in the first row, target tokens shifted by one."""
+    src = tokens(g, (b, t))
+    src[:, 1:] = torch.where(src[:, 1:] == 0, 1, src[:, 1:])
+    src[0, 12:] = 0
+    tgt = tokens(g, (b, t + 1))
+    return {"src": src, "tgt": tgt[:, :-1], "targets": tgt[:, 1:]}
+
+
+def waveform_batch(g, b=4, n=256, classes=6):
+    return {"x": torch.randn((b, 1, n), generator=g),
+            "y": torch.randint(0, classes, (b,), generator=g)}
+
+
+def clip_batch(g, b=4, vocab=64):
+    return {"x": torch.rand((b, 3, 8, 8), generator=g),
+            "idx": torch.randint(0, vocab, (b, 6), generator=g)}
+
+
+def graph_batch(g, nodes=12, edges=30, classes=3):
+    return {"x": torch.randn((nodes, 8), generator=g),
+            "src": torch.randint(0, nodes, (edges,), generator=g),
+            "dst": torch.randint(0, nodes, (edges,), generator=g),
+            "y": torch.randint(0, classes, (nodes,), generator=g)}
+
+
+def frames_batch(g, b=2, t=12, classes=5):
+    return {"x": torch.randn((b, t, 10), generator=g),
+            "y": torch.randint(0, classes, (b, t), generator=g)}
+
+
+def lengths_batch(g, b=3, t=8, classes=4):
+    return {"x": torch.randn((b, t, 6), generator=g),
+            "lengths": torch.randint(1, t + 1, (b,), generator=g),
+            "y": torch.randint(0, classes, (b,), generator=g)}
+
+
 # name -> (model factory, batch factory, exporters to try)
 ALL_EXPORTERS = ("torchscript", "dynamo", "dynamo_raw")
 TRANSFORMER_EXPORTERS = ALL_EXPORTERS + ("dynamo_opset23",)
@@ -490,4 +877,16 @@ ZOO = {
     "unet": (UNet, mask_batch, ALL_EXPORTERS + OPSET12),
     "rnn_tagger": (RnnTagger, lm_batch, ALL_EXPORTERS + OPSET12),
     "bag_recommender": (BagRecommender, click_batch, ALL_EXPORTERS),
+    "t5_encoder": (T5Encoder, lm_batch, TRANSFORMER_EXPORTERS),
+    "seq2seq": (Seq2Seq, seq2seq_batch, TRANSFORMER_EXPORTERS),
+    "moe": (Moe, lm_batch, ALL_EXPORTERS),
+    "vit": (Vit, lambda g: image_batch(g, 4, 3, 16, 16), TRANSFORMER_EXPORTERS),
+    "convnext": (ConvNeXt, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
+    "mixer": (Mixer, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
+    "audio_conv": (AudioConv, waveform_batch, ALL_EXPORTERS),
+    "swin": (Swin, lambda g: image_batch(g, 4, 3, 16, 16), ALL_EXPORTERS),
+    "clip": (Clip, clip_batch, ALL_EXPORTERS),
+    "gnn": (Gnn, graph_batch, ALL_EXPORTERS),
+    "conformer": (Conformer, frames_batch, ALL_EXPORTERS),
+    "running_mean": (RunningMean, lengths_batch, ALL_EXPORTERS),
 }

@@ -11,7 +11,8 @@
 //   wrapped in on_training_step(). It warns about what in the file will not train as the
 //   module did: a BatchNormalization in inference mode, one the exporter's optimizer folded away
 //   (compiler/onnx_metadata.h, kFoldedBatchNormsKey), a scatter without a reduction whose
-//   constant indices write an element twice (how PyTorch's exporters write index_add).
+//   constant indices write an element twice (how PyTorch's exporters write index_add), names
+//   the file gave both an initializer and a node's output (kShadowedNamesKey).
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
 //   variance become graph outputs and state updates of its running-statistics initializers;
 //   a new value with an element that is not finite leaves the statistic as it was.
@@ -304,6 +305,49 @@ absl::Status carry_buffer_updates(Graph& graph, Graph& step, const PassContext& 
   return make_dce_pass()->run(graph, context).status();
 }
 
+// What the importer noted in the graph's metadata about a file that will not train as the
+// module did, or was read leniently (compiler/onnx_metadata.h): one warning each, naming what the
+// note lists. The notes are erased once told, but for the folded batch norms, which stay.
+void warn_of_import_notes(Graph& graph, const PassContext& context) {
+  struct Note {
+    const char* key;
+    const char* before;  // the warning: before, the note's list, after
+    const char* after;
+    bool keep;
+  };
+  static constexpr Note kNotes[] = {
+      {onnx_io::kFoldedBatchNormsKey, "nodes ",
+       " carry the FX node of a batch norm that ran in training mode, but the file has no "
+       "BatchNormalization for it: the exporter's optimizer folded it, with its running "
+       "statistics, into the convolution before it (an inference model), so the step does "
+       "not normalize by the batch as PyTorch's does; export with "
+       "torch.onnx.export(..., optimize=False)",
+       true},
+      {onnx_io::kShadowedNamesKey, "the file gives the names ",
+       " both to an initializer and to a later node's output, which ONNX forbids (the "
+       "exporter named a buffer or parameter like an op's result): ampc reads them in node "
+       "order, nodes after that output reading the output, and the initializer keeps the name",
+       false},
+      {onnx_io::kMissingParametersKey, "parameters ",
+       " are declared by the file's graph signature and read by its nodes' FX nodes, but the "
+       "file holds no initializer of them: the exporter's optimizer removed them or folded "
+       "them into constants (a parameter whose value is uniform: a zero bias, a norm's ones "
+       "and zeros), so they do not train as PyTorch's do; export with "
+       "torch.onnx.export(..., optimize=False)",
+       false},
+      {onnx_io::kStaleBuffersKey, "buffers ",
+       " are updated in place by the module (the graph signature says so), but the file does "
+       "not hold their new values, so they keep their values from step to step",
+       false},
+  };
+  for (const Note& note : kNotes) {
+    auto it = graph.metadata().find(note.key);
+    if (it == graph.metadata().end()) continue;
+    context.warn(str_cat(note.before, it->second, note.after));
+    if (!note.keep) graph.erase_metadata(note.key);
+  }
+}
+
 class TrainingStepPass final : public Pass {
  public:
   std::string_view name() const override { return "training-step"; }
@@ -313,35 +357,7 @@ class TrainingStepPass final : public Pass {
       return absl::FailedPreconditionError(
           "the model is already a training model (it has a training step)");
     }
-    if (auto folded = graph.metadata().find(onnx_io::kFoldedBatchNormsKey);
-        folded != graph.metadata().end()) {
-      context.warn(str_cat(
-          "nodes ", folded->second,
-          " carry the FX node of a batch norm that ran in training mode, but the file has no "
-          "BatchNormalization for it: the exporter's optimizer folded it, with its running "
-          "statistics, into the convolution before it (an inference model), so the step does "
-          "not normalize by the batch as PyTorch's does; export with "
-          "torch.onnx.export(..., optimize=False)"));
-    }
-    if (auto missing = graph.metadata().find(onnx_io::kMissingParametersKey);
-        missing != graph.metadata().end()) {
-      context.warn(str_cat(
-          "parameters ", missing->second,
-          " are declared by the file's graph signature and read by its nodes' FX nodes, but the "
-          "file holds no initializer of them: the exporter's optimizer removed them or folded "
-          "them into constants (a parameter whose value is uniform: a zero bias, a norm's ones "
-          "and zeros), so they do not train as PyTorch's do; export with "
-          "torch.onnx.export(..., optimize=False)"));
-      graph.erase_metadata(onnx_io::kMissingParametersKey);
-    }
-    if (auto stale = graph.metadata().find(onnx_io::kStaleBuffersKey);
-        stale != graph.metadata().end()) {
-      context.warn(str_cat(
-          "buffers ", stale->second,
-          " are updated in place by the module (the graph signature says so), but the file does "
-          "not hold their new values, so they keep their values from step to step"));
-      graph.erase_metadata(onnx_io::kStaleBuffersKey);
-    }
+    warn_of_import_notes(graph, context);
     seed_random_ops(graph);  // the step's random ops are its copies
     std::unique_ptr<Graph> step = graph.clone();
     step->set_name(str_cat(graph.name(), ".train_step"));

@@ -14,7 +14,10 @@
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
+#include "onnx/shape_inference/implementation.h"
 #include "runtime/interpreter.h"
 #include "runtime/training_session.h"
 #include "tests/onnx_model_builder.h"
@@ -161,6 +164,70 @@ TEST(TorchBatchNorm, TrainingModeIsReadFromTheFxNode) {
     std::unique_ptr<Graph> graph = import_ok(b.bytes());
     ASSERT_NE(graph, nullptr);
     EXPECT_EQ(first_node(*graph, "BatchNormalization")->int_attr("training_mode"), c.training_mode);
+  }
+}
+
+// Written back, such a node is ONNX's training form from opset 14: training_mode 1 and exactly
+// three outputs, Y and the running statistics (nothing reads those); one output would fail ONNX's
+// checker and onnxruntime. References: the linked ONNX checker with strict shape inference (at
+// opset 17, the newest it knows), and the re-imported node's Y on a batch, worked out in f64.
+TEST(TorchBatchNorm, ATrainingModeNodeIsWrittenWithItsRunningStatisticsAsOutputs) {
+  ModelBuilder b(17);
+  b.input("x", onnx::TensorProto::FLOAT, {"2", "3", "2"});
+  b.initializer_f32("scale", {3}, {1.0f, 2.0f, 0.5f});
+  b.initializer_f32("bias", {3}, {0.0f, 1.0f, -1.0f});
+  b.initializer_f32("mean", {3}, {5.0f, 5.0f, 5.0f});
+  b.initializer_f32("var", {3}, {9.0f, 9.0f, 9.0f});
+  add_metadata(b.node("BatchNormalization", {"x", "scale", "bias", "mean", "var"}, {"y"}, "bn"),
+               kNodeMetadataField, "pkg.torch.onnx.fx_node",
+               "%_native_batch_norm_legit_functional : [num_users=3] = call_function[target="
+               "torch.ops.aten._native_batch_norm_legit_functional.default](args = (%x, "
+               "%p_bn_weight, %p_bn_bias, %b_bn_running_mean, %b_bn_running_var, True, 0.1, "
+               "1e-05), kwargs = {})");
+  b.output("y");
+  std::unique_ptr<Graph> graph = import_ok(b.bytes());
+  ASSERT_NE(graph, nullptr);
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  onnx::ModelProto written;
+  ASSERT_TRUE(written.ParseFromString(*bytes));
+  const onnx::NodeProto* bn = nullptr;
+  for (const onnx::NodeProto& node : written.graph().node()) {
+    if (node.op_type() == "BatchNormalization") bn = &node;
+  }
+  ASSERT_NE(bn, nullptr);
+  ASSERT_EQ(bn->output_size(), 3);
+  EXPECT_EQ(bn->output(0), "y");
+  EXPECT_FALSE(bn->output(1).empty());
+  EXPECT_FALSE(bn->output(2).empty());
+  EXPECT_NE(bn->output(1), bn->output(2));
+  try {
+    onnx::checker::check_model(written);
+    onnx::shape_inference::InferShapes(written, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
+                                                                   /*strict_mode=*/1));
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "ONNX's checker refuses the written model: " << e.what();
+  }
+
+  std::unique_ptr<Graph> again = import_ok(*bytes);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(first_node(*again, "BatchNormalization")->int_attr("training_mode"), 1);
+  // x[n][c][s] = n + 2 s + c: per channel the batch is {c, c + 2, c + 1, c + 3}, mean c + 1.5,
+  // population variance 1.25; Y normalizes with those, not the running mean 5 and variance 9.
+  std::vector<float> x(12);
+  for (int n = 0; n < 2; ++n) {
+    for (int c = 0; c < 3; ++c) {
+      for (int s = 0; s < 2; ++s) x[(n * 3 + c) * 2 + s] = static_cast<float>(n + 2 * s + c);
+    }
+  }
+  const std::vector<Tensor> y = testing::run_graph(*again, {Tensor::from_f32({2, 3, 2}, x)});
+  ASSERT_EQ(y.size(), 1u);
+  const double scale[] = {1.0, 2.0, 0.5}, bias[] = {0.0, 1.0, -1.0};
+  for (int i = 0; i < 12; ++i) {
+    const int c = (i / 2) % 3;
+    const double want = (x[i] - (c + 1.5)) / std::sqrt(1.25 + 1e-5) * scale[c] + bias[c];
+    EXPECT_NEAR(y[0].element_as_double(i), want, 1e-5 * (1 + std::abs(want))) << i;
   }
 }
 

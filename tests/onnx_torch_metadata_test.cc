@@ -252,6 +252,57 @@ TEST(TorchScriptFolds, AFoldedInitializerThatTrainsIsNamedInAWarning) {
   }
 }
 
+// ---- a buffer named like an op's result ------------------------------------------------------
+
+// PyTorch's dynamo exporter (optimize=False) names an initializer after its buffer and a node's
+// output after its FX node, so a buffer `index` and an aten.index call both write `index`, which
+// ONNX forbids. Read in node order (as ONNX's reference evaluator reads it, which gives PyTorch's
+// loss), the nodes before the output read the buffer and those after it the output. Here
+// y = (x + c) * (x + c) with c the buffer, then z = y + y reads the output:
+// z = 2 (x + c)^2, worked out by hand; reading the buffer there would give 2 c.
+TEST(TorchNames, ABufferNamedLikeALaterNodesOutputIsReadInNodeOrder) {
+  ModelBuilder b;
+  b.input("x", onnx::TensorProto::FLOAT, {"3"});
+  b.initializer_f32("index", {3}, {1.0f, -2.0f, 0.5f});
+  b.node("Add", {"x", "index"}, {"shifted"}, "add");
+  b.node("Mul", {"shifted", "shifted"}, {"index"}, "node_index");
+  b.node("Add", {"index", "index"}, {"z"}, "double");
+  add_int_attr(b.node("ReduceSum", {"z"}, {"loss"}, "sum"), "keepdims", 0);
+  b.output("loss");
+  std::unique_ptr<Graph> graph = import_ok(b.bytes());
+  ASSERT_NE(graph, nullptr);
+  ASSERT_NE(testing::find_initializer(*graph, "index"), nullptr);
+  EXPECT_NE(first_node(*graph, "Mul")->output(0)->name(), "index");
+  const std::vector<float> x = {0.5f, 1.0f, -1.5f}, c = {1.0f, -2.0f, 0.5f};
+  const std::vector<Tensor> out = testing::run_graph(*graph, {Tensor::from_f32({3}, x)});
+  ASSERT_EQ(out.size(), 1u);
+  double want = 0;
+  for (int i = 0; i < 3; ++i) want += 2.0 * (x[i] + c[i]) * (x[i] + c[i]);
+  EXPECT_EQ(out[0].element_as_double(0), want);  // small integers and halves: exact
+
+  // The buffer keeps its name for training (what --trainable names), and the step warns.
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^index$"), diagnostics).ok());
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"index"}));
+  bool warned = false;
+  for (const std::string& warning : diagnostics.warnings()) {
+    warned |= absl::StrContains(warning, "gives the names index both to an initializer");
+  }
+  EXPECT_TRUE(warned) << str_join(diagnostics.warnings(), "\n");
+
+  // A node redefining a graph input or another node's output is still an error.
+  ModelBuilder twice;
+  twice.input("x", onnx::TensorProto::FLOAT, {"3"});
+  twice.node("Relu", {"x"}, {"h"}, "first");
+  twice.node("Relu", {"h"}, {"h"}, "again");
+  twice.output("h");
+  absl::StatusOr<std::unique_ptr<Graph>> refused = import_onnx_bytes(twice.bytes(), "twice.onnx");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::StrContains(refused.status().message(),
+                                "node 'again' (Relu) defines value 'h', which is already defined"))
+      << refused.status();
+}
+
 // ---- padding_idx ---------------------------------------------------------------------------
 
 // The embedding model with the Gather's FX node calling aten.embedding with `args`, imported.

@@ -1,7 +1,9 @@
 // The model zoo (models/zoo/, written by models/export_zoo.py): small versions of GPT-2, a
-// Llama-style decoder, a BERT-style masked LM, a decoder on left-padded batches, ResNet-18,
-// MobileNetV3-small, a U-Net, a GRU and LSTM tagger, a recommender on EmbeddingBags (ONNX Loops)
-// and the models of user reports, each as PyTorch's exporters wrote it.
+// Llama-style decoder, a BERT-style masked LM, a decoder on left-padded batches, a T5-style
+// encoder, an nn.Transformer encoder-decoder, a mixture of experts, ResNet-18, MobileNetV3-small,
+// a U-Net, a ViT, a Swin block, a ConvNeXt, an MLP-Mixer, a contrastive image-text model, a graph
+// net, a Conformer block, a 1-D conv net on waveforms, a GRU and LSTM tagger, a recommender on
+// EmbeddingBags (ONNX Loops) and the models of user reports, each as PyTorch's exporters wrote it.
 //
 // - Every file in the folder imports, or fails naming the op, its domain and opset and the
 //   nearest ops ampc supports.
