@@ -1,7 +1,7 @@
 // ONNX export: Graph -> ModelProto, generic over each op's OpDef, but for ops whose ONNX form
 // differs from ampc's: ampc.ConvGradData (written as ConvTranspose), BatchNormalization in
-// training mode (the running statistics as outputs, which before opset 14 also say the mode)
-// and Dropout before 12 (training mode written as outputs).
+// training mode (the running statistics as outputs, which before opset 14 also say the mode),
+// Dropout before 12 (training mode written as outputs) and Split from 18 (num_outputs).
 //
 // Names are labels in the IR, so export makes them unique (first claimant keeps its name, the
 // others get a deterministic fresh one). Attributes that the graph's opset takes as inputs
@@ -388,7 +388,19 @@ class Exporter {
       }
       write_attr(name, value, proto->add_attribute());
     }
+    if (needs_num_outputs(node)) {
+      write_attr("num_outputs", AttrValue(int64_t{node.num_outputs()}), proto->add_attribute());
+    }
     return absl::OkStatus();
+  }
+
+  // A Split without sizes cuts its input into equal parts, one per output, up to opset 17; from
+  // 18 it must say how many (num_outputs): a graph legalize-opset raised from 17 to 22 (bf16
+  // Conv beside a GLU's Split) gets the attribute here.
+  static bool needs_num_outputs(const Node& node) {
+    return node.domain() == kOnnxDomain && node.op_type() == "Split" &&
+           node.graph()->opset(kOnnxDomain) >= 18 && !node.has_operand(1) &&
+           node.find_attr("split") == nullptr && node.find_attr("num_outputs") == nullptr;
   }
 
   // The tensor an attribute becomes when its opset takes it as an input: integer lists (axes,

@@ -405,6 +405,36 @@ TEST(OnnxExport, WritesAttributesAsInputsWhereTheOpsetWantsThem) {
   EXPECT_EQ(old.attribute(0).type(), onnx::AttributeProto::INTS);
 }
 
+// A Split into equal parts names no sizes; from opset 18 ONNX wants num_outputs then (its
+// Split-18 schema: "Either input 'split' or the attribute 'num_outputs' should be specified"),
+// as a graph raised from 17 to 22 for a bf16 Conv needs. The file reads back to the same cut.
+TEST(OnnxExport, AnEqualSplitSaysHowManyPartsFromOpset18) {
+  for (const int64_t opset : {17, 18, 22}) {
+    SCOPED_TRACE(opset);
+    Graph graph("g");
+    graph.set_opset("", opset);
+    Value* x = graph.add_input("x", {DType::kF32, {2, 6}});
+    Node* split = graph.create_node(
+        "", "Split", {x}, {TensorType{DType::kF32, {2, 3}}, TensorType{DType::kF32, {2, 3}}},
+        {{"axis", int64_t{1}}});
+    graph.add_output(split->output(0));
+    graph.add_output(split->output(1));
+    absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    const onnx::ModelProto model = parse_model(*bytes);
+    if (opset <= 17) expect_checker_accepts(model);  // the linked checker knows up to 17
+    const onnx::NodeProto& node = model.graph().node(0);
+    int64_t num_outputs = 0;
+    for (const onnx::AttributeProto& attr : node.attribute()) {
+      if (attr.name() == "num_outputs") num_outputs = attr.i();
+    }
+    EXPECT_EQ(num_outputs, opset >= 18 ? 2 : 0);
+    absl::StatusOr<std::unique_ptr<Graph>> again = import_onnx_bytes(*bytes, "split.onnx");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ((*again)->outputs()[1]->shape(), (Shape{2, 3}));
+  }
+}
+
 TEST(OnnxExport, WritesDTypeAttributesAsOnnxCodesAndPrecisionInDocString) {
   Graph graph("g");
   Value* x = graph.add_input("x", {DType::kF32, {2}});
