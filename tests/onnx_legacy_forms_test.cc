@@ -25,6 +25,8 @@ namespace {
 
 using testing::add_int_attr;
 using testing::count_ops;
+using testing::export_and_find;
+using testing::Exported;
 using testing::import_ok;
 using testing::ModelBuilder;
 using testing::random_values;
@@ -40,27 +42,6 @@ const Node* only_node(const Graph& graph, std::string_view op_type) {
   }
   EXPECT_NE(found, nullptr) << "no " << op_type << " node";
   return found;
-}
-
-// `graph` exported to ONNX: the file and its (last) node of `op_type`.
-struct Exported {
-  std::string bytes;
-  onnx::NodeProto node;
-};
-
-Exported export_and_find(const Graph& graph, std::string_view op_type) {
-  Exported out;
-  absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
-  if (!bytes.ok()) return out;
-  out.bytes = *std::move(bytes);
-  onnx::ModelProto model;
-  EXPECT_TRUE(model.ParseFromString(out.bytes));
-  for (const onnx::NodeProto& node : model.graph().node()) {
-    if (node.op_type() == op_type) out.node = node;
-  }
-  EXPECT_EQ(out.node.op_type(), op_type) << "no " << op_type << " node written";
-  return out;
 }
 
 void expect_near_all(const Tensor& got, const std::vector<double>& want, double rel) {

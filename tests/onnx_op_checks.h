@@ -10,6 +10,9 @@
 
 #include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
+#include "onnx/checker.h"
+#include "onnx/defs/schema.h"
+#include "onnx/shape_inference/implementation.h"
 #include "runtime/interpreter.h"
 #include "tests/gradient_check.h"
 #include "tests/onnx_model_builder.h"
@@ -47,6 +50,43 @@ inline std::vector<Tensor> run_graph(const Graph& graph, const std::vector<Tenso
   absl::StatusOr<std::vector<Tensor>> outputs = runtime::interpret_graph(graph, inputs);
   EXPECT_TRUE(outputs.ok()) << outputs.status();
   return outputs.ok() ? *std::move(outputs) : std::vector<Tensor>{};
+}
+
+// `graph` exported to ONNX: the file and its (last) node of `op_type`.
+struct Exported {
+  std::string bytes;
+  onnx::NodeProto node;
+};
+
+inline Exported export_and_find(const Graph& graph, std::string_view op_type) {
+  Exported out;
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(graph);
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  if (!bytes.ok()) return out;
+  out.bytes = *std::move(bytes);
+  onnx::ModelProto model;
+  EXPECT_TRUE(model.ParseFromString(out.bytes));
+  for (const onnx::NodeProto& node : model.graph().node()) {
+    if (node.op_type() == op_type) out.node = node;
+  }
+  EXPECT_EQ(out.node.op_type(), op_type) << "no " << op_type << " node written";
+  return out;
+}
+
+// Empty when the linked ONNX library's checker and its strict, type-checking shape inference
+// accept the model `bytes`, else what they say (that library knows ai.onnx up to opset 17).
+inline std::string onnx_checker_errors(const std::string& bytes) {
+  onnx::ModelProto proto;
+  if (!proto.ParseFromString(bytes)) return "the written bytes do not parse";
+  try {
+    onnx::checker::check_model(proto);
+    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
+                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
+                                                                   /*strict_mode=*/1));
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline int count_ops(const Graph& graph, std::string_view op_type) {

@@ -15,10 +15,9 @@
 #include "compiler/onnx_io.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
-#include "onnx/checker.h"
 #include "onnx/defs/schema.h"
 #include "onnx/onnx_pb.h"
-#include "onnx/shape_inference/implementation.h"
+#include "tests/onnx_op_checks.h"
 #include "tests/test_util.h"
 
 namespace ampc {
@@ -55,21 +54,6 @@ CompileOptions options_for(const std::string& precision, bool training) {
   return options;
 }
 
-// Empty when the checker and strict, type-checking shape inference accept `bytes`.
-std::string check(const std::string& bytes) {
-  onnx::ModelProto proto;
-  if (!proto.ParseFromString(bytes)) return "the written bytes do not parse";
-  try {
-    onnx::checker::check_model(proto);
-    onnx::shape_inference::InferShapes(proto, onnx::OpSchemaRegistry::Instance(),
-                                       onnx::ShapeInferenceOptions(/*check_type=*/true,
-                                                                   /*strict_mode=*/1));
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(OnnxValidity, EveryCompiledModelPassesTheCheckerWithFullShapeInference) {
   const int64_t known = checker_opset();
   int checked = 0;
@@ -97,7 +81,7 @@ TEST(OnnxValidity, EveryCompiledModelPassesTheCheckerWithFullShapeInference) {
         if (opset > known) {
           ++beyond;
         } else {
-          EXPECT_EQ(check(*bytes), "") << what << " (opset " << opset << ")";
+          EXPECT_EQ(testing::onnx_checker_errors(*bytes), "") << what << " (opset " << opset << ")";
           ++checked;
         }
         // A bf16 CNN's Conv is legal ONNX only from opset 22.
