@@ -6,8 +6,10 @@
 //   low       computed in the low-precision dtype by a node
 //   fp32      computed in fp32 by a node (deny, pinned, unknown op, or fp32 inputs)
 //   weight    a graph input or a trainable/ordinary initializer: fp32 data from outside
-//   constant  a program constant every element of which the low dtype holds exactly (a
-//             mask's -inf, a 0.5): it can be cast for free, so it never decides anything
+//   constant  a program constant, or a constant an exporter lifted into an initializer that is
+//             no buffer (passes/mask_data.h: data_by_default), every element of which the low
+//             dtype holds exactly (a mask's -inf, a 0.5): it can be cast for free, so it never
+//             decides anything
 // At O1 a node is decided by its category (compiler/precision_policy.h):
 //   allow   low; its inputs will be cast (fp32 accumulate)
 //   deny    fp32
@@ -34,6 +36,14 @@ namespace ampc {
 namespace {
 
 enum class Kind { kLow, kFp32, kWeight, kConstant };
+
+// Whether the initializer `value` is a constant of the program: made one by the compiler
+// (Value::is_constant), or data an exporter lifted out of the graph that autodiff does not train
+// by default (a dynamo export's val_<n> scale, a folded torch.zeros). Buffers are data too, but
+// state a step may change, so their values decide nothing.
+bool is_program_constant(const Value& value, bool file_declares) {
+  return value.is_constant() || (!value.is_buffer() && data_by_default(value, file_declares));
+}
 
 // Ops O2 keeps in fp32: losses and normalization statistics.
 bool o2_keeps_fp32(const Node& node) {
@@ -74,11 +84,13 @@ class AutocastPass final : public Pass {
     std::vector<bool> pin_used(pins.size(), false);
     kinds_.clear();
     for (const Value* input : graph.inputs()) kinds_[input] = Kind::kWeight;
+    declares_ = declares_parameters(graph);
     for (const Value* init : graph.initializers()) {
-      kinds_[init] = init->is_constant() && (policy_.low == DType::kF32 ||
-                                             holds_exactly(*init->initializer(), policy_.low))
-                         ? Kind::kConstant
-                         : Kind::kWeight;
+      kinds_[init] =
+          is_program_constant(*init, declares_) &&
+                  (policy_.low == DType::kF32 || holds_exactly(*init->initializer(), policy_.low))
+              ? Kind::kConstant
+              : Kind::kWeight;
     }
     std::set<std::string> warned;
     for (const auto& node_ptr : graph.nodes()) {
@@ -364,7 +376,7 @@ class AutocastPass final : public Pass {
           return fp32(str_cat(
               what, ": reads fp32 %", operand->name(),
               operand->kind() == Value::Kind::kGraphInput ? " (graph input)"
-              : operand->is_constant()
+              : is_program_constant(*operand, declares_)
                   ? str_cat(" (a constant ", dtype_name(policy_.low), " does not hold exactly)")
                   : std::string(" (weight)")));
       }
@@ -420,6 +432,8 @@ class AutocastPass final : public Pass {
 
   PrecisionPolicy policy_;
   std::unordered_map<const Value*, Kind> kinds_;
+  // Whether the graph's file declares its parameters (passes/mask_data.h).
+  bool declares_ = false;
 };
 
 }  // namespace

@@ -150,7 +150,7 @@ class Walker {
     };
     std::vector<std::string> scalars;
     std::vector<std::string> buffers;
-    const bool declares = file_declares_parameters();
+    const bool declares = declares_parameters(graph_);
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
       const bool named = trainable && std::regex_search(init->name(), *trainable);
@@ -199,13 +199,6 @@ class Walker {
     return candidates;
   }
 
-  // Whether the file says which initializers are parameters and buffers (PyTorch's graph
-  // signature).
-  bool file_declares_parameters() const {
-    return std::any_of(graph_.initializers().begin(), graph_.initializers().end(),
-                       [](const Value* v) { return v->declared() != Value::Declared::kUnknown; });
-  }
-
   // A trained initializer the exporter computed from parameters trains apart from them, another
   // model than PyTorch's, worth a warning naming it:
   //  - where the file declares its parameters (PyTorch's graph signature), one it does not
@@ -218,7 +211,7 @@ class Walker {
   //  fold (RWKV's 1 - p) is not harmless.
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty()) return;
-    const bool declares = file_declares_parameters();
+    const bool declares = declares_parameters(graph_);
     const auto a_weight = [](const Value* value) {
       return std::all_of(value->uses().begin(), value->uses().end(), [](const Use& use) {
         return use.user->domain().empty() && use.operand == 1 &&
@@ -254,7 +247,7 @@ class Walker {
   // table such a file gathers rows of, with one or two all-zero rows (MPNet pads two tables), is
   // named in a warning.
   void warn_lost_padding(const std::vector<Value*>& trainable) const {
-    if (!options_.trainable.empty() || file_declares_parameters()) return;
+    if (!options_.trainable.empty() || declares_parameters(graph_)) return;
     std::vector<std::string> tables;
     for (const Value* table : trainable) {
       const Tensor* data = table->initializer();

@@ -4,8 +4,9 @@
 // Rewrites, reading back from each Softmax over the last axis:
 //   MatMul(Q, Kt) -> [Mul or Div by a constant scalar] -> [mask] -> Softmax -> MatMul(., V)
 // where the mask is Where(M, scores, -inf) or Where(M, -inf, scores) with a bool M, or
-// Add(scores, B) with a float B that no weight reaches (a causal or padding bias; an
-// initializer holding a mask fill, passes/mask_data.h, is data, not a weight); float Casts
+// Add(scores, B) with a float B that no weight reaches (a causal or padding bias; what autodiff
+// takes as data by default, passes/mask_data.h, is no weight: a mask fill, a lifted scalar, a
+// folded torch.zeros in a file that declares its parameters); float Casts
 // may stand anywhere between (autocast puts them around the f32 Softmax). Q and Kt may each be
 // a Mul or Div by a constant scalar that only the MatMul reads (PyTorch's export of
 // scaled_dot_product_attention scales both by the scale's square root): the fused node's scale
@@ -50,15 +51,17 @@ bool is_op(const Node* node, std::string_view op) {
 }
 
 // Whether a weight (a float initializer autodiff may train) is among the values `value` is
-// computed from. A bool or integer initializer (a causal mask the exporter folded) is data.
-bool reads_weights(const Value* value) {
+// computed from. A bool or integer initializer (a causal mask the exporter folded) is data, as
+// is what data_by_default says is (`file_declares`: the file declares its parameters).
+bool reads_weights(const Value* value, bool file_declares) {
   std::vector<const Value*> stack = {value};
   std::unordered_set<const Value*> seen;
   while (!stack.empty()) {
     const Value* v = stack.back();
     stack.pop_back();
     if (!seen.insert(v).second) continue;
-    if (v->kind() == Value::Kind::kInitializer && is_float(v->dtype()) && !data_by_default(*v)) {
+    if (v->kind() == Value::Kind::kInitializer && is_float(v->dtype()) &&
+        !data_by_default(*v, file_declares)) {
       return true;
     }
     if (const Node* producer = v->producer()) {
@@ -85,6 +88,8 @@ struct AttentionMatch {
 
 class Matcher {
  public:
+  explicit Matcher(bool file_declares) : file_declares_(file_declares) {}
+
   // The match whose Softmax is `softmax`, or nullopt.
   std::optional<AttentionMatch> match(Node* softmax) {
     match_ = AttentionMatch{};
@@ -142,7 +147,8 @@ class Matcher {
         match_.nodes.push_back(node);
         // The structure first: walking back from the scores operand to a weight would visit
         // the layers above the attention.
-        if (match_scaled(node->operand(1 - bias), value->shape()) && !reads_weights(b)) {
+        if (match_scaled(node->operand(1 - bias), value->shape()) &&
+            !reads_weights(b, file_declares_)) {
           prefer_bool_mask(value->shape());
           return true;
         }
@@ -302,6 +308,7 @@ class Matcher {
     return true;
   }
 
+  bool file_declares_;
   AttentionMatch match_;
 };
 
@@ -314,7 +321,7 @@ class FuseAttentionPass final : public Pass {
     for (Node* node : graph.node_list()) {
       if (is_op(node, "Softmax")) softmaxes.push_back(node);
     }
-    Matcher matcher;
+    Matcher matcher(declares_parameters(graph));
     bool changed = false;
     bool_masks_.clear();
     for (Node* softmax : softmaxes) {

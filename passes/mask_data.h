@@ -68,22 +68,32 @@ inline bool is_lifted_constant(const Value& value) {
   return value.type().num_elements() == 1 && std::regex_match(value.name(), kDynamoConstant);
 }
 
+// Whether the file declares its parameters and buffers (PyTorch's graph signature,
+// Value::declared): then an initializer it does not declare is one the exporter made.
+inline bool declares_parameters(const Graph& graph) {
+  return std::any_of(graph.initializers().begin(), graph.initializers().end(),
+                     [](const Value* v) { return v->declared() != Value::Declared::kUnknown; });
+}
+
 // Whether autodiff takes the initializer `value` as data by default (without --trainable naming
-// it): a program constant, a buffer, a mask fill, or a lifted constant (unless the exporter
-// declared it a parameter).
-inline bool data_by_default(const Value& value) {
+// it): a program constant, a buffer, a mask fill, a lifted constant (unless the exporter
+// declared it a parameter), or, where the file declares its parameters (`file_declares`,
+// declares_parameters), an undeclared tensor of one repeated value (holds_one_value).
+inline bool data_by_default(const Value& value, bool file_declares) {
   if (value.initializer() == nullptr) return false;
   return value.is_constant() || value.is_buffer() || holds_mask_fill(value) ||
          (is_float(value.dtype()) && is_lifted_constant(value) &&
-          value.declared() != Value::Declared::kParameter);
+          value.declared() != Value::Declared::kParameter) ||
+         (file_declares && value.declared() == Value::Declared::kUnknown && holds_one_value(value));
 }
 
 // The value of a one-element float initializer autodiff does not train by default, or nullopt
 // (a scale, a mask's fill, a guard's 0).
 inline std::optional<double> constant_scalar(const Value* value) {
   const Tensor* data = value->initializer();
-  if (data == nullptr || !data_by_default(*value) || value->type().num_elements() != 1 ||
-      !is_float(value->dtype()) || !data->has_data()) {
+  // One element: never a repeated-value tensor, so the file's declarations do not matter.
+  if (data == nullptr || !data_by_default(*value, /*file_declares=*/false) ||
+      value->type().num_elements() != 1 || !is_float(value->dtype()) || !data->has_data()) {
     return std::nullopt;
   }
   return data->element_as_double(0);

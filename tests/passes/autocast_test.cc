@@ -281,6 +281,61 @@ TEST(Autocast, FollowWithMixedInputs) {
                                }));
 }
 
+// What torch.onnx's dynamo exporter lifts into initializers is taken for the constant it is, as
+// autodiff takes it (passes/mask_data.h): a one-element val_<n> (an attention's square-root
+// scale), a rank-0 scalar and, in a file that declares its parameters, an undeclared tensor of
+// one repeated value (a folded torch.zeros). A scale bf16 does not hold stays fp32, saying so. A
+// [1] tensor named as a module's parameter, and a buffer (state a step may change), are read as
+// the fp32 data they are.
+TEST(Autocast, ConstantsTheExporterLiftedAreConstants) {
+  constexpr std::string_view kText = R"(
+    graph g(%x: f32[4,8]) opset(18) {
+      init %w: f32[8,8] = elided
+      init %val_3: f32[1] = [0.5]
+      init %val_7: f32[1] = [0.59460354]
+      init %two: f32[] = [2.0]
+      init %zeros_like: f32[4,8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+      init %running: f32[4,8] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+      init %gate.bias: f32[1] = [0.5]
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %b = Mul(%a, %val_3) {name="lifted_half"} : f32[4,8]
+      %c = Mul(%a, %val_7) {name="lifted_scale"} : f32[4,8]
+      %d = Mul(%a, %two) {name="scalar"} : f32[4,8]
+      %e = Add(%a, %zeros_like) {name="folded_zeros"} : f32[4,8]
+      %f = Add(%a, %running) {name="buffer"} : f32[4,8]
+      %h = Add(%a, %gate.bias) {name="parameter"} : f32[4,8]
+      return %b, %c, %d, %e, %f, %h
+    })";
+  const auto run = [&](bool declared) {
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(kText);
+    if (graph == nullptr) return std::vector<std::string>{};
+    for (Value* init : graph->initializers()) {
+      if (declared && (init->name() == "w" || init->name() == "gate.bias")) {
+        init->set_declared(Value::Declared::kParameter);
+      }
+      if (declared && init->name() == "running") init->set_declared(Value::Declared::kBuffer);
+    }
+    Diagnostics diagnostics;
+    EXPECT_TRUE(make_autocast_pass(bf16_policy())->run(*graph, PassContext{&diagnostics}).ok());
+    return decisions(*graph);
+  };
+  EXPECT_EQ(run(/*declared=*/true),
+            (std::vector<std::string>{
+                "mm: bf16 acc f32: allow-list MatMul",
+                "lifted_half: bf16: follow-list Mul: follows %a from 'mm'",
+                "lifted_scale: f32: follow-list Mul: reads fp32 %val_7 (a constant bf16 does not "
+                "hold exactly)",
+                "scalar: bf16: follow-list Mul: follows %a from 'mm'",
+                "folded_zeros: bf16: follow-list Add: follows %a from 'mm'",
+                "buffer: f32: follow-list Add: reads fp32 %running (weight)",
+                "parameter: f32: follow-list Add: reads fp32 %gate.bias (weight)",
+            }));
+  // A file that declares nothing (the TorchScript exporter's): a tensor of zeros may be a
+  // parameter (a bias initialized to 0), and is read as one.
+  EXPECT_EQ(run(/*declared=*/false)[4],
+            "folded_zeros: f32: follow-list Add: reads fp32 %zeros_like (weight)");
+}
+
 TEST(Autocast, OverridesAndPinsNameTheirSource) {
   PrecisionPolicy policy;
   ASSERT_TRUE(add_op_entry(policy, "Softmax", AutocastCategory::kFollow, "--follow Softmax").ok());

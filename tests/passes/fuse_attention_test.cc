@@ -312,6 +312,51 @@ TEST(FuseAttention, ScalesTheDynamoExporterLiftedFold) {
     })");
 }
 
+// nn.MultiheadAttention's key padding mask, as the dynamo exporter writes it: masked_fill of a
+// torch.zeros_like that its optimizer folded into an initializer of zeros. In a file that
+// declares its parameters (PyTorch's graph signature), an undeclared tensor of one value is the
+// exporter's constant (passes/mask_data.h), so the bias reads no weight and fuses; where the
+// file declares nothing, the zeros might be a parameter, and the pattern stays.
+TEST(FuseAttention, APaddingBiasFromAFoldedZerosFusesWhereTheFileDeclaresItsParameters) {
+  constexpr std::string_view kPadded = R"(
+    graph g(%x: f32[2,3,2], %kt: f32[2,2,4], %v: f32[2,4,2], %pad: bool[2,1,4]) opset(18) {
+      init %w: f32[2,2] = [1.0, 0.5, -0.5, 2.0]
+      init %val_5: f32[] = [-inf]
+      init %zeros_like: f32[2,1,4] = [0, 0, 0, 0, 0, 0, 0, 0]
+      %q = MatMul(%x, %w) : f32[2,3,2]
+      %b = Where(%pad, %val_5, %zeros_like) : f32[2,1,4]
+      %s = MatMul(%q, %kt) : f32[2,3,4]
+      %sb = Add(%s, %b) : f32[2,3,4]
+      %p = Softmax(%sb) : f32[2,3,4]
+      %y = MatMul(%p, %v) : f32[2,3,2]
+      return %y
+    })";
+  for (const bool declared : {true, false}) {
+    SCOPED_TRACE(declared ? "declared" : "undeclared");
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(kPadded);
+    ASSERT_NE(graph, nullptr);
+    for (Value* init : graph->initializers()) {
+      if (declared && init->name() == "w") init->set_declared(Value::Declared::kParameter);
+    }
+    Diagnostics diagnostics;
+    absl::StatusOr<bool> changed =
+        make_fuse_attention_pass()->run(*graph, PassContext{&diagnostics});
+    ASSERT_TRUE(changed.ok()) << changed.status();
+    EXPECT_EQ(*changed, declared);
+    if (!declared) continue;
+    EXPECT_EQ(print_graph(*graph), testing::canonical_text(R"(
+      graph g(%x: f32[2,3,2], %kt: f32[2,2,4], %v: f32[2,4,2], %pad: bool[2,1,4]) opset(18) {
+        init %w: f32[2,2] = [1.0, 0.5, -0.5, 2.0]
+        init %val_5: f32[] = [-inf]
+        init %zeros_like: f32[2,1,4] = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+        %q = MatMul(%x, %w) : f32[2,3,2]
+        %b = Where(%pad, %val_5, %zeros_like) : f32[2,1,4]
+        %y, %y.lse = ampc.Attention<scale=1.0>(%q, %kt, %v, %b) : f32[2,3,2], f32[2,3]
+        return %y
+      })"));
+  }
+}
+
 // PyTorch's TorchScript export of scaled_dot_product_attention with a mask guards the
 // probabilities with its safe softmax, Where(IsNaN(p), 0, p), before the cast autocast puts
 // there: the fused node is `safe`. A guard whose IsNaN something else reads, or that fills with
