@@ -2,9 +2,10 @@
 """Export the model zoo: small, randomly initialized versions of architectures people train,
 each through every PyTorch exporter that can export it, with PyTorch's f32 training runs.
 
-Needs torch, onnx and numpy (and torchvision for resnet18 and mobilenet_v3_small) from PyPI:
+Needs torch, onnx and numpy (and torchvision for resnet18 and mobilenet_v3_small, transformers
+for the hf_* models) from PyPI:
 
-    python -m venv venv && venv/bin/pip install torch torchvision onnx onnxscript numpy
+    python -m venv venv && venv/bin/pip install torch torchvision transformers onnx onnxscript numpy
     venv/bin/python models/export_zoo.py            # writes models/zoo/
     venv/bin/python models/export_zoo.py --only gpt2,llama
 

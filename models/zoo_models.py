@@ -753,6 +753,62 @@ class RunningMean(nn.Module):
 # ----------------------------------------------------------------------------- batches
 
 
+# ----------------------------------------------------------------------------- Hugging Face
+
+
+class HuggingFace(nn.Module):
+    """A transformers model whose forward() takes the batch's tensors in order, by name, and
+    returns (loss, logits). transformers is imported only when one of these is built."""
+
+    def __init__(self, model, inputs):
+        super().__init__()
+        self.hf, self.inputs = model, inputs
+
+    def forward(self, *args):
+        out = self.hf(**dict(zip(self.inputs, args)))
+        return out.loss, out.logits
+
+
+def hugging_face(model_class, config_class, inputs, **config):
+    """A factory: the transformers model at a tiny size (width 32, 2 layers, 4 heads, vocabulary
+    64), with dropout off and PyTorch's scaled_dot_product_attention ("sdpa"), as trained."""
+
+    def make():
+        import transformers
+
+        cfg = getattr(transformers, config_class)(vocab_size=64, **config)
+        cfg._attn_implementation = "sdpa"
+        return HuggingFace(getattr(transformers, model_class)(cfg), inputs)
+
+    return make
+
+
+DECODER_SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                    intermediate_size=64, max_position_embeddings=64)
+# Qwen2: grouped-query attention (two key/value heads; the dynamo exporter writes
+# scaled_dot_product_attention's enable_gqa), biases on Q, K and V only, RMSNorm, SwiGLU.
+HF_QWEN2 = hugging_face("Qwen2ForCausalLM", "Qwen2Config", ["input_ids", "labels"],
+                        num_key_value_heads=2, **DECODER_SIZE)
+# Mistral: a sliding window of 8 over 16 positions (a band mask, not a causal one), and GQA.
+HF_MISTRAL = hugging_face("MistralForCausalLM", "MistralConfig", ["input_ids", "labels"],
+                          num_key_value_heads=2, sliding_window=8, **DECODER_SIZE)
+# GPT-NeoX (Pythia): the fused QKV projection, rotary embedding on a quarter of each head,
+# attention and MLP in parallel from one residual.
+HF_NEOX = hugging_face("GPTNeoXForCausalLM", "GPTNeoXConfig", ["input_ids", "labels"],
+                       hidden_dropout=0.0, attention_dropout=0.0, **DECODER_SIZE)
+# DistilBERT: a masked LM on right-padded batches (the padding mask), tied input and output
+# embeddings, GELU, and a padding row (padding_idx 0) in the word embedding.
+HF_DISTILBERT = hugging_face("DistilBertForMaskedLM", "DistilBertConfig",
+                             ["input_ids", "attention_mask", "labels"], dim=32, n_layers=2,
+                             n_heads=4, hidden_dim=64, max_position_embeddings=64, dropout=0.0,
+                             attention_dropout=0.0)
+
+
+def lm_ids_batch(g, b=2, t=16):
+    """lm_batch under transformers' names: it shifts the labels itself."""
+    return {"input_ids": tokens(g, (b, t)), "labels": tokens(g, (b, t))}
+
+
 def tokens(g, shape, vocab=64):
     return torch.randint(0, vocab, shape, generator=g)
 
@@ -889,4 +945,8 @@ ZOO = {
     "gnn": (Gnn, graph_batch, ALL_EXPORTERS),
     "conformer": (Conformer, frames_batch, ALL_EXPORTERS),
     "running_mean": (RunningMean, lengths_batch, ALL_EXPORTERS),
+    "hf_qwen2": (HF_QWEN2, lm_ids_batch, ALL_EXPORTERS),
+    "hf_mistral": (HF_MISTRAL, lm_ids_batch, ALL_EXPORTERS),
+    "hf_neox": (HF_NEOX, lm_ids_batch, ALL_EXPORTERS),
+    "hf_distilbert": (HF_DISTILBERT, mlm_batch, ALL_EXPORTERS),
 }
