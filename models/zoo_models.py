@@ -796,6 +796,11 @@ HF_MISTRAL = hugging_face("MistralForCausalLM", "MistralConfig", ["input_ids", "
 # attention and MLP in parallel from one residual.
 HF_NEOX = hugging_face("GPTNeoXForCausalLM", "GPTNeoXConfig", ["input_ids", "labels"],
                        hidden_dropout=0.0, attention_dropout=0.0, **DECODER_SIZE)
+# Falcon: multi-query attention (one key/value head that MatMul broadcasts over the query
+# heads), rotary embedding, attention and MLP in parallel, no biases.
+HF_FALCON = hugging_face("FalconForCausalLM", "FalconConfig", ["input_ids", "labels"],
+                         hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                         hidden_dropout=0.0, attention_dropout=0.0)
 # DistilBERT: a masked LM on right-padded batches (the padding mask), tied input and output
 # embeddings, GELU, and a padding row (padding_idx 0) in the word embedding.
 HF_DISTILBERT = hugging_face("DistilBertForMaskedLM", "DistilBertConfig",
@@ -948,5 +953,6 @@ ZOO = {
     "hf_qwen2": (HF_QWEN2, lm_ids_batch, ALL_EXPORTERS),
     "hf_mistral": (HF_MISTRAL, lm_ids_batch, ALL_EXPORTERS),
     "hf_neox": (HF_NEOX, lm_ids_batch, ALL_EXPORTERS),
+    "hf_falcon": (HF_FALCON, lm_ids_batch, ALL_EXPORTERS),
     "hf_distilbert": (HF_DISTILBERT, mlm_batch, ALL_EXPORTERS),
 }

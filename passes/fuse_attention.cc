@@ -16,7 +16,9 @@
 // with no key as the guard does (a NaN from NaN scores stays NaN). Every value inside
 // the pattern must have the pattern's next node as its only reader, so nothing that is read
 // elsewhere (the probabilities as an output, say) disappears. Q, Kt and V must share one float
-// type and the batch dims (MatMul's broadcasting is not taken), and M or B must broadcast to
+// type; Kt's and V's batch dims are each Q's or 1 (multi-query attention through MatMul's
+// broadcasting, as Falcon writes it: an Expand to Q's heads goes before the fused node, and its
+// gradient sums the heads back), and M or B must broadcast to
 // the scores. A bias Where(C, 0, -inf) with a bool C becomes the bool mask C (prefer_bool_mask),
 // and a constant bias of only 0 and -inf (or a fill of at least 2^127 where no row is wholly
 // masked) a bool constant (bool_mask_of).
@@ -211,7 +213,7 @@ class Matcher {
     Value* kt = unscaled(node->operand(1), factor, scalings);
     if (!is_float(q->dtype()) || q->dtype() != kt->dtype() || q->shape().size() < 2 ||
         kt->shape().size() != q->shape().size() || value->shape().size() != q->shape().size() ||
-        !std::equal(q->shape().begin(), q->shape().end() - 2, kt->shape().begin())) {
+        !batch_broadcasts(kt->shape(), q->shape())) {
       return false;
     }
     if (match_.mask != nullptr && !broadcasts(match_.mask->shape(), scores_shape)) return false;
@@ -269,7 +271,7 @@ class Matcher {
       Value* v = reader->operand(1);
       const Shape& q = match_.q->shape();
       if (v->dtype() != match_.q->dtype() || v->shape().size() != q.size() ||
-          !std::equal(q.begin(), q.end() - 2, v->shape().begin()) ||
+          !batch_broadcasts(v->shape(), q) ||
           v->shape()[q.size() - 2] != match_.kt->shape().back()) {
         return false;
       }
@@ -297,6 +299,16 @@ class Matcher {
       return guard;
     }
     return nullptr;
+  }
+
+  // Whether the batch dims (all but the last two) of `kv`, of the same rank as `q`, are each
+  // q's or 1: keys and values MatMul broadcasts over the query heads (multi-query attention as
+  // Falcon writes it), which rewrite() expands to them.
+  static bool batch_broadcasts(const Shape& kv, const Shape& q) {
+    for (size_t i = 0; i + 2 < q.size(); ++i) {
+      if (kv[i] != q[i] && kv[i] != 1) return false;
+    }
+    return true;
   }
 
   static bool broadcasts(const Shape& from, const Shape& to) {
@@ -371,6 +383,31 @@ class FuseAttentionPass final : public Pass {
     return bool_masks_[bias] = mask;
   }
 
+  // `kv` (Kt or V) with its batch dims expanded to those of `q_shape` by an Expand before
+  // `before`, or `kv` when they are already equal. The fused node reads one key and value head
+  // per query head; the Expand's gradient sums them back.
+  static Value* expanded_to_query_batch(Graph& graph, Value* kv, const Shape& q_shape,
+                                        Node* before) {
+    Shape shape = kv->shape();
+    std::copy(q_shape.begin(), q_shape.end() - 2, shape.begin());
+    if (shape == kv->shape()) return kv;
+    std::vector<double> dims(shape.begin(), shape.end());
+    Value* target = graph.add_initializer(
+        graph.unique_value_name(str_cat(kv->name(), ".heads")),
+        Tensor::from_doubles(DType::kI64, {static_cast<int64_t>(shape.size())}, dims));
+    target->set_constant(true);
+    Node* expand = graph.create_node(kOnnxDomain, "Expand", {kv, target},
+                                     {TensorType{kv->dtype(), shape}}, {}, before);
+    expand->output(0)->set_name(graph.unique_value_name(str_cat(kv->name(), ".expanded")));
+    if (!before->name().empty()) expand->set_name(str_cat(before->name(), "/expand_", kv->name()));
+    if (!before->precision().empty()) {
+      PrecisionDecision& decision = expand->mutable_precision();
+      decision.compute = kv->dtype();
+      decision.reason = "fused attention: keys or values broadcast over the query heads";
+    }
+    return expand->output(0);
+  }
+
   void rewrite(Graph& graph, AttentionMatch m) {
     if (m.mask != nullptr && m.mask->dtype() != DType::kBool) {
       Value* bias = m.mask;  // through float casts, which keep 0 and -inf
@@ -384,6 +421,8 @@ class FuseAttentionPass final : public Pass {
     }
     Node* out = m.output;
     const TensorType& q = m.q->type();
+    m.kt = expanded_to_query_batch(graph, m.kt, q.shape, out);
+    m.v = expanded_to_query_batch(graph, m.v, q.shape, out);
     const TensorType lse{q.dtype == DType::kF64 ? DType::kF64 : DType::kF32,
                          Shape(q.shape.begin(), q.shape.end() - 1)};
     std::vector<Value*> operands = {m.q, m.kt, m.v};

@@ -47,14 +47,18 @@ struct AttentionCase {
   // The probabilities pass PyTorch's safe softmax, Where(IsNaN(p), 0, p), as its TorchScript
   // export of scaled_dot_product_attention with a mask writes them.
   bool safe = false;
+  // Heads of K and V: `heads`, or 1 for multi-query attention (MatMul broadcasts them).
+  int64_t kv_heads = 0;
+  int64_t key_heads() const { return kv_heads > 0 ? kv_heads : heads; }
 };
 
 inline std::string attention_graph(DType dtype, const AttentionCase& c) {
   const std::string t(dtype_name(dtype));
   const std::string wide = dtype == DType::kF16 || dtype == DType::kBF16 ? "f32" : t;
-  const auto shape = [&](int64_t last, int64_t rows) {
-    return str_cat("[", c.batch, ",", c.heads, ",", rows, ",", last, "]");
+  const auto shape = [&](int64_t last, int64_t rows, int64_t heads = 0) {
+    return str_cat("[", c.batch, ",", heads > 0 ? heads : c.heads, ",", rows, ",", last, "]");
   };
+  const int64_t kvh = c.key_heads();
   const std::string scores = shape(c.t, c.t);
   std::string mask;
   for (int64_t i = 0; i < c.t; ++i) {
@@ -65,8 +69,8 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
     }
   }
   std::string text =
-      str_cat("graph g(%q: ", t, shape(c.d, c.t), ", %k: ", t, shape(c.d, c.t), ", %v: ", t,
-              shape(c.dv, c.t), ", %r: ", t, shape(c.dv, c.t), ") opset(17) {\n");
+      str_cat("graph g(%q: ", t, shape(c.d, c.t), ", %k: ", t, shape(c.d, c.t, kvh), ", %v: ", t,
+              shape(c.dv, c.t, kvh), ", %r: ", t, shape(c.dv, c.t), ") opset(17) {\n");
   // With the bias, Q and Kt are each scaled by the scale's square root, as PyTorch exports
   // scaled_dot_product_attention; else the scores are scaled.
   text += c.bias ? str_cat("  init %c_root: ", t, "[] = [0.6123724356957945]\n")
@@ -76,10 +80,10 @@ inline std::string attention_graph(DType dtype, const AttentionCase& c) {
     text +=
         str_cat("  init %c_mask: ", c.bias ? t : "bool", "[", c.t, ",", c.t, "] = [", mask, "]\n");
   }
-  text += str_cat("  %kt = Transpose<perm=[0, 1, 3, 2]>(%k) : ", t, shape(c.t, c.d), "\n");
+  text += str_cat("  %kt = Transpose<perm=[0, 1, 3, 2]>(%k) : ", t, shape(c.t, c.d, kvh), "\n");
   if (c.bias) {
     text += str_cat("  %qs = Mul(%q, %c_root) : ", t, shape(c.d, c.t), "\n");
-    text += str_cat("  %kts = Mul(%kt, %c_root) : ", t, shape(c.t, c.d), "\n");
+    text += str_cat("  %kts = Mul(%kt, %c_root) : ", t, shape(c.t, c.d, kvh), "\n");
     text += str_cat("  %sc = MatMul(%qs, %kts) : ", t, scores, "\n");
   } else {
     text += str_cat("  %s = MatMul(%q, %kt) : ", t, scores, "\n");
@@ -175,7 +179,8 @@ inline std::map<std::string, Tensor> attention_inputs(const AttentionCase& c, st
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, last] : std::vector<std::pair<std::string, int64_t>>{
            {"q", c.d}, {"k", c.d}, {"v", c.dv}, {"r", c.dv}}) {
-    const Shape shape = {c.batch, c.heads, c.t, last};
+    const bool kv = name == "k" || name == "v";
+    const Shape shape = {c.batch, kv ? c.key_heads() : c.heads, c.t, last};
     std::vector<double> values(num_elements(shape));
     for (double& v : values) v = pick(rng) / 64.0;
     inputs[name] = Tensor::from_doubles(DType::kF64, shape, values);

@@ -357,6 +357,30 @@ TEST(FuseAttention, APaddingBiasFromAFoldedZerosFusesWhereTheFileDeclaresItsPara
   }
 }
 
+// Multi-query attention as Falcon writes it: one key and value head that MatMul broadcasts over
+// the four query heads. Kt and V are expanded to the query heads before the fused node. A key
+// head count that is neither the queries' nor 1 does not broadcast, and MatMul would refuse it.
+TEST(FuseAttention, KeysAndValuesBroadcastOverTheQueryHeadsAreExpanded) {
+  expect_fusion(R"(
+    graph g(%q: f32[2,4,3,8], %kt: f32[2,1,8,5], %v: f32[2,1,5,6]) opset(17) {
+      init %c_scale: f32[] = [0.25]
+      %s = MatMul(%q, %kt) : f32[2,4,3,5]
+      %sc = Mul(%s, %c_scale) : f32[2,4,3,5]
+      %p = Softmax(%sc) : f32[2,4,3,5]
+      %y = MatMul(%p, %v) : f32[2,4,3,6]
+      return %y
+    })",
+                R"(
+    graph g(%q: f32[2,4,3,8], %kt: f32[2,1,8,5], %v: f32[2,1,5,6]) opset(17) {
+      init %kt.heads: i64[4] = [2, 4, 8, 5]
+      init %v.heads: i64[4] = [2, 4, 5, 6]
+      %kt.expanded = Expand(%kt, %kt.heads) : f32[2,4,8,5]
+      %v.expanded = Expand(%v, %v.heads) : f32[2,4,5,6]
+      %y, %y.lse = ampc.Attention<scale=0.25>(%q, %kt.expanded, %v.expanded) : f32[2,4,3,6], f32[2,4,3]
+      return %y
+    })");
+}
+
 // PyTorch's TorchScript export of scaled_dot_product_attention with a mask guards the
 // probabilities with its safe softmax, Where(IsNaN(p), 0, p), before the cast autocast puts
 // there: the fused node is `safe`. A guard whose IsNaN something else reads, or that fills with
@@ -541,6 +565,28 @@ TEST_P(FusedAttentionNumerics, OutputAndGradientsMatchTheUnfusedGraph) {
       EXPECT_LT(fused_error, 8 * u * std::sqrt(static_cast<double>(c.t)));
       EXPECT_LE(fused_error, 2 * unfused_error + 4 * u);
     }
+  }
+}
+
+// Multi-query attention (one key and value head for four query heads, broadcast by MatMul):
+// the fused graph expands K and V to the query heads, and their gradients sum the heads back, as
+// the unfused graph's MatMul gradients do. Fused and unfused agree to f64 rounding in f64, and
+// the fused node is within 8 u sqrt(T) of that in f32.
+TEST(FusedAttention, BroadcastKeysAndValuesMatchTheUnfusedGraph) {
+  const testing::AttentionCase c{.heads = 4, .t = 24, .bias = true, .kv_heads = 1};
+  std::mt19937 rng(17);
+  const std::map<std::string, Tensor> inputs = testing::attention_inputs(c, rng);
+  const auto reference = testing::run_attention(DType::kF64, c, false, inputs);
+  const auto fused64 = testing::run_attention(DType::kF64, c, true, inputs);
+  const auto fused32 = testing::run_attention(DType::kF32, c, true, inputs);
+  ASSERT_EQ(reference.size(), 4u);
+  ASSERT_EQ(fused64.size(), 4u);
+  ASSERT_EQ(fused32.size(), 4u);
+  EXPECT_EQ(reference.at("k.grad").size(), static_cast<size_t>(c.batch * c.t * c.d));
+  for (const auto& [name, want] : reference) {
+    EXPECT_LT(testing::relative_error(fused64.at(name), want), 1e-12) << name << " in f64";
+    EXPECT_LT(testing::relative_error(fused32.at(name), want), 8 * 0x1p-24 * std::sqrt(24.0))
+        << name << " in f32";
   }
 }
 
