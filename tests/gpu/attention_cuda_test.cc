@@ -73,11 +73,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{{.padded = 3, .safe = true}, DType::kF32},
                       Case{{.bias = true, .padded = 3, .safe = true}, DType::kBF16},
                       Case{{.batch = 1, .heads = 3, .t = 300, .d = 64, .dv = 64}, DType::kF32},
-                      Case{{.batch = 1, .heads = 3, .t = 300, .d = 64, .dv = 64}, DType::kBF16}),
+                      Case{{.batch = 1, .heads = 3, .t = 300, .d = 64, .dv = 64}, DType::kBF16},
+                      Case{{.heads = 4, .bias = true, .kv_heads = 1}, DType::kBF16}),
     [](const auto& info) {
       const Case& c = info.param;
       return str_cat(dtype_name(c.dtype), c.shape.bias ? "_bias" : "_mask", "_t", c.shape.t,
-                     c.shape.safe ? "_safe_padded" : "");
+                     c.shape.safe ? "_safe_padded" : "", c.shape.kv_heads == 1 ? "_mqa" : "");
     });
 
 // cuDNN rounds the probabilities to the I/O type before the product with V, and dS before the
@@ -97,12 +98,13 @@ TEST_P(CudnnAttentionCuda, MatchesTheCpuKernels) {
 // bias of 0 and -inf (Add, Q and Kt each scaled; fuse-attention makes it a bool mask), both
 // causal and constant, so cuDNN's causal mode; a sliding window (a bias for cuDNN) over keys a
 // multiple of 128 (ampc refuses cuDNN's backward with a bias over other lengths before cuDNN
-// 9.26); no mask with T not a multiple of cuDNN's tiles; one head against several; a session
-// recorded as a CUDA graph (whose first run is cuDNN's first execution, inside the capture).
-// Under cudnn, where one pass falls back and the other stays on cuDNN, so the LSE one writes
-// the other reads: a mask over 300 keys (cuDNN's forward, its bias rows padded to 304 elements
-// to stay 16-byte aligned; the GEMM path's backward before cuDNN 9.26), and a bf16 bias filled
-// with bf16's lowest finite value whose first rows keep no key (cuDNN's forward, which makes
+// 9.26); no mask with T not a multiple of cuDNN's tiles; one head against several; one key and
+// value head broadcast over four query heads (multi-query: expanded before the fused node); a
+// session recorded as a CUDA graph (whose first run is cuDNN's first execution, inside the
+// capture). Under cudnn, where one pass falls back and the other stays on cuDNN, so the LSE one
+// writes the other reads: a mask over 300 keys (cuDNN's forward, its bias rows padded to 304
+// elements to stay 16-byte aligned; the GEMM path's backward before cuDNN 9.26), and a bf16 bias
+// filled with bf16's lowest finite value whose first rows keep no key (cuDNN's forward, which makes
 // those rows uniform as the CPU does; the GEMM path's backward, which recomputes them where
 // cuDNN's would give every key a probability of 1).
 INSTANTIATE_TEST_SUITE_P(
@@ -112,6 +114,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{.batch = 2, .heads = 3, .t = 128, .d = 64, .dv = 64}, DType::kBF16},
         Case{{.batch = 1, .heads = 2, .t = 256, .d = 128, .dv = 128, .bias = true}, DType::kBF16},
         Case{{.batch = 3, .heads = 1, .t = 100, .d = 32, .dv = 32, .masked = false}, DType::kF16},
+        Case{{.batch = 2, .heads = 4, .t = 128, .d = 64, .dv = 64, .kv_heads = 1}, DType::kF16},
         Case{{.batch = 2, .heads = 2, .t = 128, .d = 64, .dv = 64, .window = 48}, DType::kF16},
         Case{{.batch = 2, .heads = 2, .t = 128, .d = 64, .dv = 64},
              DType::kBF16,
@@ -137,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "_b", c.shape.batch, "_h", c.shape.heads, "_t", c.shape.t, "_d", c.shape.d,
                      c.shape.padded > 0 ? "_finite_fill_padded" : "",
                      c.shape.window > 0 ? str_cat("_window", c.shape.window) : "",
-                     c.cuda_graph ? "_cuda_graph" : "",
+                     c.shape.kv_heads == 1 ? "_mqa" : "", c.cuda_graph ? "_cuda_graph" : "",
                      std::string_view(c.path) == "cudnn" ? "_or_fallback" : "");
     });
 
