@@ -4,8 +4,8 @@
 // AddressSanitizer and UndefinedBehaviorSanitizer). A mutant that imports must also export and
 // import again, since later stages trust what import accepted. Models with external data are
 // imported from a folder holding their data file, which is cut short too. The sanitized build
-// (AMPC_FUZZ_STRIDE=2) imports every other truncation and mutant of each model, the halves
-// alternating from one model to the next, so that its one process stays within CI's time.
+// (AMPC_FUZZ_STRIDE=3) imports every third truncation and mutant of each model, the thirds
+// rotating from one model to the next, so that it stays within CI's time.
 #include <unistd.h>
 
 #include <algorithm>
