@@ -2,9 +2,7 @@
 
 #include "compiler/strings.h"
 #include "runtime/cpu/cpu_backend.h"
-#if defined(AMPC_HAVE_CUDA)
-#include "runtime/cuda/cuda_backend.h"
-#endif
+#include "runtime/cuda_library.h"
 
 namespace ampc {
 
@@ -75,17 +73,21 @@ absl::StatusOr<std::shared_ptr<Backend>> create_backend(Device device,
   switch (device) {
     case Device::kCpu:
       return cpu::make_cpu_backend();
-    case Device::kCuda:
-#if defined(AMPC_HAVE_CUDA)
-      return cuda::make_cuda_backend(options);
-#else
-      (void)options;
-      return absl::UnavailableError(
-          "the cuda device is not available: this ampc was built without CUDA (no nvcc was "
-          "found, or AMPC_CUDA=OFF)");
-#endif
+    case Device::kCuda: {
+      const absl::StatusOr<const CudaLibrary*> cuda = cuda_library();
+      if (!cuda.ok()) {
+        return absl::Status(cuda.status().code(),
+                            str_cat("the cuda device is not available: ", cuda.status().message()));
+      }
+      return (*cuda)->make_backend(options);
+    }
   }
   return absl::InvalidArgumentError("unknown device");
+}
+
+absl::Status load_kernels(Device device) {
+  if (device == Device::kCuda) return cuda_library().status();
+  return absl::OkStatus();
 }
 
 }  // namespace runtime

@@ -185,4 +185,9 @@ class Backend {
 absl::StatusOr<std::shared_ptr<Backend>> create_backend(Device device,
                                                         const BackendOptions& options = {});
 
+// Makes `device`'s kernels resolvable in KernelRegistry::global(): the CPU's always are; the
+// CUDA backend's are once its library is loaded (runtime/cuda_library.h), which this does, or
+// fails saying why it cannot be (no GPU is needed to resolve and plan).
+absl::Status load_kernels(Device device);
+
 }  // namespace ampc::runtime

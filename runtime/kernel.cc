@@ -2,6 +2,7 @@
 
 #include <array>
 #include <charconv>
+#include <mutex>
 
 #include "compiler/strings.h"
 
@@ -14,15 +15,22 @@ KernelRegistry& KernelRegistry::global() {
 
 void KernelRegistry::add(KernelDef def) {
   AMPC_CHECK(def.fn != nullptr && !def.dtypes.empty());
+  const std::unique_lock lock(mutex_);
   for (DType dtype : def.dtypes) {
     // One kernel per key, or resolution would depend on registration order.
-    AMPC_CHECK(find(def.domain, def.op, def.device, dtype) == nullptr);
+    AMPC_CHECK(find_locked(def.domain, def.op, def.device, dtype) == nullptr);
   }
   defs_.push_back(std::move(def));
 }
 
 const KernelDef* KernelRegistry::find(std::string_view domain, std::string_view op, Device device,
                                       DType dtype) const {
+  const std::shared_lock lock(mutex_);
+  return find_locked(domain, op, device, dtype);
+}
+
+const KernelDef* KernelRegistry::find_locked(std::string_view domain, std::string_view op,
+                                             Device device, DType dtype) const {
   for (const KernelDef& def : defs_) {
     if (def.domain != domain || def.op != op || def.device != device) continue;
     for (DType supported : def.dtypes) {
@@ -34,6 +42,12 @@ const KernelDef* KernelRegistry::find(std::string_view domain, std::string_view 
 
 std::vector<DType> KernelRegistry::dtypes(std::string_view domain, std::string_view op,
                                           Device device) const {
+  const std::shared_lock lock(mutex_);
+  return dtypes_locked(domain, op, device);
+}
+
+std::vector<DType> KernelRegistry::dtypes_locked(std::string_view domain, std::string_view op,
+                                                 Device device) const {
   std::vector<DType> result;
   for (const KernelDef& def : defs_) {
     if (def.domain == domain && def.op == op && def.device == device) {
@@ -90,6 +104,7 @@ const TensorType* key_type(const Node& node, KeyedOn keyed_on) {
 }
 
 absl::StatusOr<const KernelDef*> KernelRegistry::resolve(const Node& node, Device device) const {
+  const std::shared_lock lock(mutex_);
   bool op_known = false;
   std::optional<DType> key_dtype;
   for (const KernelDef& def : defs_) {
@@ -107,7 +122,7 @@ absl::StatusOr<const KernelDef*> KernelRegistry::resolve(const Node& node, Devic
         str_cat(node.describe(), ": no ", device_name(device), " kernel for op ", node.op_type()));
   }
   std::vector<std::string> names;
-  for (DType dtype : dtypes(node.domain(), node.op_type(), device)) {
+  for (DType dtype : dtypes_locked(node.domain(), node.op_type(), device)) {
     names.emplace_back(dtype_name(dtype));
   }
   return absl::UnimplementedError(str_cat(node.describe(), ": no ", device_name(device),

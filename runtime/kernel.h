@@ -13,7 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -145,6 +147,10 @@ struct KernelDef {
   KernelInitFn init = nullptr;
 };
 
+// Kernels are added at static initialization of the library that holds them: ampc_runtime's
+// (the CPU's) before main, libampc_cuda's when it is loaded (runtime/cuda_library.h), which may
+// be while other threads resolve kernels. So the registry is locked, and a KernelDef never moves
+// once added: the pointers that plans hold stay valid.
 class KernelRegistry {
  public:
   // The process-wide registry that runtime/*/<family>.cc fill at static initialization.
@@ -158,11 +164,15 @@ class KernelRegistry {
   absl::StatusOr<const KernelDef*> resolve(const Node& node, Device device) const;
   // Element types with a kernel for `domain`.`op` on `device` (for messages and autocast).
   std::vector<DType> dtypes(std::string_view domain, std::string_view op, Device device) const;
-  // Every registered kernel, in registration order.
-  const std::vector<KernelDef>& all() const { return defs_; }
 
  private:
-  std::vector<KernelDef> defs_;
+  const KernelDef* find_locked(std::string_view domain, std::string_view op, Device device,
+                               DType dtype) const;
+  std::vector<DType> dtypes_locked(std::string_view domain, std::string_view op,
+                                   Device device) const;
+
+  mutable std::shared_mutex mutex_;
+  std::deque<KernelDef> defs_;  // in registration order
 };
 
 // Registers a family of kernels at static initialization:

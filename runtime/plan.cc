@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "compiler/strings.h"
+#include "runtime/backend.h"
 #include "runtime/live_offsets.h"
 
 namespace ampc::runtime {
@@ -166,6 +167,7 @@ int Plan::buffer_of(const Value* value) const {
 
 absl::StatusOr<std::unique_ptr<Plan>> Plan::build(const Graph& graph, Device device,
                                                   const PlanOptions& options) {
+  AMPC_RETURN_IF_ERROR(load_kernels(device));
   std::unique_ptr<Plan> plan(new Plan());
   const int end_step = graph.num_nodes();
 

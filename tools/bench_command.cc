@@ -25,12 +25,10 @@
 #include "nlohmann/json.hpp"
 #include "runtime/batch_data.h"
 #include "runtime/comm/launch.h"
+#include "runtime/cuda_library.h"
 #include "runtime/plan.h"
 #include "runtime/training_session.h"
 #include "tools/command_util.h"
-#if defined(AMPC_HAVE_CUDA)
-#include "runtime/cuda/device.h"
-#endif
 
 namespace ampc {
 namespace {
@@ -65,11 +63,11 @@ std::optional<int64_t> resident_high_water(bool reset) {
 }
 
 absl::StatusOr<int64_t> device_memory(runtime::Device device) {
-#if defined(AMPC_HAVE_CUDA)
-  if (device == runtime::Device::kCuda) return ampc::cuda::device_memory_in_use(0);
-#endif
-  (void)device;
-  return absl::UnimplementedError("no device memory reading on this device");
+  if (device != runtime::Device::kCuda) {
+    return absl::UnimplementedError("no device memory reading on this device");
+  }
+  AMPC_ASSIGN_OR_RETURN(const runtime::CudaLibrary* cuda, runtime::cuda_library());
+  return cuda->device_memory_in_use(0);
 }
 
 absl::StatusOr<CompileOptions> compile_options(const BenchFlags& flags) {
@@ -184,12 +182,11 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
     }
   }
   figures.peak_tflops = flags.peak_tflops;
-#if defined(AMPC_HAVE_CUDA)
   if (!figures.peak_tflops && device == runtime::Device::kCuda) {
     AMPC_ASSIGN_OR_RETURN(const DType low, parse_precision(flags.precision));
-    figures.peak_tflops = ampc::cuda::peak_matrix_tflops(0, low);
+    AMPC_ASSIGN_OR_RETURN(const runtime::CudaLibrary* cuda, runtime::cuda_library());
+    figures.peak_tflops = cuda->peak_matrix_tflops(0, low);
   }
-#endif
   return figures;
 }
 

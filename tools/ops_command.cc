@@ -12,6 +12,7 @@
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
 #include "nlohmann/json.hpp"
+#include "runtime/backend.h"
 #include "runtime/kernel.h"
 
 namespace ampc {
@@ -143,11 +144,11 @@ CLI::App* add_ops_command(CLI::App& app, OpsFlags& flags) {
 int run_ops_command(const OpsFlags& flags) {
   std::vector<runtime::Device> devices = {runtime::Device::kCpu, runtime::Device::kCuda};
   if (!flags.device.empty()) devices = {*runtime::parse_device(flags.device)};
-#if !defined(AMPC_HAVE_CUDA)
   if (std::find(devices.begin(), devices.end(), runtime::Device::kCuda) != devices.end()) {
-    std::cerr << "ampc: warning: this ampc was built without CUDA: it has no cuda kernels\n";
+    if (const absl::Status loaded = runtime::load_kernels(runtime::Device::kCuda); !loaded.ok()) {
+      std::cerr << "ampc: warning: no cuda kernels are listed: " << loaded.message() << "\n";
+    }
   }
-#endif
   const std::vector<OpRow> rows = collect(devices);
   if (flags.format == "json") {
     print_json(rows);

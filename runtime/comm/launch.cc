@@ -8,9 +8,7 @@
 #include "compiler/file_util.h"
 #include "compiler/strings.h"
 #include "runtime/comm/gloo_communicator.h"
-#if AMPC_HAVE_CUDA
-#include "runtime/cuda/nccl_communicator.h"
-#endif
+#include "runtime/cuda_library.h"
 
 namespace ampc::runtime::comm {
 namespace {
@@ -102,14 +100,14 @@ absl::StatusOr<std::unique_ptr<Communicator>> connect_rank(const RankEnvironment
   options.timeout = timeout;
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> host_group, connect_gloo(options));
   if (engine == "gloo") return host_group;
-#if AMPC_HAVE_CUDA
-  return cuda::connect_nccl(std::move(host_group),
-                            cuda::NcclOptions{.device = env.local_rank, .timeout = timeout});
-#else
-  return absl::UnimplementedError(str_cat("rank ", env.rank, " of ", env.size,
-                                          ": this ampc was built without CUDA, so without NCCL; "
-                                          "use the gloo communicator"));
-#endif
+  const absl::StatusOr<const CudaLibrary*> cuda = cuda_library();
+  if (!cuda.ok()) {
+    return absl::Status(cuda.status().code(),
+                        str_cat("rank ", env.rank, " of ", env.size,
+                                ": NCCL needs the CUDA backend: ", cuda.status().message(),
+                                "; use the gloo communicator"));
+  }
+  return (*cuda)->connect_nccl(std::move(host_group), env.local_rank, timeout);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> connect_alone(std::string_view engine,

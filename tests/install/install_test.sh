@@ -3,7 +3,8 @@
 #   install_test.sh SOURCE_DIR BUILD_DIR
 # installs the build to a temporary prefix, then checks that
 #   - the prefix holds the CLI, versioned shared libraries with their SONAME, the public headers,
-#     the CMake package and the pkg-config file;
+#     the CMake package and the pkg-config file; the CUDA backend's library (a CUDA build) beside
+#     the runtime, which loads it from there, and no CUDA library linked by the CLI or runtime;
 #   - every public header compiles on its own with nothing but the prefix and abseil;
 #   - examples/embed (copied out of the source tree) configures against the prefix through
 #     find_package(ampc 0.2), builds with no source- or build-tree path in its compile or link
@@ -31,6 +32,21 @@ for lib in ampc_runtime ampc_compiler; do
   [ "$soname" = "lib$lib.so.0.2" ] || fail "lib$lib.so has SONAME '$soname', expected lib$lib.so.0.2"
   [ -f "$prefix/$libdir/$soname" ] || fail "$soname is not installed"
 done
+# The CUDA backend (a build with CUDA): installed beside the runtime, which loads it from there
+# when asked for the cuda device; neither the CLI nor the runtime links a CUDA library.
+for binary in "$prefix/bin/ampc" "$prefix/$libdir/libampc_runtime.so"; do
+  if objdump -p "$binary" | grep -E 'NEEDED +lib(cudart|cublas|cudnn|nvrtc|ampc_cuda)'; then
+    fail "$binary links the CUDA libraries; it should load them only for the cuda device"
+  fi
+done
+if [ -e "$build_dir/libampc_cuda.so.0.2" ]; then
+  [ -f "$prefix/$libdir/libampc_cuda.so.0.2" ] || fail "libampc_cuda.so.0.2 is not installed"
+  "$prefix/bin/ampc" ops --device cuda --format json >"$work/ops.json" 2>"$work/ops.err" ||
+    fail "the installed ampc ops --device cuda failed: $(cat "$work/ops.err")"
+  /usr/bin/python3 -c 'import json, sys
+sys.exit(not any(op["kernels"].get("cuda") for op in json.load(open(sys.argv[1]))["ops"]))' \
+    "$work/ops.json" || fail "the installed ampc lists no cuda kernels: $(cat "$work/ops.err")"
+fi
 for file in include/ampc/session.h include/ampc/version.h "$libdir/cmake/ampc/ampcConfig.cmake" \
   "$libdir/cmake/ampc/ampcConfigVersion.cmake" "$libdir/pkgconfig/ampc.pc"; do
   [ -f "$prefix/$file" ] || fail "$file is not installed"

@@ -4,12 +4,14 @@
 #include "runtime/backend.h"
 
 #include <cstring>
+#include <fstream>
 #include <limits>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/executor.h"
 #include "runtime/interpreter.h"
+#include "runtime/kernel.h"
 #include "runtime/session.h"
 #include "tests/test_util.h"
 
@@ -57,6 +59,56 @@ TEST(Backend, TheRandomStreamWordHoldsWhatWasSet) {
   EXPECT_EQ(*backend->context().random_stream, 42u);
   EXPECT_EQ(parse_device("cuda").value(), Device::kCuda);
   EXPECT_THAT(std::string(parse_device("gpu").status().message()), HasSubstr("'gpu'"));
+}
+
+// Whether a shared library whose file name contains `name` is mapped into this process.
+bool mapped(std::string_view name) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find(name) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Taken before main, after every library this test links has initialized.
+const bool kCudaMappedAtStart = mapped("libcublasLt") || mapped("libampc_cuda");
+
+// The CUDA backend is a library of its own (runtime/cuda_library.h): a process that only uses the
+// CPU never maps it or the CUDA libraries, and the first request for the cuda device loads it
+// (no GPU is needed to load it and resolve its kernels).
+TEST(CudaLibrary, IsLoadedOnlyWhenTheCudaDeviceIsAskedFor) {
+  EXPECT_FALSE(kCudaMappedAtStart);
+  // Alone in its process (as CTest runs it), nothing before it can have asked for cuda.
+  const bool alone = ::testing::UnitTest::GetInstance()->test_to_run_count() == 1;
+  absl::StatusOr<std::unique_ptr<InferenceSession>> session =
+      InferenceSession::create(testing::parse_or_fail(R"(
+        graph g(%x: f32[4]) {
+          %y = Relu(%x) : f32[4]
+          return %y
+        })"));
+  ASSERT_TRUE(session.ok()) << session.status();
+  if (alone) {
+    EXPECT_FALSE(mapped("libampc_cuda"));
+    EXPECT_FALSE(mapped("libcublasLt"));
+    EXPECT_FALSE(mapped("libcudnn"));
+    EXPECT_EQ(KernelRegistry::global().find("", "Relu", Device::kCuda, DType::kF32), nullptr);
+  }
+  const absl::Status loaded = load_kernels(Device::kCuda);
+#if defined(AMPC_HAVE_CUDA)
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  EXPECT_TRUE(mapped("libampc_cuda"));
+  EXPECT_TRUE(mapped("libcublasLt"));
+  EXPECT_NE(KernelRegistry::global().find("", "Relu", Device::kCuda, DType::kF32), nullptr);
+  // The CPU session made before still runs: its kernels did not move when the CUDA ones came.
+  EXPECT_NE(KernelRegistry::global().find("", "Relu", Device::kCpu, DType::kF32), nullptr);
+#else
+  EXPECT_THAT(loaded.message(), HasSubstr("built without CUDA"));
+#endif
+  absl::StatusOr<std::map<std::string, Tensor>> out =
+      (*session)->run({{"x", Tensor::from_f32({4}, {-1, 2, -3, 4})}});
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->at("y"), Tensor::from_f32({4}, {0, 2, 0, 4}));
 }
 
 // Where the CUDA backend cannot start (no GPU or driver here, or no CUDA in the build), it says
