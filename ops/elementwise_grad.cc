@@ -182,7 +182,8 @@ absl::StatusOr<Grads> extremum_grad(GradBuilder& b) {
 }
 
 // Clip's gradients are PyTorch's clamp's, which differ with the kind of bound:
-//   - bounds stored as initializers (numbers: ReLU6's 0 and 6) are hyperparameters: x passes
+//   - bounds stored as initializers (numbers: ReLU6's 0 and 6), read directly or through Casts,
+//     are hyperparameters: x passes
 //     the gradient strictly between them and none at or beyond a bound, as PyTorch 2.15's
 //     hardtanh, relu6 and clamp with number bounds do (measured at the bounds);
 //   - bounds computed at run time (torch.clamp with tensor bounds, which the TorchScript
@@ -197,8 +198,17 @@ absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   Value* dy = b.grad_of_output(0);
   Value* lo = b.has_input(1) ? b.input(1) : nullptr;
   Value* hi = b.has_input(2) ? b.input(2) : nullptr;
+  // Stored bounds may be read through Casts: autocast's, which put ReLU6's 0 and 6 in bf16
+  // beside a bf16 input.
   auto computed = [](const Value* bound) {
-    return bound != nullptr && bound->initializer() == nullptr;
+    while (bound != nullptr && bound->initializer() == nullptr) {
+      const Node* producer = bound->producer();
+      if (producer == nullptr || producer->op_type() != "Cast" || !producer->domain().empty()) {
+        return true;
+      }
+      bound = producer->operand(0);
+    }
+    return false;
   };
   if (!computed(lo) && !computed(hi)) {
     Value* zero = zero_like(b, x);
@@ -233,11 +243,11 @@ absl::StatusOr<Grads> clip_grad(GradBuilder& b) {
   auto bound_grad = [&](Value* share, Value* bound) {
     return b.reduce_to_shape(b.op("Mul", {dy, share}), bound->shape());
   };
-  if (b.needs_grad(1)) {
+  if (lo != nullptr && b.needs_grad(1)) {
     Value* share = b.op("Mul", {indicator("Less", x, lo, 0), ordered});
     grads[1] = bound_grad(plus_half_of(share, at_lo, below_hi), lo);
   }
-  if (b.needs_grad(2)) {
+  if (hi != nullptr && b.needs_grad(2)) {
     Value* share = b.op("Mul", {indicator("Greater", x, hi, 0), ordered});
     share = plus_half_of(share, at_hi, above_lo);
     share = b.op("Add", {share, indicator("Greater", lo, hi, 0)});

@@ -212,11 +212,18 @@ class Walker {
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty()) return;
     const bool declares = declares_parameters(graph_);
+    // Read only as a MatMul's or Gemm's second operand, directly or through Casts (autocast's,
+    // under --precision).
     const auto a_weight = [](const Value* value) {
-      return std::all_of(value->uses().begin(), value->uses().end(), [](const Use& use) {
-        return use.user->domain().empty() && use.operand == 1 &&
-               (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
-      });
+      const auto read_as_weight = [](const Value* read, const auto& self) -> bool {
+        return std::all_of(read->uses().begin(), read->uses().end(), [&](const Use& use) {
+          if (!use.user->domain().empty()) return false;
+          if (use.user->op_type() == "Cast") return self(use.user->output(0), self);
+          return use.operand == 1 &&
+                 (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
+        });
+      };
+      return read_as_weight(value, read_as_weight);
     };
     std::vector<std::string> made;
     for (const Value* value : trainable) {
@@ -231,8 +238,9 @@ class Walker {
     context_.warn(str_cat(
         "initializers ", str_join(made, ", "), " train as parameters, but ",
         declares ? "the exported program does not declare them (PyTorch's graph signature): the "
-                   "exporter's optimizer made them from parameters or buffers: a lookup of one "
-                   "that the file holds nowhere else trains as PyTorch's, but an expression "
+                   "exporter's optimizer made them from parameters, buffers or constants: a "
+                   "lookup of one that the file holds nowhere else trains as PyTorch's, but an "
+                   "expression "
                    "(1 - p, p / 2) or a second copy trains another model; export with "
                    "torch.onnx.export(..., optimize=False)"
                  : "the TorchScript exporter computed them from the model's parameters (its "
@@ -302,20 +310,29 @@ class Walker {
   // warning.
   static bool only_read_without_gradient(const Value& value) {
     if (value.uses().empty()) return false;
+    // Whether `use` may carry a gradient back (through a Cast: whether what reads it may).
     return std::none_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
-      return use.user->def() == nullptr ||
-             (!listed(use.user->def()->no_gradient_inputs, use.operand) &&
-              !stops_gradient(*use.user));
+      if (use.user->def() == nullptr) return true;
+      if (listed(use.user->def()->no_gradient_inputs, use.operand) || stops_gradient(*use.user)) {
+        return false;
+      }
+      return !is_cast(*use.user) || !only_read_without_gradient(*use.user->output(0));
     });
   }
 
-  // An initializer every reader takes as a hyperparameter (Clip's bounds).
+  // An initializer every reader takes as a hyperparameter (Clip's bounds), directly or through
+  // Casts (autocast's, under --precision).
   static bool only_read_as_hyperparameter(const Value& value) {
     if (value.uses().empty()) return false;
     return std::all_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
+      if (is_cast(*use.user)) return only_read_as_hyperparameter(*use.user->output(0));
       return use.user->def() != nullptr &&
              listed(use.user->def()->hyperparameter_inputs, use.operand);
     });
+  }
+
+  static bool is_cast(const Node& node) {
+    return node.domain().empty() && node.op_type() == "Cast";
   }
 
   // The nodes a gradient rule just added (the tail of the node list after the first `first`)

@@ -186,37 +186,51 @@ TEST(TorchGraphSignature, WhatWasDeclaredSurvivesALowPrecisionCopy) {
 // parameters: val_4, read by a Mul (an expression of a parameter, such as 1 - p), trains with a
 // warning naming it, unless --trainable says what trains; val_9, a weight a MatMul reads (a
 // Linear's weight folded into its transpose, which trains as the parameter would), trains and
-// is not named.
+// is not named; val_1 and val_3, a ReLU6's bounds, are numbers. The same under --precision bf16,
+// where autocast has the MatMul read val_9 and the Clip its bounds through Casts.
 TEST(TorchGraphSignature, AnUndeclaredInitializerThatTrainsIsNamedInAWarning) {
   ModelBuilder b;
   b.input("x", onnx::TensorProto::FLOAT, {"3"});
   b.initializer_f32("w", {3}, {1, 2, 3});
   b.initializer_f32("val_4", {3}, {4, 5, 6});
   b.initializer_f32("val_9", {3, 3}, {1, 0, 0, 0, 2, 0, 0, 0, 3});
+  b.initializer_f32("val_1", {}, {0});
+  b.initializer_f32("val_3", {}, {6});
   b.node("Add", {"x", "w"}, {"shifted"}, "add");
   b.node("Mul", {"shifted", "val_4"}, {"scaled"}, "mul");
   b.node("MatMul", {"scaled", "val_9"}, {"projected"}, "linear");
-  add_int_attr(b.node("ReduceSum", {"projected"}, {"loss"}, "sum"), "keepdims", 0);
+  b.node("Clip", {"projected", "val_1", "val_3"}, {"relu6"}, "relu6");
+  add_int_attr(b.node("ReduceSum", {"relu6"}, {"loss"}, "sum"), "keepdims", 0);
   b.output("loss");
   add_metadata(b.graph(), kGraphMetadataField, "pkg.torch.export.ExportedProgram.graph_signature",
                "\n# inputs\np_w: PARAMETER target='w'\nx: USER_INPUT\n");
-  for (const std::string trainable : {"", "^w$"}) {
-    SCOPED_TRACE(trainable.empty() ? "default" : "--trainable " + trainable);
-    std::unique_ptr<Graph> graph = import_ok(b.bytes());
-    ASSERT_NE(graph, nullptr);
-    Diagnostics diagnostics;
-    ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, trainable), diagnostics).ok());
-    bool warned = false;
-    for (const std::string& warning : diagnostics.warnings()) {
-      warned |= absl::StrContains(warning,
+  for (const DType low : {DType::kF32, DType::kBF16}) {
+    for (const std::string trainable : {"", "^w$"}) {
+      SCOPED_TRACE(str_cat(dtype_name(low), trainable.empty() ? "" : ", --trainable " + trainable));
+      std::unique_ptr<Graph> graph = import_ok(b.bytes());
+      ASSERT_NE(graph, nullptr);
+      CompileOptions options = sgd(1.0f, trainable);
+      if (low != DType::kF32) {
+        options.mixed_precision = MixedPrecisionOptions{};
+        options.mixed_precision->policy.low = low;
+        options.mixed_precision->policy.low_source = "test";
+      }
+      Diagnostics diagnostics;
+      ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+      const std::string warnings = str_join(diagnostics.warnings(), "\n");
+      EXPECT_EQ(absl::StrContains(warnings,
                                   "initializers val_4 train as parameters, but the "
-                                  "exported program does not declare them");
+                                  "exported program does not declare them"),
+                trainable.empty())
+          << warnings;
+      for (const char* unnamed : {"val_9", "val_1", "val_3"}) {
+        EXPECT_FALSE(absl::StrContains(warnings, unnamed)) << warnings;
+      }
+      const std::vector<std::string> want = trainable.empty()
+                                                ? std::vector<std::string>{"val_4", "val_9", "w"}
+                                                : std::vector<std::string>{"w"};
+      EXPECT_EQ(trained(*graph), want);
     }
-    EXPECT_EQ(warned, trainable.empty()) << str_join(diagnostics.warnings(), "\n");
-    const std::vector<std::string> want = trainable.empty()
-                                              ? std::vector<std::string>{"val_4", "val_9", "w"}
-                                              : std::vector<std::string>{"w"};
-    EXPECT_EQ(trained(*graph), want);
   }
 }
 

@@ -72,20 +72,24 @@ TEST(ElementwiseGradConventions, MaxAndMinSplitTiesEvenly) {
 
 TEST(ElementwiseGradConventions, ClipWithNumberBoundsPassesNoGradientAtThem) {
   // torch.clamp(x, -0.5, 0.75), F.hardtanh and F.relu6 (PyTorch 2.15, measured): the gradient
-  // flows where min < x < max, and not at a bound, which low-precision data reach often.
-  auto grads = gradients(R"(
-    graph g(%x: f32[6]) {
-      init %lo: f32[] = [-0.5]
-      init %hi: f32[] = [0.75]
-      %y = Clip(%x, %lo, %hi) : f32[6]
-      %loss = ReduceSum<keepdims=0>(%y) : f32[]
-      return %loss
-    })",
-                         {f32({-1, -0.5f, 0, 0.75f, 1, 0.5f})});
-  EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 0, 1, 0, 0, 1}));
-  // Bounds stored as initializers are hyperparameters (ReLU6's), not trained.
-  EXPECT_FALSE(grads.contains("lo.grad"));
-  EXPECT_FALSE(grads.contains("hi.grad"));
+  // flows where min < x < max, and not at a bound, which low-precision data reach often. Bounds
+  // stored as initializers are hyperparameters (ReLU6's), not trained, also where they are read
+  // through Casts (autocast's, under --precision: not computed bounds, whose ties split).
+  for (const bool through_casts : {false, true}) {
+    SCOPED_TRACE(through_casts ? "read through Casts" : "read directly");
+    const char* stored = through_casts ? "f64" : "f32";
+    const std::string clip = through_casts ? "%l = Cast<to=f32>(%lo) : f32[]\n"
+                                             "%h = Cast<to=f32>(%hi) : f32[]\n"
+                                             "%y = Clip(%x, %l, %h) : f32[6]"
+                                           : "%y = Clip(%x, %lo, %hi) : f32[6]";
+    auto grads = gradients(str_cat("graph g(%x: f32[6]) {\ninit %lo: ", stored,
+                                   "[] = [-0.5]\ninit %hi: ", stored, "[] = [0.75]\n", clip,
+                                   "\n%loss = ReduceSum<keepdims=0>(%y) : f32[]\nreturn %loss\n}"),
+                           {f32({-1, -0.5f, 0, 0.75f, 1, 0.5f})});
+    EXPECT_EQ(grads["x.grad"], (std::vector<double>{0, 0, 1, 0, 0, 1}));
+    EXPECT_FALSE(grads.contains("lo.grad"));
+    EXPECT_FALSE(grads.contains("hi.grad"));
+  }
 }
 
 TEST(ElementwiseGradConventions, ClipBoundsComputedAtRunTimeGetClampsGradients) {
