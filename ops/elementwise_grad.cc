@@ -183,9 +183,9 @@ absl::StatusOr<Grads> extremum_grad(GradBuilder& b) {
 
 // Clip's gradients are PyTorch's clamp's, which differ with the kind of bound:
 //   - bounds stored as initializers (numbers: ReLU6's 0 and 6), read directly or through Casts,
-//     are hyperparameters: x passes
-//     the gradient strictly between them and none at or beyond a bound, as PyTorch 2.15's
-//     hardtanh, relu6 and clamp with number bounds do (measured at the bounds);
+//     are hyperparameters: x passes the gradient strictly between them and none at or beyond a
+//     bound, as PyTorch 2.15's hardtanh, relu6 and clamp with number bounds do (measured at the
+//     bounds);
 //   - bounds computed at run time (torch.clamp with tensor bounds, which the TorchScript
 //     exporter writes as Clip) get gradients, split as PyTorch 2.15's clamp backward splits
 //     them (measured element by element; tests/ops/elementwise_grad_test.cc):

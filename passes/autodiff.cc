@@ -212,25 +212,12 @@ class Walker {
   void warn_undeclared(const std::vector<Value*>& trainable) const {
     if (!options_.trainable.empty()) return;
     const bool declares = declares_parameters(graph_);
-    // Read only as a MatMul's or Gemm's second operand, directly or through Casts (autocast's,
-    // under --precision).
-    const auto a_weight = [](const Value* value) {
-      const auto read_as_weight = [](const Value* read, const auto& self) -> bool {
-        return std::all_of(read->uses().begin(), read->uses().end(), [&](const Use& use) {
-          if (!use.user->domain().empty()) return false;
-          if (use.user->op_type() == "Cast") return self(use.user->output(0), self);
-          return use.operand == 1 &&
-                 (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
-        });
-      };
-      return read_as_weight(value, read_as_weight);
-    };
     std::vector<std::string> made;
     for (const Value* value : trainable) {
       if (value->initializer() == nullptr) continue;
       const bool folded = declares ? value->declared() == Value::Declared::kUnknown
                                    : value->name().starts_with("onnx::");
-      if (folded && !a_weight(value)) {
+      if (folded && !only_read_as_weight(*value)) {
         made.push_back(value->name());
       }
     }
@@ -240,8 +227,7 @@ class Walker {
         declares ? "the exported program does not declare them (PyTorch's graph signature): the "
                    "exporter's optimizer made them from parameters, buffers or constants: a "
                    "lookup of one that the file holds nowhere else trains as PyTorch's, but an "
-                   "expression "
-                   "(1 - p, p / 2) or a second copy trains another model; export with "
+                   "expression (1 - p, p / 2) or a second copy trains another model; export with "
                    "torch.onnx.export(..., optimize=False)"
                  : "the TorchScript exporter computed them from the model's parameters (its "
                    "do_constant_folding=True): a reshape of one that the file holds nowhere else "
@@ -328,6 +314,16 @@ class Walker {
       if (is_cast(*use.user)) return only_read_as_hyperparameter(*use.user->output(0));
       return use.user->def() != nullptr &&
              listed(use.user->def()->hyperparameter_inputs, use.operand);
+    });
+  }
+
+  // An initializer every reader takes as a MatMul's or Gemm's weight (operand 1), directly or
+  // through Casts.
+  static bool only_read_as_weight(const Value& value) {
+    return std::all_of(value.uses().begin(), value.uses().end(), [](const Use& use) {
+      if (is_cast(*use.user)) return only_read_as_weight(*use.user->output(0));
+      return use.user->domain().empty() && use.operand == 1 &&
+             (use.user->op_type() == "MatMul" || use.user->op_type() == "Gemm");
     });
   }
 
