@@ -42,8 +42,12 @@ absl::StatusOr<std::unique_ptr<InferenceSession>> InferenceSession::load(const s
 std::vector<TensorInfo> InferenceSession::inputs() const { return impl_->inputs(); }
 std::vector<TensorInfo> InferenceSession::outputs() const { return impl_->outputs(); }
 
+// Random ops draw anew on each run, as PyTorch's do on each forward: the k-th run that succeeds
+// draws from random stream k, so a new session repeats the sequence.
 absl::StatusOr<TensorMap> InferenceSession::run(const TensorViews& inputs) {
-  return impl_->run(inputs);
+  absl::StatusOr<TensorMap> outputs = impl_->run(inputs);
+  if (outputs.ok()) impl_->set_random_stream(impl_->random_stream() + 1);
+  return outputs;
 }
 
 TransferCounts InferenceSession::transfers() const {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -17,6 +18,15 @@ namespace {
 const std::set<std::string, std::less<>>& bf16_follow_ops() {
   static const auto* ops = new std::set<std::string, std::less<>>{
       "Exp", "Log", "Reciprocal", "Pow", "Softplus", "Sinh", "Cosh"};
+  return *ops;
+}
+
+// The ops whose ONNX definitions admit f16 and bf16 only from an opset far past the ones
+// exporters write (Celu from 28, Range from 27): in low precision a file could be legal ONNX
+// only at that opset, so they run in fp32 unless the policy names them. (f16 and bf16 Celu
+// compute in f32 and round once, which the fp32 node followed by a cast down does too.)
+const std::map<std::string, int, std::less<>>& late_low_precision_ops() {
+  static const auto* ops = new std::map<std::string, int, std::less<>>{{"Celu", 28}, {"Range", 27}};
   return *ops;
 }
 
@@ -195,6 +205,14 @@ CategoryChoice category_of(const OpDef& def, const PrecisionPolicy& policy) {
   if (policy.low == DType::kBF16 && def.domain.empty() && category == AutocastCategory::kDeny &&
       bf16_follow_ops().contains(def.name)) {
     return {AutocastCategory::kFollow, "follow-list (bf16: no overflow risk)", false};
+  }
+  if (const auto late = late_low_precision_ops().find(def.name);
+      def.domain.empty() && late != late_low_precision_ops().end() &&
+      category != AutocastCategory::kDeny) {
+    return {AutocastCategory::kDeny,
+            str_cat("deny-list (ONNX admits f16 and bf16 ", def.name, " only from opset ",
+                    late->second, ")"),
+            false};
   }
   return {category, str_cat(autocast_category_name(category), "-list"), false};
 }

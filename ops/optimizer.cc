@@ -26,12 +26,13 @@ const std::vector<DType> kStateTypes = {DType::kF32, DType::kF64};
 
 // Inputs 1 .. 1 + num_states (grad and the states) must have param's type; `lr` and `step` one
 // element each, and `skip`, when given, one bool. Outputs take the types of param and of the
-// states, that is param's.
+// states, that is param's; a state that is omitted (an optional one) has its output omitted.
 absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>& inputs,
                           int num_states) {
   const TensorType& param = ctx.input_type(0);
   const int lr = 2 + num_states;
   for (int i = 1; i < lr; ++i) {
+    if (!ctx.has_input(i)) continue;  // a state the update does without (SGD's buffer)
     const TensorType& type = ctx.input_type(i);
     if (type != param) {
       return absl::InvalidArgumentError(str_cat(inputs[i].name, " ", type_to_string(type),
@@ -46,7 +47,16 @@ absl::Status infer_update(InferenceContext& ctx, const std::vector<OperandSpec>&
                                                 type_to_string(ctx.input_type(i))));
     }
   }
-  for (int i = 0; i < ctx.num_outputs(); ++i) ctx.set_output(i, param);
+  for (int i = 1; i <= num_states; ++i) {  // a state given is updated, and only one given
+    if (ctx.has_input(1 + i) != ctx.has_output(i)) {
+      return absl::InvalidArgumentError(str_cat("the state ", inputs[1 + i].name,
+                                                " and its update ", inputs[1 + i].name,
+                                                "_out are given together or not at all"));
+    }
+  }
+  for (int i = 0; i < ctx.num_outputs(); ++i) {
+    if (ctx.has_output(i)) ctx.set_output(i, param);
+  }
   return absl::OkStatus();
 }
 
@@ -87,11 +97,22 @@ OpSample update_sample(std::string name, Shape shape, int num_states, Attributes
   return sample;
 }
 
+// Without momentum SGD keeps no state but the parameter (PyTorch's momentum_buffer is None): the
+// buffer and its output are optional, and required when momentum is not 0.
 OpDef sgd() {
   OpDef def = update_op("SGD", "torch.optim.SGD: momentum, dampening, Nesterov, weight decay",
                         {"momentum_buffer"});
+  def.inputs[2] = optional_input("momentum_buffer", kStateTypes);
+  def.outputs[1] = optional_input("momentum_buffer_out");
   def.attrs = {attr("momentum", 0.0f), attr("dampening", 0.0f), flag_attr("nesterov", 0),
                attr("weight_decay", 0.0f), flag_attr("maximize", 0)};
+  def.infer = [inputs = def.inputs](InferenceContext& ctx) {
+    if (!ctx.has_input(2) && ctx.float_attr("momentum") != 0) {
+      return absl::InvalidArgumentError(
+          str_cat("momentum ", ctx.float_attr("momentum"), " needs the input momentum_buffer"));
+    }
+    return infer_update(ctx, inputs, 1);
+  };
   def.samples = {
       update_sample("plain", {5}, 1, {}),
       update_sample("nesterov with weight decay", {2, 3}, 1,

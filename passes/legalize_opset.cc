@@ -8,7 +8,9 @@
 // ampc defines each op of the graph there (ampc's ops keep their meaning across the versions it
 // registers them for; attributes that later opsets take as inputs are written in that form on
 // export). A node whose type no opset
-// admits (Celu and Range take neither f16 nor bf16) is left as it is, with a warning.
+// admits (bf16 Scatter) is left as it is, with a warning. Celu and Range admit f16 and bf16 only
+// from opsets 28 and 27: autocast keeps them fp32 (compiler/precision_policy.cc), so a file is
+// raised that far only for a policy that names them.
 //
 // Runs on the eval graph and the training step together: one file has one opset.
 // Numerics: none; only the opset the graph declares changes.
@@ -25,7 +27,7 @@ namespace {
 
 // The first ai.onnx opset whose definition of the op admits f16 and bf16 operands (0: none),
 // for the ops ampc registers that did not admit them from their first version. From ONNX's
-// operator schemas (onnx 1.23, through opset 23).
+// operator schemas (onnx 1.23, through opset 28).
 struct LowPrecisionSince {
   int f16;
   int bf16;
@@ -41,7 +43,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"AveragePool", {1, 22}},
       {"BatchNormalization", {1, 14}},
       {"Ceil", {6, 13}},
-      {"Celu", {0, 0}},
+      {"Celu", {28, 28}},
       {"ConstantOfShape", {9, 20}},
       {"Conv", {1, 22}},
       {"ConvTranspose", {1, 22}},
@@ -62,7 +64,7 @@ const std::map<std::string_view, LowPrecisionSince, std::less<>>& low_precision_
       {"Mish", {18, 22}},
       {"NegativeLogLikelihoodLoss", {12, 22}},
       {"PRelu", {1, 16}},
-      {"Range", {0, 0}},
+      {"Range", {27, 27}},
       {"Round", {11, 22}},
       {"Scatter", {9, 0}},
       {"Selu", {1, 22}},

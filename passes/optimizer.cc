@@ -2,9 +2,10 @@
 //
 // Rewrites: every graph output `<p>.grad` of an initializer `p` (autodiff's) is consumed by an
 //   update node (ampc.SGD or ampc.Adam), and the output is replaced by the updated parameter
-//   `<p>.next`; the optimizer's state becomes initializers (`<p>.momentum_buffer`, `<p>.exp_avg`,
-//   `<p>.exp_avg_sq`, all zeros; `optimizer.step`, 0) whose updates are graph outputs too, and
-//   the graph records each (state, update) pair (Graph::state_updates). The learning rate becomes
+//   `<p>.next`; the optimizer's state becomes initializers (`<p>.momentum_buffer` when SGD has
+//   momentum, `<p>.exp_avg`, `<p>.exp_avg_sq`, all zeros; `optimizer.step`, 0) whose updates are
+//   graph outputs too, and the graph records each (state, update) pair
+//   (Graph::state_updates). The learning rate becomes
 //   the graph input `lr` (f32[]), so schedules live in the runtime. The global gradient norm (the
 //   norm of the per-tensor norms, as torch.nn.utils.clip_grad_norm_ computes it) is always an
 //   output, `grad_norm`; with clip_grad_norm > 0 every gradient is first multiplied by
@@ -145,8 +146,12 @@ class OptimizerPass final : public Pass {
     for (size_t k = 0; k < updates.size(); ++k) {
       Value* parameter = updates[k].first;
       std::vector<Value*> state = {parameter};
-      if (options_.kind == OptimizerOptions::Kind::kSgd) {
-        state.push_back(zeros_like(graph, parameter, ".momentum_buffer"));
+      const bool sgd = options_.kind == OptimizerOptions::Kind::kSgd;
+      if (sgd) {
+        // Without momentum SGD keeps no buffer (PyTorch's momentum_buffer stays None).
+        if (options_.momentum != 0) {
+          state.push_back(zeros_like(graph, parameter, ".momentum_buffer"));
+        }
       } else {
         state.push_back(zeros_like(graph, parameter, ".exp_avg"));
         state.push_back(zeros_like(graph, parameter, ".exp_avg_sq"));
@@ -160,8 +165,10 @@ class OptimizerPass final : public Pass {
       }
       const TensorType type = wide[0]->type();
       std::vector<Value*> outputs;
-      if (options_.kind == OptimizerOptions::Kind::kSgd) {
-        outputs = add_node(graph, "SGD", operands({wide[0], grads[k], wide[1]}), {type, type},
+      if (sgd) {
+        Value* buffer = wide.size() > 1 ? wide[1] : nullptr;
+        outputs = add_node(graph, "SGD", operands({wide[0], grads[k], buffer}),
+                           std::vector<TensorType>(wide.size(), type),
                            {{"momentum", options_.momentum},
                             {"dampening", options_.dampening},
                             {"nesterov", int64_t{options_.nesterov}},

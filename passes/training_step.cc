@@ -4,13 +4,14 @@
 //   class axis 1, or mean squared error) and the graph input for the labels.
 // training-step: clones the graph as its training step (Graph::training_step), then puts the
 //   graph itself in eval mode: training-mode BatchNormalization reads its running statistics,
-//   Dropout becomes the identity. Before that, each Dropout or random op without a `seed` gets
-//   one of its own (the smallest not yet taken, in graph order): the runtime draws from (seed,
-//   random stream, element index), so two seedless Dropouts would drop the same elements, where
-//   PyTorch's draws are independent. The passes after it that should act on the step are
-//   wrapped in on_training_step(). It warns about what in the file will not train as the
-//   module did: a BatchNormalization in inference mode, one the exporter's optimizer folded away
-//   (compiler/onnx_metadata.h, kFoldedBatchNormsKey), a scatter without a reduction whose
+//   Dropout becomes the identity (an Identity node where its output is a graph output whose name
+//   its input cannot take: a graph input's, an initializer's). Before that, each Dropout or random
+//   op without a `seed` gets one of its own (the smallest not yet taken, in graph order): the
+//   runtime draws from (seed, random stream, element index), so two seedless Dropouts would drop
+//   the same elements, where PyTorch's draws are independent. The passes after it that should act
+//   on the step are wrapped in on_training_step(). It warns about what in the file will not train
+//   as the module did: a BatchNormalization in inference mode, one the exporter's optimizer folded
+//   away (compiler/onnx_metadata.h, kFoldedBatchNormsKey), a scatter without a reduction whose
 //   constant indices write an element twice (how PyTorch's exporters write index_add), names
 //   the file gave both an initializer and a node's output (kShadowedNamesKey).
 // batchnorm-state: in the step, each training-mode BatchNormalization's new running mean and
@@ -394,7 +395,19 @@ class TrainingStepPass final : public Pass {
               "updates: such a file computes another function than the module"));
         }
       } else if (node->op_type() == "Dropout" && !used(*node, 1)) {
-        node->output(0)->replace_all_uses_with(node->operand(0));
+        // The identity in eval mode. A graph output keeps its name: where the input cannot take
+        // it over (a graph input, an initializer, another output), an Identity writes it.
+        Value* input = node->operand(0);
+        Value* output = node->output(0);
+        if (output->is_graph_output() &&
+            (input->kind() != Value::Kind::kNodeOutput || input->is_graph_output())) {
+          Node* identity =
+              graph.create_node(kOnnxDomain, "Identity", {input}, {output->type()}, {}, node);
+          identity->set_name(str_cat(node->name(), "/eval"));
+          output->replace_all_uses_with(identity->output(0));
+        } else {
+          output->replace_all_uses_with(input);
+        }
         graph.erase_node(node);
       }
     }

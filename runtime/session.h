@@ -96,6 +96,7 @@ class InferenceSession {
 
   // The random stream the next runs draw from (KernelContext::random_stream; 0 by default).
   void set_random_stream(uint64_t stream) { random_stream_ = stream; }
+  uint64_t random_stream() const { return random_stream_; }
   // Whether the next runs are inside an accumulation window, not its last run
   // (KernelContext::inside_window; false by default).
   void set_inside_window(bool inside) { inside_window_ = inside; }

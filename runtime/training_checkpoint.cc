@@ -1,5 +1,6 @@
 // TrainingSession's checkpoints: every piece of state, the step count and checksums in one
 // safetensors file (runtime/training_session.h).
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -149,9 +150,15 @@ absl::Status TrainingSession::load_checkpoint(const std::string& path) {
   if (file.tensors.size() != names.size()) {
     const std::set<std::string> known(names.begin(), names.end());
     for (const auto& [name, tensor] : file.tensors) {
-      if (!known.contains(name)) {
-        return bad(str_cat("it holds '", name, "', which is not state of this model"));
+      if (known.contains(name)) continue;
+      // Earlier builds kept a buffer for SGD without momentum, all zeros: the state this model
+      // does without, so nothing is lost.
+      constexpr std::string_view kBuffer = ".momentum_buffer";
+      if (name.ends_with(kBuffer) && known.contains(name.substr(0, name.size() - kBuffer.size())) &&
+          std::ranges::all_of(tensor.bytes(), [](uint8_t byte) { return byte == 0; })) {
+        continue;
       }
+      return bad(str_cat("it holds '", name, "', which is not state of this model"));
     }
   }
   // The file has the model's state; now its bytes and values.

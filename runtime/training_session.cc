@@ -491,6 +491,9 @@ absl::StatusOr<std::map<std::string, Tensor>> TrainingSession::evaluate(const Te
           str_cat("the batch has no '", input.name, "' (", type_to_string(input.type), ")"));
     }
   }
+  // Random ops of the eval graph draw from a stream of their own for each number of steps
+  // done: anew as training moves on, the same after a resume; none that a step draws from.
+  eval_->set_random_stream((uint64_t{1} << 63) | static_cast<uint64_t>(steps_done_));
   return eval_->run(batch);
 }
 

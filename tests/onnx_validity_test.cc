@@ -13,6 +13,7 @@
 
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/precision_policy.h"
 #include "compiler/strings.h"
 #include "gtest/gtest.h"
 #include "onnx/defs/schema.h"
@@ -106,6 +107,41 @@ TEST(OnnxValidity, OnlyTypesTheModelsOpsetRejectsRaiseIt) {
         testing::source_path("models/cnn.onnx"), options_for(precision, true), diagnostics);
     ASSERT_TRUE(graph.ok()) << graph.status();
     EXPECT_EQ((*graph)->opset(""), 17) << precision;
+  }
+}
+
+// ONNX admits f16 and bf16 Celu only from opset 28: a mixed-precision compile keeps it fp32, so
+// the file stays at the model's opset and passes the checker; a policy that makes it low (--follow
+// Celu) raises the file to opset 28, where it is legal.
+TEST(OnnxValidity, ACeluKeepsTheFileLegalAtItsOpset) {
+  constexpr std::string_view kModel = R"(
+    graph g(%x: f32[4,2]) opset(17) {
+      init %w: f32[2,2] = [0.5, -1.0, 0.25, 2.0]
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,2]
+      %c = Celu<alpha=2.0>(%a) {name="celu"} : f32[4,2]
+      %loss = ReduceSum<keepdims=0>(%c) {name="sum"} : f32[]
+      return %loss
+    })";
+  for (const std::string precision : {"fp16", "bf16"}) {
+    for (const bool named : {false, true}) {
+      SCOPED_TRACE(precision + (named ? " --follow Celu" : ""));
+      std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
+      ASSERT_NE(graph, nullptr);
+      CompileOptions options = options_for(precision, true);
+      if (named) {
+        ASSERT_TRUE(add_op_entry(options.mixed_precision->policy, "Celu", AutocastCategory::kFollow,
+                                 "--follow Celu")
+                        .ok());
+      }
+      Diagnostics diagnostics;
+      ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+      EXPECT_TRUE(diagnostics.warnings().empty()) << diagnostics.warnings()[0];
+      EXPECT_EQ(graph->opset(""), named ? 28 : 17);
+      if (named) continue;  // beyond the linked checker's opsets
+      absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      EXPECT_EQ(testing::onnx_checker_errors(*bytes), "");
+    }
   }
 }
 

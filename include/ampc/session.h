@@ -64,6 +64,8 @@ class InferenceSession {
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
   // Runs on `inputs` (every graph input, each of its type) and returns every output by name.
+  // Random ops (RandomNormalLike, Bernoulli, ...) draw anew on each run, as in PyTorch's forward:
+  // the k-th successful run of a session draws what the k-th run of another session does.
   absl::StatusOr<TensorMap> run(const TensorViews& inputs);
   TransferCounts transfers() const;
 
@@ -108,7 +110,8 @@ class TrainingSession {
   std::optional<double> default_lr() const;
 
   // The eval graph (BatchNorm on running statistics, no dropout) on `batch`, with the current
-  // weights: every output by name.
+  // weights: every output by name. Its random ops draw anew after each step (and the same after
+  // a resume: the draw depends on the steps done), never what a step draws.
   absl::StatusOr<TensorMap> evaluate(const TensorViews& batch);
   std::vector<TensorInfo> eval_inputs() const;
   std::vector<TensorInfo> eval_outputs() const;

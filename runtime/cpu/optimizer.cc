@@ -169,23 +169,38 @@ bool skipped(const KernelContext& ctx, int index, std::initializer_list<std::pai
   return true;
 }
 
+// Without momentum the buffer is optional (the op's inference requires it otherwise), and the
+// update neither reads nor writes one.
 template <typename T>
 absl::Status sgd(const KernelContext& ctx) {
-  if (skipped<T>(ctx, 5, {{0, 0}, {2, 1}})) return absl::OkStatus();
+  const bool buffered = ctx.has_input(2);
+  if (buffered ? skipped<T>(ctx, 5, {{0, 0}, {2, 1}}) : skipped<T>(ctx, 5, {{0, 0}})) {
+    return absl::OkStatus();
+  }
   const numeric::SgdUpdate<T> update(sgd_hyper(ctx.node), read_scalar(ctx.input(3)),
                                      read_scalar(ctx.input(4)) == 0);
-  std::span<const T> param = ctx.input(0).in<T>(), grad = ctx.input(1).in<T>(),
-                     buffer = ctx.input(2).in<T>();
-  std::span<T> param_out = ctx.output(0).out<T>(), buffer_out = ctx.output(1).out<T>();
-  const T* p = param.data();
-  const T* g = grad.data();
-  const T* b = buffer.data();
-  T* p_out = param_out.data();
-  T* b_out = buffer_out.data();
+  const T* p = ctx.input(0).in<T>().data();
+  const T* g = ctx.input(1).in<T>().data();
+  T* p_out = ctx.output(0).out<T>().data();
+  const int64_t n = ctx.input(0).num_elements();
+  if (!buffered) {
+    with_sgd_branches(update.branches(), [&](auto branches) {
+      update_elements(
+          n, [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
+#pragma omp simd
+            for (int64_t i = begin; i < end; ++i) {
+              T unused;
+              update.apply(branches, p[i], g[i], T(0), p_out[i], unused);
+            }
+          });
+    });
+    return absl::OkStatus();
+  }
+  const T* b = ctx.input(2).in<T>().data();
+  T* b_out = ctx.output(1).out<T>().data();
   with_sgd_branches(update.branches(), [&](auto branches) {
     update_elements(
-        ctx.input(0).num_elements(), [&](int64_t begin,
-                                         int64_t end) __attribute__((always_inline)) {
+        n, [&](int64_t begin, int64_t end) __attribute__((always_inline)) {
 #pragma omp simd
           for (int64_t i = begin; i < end; ++i) {
             update.apply(branches, p[i], g[i], b[i], p_out[i], b_out[i]);

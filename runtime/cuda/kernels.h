@@ -217,6 +217,7 @@ struct UpdateScalars {
   const DeviceError* error = nullptr;
 };
 
+// `buffer` and `buffer_out` null: SGD without momentum and its buffer.
 cudaError_t launch_sgd(Elem type, int64_t n, const void* param, const void* grad,
                        const void* buffer, void* param_out, void* buffer_out,
                        const numeric::SgdHyper& hyper, const UpdateScalars& scalars,

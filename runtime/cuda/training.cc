@@ -42,11 +42,14 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_adam(const KernelContext& ctx)
   return nullptr;
 }
 
+// Without momentum the buffer may be omitted: null, neither read nor written.
 absl::Status sgd(const KernelContext& ctx) {
   const numeric::SgdHyper hyper = sgd_hyper(ctx.node);
+  const bool buffered = ctx.has_input(2);
   return launched(launch_sgd(elem(ctx.input(0)), ctx.input(0).num_elements(), ctx.input(0).data,
-                             ctx.input(1).data, ctx.input(2).data, ctx.output(0).data,
-                             ctx.output(1).data, hyper, update_scalars(ctx, 3), stream_of(ctx)),
+                             ctx.input(1).data, buffered ? ctx.input(2).data : nullptr,
+                             ctx.output(0).data, buffered ? ctx.output(1).data : nullptr, hyper,
+                             update_scalars(ctx, 3), stream_of(ctx)),
                   ctx);
 }
 

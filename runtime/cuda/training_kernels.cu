@@ -54,7 +54,7 @@ __global__ void sgd_kernel(int64_t n, const T* param, const T* grad, const T* bu
   if (skipping(scalars)) {
     for (int64_t i = first; i < n; i += stride) {
       copy_unless_same(param, param_out, i);
-      copy_unless_same(buffer, buffer_out, i);
+      if (buffer != nullptr) copy_unless_same(buffer, buffer_out, i);
     }
     return;
   }
@@ -62,8 +62,8 @@ __global__ void sgd_kernel(int64_t n, const T* param, const T* grad, const T* bu
                                      read_scalar(scalars.step, scalars.scalar_type) == 0);
   for (int64_t i = first; i < n; i += stride) {
     T p, b;
-    update(param[i], grad[i], buffer[i], p, b);
-    buffer_out[i] = b;
+    update(param[i], grad[i], buffer == nullptr ? T(0) : buffer[i], p, b);
+    if (buffer != nullptr) buffer_out[i] = b;
     param_out[i] = p;
   }
 }

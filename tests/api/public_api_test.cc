@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "ampc/ampc.h"
+#include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
 #include "runtime/npy.h"
+#include "tests/test_util.h"
 #include "tests/tools/cli_test_util.h"
 
 namespace ampc {
@@ -130,6 +132,37 @@ TEST_F(PublicApi, ExportedModelRunsThroughInferenceSession) {
   ASSERT_TRUE(outputs.ok()) << outputs.status();
   // The same graph on the same weights and the same backend: the same bits.
   for (const auto& [name, tensor] : *evaluated) EXPECT_EQ(outputs->at(name), tensor) << name;
+}
+
+// Random ops draw anew on each run, as a PyTorch forward does, and reproducibly: the k-th run of
+// every session of the model draws alike.
+TEST_F(PublicApi, InferenceRunsDrawAnewEachRunAndAlikeAcrossSessions) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+      graph g(%mu: f32[8]) opset(17) {
+        %eps = RandomNormalLike(%mu) : f32[8]
+        %z = Add(%mu, %eps) : f32[8]
+        return %z
+      })");
+  ASSERT_NE(graph, nullptr);
+  ASSERT_TRUE(export_onnx_file(*graph, path("sampler.onnx")).ok());
+  const TensorMap input = {{"mu", Tensor::from_f32({8}, std::vector<float>(8, 1.0f))}};
+  auto samples = [&](int runs) {
+    absl::StatusOr<std::unique_ptr<InferenceSession>> session =
+        InferenceSession::load(path("sampler.onnx"));
+    EXPECT_TRUE(session.ok()) << session.status();
+    std::vector<Tensor> drawn;
+    for (int i = 0; session.ok() && i < runs; ++i) {
+      absl::StatusOr<TensorMap> outputs = (*session)->run(input);
+      EXPECT_TRUE(outputs.ok()) << outputs.status();
+      if (outputs.ok()) drawn.push_back(outputs->at("z"));
+    }
+    return drawn;
+  };
+  const std::vector<Tensor> first = samples(3);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_FALSE(first[0] == first[1]);
+  EXPECT_FALSE(first[1] == first[2]);
+  EXPECT_EQ(samples(3), first);
 }
 
 TEST_F(PublicApi, StateReadsAndWrites) {

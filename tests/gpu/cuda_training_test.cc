@@ -90,6 +90,31 @@ TEST_F(CudaTrainingTest, TheExampleModelsTrainOnCudaAsOnTheCpu) {
   }
 }
 
+// SGD without momentum keeps no buffer: its CUDA update reads and writes only the parameter, and
+// 20 steps track the CPU's (fp32 within 1e-5 relative; fp16 with dynamic loss scaling, whose
+// skipped steps leave the parameter as it was, within fp16's rounding).
+TEST_F(CudaTrainingTest, SgdWithoutMomentumTrainsOnCudaAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  for (const auto& [flags, tolerance] : std::vector<std::pair<std::string, double>>{
+           {"--precision fp32", 1e-5}, {"--precision fp16 --scale-init 1e30", 1e-2}}) {
+    SCOPED_TRACE(flags);
+    const std::string trained = compile("--optimizer sgd " + flags);
+    std::unique_ptr<TrainingSession> cpu = open(trained, Device::kCpu);
+    std::unique_ptr<TrainingSession> cuda = open(trained, Device::kCuda);
+    ASSERT_TRUE(cpu && cuda);
+    for (const std::string& name : cuda->state_names()) {
+      EXPECT_FALSE(name.ends_with(".momentum_buffer")) << name;
+    }
+    const std::vector<StepStats> want = train(*cpu, 20);
+    const std::vector<StepStats> got = train(*cuda, 20);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i].loss, want[i].loss, tolerance * std::abs(want[i].loss)) << "step " << i;
+      EXPECT_EQ(got[i].skipped_steps, want[i].skipped_steps) << "step " << i;
+    }
+  }
+}
+
 // Deterministic kernels: two runs give the same bits, loss and state.
 TEST_F(CudaTrainingTest, TwoCudaRunsAreBitIdentical) {
   SKIP_WITHOUT_GPU();

@@ -32,17 +32,18 @@ const OpDef& def_of(const std::string& op) {
   return *def;
 }
 
-// The output types ampc.`op`<attrs> infers over graph inputs of `inputs`.
+// The output types ampc.`op`<attrs> infers over graph inputs of `inputs` (nullopt: omitted), with
+// `outputs` outputs (-1: all the op has).
 absl::StatusOr<std::vector<TensorType>> infer(const std::string& op,
-                                              const std::vector<TensorType>& inputs,
-                                              Attributes attrs = {}) {
+                                              const std::vector<std::optional<TensorType>>& inputs,
+                                              Attributes attrs = {}, int outputs = -1) {
   Graph graph("optimizer");
   graph.set_opset(std::string(kAmpcDomain), 1);
   std::vector<Value*> operands;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    operands.push_back(graph.add_input(str_cat("x", i), inputs[i]));
+    operands.push_back(inputs[i] ? graph.add_input(str_cat("x", i), *inputs[i]) : nullptr);
   }
-  const int num_outputs = def_of(op).max_outputs();
+  const int num_outputs = outputs < 0 ? def_of(op).max_outputs() : outputs;
   Node* node = graph.create_node(kAmpcDomain, op, operands,
                                  std::vector<std::optional<TensorType>>(num_outputs, TensorType{}),
                                  std::move(attrs));
@@ -65,6 +66,25 @@ TEST(OptimizerOps, UpdatesReturnTheirStatesTypes) {
   absl::StatusOr<std::vector<TensorType>> adam = infer("Adam", {w, w, w, w, f64({}), f32({})});
   ASSERT_TRUE(adam.ok()) << adam.status();
   EXPECT_EQ(*adam, (std::vector<TensorType>{w, w, w}));
+}
+
+// Without momentum SGD needs no buffer (PyTorch keeps none): the buffer and its update are
+// omitted together; with momentum the buffer is required.
+TEST(OptimizerOps, SgdWithoutMomentumTakesNoBuffer) {
+  const TensorType w = f32({3});
+  absl::StatusOr<std::vector<TensorType>> plain =
+      infer("SGD", {w, w, std::nullopt, f32({}), f32({})}, {}, 1);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(*plain, (std::vector<TensorType>{w}));
+  EXPECT_THAT(
+      message(infer("SGD", {w, w, std::nullopt, f32({}), f32({})}, {{"momentum", 0.9f}}, 1)),
+      HasSubstr("momentum 0.9 needs the input momentum_buffer"));
+  EXPECT_THAT(message(infer("SGD", {w, w, std::nullopt, f32({}), f32({})}, {}, 2)),
+              HasSubstr("momentum_buffer and its update momentum_buffer_out are given together"));
+  EXPECT_THAT(message(infer("SGD", {w, w, w, f32({}), f32({})}, {}, 1)),
+              HasSubstr("momentum_buffer and its update momentum_buffer_out are given together"));
+  // Adam's moments are not optional.
+  EXPECT_FALSE(infer("Adam", {w, w, std::nullopt, w, f32({}), f32({})}).ok());
 }
 
 TEST(OptimizerOps, MismatchedStateIsNamed) {

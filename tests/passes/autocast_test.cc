@@ -402,6 +402,32 @@ TEST(Autocast, Bf16LetsExpAndLogFollow) {
   EXPECT_EQ(decisions(*graph)[1], "exp: f32: deny-list Exp");
 }
 
+// ONNX admits f16 and bf16 Celu only from opset 28: it runs fp32 in both, so the file stays
+// legal ONNX at the model's opset, unless the policy names it (then legalize-opset raises the
+// file's opset).
+TEST(Autocast, CeluIsFp32UnlessThePolicyNamesIt) {
+  constexpr std::string_view kText = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %c = Celu<alpha=2.0>(%a) {name="celu"} : f32[4,8]
+      %n = Neg(%c) {name="neg"} : f32[4,8]
+      return %n
+    })";
+  for (const PrecisionPolicy& policy : {PrecisionPolicy{}, bf16_policy()}) {
+    SCOPED_TRACE(dtype_name(policy.low));
+    EXPECT_EQ(decisions_of(kText, policy, {1, 2}),
+              (std::vector<std::string>{
+                  "celu: f32: deny-list (ONNX admits f16 and bf16 Celu only from opset 28)",
+                  "neg: f32: clear-list Neg: input %c is fp32 from 'celu'",
+              }));
+  }
+  PrecisionPolicy named;
+  ASSERT_TRUE(add_op_entry(named, "Celu", AutocastCategory::kFollow, "--follow Celu").ok());
+  EXPECT_EQ(decisions_of(kText, named, {1}),
+            (std::vector<std::string>{"celu: f16: follow (--follow Celu): follows %a from 'mm'"}));
+}
+
 TEST(Autocast, Levels) {
   Diagnostics diagnostics;
   PrecisionPolicy policy;

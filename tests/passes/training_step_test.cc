@@ -173,6 +173,38 @@ TEST(TrainingStep, TheEvalGraphUsesRunningStatisticsAndNoDropout) {
   EXPECT_FALSE(run_pass(*pass, *graph).ok());  // already a training model
 }
 
+// A Dropout that writes a graph output keeps the output's name in the eval graph, whatever it
+// reads: a node's output takes the name over; a graph input, an initializer or another graph
+// output cannot, so an Identity writes it (the eval graph is what `ampc train --export` writes).
+TEST(TrainingStep, AnOutputADropoutWroteKeepsItsNameInTheEvalGraph) {
+  for (const std::string read : {"%x", "%w", "%y", "%loss"}) {
+    SCOPED_TRACE(read);
+    std::unique_ptr<Graph> graph = testing::parse_or_fail(str_cat(R"(
+        graph g(%x: f32[]) opset(17) {
+          init %w: f32[] = [2.0]
+          %y = Mul(%x, %w) : f32[]
+          %loss = Neg(%y) : f32[]
+          %logits = Dropout()",
+                                                                  read, R"() : f32[]
+          return %loss, %logits
+        })"));
+    ASSERT_NE(graph, nullptr);
+    ASSERT_TRUE(run_pass(*make_training_step_pass(), *graph).ok());
+    ASSERT_EQ(graph->outputs().size(), 2u);
+    EXPECT_EQ(graph->outputs()[0]->name(), "loss");
+    EXPECT_EQ(graph->outputs()[1]->name(), "logits");
+    const Node* writer = graph->outputs()[1]->producer();
+    ASSERT_NE(writer, nullptr);
+    if (read == "%y") {
+      EXPECT_EQ(writer->op_type(), "Mul");  // its output renamed
+    } else {
+      EXPECT_EQ(writer->op_type(), "Identity");
+      EXPECT_EQ(writer->operand(0)->name(), read.substr(1));
+    }
+    for (const auto& node : graph->nodes()) EXPECT_NE(node->op_type(), "Dropout");
+  }
+}
+
 // The warnings of the training-step pass on the graph `text`.
 std::vector<std::string> training_step_warnings(const std::string& text) {
   std::unique_ptr<Graph> graph = testing::parse_or_fail(text);

@@ -43,6 +43,7 @@ struct Recipe {
   bool fp16 = false;
   std::vector<std::string> fp32_nodes = {};  // with fp16: nodes pinned fp32 (--fp32-nodes)
   OptimizerOptions::Kind optimizer = OptimizerOptions::Kind::kSgd;
+  float momentum = 0.9f;  // SGD's
   std::optional<LossScaleOptions> loss_scale = std::nullopt;
   int64_t accumulate = 1;
   bool batch_norm = false;  // mlp_batch_norm_model instead of mlp_model
@@ -107,7 +108,7 @@ inline absl::StatusOr<std::unique_ptr<TrainingSession>> open(
   }
   options.training = TrainingOptions{};
   options.training->optimizer.kind = recipe.optimizer;
-  options.training->optimizer.momentum = 0.9f;
+  options.training->optimizer.momentum = recipe.momentum;
   options.training->loss_scale = recipe.loss_scale;
   options.training->accumulate = recipe.accumulate;
   std::unique_ptr<Graph> graph;

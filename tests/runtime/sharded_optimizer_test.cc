@@ -21,8 +21,9 @@ namespace {
 
 // ZeRO stage 1: each rank keeps and updates one block of every moment, and the group trains as
 // one rank with the whole batch (and as the unsharded group): 2 and 4 ranks, SGD with momentum
-// and AdamW, f32 within 1e-6; fp16 with the same skipped steps and scales; the CNN example with
-// its BatchNorms; accumulation over 2 micro-batches, at f32 and at fp16.
+// and AdamW, f32 within 1e-6; SGD without momentum (no moments: each rank updates its block of
+// the parameters); fp16 with the same skipped steps and scales; the CNN example with its
+// BatchNorms; accumulation over 2 micro-batches, at f32 and at fp16.
 TEST(ShardedOptimizer, TheShardedOptimizerTrainsLikeOneRankWithTheWholeBatch) {
   for (auto kind : {OptimizerOptions::Kind::kSgd, OptimizerOptions::Kind::kAdamW}) {
     for (int ranks : {2, 4}) {
@@ -31,6 +32,7 @@ TEST(ShardedOptimizer, TheShardedOptimizerTrainsLikeOneRankWithTheWholeBatch) {
       expect_same_training(Recipe{.optimizer = kind, .shard_optimizer = true}, ranks, 0.05f, 1e-6);
     }
   }
+  expect_same_training(Recipe{.momentum = 0, .shard_optimizer = true}, 2, 0.05f, 1e-6);
   LossScaleOptions scale;
   scale.init = 0x1p20f;
   scale.growth_interval = 3;

@@ -296,6 +296,74 @@ TEST_F(TrainingSessionTest, BadCheckpointsAreErrorsThatChangeNothing) {
   EXPECT_TRUE(session->load_checkpoint(path("v1.safetensors")).ok());
 }
 
+// SGD without momentum keeps no buffer (PyTorch's momentum_buffer is None): the state is the
+// parameters and the step counter. A checkpoint of an earlier build, which kept all-zero buffers
+// for it, resumes; one whose buffer holds anything else is refused, naming it.
+TEST_F(TrainingSessionTest, PlainSgdKeepsNoMomentumBuffer) {
+  std::unique_ptr<TrainingSession> session = compile_and_open("mlp", OptimizerOptions{}, 0.05f);
+  ASSERT_TRUE(session);
+  for (const std::string& name : session->state_names()) {
+    EXPECT_FALSE(name.ends_with(".momentum_buffer")) << name;
+  }
+  ASSERT_TRUE(session->has_state("fc1.weight"));
+  ASSERT_TRUE(session->save_checkpoint(path("plain.safetensors")).ok());
+  absl::StatusOr<SafetensorsFile> plain = read_safetensors(path("plain.safetensors"));
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  SafetensorsFile earlier = *plain;
+  for (const std::string& name : session->state_names()) {
+    if (name.find('.') == std::string::npos || name.starts_with("optimizer.")) continue;
+    earlier.tensors[name + ".momentum_buffer"] = Tensor(plain->tensors.at(name).type());
+  }
+  ASSERT_TRUE(earlier.tensors.contains("fc1.weight.momentum_buffer"));
+  ASSERT_TRUE(
+      write_safetensors(path("earlier.safetensors"), earlier.tensors, earlier.metadata).ok());
+  const absl::Status loaded = session->load_checkpoint(path("earlier.safetensors"));
+  EXPECT_TRUE(loaded.ok()) << loaded;
+
+  earlier.tensors["fc1.weight.momentum_buffer"].set_element(0, 0.5);
+  ASSERT_TRUE(write_safetensors(path("moved.safetensors"), earlier.tensors, earlier.metadata).ok());
+  const absl::Status refused = session->load_checkpoint(path("moved.safetensors"));
+  EXPECT_NE(std::string(refused.message())
+                .find("it holds 'fc1.weight.momentum_buffer', which is not state"),
+            std::string::npos)
+      << refused;
+}
+
+// The eval graph's random ops (a VAE's sampling) draw from a stream of the steps done: the same
+// draw for every evaluate between two steps, a new one after a step, and after a resume what the
+// uninterrupted session drew at that step.
+TEST_F(TrainingSessionTest, EvaluateDrawsAnewAfterEachStepAndAlikeAfterAResume) {
+  constexpr std::string_view kVae = R"(
+      graph g(%x: f32[6]) opset(17) {
+        init %w: f32[6] = [0.5, -0.5, 0.25, 1.0, -1.0, 2.0]
+        %mu = Mul(%x, %w) : f32[6]
+        %eps = RandomNormalLike(%mu) : f32[6]
+        %z = Add(%mu, %eps) : f32[6]
+        %square = Mul(%z, %z) : f32[6]
+        %loss = ReduceSum<keepdims=0>(%square) : f32[]
+        return %loss, %eps
+      })";
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  std::unique_ptr<TrainingSession> session = testing::compile_training_session(kVae, options);
+  std::unique_ptr<TrainingSession> resumed = testing::compile_training_session(kVae, options);
+  ASSERT_TRUE(session && resumed);
+  const std::map<std::string, Tensor> batch = {{"x", Tensor::from_f32({6}, {1, 2, 3, 4, 5, 6})}};
+  auto eps = [&](TrainingSession& s) {
+    absl::StatusOr<std::map<std::string, Tensor>> outputs = s.evaluate(batch);
+    EXPECT_TRUE(outputs.ok()) << outputs.status();
+    return outputs.ok() ? outputs->at("eps") : Tensor();
+  };
+  const Tensor first = eps(*session);
+  EXPECT_EQ(eps(*session), first);
+  ASSERT_TRUE(session->step(batch, 0.01f).ok());
+  ASSERT_TRUE(session->save_checkpoint(path("one.safetensors")).ok());
+  const Tensor second = eps(*session);
+  EXPECT_FALSE(second == first);
+  ASSERT_TRUE(resumed->load_checkpoint(path("one.safetensors")).ok());
+  EXPECT_EQ(eps(*resumed), second);
+}
+
 // set_state refuses what load_checkpoint refuses (the value checks of the test above) and a view
 // without data, changing nothing; save_checkpoint refuses to write such state (after a step on a
 // NaN batch, without loss scaling, the weights are NaN), so every checkpoint written resumes.

@@ -84,7 +84,8 @@ TEST_F(PrecisionCliTest, InspectPrecisionShowsEveryDecisionAndTheCasts) {
 }
 
 // The training step's memory by role, against figures derived from the mlp's shapes (8,970
-// parameters: 64x64 + 64 + 64x64 + 64 + 64x10 + 10), and against the same model at O0.
+// parameters: 64x64 + 64 + 64x64 + 64 + 64x10 + 10), and against the same model at O0. SGD keeps
+// a momentum buffer per parameter only with momentum (PyTorch's is None without).
 TEST_F(PrecisionCliTest, InspectPrecisionSplitsTheStateAndComparesWithO0) {
   constexpr int64_t kParameters = 8970;
   struct Case {
@@ -98,27 +99,31 @@ TEST_F(PrecisionCliTest, InspectPrecisionSplitsTheStateAndComparesWithO0) {
        {Case{"--precision fp16", kParameters * 4, kParameters * 2},
         Case{"--precision fp16 --clip-grad-norm 1", kParameters * 4, kParameters * 2},
         Case{"--precision fp16 --opt-level O3", kParameters * 2, kParameters * 2}}) {
-    SCOPED_TRACE(c.flags);
-    CliResult r = compile("mlp", c.flags + " --optimizer sgd");
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    r = testing::run_ampc("inspect --precision --format json " + path("out.onnx"));
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    const nlohmann::json summary = nlohmann::json::parse(r.out)["graphs"][1]["summary"];
-    EXPECT_EQ(summary["state"]["parameters"], c.parameter_bytes);
-    // SGD's momentum buffers (stored like the parameters) and the f32 step counter.
-    EXPECT_EQ(summary["state"]["optimizer"], c.parameter_bytes + 4);
-    // The dynamic loss scale: the f32 scale, the i64 growth tracker and skipped count.
-    EXPECT_EQ(summary["state"]["other"], 4 + 8 + 8);
-    EXPECT_EQ(summary["gradient_bytes"], c.gradient_bytes);
-    EXPECT_EQ(summary["state_bytes"], 2 * c.parameter_bytes + 4 + 20);
-    // At O0: f32 parameters and momentum, the step counter, no loss scale.
-    EXPECT_EQ(summary["o0"]["state_bytes"], 2 * kParameters * 4 + 4);
-    // (The planned memory itself is the planner's: for this small-batch mlp, whose weights
-    // outweigh its activations, the f16 copies and casts make it larger than at O0.)
-    EXPECT_GT(summary["o0"]["planned_bytes"].get<int64_t>(), 0);
-    r = testing::run_ampc("inspect --precision " + path("out.onnx"));
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_THAT(r.out, HasSubstr("at O0 (every node f32): planned memory "));
+    for (const bool momentum : {false, true}) {
+      SCOPED_TRACE(c.flags + (momentum ? " --momentum 0.9" : ""));
+      CliResult r =
+          compile("mlp", c.flags + " --optimizer sgd" + (momentum ? " --momentum 0.9" : ""));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      r = testing::run_ampc("inspect --precision --format json " + path("out.onnx"));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const nlohmann::json summary = nlohmann::json::parse(r.out)["graphs"][1]["summary"];
+      EXPECT_EQ(summary["state"]["parameters"], c.parameter_bytes);
+      // The momentum buffers (stored like the parameters) and the f32 step counter.
+      const int64_t buffer_bytes = momentum ? c.parameter_bytes : 0;
+      EXPECT_EQ(summary["state"]["optimizer"], buffer_bytes + 4);
+      // The dynamic loss scale: the f32 scale, the i64 growth tracker and skipped count.
+      EXPECT_EQ(summary["state"]["other"], 4 + 8 + 8);
+      EXPECT_EQ(summary["gradient_bytes"], c.gradient_bytes);
+      EXPECT_EQ(summary["state_bytes"], c.parameter_bytes + buffer_bytes + 4 + 20);
+      // At O0: f32 parameters and momentum, the step counter, no loss scale.
+      EXPECT_EQ(summary["o0"]["state_bytes"], (momentum ? 2 : 1) * kParameters * 4 + 4);
+      // (The planned memory itself is the planner's: for this small-batch mlp, whose weights
+      // outweigh its activations, the f16 copies and casts make it larger than at O0.)
+      EXPECT_GT(summary["o0"]["planned_bytes"].get<int64_t>(), 0);
+      r = testing::run_ampc("inspect --precision " + path("out.onnx"));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_THAT(r.out, HasSubstr("at O0 (every node f32): planned memory "));
+    }
   }
 }
 

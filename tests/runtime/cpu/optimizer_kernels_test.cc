@@ -122,6 +122,44 @@ TEST(SgdKernel, ChainedStepsMatchPyTorchsRuleInF64) {
   }
 }
 
+// Without momentum the buffer may be omitted (the optimizer pass does, as PyTorch keeps none):
+// then only the parameter is updated, by PyTorch's rule in f64 and to the bits the buffered
+// update gives in f32; with `skip` set it comes out as it went in.
+TEST(SgdKernel, WithoutMomentumTheBufferMayBeOmitted) {
+  for (const SgdConfig& config :
+       {SgdConfig{"", 0, 0, 0, false, false},
+        SgdConfig{"weight_decay=0.1, maximize=1", 0, 0, 0.1, false, true}}) {
+    SCOPED_TRACE(config.attrs);
+    std::vector<double> param = random_values(23, 1), unused(23, 0);
+    const std::vector<double> grad = random_values(23, 4, 0.5);
+    const std::vector<Tensor> omitted = testing::run(
+        testing::one_node_graph("ampc.SGD", config.attrs,
+                                {f64(param).type(), f64(grad).type(), std::nullopt,
+                                 TensorType{DType::kF64, {}}, TensorType{DType::kF64, {}}},
+                                {f64(param).type()}),
+        {f64(param), f64(grad), scalar(DType::kF64, 0.25), scalar(DType::kF64, 2)});
+    ASSERT_EQ(omitted.size(), 1u);
+    reference_sgd(config, param, unused, grad, 0.25, false);
+    expect_near_all(omitted[0], param, 1e-15);
+
+    const std::vector<float> p = pattern(19, 1, 1.0), g = pattern(19, 2, 0.5);
+    const Tensor buffered = update("SGD", config.attrs, f32(p), f32(g), {f32(p)}, 0.05, 1)[0];
+    for (const bool skip : {false, true}) {
+      const std::vector<Tensor> out =
+          testing::run(testing::one_node_graph(
+                           "ampc.SGD", config.attrs,
+                           {f32(p).type(), f32(g).type(), std::nullopt, TensorType{DType::kF32, {}},
+                            TensorType{DType::kF32, {}}, TensorType{DType::kBool, {}}},
+                           {f32(p).type()}),
+                       {f32(p), f32(g), scalar(DType::kF32, 0.05), scalar(DType::kF32, 1),
+                        Tensor(TensorType{DType::kBool, {}}, {uint8_t{skip}})});
+      ASSERT_EQ(out.size(), 1u);
+      EXPECT_TRUE(std::ranges::equal(out[0].bytes(), (skip ? f32(p) : buffered).bytes()))
+          << "skip " << skip;
+    }
+  }
+}
+
 // PyTorch 2.15.0: SGD(lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01) and
 // SGD(lr=0.05, momentum=0.9, nesterov=True, weight_decay=0.1, maximize=True); param
 // pattern(19, 1, 1.0), grads pattern(19, 2 + k, 0.5) for k = 0, 1, 2.
