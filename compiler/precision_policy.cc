@@ -210,8 +210,7 @@ CategoryChoice category_of(const OpDef& def, const PrecisionPolicy& policy) {
       def.domain.empty() && late != late_low_precision_ops().end() &&
       category != AutocastCategory::kDeny) {
     return {AutocastCategory::kDeny,
-            str_cat("deny-list (ONNX admits f16 and bf16 ", def.name, " only from opset ",
-                    late->second, ")"),
+            str_cat("deny-list (ONNX admits f16 and bf16 only from opset ", late->second, ")"),
             false};
   }
   return {category, str_cat(autocast_category_name(category), "-list"), false};

@@ -418,7 +418,7 @@ TEST(Autocast, CeluIsFp32UnlessThePolicyNamesIt) {
     SCOPED_TRACE(dtype_name(policy.low));
     EXPECT_EQ(decisions_of(kText, policy, {1, 2}),
               (std::vector<std::string>{
-                  "celu: f32: deny-list (ONNX admits f16 and bf16 Celu only from opset 28)",
+                  "celu: f32: deny-list (ONNX admits f16 and bf16 only from opset 28) Celu",
                   "neg: f32: clear-list Neg: input %c is fp32 from 'celu'",
               }));
   }
