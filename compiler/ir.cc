@@ -23,7 +23,7 @@ void Value::replace_all_uses_with(Value* other) {
   const std::vector<Use> uses = uses_;
   for (const Use& use : uses) use.user->set_operand(use.operand, other);
   if (is_graph_output()) {
-    if (other->kind_ == Kind::kNodeOutput && !other->is_graph_output()) other->set_name(name_);
+    if (other->can_take_output_name()) other->set_name(name_);
     for (int i = 0; i < static_cast<int>(graph_->outputs().size()); ++i) {
       if (graph_->outputs()[i] == this) graph_->set_output(i, other);
     }

@@ -91,9 +91,12 @@ class Value {
   void set_declared(Declared declared) { declared_ = declared; }
   bool is_buffer() const { return declared_ == Declared::kBuffer; }
 
+  // Whether a graph output this value replaces can take its name: a node output that is no graph
+  // output yet (a graph input or an initializer has a name of the interface already).
+  bool can_take_output_name() const { return kind_ == Kind::kNodeOutput && !is_graph_output(); }
   // Points every use (node operands and graph outputs) at `other`. When this value is a graph
-  // output and `other` is a node output that is not one yet, `other` takes this value's name, so
-  // the graph's interface keeps its names.
+  // output and other->can_take_output_name(), `other` takes this value's name, so the graph's
+  // interface keeps its names.
   void replace_all_uses_with(Value* other);
 
  private:

@@ -48,9 +48,7 @@ namespace {
 
 // Whether removing `identity` keeps the graph's interface (see the file comment).
 bool identity_removable(const Node& identity) {
-  const Value* input = identity.operand(0);
-  if (!identity.output(0)->is_graph_output()) return true;
-  return input->kind() == Value::Kind::kNodeOutput && !input->is_graph_output();
+  return !identity.output(0)->is_graph_output() || identity.operand(0)->can_take_output_name();
 }
 
 // Identity, or a node its OpDef says is the identity from input 0 to output 0 and whose other

@@ -399,8 +399,7 @@ class TrainingStepPass final : public Pass {
         // it over (a graph input, an initializer, another output), an Identity writes it.
         Value* input = node->operand(0);
         Value* output = node->output(0);
-        if (output->is_graph_output() &&
-            (input->kind() != Value::Kind::kNodeOutput || input->is_graph_output())) {
+        if (output->is_graph_output() && !input->can_take_output_name()) {
           Node* identity =
               graph.create_node(kOnnxDomain, "Identity", {input}, {output->type()}, {}, node);
           identity->set_name(str_cat(node->name(), "/eval"));
