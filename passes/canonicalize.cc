@@ -25,22 +25,27 @@
 //     Unsqueeze) of each of the Split's equal pieces in order is one Reshape of the Split's
 //     input that makes the pieces an axis, and one reduction over it: the bags' sums, means or
 //     maxima at once.
-//   - Log(Sigmoid(x)), as PyTorch's dynamo exporter writes F.logsigmoid (and the binary
-//     cross-entropy with logits, DPO's loss), becomes -Softplus(-x), the form PyTorch computes
-//     it in: Sigmoid underflows to 0 below -88 in f32 (-17 in f16), where the composition gives
-//     -inf and its gradient 1/0. (Other readers of the Sigmoid keep it.)
+//   - Log(Sigmoid(x)), as PyTorch's exporters write F.logsigmoid (and the binary cross-entropy
+//     with logits, DPO's loss), becomes -Softplus(-x), the form PyTorch computes it in: Sigmoid
+//     underflows to 0 below -88 in f32 (-17 in f16), where the composition gives -inf and its
+//     gradient 1/0. Log(1 - Sigmoid(x)) (the constant 1, of the Sigmoid's shape), the other term
+//     of TorchScript's binary cross-entropy with logits, becomes -Softplus(x): 1 - Sigmoid(x)
+//     is 0 from x = 17 in f32, so a confident right answer (target 1) gave 0 * log(0) = NaN.
+//     (Other readers of the Sigmoid, or of 1 - Sigmoid, keep them.)
 // Assumes: the graph verifies. Initializers and nodes that become unread are left to dce.
-// Numerics: none but the log-sigmoid's, which is the value log(sigmoid(x)) rounds to where the
-//   composition loses it; no other value changes (Identity is exact; a moved value is copied
-//   exactly, and f64 values, which a float attribute would round, are not moved; Split and Gather
-//   move the same elements as the Slices and Gathers they replace; the merged reduction reduces
-//   each piece's elements along the same axis, of the same length and inner stride, so in the same
-//   order: tests/passes/canonicalize_test.cc checks the results bit for bit).
+// Numerics: none but the log-sigmoids', which are the values log(sigmoid(x)) and
+//   log(1 - sigmoid(x)) round to where the compositions lose them; no other value changes (Identity
+//   is exact; a moved value is copied exactly, and f64 values, which a float attribute would round,
+//   are not moved; Split and Gather move the same elements as the Slices and Gathers they replace;
+//   the merged reduction reduces each piece's elements along the same axis, of the same length and
+//   inner stride, so in the same order: tests/passes/canonicalize_test.cc checks the results bit
+//   for bit).
 #include <algorithm>
 #include <unordered_set>
 
 #include "compiler/op_def.h"
 #include "compiler/strings.h"
+#include "passes/mask_data.h"
 #include "passes/passes.h"
 
 namespace ampc {
@@ -391,11 +396,17 @@ bool merge_reductions(Graph& graph, Node& concat) {
   return true;
 }
 
-// Log(Sigmoid(x)) as -Softplus(-x) (see the file comment).
+// Log(Sigmoid(x)) as -Softplus(-x), Log(1 - Sigmoid(x)) as -Softplus(x) (see the file comment).
 bool stable_log_sigmoid(Graph& graph, Node& log) {
-  if (!is_onnx_op(&log, "Log") || log.num_operands() != 1) return false;
+  if (!is_onnx_op(&log, "Log") || log.num_operands() != 1 ||
+      !is_arithmetic_float(log.output(0)->dtype())) {
+    return false;
+  }
   Node* sigmoid = log.operand(0)->producer();
-  if (!is_onnx_op(sigmoid, "Sigmoid") || !is_arithmetic_float(log.output(0)->dtype())) {
+  const bool complement = is_onnx_op(sigmoid, "Sub") && constant_scalar(sigmoid->operand(0)) == 1.0;
+  if (complement) sigmoid = sigmoid->operand(1)->producer();
+  // Of the Sigmoid's shape: a constant that broadcasts it to more elements stays as it is.
+  if (!is_onnx_op(sigmoid, "Sigmoid") || sigmoid->output(0)->type() != log.output(0)->type()) {
     return false;
   }
   // A Log nothing reads (the one a rewrite left for dce) is left alone, so the pass reaches a
@@ -407,13 +418,16 @@ bool stable_log_sigmoid(Graph& graph, Node& log) {
   }
   const TensorType type = log.output(0)->type();
   const std::string name = log.name().empty() ? log.output(0)->name() : log.name();
-  Value* x = sigmoid->operand(0);
-  Node* negated = graph.create_node(kOnnxDomain, "Neg", {x}, {type}, {}, &log);
-  negated->set_name(str_cat(name, "/log_sigmoid/neg_x"));
-  negated->output(0)->set_name(graph.unique_value_name(str_cat(name, "/neg_x")));
-  Node* softplus =
-      graph.create_node(kOnnxDomain, "Softplus", {negated->output(0)}, {type}, {}, &log);
-  softplus->set_name(str_cat(name, "/log_sigmoid/softplus"));
+  const std::string form = complement ? "/log_one_minus_sigmoid" : "/log_sigmoid";
+  Value* softplus_input = sigmoid->operand(0);
+  if (!complement) {
+    Node* negated = graph.create_node(kOnnxDomain, "Neg", {softplus_input}, {type}, {}, &log);
+    negated->set_name(str_cat(name, form, "/neg_x"));
+    negated->output(0)->set_name(graph.unique_value_name(str_cat(name, "/neg_x")));
+    softplus_input = negated->output(0);
+  }
+  Node* softplus = graph.create_node(kOnnxDomain, "Softplus", {softplus_input}, {type}, {}, &log);
+  softplus->set_name(str_cat(name, form, "/softplus"));
   softplus->output(0)->set_name(graph.unique_value_name(str_cat(name, "/softplus")));
   Node* result = graph.create_node(kOnnxDomain, "Neg", {softplus->output(0)}, {type}, {}, &log);
   result->set_name(name);

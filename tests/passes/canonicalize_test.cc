@@ -416,5 +416,63 @@ TEST(Canonicalize, LogOfSigmoidIsMinusSoftplusOfMinusX) {
   }
 }
 
+// TorchScript writes binary_cross_entropy_with_logits as -(y log(sigmoid(x)) + (1 - y)
+// log(1 - sigmoid(x))). 1 - sigmoid(x) is 0 from x = 17 in f32, so a confident right answer
+// (y = 1) gave 0 * log(0) = NaN; Log(1 - Sigmoid(x)) is -Softplus(x) now, and each element's loss
+// is max(x, 0) - x y + log1p(exp(-|x|)) in f64 within a few ulp of f32, as PyTorch computes it.
+TEST(Canonicalize, LogOfOneMinusSigmoidIsMinusSoftplus) {
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(R"(
+    graph g(%x: f32[7], %y: f32[7]) opset(17) {
+      %s = Sigmoid(%x) : f32[7]
+      %ls = Log(%s) : f32[7]
+      %one = Constant<value=f32[1] [1.0]>() : f32[1]
+      %c = Sub(%one, %s) : f32[7]
+      %lc = Log(%c) : f32[7]
+      %one_y = Constant<value=f32[1] [1.0]>() : f32[1]
+      %ny = Sub(%one_y, %y) : f32[7]
+      %a = Mul(%y, %ls) : f32[7]
+      %b = Mul(%ny, %lc) : f32[7]
+      %sum = Add(%a, %b) : f32[7]
+      %loss = Neg(%sum) : f32[7]
+      return %loss
+    })");
+  ASSERT_NE(graph, nullptr);
+  PassPipeline pipeline;
+  add_canonicalize_pipeline(pipeline);
+  ASSERT_TRUE(pipeline.run(*graph, PassContext{}).ok());
+  for (const auto& node : graph->nodes()) {
+    EXPECT_NE(node->op_type(), "Log") << print_graph(*graph);
+    EXPECT_NE(node->op_type(), "Sigmoid") << print_graph(*graph);
+  }
+  const std::vector<float> x = {-100.0f, -20.0f, 0.0f, 3.5f, 17.0f, 30.0f, 100.0f};
+  const std::vector<float> y = {0.0f, 1.0f, 1.0f, 0.25f, 1.0f, 1.0f, 0.0f};
+  absl::StatusOr<std::vector<Tensor>> out =
+      runtime::interpret_graph(*graph, {Tensor::from_f32({7}, x), Tensor::from_f32({7}, y)});
+  ASSERT_TRUE(out.ok()) << out.status();
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    const double want = std::max(xi, 0.0) - xi * y[i] + std::log1p(std::exp(-std::abs(xi)));
+    const double got = (*out)[0].element_as_double(static_cast<int64_t>(i));
+    EXPECT_NEAR(got, want, std::abs(want) * 4e-7 + 1e-30) << "x = " << x[i] << ", y = " << y[i];
+  }
+}
+
+// 1 - Sigmoid(x) under another constant, or broadcast to more elements than x has, is not the
+// complement: those Logs stay.
+TEST(Canonicalize, LogOfAnotherDifferenceOfASigmoidStays) {
+  constexpr std::string_view kGraph = R"(
+    graph g(%x: f32[3]) opset(17) {
+      init %two: f32[1] = [2.0]
+      init %ones: f32[2,3] = [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]
+      %s = Sigmoid(%x) : f32[3]
+      %a = Sub(%two, %s) : f32[3]
+      %la = Log(%a) : f32[3]
+      %b = Sub(%ones, %s) : f32[2,3]
+      %lb = Log(%b) : f32[2,3]
+      return %la, %lb
+    })";
+  EXPECT_FALSE(expect_canonicalize(kGraph, kGraph));
+}
+
 }  // namespace
 }  // namespace ampc
