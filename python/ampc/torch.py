@@ -15,6 +15,8 @@ import warnings
 
 import torch
 
+from ampc._cli import inspect as ampc_inspect
+
 
 def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_names=None,
                     opset=18, exporter="auto"):
@@ -24,9 +26,7 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
         go to the loss (labels): loss = loss_fn(model(*inputs), *targets).
     input_names: names of the graph inputs, in the same order (default x0, x1, ..., then
         label, or label0, label1, ...).
-    exporter: "dynamo", "torchscript", or "auto" (dynamo, then TorchScript if it fails). PyTorch
-        2.15's dynamo exporter writes BatchNorm in inference mode, so a model with BatchNorm
-        goes through TorchScript under "auto" and fails under "dynamo".
+    exporter: "dynamo", "torchscript", or "auto" (dynamo, then TorchScript if it fails).
 
     What a training export needs and a plain export gets wrong: the model in training mode
     (Dropout, batch statistics), the loss as the graph's output `loss`, parameters kept as
@@ -119,7 +119,9 @@ def _check_loss_arguments(loss_fn, targets):
 def _check_export(path, model):
     """What a training export must hold: every trainable parameter as an initializer (or ampc
     would not train it), and BatchNormalization in training mode (batch statistics) where the
-    model has a BatchNorm layer in training mode."""
+    model has a BatchNorm layer in training mode, as ampc imports the file (PyTorch 2.15's dynamo
+    exporter writes training_mode=0 and records the training call in the node's metadata, which
+    ampc reads)."""
     import onnx
 
     graph = onnx.load(path, load_external_data=False).graph
@@ -130,10 +132,10 @@ def _check_export(path, model):
                            " into constants or dropped)")
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training
            for m in model.modules()):
-        for node in graph.node:
-            mode = [a.i for a in node.attribute if a.name == "training_mode"]
-            if node.op_type == "BatchNormalization" and mode != [1]:
-                raise RuntimeError(f"the exporter wrote BatchNormalization '{node.name}' in "
+        for node in ampc_inspect(path)["nodes"]:
+            if (node["op"] == "BatchNormalization"
+                    and node["attributes"].get("training_mode") != 1):
+                raise RuntimeError(f"the exporter wrote BatchNormalization '{node['name']}' in "
                                    "inference mode (training_mode=0): it would normalize with "
                                    "the running statistics instead of the batch's")
 
