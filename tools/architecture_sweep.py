@@ -8,15 +8,20 @@ buffer), a timestep-conditioned convolution (sinusoidal embedding, FiLM), PointN
 DeepFM, a gated WaveNet (causal dilated convolutions), a linear-chain CRF (the forward
 algorithm unrolled), capsules with routing by agreement, a Perceiver (cross-attention from
 learned latents), focal and mixture-density losses, a hypernetwork's per-sample convolution
-(one grouped convolution whose weight is computed), a hard Gumbel-softmax (straight-through)
-and an FT-Transformer. Each is exported in training mode and checked as
-tools/torchvision_gradient_sweep.py checks its models. DeepFM's labels are its own answers at
+(one grouped convolution whose weight is computed), a hard Gumbel-softmax (straight-through),
+an FT-Transformer, an LSTM encoder-decoder with additive attention (an LSTMCell unrolled), a
+neural ODE (RK4 steps), StyleGAN2's modulated convolution, a graph attention layer (scatter
+softmax), DCN v2, TabNet's sparsemax masks, RealNVP, VQ-VAE, a batch-hard triplet loss,
+ArcFace, a character CNN with highway layers, and a U-Net with a Dice loss. Each is exported
+in training mode and checked as tools/torchvision_gradient_sweep.py checks its models (the
+labels of a model whose loss does not read them, which TorchScript drops, are not fed). PyTorch
+cannot run the encoder-decoder's LSTM under CPU autocast at fp16. DeepFM's labels are its own answers at
 its initial weights, so its logits for the right class reach past 17, where 1 - sigmoid is 0 in
 f32 (TorchScript writes binary_cross_entropy_with_logits through log(1 - sigmoid)).
 
-What the files cannot say shows as a gap: TorchScript writes no `detach()` (gumbel_hard), and
-drops an input the loss does not read (vae's and simclr's labels, so `ampc train` refuses the
-data's extra array).
+What the files cannot say shows as a gap: TorchScript writes no `detach()` (gumbel_hard,
+vq_vae), and writes `index_add` as a scatter without reduction (gat; at opset 17 it also writes
+the `amax` scatter with a reduction ONNX admits from 18 only).
 
 Needs torch, onnx, onnxscript and numpy from PyPI:
 
@@ -312,6 +317,286 @@ class FtTransformer(nn.Module):
         return F.cross_entropy(self.head(self.layer(tok)[:, 0]), y)
 
 
+class Seq2SeqAttention(nn.Module):
+    """An LSTM encoder and an LSTMCell decoder unrolled with teacher forcing, attending to the
+    encoder's states additively (Bahdanau: tanh of summed projections, a softmax over time)."""
+
+    def __init__(self, vocab=20, d=12):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.enc = nn.LSTM(d, d, batch_first=True)
+        self.cell = nn.LSTMCell(2 * d, d)
+        self.wq, self.wk = nn.Linear(d, d, bias=False), nn.Linear(d, d)
+        self.v = nn.Linear(d, 1, bias=False)
+        self.out = nn.Linear(2 * d, vocab)
+
+    def forward(self, x, y):
+        keys, (h, c) = self.enc(self.emb(x))
+        h, c = h[0], c[0]
+        projected = self.wk(keys)
+        prev = self.emb(torch.zeros_like(y[:, 0]))
+        logits = []
+        for t in range(y.shape[1]):
+            score = self.v(torch.tanh(projected + self.wq(h)[:, None])).squeeze(-1)
+            context = (score.softmax(dim=1)[:, :, None] * keys).sum(dim=1)
+            h, c = self.cell(torch.cat([prev, context], dim=1), (h, c))
+            logits.append(self.out(torch.cat([h, context], dim=1)))
+            prev = self.emb(y[:, t])
+        return F.cross_entropy(torch.stack(logits, dim=1).flatten(0, 1), y.flatten())
+
+
+class NeuralOde(nn.Module):
+    """A neural ODE integrated by four fixed RK4 steps, then a classifier."""
+
+    def __init__(self, d=6):
+        super().__init__()
+        self.f = nn.Sequential(nn.Linear(d + 1, 16), nn.Softplus(), nn.Linear(16, d))
+        self.head = nn.Linear(d, 5)
+
+    def field(self, t, z):
+        return self.f(torch.cat([z, torch.full_like(z[:, :1], t)], dim=1))
+
+    def forward(self, x, y):
+        z, h = x, 0.25
+        for i in range(4):
+            t = i * h
+            k1 = self.field(t, z)
+            k2 = self.field(t + h / 2, z + h / 2 * k1)
+            k3 = self.field(t + h / 2, z + h / 2 * k2)
+            k4 = self.field(t + h, z + h * k3)
+            z = z + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+        return F.cross_entropy(self.head(z), y)
+
+
+class ModulatedConv(nn.Module):
+    """StyleGAN2's modulated convolution: a style scales the weight per sample, the weight is
+    demodulated by its norm (rsqrt), and one grouped convolution applies every sample's weight;
+    equalized learning rate, noise injection from a buffer, a leaky ReLU times sqrt(2)."""
+
+    def __init__(self, cin=3, cout=6, k=3, wdim=8):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(cout, cin, k, k))
+        self.affine = nn.Linear(wdim, cin)
+        self.mapping = nn.Sequential(nn.Linear(4, wdim), nn.LeakyReLU(0.2))
+        self.noise_strength = nn.Parameter(torch.full((1,), 0.1))
+        self.register_buffer("noise", torch.randn(4, 1, 8, 8,
+                                                  generator=torch.Generator().manual_seed(7)))
+        self.scale = 1 / math.sqrt(cin * k * k)
+        self.head = nn.Linear(cout, 5)
+
+    def forward(self, x, y):
+        b, cin, hgt, wid = x.shape
+        style = self.affine(self.mapping(x.mean(dim=(2, 3)).repeat(1, 2)[:, :4])) + 1
+        w = self.weight[None] * self.scale * style[:, None, :, None, None]
+        w = w * torch.rsqrt(w.pow(2).sum(dim=(2, 3, 4), keepdim=True) + 1e-8)
+        out = F.conv2d(x.reshape(1, b * cin, hgt, wid), w.reshape(-1, cin, 3, 3), padding=1,
+                       groups=b).view(b, -1, hgt, wid)
+        out = F.leaky_relu(out + self.noise * self.noise_strength, 0.2) * math.sqrt(2)
+        return F.cross_entropy(self.head(out.mean(dim=(2, 3))), y)
+
+
+class Gat(nn.Module):
+    """A graph attention layer over an edge list: per-edge scores, a softmax over each node's
+    incoming edges by scatter_reduce (amax) and index_add, messages summed into their targets."""
+
+    def __init__(self, d=8, heads=2, classes=3):
+        super().__init__()
+        self.proj = nn.Linear(d, heads * d, bias=False)
+        self.a_src = nn.Parameter(torch.randn(heads, d) * 0.3)
+        self.a_dst = nn.Parameter(torch.randn(heads, d) * 0.3)
+        self.heads, self.d = heads, d
+        self.out = nn.Linear(heads * d, classes)
+        g = torch.Generator().manual_seed(4)
+        src = torch.randint(0, 10, (30,), generator=g)
+        dst = torch.randint(0, 10, (30,), generator=g)
+        loops = torch.arange(10)  # every node attends to itself, so none is left empty
+        self.register_buffer("src", torch.cat([src, loops]))
+        self.register_buffer("dst", torch.cat([dst, loops]))
+
+    def forward(self, x, y):
+        n = x.shape[0]
+        h = self.proj(x).view(n, self.heads, self.d)
+        e = F.leaky_relu((h[self.src] * self.a_src).sum(-1) + (h[self.dst] * self.a_dst).sum(-1),
+                         0.2)  # [E, heads]
+        index = self.dst[:, None].expand_as(e)
+        top = x.new_full((n, self.heads), -1e9).scatter_reduce(0, index, e, "amax")
+        p = torch.exp(e - top[self.dst])
+        total = x.new_zeros(n, self.heads).index_add(0, self.dst, p)
+        alpha = p / total[self.dst]
+        msg = x.new_zeros(n, self.heads, self.d).index_add(0, self.dst,
+                                                           alpha[:, :, None] * h[self.src])
+        return F.cross_entropy(self.out(F.elu(msg.flatten(1))), y)
+
+
+class DcnV2(nn.Module):
+    """Deep & Cross Network v2: cross layers x0 * (W x + b) + x beside a deep tower."""
+
+    def __init__(self, d=10):
+        super().__init__()
+        self.cross = nn.ModuleList(nn.Linear(d, d) for _ in range(3))
+        self.deep = nn.Sequential(nn.Linear(d, 16), nn.ReLU(), nn.Linear(16, 8), nn.ReLU())
+        self.head = nn.Linear(d + 8, 1)
+
+    def forward(self, x, y):
+        z = x
+        for layer in self.cross:
+            z = x * layer(z) + z
+        logit = self.head(torch.cat([z, self.deep(x)], dim=1)).squeeze(1)
+        return F.binary_cross_entropy_with_logits(logit, (y > 2).float())
+
+
+class Sparsemax(nn.Module):
+    """TabNet's attentive transformer: sparsemax feature masks (sort, cumsum, a support found by
+    comparison, a threshold gathered from it) over two decision steps."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.att = nn.Linear(d, d)
+        self.feat = nn.Linear(d, d)
+        self.head = nn.Linear(d, 5)
+
+    @staticmethod
+    def sparsemax(z):
+        zs, _ = torch.sort(z, dim=-1, descending=True)
+        k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype)
+        cumulative = zs.cumsum(dim=-1)
+        support = (1 + k * zs > cumulative).to(z.dtype)
+        size = support.sum(dim=-1, keepdim=True)
+        tau = (cumulative.gather(-1, size.long() - 1) - 1) / size
+        return torch.clamp(z - tau, min=0)
+
+    def forward(self, x, y):
+        prior, out, h = torch.ones_like(x), 0, x
+        for _ in range(2):
+            mask = self.sparsemax(self.att(h) * prior)
+            prior = prior * (1.5 - mask)
+            h = F.relu(self.feat(mask * x))
+            out = out + h
+        return F.cross_entropy(self.head(out), y)
+
+
+class RealNvp(nn.Module):
+    """RealNVP: affine coupling layers (tanh-bounded log-scales) on alternating halves; the
+    loss is the negative log-likelihood under a standard normal plus the log-determinant."""
+
+    def __init__(self, d=6):
+        super().__init__()
+        self.nets = nn.ModuleList(
+            nn.Sequential(nn.Linear(d // 2, 16), nn.ReLU(), nn.Linear(16, d)) for _ in range(3))
+
+    def forward(self, x, y):
+        z, logdet = x, 0
+        for i, net in enumerate(self.nets):
+            a, b = z.chunk(2, dim=1)
+            if i % 2:
+                a, b = b, a
+            s, t = net(a).chunk(2, dim=1)
+            s = torch.tanh(s)
+            b = b * torch.exp(s) + t
+            logdet = logdet + s.sum(dim=1)
+            z = torch.cat([b, a] if i % 2 else [a, b], dim=1)
+        nll = 0.5 * (z ** 2).sum(dim=1) + 0.5 * z.shape[1] * math.log(2 * math.pi) - logdet
+        return nll.mean()
+
+
+class VqVae(nn.Module):
+    """VQ-VAE: each encoding snapped to its nearest codebook vector (squared distances by
+    expansion, argmin), the straight-through estimator, the codebook and commitment losses."""
+
+    def __init__(self, d=4, codes=6):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Linear(12, 16), nn.ReLU(), nn.Linear(16, d))
+        self.codebook = nn.Parameter(torch.randn(codes, d))
+        self.dec = nn.Sequential(nn.Linear(d, 16), nn.ReLU(), nn.Linear(16, 12))
+
+    def forward(self, x, y):
+        z = self.enc(x)
+        dist = (z.pow(2).sum(1, keepdim=True) - 2 * z @ self.codebook.t()
+                + self.codebook.pow(2).sum(1)[None])
+        q = self.codebook[dist.argmin(dim=1)]
+        codebook_loss = F.mse_loss(q, z.detach())
+        commitment = F.mse_loss(z, q.detach())
+        st = z + (q - z).detach()
+        return F.mse_loss(self.dec(st), x) + codebook_loss + 0.25 * commitment
+
+
+class BatchHardTriplet(nn.Module):
+    """A metric-learning embedding with the batch-hard triplet loss: a distance matrix, masks of
+    equal labels, the farthest positive and the nearest negative per anchor."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 8))
+
+    def forward(self, x, y):
+        e = self.net(x)
+        diff = e[:, None] - e[None]
+        dist = torch.sqrt((diff * diff).sum(-1) + 1e-6)
+        same = y[:, None] == y[None]
+        hardest_pos = torch.where(same, dist, torch.zeros_like(dist)).max(dim=1).values
+        hardest_neg = torch.where(same, dist + 1e4, dist).min(dim=1).values
+        return F.relu(hardest_pos - hardest_neg + 0.5).mean()
+
+
+class ArcFace(nn.Module):
+    """ArcFace: normalized features and class weights, cos(theta + m) on the true class (acos
+    of a clamped cosine, cos of the sum), scaled logits into cross-entropy."""
+
+    def __init__(self, classes=5):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(10, 16), nn.PReLU(), nn.Linear(16, 8))
+        self.w = nn.Parameter(torch.randn(classes, 8))
+
+    def forward(self, x, y):
+        cos = F.normalize(self.net(x)) @ F.normalize(self.w).t()
+        theta = torch.acos(cos.clamp(-1 + 1e-6, 1 - 1e-6))
+        target = torch.cos(theta + 0.3)
+        onehot = F.one_hot(y, cos.shape[1]).to(cos.dtype)
+        logits = 16.0 * (onehot * target + (1 - onehot) * cos)
+        return F.cross_entropy(logits, y)
+
+
+class HighwayCharCnn(nn.Module):
+    """A character CNN: embeddings, convolutions of three widths, max over time, two highway
+    layers (a sigmoid gate between a transform and the carry)."""
+
+    def __init__(self, vocab=30, d=8):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.convs = nn.ModuleList(nn.Conv1d(d, 6, k) for k in (2, 3, 4))
+        self.gates = nn.ModuleList(nn.Linear(18, 18) for _ in range(2))
+        self.transforms = nn.ModuleList(nn.Linear(18, 18) for _ in range(2))
+        self.head = nn.Linear(18, 5)
+
+    def forward(self, x, y):
+        e = self.emb(x).transpose(1, 2)
+        h = torch.cat([F.relu(conv(e)).max(dim=2).values for conv in self.convs], dim=1)
+        for gate, transform in zip(self.gates, self.transforms):
+            g = torch.sigmoid(gate(h))
+            h = g * F.relu(transform(h)) + (1 - g) * h
+        return F.cross_entropy(self.head(h), y)
+
+
+class DiceUnet(nn.Module):
+    """A small U-Net (a stride-2 convolution down, a transposed convolution up, the skip
+    concatenated) with a soft Dice loss plus a binary cross-entropy on logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.down = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.BatchNorm2d(8),
+                                  nn.ReLU())
+        self.up = nn.ConvTranspose2d(8, 4, 2, stride=2)
+        self.out = nn.Conv2d(7, 1, 1)
+
+    def forward(self, x, y):
+        logits = self.out(torch.cat([self.up(self.down(x)), x], dim=1)).squeeze(1)
+        target = (y > 0).float()
+        p = torch.sigmoid(logits)
+        dice = 1 - (2 * (p * target).sum(dim=(1, 2)) + 1) / (p.sum(dim=(1, 2))
+                                                          + target.sum(dim=(1, 2)) + 1)
+        return dice.mean() + F.binary_cross_entropy_with_logits(logits, target)
+
+
 def confident_labels(module, x):
     """DeepFM's labels: its own answers at its initial weights, its bias set to center its
     logits at 0, so that right answers of both classes lie past 17 (see the file comment)."""
@@ -349,6 +634,18 @@ def cases():
         "dynamic_conv": (DynamicConv, lambda m, g: (rn(g, 4, 3, 8, 8), ri(g, 5, 4))),
         "gumbel_hard": (GumbelHard, lambda m, g: (rn(g, 4, 10), ri(g, 5, 4))),
         "ft_transformer": (FtTransformer, lambda m, g: (rn(g, 4, 6), ri(g, 5, 4))),
+        "seq2seq_attention": (Seq2SeqAttention, lambda m, g: (ri(g, 20, 3, 6), ri(g, 20, 3, 5))),
+        "neural_ode": (NeuralOde, lambda m, g: (rn(g, 4, 6), ri(g, 5, 4))),
+        "modulated_conv": (ModulatedConv, lambda m, g: (rn(g, 4, 3, 8, 8), ri(g, 5, 4))),
+        "gat": (Gat, lambda m, g: (rn(g, 10, 8), ri(g, 3, 10))),
+        "dcn_v2": (DcnV2, lambda m, g: (rn(g, 6, 10), ri(g, 5, 6))),
+        "sparsemax": (Sparsemax, lambda m, g: (rn(g, 4, 8), ri(g, 5, 4))),
+        "realnvp": (RealNvp, lambda m, g: (rn(g, 8, 6), ri(g, 5, 8))),
+        "vq_vae": (VqVae, lambda m, g: (rn(g, 6, 12), ri(g, 5, 6))),
+        "batch_hard_triplet": (BatchHardTriplet, lambda m, g: (rn(g, 8, 10), ri(g, 3, 8))),
+        "arcface": (ArcFace, lambda m, g: (rn(g, 6, 10), ri(g, 5, 6))),
+        "highway_char_cnn": (HighwayCharCnn, lambda m, g: (ri(g, 30, 4, 9), ri(g, 5, 4))),
+        "dice_unet": (DiceUnet, lambda m, g: (rn(g, 4, 3, 8, 8), ri(g, 2, 4, 8, 8))),
     }
 
 
