@@ -14,8 +14,8 @@ neural ODE (RK4 steps), StyleGAN2's modulated convolution, a graph attention lay
 softmax), DCN v2, TabNet's sparsemax masks, RealNVP, VQ-VAE, a batch-hard triplet loss,
 ArcFace, a character CNN with highway layers, and a U-Net with a Dice loss. Each is exported
 in training mode and checked as tools/torchvision_gradient_sweep.py checks its models (the
-labels of a model whose loss does not read them, which TorchScript drops, are not fed). PyTorch
-cannot run the encoder-decoder's LSTM under CPU autocast at fp16. DeepFM's labels are its own answers at
+labels of a model whose loss does not read them, which TorchScript drops, are not fed). (PyTorch
+cannot run the encoder-decoder's LSTM under CPU autocast at fp16, and says so.) DeepFM's labels are its own answers at
 its initial weights, so its logits for the right class reach past 17, where 1 - sigmoid is 0 in
 f32 (TorchScript writes binary_cross_entropy_with_logits through log(1 - sigmoid)).
 

@@ -218,7 +218,10 @@ def check(ampc, module, x, y, exporter, work, precision="fp32"):
     np.savez(data, **{k: v.numpy()[None] for k, v in (("x", x), ("y", y)) if k in inputs})
     loss_scale = AMP[precision][1] if precision != "fp32" else 1.0
     while True:
-        loss32, grads32, loss_scale = torch_run(module, x, y, precision, loss_scale)
+        try:
+            loss32, grads32, loss_scale = torch_run(module, x, y, precision, loss_scale)
+        except RuntimeError as e:  # an op CPU autocast cannot run (bilinear, an fp16 LSTM)
+            return f"PyTorch cannot run it at {precision}: {str(e).strip().splitlines()[0][:100]}"
         compile_flags = freeze_flags(module)
         if precision != "fp32":
             compile_flags += ["--precision", precision, "--loss-scale", f"static:{loss_scale:g}"]
