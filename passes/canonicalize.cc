@@ -402,9 +402,9 @@ bool stable_log_sigmoid(Graph& graph, Node& log) {
       !is_arithmetic_float(log.output(0)->dtype())) {
     return false;
   }
-  Node* sigmoid = log.operand(0)->producer();
-  const bool complement = is_onnx_op(sigmoid, "Sub") && constant_scalar(sigmoid->operand(0)) == 1.0;
-  if (complement) sigmoid = sigmoid->operand(1)->producer();
+  Node* read = log.operand(0)->producer();  // the Sigmoid, or 1 - Sigmoid
+  const bool complement = is_onnx_op(read, "Sub") && constant_scalar(read->operand(0)) == 1.0;
+  Node* sigmoid = complement ? read->operand(1)->producer() : read;
   // Of the Sigmoid's shape: a constant that broadcasts it to more elements stays as it is.
   if (!is_onnx_op(sigmoid, "Sigmoid") || sigmoid->output(0)->type() != log.output(0)->type()) {
     return false;
