@@ -17,17 +17,15 @@ Needs torch, onnx, onnxscript and numpy from PyPI:
   venv/bin/python tools/layer_gradient_sweep.py [--ampc build/ampc] [--only hardshrink,lrn]
       [--exporters torchscript:17,dynamo:18] [--list]
 """
-import argparse
 import os
 import sys
-import tempfile
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torchvision_gradient_sweep import add_sweep_arguments, check, parse_exporters  # noqa: E402
+from torchvision_gradient_sweep import case_sweep_main  # noqa: E402
 from sweep_layers import B, C, CLASSES, D, H, T, W  # noqa: E402
 from sweep_layers import (  # noqa: E402
     AffineGrid,
@@ -549,32 +547,14 @@ def batch(kind, module, g):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_sweep_arguments(parser, "case")
-    parser.add_argument("--list", action="store_true", help="print the case names and exit")
-    args = parser.parse_args()
     table = cases()
-    if args.list:
-        print("\n".join(table))
-        return
-    names = [n for n in args.only.split(",") if n] or list(table)
-    for name in names:
-        if name not in table:
-            sys.exit(f"unknown case {name!r} (see --list)")
-    exporters = parse_exporters(args.exporters)
-    with tempfile.TemporaryDirectory() as work:
-        for name in names:
-            torch.manual_seed(0)
-            try:
-                module, kind = table[name]()
-                module.train()
-                x, y = batch(kind, module, torch.Generator().manual_seed(1))
-            except Exception as e:  # the case itself is wrong for this PyTorch
-                print(f"{name:34s} PyTorch cannot run the case: {str(e).splitlines()[0][:100]}")
-                continue
-            for exporter in exporters:
-                line = check(args.ampc, module, x, y, exporter, work, args.precision)
-                print(f"{name:34s} {exporter:14s} {line}", flush=True)
+
+    def build(name):
+        module, kind = table[name]()
+        module.train()
+        return (module, *batch(kind, module, torch.Generator().manual_seed(1)))
+
+    case_sweep_main(__doc__.splitlines()[0], table, build, width=34)
 
 
 if __name__ == "__main__":

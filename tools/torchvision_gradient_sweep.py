@@ -299,6 +299,44 @@ def parse_exporters(text):
     return exporters
 
 
+def selected_names(only, table, what, hint):
+    """The names --only lists (every name in `table` when it lists none); exits naming one that
+    is not in `table`, with `hint`."""
+    names = [n for n in only.split(",") if n] or list(table)
+    for name in names:
+        if name not in table:
+            sys.exit(f"unknown {what} {name!r} ({hint})")
+    return names
+
+
+def case_sweep_main(description, table, build, width):
+    """A sweep over named cases, as the layer and architecture sweeps run: --ampc, --only,
+    --exporters and --precision (add_sweep_arguments) and --list; then each case check()ed
+    through each exporter, a line each. build(name) -> (module, x, y) makes a case under
+    torch.manual_seed(0); a case PyTorch cannot build or run is reported and the sweep goes on."""
+    parser = argparse.ArgumentParser(description=description)
+    add_sweep_arguments(parser, "case")
+    parser.add_argument("--list", action="store_true", help="print the case names and exit")
+    args = parser.parse_args()
+    if args.list:
+        print("\n".join(table))
+        return
+    names = selected_names(args.only, table, "case", "see --list")
+    exporters = parse_exporters(args.exporters)
+    with tempfile.TemporaryDirectory() as work:
+        for name in names:
+            torch.manual_seed(0)
+            try:
+                module, x, y = build(name)
+            except Exception as e:  # the case itself is wrong for this PyTorch
+                reason = str(e).splitlines()[0][:100]
+                print(f"{name:{width}s} PyTorch cannot run the case: {reason}")
+                continue
+            for exporter in exporters:
+                line = check(args.ampc, module, x, y, exporter, work, args.precision)
+                print(f"{name:{width}s} {exporter:14s} {line}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_sweep_arguments(parser, "model")
@@ -309,10 +347,7 @@ def main():
     args = parser.parse_args()
     import torchvision.models
     table = models(torchvision.models)
-    names = [n for n in args.only.split(",") if n] or list(table)
-    for name in names:
-        if name not in table:
-            sys.exit(f"unknown model {name!r} (known: {', '.join(table)})")
+    names = selected_names(args.only, table, "model", f"known: {', '.join(table)}")
     exporters = parse_exporters(args.exporters)
     with tempfile.TemporaryDirectory() as work:
         for name in names:

@@ -76,6 +76,18 @@ def test_an_inference_mode_batch_norm_is_refused(tmp_path):
         ampc.torch._check_export(path, model.train())
 
 
+def test_an_export_the_check_refuses_leaves_no_file(tmp_path, monkeypatch):
+    def refuse(path, model):
+        raise RuntimeError("the exporter wrote BatchNormalization 'bn' in inference mode")
+
+    monkeypatch.setattr(ampc.torch, "_check_export", refuse)
+    with pytest.raises(RuntimeError, match="BatchNormalization .* inference mode"):
+        ampc.torch.export_training(Net(), (torch.zeros(4, 12), torch.zeros(4, dtype=torch.long)),
+                                   torch.nn.functional.cross_entropy, str(tmp_path / "m.onnx"),
+                                   exporter="dynamo")
+    assert not (tmp_path / "m.onnx").exists()
+
+
 def test_bad_arguments_are_refused(tmp_path):
     with pytest.raises(ValueError, match="targets=3"):
         ampc.torch.export_training(Net(), (torch.zeros(2, 12),), torch.nn.functional.mse_loss,
