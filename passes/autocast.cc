@@ -17,6 +17,12 @@
 //           always reads in fp32, AutocastSpec::fp32_operands) is low; fp32 when
 //           any is fp32 (deny spreads forward) or a weight (reading it in low precision would
 //           round it); with only constants/weights, fp32. Integer and bool inputs do not count.
+//           Then, from the last node back: one of these low nodes after which no node
+//           computes low, whose results only fp32 nodes read (a loss's element-wise terms
+//           before its fp32 mean, as the exporters write BCEWithLogitsLoss or PoissonNLLLoss),
+//           is fp32 too. Low, it would spare no cast (the cast up only moves from its result to
+//           its inputs) and round its result, and its gradient, once more: where the terms of
+//           a loss cancel, those roundings are most of the error. A graph output stays low.
 //   none    fp32, and a warning naming the op (once per op type)
 // A node pinned by --fp32-nodes, or by the import that lowered an op into it (Node::fp32_pin),
 // is fp32 whatever its category. O0 makes every node fp32; O2
@@ -26,6 +32,7 @@
 #include <regex>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "compiler/precision_policy.h"
 #include "compiler/strings.h"
@@ -83,6 +90,7 @@ class AutocastPass final : public Pass {
     }
     std::vector<bool> pin_used(pins.size(), false);
     kinds_.clear();
+    followers_.clear();
     for (const Value* input : graph.inputs()) kinds_[input] = Kind::kWeight;
     declares_ = declares_parameters(graph);
     for (const Value* init : graph.initializers()) {
@@ -104,6 +112,7 @@ class AutocastPass final : public Pass {
       }
       node.mutable_precision() = std::move(decision);
     }
+    compute_fp32_after_the_last_low_node(graph);
     // A pin that matches nothing would do nothing: an error, as a flag that has no effect is.
     for (size_t i = 0; i < pins.size(); ++i) {
       if (!pin_used[i]) {
@@ -119,8 +128,7 @@ class AutocastPass final : public Pass {
   PrecisionDecision decide(
       const Node& node,
       const std::vector<std::pair<std::regex, const PrecisionPolicy::NodePin*>>& pins,
-      std::vector<bool>& pin_used, std::set<std::string>& warned,
-      const PassContext& context) const {
+      std::vector<bool>& pin_used, std::set<std::string>& warned, const PassContext& context) {
     const std::string low_name(dtype_name(policy_.low));
     PrecisionDecision d;
     if (!has_float_data(node)) {
@@ -352,7 +360,7 @@ class AutocastPass final : public Pass {
   }
 
   // clear and follow: low when all float inputs that decide are low.
-  PrecisionDecision by_inputs(const Node& node, const std::string& what) const {
+  PrecisionDecision by_inputs(const Node& node, const std::string& what) {
     const Value* low_input = nullptr;
     const std::vector<int> fp32_operands =
         node.def() != nullptr ? node.def()->autocast.fp32_operands : std::vector<int>{};
@@ -382,8 +390,47 @@ class AutocastPass final : public Pass {
       }
     }
     if (low_input == nullptr) return fp32(str_cat(what, ": only constants in"));
+    followers_.emplace(&node, what);
     return low_decision(node,
                         str_cat(what, ": follows %", low_input->name(), producer_label(low_input)));
+  }
+
+  // Makes fp32 each node by_inputs made low that feeds no low node, directly or through others,
+  // and that fp32 nodes read (see the top of this file), from the last node back, so that a chain
+  // of them is fp32 up to the cast of its first input.
+  void compute_fp32_after_the_last_low_node(Graph& graph) {
+    if (followers_.empty()) return;
+    const std::vector<Node*> nodes = graph.node_list();
+    std::unordered_set<const Node*> feeds_low;
+    for (auto it = nodes.rbegin(); it != nodes.rend(); ++it) {
+      Node& node = **it;
+      bool graph_output = false;
+      const Node* fp32_reader = nullptr;
+      bool low_after = false;
+      for (int i = 0; i < node.num_outputs(); ++i) {
+        if (!node.has_output(i)) continue;
+        graph_output = graph_output || node.output(i)->is_graph_output();
+        for (const Use& use : node.output(i)->uses()) {
+          const std::optional<DType> compute = use.user->precision().compute;
+          if (feeds_low.contains(use.user) || compute == DType::kF16 || compute == DType::kBF16) {
+            low_after = true;
+          } else if (compute == DType::kF32 && fp32_reader == nullptr) {
+            fp32_reader = use.user;
+          }
+        }
+      }
+      if (low_after) {
+        feeds_low.insert(&node);
+        continue;
+      }
+      const auto follower = followers_.find(&node);
+      if (follower == followers_.end() || graph_output || fp32_reader == nullptr) continue;
+      node.mutable_precision() =
+          fp32(str_cat(follower->second, ": fp32 nodes read it and none after it computes low (",
+                       fp32_reader->name().empty() ? fp32_reader->op_type()
+                                                   : str_cat("'", fp32_reader->name(), "'"),
+                       " reads it)"));
+    }
   }
 
   static std::string producer_label(const Value* value) {
@@ -432,6 +479,8 @@ class AutocastPass final : public Pass {
 
   PrecisionPolicy policy_;
   std::unordered_map<const Value*, Kind> kinds_;
+  // The nodes by_inputs made low, with the policy entry that decided them.
+  std::unordered_map<const Node*, std::string> followers_;
   // Whether the graph's file declares its parameters (passes/mask_data.h).
   bool declares_ = false;
 };

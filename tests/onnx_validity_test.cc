@@ -119,7 +119,8 @@ TEST(OnnxValidity, ACeluKeepsTheFileLegalAtItsOpset) {
       init %w: f32[2,2] = [0.5, -1.0, 0.25, 2.0]
       %a = MatMul(%x, %w) {name="mm"} : f32[4,2]
       %c = Celu<alpha=2.0>(%a) {name="celu"} : f32[4,2]
-      %loss = ReduceSum<keepdims=0>(%c) {name="sum"} : f32[]
+      %d = MatMul(%c, %w) {name="mm2"} : f32[4,2]
+      %loss = ReduceSum<keepdims=0>(%d) {name="sum"} : f32[]
       return %loss
     })";
   for (const std::string precision : {"fp16", "bf16"}) {

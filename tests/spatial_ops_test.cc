@@ -135,17 +135,20 @@ TEST(SpatialOpGradients, GridSampleVolumetric) {
 }
 
 // Under fp16 autocast the arithmetic on the grid stays fp32 however the grid was computed (here
-// by a MatMul, which runs in fp16), the Gathers of X follow X, and the weighted sum is fp32.
+// by a MatMul, which runs in fp16), the Gathers of X follow X, and the weighted sum is fp32 (a
+// layer after it runs in fp16 again; were the sample the last low node, the Gathers would be fp32).
 TEST(SpatialOps, GridSampleCoordinatesStayFp32UnderAutocast) {
   testing::ModelBuilder m(20);
   m.input("A", onnx::TensorProto::FLOAT, {"1", "2", "3", "4"});
   m.input("B", onnx::TensorProto::FLOAT, {"4", "4"});
   m.input("G", onnx::TensorProto::FLOAT, {"1", "3", "5", "4"});
   m.input("H", onnx::TensorProto::FLOAT, {"4", "2"});
+  m.input("K", onnx::TensorProto::FLOAT, {"5", "5"});
   m.node("MatMul", {"A", "B"}, {"X"}, "features");
   m.node("MatMul", {"G", "H"}, {"grid"}, "flow");
   m.node("GridSample", {"X", "grid"}, {"Y"}, "sample");
-  m.output("Y");
+  m.node("MatMul", {"Y", "K"}, {"Z"}, "next_layer");
+  m.output("Z");
   absl::StatusOr<std::unique_ptr<Graph>> graph = import_onnx_bytes(m.bytes(), "sample.onnx");
   ASSERT_TRUE(graph.ok()) << graph.status();
   PrecisionPolicy policy;

@@ -177,7 +177,8 @@ constexpr std::string_view kTwoProducts = R"(
 )";
 
 // A Mul that only fp32 sums read is a dot product's element-wise half: fp32 in fp16 (its
-// products exact, as a GEMM's), not when anything else reads it, and low again in bf16.
+// products exact, as a GEMM's), not when anything else reads it. In bf16 the sum's fp32 makes it
+// fp32 only as the last low node before a loss (nothing after it computes low).
 TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
   const std::string kDot = std::string(kTwoProducts) + R"(
       %p = Mul(%a, %b) {name="products"} : f32[4,8]
@@ -195,7 +196,8 @@ TEST(Autocast, AProductOnlySumsReadIsFp32InFp16) {
                                       "fp32 by 'dot' (a dot product's, exact in fp32 as a GEMM's)",
                                       "also_read: f16: follow-list Mul: follows %b from 'mm_b'"}));
   EXPECT_EQ(products(bf16_policy()),
-            (std::vector<std::string>{"products: bf16: follow-list Mul: follows %a from 'mm_a'",
+            (std::vector<std::string>{"products: f32: follow-list Mul: fp32 nodes read it and none "
+                                      "after it computes low ('dot' reads it)",
                                       "also_read: bf16: follow-list Mul: follows %b from 'mm_b'"}));
 }
 
@@ -347,9 +349,14 @@ TEST(Autocast, OverridesAndPinsNameTheirSource) {
   EXPECT_EQ(decisions(*graph),
             (std::vector<std::string>{
                 "mm1: f16 acc f32: allow-list MatMul",
-                "softmax: f16 acc f32: follow (--follow Softmax): follows %a from 'mm1'",
-                "relu: f16: clear-list Relu: follows %s from 'softmax'",
-                "product: f16: follow-list Mul: follows %r from 'relu'",
+                // Nothing after the pinned mm2 computes low: the follow and clear nodes before
+                // it compute in fp32 too, which mm2 reads their results in.
+                "softmax: f32: follow (--follow Softmax): fp32 nodes read it and none after it "
+                "computes low ('relu' reads it)",
+                "relu: f32: clear-list Relu: fp32 nodes read it and none after it computes low "
+                "('product' reads it)",
+                "product: f32: follow-list Mul: fp32 nodes read it and none after it computes low "
+                "('mm2' reads it)",
                 "mm2: f32: pinned by --fp32-nodes '^mm2$'",
                 "tanh: f32: deny (--deny Tanh)",
                 "neg: f32: clear-list Neg: input %t is fp32 from 'tanh'",
@@ -384,7 +391,8 @@ TEST(Autocast, Bf16LetsExpAndLogFollow) {
       %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
       %e = Exp(%a) {name="exp"} : f32[4,8]
       %s = Softmax(%e) {name="softmax"} : f32[4,8]
-      return %s
+      %o = MatMul(%s, %w) {name="mm_out"} : f32[4,8]
+      return %o
     })";
   Diagnostics diagnostics;
   PrecisionPolicy bf16;
@@ -396,10 +404,51 @@ TEST(Autocast, Bf16LetsExpAndLogFollow) {
                 "mm: bf16 acc f32: allow-list MatMul",
                 "exp: bf16: follow-list (bf16: no overflow risk) Exp: follows %a from 'mm'",
                 "softmax: f32: deny-list Softmax",
+                "mm_out: bf16 acc f32: allow-list MatMul",
             }));
   graph = autocast(kText, PrecisionPolicy{}, diagnostics);
   ASSERT_NE(graph, nullptr);
   EXPECT_EQ(decisions(*graph)[1], "exp: f32: deny-list Exp");
+}
+
+// A loss's element-wise terms after the last low node (softplus(-x) * w before an fp32 mean)
+// compute in fp32: low, they would spare no cast (only move it from the mean's input to the
+// product's) and round each term once more. A node after which something computes low again
+// (here the MatMul reading the second mean) follows its input, and so does a graph output,
+// whose dtype insert-casts restores after the low node autocast would run.
+TEST(Autocast, TheLowNodesAfterWhichNothingIsLowComputeInFp32) {
+  constexpr std::string_view kText = R"(
+    graph g(%x: f32[4,8]) opset(17) {
+      init %w: f32[8,8] = elided
+      %a = MatMul(%x, %w) {name="mm"} : f32[4,8]
+      %n = Neg(%a) {name="neg"} : f32[4,8]
+      %p = Softplus(%n) {name="softplus"} : f32[4,8]
+      %q = Mul(%p, %a) {name="weigh"} : f32[4,8]
+      %loss = ReduceMean<keepdims=0>(%q) {name="loss"} : f32[]
+      %t = Tanh(%a) {name="tanh"} : f32[4,8]
+      %m = ReduceMean<axes=[0]>(%t) {name="mean"} : f32[1,8]
+      %h = MatMul(%m, %w) {name="mm_after"} : f32[1,8]
+      %r = Relu(%a) {name="relu"} : f32[4,8]
+      return %loss, %h, %r
+    })";
+  EXPECT_EQ(decisions_of(kText, bf16_policy(), {1, 2, 3, 5, 8}),
+            (std::vector<std::string>{
+                "neg: f32: clear-list Neg: fp32 nodes read it and none after it computes low "
+                "('softplus' reads it)",
+                "softplus: f32: follow-list (bf16: no overflow risk) Softplus: fp32 nodes read it "
+                "and none after it computes low ('weigh' reads it)",
+                "weigh: f32: follow-list Mul: fp32 nodes read it and none after it computes low "
+                "('loss' reads it)",
+                "tanh: bf16: follow-list Tanh: follows %a from 'mm'",
+                "relu: bf16: clear-list Relu: follows %a from 'mm'",
+            }));
+  // In fp16 Softplus is denied: the Neg before it is the last low node, and fp32 as well.
+  EXPECT_EQ(decisions_of(kText, PrecisionPolicy{}, {1, 2}),
+            (std::vector<std::string>{
+                "neg: f32: clear-list Neg: fp32 nodes read it and none after it computes low "
+                "('softplus' reads it)",
+                "softplus: f32: deny-list Softplus",
+            }));
 }
 
 // ONNX admits f16 and bf16 Celu only from opset 28: it runs fp32 in both, so the file stays

@@ -85,14 +85,16 @@ TEST(Fp16Squares, ADotProductsProductsAreExact) {
 }
 
 // A Mul by a constant before the sum scales (0.5 * tanh(h), then a mean): no product of two
-// values, so it follows its input in f16, where x * 0.5 cannot overflow.
+// values, so it follows its input in f16, where x * 0.5 cannot overflow (a low node comes
+// after the mean: were the mean the loss, the Mul would be fp32 as the last low node before it).
 TEST(Fp16Squares, AScalingBeforeASumFollowsItsInput) {
   testing::ModelBuilder m = after_matmul();
   testing::add_float_attr(m.node("Constant", {}, {"half"}, "half"), "value_float", 0.5f);
   m.node("Tanh", {"h"}, {"t"}, "tanh");
   m.node("Mul", {"t", "half"}, {"scaled"}, "scale");
-  testing::add_int_attr(m.node("ReduceMean", {"scaled"}, {"mean"}, "mean"), "keepdims", 0);
-  m.output("mean");
+  testing::add_ints_attr(m.node("ReduceMean", {"scaled"}, {"mean"}, "mean"), "axes", {0});
+  m.node("MatMul", {"mean", "eye"}, {"next"}, "next_layer");
+  m.output("next");
   std::unique_ptr<Graph> graph = compile_at_fp16(m);
   ASSERT_NE(graph, nullptr);
   const PrecisionDecision& scale = testing::first_node(*graph, "Mul")->precision();

@@ -253,5 +253,84 @@ TEST(MixedPrecisionTraining, ExponentialActivationsAndPReluTrainInLowPrecision) 
     })"));
 }
 
+// BCEWithLogitsLoss(pos_weight) as the dynamo exporter writes it, (1 - y) x - (1 + (pw - 1) y)
+// log(sigmoid(x)), on logits that a bf16 Gemm computes exactly (small integers and halves). Its
+// terms cancel where a prediction is confident and right (x = -6, y = 0: -6 + 6.0025): rounded
+// to bf16, as the element-wise ops would be if they followed the Gemm's bf16, the loss and its
+// gradient there would be lost. Nothing after the Gemm computes low, so they compute in fp32:
+// the loss is the f64 formula's within f32 rounding, and the gradient norm within the one bf16
+// rounding of the logits' gradient (the Cast's gradient) and that of the weight gradient's GEMM.
+TEST(MixedPrecisionTraining, Bf16LossOfExactLogitsIsTheF64LossWithinF32Rounding) {
+  constexpr std::string_view kModel = R"(
+    graph g(%x: f32[4,2], %y: f32[4,3]) opset(18) {
+      init %w: f32[3,2] = [-6.0, 5.0, 4.0, -7.0, 3.0, 3.0]
+      init %b: f32[3] = [0.0, 0.5, -1.0]
+      init %pw: f32[3] = [0.5, 1.0, 2.0]
+      init %one: f32[] = [1.0]
+      %logits = Gemm<transB=1>(%x, %w, %b) {name="linear"} : f32[4,3]
+      %pw1 = Sub(%pw, %one) {name="sub"} : f32[3]
+      %py = Mul(%pw1, %y) {name="mul"} : f32[4,3]
+      %l = Add(%py, %one) {name="add"} : f32[4,3]
+      %ny = Sub(%one, %y) {name="sub_1"} : f32[4,3]
+      %lin = Mul(%ny, %logits) {name="mul_1"} : f32[4,3]
+      %s = Sigmoid(%logits) {name="sigmoid"} : f32[4,3]
+      %ls = Log(%s) {name="log_sigmoid"} : f32[4,3]
+      %wls = Mul(%l, %ls) {name="mul_2"} : f32[4,3]
+      %terms = Sub(%lin, %wls) {name="sub_2"} : f32[4,3]
+      %loss = ReduceMean<keepdims=0>(%terms) {name="mean"} : f32[]
+      return %loss
+    })";
+  const std::vector<float> x = {1, 0, 0, 1, 1, 1, 1, -1};
+  const std::vector<float> w = {-6, 5, 4, -7, 3, 3};
+  const std::vector<float> b = {0, 0.5f, -1};
+  const std::vector<float> pw = {0.5f, 1, 2};
+  // Right where the logit is positive: the confident ones (|x| >= 4) are most of them.
+  const std::vector<float> y = {0, 1, 1, 1, 0, 1, 0, 0, 1, 0, 1, 0};
+
+  // The f64 reference: the loss, and the gradients of w and b (their norm).
+  double loss = 0;
+  std::vector<double> dw(6, 0.0);
+  std::vector<double> db(3, 0.0);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      const double logit = x[2 * i] * w[2 * j] + x[2 * i + 1] * w[2 * j + 1] + b[j];
+      const double target = y[3 * i + j];
+      const double weight = 1 + (pw[j] - 1) * target;
+      const double log_sigmoid = -(std::max(-logit, 0.0) + std::log1p(std::exp(-std::abs(logit))));
+      loss += ((1 - target) * logit - weight * log_sigmoid) / 12;
+      const double g = ((1 - target) - weight / (1 + std::exp(logit))) / 12;
+      db[j] += g;
+      dw[2 * j] += g * x[2 * i];
+      dw[2 * j + 1] += g * x[2 * i + 1];
+    }
+  }
+  double squares = 0;
+  for (double d : dw) squares += d * d;
+  for (double d : db) squares += d * d;
+  const double grad_norm = std::sqrt(squares);
+
+  std::unique_ptr<Graph> graph = testing::parse_or_fail(kModel);
+  ASSERT_NE(graph, nullptr);
+  CompileOptions options;
+  options.training = TrainingOptions{};
+  options.training->autodiff.freeze = "^(pw|one)$";
+  options.mixed_precision = MixedPrecisionOptions{};
+  options.mixed_precision->policy.low = DType::kBF16;
+  options.mixed_precision->policy.low_source = "test";
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
+  for (const auto& node : graph->nodes()) {
+    if (node->op_type() == "Gemm") EXPECT_EQ(node->precision().compute, DType::kBF16);
+  }
+  absl::StatusOr<std::unique_ptr<TrainingSession>> session =
+      TrainingSession::create(std::move(graph));
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<StepStats> stats = (*session)->step(
+      {{"x", Tensor::from_f32({4, 2}, x)}, {"y", Tensor::from_f32({4, 3}, y)}}, 0.0f);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_NEAR(stats->loss, loss, 1e-5 * loss);
+  EXPECT_NEAR(stats->grad_norm, grad_norm, 0x1p-8 * grad_norm);
+}
+
 }  // namespace
 }  // namespace ampc::runtime
