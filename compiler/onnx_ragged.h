@@ -46,7 +46,8 @@ struct RaggedSlice {
   Value* start = nullptr;
   Value* end = nullptr;
   Value* mask = nullptr;
-  std::string selected;  // with `mask`: the selection as the model wrote it ("x[m]"), for messages
+  // With `mask`: the selection as the model wrote it ("x[m]"), for messages.
+  std::string selected{};
 };
 
 // The indices NonZero gives of a mask's true elements, before they select rows
