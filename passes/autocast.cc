@@ -22,7 +22,10 @@
 //           before its fp32 mean, as the exporters write BCEWithLogitsLoss or PoissonNLLLoss),
 //           is fp32 too. Low, it would spare no cast (the cast up only moves from its result to
 //           its inputs) and round its result, and its gradient, once more: where the terms of
-//           a loss cancel, those roundings are most of the error. A graph output stays low.
+//           a loss cancel, those roundings are most of the error. A graph output stays low, so
+//           does a node of an op the policy names (--follow Softmax is taken as written) and a
+//           clear node with fewer result elements than operand elements (Slice, Gather: exact
+//           in any dtype, it would only move the cast to the larger tensor).
 //   none    fp32, and a warning naming the op (once per op type)
 // A node pinned by --fp32-nodes, or by the import that lowered an op into it (Node::fp32_pin),
 // is fp32 whatever its category. O0 makes every node fp32; O2
@@ -218,7 +221,7 @@ class AutocastPass final : public Pass {
         return fp32(str_cat("no precision entry for ", op));
       case AutocastCategory::kClear:
       case AutocastCategory::kFollow:
-        return by_inputs(node, what);
+        return by_inputs(node, what, choice);
     }
     return fp32("?");
   }
@@ -360,7 +363,8 @@ class AutocastPass final : public Pass {
   }
 
   // clear and follow: low when all float inputs that decide are low.
-  PrecisionDecision by_inputs(const Node& node, const std::string& what) {
+  PrecisionDecision by_inputs(const Node& node, const std::string& what,
+                              const CategoryChoice& choice) {
     const Value* low_input = nullptr;
     const std::vector<int> fp32_operands =
         node.def() != nullptr ? node.def()->autocast.fp32_operands : std::vector<int>{};
@@ -390,7 +394,10 @@ class AutocastPass final : public Pass {
       }
     }
     if (low_input == nullptr) return fp32(str_cat(what, ": only constants in"));
-    followers_.emplace(&node, what);
+    // A policy entry that names the op is taken as written: step 4 leaves its nodes low.
+    if (!choice.overridden) {
+      followers_.emplace(&node, Follower{what, choice.category == AutocastCategory::kClear});
+    }
     return low_decision(node,
                         str_cat(what, ": follows %", low_input->name(), producer_label(low_input)));
   }
@@ -424,13 +431,35 @@ class AutocastPass final : public Pass {
         continue;
       }
       const auto follower = followers_.find(&node);
-      if (follower == followers_.end() || graph_output || fp32_reader == nullptr) continue;
-      node.mutable_precision() =
-          fp32(str_cat(follower->second, ": fp32 nodes read it and none after it computes low (",
-                       fp32_reader->name().empty() ? fp32_reader->op_type()
-                                                   : str_cat("'", fp32_reader->name(), "'"),
-                       " reads it)"));
+      if (follower == followers_.end() || graph_output || fp32_reader == nullptr ||
+          (follower->second.clear && shrinks(node))) {
+        continue;
+      }
+      node.mutable_precision() = fp32(
+          str_cat(follower->second.what, ": fp32 nodes read it and none after it computes low (",
+                  fp32_reader->name().empty() ? fp32_reader->op_type()
+                                              : str_cat("'", fp32_reader->name(), "'"),
+                  " reads it)"));
     }
+  }
+
+  // Whether `node` has fewer float result elements than float operand elements (Slice, Gather,
+  // MaxPool): fp32, such a clear node (exact in any dtype) would only have its inputs cast up,
+  // more than its results, where Reshape or Transpose moves the cast at no cost.
+  static bool shrinks(const Node& node) {
+    int64_t in = 0;
+    int64_t out = 0;
+    for (const Value* operand : node.operands()) {
+      if (operand != nullptr && is_arithmetic_float(operand->dtype())) {
+        in += operand->type().num_elements();
+      }
+    }
+    for (int i = 0; i < node.num_outputs(); ++i) {
+      if (node.has_output(i) && is_arithmetic_float(node.output(i)->dtype())) {
+        out += node.output(i)->type().num_elements();
+      }
+    }
+    return out < in;
   }
 
   static std::string producer_label(const Value* value) {
@@ -479,8 +508,13 @@ class AutocastPass final : public Pass {
 
   PrecisionPolicy policy_;
   std::unordered_map<const Value*, Kind> kinds_;
-  // The nodes by_inputs made low, with the policy entry that decided them.
-  std::unordered_map<const Node*, std::string> followers_;
+  // The nodes by_inputs made low by an entry the policy does not override: the entry that
+  // decided them ("follow-list Mul"), and whether it is clear.
+  struct Follower {
+    std::string what;
+    bool clear = false;
+  };
+  std::unordered_map<const Node*, Follower> followers_;
   // Whether the graph's file declares its parameters (passes/mask_data.h).
   bool declares_ = false;
 };

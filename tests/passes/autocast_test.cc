@@ -349,10 +349,10 @@ TEST(Autocast, OverridesAndPinsNameTheirSource) {
   EXPECT_EQ(decisions(*graph),
             (std::vector<std::string>{
                 "mm1: f16 acc f32: allow-list MatMul",
-                // Nothing after the pinned mm2 computes low: the follow and clear nodes before
-                // it compute in fp32 too, which mm2 reads their results in.
-                "softmax: f32: follow (--follow Softmax): fp32 nodes read it and none after it "
-                "computes low ('relu' reads it)",
+                // --follow Softmax is taken as written. Nothing after the pinned mm2 computes
+                // low: the nodes before it that the lists decide compute in fp32 too, which mm2
+                // reads their results in.
+                "softmax: f16 acc f32: follow (--follow Softmax): follows %a from 'mm1'",
                 "relu: f32: clear-list Relu: fp32 nodes read it and none after it computes low "
                 "('product' reads it)",
                 "product: f32: follow-list Mul: fp32 nodes read it and none after it computes low "
@@ -415,7 +415,9 @@ TEST(Autocast, Bf16LetsExpAndLogFollow) {
 // compute in fp32: low, they would spare no cast (only move it from the mean's input to the
 // product's) and round each term once more. A node after which something computes low again
 // (here the MatMul reading the second mean) follows its input, and so does a graph output,
-// whose dtype insert-casts restores after the low node autocast would run.
+// whose dtype insert-casts restores after the low node autocast would run, and a clear node
+// that selects fewer elements than it reads (the ReduceMax: fp32, it would only move the cast
+// to its larger input).
 TEST(Autocast, TheLowNodesAfterWhichNothingIsLowComputeInFp32) {
   constexpr std::string_view kText = R"(
     graph g(%x: f32[4,8]) opset(17) {
@@ -429,9 +431,11 @@ TEST(Autocast, TheLowNodesAfterWhichNothingIsLowComputeInFp32) {
       %m = ReduceMean<axes=[0]>(%t) {name="mean"} : f32[1,8]
       %h = MatMul(%m, %w) {name="mm_after"} : f32[1,8]
       %r = Relu(%a) {name="relu"} : f32[4,8]
-      return %loss, %h, %r
+      %k = ReduceMax<axes=[1], keepdims=0>(%a) {name="max"} : f32[4]
+      %km = ReduceMean<keepdims=0>(%k) {name="max_mean"} : f32[]
+      return %loss, %h, %r, %km
     })";
-  EXPECT_EQ(decisions_of(kText, bf16_policy(), {1, 2, 3, 5, 8}),
+  EXPECT_EQ(decisions_of(kText, bf16_policy(), {1, 2, 3, 5, 8, 9}),
             (std::vector<std::string>{
                 "neg: f32: clear-list Neg: fp32 nodes read it and none after it computes low "
                 "('softplus' reads it)",
@@ -441,6 +445,7 @@ TEST(Autocast, TheLowNodesAfterWhichNothingIsLowComputeInFp32) {
                 "('loss' reads it)",
                 "tanh: bf16: follow-list Tanh: follows %a from 'mm'",
                 "relu: bf16: clear-list Relu: follows %a from 'mm'",
+                "max: bf16: clear-list ReduceMax: follows %a from 'mm'",
             }));
   // In fp16 Softplus is denied: the Neg before it is the last low node, and fp32 as well.
   EXPECT_EQ(decisions_of(kText, PrecisionPolicy{}, {1, 2}),
