@@ -437,9 +437,7 @@ class AutocastPass final : public Pass {
       }
       node.mutable_precision() = fp32(
           str_cat(follower->second.what, ": fp32 nodes read it and none after it computes low (",
-                  fp32_reader->name().empty() ? fp32_reader->op_type()
-                                              : str_cat("'", fp32_reader->name(), "'"),
-                  " reads it)"));
+                  node_label(*fp32_reader), " reads it)"));
     }
   }
 
@@ -464,9 +462,12 @@ class AutocastPass final : public Pass {
 
   static std::string producer_label(const Value* value) {
     const Node* producer = value->producer();
-    if (producer == nullptr) return "";
-    return str_cat(" from ", producer->name().empty() ? producer->op_type()
-                                                      : str_cat("'", producer->name(), "'"));
+    return producer == nullptr ? "" : str_cat(" from ", node_label(*producer));
+  }
+
+  // "'mm'", or the op type of a node without a name.
+  static std::string node_label(const Node& node) {
+    return node.name().empty() ? node.op_type() : str_cat("'", node.name(), "'");
   }
 
   static bool has_float_data(const Node& node) {
