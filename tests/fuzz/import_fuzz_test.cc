@@ -20,6 +20,7 @@
 #include "compiler/onnx_io.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "tests/temp_dir.h"
 
 namespace ampc {
 namespace {
@@ -101,9 +102,7 @@ class ImportFuzz : public ::testing::TestWithParam<std::string> {
     const std::string data = external_data_location(model_);
     if (!data.empty()) {
       // The model and a copy of its data file in a folder of the test's own.
-      folder_ = fs::temp_directory_path() /
-                ("ampc_import_fuzz_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+      folder_ = testing::test_temp_path("ampc_import_fuzz_");
       fs::create_directories(folder_);
       data_file_ = folder_ / data;
       fs::copy_file(

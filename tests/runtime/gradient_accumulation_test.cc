@@ -12,6 +12,7 @@
 #include "runtime/training_session.h"
 #include "tests/runtime/mlp_training_util.h"
 #include "tests/runtime/training_test_util.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -269,7 +270,8 @@ TEST(GradientAccumulation, ABadMicroBatchChangesNothing) {
 // A checkpoint falls between steps and belongs to one K: one saved mid-window, or by a model
 // accumulating over another K, is refused and changes nothing.
 TEST(GradientAccumulation, CheckpointsFromMidWindowOrAnotherKAreRefused) {
-  const std::string dir = ::testing::TempDir();
+  const testing::ScopedTempDir folder("ampc_accumulation_");
+  const std::string dir = folder.path.string();
   std::unique_ptr<TrainingSession> four = open(run_setup(kMicroBatch, kAccumulate, false));
   std::unique_ptr<TrainingSession> two = open(run_setup(kMicroBatch, 2, false));
   ASSERT_TRUE(four && two);

@@ -13,6 +13,7 @@
 #include "ampc/float_types.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -163,9 +164,7 @@ TEST(Npy, HeaderOver64KiBUsesVersion2) {
 class NpyFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("ampc_npy_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing::test_temp_path("ampc_npy_");
     fs::create_directories(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }

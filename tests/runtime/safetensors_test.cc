@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/temp_dir.h"
 
 namespace ampc::runtime {
 namespace {
@@ -50,16 +51,9 @@ std::string file_bytes(const fs::path& path) {
   return std::string((std::istreambuf_iterator<char>(in)), {});
 }
 
-// A folder of its own under the system temp folder, removed at the end of the test.
-struct TempDir {
-  fs::path path =
-      fs::temp_directory_path() / ("ampc_safetensors_" + std::to_string(::getpid()) + "_" +
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  TempDir() {
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
+// A folder of the test's own, removed at the end of the test.
+struct TempDir : testing::ScopedTempDir {
+  TempDir() : ScopedTempDir("ampc_safetensors_") {}
 };
 
 TEST(Safetensors, ParsesAHandWrittenFile) {

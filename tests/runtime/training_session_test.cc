@@ -21,6 +21,7 @@
 #include "runtime/lr_schedule.h"
 #include "runtime/safetensors.h"
 #include "tests/runtime/training_test_util.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -58,9 +59,7 @@ OptimizerOptions adamw() {
 class TrainingSessionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("ampc_training_session_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = testing::test_temp_path("ampc_training_session_");
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }

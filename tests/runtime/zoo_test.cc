@@ -27,6 +27,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/npy.h"
 #include "runtime/training_session.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace ampc::runtime {
@@ -346,12 +347,11 @@ TEST_P(ZooTraining, MatchesPyTorchsF32Losses) {
   // statistics), where PyTorch's f32 and f64 runs agree well below the bar (AdamW moves a bias
   // before a BatchNorm by the rounding noise of its zero gradient: training losses cannot see
   // it, eval losses can).
-  const fs::path exported = fs::path(::testing::TempDir()) / str_cat(run_name(run), ".onnx");
-  fs::create_directories(exported.parent_path());
-  ASSERT_TRUE(
-      (*session)
-          ->export_inference_model(exported.string(), {}, TrainingSession::ExportedLoss::kKept)
-          .ok());
+  const testing::ScopedTempDir folder("ampc_zoo_");
+  const fs::path exported = folder.path / "trained.onnx";
+  const absl::Status written = (*session)->export_inference_model(
+      exported.string(), {}, TrainingSession::ExportedLoss::kKept);
+  ASSERT_TRUE(written.ok()) << written;
   absl::StatusOr<std::unique_ptr<InferenceSession>> eval = InferenceSession::load(exported);
   ASSERT_TRUE(eval.ok()) << eval.status();
   absl::StatusOr<std::map<std::string, Tensor>> outputs = (*eval)->run(arrays_of(*ref, "eval."));
@@ -364,7 +364,6 @@ TEST_P(ZooTraining, MatchesPyTorchsF32Losses) {
     EXPECT_LE(std::abs(eval_loss - run.eval_loss), tolerance * std::abs(run.eval_loss))
         << "eval loss " << eval_loss << ", PyTorch " << run.eval_loss;
   }
-  fs::remove(exported);
 }
 
 INSTANTIATE_TEST_SUITE_P(Exports, ZooTraining, ::testing::ValuesIn(faithful_runs()),

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "gtest/gtest.h"
+#include "tests/temp_dir.h"
 #include "tests/test_util.h"
 
 namespace ampc::testing {
@@ -43,9 +44,7 @@ class TempDirTest : public ::testing::Test {
   explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
 
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           (prefix_ + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = test_temp_path(prefix_);
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
