@@ -72,8 +72,7 @@ absl::StatusOr<std::string> read_regular_file(const std::string& path) {
 }
 
 absl::Status write_file_atomically(const std::string& path, std::string_view bytes) {
-  const std::span<const uint8_t> pieces[] = {
-      {reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}};
+  const std::span<const uint8_t> pieces[] = {byte_span(bytes)};
   return write_file_atomically(path, pieces);
 }
 

@@ -21,6 +21,11 @@ absl::StatusOr<std::string> read_regular_file(const std::string& path);
 // nothing is left behind and the status names the path and the reason.
 absl::Status write_file_atomically(const std::string& path, std::string_view bytes);
 
+// The bytes of `text`, as a piece for the writer below.
+inline std::span<const uint8_t> byte_span(std::string_view text) {
+  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
+}
+
 // The same for bytes given as pieces, written one after another (so large pieces are not copied
 // into one buffer first).
 absl::Status write_file_atomically(const std::string& path,

@@ -158,7 +158,9 @@ class OpRegistry {
   std::vector<std::unique_ptr<OpDef>> defs_;
 };
 
-// Registers a family of ops at static initialization: `static OpRegistration kReg(&register_x);`.
+// Registers a family of ops at static initialization:
+// `static OpRegistration kConvOps(&register_conv_ops);` (the object named after the function, so
+// that sources compiled together in a unity build do not clash).
 struct OpRegistration {
   explicit OpRegistration(void (*register_ops)(OpRegistry&)) { register_ops(OpRegistry::global()); }
 };

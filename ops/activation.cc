@@ -476,7 +476,7 @@ void register_activation_ops(OpRegistry& registry) {
   register_activation_grad_ops(registry);
 }
 
-const OpRegistration kRegistration(&register_activation_ops);
+const OpRegistration kActivationOps(&register_activation_ops);
 
 }  // namespace
 }  // namespace ampc::ops

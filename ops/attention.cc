@@ -123,8 +123,6 @@ absl::StatusOr<Grads> attention_grad(GradBuilder& b) {
 const std::vector<DType> kMaskTypes = {DType::kBool, DType::kF32, DType::kF16, DType::kBF16,
                                        DType::kF64};
 
-TensorType typed(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
-
 // [T, S] with (i, j) kept for j <= i.
 Tensor causal_mask(int64_t t, int64_t s) {
   Tensor mask(TensorType{DType::kBool, {t, s}});
@@ -244,7 +242,7 @@ void register_attention_ops(OpRegistry& registry) {
   registry.add(attention_grad_def());
 }
 
-const OpRegistration kRegistration(&register_attention_ops);
+const OpRegistration kAttentionOps(&register_attention_ops);
 
 }  // namespace
 }  // namespace ampc::ops

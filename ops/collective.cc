@@ -327,7 +327,7 @@ void register_collective_ops(OpRegistry& registry) {
   registry.add(all_gather());
 }
 
-const OpRegistration kRegistration(&register_collective_ops);
+const OpRegistration kCollectiveOps(&register_collective_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -312,7 +312,7 @@ void register_constant_ops(OpRegistry& registry) {
   registry.add(range_op());
 }
 
-const OpRegistration kRegistration(&register_constant_ops);
+const OpRegistration kConstantOps(&register_constant_ops);
 
 }  // namespace
 }  // namespace ampc::ops

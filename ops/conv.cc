@@ -240,8 +240,6 @@ absl::StatusOr<Grads> global_average_pool_gradient(GradBuilder& b) {
 
 // ---- Registration --------------------------------------------------------------------------
 
-TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return TensorType{DType::kF16, std::move(shape)}; }
 using Ints = std::vector<int64_t>;
 
 std::vector<AttrSpec> window_attrs() {
@@ -471,7 +469,7 @@ void register_conv_ops(OpRegistry& registry) {
   registry.add(global_average_pool_def());
 }
 
-const OpRegistration kRegistration(&register_conv_ops);
+const OpRegistration kConvOps(&register_conv_ops);
 
 }  // namespace
 }  // namespace ampc::ops

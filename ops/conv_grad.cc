@@ -348,10 +348,6 @@ absl::StatusOr<Grads> average_pool_grad_gradient(GradBuilder& b) {
 
 // ---- Registration ---------------------------------------------------------------------------
 
-TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return TensorType{DType::kF16, std::move(shape)}; }
-TensorType bf16(Shape shape) { return TensorType{DType::kBF16, std::move(shape)}; }
-
 OpDef grad_op(std::string name, std::string summary) {
   OpDef def;
   def.domain = std::string(kAmpcDomain);
@@ -495,7 +491,7 @@ void register_conv_grad_ops(OpRegistry& registry) {
   registry.add(average_pool_grad_def());
 }
 
-const OpRegistration kRegistration(&register_conv_grad_ops);
+const OpRegistration kConvGradOps(&register_conv_grad_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -402,7 +402,7 @@ void register_data_movement_ops(OpRegistry& registry) {
   registry.add(trilu_op());
 }
 
-const OpRegistration kRegistration(&register_data_movement_ops);
+const OpRegistration kDataMovementOps(&register_data_movement_ops);
 
 }  // namespace
 }  // namespace ampc::ops

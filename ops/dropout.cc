@@ -191,7 +191,7 @@ void register_dropout_ops(OpRegistry& registry) {
   registry.add(dropout_grad_op());
 }
 
-const OpRegistration kRegistration(&register_dropout_ops);
+const OpRegistration kDropoutOps(&register_dropout_ops);
 
 }  // namespace
 }  // namespace ampc::ops

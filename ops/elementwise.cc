@@ -97,9 +97,6 @@ OpDef make_def(std::string name, int since_opset, std::string summary,
   return def;
 }
 
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
-TensorType boolean(Shape shape) { return {DType::kBool, std::move(shape)}; }
 Tensor scalar_f32(float value) { return Tensor::from_f32({}, {value}); }
 
 // Two same-typed operands broadcast into one output of their type.
@@ -561,7 +558,7 @@ void register_elementwise_ops(OpRegistry& registry) {
   register_float_tests(registry);
 }
 
-const OpRegistration kRegistration(&register_elementwise_ops);
+const OpRegistration kElementwiseOps(&register_elementwise_ops);
 
 }  // namespace
 }  // namespace ampc::ops

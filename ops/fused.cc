@@ -73,7 +73,7 @@ OpDef fused_elementwise() {
 
 void register_fused_ops(OpRegistry& registry) { registry.add(fused_elementwise()); }
 
-const OpRegistration kRegistration(&register_fused_ops);
+const OpRegistration kFusedOps(&register_fused_ops);
 
 }  // namespace
 }  // namespace ampc::ops

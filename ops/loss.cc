@@ -204,9 +204,6 @@ absl::StatusOr<Grads> softmax_cross_entropy_grad_grad(GradBuilder& b) {
   return grads;
 }
 
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-TensorType i64(Shape shape) { return {DType::kI64, std::move(shape)}; }
-
 // Positive per-class weights, a constant input (weights get no gradient).
 Tensor class_weights(int64_t classes, DType dtype = DType::kF32) {
   std::vector<double> values;
@@ -353,7 +350,7 @@ void register_loss_ops(OpRegistry& registry) {
   registry.add(std::move(nll_grad));
 }
 
-const OpRegistration kRegistration(&register_loss_ops);
+const OpRegistration kLossOps(&register_loss_ops);
 
 }  // namespace
 }  // namespace ampc::ops

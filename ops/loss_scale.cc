@@ -190,7 +190,7 @@ void register_loss_scale_ops(OpRegistry& registry) {
   registry.add(unscale_gradients());
 }
 
-const OpRegistration kRegistration(&register_loss_scale_ops);
+const OpRegistration kLossScaleOps(&register_loss_scale_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -170,9 +170,6 @@ absl::StatusOr<Grads> gemm_grad(GradBuilder& b) {
   return grads;
 }
 
-TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return TensorType{DType::kF16, std::move(shape)}; }
-
 OpDef matmul_def() {
   OpDef def;
   def.name = "MatMul";
@@ -255,7 +252,7 @@ void register_matmul_ops(OpRegistry& registry) {
   registry.add(gemm_def());
 }
 
-const OpRegistration kRegistration(&register_matmul_ops);
+const OpRegistration kMatmulOps(&register_matmul_ops);
 
 }  // namespace
 }  // namespace ampc::ops

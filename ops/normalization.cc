@@ -251,9 +251,6 @@ absl::StatusOr<Grads> layer_norm_grad(GradBuilder& b) {
 
 // ---- Registration --------------------------------------------------------------------------
 
-TensorType f32(Shape shape) { return TensorType{DType::kF32, std::move(shape)}; }
-TensorType f16(Shape shape) { return TensorType{DType::kF16, std::move(shape)}; }
-
 // An OpSample of BatchNormalization on X of `x`, parameters and statistics of `param` [C], with
 // constant input_mean and input_var (they get no gradient; the variance must be positive).
 OpSample batch_norm_sample(std::string name, TensorType x, DType param, Attributes attrs,
@@ -453,7 +450,7 @@ void register_normalization_ops(OpRegistry& registry) {
   registry.add(layer_norm_grad_def());
 }
 
-const OpRegistration kRegistration(&register_normalization_ops);
+const OpRegistration kNormalizationOps(&register_normalization_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -121,6 +121,12 @@ std::vector<int64_t> strides_of(const Shape& shape) {
   return strides;
 }
 
+int64_t dims_product(const Shape& shape, size_t begin, size_t end) {
+  int64_t result = 1;
+  for (size_t d = begin; d < end; ++d) result *= shape[d];
+  return result;
+}
+
 absl::Status expect_rank_at_least(const InferenceContext& ctx, int i, size_t rank) {
   const Shape& shape = ctx.input_type(i).shape;
   if (shape.size() < rank) {

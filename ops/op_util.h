@@ -5,6 +5,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ampc/dtype.h"
@@ -21,6 +22,14 @@ inline const std::vector<DType> kNumericTypes = {DType::kF32, DType::kF16, DType
                                                  DType::kF64, DType::kI64, DType::kI32,
                                                  DType::kI8,  DType::kU8};
 inline const std::vector<DType> kIndexTypes = {DType::kI64, DType::kI32};
+
+// Tensor types by dtype, for the examples of an OpDef.
+inline TensorType typed(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
+inline TensorType f32(Shape shape) { return typed(DType::kF32, std::move(shape)); }
+inline TensorType f16(Shape shape) { return typed(DType::kF16, std::move(shape)); }
+inline TensorType bf16(Shape shape) { return typed(DType::kBF16, std::move(shape)); }
+inline TensorType i64(Shape shape) { return typed(DType::kI64, std::move(shape)); }
+inline TensorType boolean(Shape shape) { return typed(DType::kBool, std::move(shape)); }
 
 inline OperandSpec input(std::string name, std::vector<DType> dtypes = {}) {
   return {std::move(name), OperandSpec::Arity::kSingle, std::move(dtypes)};
@@ -92,6 +101,8 @@ std::optional<int64_t> sliding_window_count(int64_t in, int64_t extent, int64_t 
 std::vector<int64_t> unravel(int64_t flat, const Shape& shape);
 // Row-major element strides of `shape`.
 std::vector<int64_t> strides_of(const Shape& shape);
+// The product of dims [begin, end) of `shape` (1 when the range is empty).
+int64_t dims_product(const Shape& shape, size_t begin, size_t end);
 
 // A tensor of `type` whose element at multi-index `o` is element `source(o)` of `in` (the
 // folds of the ops that move data).

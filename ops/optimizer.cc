@@ -235,7 +235,7 @@ void register_optimizer_ops(OpRegistry& registry) {
   registry.add(clip_coefficient());
 }
 
-const OpRegistration kRegistration(&register_optimizer_ops);
+const OpRegistration kOptimizerOps(&register_optimizer_ops);
 
 }  // namespace
 }  // namespace ampc::ops

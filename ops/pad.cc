@@ -309,7 +309,7 @@ void register_pad_ops(OpRegistry& registry) {
   registry.add(tile_op());
 }
 
-const OpRegistration kRegistration(&register_pad_ops);
+const OpRegistration kPadOps(&register_pad_ops);
 
 }  // namespace
 }  // namespace ampc::ops

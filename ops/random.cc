@@ -161,7 +161,7 @@ void register_random_ops(OpRegistry& registry) {
   registry.add(bernoulli_op());
 }
 
-const OpRegistration kRegistration(&register_random_ops);
+const OpRegistration kRandomOps(&register_random_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -143,8 +143,6 @@ absl::StatusOr<Grads> reduce_max_grad(GradBuilder& b) {
   return Grads{b.op("Mul", {is_max, share})};
 }
 
-TensorType f32(Shape shape) { return {DType::kF32, std::move(shape)}; }
-
 OpDef reduction(std::string name, std::string summary, int axes_input_since,
                 std::vector<DType> dtypes, AutocastCategory category, GradFn gradient) {
   OpDef def;
@@ -318,7 +316,7 @@ void register_reduce_ops(OpRegistry& registry) {
   registry.add(cumsum());
 }
 
-const OpRegistration kRegistration(&register_reduce_ops);
+const OpRegistration kReduceOps(&register_reduce_ops);
 
 }  // namespace
 }  // namespace ampc::ops

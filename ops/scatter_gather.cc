@@ -551,7 +551,7 @@ void register_scatter_gather_ops(OpRegistry& registry) {
   registry.add(scatter_nd_def(18, kLatestOpset, {"none", "add", "mul", "max", "min"}));
 }
 
-const OpRegistration kRegistration(&register_scatter_gather_ops);
+const OpRegistration kScatterGatherOps(&register_scatter_gather_ops);
 
 }  // namespace
 }  // namespace ampc::ops

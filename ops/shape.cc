@@ -518,7 +518,7 @@ void register_shape_ops(OpRegistry& registry) {
   registry.add(cast_op());
 }
 
-const OpRegistration kRegistration(&register_shape_ops);
+const OpRegistration kShapeOps(&register_shape_ops);
 
 }  // namespace
 }  // namespace ampc::ops

@@ -504,7 +504,7 @@ void register_slice_gather_ops(OpRegistry& registry) {
   registry.add(gather_grad_op());
 }
 
-const OpRegistration kRegistration(&register_slice_gather_ops);
+const OpRegistration kSliceGatherOps(&register_slice_gather_ops);
 
 }  // namespace
 }  // namespace ampc::ops

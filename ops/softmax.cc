@@ -98,8 +98,6 @@ absl::StatusOr<Grads> log_softmax_grad_grad(GradBuilder& b) {
   return grads;
 }
 
-TensorType typed(DType dtype, Shape shape) { return {dtype, std::move(shape)}; }
-
 OpDef softmax(std::string name, std::string summary, GradFn gradient) {
   OpDef def;
   def.name = std::move(name);
@@ -172,7 +170,7 @@ void register_softmax_ops(OpRegistry& registry) {
                                 log_softmax_grad_grad));
 }
 
-const OpRegistration kRegistration(&register_softmax_ops);
+const OpRegistration kSoftmaxOps(&register_softmax_ops);
 
 }  // namespace
 }  // namespace ampc::ops

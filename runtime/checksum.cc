@@ -18,4 +18,8 @@ uint32_t crc32_of(std::span<const uint8_t> data, uint32_t crc) {
   return static_cast<uint32_t>(value);
 }
 
+uint32_t crc32_of(std::string_view text, uint32_t crc) {
+  return crc32_of(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), crc);
+}
+
 }  // namespace ampc::runtime

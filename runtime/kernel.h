@@ -176,7 +176,8 @@ class KernelRegistry {
 };
 
 // Registers a family of kernels at static initialization:
-// `static KernelRegistration kReg(&register_activation_kernels);`.
+// `static KernelRegistration kActivationKernels(&register_activation_kernels);` (the object named
+// after the function, so that sources compiled together in a unity build do not clash).
 struct KernelRegistration {
   explicit KernelRegistration(void (*register_kernels)(KernelRegistry&)) {
     register_kernels(KernelRegistry::global());

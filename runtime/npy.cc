@@ -402,14 +402,8 @@ absl::StatusOr<Tensor> read_npy(const std::string& path, const NpyReadOptions& o
 
 absl::Status write_npy(const std::string& path, const Tensor& tensor) {
   const std::string header = npy_header(tensor);
-  const std::span<const uint8_t> pieces[] = {
-      {reinterpret_cast<const uint8_t*>(header.data()), header.size()}, tensor.bytes()};
+  const std::span<const uint8_t> pieces[] = {byte_span(header), tensor.bytes()};
   return write_file_atomically(path, pieces);
-}
-
-absl::Status write_file_atomically(const std::string& path,
-                                   std::span<const std::span<const uint8_t>> pieces) {
-  return ampc::write_file_atomically(path, pieces);
 }
 
 }  // namespace ampc::runtime

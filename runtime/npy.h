@@ -32,7 +32,6 @@
 
 #include <cstdint>
 #include <map>
-#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -80,10 +79,5 @@ absl::Status write_npz(const std::string& path, const std::map<std::string, Tens
 // The bytes write_npz writes.
 std::string serialize_npz(const std::map<std::string, Tensor>& arrays,
                           const NpzWriteOptions& options = {});
-
-// Writes `pieces`, one after another, to `path` through a temporary file in the same folder that
-// is then renamed into place (the file is 0644). On failure nothing is left behind.
-absl::Status write_file_atomically(const std::string& path,
-                                   std::span<const std::span<const uint8_t>> pieces);
 
 }  // namespace ampc::runtime

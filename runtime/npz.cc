@@ -153,10 +153,6 @@ absl::StatusOr<std::vector<Entry>> read_central_directory(std::string_view data)
   return entries;
 }
 
-std::span<const uint8_t> as_span(std::string_view text) {
-  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
-}
-
 // Raw deflate (no zlib header) of exactly `size` bytes.
 absl::StatusOr<std::string> inflate_entry(std::string_view in, uint64_t size,
                                           std::string_view name) {
@@ -221,7 +217,7 @@ absl::StatusOr<std::string> entry_bytes(std::string_view data, const Entry& entr
     return absl::UnimplementedError(str_cat("entry '", name, "' uses compression method ",
                                             entry.method, " (stored and deflate are supported)"));
   }
-  if (crc32_of(as_span(bytes)) != entry.crc) {
+  if (crc32_of(bytes) != entry.crc) {
     return corrupt(str_cat("entry '", name, "' fails its CRC-32 check"));
   }
   return bytes;
@@ -248,7 +244,7 @@ std::vector<std::span<const uint8_t>> npz_pieces(const std::map<std::string, Ten
     const std::string& header = owned.emplace_back(npy_header(tensor));
     const std::span<const uint8_t> data = tensor.bytes();
     const uint64_t size = header.size() + data.size();
-    const uint32_t crc = crc32_of(data, crc32_of(as_span(header)));
+    const uint32_t crc = crc32_of(data, crc32_of(header));
     const bool utf8 = std::any_of(name.begin(), name.end(), [](char c) { return c & 0x80; });
     const bool big_size = force || size >= kMax32;
     const bool big_offset = force || offset >= kMax32;
@@ -271,7 +267,7 @@ std::vector<std::span<const uint8_t>> npz_pieces(const std::map<std::string, Ten
       append_le(local, size, 8);
       append_le(local, size, 8);
     }
-    pieces.insert(pieces.end(), {as_span(local), as_span(header), data});
+    pieces.insert(pieces.end(), {byte_span(local), byte_span(header), data});
 
     std::string extra;
     if (big_size || big_offset) {
@@ -326,8 +322,8 @@ std::vector<std::span<const uint8_t>> npz_pieces(const std::map<std::string, Ten
   append_le(end, zip64_end ? kMax32 : directory.size(), 4);
   append_le(end, zip64_end ? kMax32 : offset, 4);
   append_le(end, 0, 2);  // comment size
-  pieces.push_back(as_span(directory));
-  pieces.push_back(as_span(end));
+  pieces.push_back(byte_span(directory));
+  pieces.push_back(byte_span(end));
   return pieces;
 }
 

@@ -462,10 +462,6 @@ std::string safetensors_prefix(const std::map<std::string, Tensor>& tensors,
   return prefix + header;
 }
 
-std::span<const uint8_t> as_span(std::string_view text) {
-  return {reinterpret_cast<const uint8_t*>(text.data()), text.size()};
-}
-
 bool read_exactly(std::ifstream& in, void* out, uint64_t size) {
   in.read(static_cast<char*>(out), static_cast<std::streamsize>(size));
   return in && static_cast<uint64_t>(in.gcount()) == size;
@@ -510,7 +506,7 @@ absl::Status write_safetensors(const std::string& path,
                                               prefix.size() - kLengthSize, " bytes, more than the ",
                                               kMaxHeaderSize, " readers accept"));
   }
-  std::vector<std::span<const uint8_t>> pieces = {as_span(prefix)};
+  std::vector<std::span<const uint8_t>> pieces = {byte_span(prefix)};
   for (const auto& [name, tensor] : tensors) pieces.push_back(tensor.bytes());
   return ampc::write_file_atomically(path, pieces);
 }

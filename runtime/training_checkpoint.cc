@@ -30,8 +30,7 @@ constexpr std::string_view kCheckpointCountsCrc = "ampc.crc32";
 
 std::string counts_checksum(int64_t steps_done, int64_t accumulate) {
   const std::string counts = str_cat(steps_done, "/", accumulate);
-  return fmt::format("{:08x}",
-                     crc32_of({reinterpret_cast<const uint8_t*>(counts.data()), counts.size()}));
+  return fmt::format("{:08x}", crc32_of(counts));
 }
 constexpr std::string_view kCheckpointSteps = "ampc.steps_done";
 constexpr std::string_view kCheckpointAccumulate = "ampc.accumulate";

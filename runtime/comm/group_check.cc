@@ -13,8 +13,7 @@ namespace ampc::runtime::comm {
 
 absl::Status check_same_step(const Graph& step, Communicator& group) {
   const std::string text = print_graph(step, PrintOptions{.max_constant_elements = 16});
-  const int64_t mine = crc32_of(
-      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+  const int64_t mine = crc32_of(text);
   std::vector<int64_t> all(group.size());
   AMPC_RETURN_IF_ERROR(group.all_gather(&mine, all.data(), 1, DType::kI64)->wait());
   std::vector<int> differ;

@@ -180,7 +180,7 @@ void register_activation_kernels(KernelRegistry& r) {
   add_activation(r, "Atanh", []<typename T>() { return &math_kernel<T, numeric::Atanh>; });
 }
 
-static KernelRegistration kRegistration(&register_activation_kernels);
+static KernelRegistration kActivationKernels(&register_activation_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -61,7 +61,7 @@ void register_activation_grad_kernels(KernelRegistry& r) {
   add_activation_grad(r, "GeluGrad", []<typename T>() { return &gelu_grad<T>; });
 }
 
-static KernelRegistration kRegistration(&register_activation_grad_kernels);
+static KernelRegistration kActivationGradKernels(&register_activation_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

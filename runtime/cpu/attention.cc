@@ -432,7 +432,7 @@ void register_attention_kernels(KernelRegistry& r) {
       []<typename T>() { return &attention_grad<T>; });
 }
 
-static KernelRegistration kReg(&register_attention_kernels);
+static KernelRegistration kAttentionKernels(&register_attention_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -57,7 +57,7 @@ void register_cast_kernels(KernelRegistry& r) {
   }
 }
 
-static KernelRegistration kRegistration(&register_cast_kernels);
+static KernelRegistration kCastKernels(&register_cast_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -65,7 +65,7 @@ void register_collective_kernels(KernelRegistry& r) {
   add(r, "AllGather", &all_gather, &comm::all_gather_bucket_bytes, &comm::all_gather_kept_operand);
 }
 
-static KernelRegistration kReg(&register_collective_kernels);
+static KernelRegistration kCollectiveKernels(&register_collective_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -15,9 +15,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// Elements per thread below which a loop stays on one thread.
-constexpr int64_t kGrainElements = 1 << 16;
-
 // ---- Constant ---------------------------------------------------------------------------------
 
 using ops::constant_value;
@@ -85,7 +82,7 @@ void register_constant_kernels(KernelRegistry& r) {
                                                []<typename T>() { return &range_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_constant_kernels);
+static KernelRegistration kConstantKernels(&register_constant_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -154,7 +154,7 @@ void register_conv_kernels(KernelRegistry& r) {
   add_kernels<float>(r, f32, []<typename T>() { return &conv<T>; });
 }
 
-static KernelRegistration kReg(&register_conv_kernels);
+static KernelRegistration kConvKernels(&register_conv_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -245,7 +245,7 @@ void register_conv_grad_kernels(KernelRegistry& r) {
   add_kernels<float>(r, filter_f32, []<typename T>() { return &conv_grad_filter<T>; });
 }
 
-static KernelRegistration kReg(&register_conv_grad_kernels);
+static KernelRegistration kConvGradKernels(&register_conv_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

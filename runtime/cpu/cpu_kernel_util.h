@@ -155,6 +155,11 @@ void add_kernel_for_all_dtypes(KernelRegistry& registry, KernelDef base, KernelF
 // calls, so a kernel that writes only its own indices gives the same bits on any thread count.
 void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body);
 
+// The grains of the loops that only move or set data: elements, or bytes, per thread below which
+// a loop stays on one thread.
+constexpr int64_t kGrainElements = 1 << 16;
+constexpr int64_t kGrainBytes = 1 << 20;
+
 // The number of threads parallel_for uses (at least 1): OMP_NUM_THREADS when set, else one per
 // core, unless set_cpu_threads says otherwise.
 int cpu_threads();

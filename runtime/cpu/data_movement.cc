@@ -20,23 +20,8 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// Elements (or bytes) per thread below which a loop stays on one thread.
-constexpr int64_t kGrainElements = 1 << 16;
-constexpr int64_t kGrainBytes = 1 << 20;
-
-int64_t product(const Shape& shape, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t d = begin; d < end; ++d) result *= shape[d];
-  return result;
-}
-
-std::vector<int64_t> strides_of(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
-    strides[d] = strides[d + 1] * shape[d + 1];
-  }
-  return strides;
-}
+using ops::dims_product;
+using ops::strides_of;
 
 // ---- Concat, Split ----------------------------------------------------------------------------
 
@@ -44,7 +29,7 @@ std::vector<int64_t> strides_of(const Shape& shape) {
 absl::Status concat_kernel(const KernelContext& ctx) {
   const TensorArg& out = ctx.output(0);
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), out.shape().size());
-  const int64_t outer = product(out.shape(), 0, axis);
+  const int64_t outer = dims_product(out.shape(), 0, axis);
   const int64_t out_block = out.byte_size() / std::max<int64_t>(outer, 1);
   std::byte* to = static_cast<std::byte*>(out.data);
   int64_t block_offset = 0;
@@ -80,8 +65,8 @@ absl::Status split_kernel(const KernelContext& ctx) {
   const TensorArg& in = ctx.input(0);
   const Shape& shape = in.shape();
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), shape.size());
-  const int64_t outer = product(shape, 0, axis);
-  const int64_t slice_bytes = product(shape, axis + 1, shape.size()) * dtype_size(in.dtype());
+  const int64_t outer = dims_product(shape, 0, axis);
+  const int64_t slice_bytes = dims_product(shape, axis + 1, shape.size()) * dtype_size(in.dtype());
   const int64_t in_block = shape[axis] * slice_bytes;
   const std::vector<int64_t> sizes = split_sizes(ctx, shape[axis]);
   int64_t total = 0;
@@ -125,8 +110,8 @@ absl::Status gather_kernel(const KernelContext& ctx) {
   const int64_t dim = shape[axis];
   AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> indices,
                         gather_indices(ctx.input(1), static_cast<int64_t>(axis), dim));
-  const int64_t outer = product(shape, 0, axis);
-  const int64_t block = product(shape, axis + 1, shape.size()) * dtype_size(data.dtype());
+  const int64_t outer = dims_product(shape, 0, axis);
+  const int64_t block = dims_product(shape, axis + 1, shape.size()) * dtype_size(data.dtype());
   const int64_t count = indices.size();
   const std::byte* from = static_cast<const std::byte*>(data.data);
   std::byte* to = static_cast<std::byte*>(ctx.output(0).data);
@@ -276,7 +261,7 @@ void register_data_movement_kernels(KernelRegistry& r) {
                               []<typename Word>() { return &trilu_kernel<Word>; });
 }
 
-static KernelRegistration kReg(&register_data_movement_kernels);
+static KernelRegistration kDataMovementKernels(&register_data_movement_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

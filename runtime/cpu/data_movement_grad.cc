@@ -13,22 +13,17 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
 
 namespace ampc::runtime::cpu {
 namespace {
 
-// Elements per thread below which a loop stays on one thread.
-constexpr int64_t kGrainElements = 1 << 16;
+using ops::dims_product;
+
 // Columns (elements of one index's slice) a GatherGrad work item accumulates.
 constexpr int64_t kGatherColumns = 512;
-
-int64_t product(const Shape& shape, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t d = begin; d < end; ++d) result *= shape[d];
-  return result;
-}
 
 // ---- SliceGrad --------------------------------------------------------------------------------
 
@@ -91,8 +86,8 @@ absl::Status gather_grad_kernel(const KernelContext& ctx) {
   const int64_t dim = shape[axis];
   AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> indices,
                         gather_indices(ctx.input(1), static_cast<int64_t>(axis), dim));
-  const int64_t outer = product(shape, 0, axis);
-  const int64_t inner = product(shape, axis + 1, shape.size());
+  const int64_t outer = dims_product(shape, 0, axis);
+  const int64_t inner = dims_product(shape, axis + 1, shape.size());
   const int64_t count = indices.size();
   const AttrValue* padding = ctx.node.find_attr("padding_idx");
   const int64_t skip = padding != nullptr ? std::get<int64_t>(*padding) : -1;
@@ -142,7 +137,7 @@ void register_data_movement_grad_kernels(KernelRegistry& r) {
       []<typename T>() { return &gather_grad_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_data_movement_grad_kernels);
+static KernelRegistration kDataMovementGradKernels(&register_data_movement_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -292,7 +292,7 @@ void register_elementwise_kernels(KernelRegistry& r) {
   r.add(std::move(logical_not));
 }
 
-static KernelRegistration kRegistration(&register_elementwise_kernels);
+static KernelRegistration kElementwiseKernels(&register_elementwise_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

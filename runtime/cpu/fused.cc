@@ -288,7 +288,7 @@ void register_fused_kernels(KernelRegistry& r) {
   r.add(std::move(def));
 }
 
-const KernelRegistration kRegistration(&register_fused_kernels);
+const KernelRegistration kFusedKernels(&register_fused_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -143,7 +143,7 @@ void register_loss_kernels(KernelRegistry& r) {
       []<typename T>() { return &negative_log_likelihood<T>; });
 }
 
-static KernelRegistration kReg(&register_loss_kernels);
+static KernelRegistration kLossKernels(&register_loss_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

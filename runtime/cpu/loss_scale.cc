@@ -84,7 +84,7 @@ void register_loss_scale_kernels(KernelRegistry& r) {
                              []<typename T>() { return &unscale_gradients<T>; });
 }
 
-static KernelRegistration kReg(&register_loss_scale_kernels);
+static KernelRegistration kLossScaleKernels(&register_loss_scale_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -291,7 +291,7 @@ void register_matmul_kernels(KernelRegistry& r) {
                                 []<typename T>() { return &integer_gemm_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_matmul_kernels);
+static KernelRegistration kMatmulKernels(&register_matmul_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

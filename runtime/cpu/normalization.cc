@@ -194,7 +194,7 @@ void register_normalization_kernels(KernelRegistry& r) {
       []<typename T>() { return &batch_norm<T, true>; });
 }
 
-static KernelRegistration kReg(&register_normalization_kernels);
+static KernelRegistration kNormalizationKernels(&register_normalization_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

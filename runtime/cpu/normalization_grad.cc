@@ -227,7 +227,7 @@ void register_normalization_grad_kernels(KernelRegistry& r) {
       []<typename T>() { return &batch_norm_grad<T>; });
 }
 
-static KernelRegistration kReg(&register_normalization_grad_kernels);
+static KernelRegistration kNormalizationGradKernels(&register_normalization_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -294,7 +294,7 @@ void register_optimizer_kernels(KernelRegistry& r) {
                              []<typename T>() { return &clip_coefficient<T>; });
 }
 
-static KernelRegistration kReg(&register_optimizer_kernels);
+static KernelRegistration kOptimizerKernels(&register_optimizer_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

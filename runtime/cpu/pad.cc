@@ -146,7 +146,7 @@ void register_pad_kernels(KernelRegistry& r) {
                                                 []<typename T>() { return &pad_grad_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_pad_kernels);
+static KernelRegistration kPadKernels(&register_pad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

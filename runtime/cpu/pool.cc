@@ -24,15 +24,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-template <typename V>
-bool is_nan(V value) {
-  if constexpr (std::is_floating_point_v<V>) {
-    return std::isnan(value);
-  } else {
-    return false;
-  }
-}
-
 // The identity of max: -inf for floats, the smallest value for integers.
 template <typename T>
 T lowest_value() {
@@ -40,27 +31,6 @@ T lowest_value() {
     return store<T>(-std::numeric_limits<compute_t<T>>::infinity());
   } else {
     return std::numeric_limits<T>::lowest();
-  }
-}
-
-// Calls visit(i0, i1, i2, inside) for every tap of the window at output position (o0, o1, o2),
-// in row-major order; i* are input positions, `inside` says whether they lie inside X.
-template <typename Visit>
-void for_each_tap(const Window& w, int64_t o0, int64_t o1, int64_t o2, Visit&& visit) {
-  const int64_t s0 = o0 * w.stride[0] - w.pad_begin[0];
-  const int64_t s1 = o1 * w.stride[1] - w.pad_begin[1];
-  const int64_t s2 = o2 * w.stride[2] - w.pad_begin[2];
-  for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
-    const int64_t i0 = s0 + k0 * w.dilation[0];
-    for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1) {
-      const int64_t i1 = s1 + k1 * w.dilation[1];
-      for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2) {
-        const int64_t i2 = s2 + k2 * w.dilation[2];
-        const bool inside =
-            i0 >= 0 && i0 < w.in[0] && i1 >= 0 && i1 < w.in[1] && i2 >= 0 && i2 < w.in[2];
-        visit(i0, i1, i2, inside);
-      }
-    }
   }
 }
 
@@ -92,15 +62,15 @@ absl::Status max_pool(const KernelContext& ctx) {
         bool found = false;
         C best = C(0);
         int64_t best_offset = -1, best_index = -1;
-        for_each_tap(w, o0, o1, o2, [&](int64_t i0, int64_t i1, int64_t i2, bool inside) {
-          if (!inside) return;
-          const int64_t offset = (i0 * w.in[1] + i1) * w.in[2] + i2;
-          const C value = load(xp[offset]);
-          if (found && !(value > best) && !(is_nan(value) && !is_nan(best))) return;
+        for_each_tap(w, o0, o1, o2, [&](const Tap& tap) {
+          if (tap.offset < 0) return;
+          const C value = load(xp[tap.offset]);
+          if (found && !replaces_max(value, best)) return;
           found = true;
           best = value;
-          best_offset = offset;
-          best_index = column_major ? i0 + i1 * w.in[0] + i2 * w.in[0] * w.in[1] : offset;
+          best_offset = tap.offset;
+          best_index =
+              column_major ? tap.i0 + tap.i1 * w.in[0] + tap.i2 * w.in[0] * w.in[1] : tap.offset;
         });
         const int64_t out = (plane * w.out[0] + o0) * w.out[1] * w.out[2] + o1 * w.out[2] + o2;
         y[out] = found ? xp[best_offset] : lowest;
@@ -118,21 +88,17 @@ absl::Status average_pool(const KernelContext& ctx) {
   const bool count_pad = ctx.node.int_attr("count_include_pad") != 0;
   const T* x = ctx.input(0).in<T>().data();
   T* y = ctx.output(0).out<T>().data();
-  // Whether tap position i along dim d lies inside the padded input.
-  auto in_padded = [&](int d, int64_t i) {
-    return i >= -w.pad_begin[d] && i < w.in[d] + w.pad_end[d];
-  };
   for_each_output_row(w, [&](int64_t plane, int64_t o0) {
     const T* xp = x + plane * w.in_size();
     for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
       for (int64_t o2 = 0; o2 < w.out[2]; ++o2) {
         C sum = C(0);
         int64_t count = 0;
-        for_each_tap(w, o0, o1, o2, [&](int64_t i0, int64_t i1, int64_t i2, bool inside) {
-          if (inside) {
-            sum += load(xp[(i0 * w.in[1] + i1) * w.in[2] + i2]);
+        for_each_tap(w, o0, o1, o2, [&](const Tap& tap) {
+          if (tap.offset >= 0) {
+            sum += load(xp[tap.offset]);
             ++count;
-          } else if (count_pad && in_padded(0, i0) && in_padded(1, i1) && in_padded(2, i2)) {
+          } else if (count_pad && tap.in_padded) {
             ++count;
           }
         });
@@ -173,7 +139,7 @@ void register_pool_kernels(KernelRegistry& r) {
       r, kernel_def("GlobalAveragePool"), []<typename T>() { return &global_average_pool<T>; });
 }
 
-static KernelRegistration kReg(&register_pool_kernels);
+static KernelRegistration kPoolKernels(&register_pool_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

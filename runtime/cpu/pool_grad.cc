@@ -26,31 +26,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// Calls visit(offset, in_padded) for every tap of the window at output position (o0, o1, o2),
-// in row-major order: offset is the tap's offset within its plane of X, or -1 outside X;
-// in_padded says whether it lies inside the padded input.
-template <typename Visit>
-void for_each_tap(const Window& w, int64_t o0, int64_t o1, int64_t o2, Visit&& visit) {
-  const int64_t start[3] = {o0 * w.stride[0] - w.pad_begin[0], o1 * w.stride[1] - w.pad_begin[1],
-                            o2 * w.stride[2] - w.pad_begin[2]};
-  auto inside = [&](int d, int64_t i) { return i >= 0 && i < w.in[d]; };
-  auto in_padded = [&](int d, int64_t i) {
-    return i >= -w.pad_begin[d] && i < w.in[d] + w.pad_end[d];
-  };
-  for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
-    const int64_t i0 = start[0] + k0 * w.dilation[0];
-    for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1) {
-      const int64_t i1 = start[1] + k1 * w.dilation[1];
-      for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2) {
-        const int64_t i2 = start[2] + k2 * w.dilation[2];
-        const bool is_inside = inside(0, i0) && inside(1, i1) && inside(2, i2);
-        visit(is_inside ? (i0 * w.in[1] + i1) * w.in[2] + i2 : int64_t{-1},
-              in_padded(0, i0) && in_padded(1, i1) && in_padded(2, i2));
-      }
-    }
-  }
-}
-
 // Runs body(plane, acc) for every (image, channel) plane in parallel, with acc a zeroed buffer of
 // the plane's size, then rounds acc into the plane of dX.
 template <typename T, typename Body>
@@ -69,11 +44,6 @@ void for_each_plane(const Window& w, T* dx, Body&& body) {
                });
 }
 
-template <typename V>
-bool is_nan(V value) {
-  return std::isnan(value);
-}
-
 template <typename T>
 absl::Status max_pool_grad(const KernelContext& ctx) {
   using C = compute_t<T>;
@@ -90,12 +60,12 @@ absl::Status max_pool_grad(const KernelContext& ctx) {
         for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++out) {
           int64_t best_offset = -1;
           C best = C(0);
-          for_each_tap(w, o0, o1, o2, [&](int64_t offset, bool) {
-            if (offset < 0) return;
-            const C value = load(xp[offset]);
-            if (best_offset >= 0 && !(value > best) && !(is_nan(value) && !is_nan(best))) return;
+          for_each_tap(w, o0, o1, o2, [&](const Tap& tap) {
+            if (tap.offset < 0) return;
+            const C value = load(xp[tap.offset]);
+            if (best_offset >= 0 && !replaces_max(value, best)) return;
             best = value;
-            best_offset = offset;
+            best_offset = tap.offset;
           });
           if (best_offset >= 0) acc[best_offset] += load(dyp[out]);
         }
@@ -119,13 +89,13 @@ absl::Status average_pool_grad(const KernelContext& ctx) {
       for (int64_t o1 = 0; o1 < w.out[1]; ++o1) {
         for (int64_t o2 = 0; o2 < w.out[2]; ++o2, ++out) {
           int64_t count = 0;
-          for_each_tap(w, o0, o1, o2, [&](int64_t offset, bool in_padded) {
-            count += offset >= 0 || (count_pad && in_padded);
+          for_each_tap(w, o0, o1, o2, [&](const Tap& tap) {
+            count += tap.offset >= 0 || (count_pad && tap.in_padded);
           });
           if (count == 0) continue;  // no tap inside X either
           const C share = load(dyp[out]) / static_cast<C>(count);
-          for_each_tap(w, o0, o1, o2, [&](int64_t offset, bool) {
-            if (offset >= 0) acc[offset] += share;
+          for_each_tap(w, o0, o1, o2, [&](const Tap& tap) {
+            if (tap.offset >= 0) acc[tap.offset] += share;
           });
         }
       }
@@ -141,7 +111,7 @@ void register_pool_grad_kernels(KernelRegistry& r) {
                                                 []<typename T>() { return &average_pool_grad<T>; });
 }
 
-static KernelRegistration kReg(&register_pool_grad_kernels);
+static KernelRegistration kPoolGradKernels(&register_pool_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

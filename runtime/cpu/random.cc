@@ -97,7 +97,7 @@ void register_random_kernels(KernelRegistry& r) {
       []<typename T>() { return &bernoulli_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_random_kernels);
+static KernelRegistration kRandomKernels(&register_random_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

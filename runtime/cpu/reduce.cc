@@ -419,7 +419,7 @@ void register_reduce_kernels(KernelRegistry& r) {
       r, kernel_def("ReduceMax"), []<typename T>() { return &reduce<T, Reduction::kMax>; });
 }
 
-static KernelRegistration kReg(&register_reduce_kernels);
+static KernelRegistration kReduceKernels(&register_reduce_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

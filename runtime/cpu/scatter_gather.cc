@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "compiler/strings.h"
+#include "ops/op_util.h"
 #include "runtime/cpu/cpu_kernel_util.h"
 #include "runtime/cpu/slicing.h"
 
@@ -21,14 +22,7 @@ namespace ampc::runtime::cpu {
 namespace {
 
 using numeric::ScatterReduction;
-
-std::vector<int64_t> strides_of(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (int d = static_cast<int>(shape.size()) - 2; d >= 0; --d) {
-    strides[d] = strides[d + 1] * shape[d + 1];
-  }
-  return strides;
-}
+using ops::strides_of;
 
 absl::Status index_error(int64_t value, int64_t element, int64_t axis, int64_t dim) {
   return absl::InvalidArgumentError(str_cat("index ", value, " (element ", element,
@@ -234,7 +228,7 @@ void register_scatter_gather_kernels(KernelRegistry& r) {
       []<typename T>() { return &gather_nd_grad_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_scatter_gather_kernels);
+static KernelRegistration kScatterGatherKernels(&register_scatter_gather_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -24,10 +24,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// Elements per thread below which a loop stays on one thread.
-constexpr int64_t kGrainElements = 1 << 16;
-constexpr int64_t kGrainBytes = 1 << 20;
-
 // Copies `bytes` bytes in parallel chunks; nothing when the buffers are the same (in place).
 void copy_bytes(void* to, const void* from, int64_t bytes) {
   if (to == from || bytes == 0) return;
@@ -124,7 +120,7 @@ void register_shape_kernels(KernelRegistry& r) {
                                                 []<typename T>() { return &dropout_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_shape_kernels);
+static KernelRegistration kShapeKernels(&register_shape_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -13,9 +13,6 @@
 namespace ampc::runtime::cpu {
 namespace {
 
-// Elements per thread below which a loop stays on one thread.
-constexpr int64_t kGrainElements = 1 << 16;
-
 // dX = dY * (mask ? 1/(1-ratio) : 0) in training, else dY. Operands: dY, mask, ratio (optional,
 // else the `ratio` attribute), training_mode (optional, absent means false).
 template <typename T>
@@ -49,7 +46,7 @@ void register_shape_grad_kernels(KernelRegistry& r) {
       []<typename T>() { return &dropout_grad_kernel<T>; });
 }
 
-static KernelRegistration kReg(&register_shape_grad_kernels);
+static KernelRegistration kShapeGradKernels(&register_shape_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -98,7 +98,7 @@ void register_softmax_kernels(KernelRegistry& r) {
                                                 []<typename T>() { return &softmax<T, true>; });
 }
 
-static KernelRegistration kReg(&register_softmax_kernels);
+static KernelRegistration kSoftmaxKernels(&register_softmax_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

@@ -189,7 +189,7 @@ void register_softmax_loss_grad_kernels(KernelRegistry& r) {
       []<typename T>() { return &negative_log_likelihood_grad<T>; });
 }
 
-static KernelRegistration kReg(&register_softmax_loss_grad_kernels);
+static KernelRegistration kSoftmaxLossGradKernels(&register_softmax_loss_grad_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cpu

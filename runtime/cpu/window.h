@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -90,6 +92,49 @@ inline Window resolve_window(const Node& node, const Shape& x, const Shape& y,
 // The window of a forward node: X is operand 0, Y output 0.
 inline Window resolve_window(const Node& node, const std::vector<int64_t>& kernel) {
   return resolve_window(node, node.operand(0)->shape(), node.output(0)->shape(), kernel);
+}
+
+// One tap of a window: its input position along each dim, its offset within a plane of X (-1
+// when it lies outside X), and whether it lies inside the padded input.
+struct Tap {
+  int64_t i0, i1, i2;
+  int64_t offset;
+  bool in_padded;
+};
+
+// Calls visit(tap) for every tap of the window at output position (o0, o1, o2), in row-major
+// order (the order the pooling kernels and their gradients take the first of equal maxima in).
+template <typename Visit>
+void for_each_tap(const Window& w, int64_t o0, int64_t o1, int64_t o2, Visit&& visit) {
+  const int64_t start[3] = {o0 * w.stride[0] - w.pad_begin[0], o1 * w.stride[1] - w.pad_begin[1],
+                            o2 * w.stride[2] - w.pad_begin[2]};
+  auto inside = [&](int d, int64_t i) { return i >= 0 && i < w.in[d]; };
+  auto in_padded = [&](int d, int64_t i) {
+    return i >= -w.pad_begin[d] && i < w.in[d] + w.pad_end[d];
+  };
+  for (int64_t k0 = 0; k0 < w.kernel[0]; ++k0) {
+    const int64_t i0 = start[0] + k0 * w.dilation[0];
+    for (int64_t k1 = 0; k1 < w.kernel[1]; ++k1) {
+      const int64_t i1 = start[1] + k1 * w.dilation[1];
+      for (int64_t k2 = 0; k2 < w.kernel[2]; ++k2) {
+        const int64_t i2 = start[2] + k2 * w.dilation[2];
+        const bool is_inside = inside(0, i0) && inside(1, i1) && inside(2, i2);
+        visit(Tap{i0, i1, i2, is_inside ? (i0 * w.in[1] + i1) * w.in[2] + i2 : int64_t{-1},
+                  in_padded(0, i0) && in_padded(1, i1) && in_padded(2, i2)});
+      }
+    }
+  }
+}
+
+// Max pooling's rule, forward and backward: `value` replaces the maximum so far when it is
+// larger, or when it is NaN and the maximum is not (NaN propagates; of equal values the first
+// stays).
+template <typename C>
+bool replaces_max(C value, C best) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (std::isnan(value)) return !std::isnan(best);
+  }
+  return value > best;
 }
 
 }  // namespace ampc::runtime::cpu

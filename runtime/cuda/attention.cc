@@ -603,7 +603,7 @@ void register_cuda_attention_kernels(KernelRegistry& r) {
                              &init_attention_grad));
 }
 
-static KernelRegistration kRegistration(&register_cuda_attention_kernels);
+static KernelRegistration kCudaAttentionKernels(&register_cuda_attention_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

@@ -389,7 +389,7 @@ void register_cuda_collective_kernels(KernelRegistry& r) {
   r.add(std::move(gather));
 }
 
-static KernelRegistration kRegistration(&register_cuda_collective_kernels);
+static KernelRegistration kCudaCollectiveKernels(&register_cuda_collective_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

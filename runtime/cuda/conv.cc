@@ -539,7 +539,7 @@ void register_cuda_conv_kernels(KernelRegistry& r) {
   r.add(std::move(batch_norm_def));
 }
 
-static KernelRegistration kRegistration(&register_cuda_conv_kernels);
+static KernelRegistration kCudaConvKernels(&register_cuda_conv_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

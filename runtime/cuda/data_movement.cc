@@ -24,18 +24,8 @@ namespace ampc::runtime::cuda {
 namespace {
 
 using cpu::normalized_axis;
-
-int64_t product(const Shape& shape, size_t begin, size_t end) {
-  int64_t result = 1;
-  for (size_t d = begin; d < end; ++d) result *= shape[d];
-  return result;
-}
-
-std::vector<int64_t> row_major_strides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size(), 1);
-  for (size_t d = shape.size(); d-- > 1;) strides[d - 1] = strides[d] * shape[d];
-  return strides;
-}
+using ops::dims_product;
+using ops::strides_of;
 
 // `ctx` with the `operands` (index, name; absent ones skipped) reading their initializers' host
 // bytes: the index operands that place elements, read once at load by the CPU's own helpers
@@ -116,7 +106,7 @@ absl::StatusOr<MoveMap> make_map(const std::vector<MoveDim>& dims, int64_t in_of
 
 // Plain stride dims over `out_shape`, written row-major, read with `in_strides`.
 std::vector<MoveDim> strided_dims(const Shape& out_shape, const std::vector<int64_t>& in_strides) {
-  const std::vector<int64_t> out_strides = row_major_strides(out_shape);
+  const std::vector<int64_t> out_strides = strides_of(out_shape);
   std::vector<MoveDim> dims(out_shape.size());
   for (size_t d = 0; d < dims.size(); ++d) {
     dims[d] = {.size = out_shape[d], .in_stride = in_strides[d], .out_stride = out_strides[d]};
@@ -174,7 +164,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_transpose(const KernelContext&
   const Shape& in_shape = ctx.input(0).shape();
   const int rank = static_cast<int>(in_shape.size());
   AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> perm, ops::permutation(ctx.node, rank));
-  const std::vector<int64_t> strides = row_major_strides(in_shape);
+  const std::vector<int64_t> strides = strides_of(in_shape);
   std::vector<int64_t> in_strides(rank);
   for (int d = 0; d < rank; ++d) in_strides[d] = strides[perm[d]];
   return one_move(strided_dims(ctx.output(0).shape(), in_strides));
@@ -190,7 +180,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_slice(const KernelContext& ctx
                         host_context(ctx, {{1, "starts"}, {2, "ends"}, {3, "axes"}, {4, "steps"}}));
   AMPC_ASSIGN_OR_RETURN(const std::vector<cpu::DimSlice> slices,
                         cpu::resolve_slices(host, full, sliced));
-  const std::vector<int64_t> strides = row_major_strides(full);
+  const std::vector<int64_t> strides = strides_of(full);
   int64_t base = 0;
   std::vector<int64_t> in_strides(rank, 0);
   for (int64_t d = 0; d < rank; ++d) {
@@ -213,8 +203,8 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_slice_grad(const KernelContext
                         host_context(ctx, {{1, "starts"}, {2, "ends"}, {3, "axes"}, {4, "steps"}}));
   AMPC_ASSIGN_OR_RETURN(const std::vector<cpu::DimSlice> slices,
                         cpu::resolve_slices(host, full, sliced));
-  const std::vector<int64_t> full_strides = row_major_strides(full);
-  const std::vector<int64_t> sliced_strides = row_major_strides(sliced);
+  const std::vector<int64_t> full_strides = strides_of(full);
+  const std::vector<int64_t> sliced_strides = strides_of(sliced);
   int64_t base = 0;
   std::vector<MoveDim> dims(rank);
   for (int64_t d = 0; d < rank; ++d) {
@@ -251,8 +241,8 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_expand(const KernelContext& ct
 absl::StatusOr<std::unique_ptr<KernelState>> init_tile(const KernelContext& ctx) {
   const Shape& in_shape = ctx.input(0).shape();
   const Shape& out_shape = ctx.output(0).shape();
-  const std::vector<int64_t> in_strides = row_major_strides(in_shape);
-  const std::vector<int64_t> out_strides = row_major_strides(out_shape);
+  const std::vector<int64_t> in_strides = strides_of(in_shape);
+  const std::vector<int64_t> out_strides = strides_of(out_shape);
   std::vector<MoveDim> dims;
   for (size_t d = 0; d < in_shape.size(); ++d) {
     const int64_t n = in_shape[d];
@@ -308,7 +298,7 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_pad(const KernelContext& ctx) 
         str_cat("pads ", shape_to_string(pads), " over axes ", shape_to_string(axes),
                 " do not pad ", shape_to_string(in_shape), " to ", shape_to_string(out_shape)));
   }
-  const std::vector<int64_t> in_strides = row_major_strides(in_shape);
+  const std::vector<int64_t> in_strides = strides_of(in_shape);
   std::vector<MoveDim> dims = strided_dims(out_shape, in_strides);
   for (int64_t d = 0; d < rank; ++d) {
     if (full[d] == 0 && full[rank + d] == 0) continue;
@@ -327,13 +317,13 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_pad(const KernelContext& ctx) 
 absl::StatusOr<std::unique_ptr<KernelState>> init_concat(const KernelContext& ctx) {
   const Shape& out_shape = ctx.output(0).shape();
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), out_shape.size());
-  const int64_t outer = product(out_shape, 0, axis);
-  const int64_t out_block = product(out_shape, axis, out_shape.size());
+  const int64_t outer = dims_product(out_shape, 0, axis);
+  const int64_t out_block = dims_product(out_shape, axis, out_shape.size());
   auto state = std::make_unique<MoveState>();
   int64_t offset = 0;
   for (size_t k = 0; k < ctx.inputs.size(); ++k) {
     const Shape& in_shape = ctx.inputs[k].shape();
-    const int64_t block = product(in_shape, axis, in_shape.size());
+    const int64_t block = dims_product(in_shape, axis, in_shape.size());
     AMPC_ASSIGN_OR_RETURN(MoveMap map,
                           make_map({{.size = outer, .in_stride = block, .out_stride = out_block},
                                     {.size = block, .in_stride = 1, .out_stride = 1}},
@@ -372,8 +362,8 @@ absl::StatusOr<std::vector<int64_t>> split_sizes(const KernelContext& ctx, size_
 absl::StatusOr<std::unique_ptr<KernelState>> init_split(const KernelContext& ctx) {
   const Shape& shape = ctx.input(0).shape();
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), shape.size());
-  const int64_t outer = product(shape, 0, axis);
-  const int64_t slice = product(shape, axis + 1, shape.size());
+  const int64_t outer = dims_product(shape, 0, axis);
+  const int64_t slice = dims_product(shape, axis + 1, shape.size());
   const int64_t in_block = shape[axis] * slice;
   AMPC_ASSIGN_OR_RETURN(const std::vector<int64_t> sizes, split_sizes(ctx, axis));
   int64_t total = 0;
@@ -415,9 +405,9 @@ absl::StatusOr<std::unique_ptr<KernelState>> init_gather(const KernelContext& ct
   const Shape& shape = ctx.input(0).shape();
   const size_t axis = normalized_axis(ctx.node.int_attr("axis"), shape.size());
   auto state = std::make_unique<GatherState>();
-  state->outer = product(shape, 0, axis);
+  state->outer = dims_product(shape, 0, axis);
   state->dim = shape[axis];
-  state->inner = product(shape, axis + 1, shape.size());
+  state->inner = dims_product(shape, axis + 1, shape.size());
   return state;
 }
 
@@ -559,7 +549,7 @@ void register_cuda_data_movement_kernels(KernelRegistry& r) {
   add(r, "Range", {DType::kF32, DType::kF64, DType::kI32, DType::kI64}, &range, nullptr);
 }
 
-static KernelRegistration kRegistration(&register_cuda_data_movement_kernels);
+static KernelRegistration kCudaDataMovementKernels(&register_cuda_data_movement_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

@@ -300,7 +300,7 @@ void register_cuda_elementwise_kernels(KernelRegistry& r) {
   }
 }
 
-static KernelRegistration kRegistration(&register_cuda_elementwise_kernels);
+static KernelRegistration kCudaElementwiseKernels(&register_cuda_elementwise_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

@@ -109,7 +109,7 @@ void register_fused_kernels(KernelRegistry& r) {
                              &init_fused, /*in_place_operand=*/0));
 }
 
-const KernelRegistration kRegistration(&register_fused_kernels);
+const KernelRegistration kFusedKernels(&register_fused_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

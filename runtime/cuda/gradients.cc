@@ -345,7 +345,7 @@ void register_cuda_gradient_kernels(KernelRegistry& r) {
   add(r, "BatchNormalizationGrad", &batch_norm_grad, &init_batch_norm_grad, 0);
 }
 
-static KernelRegistration kRegistration(&register_cuda_gradient_kernels);
+static KernelRegistration kCudaGradientKernels(&register_cuda_gradient_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

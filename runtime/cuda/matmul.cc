@@ -455,7 +455,7 @@ void register_cuda_matmul_kernels(KernelRegistry& r) {
   r.add(std::move(gemm_def));
 }
 
-static KernelRegistration kRegistration(&register_cuda_matmul_kernels);
+static KernelRegistration kCudaMatmulKernels(&register_cuda_matmul_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

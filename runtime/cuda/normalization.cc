@@ -88,7 +88,7 @@ void register_cuda_normalization_kernels(KernelRegistry& r) {
   r.add(std::move(def));
 }
 
-static KernelRegistration kRegistration(&register_cuda_normalization_kernels);
+static KernelRegistration kCudaNormalizationKernels(&register_cuda_normalization_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

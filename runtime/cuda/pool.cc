@@ -114,7 +114,7 @@ void register_cuda_pool_kernels(KernelRegistry& r) {
                              &init_average_pool_grad));
 }
 
-static KernelRegistration kRegistration(&register_cuda_pool_kernels);
+static KernelRegistration kCudaPoolKernels(&register_cuda_pool_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

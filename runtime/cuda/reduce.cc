@@ -218,7 +218,7 @@ void register_cuda_reduce_kernels(KernelRegistry& r) {
   add(r, "CumSum", kCudaNumericTypes, &cumsum, &init_cumsum);
 }
 
-static KernelRegistration kRegistration(&register_cuda_reduce_kernels);
+static KernelRegistration kCudaReduceKernels(&register_cuda_reduce_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

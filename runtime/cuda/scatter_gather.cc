@@ -227,7 +227,7 @@ void register_cuda_scatter_gather_kernels(KernelRegistry& r) {
       cuda_ampc_kernel_def("GatherNDGrad", kCudaFloatTypes, &gather_nd_grad, &init_gather_nd_grad));
 }
 
-static KernelRegistration kRegistration(&register_cuda_scatter_gather_kernels);
+static KernelRegistration kCudaScatterGatherKernels(&register_cuda_scatter_gather_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

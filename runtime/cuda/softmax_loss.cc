@@ -109,7 +109,7 @@ void register_cuda_softmax_loss_kernels(KernelRegistry& r) {
   add(r, "NegativeLogLikelihoodLoss", &negative_log_likelihood, &init_loss);
 }
 
-static KernelRegistration kRegistration(&register_cuda_softmax_loss_kernels);
+static KernelRegistration kCudaSoftmaxLossKernels(&register_cuda_softmax_loss_kernels);
 
 }  // namespace
 

@@ -190,7 +190,7 @@ void register_cuda_training_kernels(KernelRegistry& r) {
   r.add(ampc_def("LossScaleUpdate", {DType::kF32}, &loss_scale_update, {0, 1, 3}));
 }
 
-static KernelRegistration kRegistration(&register_cuda_training_kernels);
+static KernelRegistration kCudaTrainingKernels(&register_cuda_training_kernels);
 
 }  // namespace
 }  // namespace ampc::runtime::cuda

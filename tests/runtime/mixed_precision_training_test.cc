@@ -320,7 +320,9 @@ TEST(MixedPrecisionTraining, Bf16LossOfExactLogitsIsTheF64LossWithinF32Rounding)
   Diagnostics diagnostics;
   ASSERT_TRUE(compile_graph(*graph, options, diagnostics).ok());
   for (const auto& node : graph->nodes()) {
-    if (node->op_type() == "Gemm") EXPECT_EQ(node->precision().compute, DType::kBF16);
+    if (node->op_type() == "Gemm") {
+      EXPECT_EQ(node->precision().compute, DType::kBF16);
+    }
   }
   absl::StatusOr<std::unique_ptr<TrainingSession>> session =
       TrainingSession::create(std::move(graph));
