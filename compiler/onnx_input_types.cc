@@ -173,6 +173,11 @@ absl::StatusOr<std::vector<TensorType>> graph_input_types(
     }
     auto data = options.data_shapes.find(name);
     const Shape* data_shape = data == options.data_shapes.end() ? nullptr : &data->second;
+    if (auto whole = options.data_array_shapes.find(name);
+        whole != options.data_array_shapes.end() && whole->second.size() == input.dims.size() &&
+        (data_shape == nullptr || data_shape->size() != input.dims.size())) {
+      data_shape = &whole->second;  // one batch, shaped like the input
+    }
     Shape shape;
     for (size_t i = 0; i < input.dims.size(); ++i) {
       const InputDim& dim = input.dims[i];

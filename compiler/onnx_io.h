@@ -16,7 +16,8 @@ namespace ampc {
 // PyTorch's exporters write `dynamic_axes` and `dynamic_shapes`, or unknown) takes, in this
 // order: the size `input_shapes` gives that input; the size `dims` gives its name; the size
 // another input's `input_shapes` gives a dim of the same name (one name is one size throughout a
-// graph, as ONNX says); the size of the input's array in `data_shapes`. A dim still dynamic,
+// graph, as ONNX says); the size of the input's array in `data_shapes` (or `data_array_shapes`).
+// A dim still dynamic,
 // contradictory sizes for one name, or a flag that names nothing is an error naming the input,
 // the dim and the flag that would fix it.
 struct ImportOptions {
@@ -28,6 +29,10 @@ struct ImportOptions {
   // `--data`), by input name; they fix only what is dynamic: a static dim they contradict is left
   // to the check of the data, which names the file.
   std::map<std::string, Shape, std::less<>> data_shapes;
+  // For `--data`: its arrays' whole shapes, [num_batches, ...batch] (`data_shapes` then holds the
+  // batch) or, for one batch, the input's own. An input whose `data_shapes` entry has another rank
+  // takes its array's whole shape when that has the input's rank.
+  std::map<std::string, Shape, std::less<>> data_array_shapes = {};
   // For a training compile: the buffers the module updates in place become graph outputs that
   // the training step makes state updates (compiler/onnx_buffer_updates.h).
   bool buffer_updates = false;

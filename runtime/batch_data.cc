@@ -14,6 +14,8 @@ std::string describe(const std::vector<TensorInfo>& inputs) {
   return inputs.empty() ? "none" : str_join(parts, ", ");
 }
 
+std::string batches(int64_t n) { return str_cat(n, n == 1 ? " batch" : " batches"); }
+
 }  // namespace
 
 absl::StatusOr<BatchData> BatchData::load(const std::string& path,
@@ -29,8 +31,10 @@ absl::StatusOr<BatchData> BatchData::from_arrays(std::map<std::string, Tensor> a
                                                  const std::vector<TensorInfo>& inputs,
                                                  std::string_view source) {
   const std::string expected = str_cat("the model's inputs are ", describe(inputs),
-                                       ", each stored as [num_batches, ...its shape]");
-  for (const auto& [name, array] : arrays) {
+                                       ", each stored as [num_batches, ...its shape] (or as its "
+                                       "shape, for one batch)");
+  for (const auto& entry : arrays) {
+    const std::string& name = entry.first;
     const bool known = std::any_of(inputs.begin(), inputs.end(),
                                    [&](const TensorInfo& info) { return info.name == name; });
     if (!known) {
@@ -39,30 +43,46 @@ absl::StatusOr<BatchData> BatchData::from_arrays(std::map<std::string, Tensor> a
     }
   }
   BatchData data;
-  std::string first;  // the array that fixed num_batches
+  std::string first;                   // the array that fixed num_batches
+  std::vector<std::string> unbatched;  // arrays shaped like their inputs, each read as one batch
   for (const TensorInfo& info : inputs) {
     auto it = arrays.find(info.name);
     if (it == arrays.end()) {
       return absl::InvalidArgumentError(
           str_cat(source, " has no array '", info.name, "'; ", expected));
     }
-    const Tensor& array = it->second;
+    Tensor& array = it->second;
+    if (array.dtype() == info.type.dtype && array.shape() == info.type.shape) {
+      // Shaped like the input itself: one batch (the example inputs a model was exported with).
+      Shape one = info.type.shape;
+      one.insert(one.begin(), 1);
+      array = Tensor(TensorType{array.dtype(), std::move(one)},
+                     std::vector<uint8_t>(array.bytes().begin(), array.bytes().end()));
+      unbatched.push_back(str_cat("'", info.name, "' (", type_to_string(info.type), ")"));
+    }
     const Shape& shape = array.shape();
     Shape want = info.type.shape;
     want.insert(want.begin(), shape.empty() ? 0 : shape[0]);
     if (array.dtype() != info.type.dtype || shape.empty() || shape != want || shape[0] < 1) {
-      return absl::InvalidArgumentError(str_cat(
-          source, ": array '", info.name, "' is ", type_to_string(array.type()), "; the input is ",
-          type_to_string(info.type), ", so the array must be ", dtype_name(info.type.dtype), "[N,",
-          str_join(info.type.shape, ","), "] with N >= 1 batches"));
+      return absl::InvalidArgumentError(
+          str_cat(source, ": array '", info.name, "' is ", type_to_string(array.type()),
+                  "; the input is ", type_to_string(info.type), ", so the array must be ",
+                  dtype_name(info.type.dtype), "[N,", str_join(info.type.shape, ","),
+                  "] with N >= 1 batches (or ", type_to_string(info.type), " for one batch)"));
     }
     if (first.empty()) {
       first = info.name;
       data.num_batches_ = shape[0];
     } else if (shape[0] != data.num_batches_) {
+      const std::string why =
+          unbatched.empty()
+              ? ""
+              : str_cat(
+                    "; an array shaped like its input is one batch: ", str_join(unbatched, ", "),
+                    " (arrays of several batches are [num_batches, ...the input's shape])");
       return absl::InvalidArgumentError(str_cat(source, ": array '", info.name, "' holds ",
-                                                shape[0], " batches but '", first, "' holds ",
-                                                data.num_batches_));
+                                                batches(shape[0]), " but '", first, "' holds ",
+                                                batches(data.num_batches_), why));
     }
   }
   if (inputs.empty()) {

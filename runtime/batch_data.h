@@ -1,5 +1,6 @@
 // Training data as `ampc train` reads it: an .npz with one array per model input, named after
-// the input and shaped [num_batches, ...the input's shape]; batch i is every array's slice i.
+// the input and shaped [num_batches, ...the input's shape]; batch i is every array's slice i. An
+// array shaped like its input itself is one batch.
 #pragma once
 
 #include <map>
@@ -15,7 +16,8 @@ namespace ampc::runtime {
 class BatchData {
  public:
   // Reads `path` and checks it against `inputs`: an array per input (no more), each of the
-  // input's dtype and shaped [N, ...input shape] with one N for all. Messages name the file, the
+  // input's dtype and shaped [N, ...input shape] with one N for all (an array of the input's own
+  // shape counts as N = 1). Messages name the file, the
   // array and what the model expects.
   static absl::StatusOr<BatchData> load(const std::string& path,
                                         const std::vector<TensorInfo>& inputs);

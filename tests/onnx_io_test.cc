@@ -232,6 +232,18 @@ TEST(OnnxImport, NamedDimsAndTheDataFixDynamicDimsInOrder) {
   by_data.data_shapes["y"] = {4, 1};  // the check of the data says this does not fit
   by_data.data_shapes["z"] = {6, 2};
   EXPECT_EQ(input_shapes(by_data), (std::vector<Shape>{{4, 3, 4}, {4, 3}, {6, 2}}));
+  ImportOptions one_batch;  // --data arrays that are one batch each, shaped like the inputs
+  for (const auto& [name, shape] : by_data.data_shapes) {
+    one_batch.data_shapes[name] = Shape(shape.begin() + 1, shape.end());
+    one_batch.data_array_shapes[name] = shape;
+  }
+  EXPECT_EQ(input_shapes(one_batch), (std::vector<Shape>{{4, 3, 4}, {4, 3}, {6, 2}}));
+  ImportOptions batches;  // --data arrays of batches: their slices, not their whole shapes
+  for (const auto& [name, shape] : by_data.data_shapes) {
+    batches.data_shapes[name] = shape;
+    batches.data_array_shapes[name] = Shape(shape.size() + 1, 2);
+  }
+  EXPECT_EQ(input_shapes(batches), (std::vector<Shape>{{4, 3, 4}, {4, 3}, {6, 2}}));
   ImportOptions wrong_rank;  // data of another rank fixes nothing, and the error says so
   wrong_rank.data_shapes["z"] = {6};
   wrong_rank.dims = {{"batch", 3}, {"seq", 5}};

@@ -98,6 +98,7 @@ absl::StatusOr<Figures> measure(const BenchFlags& flags, runtime::Device device)
   AMPC_ASSIGN_OR_RETURN(CompileOptions options, compile_options(flags));
   AMPC_ASSIGN_OR_RETURN(TrainingData data, read_training_data(flags.data));
   options.import.data_shapes = std::move(data.batch_shapes);
+  options.import.data_array_shapes = std::move(data.array_shapes);
   Diagnostics diagnostics;
   const Clock::time_point compile_start = Clock::now();
   AMPC_ASSIGN_OR_RETURN(std::unique_ptr<Graph> graph,

@@ -45,6 +45,7 @@ absl::StatusOr<TrainingData> read_training_data(const std::string& path) {
   for (const auto& [name, array] : data.arrays) {
     const Shape& shape = array.shape();
     if (!shape.empty()) data.batch_shapes[name] = Shape(shape.begin() + 1, shape.end());
+    data.array_shapes[name] = shape;
   }
   return data;
 }

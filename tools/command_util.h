@@ -40,12 +40,13 @@ absl::Status parse_shape_flags(const ShapeFlags& flags,
                                std::map<std::string, int64_t, std::less<>>& dims);
 
 // The training data of a command that compiles the model it trains (`--data`: arrays shaped
-// [num_batches, ...batch]), read once: the arrays (for runtime::BatchData::from_arrays) and one
-// batch's shape per array, for ImportOptions::data_shapes (an export with dynamic dims trains on
-// the data's).
+// [num_batches, ...batch], or one batch each), read once: the arrays (for
+// runtime::BatchData::from_arrays) and their shapes, for the import (an export with dynamic dims
+// trains on the data's).
 struct TrainingData {
   std::map<std::string, Tensor> arrays;
-  std::map<std::string, Shape, std::less<>> batch_shapes;
+  std::map<std::string, Shape, std::less<>> batch_shapes;  // ImportOptions::data_shapes
+  std::map<std::string, Shape, std::less<>> array_shapes;  // ImportOptions::data_array_shapes
 };
 absl::StatusOr<TrainingData> read_training_data(const std::string& path);
 

@@ -47,6 +47,7 @@ absl::StatusOr<Row> run_one(const CompareFlags& flags, const std::string& precis
   AMPC_ASSIGN_OR_RETURN(CompileOptions options, quick_training_options(precision, flags.optimizer,
                                                                        flags.lr, "--precisions"));
   options.import.data_shapes = data.batch_shapes;
+  options.import.data_array_shapes = data.array_shapes;
   Diagnostics diagnostics;
   AMPC_ASSIGN_OR_RETURN(const std::unique_ptr<Graph> compiled,
                         compile_file(flags.model, options, diagnostics));

@@ -476,6 +476,14 @@ TEST(BatchData, ChecksNamesDtypesAndShapes) {
   EXPECT_EQ(good->batch(4).at("x"), Tensor::from_f32({2}, {3, 4}));  // 4 mod 3
   EXPECT_EQ(good->batch(2).at("y"), Tensor::from_i64({}, {9}));
 
+  // Arrays shaped like the inputs themselves are one batch.
+  absl::StatusOr<BatchData> one =
+      load({{"x", Tensor::from_f32({2}, {5, 6})}, {"y", Tensor::from_i64({}, {4})}});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->num_batches(), 1);
+  EXPECT_EQ(one->batch(3).at("x"), Tensor::from_f32({2}, {5, 6}));
+  EXPECT_EQ(one->batch(3).at("y"), Tensor::from_i64({}, {4}));
+
   const struct {
     std::map<std::string, Tensor> arrays;
     std::string_view needle;
@@ -486,6 +494,10 @@ TEST(BatchData, ChecksNamesDtypesAndShapes) {
        "array 'x' is f64[3,2]"},
       {{{"x", Tensor::from_f32({6}, {1, 2, 3, 4, 5, 6})}, {"y", y}}, "array 'x' is f32[6]"},
       {{{"x", x}, {"y", Tensor::from_i64({2}, {7, 8})}}, "'y' holds 2 batches but 'x' holds 3"},
+      {{{"x", x}, {"y", Tensor::from_i64({}, {7})}},
+       "'y' holds 1 batch but 'x' holds 3 batches; an array shaped like its input is one batch: "
+       "'y' (i64[])"},
+      {{{"x", Tensor::from_f32({1, 1, 2}, {1, 2})}, {"y", y}}, "or f32[2] for one batch"},
       {{{"x", Tensor::from_f32({0, 2}, {})}, {"y", Tensor::from_i64({0}, {})}}, "N >= 1"},
   };
   for (const auto& c : bad) {
