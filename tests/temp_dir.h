@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -38,6 +39,26 @@ struct ScopedTempDir {
   ScopedTempDir& operator=(const ScopedTempDir&) = delete;
 
   const std::filesystem::path path;
+};
+
+// A fixture with an empty folder of its own (a ScopedTempDir named after `prefix`), removed after
+// the test.
+class TempDirTest : public ::testing::Test {
+ protected:
+  explicit TempDirTest(std::string_view prefix) : temp_(prefix), dir_(temp_.path) {}
+
+  // `name` in the test's folder.
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  // Writes `bytes` to `name` in the test's folder.
+  void write(const std::string& name, const std::string& bytes) const {
+    std::ofstream(path(name), std::ios::binary) << bytes;
+  }
+
+ private:
+  ScopedTempDir temp_;  // before dir_, its path
+
+ protected:
+  std::filesystem::path dir_;
 };
 
 }  // namespace ampc::testing

@@ -25,7 +25,6 @@ class PublicApi : public testing::TempDirTest {
   PublicApi() : TempDirTest("ampc_public_api_") {}
 
   void SetUp() override {
-    TempDirTest::SetUp();
     // PyTorch's recipe for the recorded trajectory (models/README.md): SGD, momentum 0.9, weight
     // decay 1e-4, lr 0.05.
     const testing::CliResult compiled = testing::run_ampc(

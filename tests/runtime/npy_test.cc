@@ -161,15 +161,9 @@ TEST(Npy, HeaderOver64KiBUsesVersion2) {
   EXPECT_EQ(*back, tensor);
 }
 
-class NpyFileTest : public ::testing::Test {
+class NpyFileTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::test_temp_path("ampc_npy_");
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  fs::path dir_;
+  NpyFileTest() : TempDirTest("ampc_npy_") {}
 };
 
 TEST_F(NpyFileTest, WriteThenReadGivesTheSameTensorAndLeavesNoTemporaryFile) {

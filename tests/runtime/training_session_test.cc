@@ -56,16 +56,9 @@ OptimizerOptions adamw() {
   return o;
 }
 
-class TrainingSessionTest : public ::testing::Test {
+class TrainingSessionTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = testing::test_temp_path("ampc_training_session_");
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  std::filesystem::path dir_;
+  TrainingSessionTest() : TempDirTest("ampc_training_session_") {}
 };
 
 // The cnn carries every kind of state: parameters, Adam moments, the step counter and BatchNorm

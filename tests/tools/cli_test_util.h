@@ -37,29 +37,4 @@ inline std::string read_file(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// A fixture with an empty folder of its own, named after `prefix`, the process and the test, and
-// removed after the test.
-class TempDirTest : public ::testing::Test {
- protected:
-  explicit TempDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
-
-  void SetUp() override {
-    dir_ = test_temp_path(prefix_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  // `name` in the test's folder.
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  // Writes `bytes` to `name` in the test's folder.
-  void write(const std::string& name, const std::string& bytes) const {
-    std::ofstream(path(name), std::ios::binary) << bytes;
-  }
-
-  std::filesystem::path dir_;
-
- private:
-  std::string prefix_;
-};
-
 }  // namespace ampc::testing

@@ -25,7 +25,6 @@ class RunCliTest : public testing::TempDirTest {
   RunCliTest() : TempDirTest("ampc_run_cli_") {}
 
   void SetUp() override {
-    TempDirTest::SetUp();
     // mlp.onnx: inputs x f32[8,64], label i64[8]; outputs loss f32[], logits f32[8,10].
     std::vector<double> x(8 * 64);
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1 * static_cast<double>(i));
