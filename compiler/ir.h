@@ -82,14 +82,18 @@ class Value {
   // arithmetic, a constant a pass added), not a weight: autodiff never trains it.
   bool is_constant() const { return is_constant_; }
   void set_constant(bool constant) { is_constant_ = constant; }
-  // What the exporter declared an initializer (PyTorch's graph signature), where the file says:
-  // a parameter, which trains even where it looks like a constant the exporter lifted (a scalar),
-  // or a buffer (register_buffer: a rotary frequency table, a fixed bias), which autodiff trains
-  // only when --trainable names it.
-  enum class Declared { kUnknown, kParameter, kBuffer };
+  // What the exporter declared an initializer (PyTorch's graph signature, or the doc_string
+  // ampc.torch.export_training writes), where the file says: a parameter, which trains even where
+  // it looks like a constant the exporter lifted (a scalar), a buffer (register_buffer: a rotary
+  // frequency table, a fixed bias), or a frozen parameter (requires_grad=False: a pretrained
+  // backbone); autodiff trains the last two only when --trainable names them.
+  enum class Declared { kUnknown, kParameter, kBuffer, kFrozenParameter };
   Declared declared() const { return declared_; }
   void set_declared(Declared declared) { declared_ = declared; }
   bool is_buffer() const { return declared_ == Declared::kBuffer; }
+  bool is_frozen_parameter() const { return declared_ == Declared::kFrozenParameter; }
+  // Whether the module this came from does not train it: a buffer or a frozen parameter.
+  bool is_declared_untrained() const { return is_buffer() || is_frozen_parameter(); }
 
   // Whether a graph output this value replaces can take its name: a node output that is no graph
   // output yet (a graph input or an initializer has a name of the interface already).

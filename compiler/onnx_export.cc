@@ -130,6 +130,8 @@ class Exporter {
         tensor->set_doc_string(std::string(onnx_io::kParameterDoc));
       } else if (init->declared() == Value::Declared::kBuffer) {
         tensor->set_doc_string(std::string(onnx_io::kBufferDoc));
+      } else if (init->declared() == Value::Declared::kFrozenParameter) {
+        tensor->set_doc_string(std::string(onnx_io::kFrozenParameterDoc));
       }
       if (external_ != nullptr && data->type().byte_size() >= kExternalDataMinBytes) {
         external_->add(*data, tensor);

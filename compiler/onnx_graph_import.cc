@@ -211,6 +211,8 @@ class Importer : public onnx_io::ImportSink {
         value->set_declared(Value::Declared::kParameter);
       } else if (proto.doc_string() == onnx_io::kBufferDoc) {
         value->set_declared(Value::Declared::kBuffer);
+      } else if (proto.doc_string() == onnx_io::kFrozenParameterDoc) {
+        value->set_declared(Value::Declared::kFrozenParameter);
       } else if (auto it = declared.find(proto.name()); it != declared.end()) {
         value->set_declared(it->second);
       }

@@ -49,10 +49,12 @@ enum class Kind { kLow, kFp32, kWeight, kConstant };
 
 // Whether the initializer `value` is a constant of the program: made one by the compiler
 // (Value::is_constant), or data an exporter lifted out of the graph that autodiff does not train
-// by default (a dynamo export's val_<n> scale, a folded torch.zeros). Buffers are data too, but
-// state a step may change, so their values decide nothing.
+// by default (a dynamo export's val_<n> scale, a folded torch.zeros). Buffers and frozen
+// parameters are data too, but state a step may change (a running statistic, or either one named
+// by --trainable), so their values decide nothing.
 bool is_program_constant(const Value& value, bool file_declares) {
-  return value.is_constant() || (!value.is_buffer() && data_by_default(value, file_declares));
+  return value.is_constant() ||
+         (!value.is_declared_untrained() && data_by_default(value, file_declares));
 }
 
 // Ops O2 keeps in fp32: losses and normalization statistics.

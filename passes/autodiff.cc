@@ -6,10 +6,11 @@
 //   folded attention mask is data, and is not a lifted constant: a scalar (rank 0: an exponent,
 //   an epsilon), or a one-element tensor named as torch.onnx's dynamo exporter names the
 //   constants it lifts (val_<n>: an attention's √scale), unless the file declares it a
-//   parameter, and is not what the file declares a buffer (PyTorch's graph signature,
-//   Value::declared) nor, in a file that declares its parameters, an undeclared tensor of one
-//   repeated value (an exporter's folded torch.ones/zeros/full); --trainable names a lifted
-//   constant, a buffer or such a tensor to train it),
+//   parameter, and is not what the file declares a buffer or a frozen parameter (PyTorch's graph
+//   signature, the doc_string ampc.torch.export_training writes: Value::declared) nor, in a file
+//   that declares its parameters, an undeclared tensor of one repeated value (an exporter's
+//   folded torch.ones/zeros/full); --trainable names a lifted constant, a buffer, a frozen
+//   parameter or such a tensor to train it),
 //   adds nodes computing d loss / d p and a graph output `<p>.grad` holding it. Nodes are walked
 //   in reverse order; each one some gradient flows into calls its op's gradient rule
 //   (OpDef::gradient, see compiler/grad_builder.h). The walker, not the rules, undoes
@@ -18,8 +19,8 @@
 // Assumes: a verified graph with static shapes; the loss is a graph output with one element.
 //   Integer and bool values, and inputs an op lists in no_gradient_inputs, get no gradient.
 //   A trainable candidate the loss does not depend on is reported and left without gradient;
-//   lifted constants and buffers the loss depends on, and trained initializers a file with a
-//   signature does not declare, are named in warnings.
+//   lifted constants, buffers and frozen parameters the loss depends on, and trained
+//   initializers a file with a signature does not declare, are named in warnings.
 // Numerics: the seed is 1 in the loss's dtype; each gradient has its value's dtype. The forward
 //   graph is unchanged.
 #include <algorithm>
@@ -82,6 +83,11 @@ class Walker {
       context_.warn(str_cat("buffers ", str_join(held, ", "),
                             " are not trained, as in PyTorch (the exporter declared them "
                             "buffers; name them in --trainable to train them)"));
+    }
+    if (std::vector<std::string> held = reaching_loss(held_frozen_); !held.empty()) {
+      context_.warn(str_cat("parameters ", str_join(held, ", "),
+                            " are not trained, as in PyTorch (the file declares them frozen: "
+                            "requires_grad=False; name them in --trainable to train them)"));
     }
     std::vector<Value*> trainable;
     for (Value* candidate : candidates) {
@@ -150,6 +156,7 @@ class Walker {
     };
     std::vector<std::string> scalars;
     std::vector<std::string> buffers;
+    std::vector<std::string> frozen;
     const bool declares = declares_parameters(graph_);
     for (Value* init : graph_.initializers()) {
       if (init->is_constant() || only_read_without_gradient(*init)) continue;
@@ -163,9 +170,9 @@ class Walker {
           only_read_as_hyperparameter(*init)) {
         continue;
       }
-      if (init->is_buffer() && !named) {
+      if (init->is_declared_untrained() && !named) {
         if (is_float_value(init) && (!freeze || !std::regex_search(init->name(), *freeze))) {
-          buffers.push_back(init->name());
+          (init->is_buffer() ? buffers : frozen).push_back(init->name());
         }
         continue;
       }
@@ -196,6 +203,7 @@ class Walker {
     }
     held_constant_ = std::move(scalars);
     held_buffers_ = std::move(buffers);
+    held_frozen_ = std::move(frozen);
     return candidates;
   }
 
@@ -511,9 +519,10 @@ class Walker {
   std::unordered_set<const Value*> active_;
   std::unordered_set<const Value*> reaches_loss_;
   // Initializers left out of the default trainable set, by name: lifted constants, and what the
-  // exporter declared buffers.
+  // exporter declared buffers or frozen parameters.
   std::vector<std::string> held_constant_;
   std::vector<std::string> held_buffers_;
+  std::vector<std::string> held_frozen_;
   std::unordered_map<const Value*, std::vector<Value*>> contributions_;
 };
 

@@ -76,12 +76,13 @@ inline bool declares_parameters(const Graph& graph) {
 }
 
 // Whether autodiff takes the initializer `value` as data by default (without --trainable naming
-// it): a program constant, a buffer, a mask fill, a lifted constant (unless the exporter
-// declared it a parameter), or, where the file declares its parameters (`file_declares`,
-// declares_parameters), an undeclared tensor of one repeated value (holds_one_value).
+// it): a program constant, a buffer or frozen parameter, a mask fill, a lifted constant (unless
+// the exporter declared it a parameter), or, where the file declares its parameters
+// (`file_declares`, declares_parameters), an undeclared tensor of one repeated value
+// (holds_one_value).
 inline bool data_by_default(const Value& value, bool file_declares) {
   if (value.initializer() == nullptr) return false;
-  return value.is_constant() || value.is_buffer() || holds_mask_fill(value) ||
+  return value.is_constant() || value.is_declared_untrained() || holds_mask_fill(value) ||
          (is_float(value.dtype()) && is_lifted_constant(value) &&
           value.declared() != Value::Declared::kParameter) ||
          (file_declares && value.declared() == Value::Declared::kUnknown && holds_one_value(value));

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -159,6 +160,84 @@ TEST(TorchGraphSignature, WhatTheSignatureSaidSurvivesExportAndImport) {
   EXPECT_TRUE(testing::find_initializer(*again, "scale")->is_buffer());
   EXPECT_EQ(testing::find_initializer(*again, "temp")->declared(), Value::Declared::kParameter);
   EXPECT_EQ(testing::find_initializer(*again, "w")->declared(), Value::Declared::kParameter);
+}
+
+// ampc.torch.export_training declares what each initializer is in its doc_string, with either
+// exporter: a TorchScript file has no signature, and neither exporter records requires_grad. Here
+// w and temp are parameters, table a buffer and scale a frozen parameter (requires_grad=False).
+Model declared_by_doc_strings(bool signature = false) {
+  Model m = embedding_model(signature);
+  for (onnx::TensorProto& init : *m.builder.graph().mutable_initializer()) {
+    if (init.name() == "w" || init.name() == "temp") init.set_doc_string("ampc: parameter");
+    if (init.name() == "table") init.set_doc_string("ampc: buffer");
+    if (init.name() == "scale") init.set_doc_string("ampc: frozen parameter");
+  }
+  return m;
+}
+
+bool has_warning(const Diagnostics& diagnostics, std::string_view text) {
+  return std::any_of(
+      diagnostics.warnings().begin(), diagnostics.warnings().end(),
+      [&](const std::string& warning) { return warning.find(text) != std::string::npos; });
+}
+
+TEST(DeclaredByDocString, FrozenParametersAndBuffersDoNotTrainAndAScalarParameterDoes) {
+  std::unique_ptr<Graph> graph = import_ok(declared_by_doc_strings().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  EXPECT_TRUE(testing::find_initializer(*graph, "scale")->is_frozen_parameter());
+  EXPECT_TRUE(testing::find_initializer(*graph, "table")->is_buffer());
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  // Without the declarations the file trains scale, table and w, and not the scalar temp
+  // (WithoutOneEveryFloatInitializerButLiftedConstantsTrains).
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"temp", "w"}));
+  EXPECT_TRUE(has_warning(diagnostics,
+                          "parameters scale are not trained, as in PyTorch (the file "
+                          "declares them frozen: requires_grad=False"))
+      << str_join(diagnostics.warnings(), "\n");
+  EXPECT_TRUE(has_warning(diagnostics, "buffers table are not trained"))
+      << str_join(diagnostics.warnings(), "\n");
+}
+
+TEST(DeclaredByDocString, TheDocStringOverridesTheSignature) {
+  // The signature calls w a PARAMETER: a dynamo export does not record requires_grad either.
+  Model m = declared_by_doc_strings(/*signature=*/true);
+  for (onnx::TensorProto& init : *m.builder.graph().mutable_initializer()) {
+    if (init.name() == "w") init.set_doc_string("ampc: frozen parameter");
+  }
+  std::unique_ptr<Graph> graph = import_ok(m.builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"temp"}));
+}
+
+TEST(DeclaredByDocString, TrainableNamesAFrozenParameterToTrainIt) {
+  std::unique_ptr<Graph> graph = import_ok(declared_by_doc_strings().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^(w|scale)$"), diagnostics).ok());
+  EXPECT_EQ(trained(*graph), (std::vector<std::string>{"scale", "w"}));
+  EXPECT_FALSE(has_warning(diagnostics, "declares them frozen"));
+}
+
+TEST(DeclaredByDocString, AFrozenParameterStaysFrozenThroughCompileExportAndImport) {
+  std::unique_ptr<Graph> graph = import_ok(declared_by_doc_strings().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  absl::StatusOr<std::string> bytes = export_onnx_bytes(*graph);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  onnx::ModelProto model;
+  ASSERT_TRUE(model.ParseFromString(*bytes));
+  bool written = false;
+  for (const onnx::TensorProto& init : model.graph().initializer()) {
+    if (init.name() == "scale") written = init.doc_string() == "ampc: frozen parameter";
+  }
+  EXPECT_TRUE(written);
+  std::unique_ptr<Graph> again = import_ok(*bytes);
+  ASSERT_NE(again, nullptr);
+  EXPECT_TRUE(testing::find_initializer(*again, "scale")->is_frozen_parameter());
 }
 
 // The sharded optimizer has the eval graph read a parameter through a persistent bf16 copy

@@ -230,7 +230,8 @@ void add_training_flags(CLI::App& compile, CompileFlags& flags) {
   compile
       .add_option("--trainable", flags.trainable,
                   "Train only initializers whose name matches this regex (default: every float "
-                  "initializer the loss depends on)")
+                  "initializer the loss depends on but what the file declares a buffer or a "
+                  "frozen parameter and the constants an exporter lifted; docs/cli.md)")
       ->group(group);
   compile.add_option("--freeze", flags.freeze, "Do not train initializers matching this regex")
       ->group(group);

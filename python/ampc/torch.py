@@ -32,8 +32,11 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
     (Dropout, batch statistics), the loss as the graph's output `loss`, parameters kept as
     initializers (no constant folding), and the initializers holding the model's weights as they
     were before the export (tracing runs forward, which moves BatchNorm's running statistics).
-    An export whose graph lacks a trainable parameter counts as failed. The model passed in is
-    not changed. Returns the exporter used.
+    Each initializer of the model's state is declared in its doc_string as ampc reads it: a
+    parameter, a frozen parameter (requires_grad=False) or a buffer, so that ampc trains what
+    PyTorch trains with either exporter (neither records requires_grad, and TorchScript does not
+    tell a buffer from a parameter). An export whose graph lacks a trainable parameter counts as
+    failed. The model passed in is not changed. Returns the exporter used.
     """
     example_inputs = tuple(example_inputs)
     path = _path(path)
@@ -55,6 +58,7 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
         raise ValueError(f"exporter={exporter!r}: expected 'auto', 'dynamo' or 'torchscript'")
 
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    roles = _roles(model)
     # A copy whose forward ends in the loss: its parameter names are the model's own.
     wrapped = copy.deepcopy(model)
     forward = wrapped.forward
@@ -84,7 +88,7 @@ def export_training(model, example_inputs, loss_fn, path, *, targets=1, input_na
                                       do_constant_folding=False, input_names=input_names,
                                       output_names=["loss"])
             _check_export(path, wrapped)
-            _restore_weights(path, state)
+            _write_state(path, state, roles)
             return name
         except Exception as e:  # the next exporter may succeed where this one failed
             errors.append(f"{name}: {type(e).__name__}: {e}")
@@ -140,8 +144,22 @@ def _check_export(path, model):
                                    "the running statistics instead of the batch's")
 
 
-def _restore_weights(path, state):
-    """Writes the pre-export values of the model's state over the initializers of that name."""
+# How ampc reads an initializer's doc_string (compiler/onnx_common.h): what the module declared it.
+_PARAMETER, _FROZEN_PARAMETER, _BUFFER = "ampc: parameter", "ampc: frozen parameter", "ampc: buffer"
+
+
+def _roles(model):
+    """The doc_string ampc reads for each of the model's state names, tied aliases included:
+    a parameter, a frozen parameter (requires_grad=False) or a buffer."""
+    roles = {name: _BUFFER for name, _ in model.named_buffers(remove_duplicate=False)}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        roles[name] = _PARAMETER if p.requires_grad else _FROZEN_PARAMETER
+    return roles
+
+
+def _write_state(path, state, roles):
+    """Writes the pre-export values of the model's state over the initializers of that name, each
+    declared in its doc_string as `roles` says."""
     import onnx
     from onnx import numpy_helper
 
@@ -153,4 +171,6 @@ def _restore_weights(path, state):
                 raise RuntimeError(f"{path}: initializer {init.name} has shape {tuple(init.dims)}"
                                    f", the model's {value.shape}")
             init.CopyFrom(numpy_helper.from_array(value, init.name))
+        if init.name in roles:
+            init.doc_string = roles[init.name]
     onnx.save(model, path)

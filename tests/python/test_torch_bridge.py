@@ -1,6 +1,7 @@
-"""ampc.torch.export_training: a small model with BatchNorm exported with its loss by each of
-PyTorch's exporters, compiled by ampc and trained 10 steps, against PyTorch training the same
-model on the same batches (SGD, momentum 0.9): losses within 1e-4 relative. And torch tensors in
+"""ampc.torch.export_training: a small model with BatchNorm, and one with a frozen layer, a
+buffer and a scalar parameter, exported with its loss by each of PyTorch's exporters, compiled by
+ampc and trained 10 steps, against PyTorch training the same model on the same batches (SGD,
+momentum 0.9): losses within 1e-4 relative. And torch tensors in
 and out of sessions through DLPack. Skipped where torch (or onnx) is not importable, as in CI,
 which uses Debian's Python."""
 import os
@@ -27,6 +28,21 @@ class Net(torch.nn.Module):
         return self.fc2(torch.relu(self.bn(self.fc1(x))))
 
 
+def train_beside_pytorch(model, session, batches, steps=10):
+    """`steps` steps of SGD (lr 0.1, momentum 0.9) on the batches in turn, by PyTorch on `model`
+    and by the session compiled from its export: the losses within 1e-4 relative."""
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1,
+                                momentum=0.9)
+    for step in range(steps):
+        x, label = batches[step % len(batches)]
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x), label)
+        loss.backward()
+        optimizer.step()
+        got = session.step({"x": x.numpy(), "label": label.numpy()})["loss"]
+        assert abs(got - loss.item()) <= 1e-4 * abs(loss.item()), (step, got, loss.item())
+
+
 # PyTorch 2.15's dynamo exporter writes BatchNorm with training_mode=0 and records the training
 # call in the node's metadata, which ampc reads: the bridge takes it (it asks ampc how it imports
 # the file), and "auto" uses dynamo.
@@ -48,19 +64,52 @@ def test_exported_model_trains_on_pytorchs_trajectory(tmp_path, exporter, batch_
                  momentum=0.9, lr=0.1)
     session = ampc.TrainingSession(str(tmp_path / "net.train.onnx"))
 
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model.train()
-    for step in range(10):
-        x, label = batches[step % 4]
-        optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(x), label)
-        loss.backward()
-        optimizer.step()
-        got = session.step({"x": x.numpy(), "label": label.numpy()})["loss"]
-        assert abs(got - loss.item()) <= 1e-4 * abs(loss.item()), (step, got, loss.item())
+    train_beside_pytorch(model, session, batches)
     for name in ("fc1.weight", "fc2.bias") + (("bn.running_mean",) if batch_norm else ()):
         want = model.state_dict()[name].numpy()
         assert np.allclose(session.state(name), want, rtol=1e-4, atol=1e-5), name
+
+
+class Parts(torch.nn.Module):
+    """What no exporter records as PyTorch trains it: a frozen layer (requires_grad=False), a
+    float buffer, and a scalar parameter (CLIP's logit scale), which is also how exporters write
+    the constants they lift."""
+
+    def __init__(self):
+        super().__init__()
+        self.backbone = torch.nn.Linear(12, 16)
+        self.backbone.requires_grad_(False)
+        self.register_buffer("shift", torch.linspace(-1, 1, 16))
+        self.head = torch.nn.Linear(16, 3)
+        self.temperature = torch.nn.Parameter(torch.tensor(0.5))
+
+    def forward(self, x):
+        return self.head(torch.tanh(self.backbone(x) + self.shift)) / self.temperature
+
+
+# Without the declarations the bridge writes, a TorchScript file would train backbone.* and
+# shift and not temperature, and a dynamo one would train backbone.*.
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_frozen_parameters_and_buffers_stay_and_a_scalar_parameter_trains(tmp_path, exporter):
+    torch.manual_seed(0)
+    model = Parts()
+    generator = torch.Generator().manual_seed(1)
+    batches = [(torch.randn(8, 12, generator=generator),
+                torch.randint(0, 3, (8,), generator=generator)) for _ in range(4)]
+    before = {k: v.clone().numpy() for k, v in model.state_dict().items()}
+    ampc.torch.export_training(model, batches[0], torch.nn.functional.cross_entropy,
+                               str(tmp_path / "parts.onnx"), exporter=exporter)
+    ampc.compile(str(tmp_path / "parts.onnx"), str(tmp_path / "parts.train.onnx"),
+                 optimizer="sgd", momentum=0.9, lr=0.1)
+    session = ampc.TrainingSession(str(tmp_path / "parts.train.onnx"))
+
+    train_beside_pytorch(model, session, batches)
+    for name in ("backbone.weight", "backbone.bias", "shift"):
+        assert np.array_equal(session.state(name), before[name]), name
+    assert session.state("temperature") != before["temperature"]
+    assert np.allclose(session.state("temperature"), model.temperature.detach().numpy(),
+                       rtol=1e-4)
 
 
 def test_an_inference_mode_batch_norm_is_refused(tmp_path):
