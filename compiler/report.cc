@@ -1,7 +1,9 @@
 #include "compiler/report.h"
 
+#include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "compiler/strings.h"
 #include "compiler/text_ir.h"
@@ -34,6 +36,38 @@ std::string grouped(int64_t n) {
 
 ordered_json type_json(const TensorType& type) {
   return {{"dtype", dtype_name(type.dtype)}, {"shape", type.shape}};
+}
+
+// What the file declares an initializer (Value::declared), as inspect names it; "" where it does
+// not say.
+std::string_view declared_name(const Value& value) {
+  switch (value.declared()) {
+    case Value::Declared::kParameter:
+      return "parameter";
+    case Value::Declared::kBuffer:
+      return "buffer";
+    case Value::Declared::kFrozenParameter:
+      return "frozen parameter";
+    case Value::Declared::kUnknown:
+      break;
+  }
+  return "";
+}
+
+// The line naming the initializers the file declares PyTorch does not train (buffers, frozen
+// parameters), which autodiff leaves untrained unless --trainable names them; "" when none.
+std::string declared_untrained_line(const Graph& graph) {
+  std::vector<std::string> buffers;
+  std::vector<std::string> frozen;
+  for (const Value* init : graph.initializers()) {
+    if (init->is_buffer()) buffers.push_back(init->name());
+    if (init->is_frozen_parameter()) frozen.push_back(init->name());
+  }
+  std::vector<std::string> parts;
+  if (!buffers.empty()) parts.push_back(str_cat("buffers ", str_join(buffers, ", ")));
+  if (!frozen.empty()) parts.push_back(str_cat("frozen parameters ", str_join(frozen, ", ")));
+  if (parts.empty()) return "";
+  return str_cat("  declared, not trained by default: ", str_join(parts, "; "), "\n");
 }
 
 ordered_json value_json(const Value* value) {
@@ -101,6 +135,7 @@ std::string summary_text(const Graph& graph, std::string_view what) {
   out += str_cat("  parameters: ", grouped(summary.parameter_elements), " elements, ",
                  grouped(summary.parameter_bytes), " bytes, in ", summary.initializer_count,
                  " initializers\n");
+  out += declared_untrained_line(graph);
   out += "  by dtype:                       values   param elements      param bytes\n";
   for (const auto& [dtype, count] : summary.per_dtype) {
     out += fmt::format("    {:<28} {:>6} {:>16} {:>16}\n", dtype, count.values,
@@ -159,6 +194,9 @@ std::string inspect_json(const Graph& graph) {
     ordered_json init = value_json(v);
     init["elements"] = v->type().num_elements();
     init["bytes"] = v->type().byte_size();
+    init["constant"] = v->is_constant();
+    const std::string_view declared = declared_name(*v);
+    init["declared"] = declared.empty() ? ordered_json(nullptr) : ordered_json(declared);
     json["initializers"].push_back(init);
   }
   json["nodes"] = ordered_json::array();

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -19,7 +20,9 @@
 #include "absl/strings/match.h"
 #include "compiler/compile.h"
 #include "compiler/onnx_io.h"
+#include "compiler/report.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "onnx/onnx_pb.h"
 #include "passes/master_weights.h"
 #include "runtime/training_session.h"
@@ -238,6 +241,36 @@ TEST(DeclaredByDocString, AFrozenParameterStaysFrozenThroughCompileExportAndImpo
   std::unique_ptr<Graph> again = import_ok(*bytes);
   ASSERT_NE(again, nullptr);
   EXPECT_TRUE(testing::find_initializer(*again, "scale")->is_frozen_parameter());
+}
+
+TEST(DeclaredByDocString, InspectSaysWhatTheFileDeclares) {
+  std::unique_ptr<Graph> graph = import_ok(declared_by_doc_strings().builder.bytes());
+  ASSERT_NE(graph, nullptr);
+  Diagnostics diagnostics;
+  ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
+  const std::string text = inspect_text(*graph);
+  EXPECT_NE(text.find("declared, not trained by default: buffers table; frozen parameters scale\n"),
+            std::string::npos)
+      << text;
+  // The eval graph, then the training step (which `ampc inspect --format json` nests under
+  // "training_step"): the step also holds the optimizer's own state, declared nothing.
+  const Graph* step = graph->training_step();
+  for (const Graph* of : {static_cast<const Graph*>(graph.get()), step}) {
+    ASSERT_NE(of, nullptr);
+    const nlohmann::json json = nlohmann::json::parse(inspect_json(*of));
+    std::map<std::string, nlohmann::json> declared;
+    for (const nlohmann::json& init : json["initializers"]) {
+      declared[init["name"].get<std::string>()] = init["declared"];
+      EXPECT_FALSE(init["constant"].get<bool>() && !init["declared"].is_null()) << init;
+    }
+    EXPECT_EQ(declared["w"], "parameter");
+    EXPECT_EQ(declared["temp"], "parameter");
+    EXPECT_EQ(declared["table"], "buffer");
+    EXPECT_EQ(declared["scale"], "frozen parameter");
+    if (of == step) {
+      EXPECT_TRUE(declared["optimizer.step"].is_null());
+    }
+  }
 }
 
 // The sharded optimizer has the eval graph read a parameter through a persistent bf16 copy
