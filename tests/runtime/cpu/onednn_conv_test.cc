@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -127,10 +128,11 @@ TEST(OnednnConv, TakesTypicalConvolutionsOnAnAvx2Cpu) {
 }
 
 TEST(OnednnConv, RandomF32WithinTheSumBoundOfDirectF64Sums) {
-  int taken = 0;
-  for (const ConvCase& c : kCases) {
+  std::set<size_t> taken;  // the cases oneDNN's JIT kernels ran, by index
+  for (size_t i = 0; i < std::size(kCases); ++i) {
+    const ConvCase& c = kCases[i];
     SCOPED_TRACE(c.describe());
-    taken += onednn_takes(c) ? 1 : 0;
+    if (onednn_takes(c)) taken.insert(i);
     const std::vector<double> x = random_values(num_elements(c.x), 41);
     const std::vector<double> w = random_values(num_elements(c.w), 42);
     const std::vector<double> b = random_values(c.w[0], 43);
@@ -157,9 +159,15 @@ TEST(OnednnConv, RandomF32WithinTheSumBoundOfDirectF64Sums) {
                             testing::direct_grad_filter(c, absolute(x), absolute(dy)),
                             num_elements(c.y()) / c.w[0], "ConvGradFilter");
   }
-  // The bound was checked on oneDNN's kernels, not only on the im2col fallback.
+  // The bound was checked on oneDNN's kernels, not only on the im2col fallback. Which of the
+  // cases oneDNN has JIT kernels for depends on the CPU's instruction set (an AVX2-only AMD EPYC
+  // declines the dilated, 1-D, 3-D and small irregular ones, where an earlier CI machine took at
+  // least 8 of the 10), but it takes the typical ones on any AVX2 CPU (as
+  // TakesTypicalConvolutionsOnAnAvx2Cpu checks).
   if (cpu_has_avx2()) {
-    EXPECT_GE(taken, 8);
+    for (size_t typical : {0, 1, 4}) {
+      EXPECT_TRUE(taken.contains(typical)) << kCases[typical].describe();
+    }
   }
 }
 
