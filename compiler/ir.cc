@@ -11,6 +11,20 @@ namespace ampc {
 
 // ---- Value ------------------------------------------------------------------------------------
 
+std::string_view Value::declared_name(Declared declared) {
+  switch (declared) {
+    case Declared::kParameter:
+      return "parameter";
+    case Declared::kBuffer:
+      return "buffer";
+    case Declared::kFrozenParameter:
+      return "frozen parameter";
+    case Declared::kUnknown:
+      break;
+  }
+  return "";
+}
+
 void Value::set_name(std::string name) {
   graph_->count_name(name_, -1);
   name_ = std::move(name);

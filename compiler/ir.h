@@ -94,6 +94,9 @@ class Value {
   bool is_frozen_parameter() const { return declared_ == Declared::kFrozenParameter; }
   // Whether the module this came from does not train it: a buffer or a frozen parameter.
   bool is_declared_untrained() const { return is_buffer() || is_frozen_parameter(); }
+  // "parameter", "buffer" or "frozen parameter" (what inspect prints, and a compiled file's
+  // doc_string records), "" for kUnknown.
+  static std::string_view declared_name(Declared declared);
 
   // Whether a graph output this value replaces can take its name: a node output that is no graph
   // output yet (a graph input or an initializer has a name of the interface already).

@@ -286,6 +286,19 @@ void type_to_proto(const TensorType& type, onnx::TypeProto* proto) {
   for (int64_t dim : type.shape) shape->add_dim()->set_dim_value(dim);
 }
 
+std::string declared_doc(Value::Declared declared) {
+  const std::string_view name = Value::declared_name(declared);
+  return name.empty() ? std::string() : str_cat("ampc: ", name);
+}
+
+Value::Declared declared_from_doc(std::string_view doc) {
+  for (Value::Declared declared :
+       {Value::Declared::kParameter, Value::Declared::kBuffer, Value::Declared::kFrozenParameter}) {
+    if (doc == declared_doc(declared)) return declared;
+  }
+  return Value::Declared::kUnknown;
+}
+
 std::string precision_to_line(const PrecisionDecision& decision) {
   std::string line(kPrecisionPrefix);
   if (decision.compute) line += str_cat(" compute=", dtype_name(*decision.compute));

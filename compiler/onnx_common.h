@@ -42,12 +42,14 @@ void tensor_to_proto(const Tensor& tensor, onnx::TensorProto* proto);
 void type_to_proto(const TensorType& type, onnx::TypeProto* proto);
 
 // The doc_string of an initializer that is a program constant (Value::is_constant), or that its
-// exporter declared a parameter, a buffer or a frozen parameter (Value::declared), so that a
-// model read back trains what it trained. ampc.torch.export_training writes the last three.
+// exporter declared a parameter, a buffer or a frozen parameter (Value::declared): "ampc: " and
+// Value::declared_name ("ampc: frozen parameter"), so that a model read back trains what it
+// trained. ampc.torch.export_training writes the declared ones too.
 inline constexpr std::string_view kConstantDoc = "ampc: constant";
-inline constexpr std::string_view kParameterDoc = "ampc: parameter";
-inline constexpr std::string_view kBufferDoc = "ampc: buffer";
-inline constexpr std::string_view kFrozenParameterDoc = "ampc: frozen parameter";
+// "" for Declared::kUnknown.
+std::string declared_doc(Value::Declared declared);
+// What `doc` declares, or kUnknown where it declares nothing.
+Value::Declared declared_from_doc(std::string_view doc);
 
 // The doc_string line that records a node's precision decision on export, and its parser.
 // "ampc precision: compute=f16 accumulate=f32 reason=allow-list MatMul".

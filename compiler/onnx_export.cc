@@ -126,12 +126,8 @@ class Exporter {
       tensor->set_name(names_.at(init));
       if (init->is_constant()) {
         tensor->set_doc_string(std::string(onnx_io::kConstantDoc));
-      } else if (init->declared() == Value::Declared::kParameter) {
-        tensor->set_doc_string(std::string(onnx_io::kParameterDoc));
-      } else if (init->declared() == Value::Declared::kBuffer) {
-        tensor->set_doc_string(std::string(onnx_io::kBufferDoc));
-      } else if (init->declared() == Value::Declared::kFrozenParameter) {
-        tensor->set_doc_string(std::string(onnx_io::kFrozenParameterDoc));
+      } else if (init->declared() != Value::Declared::kUnknown) {
+        tensor->set_doc_string(onnx_io::declared_doc(init->declared()));
       }
       if (external_ != nullptr && data->type().byte_size() >= kExternalDataMinBytes) {
         external_->add(*data, tensor);

@@ -207,12 +207,10 @@ class Importer : public onnx_io::ImportSink {
       AMPC_ASSIGN_OR_RETURN(Tensor data, onnx_io::tensor_from_proto(proto, what, base_dir_));
       Value* value = graph_->add_initializer(proto.name(), std::move(data));
       value->set_constant(proto.doc_string() == onnx_io::kConstantDoc);
-      if (proto.doc_string() == onnx_io::kParameterDoc) {
-        value->set_declared(Value::Declared::kParameter);
-      } else if (proto.doc_string() == onnx_io::kBufferDoc) {
-        value->set_declared(Value::Declared::kBuffer);
-      } else if (proto.doc_string() == onnx_io::kFrozenParameterDoc) {
-        value->set_declared(Value::Declared::kFrozenParameter);
+      // The file's own record first, then PyTorch's graph signature.
+      if (const Value::Declared doc = onnx_io::declared_from_doc(proto.doc_string());
+          doc != Value::Declared::kUnknown) {
+        value->set_declared(doc);
       } else if (auto it = declared.find(proto.name()); it != declared.end()) {
         value->set_declared(it->second);
       }

@@ -38,22 +38,6 @@ ordered_json type_json(const TensorType& type) {
   return {{"dtype", dtype_name(type.dtype)}, {"shape", type.shape}};
 }
 
-// What the file declares an initializer (Value::declared), as inspect names it; "" where it does
-// not say.
-std::string_view declared_name(const Value& value) {
-  switch (value.declared()) {
-    case Value::Declared::kParameter:
-      return "parameter";
-    case Value::Declared::kBuffer:
-      return "buffer";
-    case Value::Declared::kFrozenParameter:
-      return "frozen parameter";
-    case Value::Declared::kUnknown:
-      break;
-  }
-  return "";
-}
-
 // The line naming the initializers the file declares PyTorch does not train (buffers, frozen
 // parameters), which autodiff leaves untrained unless --trainable names them; "" when none.
 std::string declared_untrained_line(const Graph& graph) {
@@ -195,7 +179,7 @@ std::string inspect_json(const Graph& graph) {
     init["elements"] = v->type().num_elements();
     init["bytes"] = v->type().byte_size();
     init["constant"] = v->is_constant();
-    const std::string_view declared = declared_name(*v);
+    const std::string_view declared = Value::declared_name(v->declared());
     init["declared"] = declared.empty() ? ordered_json(nullptr) : ordered_json(declared);
     json["initializers"].push_back(init);
   }

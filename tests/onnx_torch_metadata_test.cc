@@ -100,6 +100,13 @@ CompileOptions sgd(float lr, std::string trainable = "") {
   return options;
 }
 
+// Whether a warning of `diagnostics` holds `text`.
+bool has_warning(const Diagnostics& diagnostics, std::string_view text) {
+  return std::any_of(
+      diagnostics.warnings().begin(), diagnostics.warnings().end(),
+      [&](const std::string& warning) { return warning.find(text) != std::string::npos; });
+}
+
 // The initializers the compiled step updates with an optimizer node, by name.
 std::vector<std::string> trained(const Graph& graph) {
   std::vector<std::string> names;
@@ -121,11 +128,8 @@ TEST(TorchGraphSignature, ParametersTrainAndBuffersAndConstantTensorsDoNot) {
   ASSERT_TRUE(compile_graph(*graph, sgd(1.0f), diagnostics).ok());
   // temp is a scalar, which ampc takes for a lifted constant where the file does not say.
   EXPECT_EQ(trained(*graph), (std::vector<std::string>{"temp", "w"}));
-  bool warned = false;
-  for (const std::string& warning : diagnostics.warnings()) {
-    warned |= absl::StrContains(warning, "buffers table, scale are not trained");
-  }
-  EXPECT_TRUE(warned) << str_join(diagnostics.warnings(), "\n");
+  EXPECT_TRUE(has_warning(diagnostics, "buffers table, scale are not trained"))
+      << str_join(diagnostics.warnings(), "\n");
 }
 
 TEST(TorchGraphSignature, TrainableNamesABufferToTrainIt) {
@@ -176,12 +180,6 @@ Model declared_by_doc_strings(bool signature = false) {
     if (init.name() == "scale") init.set_doc_string("ampc: frozen parameter");
   }
   return m;
-}
-
-bool has_warning(const Diagnostics& diagnostics, std::string_view text) {
-  return std::any_of(
-      diagnostics.warnings().begin(), diagnostics.warnings().end(),
-      [&](const std::string& warning) { return warning.find(text) != std::string::npos; });
 }
 
 TEST(DeclaredByDocString, FrozenParametersAndBuffersDoNotTrainAndAScalarParameterDoes) {
@@ -410,11 +408,8 @@ TEST(TorchNames, ABufferNamedLikeALaterNodesOutputIsReadInNodeOrder) {
   Diagnostics diagnostics;
   ASSERT_TRUE(compile_graph(*graph, sgd(1.0f, "^index$"), diagnostics).ok());
   EXPECT_EQ(trained(*graph), (std::vector<std::string>{"index"}));
-  bool warned = false;
-  for (const std::string& warning : diagnostics.warnings()) {
-    warned |= absl::StrContains(warning, "gives the names index both to an initializer");
-  }
-  EXPECT_TRUE(warned) << str_join(diagnostics.warnings(), "\n");
+  EXPECT_TRUE(has_warning(diagnostics, "gives the names index both to an initializer"))
+      << str_join(diagnostics.warnings(), "\n");
 
   // A node redefining a graph input or another node's output is still an error.
   ModelBuilder twice;
